@@ -1,0 +1,1 @@
+//! Loom models of sidejob live in `tests/`; run them with `RUSTFLAGS="--cfg loom"`.

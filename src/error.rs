@@ -1,0 +1,164 @@
+//! Every error the crate returns: [`Error`] from admission and requests,
+//! [`ConfigError`] from builders.
+
+use std::fmt;
+use std::io;
+
+/// Why a request, permit or child was refused or failed.
+///
+/// Returned by [`Limiter::try_acquire`](crate::Limiter::try_acquire),
+/// [`Pool::call`](crate::Pool::call) and friends, and
+/// [`Supervisor::spawn`](crate::Supervisor::spawn). New variants may be added,
+/// so match with a wildcard arm.
+///
+/// # Examples
+///
+/// ```
+/// use sidejob::{Error, Limiter};
+///
+/// let limiter = Limiter::new(1)?;
+/// let _held = limiter.try_acquire()?;
+/// let refused = limiter.try_acquire().unwrap_err();
+/// assert_eq!(refused, Error::Overload);
+/// assert!(refused.is_overload());
+/// assert_eq!(refused.to_string(), "overloaded: every shard is at its limit");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Error {
+    /// Every shard was at its limit: the work was refused at once, nothing
+    /// was queued. Retry later, shed the request, or tell your own caller.
+    Overload,
+    /// [`Pool::call_timeout`](crate::Pool::call_timeout) waited its full
+    /// duration without a reply. The request was admitted and may still run;
+    /// its unit is released when it does.
+    Timeout,
+    /// The pool was shut down (or its last handle dropped) before the request
+    /// was admitted, or the reply can no longer come.
+    Shutdown,
+    /// The worker panicked while handling this request. The worker was
+    /// rebuilt and keeps serving; the request's unit was released.
+    WorkerPanicked,
+    /// The operating system refused to start a child thread
+    /// ([`Supervisor::spawn`](crate::Supervisor::spawn)); the unit it had
+    /// been admitted on was released. Carries the OS error's kind.
+    Spawn(io::ErrorKind),
+}
+
+impl Error {
+    /// True for [`Error::Overload`].
+    pub fn is_overload(&self) -> bool {
+        matches!(self, Error::Overload)
+    }
+
+    /// True for [`Error::Timeout`].
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout)
+    }
+
+    /// True for [`Error::Shutdown`].
+    pub fn is_shutdown(&self) -> bool {
+        matches!(self, Error::Shutdown)
+    }
+
+    /// True for [`Error::WorkerPanicked`].
+    pub fn is_worker_panicked(&self) -> bool {
+        matches!(self, Error::WorkerPanicked)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Overload => f.write_str("overloaded: every shard is at its limit"),
+            Error::Timeout => f.write_str("timed out waiting for the reply"),
+            Error::Shutdown => f.write_str("shut down"),
+            Error::WorkerPanicked => f.write_str("the worker panicked handling the request"),
+            Error::Spawn(kind) => write!(f, "the OS refused to start a child thread: {kind}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// A builder was given a value it cannot accept.
+///
+/// Returned by every `build()` ([`LimiterBuilder`](crate::LimiterBuilder),
+/// [`PoolBuilder`](crate::PoolBuilder),
+/// [`SupervisorBuilder`](crate::SupervisorBuilder)) and by the `new`
+/// shorthands. Its message names the field and the rule it broke;
+/// [`ConfigError::field`] gives the field alone.
+///
+/// # Examples
+///
+/// ```
+/// use sidejob::Limiter;
+///
+/// let err = Limiter::builder().capacity(0).build().unwrap_err();
+/// assert_eq!(err.field(), "capacity");
+/// assert_eq!(err.to_string(), "invalid `capacity`: must be at least 1");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    field: &'static str,
+    problem: Problem,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Problem {
+    Missing,
+    Zero,
+    TooLarge(usize),
+    Nul,
+}
+
+impl ConfigError {
+    pub(crate) fn missing(field: &'static str) -> Self {
+        ConfigError {
+            field,
+            problem: Problem::Missing,
+        }
+    }
+
+    pub(crate) fn zero(field: &'static str) -> Self {
+        ConfigError {
+            field,
+            problem: Problem::Zero,
+        }
+    }
+
+    pub(crate) fn too_large(field: &'static str, max: usize) -> Self {
+        ConfigError {
+            field,
+            problem: Problem::TooLarge(max),
+        }
+    }
+
+    pub(crate) fn nul(field: &'static str) -> Self {
+        ConfigError {
+            field,
+            problem: Problem::Nul,
+        }
+    }
+
+    /// The builder field that was wrong: `"capacity"`, `"shards"`,
+    /// `"workers"` or `"name"`.
+    pub fn field(&self) -> &'static str {
+        self.field
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid `{}`: ", self.field)?;
+        match self.problem {
+            Problem::Missing => f.write_str("must be set"),
+            Problem::Zero => f.write_str("must be at least 1"),
+            Problem::TooLarge(max) => write!(f, "must be at most {max}"),
+            Problem::Nul => f.write_str("must not contain a NUL byte"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}

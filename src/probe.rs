@@ -1,0 +1,203 @@
+//! Where a caller starts probing the shard table: its thread's index or its
+//! CPU.
+//!
+//! Callers on different cores should start on different shards, so that
+//! under load they touch different cache lines. Two ways to get there:
+//!
+//! * [`Probe::Thread`] (the default): every live thread holds a small index,
+//!   handed out lowest-free-first and given back when the thread exits, so
+//!   the live threads are spread evenly over the shards. Reading it is one
+//!   thread-local load.
+//! * [`Probe::Cpu`]: the CPU the thread runs on right now (`sched_getcpu`,
+//!   answered by glibc from the kernel's rseq area). It follows migrations,
+//!   and two threads on different cores never share a start shard, but it
+//!   costs a call into libc on every admission.
+//!
+//! `benches/admission.rs` measures both; the README gives the numbers behind
+//! the default.
+//!
+//! The thread index has a second job: it names the one thread allowed to
+//! write a per-thread counter slot (`stats::RejectCounter`), so counting a
+//! rejection needs no locked instruction. That is why indices are unique
+//! among live threads and recycled through a lock-protected free list: the
+//! lock hands a slot's last value from the exiting owner to the next one.
+
+use crate::sync::{current_cpu, thread_local, Mutex};
+
+/// How a caller picks the shard it tries first.
+///
+/// Set with [`LimiterBuilder::probe`](crate::LimiterBuilder::probe) (and the
+/// same setter on the pool and supervisor builders). Either way the caller
+/// then walks the other shards in order, so the choice only affects speed,
+/// never whether a request is admitted.
+///
+/// # Examples
+///
+/// ```
+/// use sidejob::{Limiter, Probe};
+///
+/// let limiter = Limiter::builder().capacity(8).shards(4).probe(Probe::Cpu).build()?;
+/// assert!(limiter.try_acquire().is_ok());
+/// # Ok::<(), sidejob::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Probe {
+    /// Start at the calling thread's index (one thread-local read).
+    #[default]
+    Thread,
+    /// Start at the CPU the calling thread runs on (Linux `sched_getcpu`;
+    /// elsewhere this falls back to the thread index).
+    Cpu,
+}
+
+impl Probe {
+    /// The raw start position; the table reduces it modulo its shard count.
+    #[inline]
+    pub(crate) fn start(self) -> usize {
+        match self {
+            Probe::Thread => thread_index(),
+            Probe::Cpu => current_cpu().unwrap_or_else(thread_index),
+        }
+    }
+}
+
+/// Marks a thread that has not asked for an index yet.
+const UNASSIGNED: usize = usize::MAX;
+/// Marks a thread whose index was already given back (it is exiting, and
+/// some thread-local destructor still admits work). Such a thread uses
+/// `DYING_INDEX`, which is never handed out and so never owns a slot.
+const DYING: usize = usize::MAX - 1;
+/// The index a dying thread uses: larger than any slot count.
+const DYING_INDEX: usize = usize::MAX >> 1;
+
+thread_local! {
+    static INDEX: std::cell::Cell<usize> = const { std::cell::Cell::new(UNASSIGNED) };
+}
+
+/// The calling thread's index: unique among live threads, small, reused.
+#[inline]
+pub(crate) fn thread_index() -> usize {
+    let index = INDEX.with(|cell| cell.get());
+    if index < DYING {
+        index
+    } else {
+        assign_index(index)
+    }
+}
+
+#[cold]
+fn assign_index(current: usize) -> usize {
+    if current == DYING {
+        return DYING_INDEX;
+    }
+    let index = registry().take();
+    INDEX.with(|cell| cell.set(index));
+    // The guard's destructor gives the index back when the thread exits.
+    // If the thread is already tearing down its thread-locals, the guard
+    // cannot be registered: keep the index (a leak of one small number).
+    let _ = GUARD.try_with(|_| ());
+    index
+}
+
+/// Gives the thread's index back at thread exit.
+struct IndexGuard;
+
+impl Drop for IndexGuard {
+    fn drop(&mut self) {
+        let index = INDEX.with(|cell| cell.replace(DYING));
+        if index < DYING {
+            registry().give_back(index);
+        }
+    }
+}
+
+thread_local! {
+    static GUARD: IndexGuard = const { IndexGuard };
+}
+
+/// Hands out the lowest free index.
+struct Registry {
+    state: Mutex<RegistryState>,
+}
+
+#[derive(Default)]
+struct RegistryState {
+    next: usize,
+    free: Vec<usize>,
+}
+
+impl Registry {
+    fn take(&self) -> usize {
+        let mut state = self.state.lock();
+        // Lowest free first keeps indices dense, so per-thread slots stay
+        // few and live threads spread evenly over the shards.
+        if let Some(pos) = (0..state.free.len()).min_by_key(|&i| state.free[i]) {
+            return state.free.swap_remove(pos);
+        }
+        let index = state.next;
+        state.next += 1;
+        index
+    }
+
+    fn give_back(&self, index: usize) {
+        self.state.lock().free.push(index);
+    }
+}
+
+#[cfg(not(loom))]
+fn registry() -> &'static Registry {
+    static REGISTRY: std::sync::OnceLock<Registry> = std::sync::OnceLock::new();
+    REGISTRY.get_or_init(|| Registry {
+        state: Mutex::new(RegistryState::default()),
+    })
+}
+
+#[cfg(loom)]
+fn registry() -> &'static Registry {
+    // A fresh registry per model execution keeps runs deterministic.
+    loom::lazy_static! {
+        static ref REGISTRY: Registry = Registry {
+            state: Mutex::new(RegistryState::default()),
+        };
+    }
+    &REGISTRY
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_is_stable_within_a_thread() {
+        assert_eq!(thread_index(), thread_index());
+    }
+
+    #[test]
+    fn live_threads_hold_distinct_indices() {
+        use std::sync::{Arc, Barrier};
+        let barrier = Arc::new(Barrier::new(4));
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let barrier = Arc::clone(&barrier);
+                std::thread::spawn(move || {
+                    let index = thread_index();
+                    // Hold the index until every thread has taken one.
+                    barrier.wait();
+                    index
+                })
+            })
+            .collect();
+        let mut indices: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        indices.sort_unstable();
+        indices.dedup();
+        assert_eq!(indices.len(), 4);
+    }
+
+    #[test]
+    fn cpu_probe_gives_a_position() {
+        // On Linux a CPU number, elsewhere the thread index: never a panic.
+        let _ = Probe::Cpu.start();
+        assert_eq!(Probe::Thread.start(), thread_index());
+    }
+}

@@ -1,0 +1,195 @@
+//! Exact counters, kept where they cost nothing on the hot path, and the
+//! [`Stats`] snapshot that reads them.
+//!
+//! Most figures fall out of the shard words themselves: a shard counts the
+//! units it has ever handed out and ever taken back (`table.rs`), so
+//! *accepted*, *completed* and *usage* need no counter of their own. The two
+//! that remain live apart from the admission word:
+//!
+//! * **rejected**: under overload the rejection is the hot path. It is kept
+//!   per thread ([`RejectCounter`]): each live thread owns one padded slot
+//!   and bumps it with a plain load and store (no locked instruction, no
+//!   shared line). Threads beyond the slot count share one atomic counter.
+//! * **panicked**: rare; an RMW on the shard's own line.
+//!
+//! Erlang's sidejob publishes rates computed from once-a-second reports;
+//! here the counters are exact and [`Stats::rates_since`] turns two
+//! snapshots into rates.
+
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+use crate::sync::{AtomicUsize, Ordering::Relaxed};
+
+/// A point-in-time reading of a [`Limiter`](crate::Limiter),
+/// [`Pool`](crate::Pool) or [`Supervisor`](crate::Supervisor).
+///
+/// Counters are read shard by shard without stopping the world, so a
+/// snapshot taken under load is a close reading, not an atomic one; each
+/// counter on its own only ever grows. Counts are of units: permits, pool
+/// requests, or children.
+///
+/// # Examples
+///
+/// ```
+/// use sidejob::Limiter;
+///
+/// let limiter = Limiter::new(1)?;
+/// let permit = limiter.try_acquire()?;
+/// assert!(limiter.try_acquire().is_err());
+/// drop(permit);
+///
+/// let stats = limiter.stats();
+/// assert_eq!((stats.accepted, stats.rejected, stats.completed), (1, 1, 1));
+/// assert_eq!(stats.usage, 0);
+/// assert_eq!(stats.peak_usage, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// The configured capacity.
+    pub capacity: usize,
+    /// Units admitted and not yet released.
+    pub usage: usize,
+    /// The sum of each shard's highest usage. Exact with one shard; with
+    /// several it is an upper bound on the highest total usage, since shards
+    /// may have peaked at different times. Never above `capacity`, except
+    /// for units taken by the pool's `*_unbounded` calls.
+    pub peak_usage: usize,
+    /// Units ever admitted.
+    pub accepted: u64,
+    /// Attempts refused with [`Error::Overload`](crate::Error::Overload).
+    pub rejected: u64,
+    /// Units released normally: permits dropped, requests handled, children
+    /// ended.
+    pub completed: u64,
+    /// Units released by a panic: a handler or child that panicked, or a
+    /// permit dropped while its thread unwound.
+    pub panicked: u64,
+    /// The same figures for each shard (for a pool, each worker), in order.
+    pub shards: Vec<ShardStats>,
+}
+
+/// One shard's figures inside a [`Stats`]. For a [`Pool`](crate::Pool),
+/// shard `i` is worker `i`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShardStats {
+    /// How many units this shard may hold at once.
+    pub limit: usize,
+    /// Units it holds now.
+    pub usage: usize,
+    /// The most it ever held at once.
+    pub peak_usage: usize,
+    /// Units it ever admitted.
+    pub accepted: u64,
+    /// Units it released normally (for a pool: requests its worker handled).
+    pub completed: u64,
+    /// Units it released through a panic.
+    pub panicked: u64,
+}
+
+/// Rates per second between two [`Stats`] snapshots; see
+/// [`Stats::rates_since`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct Rates {
+    /// Units admitted per second.
+    pub accepted: f64,
+    /// Attempts refused with `Overload` per second.
+    pub rejected: f64,
+    /// Units released (normally or by panic) per second.
+    pub completed: f64,
+}
+
+impl Stats {
+    /// Rates between `earlier` and this snapshot, taken `elapsed` apart.
+    ///
+    /// The figures Erlang's sidejob reports as in/out rates, but computed
+    /// from exact counts. A zero `elapsed` gives zero rates rather than
+    /// infinities.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sidejob::Limiter;
+    ///
+    /// let limiter = Limiter::new(4)?;
+    /// let before = limiter.stats();
+    /// for _ in 0..10 {
+    ///     drop(limiter.try_acquire()?);
+    /// }
+    /// let rates = limiter.stats().rates_since(&before, Duration::from_secs(2));
+    /// assert_eq!(rates.accepted, 5.0);
+    /// assert_eq!(rates.completed, 5.0);
+    /// assert_eq!(rates.rejected, 0.0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn rates_since(&self, earlier: &Stats, elapsed: Duration) -> Rates {
+        let secs = elapsed.as_secs_f64();
+        let per_sec = |now: u64, then: u64| {
+            if secs > 0.0 {
+                now.saturating_sub(then) as f64 / secs
+            } else {
+                0.0
+            }
+        };
+        Rates {
+            accepted: per_sec(self.accepted, earlier.accepted),
+            rejected: per_sec(self.rejected, earlier.rejected),
+            completed: per_sec(
+                self.completed + self.panicked,
+                earlier.completed + earlier.panicked,
+            ),
+        }
+    }
+}
+
+/// Counts rejections without a locked instruction or a shared line.
+///
+/// Slot `i` is written only by the live thread whose
+/// [`thread_index`](crate::probe::thread_index) is `i`, so a plain load and
+/// store is an exact increment. Threads with larger indices share
+/// `overflow` and pay an RMW.
+#[derive(Debug)]
+pub(crate) struct RejectCounter {
+    slots: Box<[CachePadded<AtomicUsize>]>,
+    overflow: CachePadded<AtomicUsize>,
+}
+
+impl RejectCounter {
+    pub(crate) fn new(slots: usize) -> Self {
+        RejectCounter {
+            slots: (0..slots)
+                .map(|_| CachePadded::new(AtomicUsize::new(0)))
+                .collect(),
+            overflow: CachePadded::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Counts one rejection by the thread holding `thread_index`.
+    #[inline]
+    pub(crate) fn record(&self, thread_index: usize) {
+        match self.slots.get(thread_index) {
+            // Relaxed load and store, not an RMW: this thread is the slot's
+            // only writer while it holds the index, and the index registry's
+            // lock orders a slot's previous owner before its next one. The
+            // count publishes nothing; `total` only sums.
+            Some(slot) => slot.store(slot.load(Relaxed).wrapping_add(1), Relaxed),
+            // Relaxed: a count; the RMW keeps it exact among sharing threads.
+            None => {
+                self.overflow.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    /// All rejections counted so far.
+    pub(crate) fn total(&self) -> u64 {
+        // Relaxed: a reading for a snapshot, ordered with nothing.
+        let slots: usize = self.slots.iter().map(|slot| slot.load(Relaxed)).sum();
+        slots.wrapping_add(self.overflow.load(Relaxed)) as u64
+    }
+}

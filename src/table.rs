@@ -1,0 +1,620 @@
+//! The sharded admission table: the one engine behind [`Limiter`], [`Pool`]
+//! and [`Supervisor`].
+//!
+//! [`Limiter`]: crate::Limiter
+//! [`Pool`]: crate::Pool
+//! [`Supervisor`]: crate::Supervisor
+//!
+//! # Implementation details
+//!
+//! **Layout.** Capacity `C` is split over `M` shards (if `C < M`, only `C`
+//! shards exist: a shard that can never admit would only lengthen walks).
+//! Shard `i` may hold `limit_i` units; the limits are `C / M`, the first
+//! `C % M` one more, and add up to exactly `C`. Each shard is one 128-byte
+//! padded line holding two counters:
+//!
+//! | word    | bits                     | changed by                        |
+//! |---------|--------------------------|-----------------------------------|
+//! | `taken` | `2 × units ever taken`, bit 0 = CLOSED | CAS in [`Shard::try_take`], `fetch_or` in [`Shard::close`] |
+//! | `given` | `2 × units ever given back` | `fetch_add` in [`Shard::give_back`] |
+//!
+//! so `usage = (taken - given) / 2` (wrapping), and a shard's *accepted* and
+//! *released* counts are free. Admission is one CAS on `taken`, release one
+//! RMW on `given`: the floor of two locked instructions per unit. CLOSED
+//! lives in the `taken` word, so admission versus shutdown is decided by that
+//! one word's modification order: a take either precedes the close (and is
+//! admitted, so the pool drains it) or sees CLOSED and is refused.
+//!
+//! **The full set.** A bitmap, one bit per shard, says which shards are at
+//! their limit. Callers read it first: under overload every bit is set, so a
+//! rejection costs one load whatever `M` is (Erlang's sidejob walks every
+//! worker), and a walk never visits a shard whose bit is set. Bits are
+//! written only when a shard crosses its limit, so while the pool is not
+//! full the line stays shared, read-only, in every core's cache.
+//!
+//! The bitmap is a hint that must never *stay* wrong in the harmful
+//! direction. A clear bit on a full shard only costs a failed CAS (and the
+//! caller who sees it sets the bit). A set bit on a shard with room would
+//! refuse work, so:
+//!
+//! 1. Whoever sees a shard full with its bit clear (the taker who filled it,
+//!    or a walker whose CAS found it full) *marks* it: sets the bit, then
+//!    re-reads the shard through an RMW on `given`, and clears the bit
+//!    again if the shard has room ([`Table::mark_full`]).
+//! 2. Every release, after its RMW on `given`, reads the bit and clears it
+//!    if set ([`Table::release`]).
+//!
+//! The two RMWs on `given` are totally ordered. If the marker's comes
+//! later, it reads the release and clears its own bit. If the release's
+//! comes later, it reads the marker's Release RMW with Acquire, so it sees
+//! the bit set, and clears it. Either way a bit set on a shard with room
+//! lasts only while the marker or the releaser is still running. (A `SeqCst`
+//! load would do the same job for the marker, but loom models a `SeqCst`
+//! access as `AcqRel` and would not check it; the RMW is only paid when a
+//! shard fills.)
+//!
+//! **Probing.** A caller starts at the shard its [`Probe`] names, tries it
+//! if its bit is clear, and otherwise walks the clear bits from there,
+//! wrapping once. If no bit is clear and every tried shard was full, the
+//! answer is `Overload`.
+//!
+//! What "every shard was full" means: each shard was either seen full by
+//! this caller's own CAS, or had its bit set. A set bit means the shard was
+//! full when it was marked; it can still be set for a moment after a release
+//! while the releaser (or a taker that filled the shard just before that
+//! release) has not returned yet. So `Overload` can be answered while a
+//! unit is being handed back at that very moment, never after every
+//! concurrent call on that shard has returned. `loom-tests/` checks both
+//! halves.
+
+use crossbeam_utils::CachePadded;
+
+use crate::error::{ConfigError, Error};
+use crate::probe::{thread_index, Probe};
+use crate::stats::{RejectCounter, ShardStats, Stats};
+use crate::sync::{
+    AtomicBool, AtomicUsize,
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
+};
+
+/// Bit 0 of `taken`: the shard admits nothing more.
+const CLOSED: usize = 1;
+/// One unit in `taken` and `given`.
+const UNIT: usize = 2;
+/// Bits per word of the full set.
+const BITS: usize = usize::BITS as usize;
+
+/// The largest capacity a table accepts: usage is kept doubled in a `usize`
+/// with one bit to spare.
+pub(crate) const MAX_CAPACITY: usize = usize::MAX >> 3;
+/// The largest shard count: far beyond any core count, and it keeps the
+/// fast modulo within 32 bits.
+pub(crate) const MAX_SHARDS: usize = 1 << 16;
+
+/// What one attempt on one shard found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Take {
+    /// A unit was taken; `now_full` if it was the shard's last.
+    Taken { now_full: bool },
+    /// The shard was at its limit.
+    Full,
+    /// The shard is closed.
+    Closed,
+}
+
+/// One shard: its limit and its two counters, on a line of its own.
+#[derive(Debug)]
+pub(crate) struct Shard {
+    /// `2 × units ever taken`, plus [`CLOSED`] in bit 0.
+    taken: AtomicUsize,
+    /// `2 × units ever given back`.
+    given: AtomicUsize,
+    /// The most units ever held at once.
+    peak: AtomicUsize,
+    /// Units given back by a panic.
+    panicked: AtomicUsize,
+    limit: usize,
+}
+
+impl Shard {
+    fn new(limit: usize) -> Self {
+        Shard {
+            taken: AtomicUsize::new(0),
+            given: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            panicked: AtomicUsize::new(0),
+            limit,
+        }
+    }
+
+    /// Takes one unit if the shard is open and under its limit.
+    #[inline]
+    pub(crate) fn try_take(&self) -> Take {
+        // Relaxed: the CAS below re-checks this exact value.
+        let mut taken = self.taken.load(Relaxed);
+        loop {
+            if taken & CLOSED != 0 {
+                return Take::Closed;
+            }
+            // Acquire: pairs with the AcqRel RMW in `give_back`, so work done
+            // under a released unit happens-before work under the unit that
+            // replaces it. Read after `taken`: if this says "full", the shard
+            // was full when `given` was read (`taken` only grows).
+            let given = self.given.load(Acquire);
+            let usage = taken.wrapping_sub(given) / UNIT;
+            if usage >= self.limit {
+                return Take::Full;
+            }
+            // Relaxed: the bound needs no ordering, only that this RMW on the
+            // one `taken` word succeeds against the value the check used
+            // (`given` can only have grown since, which leaves more room).
+            match self
+                .taken
+                .compare_exchange_weak(taken, taken + UNIT, Relaxed, Relaxed)
+            {
+                Ok(_) => {
+                    let now = usage + 1;
+                    // Relaxed: a statistic.
+                    if now > self.peak.load(Relaxed) {
+                        self.peak.fetch_max(now, Relaxed);
+                    }
+                    return Take::Taken {
+                        now_full: now == self.limit,
+                    };
+                }
+                Err(actual) => taken = actual,
+            }
+        }
+    }
+
+    /// Takes one unit whatever the limit; `false` if the shard is closed.
+    /// Used by the pool's `*_unbounded` calls, which must still be counted.
+    pub(crate) fn take_unbounded(&self) -> bool {
+        // Relaxed: as in `try_take`, the CAS decides against this value.
+        let mut taken = self.taken.load(Relaxed);
+        loop {
+            if taken & CLOSED != 0 {
+                return false;
+            }
+            // Relaxed: the same word's modification order orders this take
+            // against `close`; nothing else is published.
+            match self
+                .taken
+                .compare_exchange_weak(taken, taken + UNIT, Relaxed, Relaxed)
+            {
+                Ok(_) => return true,
+                Err(actual) => taken = actual,
+            }
+        }
+    }
+
+    /// Gives one unit back.
+    #[inline]
+    pub(crate) fn give_back(&self, panicked: bool) {
+        if panicked {
+            // Relaxed: a statistic.
+            self.panicked.fetch_add(1, Relaxed);
+        }
+        // Release: pairs with the Acquire load in `try_take` (the next holder
+        // sees this holder's work) and with the Acquire in `Table::mark_full`'s
+        // re-read. Acquire: pairs with the Release of that same re-read, so
+        // the full-set load in `Table::release` sees a bit set by a marker
+        // whose re-read came before this RMW.
+        self.given.fetch_add(UNIT, AcqRel);
+    }
+
+    /// Refuses every later take. Takes that came first stay counted.
+    pub(crate) fn close(&self) {
+        // AcqRel: the close is ordered against every take by `taken`'s
+        // modification order (all are RMWs on it); Release/Acquire lets a
+        // drainer that reads CLOSED also see what the closer did before.
+        self.taken.fetch_or(CLOSED, AcqRel);
+    }
+
+    /// True once [`close`](Self::close) has run.
+    pub(crate) fn is_closed(&self) -> bool {
+        // Acquire: pairs with the AcqRel `fetch_or` in `close`.
+        self.taken.load(Acquire) & CLOSED != 0
+    }
+
+    /// Units held now. Reads `given` first: read the other way round, the
+    /// gap could include units taken after `taken` was read and go negative.
+    pub(crate) fn usage(&self) -> usize {
+        // Acquire: pairs with `give_back`, so a drainer that reads 0 has
+        // seen every release, and the work before it.
+        let given = self.given.load(Acquire);
+        // Acquire: pairs with `close`, for the drainer that checks both.
+        let taken = self.taken.load(Acquire);
+        taken.wrapping_sub(given) / UNIT
+    }
+
+    /// Re-reads the shard for [`Table::mark_full`]: is it still full?
+    fn still_full(&self) -> bool {
+        // AcqRel RMW (it adds nothing): either it comes after a racing
+        // `give_back` in `given`'s modification order and reads that release,
+        // or before it and the release's Acquire sees the bit this marker set
+        // (see the module docs). A plain load could miss both.
+        let given = self.given.fetch_add(0, AcqRel);
+        // Relaxed: `taken` only grows; a stale value can only say "room",
+        // and that only clears a bit, which is harmless.
+        let taken = self.taken.load(Relaxed);
+        taken.wrapping_sub(given) / UNIT >= self.limit
+    }
+
+    fn stats(&self) -> ShardStats {
+        // Relaxed everywhere: a reading for a snapshot. `given` first, as in
+        // `usage`, so `usage` cannot go negative.
+        let given = self.given.load(Relaxed) / UNIT;
+        let taken = self.taken.load(Relaxed) / UNIT;
+        let panicked = self.panicked.load(Relaxed);
+        ShardStats {
+            limit: self.limit,
+            usage: taken.wrapping_sub(given),
+            peak_usage: self.peak.load(Relaxed),
+            accepted: taken as u64,
+            completed: given.wrapping_sub(panicked) as u64,
+            panicked: panicked as u64,
+        }
+    }
+}
+
+/// Which shards are at their limit, one bit each (see the module docs).
+#[derive(Debug)]
+struct FullSet {
+    words: Box<[CachePadded<AtomicUsize>]>,
+}
+
+impl FullSet {
+    fn new(shards: usize) -> Self {
+        FullSet {
+            words: (0..shards.div_ceil(BITS))
+                .map(|_| CachePadded::new(AtomicUsize::new(0)))
+                .collect(),
+        }
+    }
+
+    /// The bits of word `w`.
+    #[inline]
+    fn word(&self, w: usize) -> usize {
+        // Relaxed: a hint. A bit's harm is bounded by the protocol in the
+        // module docs, which orders through `given`, not through this load;
+        // coherence alone makes a clear that happened-before this load seen.
+        self.words[w].load(Relaxed)
+    }
+
+    #[inline]
+    fn contains(&self, shard: usize) -> bool {
+        self.word(shard / BITS) & (1 << (shard % BITS)) != 0
+    }
+
+    fn insert(&self, shard: usize) {
+        // Relaxed: published to releasers by the Release RMW on `given` that
+        // follows it in `mark_full`.
+        self.words[shard / BITS].fetch_or(1 << (shard % BITS), Relaxed);
+    }
+
+    fn remove(&self, shard: usize) {
+        // Relaxed: clearing a bit never needs to publish anything; a stale
+        // clear bit only costs a failed CAS.
+        self.words[shard / BITS].fetch_and(!(1 << (shard % BITS)), Relaxed);
+    }
+}
+
+/// The admission table shared by every front-end.
+#[derive(Debug)]
+pub(crate) struct Table {
+    shards: Box<[CachePadded<Shard>]>,
+    full: FullSet,
+    /// `u64::MAX / shards + 1`, for Lemire's fast modulo in [`Table::reduce`].
+    magic: u64,
+    capacity: usize,
+    probe: Probe,
+    rejected: RejectCounter,
+    /// Set once shutdown begins; read only to tell `Shutdown` from
+    /// `Overload` on the cold path.
+    closed: AtomicBool,
+}
+
+impl Table {
+    /// A table of `capacity` units over `shards` shards (at most `capacity`
+    /// of them are kept).
+    pub(crate) fn new(capacity: usize, shards: usize, probe: Probe) -> Result<Self, ConfigError> {
+        if capacity == 0 {
+            return Err(ConfigError::zero("capacity"));
+        }
+        if capacity > MAX_CAPACITY {
+            return Err(ConfigError::too_large("capacity", MAX_CAPACITY));
+        }
+        if shards == 0 {
+            return Err(ConfigError::zero("shards"));
+        }
+        if shards > MAX_SHARDS {
+            return Err(ConfigError::too_large("shards", MAX_SHARDS));
+        }
+        let count = shards.min(capacity);
+        let (base, extra) = (capacity / count, capacity % count);
+        let shards: Box<[_]> = (0..count)
+            .map(|i| CachePadded::new(Shard::new(base + usize::from(i < extra))))
+            .collect();
+        let slots = (2 * count.max(num_cpus::get())).clamp(16, 256);
+        Ok(Table {
+            full: FullSet::new(count),
+            magic: (u64::MAX / count as u64).wrapping_add(1),
+            shards,
+            capacity,
+            probe,
+            rejected: RejectCounter::new(slots),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub(crate) fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    pub(crate) fn shard(&self, i: usize) -> &Shard {
+        &self.shards[i]
+    }
+
+    /// `position mod shard_count`, without a division (Lemire, "Faster
+    /// remainder by direct computation", 2019): exact for 32-bit positions
+    /// and shard counts below 2^32.
+    #[inline]
+    pub(crate) fn reduce(&self, position: usize) -> usize {
+        let low = self.magic.wrapping_mul(position as u32 as u64);
+        ((u128::from(low) * self.shards.len() as u128) >> 64) as usize
+    }
+
+    /// The shard the calling thread would try first.
+    #[inline]
+    pub(crate) fn home_shard(&self) -> usize {
+        self.reduce(self.probe.start())
+    }
+
+    /// Admits one unit, starting where the caller's probe says.
+    ///
+    /// Returns the shard it was taken from; `Overload` (counted) when every
+    /// shard is at its limit, `Shutdown` once closed.
+    #[inline]
+    pub(crate) fn acquire(&self) -> Result<usize, Error> {
+        self.acquire_at(self.home_shard())
+    }
+
+    /// Admits one unit, trying shard `start` first.
+    #[inline]
+    pub(crate) fn acquire_at(&self, start: usize) -> Result<usize, Error> {
+        debug_assert!(start < self.shards.len());
+        if !self.full.contains(start) {
+            match self.shards[start].try_take() {
+                Take::Taken { now_full } => {
+                    if now_full {
+                        self.mark_full(start);
+                    }
+                    return Ok(start);
+                }
+                Take::Full => self.mark_full(start),
+                Take::Closed => return Err(Error::Shutdown),
+            }
+        }
+        self.acquire_slow(start)
+    }
+
+    /// The walk: every shard after `start` whose bit is clear, wrapping once.
+    #[cold]
+    fn acquire_slow(&self, start: usize) -> Result<usize, Error> {
+        let words = self.full.words.len();
+        let (first_word, first_bit) = (start / BITS, start % BITS);
+        for step in 0..=words {
+            let w = (first_word + step) % words;
+            // Bits after `start` in its own word on the first visit, bits
+            // before it on the wrap-around visit, all bits in between.
+            let mut wanted = usize::MAX;
+            if step == 0 {
+                wanted = usize::MAX.checked_shl(first_bit as u32 + 1).unwrap_or(0);
+            }
+            if step == words {
+                wanted = (1 << first_bit) - 1;
+            }
+            let mut candidates = !self.full.word(w) & wanted & self.valid_bits(w);
+            while candidates != 0 {
+                let bit = candidates.trailing_zeros() as usize;
+                candidates &= candidates - 1;
+                let i = w * BITS + bit;
+                match self.shards[i].try_take() {
+                    Take::Taken { now_full } => {
+                        if now_full {
+                            self.mark_full(i);
+                        }
+                        return Ok(i);
+                    }
+                    Take::Full => self.mark_full(i),
+                    Take::Closed => return Err(Error::Shutdown),
+                }
+            }
+        }
+        self.refuse()
+    }
+
+    /// Every shard was full: `Overload`, counted, unless shutdown has begun.
+    #[cold]
+    fn refuse(&self) -> Result<usize, Error> {
+        // Relaxed: only picks the more useful error; a caller racing with
+        // shutdown may get either, and neither admits anything.
+        if self.closed.load(Relaxed) {
+            return Err(Error::Shutdown);
+        }
+        self.rejected.record(thread_index());
+        Err(Error::Overload)
+    }
+
+    /// The bits of word `w` that stand for real shards.
+    fn valid_bits(&self, w: usize) -> usize {
+        let rest = self.shards.len() - w * BITS;
+        if rest >= BITS {
+            usize::MAX
+        } else {
+            (1 << rest) - 1
+        }
+    }
+
+    /// Sets shard `i`'s full bit, then takes it back if the shard has room
+    /// (step 1 of the protocol in the module docs).
+    fn mark_full(&self, i: usize) {
+        self.full.insert(i);
+        if !self.shards[i].still_full() {
+            self.full.remove(i);
+        }
+    }
+
+    /// Takes one unit on the caller's home shard whatever the limit
+    /// (`*_unbounded` calls). `Shutdown` once closed.
+    pub(crate) fn acquire_unbounded(&self) -> Result<usize, Error> {
+        let i = self.home_shard();
+        if self.shards[i].take_unbounded() {
+            Ok(i)
+        } else {
+            Err(Error::Shutdown)
+        }
+    }
+
+    /// Gives back one unit taken from shard `i` (step 2 of the protocol).
+    #[inline]
+    pub(crate) fn release(&self, i: usize, panicked: bool) {
+        self.shards[i].give_back(panicked);
+        // Reads the bit after the RMW in `give_back`, whose Acquire makes a
+        // marker's earlier `insert` visible here.
+        if self.full.contains(i) {
+            self.full.remove(i);
+        }
+    }
+
+    /// Refuses all later admissions; units already taken stay counted.
+    pub(crate) fn close(&self) {
+        // Relaxed: the flag only chooses between two refusals (see
+        // `refuse`); the shard words carry the real decision.
+        self.closed.store(true, Relaxed);
+        for shard in self.shards.iter() {
+            shard.close();
+        }
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        // Relaxed: informational; callers that act on it read the shard word.
+        self.closed.load(Relaxed)
+    }
+
+    /// Units held now, summed over the shards.
+    pub(crate) fn usage(&self) -> usize {
+        self.shards.iter().map(|shard| shard.usage()).sum()
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        let shards: Vec<ShardStats> = self.shards.iter().map(|shard| shard.stats()).collect();
+        Stats {
+            capacity: self.capacity,
+            usage: shards.iter().map(|s| s.usage).sum(),
+            peak_usage: shards.iter().map(|s| s.peak_usage).sum(),
+            accepted: shards.iter().map(|s| s.accepted).sum(),
+            rejected: self.rejected.total(),
+            completed: shards.iter().map(|s| s.completed).sum(),
+            panicked: shards.iter().map(|s| s.panicked).sum(),
+            shards,
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn limits(table: &Table) -> Vec<usize> {
+        table.shards.iter().map(|s| s.limit).collect()
+    }
+
+    #[test]
+    fn limits_add_up_to_capacity() {
+        for capacity in 1..40 {
+            for shards in 1..12 {
+                let table = Table::new(capacity, shards, Probe::Thread).unwrap();
+                let limits = limits(&table);
+                assert_eq!(limits.iter().sum::<usize>(), capacity);
+                assert_eq!(limits.len(), shards.min(capacity));
+                let (min, max) = (limits.iter().min().unwrap(), limits.iter().max().unwrap());
+                assert!(max - min <= 1, "{limits:?}");
+                assert!(*min >= 1);
+            }
+        }
+    }
+
+    #[test]
+    fn reduce_is_modulo() {
+        for shards in [1, 2, 3, 5, 7, 64, 65, 1000] {
+            let table = Table::new(10_000, shards, Probe::Thread).unwrap();
+            for position in (0..5000).chain([u32::MAX as usize - 1, u32::MAX as usize]) {
+                assert_eq!(table.reduce(position), position % shards.min(10_000));
+            }
+        }
+    }
+
+    #[test]
+    fn walk_covers_every_shard_from_every_start_across_words() {
+        for shards in [1, 2, 63, 64, 65, 130] {
+            for start in 0..shards {
+                let table = Table::new(shards, shards, Probe::Thread).unwrap();
+                let mut got: Vec<usize> = (0..shards)
+                    .map(|_| table.acquire_at(start).unwrap())
+                    .collect();
+                assert_eq!(got[0], start);
+                assert_eq!(table.acquire_at(start), Err(Error::Overload));
+                got.sort_unstable();
+                assert_eq!(got, (0..shards).collect::<Vec<_>>());
+                // Every bit is set now, and one release clears exactly one.
+                table.release(shards - 1, false);
+                assert_eq!(table.acquire_at(start), Ok(shards - 1));
+            }
+        }
+    }
+
+    #[test]
+    fn walk_takes_the_next_shard_in_order() {
+        let table = Table::new(4, 4, Probe::Thread).unwrap();
+        assert_eq!(table.acquire_at(2), Ok(2));
+        assert_eq!(table.acquire_at(2), Ok(3));
+        assert_eq!(table.acquire_at(2), Ok(0));
+        assert_eq!(table.acquire_at(2), Ok(1));
+    }
+
+    #[test]
+    fn closed_table_refuses_with_shutdown_and_keeps_counts() {
+        let table = Table::new(2, 2, Probe::Thread).unwrap();
+        let held = table.acquire_at(0).unwrap();
+        table.close();
+        assert_eq!(table.acquire_at(0), Err(Error::Shutdown));
+        assert_eq!(table.acquire_at(1), Err(Error::Shutdown));
+        assert_eq!(table.acquire_unbounded(), Err(Error::Shutdown));
+        assert_eq!(table.usage(), 1);
+        table.release(held, false);
+        assert_eq!(table.usage(), 0);
+        assert_eq!(table.stats().rejected, 0);
+    }
+
+    #[test]
+    fn unbounded_takes_are_counted_beyond_the_limit() {
+        let table = Table::new(1, 1, Probe::Thread).unwrap();
+        table.acquire().unwrap();
+        assert_eq!(table.acquire(), Err(Error::Overload));
+        table.acquire_unbounded().unwrap();
+        assert_eq!(table.usage(), 2);
+        table.release(0, false);
+        assert_eq!(table.acquire(), Err(Error::Overload));
+        table.release(0, true);
+        assert_eq!(table.acquire(), Ok(0));
+        let stats = table.stats();
+        assert_eq!((stats.accepted, stats.completed, stats.panicked), (3, 1, 1));
+        assert_eq!(stats.rejected, 2);
+    }
+}
