@@ -111,6 +111,7 @@ enum Problem {
     Zero,
     TooLarge(usize),
     Nul,
+    Spawn(io::ErrorKind),
 }
 
 impl ConfigError {
@@ -142,8 +143,21 @@ impl ConfigError {
         }
     }
 
+    pub(crate) fn spawn(field: &'static str, kind: io::ErrorKind) -> Self {
+        ConfigError {
+            field,
+            problem: Problem::Spawn(kind),
+        }
+    }
+
+    /// The same problem, reported against another field name.
+    pub(crate) fn with_field(self, field: &'static str) -> Self {
+        ConfigError { field, ..self }
+    }
+
     /// The builder field that was wrong: `"capacity"`, `"shards"`,
-    /// `"workers"` or `"name"`.
+    /// `"workers"` or `"name"`. (`"workers"` also when the OS refused to
+    /// start a worker thread: the message then says so.)
     pub fn field(&self) -> &'static str {
         self.field
     }
@@ -151,12 +165,16 @@ impl ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid `{}`: ", self.field)?;
+        let field = self.field;
         match self.problem {
-            Problem::Missing => f.write_str("must be set"),
-            Problem::Zero => f.write_str("must be at least 1"),
-            Problem::TooLarge(max) => write!(f, "must be at most {max}"),
-            Problem::Nul => f.write_str("must not contain a NUL byte"),
+            Problem::Missing => write!(f, "invalid `{field}`: must be set"),
+            Problem::Zero => write!(f, "invalid `{field}`: must be at least 1"),
+            Problem::TooLarge(max) => write!(f, "invalid `{field}`: must be at most {max}"),
+            Problem::Nul => write!(f, "invalid `{field}`: must not contain a NUL byte"),
+            Problem::Spawn(kind) => write!(
+                f,
+                "cannot start the `{field}`: the OS refused a thread ({kind})"
+            ),
         }
     }
 }

@@ -5,12 +5,16 @@
 
 mod error;
 mod limiter;
+mod pool;
 mod probe;
 mod stats;
 mod sync;
 mod table;
+mod worker;
 
 pub use error::{ConfigError, Error};
 pub use limiter::{Limiter, LimiterBuilder, OwnedPermit, Permit};
+pub use pool::{Pool, PoolBuilder};
 pub use probe::Probe;
 pub use stats::{Rates, ShardStats, Stats};
+pub use worker::Worker;

@@ -169,10 +169,6 @@ impl Limiter {
         self.table.stats()
     }
 
-    pub(crate) fn table(&self) -> &Table {
-        &self.table
-    }
-
     fn release(&self, shard: usize) {
         self.table.release(shard, os_thread::panicking());
     }

@@ -13,10 +13,10 @@
 //! (see `crate::loom_api`), never a whole `Pool`.
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// `Arc` is always std's: it appears in the public API
 /// (`Limiter::try_acquire_owned` takes `Arc<Limiter>`), and loom only needs
@@ -116,12 +116,6 @@ impl Backoff {
             // enough to explore both outcomes.
             self.steps > 0
         }
-    }
-
-    /// Starts counting afresh (after progress was made).
-    #[cfg(not(loom))]
-    pub(crate) fn reset(&self) {
-        self.inner.reset();
     }
 }
 

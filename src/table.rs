@@ -74,7 +74,7 @@ use crate::probe::{thread_index, Probe};
 use crate::stats::{RejectCounter, ShardStats, Stats};
 use crate::sync::{
     AtomicBool, AtomicUsize,
-    Ordering::{AcqRel, Acquire, Relaxed, Release},
+    Ordering::{AcqRel, Acquire, Relaxed},
 };
 
 /// Bit 0 of `taken`: the shard admits nothing more.

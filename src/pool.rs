@@ -1,0 +1,711 @@
+//! [`Pool`]: gen_server-like workers, one per shard, behind the admission
+//! table: `call`, `call_timeout`, `call_async`, `cast`, and shutdown.
+
+use std::fmt;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+
+use crate::error::{ConfigError, Error};
+use crate::probe::Probe;
+use crate::stats::Stats;
+use crate::sync::{now, os_thread, Arc, Backoff, Mutex};
+use crate::table::Table;
+use crate::worker::{Envelope, Factory, Worker, WorkerLoop};
+
+/// A capacity-limited pool of workers: requests beyond `capacity` are
+/// refused with [`Error::Overload`] at once instead of queueing.
+///
+/// The pool runs one worker thread per shard, each owning a [`Worker`]
+/// value and a mailbox. A request takes one unit of its shard's capacity
+/// when it is admitted and holds it until the worker has *finished*
+/// handling it, so `capacity` bounds every request that is queued or
+/// running, and no mailbox can grow past its shard's limit. A caller
+/// starts at its own shard (by thread or CPU, see [`Probe`]) and moves to
+/// the next only if that one is full.
+///
+/// `Pool` is a handle: clone it freely, send it to other threads. Dropping
+/// the last handle shuts the pool down (see [`Pool::shutdown`]).
+///
+/// # Semantics
+///
+/// * **Exact capacity.** At no instant are more than `capacity` requests
+///   admitted and unfinished (the `*_unbounded` calls excepted).
+/// * **Released before the reply.** A worker gives the unit back before it
+///   delivers the reply, so a caller that gets its answer and calls again
+///   never meets its own stale unit.
+/// * **Nothing lost.** Every request admitted is handled exactly once, even
+///   across a shutdown; a caller never waits for a reply that cannot come.
+/// * **Panics.** A panicking handler gives its caller
+///   [`Error::WorkerPanicked`]; the worker is rebuilt with the factory and
+///   the requests queued behind it are still handled.
+///
+/// # Memory ordering
+///
+/// Everything a caller did before `call` or `cast` happens-before the
+/// handler runs (the mailbox is a channel); everything the handler did
+/// happens-before `call` returns its reply.
+///
+/// # Examples
+///
+/// Guard a hot path: answer "busy" instead of letting a queue grow.
+///
+/// ```
+/// use std::sync::mpsc;
+/// use sidejob::{Error, Pool, Worker};
+///
+/// /// Handles one request at a time; blocks until told to go on, so the
+/// /// example can fill the pool deterministically.
+/// struct Gate(mpsc::Receiver<()>);
+///
+/// impl Worker for Gate {
+///     type Request = u32;
+///     type Reply = u32;
+///     type Message = ();
+///     fn handle_call(&mut self, n: u32) -> u32 {
+///         n * 2
+///     }
+///     fn handle_cast(&mut self, _: ()) {
+///         let _ = self.0.recv();
+///     }
+/// }
+///
+/// let (go, gate) = mpsc::channel();
+/// let gate = std::sync::Mutex::new(Some(gate));
+/// let pool = Pool::builder()
+///     .name("doubler")
+///     .capacity(2)
+///     .workers(1)
+///     .build(move |_| Gate(gate.lock().unwrap().take().expect("built once")))?;
+///
+/// assert_eq!(pool.call(21)?, 42);
+///
+/// pool.cast(())?; // the worker now waits at the gate, holding one unit
+/// pool.cast(())?; // queued behind it: the second unit
+/// assert_eq!(pool.call(1), Err(Error::Overload)); // full: refused at once
+/// assert_eq!(pool.usage(), 2);
+///
+/// go.send(()).unwrap();
+/// go.send(()).unwrap();
+/// pool.shutdown(); // drains both casts, then joins the worker
+/// assert_eq!(pool.call(1), Err(Error::Shutdown));
+/// assert_eq!(pool.stats().rejected, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Pool<W: Worker> {
+    inner: Arc<Inner<W>>,
+}
+
+struct Inner<W: Worker> {
+    table: Arc<Table>,
+    mailboxes: Box<[Sender<Envelope<W>>]>,
+    /// Taken (and joined) by the first shutdown; later ones find it empty.
+    threads: Mutex<Vec<os_thread::JoinHandle<()>>>,
+    worker_ids: Box<[os_thread::ThreadId]>,
+    name: Arc<str>,
+}
+
+/// Where a request takes its unit.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Admission {
+    /// Probe from the caller's own shard (the normal path).
+    Home,
+    /// Probe from this shard (tests model a caller on a chosen shard).
+    #[cfg_attr(not(test), allow(dead_code))]
+    At(usize),
+    /// The caller's own shard, whatever its limit.
+    Unbounded,
+}
+
+/// A pending reply.
+pub(crate) type ReplyReceiver<W> = oneshot::Receiver<Result<<W as Worker>::Reply, Error>>;
+
+impl<W: Worker> Pool<W> {
+    /// A builder; the only way to make a pool.
+    pub fn builder() -> PoolBuilder {
+        PoolBuilder::default()
+    }
+
+    /// Sends `request` to a worker and waits for its reply.
+    ///
+    /// Never waits for capacity: if every shard is full the request is
+    /// refused at once. Once admitted, the caller spins briefly, then
+    /// sleeps until the reply comes.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Overload`]: every shard was at its limit; the request was
+    ///   not sent.
+    /// * [`Error::Shutdown`]: the pool is shut down.
+    /// * [`Error::WorkerPanicked`]: the handler panicked on this request.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{Pool, Worker};
+    /// # struct Echo;
+    /// # impl Worker for Echo {
+    /// #     type Request = String; type Reply = String; type Message = ();
+    /// #     fn handle_call(&mut self, s: String) -> String { s }
+    /// #     fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// let pool = Pool::builder().capacity(4).build(|_| Echo)?;
+    /// assert_eq!(pool.call("hi".to_string())?, "hi");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn call(&self, request: W::Request) -> Result<W::Reply, Error> {
+        wait_reply(self.submit_call(Admission::Home, request)?)
+    }
+
+    /// Like [`call`](Self::call), but gives up waiting after `timeout`.
+    ///
+    /// As with Erlang's `gen_server:call`, a request that timed out may
+    /// still run later: it was admitted and sits in (or is being handled
+    /// by) its worker's queue. Its unit is released when the worker
+    /// finishes it, and its reply is dropped.
+    ///
+    /// # Errors
+    ///
+    /// As [`call`](Self::call), plus [`Error::Timeout`] when no reply came
+    /// within `timeout`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use std::sync::mpsc;
+    /// use sidejob::{Error, Pool, Worker};
+    ///
+    /// struct Slow(mpsc::Receiver<()>);
+    /// impl Worker for Slow {
+    ///     type Request = (); type Reply = (); type Message = ();
+    ///     fn handle_call(&mut self, _: ()) { let _ = self.0.recv(); }
+    ///     fn handle_cast(&mut self, _: ()) {}
+    /// }
+    ///
+    /// let (go, gate) = mpsc::channel();
+    /// let gate = std::sync::Mutex::new(Some(gate));
+    /// let pool = Pool::builder().capacity(1).workers(1)
+    ///     .build(move |_| Slow(gate.lock().unwrap().take().unwrap()))?;
+    ///
+    /// let answer = pool.call_timeout((), Duration::from_millis(10));
+    /// assert_eq!(answer, Err(Error::Timeout));
+    /// assert_eq!(pool.usage(), 1); // still admitted: it runs when the gate opens
+    /// go.send(()).unwrap();
+    /// pool.shutdown();
+    /// assert_eq!(pool.usage(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn call_timeout(&self, request: W::Request, timeout: Duration) -> Result<W::Reply, Error> {
+        let reply = self.submit_call(Admission::Home, request)?;
+        match deadline_after(now(), timeout) {
+            Some(deadline) => wait_reply_until(reply, deadline),
+            None => wait_reply(reply),
+        }
+    }
+
+    /// Sends `request` now and returns a future of its reply, for async
+    /// callers: awaiting it never blocks the executor's thread.
+    ///
+    /// Admission happens here, when `call_async` is called, not when the
+    /// future is first polled: an overloaded pool refuses at once (the
+    /// future then resolves to the error immediately), and an admitted
+    /// request runs even if the future is never polled. The future is
+    /// `Send + 'static` and works on any executor.
+    ///
+    /// # Errors
+    ///
+    /// As [`call`](Self::call).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future does not cancel the request: it has been sent,
+    /// it will be handled, and its unit is released when it is. Only the
+    /// reply is dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{Pool, Worker};
+    /// # struct Echo;
+    /// # impl Worker for Echo {
+    /// #     type Request = u8; type Reply = u8; type Message = ();
+    /// #     fn handle_call(&mut self, n: u8) -> u8 { n }
+    /// #     fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// let pool = Pool::builder().capacity(64).build(|_| Echo)?;
+    /// let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    /// let replies = runtime.block_on(async {
+    ///     let calls: Vec<_> = (0..8).map(|n| pool.call_async(n)).collect();
+    ///     let mut replies = Vec::new();
+    ///     for call in calls {
+    ///         replies.push(call.await?);
+    ///     }
+    ///     Ok::<_, sidejob::Error>(replies)
+    /// })?;
+    /// assert_eq!(replies, (0..8).collect::<Vec<u8>>());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn call_async(
+        &self,
+        request: W::Request,
+    ) -> impl Future<Output = Result<W::Reply, Error>> + Send + 'static {
+        let submitted = self.submit_call(Admission::Home, request);
+        async move {
+            match submitted {
+                // A dropped reply slot means the worker is gone.
+                Ok(reply) => reply.await.unwrap_or(Err(Error::Shutdown)),
+                Err(refused) => Err(refused),
+            }
+        }
+    }
+
+    /// Sends `message` to a worker without waiting for it to be handled.
+    ///
+    /// Never waits for capacity. `Ok` means admitted: the message will be
+    /// handled exactly once, even if the pool shuts down first. If its
+    /// handler panics, the panic is counted in [`Stats::panicked`] and the
+    /// worker is rebuilt; nobody else is told.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Overload`] when every shard is at its limit,
+    /// [`Error::Shutdown`] once the pool is shut down.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{Pool, Worker};
+    /// # struct Sink;
+    /// # impl Worker for Sink {
+    /// #     type Request = (); type Reply = (); type Message = u64;
+    /// #     fn handle_call(&mut self, _: ()) {}
+    /// #     fn handle_cast(&mut self, _: u64) {}
+    /// # }
+    /// let pool = Pool::builder().capacity(100).build(|_| Sink)?;
+    /// for n in 0..10 {
+    ///     pool.cast(n)?;
+    /// }
+    /// pool.shutdown();
+    /// assert_eq!(pool.stats().completed, 10);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cast(&self, message: W::Message) -> Result<(), Error> {
+        self.submit_cast(Admission::Home, message)
+    }
+
+    /// Like [`call`](Self::call), but never refused for capacity: the
+    /// request goes to the caller's own worker even when every shard is
+    /// full. It is still counted in [`usage`](Self::usage) and the stats,
+    /// so the load stays visible.
+    ///
+    /// Erlang's sidejob offers the same escape hatch; Riak sends its
+    /// statistics updates this way. Use it for small, essential requests
+    /// that must not be shed: it bypasses the bound, so nothing limits how
+    /// many of them queue.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shutdown`] and [`Error::WorkerPanicked`], as for `call`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{Pool, Worker};
+    /// # struct Echo;
+    /// # impl Worker for Echo {
+    /// #     type Request = u8; type Reply = u8; type Message = ();
+    /// #     fn handle_call(&mut self, n: u8) -> u8 { n }
+    /// #     fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// let pool = Pool::builder().capacity(1).build(|_| Echo)?;
+    /// assert_eq!(pool.call_unbounded(7)?, 7);
+    /// assert_eq!(pool.stats().accepted, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn call_unbounded(&self, request: W::Request) -> Result<W::Reply, Error> {
+        wait_reply(self.submit_call(Admission::Unbounded, request)?)
+    }
+
+    /// Like [`cast`](Self::cast), but never refused for capacity; see
+    /// [`call_unbounded`](Self::call_unbounded).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shutdown`] once the pool is shut down.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{Pool, Worker};
+    /// # struct Sink;
+    /// # impl Worker for Sink {
+    /// #     type Request = (); type Reply = (); type Message = u8;
+    /// #     fn handle_call(&mut self, _: ()) {}
+    /// #     fn handle_cast(&mut self, _: u8) {}
+    /// # }
+    /// let pool = Pool::builder().capacity(1).build(|_| Sink)?;
+    /// for n in 0..5 {
+    ///     pool.cast_unbounded(n)?; // beyond capacity, still accepted
+    /// }
+    /// pool.shutdown();
+    /// assert_eq!(pool.stats().completed, 5);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cast_unbounded(&self, message: W::Message) -> Result<(), Error> {
+        self.submit_cast(Admission::Unbounded, message)
+    }
+
+    /// Requests admitted and not yet finished (queued or running).
+    pub fn usage(&self) -> usize {
+        self.inner.table.usage()
+    }
+
+    /// The most requests that may be admitted and unfinished at once.
+    pub fn capacity(&self) -> usize {
+        self.inner.table.capacity()
+    }
+
+    /// How many workers (and shards) the pool runs: the `workers` setting,
+    /// or `capacity` if that is smaller.
+    pub fn workers(&self) -> usize {
+        self.inner.table.shard_count()
+    }
+
+    /// The pool's name; worker threads are named `{name}-{index}`.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// A snapshot of the counters. [`Stats::shards`] has one entry per
+    /// worker: its queued + running requests (`usage`) and how many it has
+    /// handled (`completed`, `panicked`).
+    pub fn stats(&self) -> Stats {
+        self.inner.table.stats()
+    }
+
+    /// True once [`shutdown`](Self::shutdown) has begun.
+    pub fn is_shutdown(&self) -> bool {
+        self.inner.table.is_closed()
+    }
+
+    /// Stops the pool: refuses new requests with [`Error::Shutdown`],
+    /// lets the workers handle everything admitted before, runs each
+    /// worker's [`terminate`](Worker::terminate), and joins the worker
+    /// threads.
+    ///
+    /// Idempotent; every handle sees the pool shut down. Called from inside
+    /// a handler (a worker cannot wait for itself), it begins the shutdown
+    /// and returns without waiting.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{Error, Pool, Worker};
+    /// # struct Sink;
+    /// # impl Worker for Sink {
+    /// #     type Request = (); type Reply = (); type Message = ();
+    /// #     fn handle_call(&mut self, _: ()) {}
+    /// #     fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// let pool = Pool::builder().capacity(8).build(|_| Sink)?;
+    /// let other = pool.clone();
+    /// pool.cast(())?;
+    /// pool.shutdown();
+    /// pool.shutdown(); // no-op
+    /// assert_eq!(other.cast(()), Err(Error::Shutdown));
+    /// assert_eq!(other.stats().completed, 1); // the earlier cast was handled
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+
+    /// Admits one unit and posts a call; the receiver of its reply.
+    pub(crate) fn submit_call(
+        &self,
+        admission: Admission,
+        request: W::Request,
+    ) -> Result<ReplyReceiver<W>, Error> {
+        let shard = self.inner.admit(admission)?;
+        let (reply, receiver) = oneshot::channel();
+        self.inner.deliver(shard, Envelope::Call(request, reply))?;
+        Ok(receiver)
+    }
+
+    /// Admits one unit and posts a cast.
+    pub(crate) fn submit_cast(&self, admission: Admission, message: W::Message) -> Result<(), Error> {
+        let shard = self.inner.admit(admission)?;
+        self.inner.deliver(shard, Envelope::Cast(message))
+    }
+}
+
+impl<W: Worker> Inner<W> {
+    #[inline]
+    fn admit(&self, admission: Admission) -> Result<usize, Error> {
+        match admission {
+            Admission::Home => self.table.acquire(),
+            Admission::At(start) => self.table.acquire_at(self.table.reduce(start)),
+            Admission::Unbounded => self.table.acquire_unbounded(),
+        }
+    }
+
+    /// Posts an envelope holding a unit of shard `shard` to its worker.
+    #[inline]
+    fn deliver(&self, shard: usize, envelope: Envelope<W>) -> Result<(), Error> {
+        match self.mailboxes[shard].send(envelope) {
+            Ok(()) => Ok(()),
+            Err(_) => {
+                // The worker is gone, which it only is once its shard is
+                // closed and drained; this unit was taken just before the
+                // close. Give it back and refuse: nothing was queued.
+                self.table.release(shard, false);
+                Err(Error::Shutdown)
+            }
+        }
+    }
+
+    fn shutdown(&self) {
+        // 1. Close every shard: a take either came before this (and its
+        //    envelope will be handled) or is refused with `Shutdown`.
+        self.table.close();
+        // 2. Wake every worker so it checks whether its shard is drained;
+        //    a worker that already left has dropped its mailbox.
+        for mailbox in self.mailboxes.iter() {
+            let _ = mailbox.send(Envelope::Wake);
+        }
+        // 3. Join, unless this is a worker (it cannot wait for itself).
+        if self.worker_ids.contains(&os_thread::current().id()) {
+            return;
+        }
+        // Held across the joins, so a concurrent second `shutdown` returns
+        // only once the pool is really down. Workers never take it.
+        let mut threads = self.threads.lock();
+        for thread in threads.drain(..) {
+            // The loop catches handler panics; a join error would be a bug
+            // in it, and a shutdown must not panic on it.
+            let _ = thread.join();
+        }
+    }
+}
+
+impl<W: Worker> Drop for Inner<W> {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl<W: Worker> Clone for Pool<W> {
+    fn clone(&self) -> Self {
+        Pool {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<W: Worker> fmt::Debug for Pool<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("name", &self.name())
+            .field("capacity", &self.capacity())
+            .field("workers", &self.workers())
+            .field("usage", &self.usage())
+            .field("shutdown", &self.is_shutdown())
+            .finish()
+    }
+}
+
+/// `now + timeout`, or `None` if that is beyond what `Instant` can hold (a
+/// wait so long it means "no deadline").
+pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Option<Instant> {
+    now.checked_add(timeout)
+}
+
+/// Waits for a reply: spins a little (the reply of a short request comes
+/// in well under the cost of parking), then sleeps.
+fn wait_reply<T>(reply: oneshot::Receiver<Result<T, Error>>) -> Result<T, Error> {
+    if let Some(outcome) = spin_for_reply(&reply) {
+        return outcome;
+    }
+    // A dropped reply slot means the worker is gone.
+    reply.recv().unwrap_or(Err(Error::Shutdown))
+}
+
+/// [`wait_reply`] with a deadline.
+fn wait_reply_until<T>(
+    reply: oneshot::Receiver<Result<T, Error>>,
+    deadline: Instant,
+) -> Result<T, Error> {
+    if let Some(outcome) = spin_for_reply(&reply) {
+        return outcome;
+    }
+    match reply.recv_deadline(deadline) {
+        Ok(outcome) => outcome,
+        Err(oneshot::RecvTimeoutError::Timeout) => Err(Error::Timeout),
+        Err(oneshot::RecvTimeoutError::Disconnected) => Err(Error::Shutdown),
+    }
+}
+
+/// Polls for the reply while spinning pays (a few microseconds at most).
+fn spin_for_reply<T>(reply: &oneshot::Receiver<Result<T, Error>>) -> Option<Result<T, Error>> {
+    let backoff = Backoff::new();
+    loop {
+        match reply.try_recv() {
+            Ok(outcome) => return Some(outcome),
+            Err(oneshot::TryRecvError::Disconnected) => return Some(Err(Error::Shutdown)),
+            Err(oneshot::TryRecvError::Empty) if backoff.is_completed() => return None,
+            Err(oneshot::TryRecvError::Empty) => backoff.snooze(),
+        }
+    }
+}
+
+/// Configures a [`Pool`]; made by [`Pool::builder`].
+///
+/// # Examples
+///
+/// ```
+/// # use sidejob::{Pool, Worker};
+/// # struct Sink;
+/// # impl Worker for Sink {
+/// #     type Request = (); type Reply = (); type Message = ();
+/// #     fn handle_call(&mut self, _: ()) {}
+/// #     fn handle_cast(&mut self, _: ()) {}
+/// # }
+/// let pool = Pool::builder()
+///     .name("get_fsm")
+///     .capacity(3)
+///     .workers(8) // more workers than capacity: 3 are started
+///     .build(|_index| Sink)?;
+/// assert_eq!((pool.capacity(), pool.workers()), (3, 3));
+///
+/// let err = Pool::builder().capacity(0).build(|_| Sink).unwrap_err();
+/// assert_eq!(err.to_string(), "invalid `capacity`: must be at least 1");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct PoolBuilder {
+    name: Option<String>,
+    capacity: Option<usize>,
+    workers: Option<usize>,
+    pin_workers: bool,
+    probe: Probe,
+}
+
+impl PoolBuilder {
+    /// The pool's name, used for its worker threads (`{name}-{index}`).
+    /// Defaults to `"sidejob"`; must not contain a NUL byte.
+    pub fn name(&mut self, name: impl Into<String>) -> &mut Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// How many requests may be admitted and unfinished at once. Required;
+    /// at least 1.
+    pub fn capacity(&mut self, capacity: usize) -> &mut Self {
+        self.capacity = Some(capacity);
+        self
+    }
+
+    /// How many workers (one per shard). Defaults to the number of CPUs;
+    /// more than `capacity` starts `capacity` workers.
+    pub fn workers(&mut self, workers: usize) -> &mut Self {
+        self.workers = Some(workers);
+        self
+    }
+
+    /// Pins worker `i` to CPU core `i mod cores` (best effort, through
+    /// `core_affinity`). Off by default.
+    pub fn pin_workers(&mut self, pin: bool) -> &mut Self {
+        self.pin_workers = pin;
+        self
+    }
+
+    /// Where a caller starts probing; see [`Probe`].
+    pub fn probe(&mut self, probe: Probe) -> &mut Self {
+        self.probe = probe;
+        self
+    }
+
+    /// Starts the workers, each with the state `factory(index)` returns.
+    ///
+    /// The factory runs on the worker's own thread, at start and again
+    /// after every panic (a restart).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the field when `capacity` is unset, 0 or too
+    /// large, `workers` is 0 or too large, or `name` contains a NUL byte;
+    /// naming `workers` if the OS refused to start a worker thread (the
+    /// threads already started are shut down first).
+    pub fn build<W, F>(&self, factory: F) -> Result<Pool<W>, ConfigError>
+    where
+        W: Worker,
+        F: Fn(usize) -> W + Send + Sync + 'static,
+    {
+        let name: Arc<str> = Arc::from(self.name.as_deref().unwrap_or("sidejob"));
+        if name.contains('\0') {
+            return Err(ConfigError::nul("name"));
+        }
+        let capacity = self.capacity.ok_or(ConfigError::missing("capacity"))?;
+        let workers = self.workers.unwrap_or_else(num_cpus::get);
+        let table = Table::new(capacity, workers, self.probe).map_err(|err| {
+            // The table calls its shards "shards"; here they are workers.
+            if err.field() == "shards" {
+                err.with_field("workers")
+            } else {
+                err
+            }
+        })?;
+        let table = Arc::new(table);
+        let factory: Arc<Factory<W>> = Arc::new(factory);
+        let cores = if self.pin_workers {
+            core_affinity::get_core_ids().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+
+        let count = table.shard_count();
+        let mut mailboxes = Vec::with_capacity(count);
+        let mut threads = Vec::with_capacity(count);
+        let mut spawn_error = None;
+        for index in 0..count {
+            // Unbounded: the shard's counter is the bound (DESIGN.md).
+            let (sender, receiver) = crossbeam_channel::unbounded();
+            let worker = WorkerLoop {
+                index,
+                table: Arc::clone(&table),
+                mailbox: receiver,
+                factory: Arc::clone(&factory),
+                core: (!cores.is_empty()).then(|| cores[index % cores.len()]),
+            };
+            let spawned = os_thread::Builder::new()
+                .name(format!("{name}-{index}"))
+                .spawn(move || worker.run());
+            mailboxes.push(sender);
+            match spawned {
+                Ok(thread) => threads.push(thread),
+                Err(err) => {
+                    spawn_error = Some(err.kind());
+                    break;
+                }
+            }
+        }
+        let worker_ids = threads.iter().map(|t| t.thread().id()).collect();
+        let inner = Inner {
+            table,
+            mailboxes: mailboxes.into_boxed_slice(),
+            threads: Mutex::new(threads),
+            worker_ids,
+            name,
+        };
+        if let Some(kind) = spawn_error {
+            // Dropping `inner` closes the table and joins what started.
+            drop(inner);
+            return Err(ConfigError::spawn("workers", kind));
+        }
+        Ok(Pool {
+            inner: Arc::new(inner),
+        })
+    }
+}
