@@ -121,12 +121,34 @@ pub(crate) enum Admission {
 /// A pending reply.
 pub(crate) type ReplyReceiver<W> = oneshot::Receiver<Result<<W as Worker>::Reply, Error>>;
 
-impl<W: Worker> Pool<W> {
-    /// A builder; the only way to make a pool.
+impl Pool<Unbuilt> {
+    /// A builder; the only way to make a pool. The worker type is fixed by
+    /// the factory given to [`PoolBuilder::build`].
     pub fn builder() -> PoolBuilder {
         PoolBuilder::default()
     }
+}
 
+/// Names no worker: it only lets `Pool::builder()` be written without a
+/// type argument (the real worker type comes from the factory). It has no
+/// values, so no `Pool<Unbuilt>` can exist.
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum Unbuilt {}
+
+impl Worker for Unbuilt {
+    type Request = ();
+    type Reply = ();
+    type Message = ();
+    fn handle_call(&mut self, _: ()) {
+        match *self {}
+    }
+    fn handle_cast(&mut self, _: ()) {
+        match *self {}
+    }
+}
+
+impl<W: Worker> Pool<W> {
     /// Sends `request` to a worker and waits for its reply.
     ///
     /// Never waits for capacity: if every shard is full the request is
