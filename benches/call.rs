@@ -1,1 +1,382 @@
-fn main() {}
+//! `call` round trip and `cast` cost, each beside its peers, in one run.
+//!
+//! Peers: a raw crossbeam-channel request with a oneshot reply to a thread
+//! (what the pool is made of, used naively), and two threads handing a
+//! value back and forth through one atomic while both spin (the physical
+//! limit of a cross-core round trip). After criterion's groups, a ratio
+//! table is printed from side-by-side timings taken in this same process.
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, BenchmarkId, Criterion};
+use crossbeam_channel::{unbounded, Sender};
+use sidejob::{Pool, Worker};
+
+/// Answers at once.
+struct Echo;
+
+impl Worker for Echo {
+    type Request = u64;
+    type Reply = u64;
+    type Message = u64;
+    fn handle_call(&mut self, n: u64) -> u64 {
+        n + 1
+    }
+    fn handle_cast(&mut self, n: u64) {
+        black_box(n);
+    }
+}
+
+fn echo_pool(capacity: usize, workers: usize) -> Pool<Echo> {
+    Pool::builder()
+        .name("bench")
+        .capacity(capacity)
+        .workers(workers)
+        .build(|_| Echo)
+        .unwrap()
+}
+
+/// A raw server: requests with a oneshot reply slot over crossbeam.
+struct RawServer {
+    requests: Option<Sender<(u64, oneshot::Sender<u64>)>>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl RawServer {
+    fn start() -> Self {
+        let (requests, inbox) = unbounded::<(u64, oneshot::Sender<u64>)>();
+        let thread = thread::spawn(move || {
+            for (n, reply) in inbox {
+                let _ = reply.send(n + 1);
+            }
+        });
+        RawServer {
+            requests: Some(requests),
+            thread: Some(thread),
+        }
+    }
+
+    fn call(&self, n: u64) -> u64 {
+        let (reply, answer) = oneshot::channel();
+        self.requests.as_ref().unwrap().send((n, reply)).unwrap();
+        answer.recv().unwrap()
+    }
+}
+
+impl Drop for RawServer {
+    fn drop(&mut self) {
+        self.requests.take();
+        let _ = self.thread.take().unwrap().join();
+    }
+}
+
+/// Two threads passing a counter through one atomic, both spinning.
+struct SpinServer {
+    cell: Arc<AtomicU64>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+const STOP: u64 = u64::MAX;
+
+impl SpinServer {
+    fn start() -> Self {
+        let cell = Arc::new(AtomicU64::new(0));
+        let server = cell.clone();
+        let thread = thread::spawn(move || loop {
+            let seen = server.load(Ordering::Acquire);
+            if seen == STOP {
+                return;
+            }
+            if seen % 2 == 1 {
+                server.store(seen + 1, Ordering::Release);
+            } else {
+                std::hint::spin_loop();
+            }
+        });
+        SpinServer {
+            cell,
+            thread: Some(thread),
+        }
+    }
+
+    /// One round trip: post an odd value, spin until it comes back even.
+    fn call(&self) {
+        let base = self.cell.load(Ordering::Relaxed);
+        self.cell.store(base + 1, Ordering::Release);
+        while self.cell.load(Ordering::Acquire) != base + 2 {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+impl Drop for SpinServer {
+    fn drop(&mut self) {
+        self.cell.store(STOP, Ordering::Release);
+        let _ = self.thread.take().unwrap().join();
+    }
+}
+
+/// A raw consumer thread draining an unbounded channel.
+struct RawConsumer {
+    sender: Option<Sender<u64>>,
+    done: Arc<AtomicUsize>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl RawConsumer {
+    fn start() -> Self {
+        let (sender, inbox) = unbounded::<u64>();
+        let done = Arc::new(AtomicUsize::new(0));
+        let counter = done.clone();
+        let thread = thread::spawn(move || {
+            for n in inbox {
+                black_box(n);
+                counter.fetch_add(1, Ordering::Release);
+            }
+        });
+        RawConsumer {
+            sender: Some(sender),
+            done,
+            thread: Some(thread),
+        }
+    }
+
+    /// Sends `n` messages and waits until all are consumed.
+    fn burst(&self, n: u64) {
+        let target = self.done.load(Ordering::Acquire) + n as usize;
+        let sender = self.sender.as_ref().unwrap();
+        for i in 0..n {
+            sender.send(i).unwrap();
+        }
+        while self.done.load(Ordering::Acquire) < target {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+impl Drop for RawConsumer {
+    fn drop(&mut self) {
+        self.sender.take();
+        let _ = self.thread.take().unwrap().join();
+    }
+}
+
+/// Casts `n` messages and waits until the pool has handled them all.
+fn pool_burst(pool: &Pool<Echo>, n: u64) {
+    let target = pool.stats().completed + n;
+    for i in 0..n {
+        pool.cast(i).unwrap();
+    }
+    while pool.stats().completed < target {
+        std::hint::spin_loop();
+    }
+}
+
+const BURST: u64 = 1024;
+
+fn call_round_trip(c: &mut Criterion) {
+    let mut group = c.benchmark_group("call_round_trip_1caller");
+    let pool = echo_pool(1024, 1);
+    group.bench_function(BenchmarkId::new("sidejob_call", 1), |b| {
+        b.iter(|| pool.call(black_box(1)).unwrap())
+    });
+    drop(pool);
+    let raw = RawServer::start();
+    group.bench_function(BenchmarkId::new("raw_crossbeam_oneshot", 1), |b| {
+        b.iter(|| raw.call(black_box(1)))
+    });
+    drop(raw);
+    let spin = SpinServer::start();
+    group.bench_function(BenchmarkId::new("spin_handoff", 1), |b| b.iter(|| spin.call()));
+    drop(spin);
+    group.finish();
+}
+
+fn cast_cost(c: &mut Criterion) {
+    let mut group = c.benchmark_group("cast_per_message_while_draining");
+    group.throughput(criterion::Throughput::Elements(BURST));
+    let pool = echo_pool(1 << 20, 1);
+    group.bench_function(BenchmarkId::new("sidejob_cast", BURST), |b| {
+        b.iter(|| pool_burst(&pool, BURST))
+    });
+    drop(pool);
+    let raw = RawConsumer::start();
+    group.bench_function(BenchmarkId::new("raw_unbounded_send", BURST), |b| {
+        b.iter(|| raw.burst(BURST))
+    });
+    drop(raw);
+    group.finish();
+}
+
+/// Total calls per second from `callers` threads, each running `per` calls.
+fn callers_throughput(callers: usize, per: u64, call: impl Fn(u64) + Sync) -> f64 {
+    let start = Barrier::new(callers + 1);
+    let end = Barrier::new(callers + 1);
+    thread::scope(|scope| {
+        for _ in 0..callers {
+            scope.spawn(|| {
+                start.wait();
+                for i in 0..per {
+                    call(i);
+                }
+                end.wait();
+            });
+        }
+        start.wait();
+        let began = Instant::now();
+        end.wait();
+        (callers as u64 * per) as f64 / began.elapsed().as_secs_f64()
+    })
+}
+
+fn two_callers(c: &mut Criterion) {
+    let mut group = c.benchmark_group("call_2callers_2workers");
+    group.sample_size(10);
+    let pool = echo_pool(1024, 2);
+    group.bench_function(BenchmarkId::new("sidejob_call", 2), |b| {
+        b.iter_custom(|iters| {
+            let per = iters.div_ceil(2);
+            let rate = callers_throughput(2, per, |i| {
+                pool.call(i).unwrap();
+            });
+            Duration::from_secs_f64(iters as f64 / rate)
+        })
+    });
+    drop(pool);
+    let servers = [RawServer::start(), RawServer::start()];
+    let next = AtomicUsize::new(0);
+    group.bench_function(BenchmarkId::new("raw_crossbeam_oneshot", 2), |b| {
+        b.iter_custom(|iters| {
+            let per = iters.div_ceil(2);
+            let rate = callers_throughput(2, per, |i| {
+                // Each caller sticks to "its" server, as the pool's probe does.
+                let k = (i as usize + next.load(Ordering::Relaxed)) % 2;
+                servers[k].call(i);
+            });
+            Duration::from_secs_f64(iters as f64 / rate)
+        })
+    });
+    group.finish();
+}
+
+/// ns per operation: the best of several timed runs of `iters` calls.
+fn ns_per_op(iters: u64, mut op: impl FnMut()) -> f64 {
+    (0..7)
+        .map(|_| {
+            let began = Instant::now();
+            for _ in 0..iters {
+                op();
+            }
+            began.elapsed().as_nanos() as f64 / iters as f64
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Process CPU time (user + system) so far, from /proc/self/stat.
+fn cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
+    // After the command name: state is field 3, utime 14, stime 15.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux
+}
+
+fn ratio_table() {
+    println!("\n== call / cast: ratios measured side by side in this run ==");
+    let pool = echo_pool(1024, 1);
+    let ours_call = ns_per_op(50_000, || {
+        pool.call(black_box(1)).unwrap();
+    });
+    drop(pool);
+    let raw = RawServer::start();
+    let raw_call = ns_per_op(50_000, || {
+        raw.call(black_box(1));
+    });
+    drop(raw);
+    let spin = SpinServer::start();
+    let spin_call = ns_per_op(200_000, || spin.call());
+    drop(spin);
+
+    let pool = echo_pool(1 << 20, 1);
+    let ours_cast = ns_per_op(100, || pool_burst(&pool, BURST)) / BURST as f64;
+    drop(pool);
+    let raw = RawConsumer::start();
+    let raw_cast = ns_per_op(100, || raw.burst(BURST)) / BURST as f64;
+    drop(raw);
+
+    let pool = echo_pool(1024, 2);
+    let ours_2 = callers_throughput(2, 200_000, |i| {
+        pool.call(i).unwrap();
+    });
+    drop(pool);
+    let servers = [RawServer::start(), RawServer::start()];
+    let turn = AtomicUsize::new(0);
+    let raw_2 = callers_throughput(2, 200_000, |i| {
+        let k = (i as usize + turn.load(Ordering::Relaxed)) % 2;
+        servers[k].call(i);
+    });
+    drop(servers);
+
+    println!(
+        "call round trip, 1 caller: sidejob {ours_call:.0} ns | raw crossbeam+oneshot {raw_call:.0} ns | spin handoff {spin_call:.0} ns"
+    );
+    println!(
+        "  ratio sidejob/raw   = {:.2}  (target <= 1.2)",
+        ours_call / raw_call
+    );
+    println!(
+        "  ratio sidejob/spin  = {:.2}  (target <= 5)",
+        ours_call / spin_call
+    );
+    println!(
+        "  calls/s, 1 caller: sidejob {:.0}k vs Erlang sidejob:call ~520k",
+        1e6 / ours_call
+    );
+    println!("cast per message while draining: sidejob {ours_cast:.1} ns | raw unbounded send {raw_cast:.1} ns");
+    println!(
+        "  ratio sidejob/raw   = {:.2}  (target <= 2)",
+        ours_cast / raw_cast
+    );
+    println!(
+        "calls/s, 2 callers + 2 workers: sidejob {:.0}k | raw channels {:.0}k | Erlang sidejob ~920k",
+        ours_2 / 1e3,
+        raw_2 / 1e3
+    );
+    println!("  ratio sidejob/raw   = {:.2}", ours_2 / raw_2);
+
+    // An idle pool must cost no CPU: its workers park after a short spin.
+    let pool = echo_pool(1024, 2);
+    pool.call(1).unwrap();
+    if let Some(before) = cpu_time() {
+        thread::sleep(Duration::from_secs(1));
+        if let Some(after) = cpu_time() {
+            println!(
+                "idle pool (2 workers) for 1 s: {} ms of CPU (resolution 10 ms)",
+                (after - before).as_millis()
+            );
+        }
+    }
+    drop(pool);
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = call_round_trip, cast_cost, two_callers
+}
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    ratio_table();
+}
