@@ -5,6 +5,9 @@
 
 mod error;
 mod limiter;
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod loom_api;
 mod pool;
 mod probe;
 mod stats;

@@ -71,8 +71,15 @@ const DYING: usize = usize::MAX - 1;
 /// The index a dying thread uses: larger than any slot count.
 const DYING_INDEX: usize = usize::MAX >> 1;
 
+// `const` initialisers make std's thread-locals a single TLS load; loom's
+// macro does not take them.
+#[cfg(not(loom))]
 thread_local! {
     static INDEX: std::cell::Cell<usize> = const { std::cell::Cell::new(UNASSIGNED) };
+}
+#[cfg(loom)]
+thread_local! {
+    static INDEX: std::cell::Cell<usize> = std::cell::Cell::new(UNASSIGNED);
 }
 
 /// The calling thread's index: unique among live threads, small, reused.
@@ -112,8 +119,13 @@ impl Drop for IndexGuard {
     }
 }
 
+#[cfg(not(loom))]
 thread_local! {
     static GUARD: IndexGuard = const { IndexGuard };
+}
+#[cfg(loom)]
+thread_local! {
+    static GUARD: IndexGuard = IndexGuard;
 }
 
 /// Hands out the lowest free index.

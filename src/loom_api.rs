@@ -1,0 +1,46 @@
+//! What loom models drive directly (only under `--cfg loom`).
+//!
+//! Loom cannot see crossbeam-channel or oneshot, so models never run a
+//! whole [`Pool`](crate::Pool). They drive the pieces whose correctness
+//! rests on atomics: the admission table and the rule a worker uses to
+//! decide that its shard is drained. The mailbox around them is modelled by
+//! the test with a loom `Mutex<VecDeque>`.
+
+use crate::error::Error;
+use crate::probe::Probe;
+
+/// The admission table, as the front-ends use it.
+#[derive(Debug)]
+pub struct Table(crate::table::Table);
+
+impl Table {
+    /// `capacity` units over `shards` shards.
+    pub fn new(capacity: usize, shards: usize) -> Table {
+        Table(crate::table::Table::new(capacity, shards, Probe::Thread).expect("valid model config"))
+    }
+
+    /// Admits one unit trying shard `start` first; the shard it came from.
+    pub fn acquire_at(&self, start: usize) -> Result<usize, Error> {
+        self.0.acquire_at(start)
+    }
+
+    /// Gives back one unit of shard `shard`.
+    pub fn release(&self, shard: usize) {
+        self.0.release(shard, false)
+    }
+
+    /// Begins shutdown: refuses all later admissions.
+    pub fn close(&self) {
+        self.0.close()
+    }
+
+    /// The worker's exit rule for shard `shard` (see `worker::drained`).
+    pub fn drained(&self, shard: usize) -> bool {
+        crate::worker::drained(self.0.shard(shard))
+    }
+
+    /// Units held now.
+    pub fn usage(&self) -> usize {
+        self.0.usage()
+    }
+}
