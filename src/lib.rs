@@ -7,10 +7,18 @@ mod error;
 mod limiter;
 mod probe;
 mod stats;
+mod supervisor;
 mod sync;
 mod table;
+#[cfg(all(test, not(loom)))]
+mod tests;
 
 pub use error::{ConfigError, Error};
 pub use limiter::{Limiter, LimiterBuilder, OwnedPermit, Permit};
 pub use probe::Probe;
 pub use stats::{Rates, ShardStats, Stats};
+#[cfg(feature = "tokio")]
+pub use supervisor::Task;
+pub use supervisor::{
+    Child, ChildGuard, ChildId, ChildInfo, ChildKind, Supervisor, SupervisorBuilder,
+};
