@@ -254,7 +254,7 @@ fn main() {
         let Pair { ours, peers, .. } = pair;
         for (name, routine) in std::iter::once(ours).chain(peers.iter_mut()) {
             group.bench_function(BenchmarkId::from_parameter(*name), |b| {
-                b.iter_custom(|iters| routine(iters))
+                b.iter_custom(&mut *routine)
             });
         }
         group.finish();

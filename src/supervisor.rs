@@ -912,7 +912,8 @@ impl<T> Task<T> {
     /// assert!(task.await.unwrap_err().is_cancelled());
     /// assert_eq!(sup.count(), 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// # })
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn abort(&self) {
         self.handle.abort();
