@@ -40,9 +40,12 @@ pub enum Error {
     /// The worker panicked while handling this request. The worker was
     /// rebuilt and keeps serving; the request's unit was released.
     WorkerPanicked,
-    /// The operating system refused to start a child thread
-    /// ([`Supervisor::spawn`](crate::Supervisor::spawn)); the unit it had
-    /// been admitted on was released. Carries the OS error's kind.
+    /// A child could not be started, and the unit it had been admitted on
+    /// was released (or none was taken). From
+    /// [`Supervisor::spawn`](crate::Supervisor::spawn): the operating system
+    /// refused the thread, and this carries the OS error's kind. From
+    /// `Supervisor::spawn_task` (feature `tokio`): there is no current tokio
+    /// runtime, [`io::ErrorKind::NotFound`].
     Spawn(io::ErrorKind),
 }
 
@@ -75,7 +78,7 @@ impl fmt::Display for Error {
             Error::Timeout => f.write_str("timed out waiting for the reply"),
             Error::Shutdown => f.write_str("shut down"),
             Error::WorkerPanicked => f.write_str("the worker panicked handling the request"),
-            Error::Spawn(kind) => write!(f, "the OS refused to start a child thread: {kind}"),
+            Error::Spawn(kind) => write!(f, "could not start the child: {kind}"),
         }
     }
 }

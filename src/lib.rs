@@ -11,9 +11,12 @@ pub mod loom_api;
 mod pool;
 mod probe;
 mod stats;
+mod supervisor;
 mod sync;
 mod table;
 mod worker;
+#[cfg(all(test, not(loom)))]
+mod tests;
 
 pub use error::{ConfigError, Error};
 pub use limiter::{Limiter, LimiterBuilder, OwnedPermit, Permit};
@@ -21,3 +24,8 @@ pub use pool::{Pool, PoolBuilder};
 pub use probe::Probe;
 pub use stats::{Rates, ShardStats, Stats};
 pub use worker::Worker;
+#[cfg(feature = "tokio")]
+pub use supervisor::Task;
+pub use supervisor::{
+    Child, ChildGuard, ChildId, ChildInfo, ChildKind, Supervisor, SupervisorBuilder,
+};

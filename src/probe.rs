@@ -71,8 +71,8 @@ const DYING: usize = usize::MAX - 1;
 /// The index a dying thread uses: larger than any slot count.
 const DYING_INDEX: usize = usize::MAX >> 1;
 
-// `const` initialisers make std's thread-locals a single TLS load; loom's
-// macro does not take them.
+// loom's `thread_local!` does not take `const { }` initializers; std's
+// const form saves a lazy-init check on every admission, so keep it there.
 #[cfg(not(loom))]
 thread_local! {
     static INDEX: std::cell::Cell<usize> = const { std::cell::Cell::new(UNASSIGNED) };
@@ -112,7 +112,10 @@ struct IndexGuard;
 
 impl Drop for IndexGuard {
     fn drop(&mut self) {
-        let index = INDEX.with(|cell| cell.replace(DYING));
+        // `try_with`: loom destroys its thread-locals in an order of its
+        // own, and INDEX may be gone first (std's const `Cell` never is).
+        // Then the index is simply not given back.
+        let index = INDEX.try_with(|cell| cell.replace(DYING)).unwrap_or(DYING);
         if index < DYING {
             registry().give_back(index);
         }

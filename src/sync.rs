@@ -33,7 +33,7 @@ pub(crate) use loom::thread_local;
 /// threads are coroutines on one OS thread, and a worker blocks on channels
 /// loom cannot see.
 pub(crate) mod os_thread {
-    pub(crate) use std::thread::{current, panicking, Builder, JoinHandle, ThreadId};
+    pub(crate) use std::thread::{current, panicking, Builder, JoinHandle, Result, ThreadId};
 }
 
 /// A non-poisoning mutual-exclusion lock: parking_lot's normally, loom's in a
@@ -122,6 +122,117 @@ impl Backoff {
 /// The monotonic clock. Loom has none; nothing a model checks depends on it.
 pub(crate) fn now() -> std::time::Instant {
     std::time::Instant::now()
+}
+
+/// A cheap monotonic clock for time stamps that need milliseconds, not
+/// nanoseconds (a supervised child's start time).
+///
+/// On Linux it reads `CLOCK_MONOTONIC_COARSE`: the time of the last
+/// scheduler tick, answered by the vDSO from a shared page without reading
+/// the TSC, a few nanoseconds against `Instant::now()`'s ~20 (and far more
+/// on a VM whose clock source is not the TSC). Its resolution is one tick
+/// (1–4 ms). A reading is kept as nanoseconds since the clock was made and
+/// turned back into an [`Instant`](std::time::Instant) relative to a base
+/// `Instant` taken at the same moment; the two clocks count the same
+/// `CLOCK_MONOTONIC` time, so a converted reading is off by at most a tick.
+/// Elsewhere (and under loom or Miri) it is `Instant::elapsed`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CoarseClock {
+    base: std::time::Instant,
+    #[cfg(all(target_os = "linux", not(loom), not(miri)))]
+    base_nanos: u64,
+}
+
+impl CoarseClock {
+    pub(crate) fn new() -> Self {
+        CoarseClock {
+            // The coarse base is read first, so it is at most the precise one.
+            #[cfg(all(target_os = "linux", not(loom), not(miri)))]
+            base_nanos: coarse_monotonic_nanos(),
+            base: std::time::Instant::now(),
+        }
+    }
+
+    /// Nanoseconds since this clock was made, to a tick's resolution.
+    #[inline]
+    pub(crate) fn ticks(&self) -> u64 {
+        #[cfg(all(target_os = "linux", not(loom), not(miri)))]
+        {
+            coarse_monotonic_nanos().saturating_sub(self.base_nanos)
+        }
+        #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
+        {
+            self.base.elapsed().as_nanos() as u64
+        }
+    }
+
+    /// The [`Instant`](std::time::Instant) a reading of [`ticks`](Self::ticks)
+    /// stands for, never later than `now`.
+    pub(crate) fn instant(&self, ticks: u64, now: std::time::Instant) -> std::time::Instant {
+        (self.base + std::time::Duration::from_nanos(ticks)).min(now)
+    }
+}
+
+#[cfg(all(target_os = "linux", not(loom), not(miri)))]
+#[inline]
+fn coarse_monotonic_nanos() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable `timespec` that lives across the
+    // call, and CLOCK_MONOTONIC_COARSE is a clock id every Linux since 2.6.32
+    // knows. On the impossible failure `ts` stays zero, which only makes a
+    // start time early.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts);
+    }
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}
+
+/// A condition variable for the shim's [`Mutex`]: parking_lot's normally.
+///
+/// Under loom there is none: [`wait_until`](Self::wait_until) yields once
+/// and reports a timeout (loom's `Condvar::wait_timeout` never times out,
+/// and a model must not wait on the real clock). Callers re-check their
+/// condition after every return, as they must for spurious wake-ups anyway.
+#[derive(Debug, Default)]
+pub(crate) struct Condvar {
+    #[cfg(not(loom))]
+    inner: parking_lot::Condvar,
+}
+
+impl Condvar {
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Releases `guard`'s lock and waits for a notification or `deadline`,
+    /// then locks again. Returns `true` if it timed out. May wake early.
+    pub(crate) fn wait_until<T>(
+        &self,
+        guard: &mut MutexGuard<'_, T>,
+        deadline: std::time::Instant,
+    ) -> bool {
+        #[cfg(not(loom))]
+        {
+            self.inner.wait_until(guard, deadline).timed_out()
+        }
+        #[cfg(loom)]
+        {
+            let _ = (guard, deadline);
+            loom::thread::yield_now();
+            true
+        }
+    }
+
+    /// Wakes every waiter.
+    pub(crate) fn notify_all(&self) {
+        #[cfg(not(loom))]
+        self.inner.notify_all();
+    }
 }
 
 /// The CPU the calling thread runs on, if the platform says cheaply.

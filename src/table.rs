@@ -127,6 +127,11 @@ impl Shard {
         }
     }
 
+    /// How many units this shard may hold at once.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
     /// Takes one unit if the shard is open and under its limit.
     #[inline]
     pub(crate) fn try_take(&self) -> Take {
