@@ -191,7 +191,9 @@ fn call_round_trip(c: &mut Criterion) {
     });
     drop(raw);
     let spin = SpinServer::start();
-    group.bench_function(BenchmarkId::new("spin_handoff", 1), |b| b.iter(|| spin.call()));
+    group.bench_function(BenchmarkId::new("spin_handoff", 1), |b| {
+        b.iter(|| spin.call())
+    });
     drop(spin);
     group.finish();
 }

@@ -57,7 +57,9 @@ fn parse_options() -> Result<Options, String> {
             .ok_or_else(|| format!("{flag} needs a value (see --help)"))?;
         let bad = || format!("{flag}: cannot read {value:?} as a number");
         match flag.as_str() {
-            "--duration" => options.duration = Duration::from_secs_f64(value.parse().map_err(|_| bad())?),
+            "--duration" => {
+                options.duration = Duration::from_secs_f64(value.parse().map_err(|_| bad())?)
+            }
             "--capacity" => options.capacity = value.parse().map_err(|_| bad())?,
             "--workers" => options.workers = value.parse().map_err(|_| bad())?,
             "--producers" => options.producers = value.parse().map_err(|_| bad())?,

@@ -14,18 +14,18 @@ mod stats;
 mod supervisor;
 mod sync;
 mod table;
-mod worker;
 #[cfg(all(test, not(loom)))]
 mod tests;
+mod worker;
 
 pub use error::{ConfigError, Error};
 pub use limiter::{Limiter, LimiterBuilder, OwnedPermit, Permit};
 pub use pool::{Pool, PoolBuilder};
 pub use probe::Probe;
 pub use stats::{Rates, ShardStats, Stats};
-pub use worker::Worker;
 #[cfg(feature = "tokio")]
 pub use supervisor::Task;
 pub use supervisor::{
     Child, ChildGuard, ChildId, ChildInfo, ChildKind, Supervisor, SupervisorBuilder,
 };
+pub use worker::Worker;

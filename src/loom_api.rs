@@ -16,7 +16,9 @@ pub struct Table(crate::table::Table);
 impl Table {
     /// `capacity` units over `shards` shards.
     pub fn new(capacity: usize, shards: usize) -> Table {
-        Table(crate::table::Table::new(capacity, shards, Probe::Thread).expect("valid model config"))
+        Table(
+            crate::table::Table::new(capacity, shards, Probe::Thread).expect("valid model config"),
+        )
     }
 
     /// Admits one unit trying shard `start` first; the shard it came from.

@@ -457,7 +457,11 @@ impl<W: Worker> Pool<W> {
     }
 
     /// Admits one unit and posts a cast.
-    pub(crate) fn submit_cast(&self, admission: Admission, message: W::Message) -> Result<(), Error> {
+    pub(crate) fn submit_cast(
+        &self,
+        admission: Admission,
+        message: W::Message,
+    ) -> Result<(), Error> {
         let shard = self.inner.admit(admission)?;
         self.inner.deliver(shard, Envelope::Cast(message))
     }

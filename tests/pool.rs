@@ -125,7 +125,11 @@ impl Worker for Echo {
 fn call_returns_the_handlers_reply_and_cast_is_handled() {
     // Capacity above the number of casts: fire-and-forget casts may all be
     // queued at once.
-    let pool = Pool::builder().capacity(16).workers(2).build(|_| Echo).unwrap();
+    let pool = Pool::builder()
+        .capacity(16)
+        .workers(2)
+        .build(|_| Echo)
+        .unwrap();
     for n in 0..100 {
         assert_eq!(pool.call(n), Ok(n));
     }
@@ -169,7 +173,11 @@ fn capacity_is_exact_across_workers_while_they_are_blocked() {
 fn the_unit_is_released_before_the_reply_arrives() {
     // Capacity 1: if the worker replied before giving the unit back, the
     // next call would sometimes meet a stale unit and get Overload.
-    let pool = Pool::builder().capacity(1).workers(1).build(|_| Echo).unwrap();
+    let pool = Pool::builder()
+        .capacity(1)
+        .workers(1)
+        .build(|_| Echo)
+        .unwrap();
     for n in 0..20_000 {
         assert_eq!(pool.call(n), Ok(n));
     }
@@ -327,7 +335,10 @@ fn shutdown_while_casting_handles_every_ok_cast_exactly_once() {
     }
     sent.sort_unstable();
     let handled = p.handled_sorted();
-    assert_eq!(handled, sent, "every Ok cast handled exactly once, nothing else");
+    assert_eq!(
+        handled, sent,
+        "every Ok cast handled exactly once, nothing else"
+    );
     assert_eq!(p.terminated.load(SeqCst), 2, "terminate once per worker");
     let stats = p.pool.stats();
     assert_eq!(stats.accepted, sent.len() as u64);
@@ -362,11 +373,16 @@ fn calls_after_shutdown_are_refused_with_shutdown() {
     pool.shutdown();
     assert!(pool.is_shutdown());
     assert_eq!(pool.call(1), Err(Error::Shutdown));
-    assert_eq!(pool.call_timeout(1, Duration::from_secs(1)), Err(Error::Shutdown));
+    assert_eq!(
+        pool.call_timeout(1, Duration::from_secs(1)),
+        Err(Error::Shutdown)
+    );
     assert_eq!(pool.cast(1), Err(Error::Shutdown));
     assert_eq!(pool.call_unbounded(1), Err(Error::Shutdown));
     assert_eq!(pool.cast_unbounded(1), Err(Error::Shutdown));
-    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     assert_eq!(runtime.block_on(pool.call_async(1)), Err(Error::Shutdown));
     assert_eq!(pool.stats().rejected, 0, "Shutdown is not an Overload");
 }
@@ -459,7 +475,11 @@ fn bad_configuration_is_a_config_error_naming_the_field() {
     let err = Pool::builder().build(|_| Echo).unwrap_err();
     assert_eq!(err.field(), "capacity");
     assert_eq!(err.to_string(), "invalid `capacity`: must be set");
-    let err = Pool::builder().capacity(1).workers(0).build(|_| Echo).unwrap_err();
+    let err = Pool::builder()
+        .capacity(1)
+        .workers(0)
+        .build(|_| Echo)
+        .unwrap_err();
     assert_eq!(err.field(), "workers");
     assert_eq!(err.to_string(), "invalid `workers`: must be at least 1");
     let err = Pool::builder()
@@ -473,14 +493,22 @@ fn bad_configuration_is_a_config_error_naming_the_field() {
 
 #[test]
 fn workers_beyond_capacity_are_trimmed() {
-    let pool = Pool::builder().capacity(3).workers(16).build(|_| Echo).unwrap();
+    let pool = Pool::builder()
+        .capacity(3)
+        .workers(16)
+        .build(|_| Echo)
+        .unwrap();
     assert_eq!(pool.workers(), 3);
     assert_eq!(pool.stats().shards.len(), 3);
 }
 
 #[test]
 fn call_async_from_many_tokio_tasks() {
-    let pool = Pool::builder().capacity(512).workers(2).build(|_| Echo).unwrap();
+    let pool = Pool::builder()
+        .capacity(512)
+        .workers(2)
+        .build(|_| Echo)
+        .unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .build()
@@ -505,7 +533,9 @@ fn call_async_from_many_tokio_tasks() {
 #[test]
 fn call_async_refuses_at_once_when_full_and_dropped_futures_still_run() {
     let p = gated(1, 1);
-    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let admitted = p.pool.call_async(1); // admitted now, before any poll
     assert_eq!(p.pool.usage(), 1);
     assert_eq!(runtime.block_on(p.pool.call_async(2)), Err(Error::Overload));
@@ -535,10 +565,16 @@ fn per_worker_stats_show_usage_and_handled_counts() {
         p.pool.cast(id).unwrap();
     }
     let stats = p.pool.stats();
-    assert_eq!(stats.shards.iter().map(|s| s.usage).collect::<Vec<_>>(), [2, 2]);
+    assert_eq!(
+        stats.shards.iter().map(|s| s.usage).collect::<Vec<_>>(),
+        [2, 2]
+    );
     p.open_all(2);
     p.pool.shutdown();
     let stats = p.pool.stats();
-    assert_eq!(stats.shards.iter().map(|s| s.completed).collect::<Vec<_>>(), [2, 2]);
+    assert_eq!(
+        stats.shards.iter().map(|s| s.completed).collect::<Vec<_>>(),
+        [2, 2]
+    );
     assert_eq!(stats.peak_usage, 4);
 }

@@ -23,7 +23,11 @@ fn worker(table: &Table, shard: usize, mailbox: &Mutex<VecDeque<Envelope>>, hand
     loop {
         let envelope = mailbox.lock().unwrap().pop_front();
         match envelope {
-            Some(Envelope::Request(_)) => {
+            Some(Envelope::Request(taken_from)) => {
+                assert_eq!(
+                    taken_from, shard,
+                    "a request reaches its own shard's worker"
+                );
                 handled.fetch_add(1, SeqCst);
                 table.release(shard);
             }
@@ -69,7 +73,11 @@ fn a_unit_taken_as_shutdown_begins_is_handled_or_refused() {
         let admitted = caller.join().unwrap();
         stopper.join().unwrap();
 
-        assert_eq!(handled.load(SeqCst), usize::from(admitted), "handled exactly once iff admitted");
+        assert_eq!(
+            handled.load(SeqCst),
+            usize::from(admitted),
+            "handled exactly once iff admitted"
+        );
         assert_eq!(table.usage(), 0);
         assert_eq!(table.acquire_at(0), Err(Error::Shutdown));
     });
@@ -88,7 +96,10 @@ fn two_callers_on_two_shards_race_shutdown() {
                 let (table, mailboxes) = (table.clone(), mailboxes.clone());
                 thread::spawn(move || match table.acquire_at(start) {
                     Ok(shard) => {
-                        mailboxes[shard].lock().unwrap().push_back(Envelope::Request(shard));
+                        mailboxes[shard]
+                            .lock()
+                            .unwrap()
+                            .push_back(Envelope::Request(shard));
                         1
                     }
                     Err(Error::Shutdown) => 0,
