@@ -1,4 +1,5 @@
 //! Crate-private protocol tests: proptest models that drive the engine
 //! through seams the public API does not expose.
 
+mod pool_model;
 mod supervisor_model;
