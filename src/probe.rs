@@ -22,7 +22,7 @@
 //! among live threads and recycled through a lock-protected free list: the
 //! lock hands a slot's last value from the exiting owner to the next one.
 
-use crate::sync::{current_cpu, thread_local, Mutex};
+use crate::sync::{const_thread_local, current_cpu, Mutex};
 
 /// How a caller picks the shard it tries first.
 ///
@@ -71,8 +71,8 @@ const DYING: usize = usize::MAX - 1;
 /// The index a dying thread uses: larger than any slot count.
 const DYING_INDEX: usize = usize::MAX >> 1;
 
-thread_local! {
-    static INDEX: std::cell::Cell<usize> = const { std::cell::Cell::new(UNASSIGNED) };
+const_thread_local! {
+    static INDEX: std::cell::Cell<usize> = std::cell::Cell::new(UNASSIGNED);
 }
 
 /// The calling thread's index: unique among live threads, small, reused.
@@ -112,8 +112,8 @@ impl Drop for IndexGuard {
     }
 }
 
-thread_local! {
-    static GUARD: IndexGuard = const { IndexGuard };
+const_thread_local! {
+    static GUARD: IndexGuard = IndexGuard;
 }
 
 /// Hands out the lowest free index.
