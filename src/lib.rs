@@ -10,6 +10,9 @@ mod stats;
 mod sync;
 mod table;
 
+#[cfg(all(test, not(loom)))]
+mod tests;
+
 pub use error::{ConfigError, Error};
 pub use limiter::{Limiter, LimiterBuilder, OwnedPermit, Permit};
 pub use probe::Probe;
