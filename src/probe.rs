@@ -22,7 +22,7 @@
 //! among live threads and recycled through a lock-protected free list: the
 //! lock hands a slot's last value from the exiting owner to the next one.
 
-use crate::sync::{current_cpu, thread_local, Mutex};
+use crate::sync::{const_thread_local, current_cpu, Mutex};
 
 /// How a caller picks the shard it tries first.
 ///
@@ -71,14 +71,7 @@ const DYING: usize = usize::MAX - 1;
 /// The index a dying thread uses: larger than any slot count.
 const DYING_INDEX: usize = usize::MAX >> 1;
 
-// loom's `thread_local!` does not take `const { }` initializers; std's
-// const form saves a lazy-init check on every admission, so keep it there.
-#[cfg(not(loom))]
-thread_local! {
-    static INDEX: std::cell::Cell<usize> = const { std::cell::Cell::new(UNASSIGNED) };
-}
-#[cfg(loom)]
-thread_local! {
+const_thread_local! {
     static INDEX: std::cell::Cell<usize> = std::cell::Cell::new(UNASSIGNED);
 }
 
@@ -103,19 +96,25 @@ fn assign_index(current: usize) -> usize {
     // The guard's destructor gives the index back when the thread exits.
     // If the thread is already tearing down its thread-locals, the guard
     // cannot be registered: keep the index (a leak of one small number).
+    //
+    // Not under loom: a model tears down all of a thread's mock
+    // thread-locals at once (INDEX may be gone before the guard runs), and
+    // the main model thread's after the model's lazy statics (the registry)
+    // are dropped. A model's registry lives for one execution, so there is
+    // nothing to give back.
+    #[cfg(not(loom))]
     let _ = GUARD.try_with(|_| ());
     index
 }
 
 /// Gives the thread's index back at thread exit.
+#[cfg(not(loom))]
 struct IndexGuard;
 
+#[cfg(not(loom))]
 impl Drop for IndexGuard {
     fn drop(&mut self) {
-        // `try_with`: loom destroys its thread-locals in an order of its
-        // own, and INDEX may be gone first (std's const `Cell` never is).
-        // Then the index is simply not given back.
-        let index = INDEX.try_with(|cell| cell.replace(DYING)).unwrap_or(DYING);
+        let index = INDEX.with(|cell| cell.replace(DYING));
         if index < DYING {
             registry().give_back(index);
         }
@@ -123,11 +122,7 @@ impl Drop for IndexGuard {
 }
 
 #[cfg(not(loom))]
-thread_local! {
-    static GUARD: IndexGuard = const { IndexGuard };
-}
-#[cfg(loom)]
-thread_local! {
+const_thread_local! {
     static GUARD: IndexGuard = IndexGuard;
 }
 

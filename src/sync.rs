@@ -23,11 +23,19 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 /// it for leak checks that our models do not rely on.
 pub(crate) use std::sync::Arc;
 
-#[cfg(not(loom))]
-pub(crate) use std::thread_local;
-
-#[cfg(loom)]
-pub(crate) use loom::thread_local;
+/// `thread_local!` with a constant initializer: std's `const { }` form
+/// normally (no lazy-initialisation check on each access, which matters on
+/// the admission path), loom's plain form in a model (loom's macro does not
+/// accept `const { }`).
+macro_rules! const_thread_local {
+    ($(#[$attr:meta])* static $name:ident: $t:ty = $init:expr;) => {
+        #[cfg(not(loom))]
+        std::thread_local! { $(#[$attr])* static $name: $t = const { $init }; }
+        #[cfg(loom)]
+        loom::thread_local! { $(#[$attr])* static $name: $t = $init; }
+    };
+}
+pub(crate) use const_thread_local;
 
 /// OS threads for workers and children. Loom never runs these: its model
 /// threads are coroutines on one OS thread, and a worker blocks on channels

@@ -1,5 +1,6 @@
 //! Crate-private protocol tests: proptest models that drive the engine
 //! through seams the public API does not expose.
 
+mod limiter_model;
 mod pool_model;
 mod supervisor_model;

@@ -1,0 +1,340 @@
+//! Loom models of the `Limiter`'s admission table, through the public API.
+//!
+//! What they show, under every interleaving loom explores:
+//!
+//! * racing threads never hold more than `capacity` permits, across shards;
+//! * when more threads try than there are units and nobody releases,
+//!   exactly `capacity` win and the rest are refused (and counted);
+//! * a release makes room again: a `try_acquire` that happens-after a drop
+//!   is admitted (one shard, and two shards where it must walk);
+//! * the full-set bitmap never *stays* set on a shard with room: once a
+//!   filler racing a releaser has returned, a free unit is found.
+//!
+//! Run with
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p loom-tests --release`
+//! (CI uses 2).
+#![cfg(loom)]
+
+use std::sync::Arc;
+
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use loom::thread;
+use sidejob::{Error, Limiter, OwnedPermit};
+
+fn limiter(capacity: usize, shards: usize) -> Arc<Limiter> {
+    let limiter = Limiter::builder()
+        .capacity(capacity)
+        .shards(shards)
+        .build()
+        .expect("a valid configuration");
+    Arc::new(limiter)
+}
+
+/// Takes a permit; while it is held, bumps `active` and checks the bound.
+/// Returns whether it was admitted.
+fn try_work(limiter: &Limiter, active: &AtomicUsize) -> bool {
+    match limiter.try_acquire() {
+        Ok(_permit) => {
+            // Relaxed: RMWs on this one word keep the count exact, and a
+            // stronger ordering would add happens-before edges between
+            // holders that the table itself must provide (and could hide a
+            // missing one from the model).
+            let now = active.fetch_add(1, Ordering::Relaxed) + 1;
+            assert!(
+                now <= limiter.capacity(),
+                "{now} permits held at once, capacity {}",
+                limiter.capacity()
+            );
+            active.fetch_sub(1, Ordering::Relaxed);
+            true
+        }
+        Err(Error::Overload) => false,
+        Err(other) => panic!("unexpected error {other}"),
+    }
+}
+
+/// (a) Threads racing to acquire and release never exceed capacity, and
+/// the accounting adds up afterwards.
+fn racing_never_exceeds(threads: usize, capacity: usize, attempts_each: usize) {
+    let mut builder = loom::model::Builder::new();
+    if threads > 2 {
+        // Heavy: three threads each take a thread index (a loom Mutex) and
+        // walk; at 3 preemptions the capacity-1 model alone takes over five
+        // minutes on 2 cores. Cap at 2, as tokio's heavy models do; the
+        // two-thread churn model below runs at the full bound.
+        builder.preemption_bound = Some(builder.preemption_bound.unwrap_or(2).min(2));
+    }
+    builder.check(move || {
+        let limiter = limiter(capacity, 2);
+        let active = Arc::new(AtomicUsize::new(0));
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let limiter = Arc::clone(&limiter);
+                let active = Arc::clone(&active);
+                thread::spawn(move || {
+                    (0..attempts_each)
+                        .filter(|_| try_work(&limiter, &active))
+                        .count()
+                })
+            })
+            .collect();
+        let won: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        assert!(won >= 1, "the first attempt of all always finds room");
+        assert_eq!(limiter.usage(), 0);
+        let stats = limiter.stats();
+        assert_eq!(stats.accepted, won as u64);
+        assert_eq!(
+            stats.accepted + stats.rejected,
+            (threads * attempts_each) as u64
+        );
+        assert_eq!(stats.completed, stats.accepted);
+        assert!(stats.peak_usage <= capacity);
+    });
+}
+
+#[test]
+fn racing_threads_never_exceed_capacity_1() {
+    racing_never_exceeds(3, 1, 1);
+}
+
+#[test]
+fn racing_threads_never_exceed_capacity_2_over_2_shards() {
+    racing_never_exceeds(3, 2, 1);
+}
+
+#[test]
+fn churning_threads_never_exceed_capacity_2_over_2_shards() {
+    racing_never_exceeds(2, 2, 2);
+}
+
+/// (b) `threads` try once and keep what they get: exactly `capacity` win.
+fn exactly_capacity_won(threads: usize, capacity: usize) {
+    loom::model(move || {
+        let limiter = limiter(capacity, 2);
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let limiter = Arc::clone(&limiter);
+                thread::spawn(move || match limiter.try_acquire_owned() {
+                    Ok(permit) => Some(permit),
+                    Err(Error::Overload) => None,
+                    Err(other) => panic!("unexpected error {other}"),
+                })
+            })
+            .collect();
+        let held: Vec<OwnedPermit> = handles
+            .into_iter()
+            .filter_map(|h| h.join().unwrap())
+            .collect();
+        assert_eq!(held.len(), capacity, "exactly capacity permits are won");
+        assert_eq!(limiter.usage(), capacity);
+        let stats = limiter.stats();
+        assert_eq!(stats.accepted, capacity as u64);
+        assert_eq!(stats.rejected, (threads - capacity) as u64);
+        // Still full once every racer has returned.
+        assert_eq!(limiter.try_acquire().unwrap_err(), Error::Overload);
+        drop(held);
+        assert_eq!(limiter.usage(), 0);
+        // And every unit comes back.
+        let again: Vec<_> = (0..capacity)
+            .map(|_| limiter.try_acquire().unwrap())
+            .collect();
+        assert_eq!(again.len(), capacity);
+    });
+}
+
+#[test]
+fn exactly_capacity_won_1_of_2() {
+    exactly_capacity_won(2, 1);
+}
+
+#[test]
+fn exactly_capacity_won_2_of_3_over_2_shards() {
+    exactly_capacity_won(3, 2);
+}
+
+/// (c) Thread A drops a permit and then sets a flag; thread B, if it sees
+/// the flag, must be admitted. `capacity` permits are taken up front, so
+/// the only room B can find is the one A gave back.
+fn release_makes_room(capacity: usize) {
+    loom::model(move || {
+        let limiter = limiter(capacity, 2);
+        let mut held: Vec<OwnedPermit> = (0..capacity)
+            .map(|_| limiter.try_acquire_owned().unwrap())
+            .collect();
+        assert_eq!(limiter.try_acquire().unwrap_err(), Error::Overload);
+        let released = held.pop().unwrap();
+        let flag = Arc::new(AtomicBool::new(false));
+
+        let a = {
+            let flag = Arc::clone(&flag);
+            thread::spawn(move || {
+                drop(released);
+                // Release: pairs with B's Acquire load; A's drop
+                // happens-before B's try_acquire.
+                flag.store(true, Ordering::Release);
+            })
+        };
+        let b = {
+            let limiter = Arc::clone(&limiter);
+            let flag = Arc::clone(&flag);
+            thread::spawn(move || {
+                if flag.load(Ordering::Acquire) {
+                    let permit = limiter.try_acquire();
+                    assert!(permit.is_ok(), "refused after a release: {permit:?}");
+                    true
+                } else {
+                    // Too early: either answer is allowed, but never more
+                    // than capacity.
+                    limiter.try_acquire().is_ok()
+                }
+            })
+        };
+        a.join().unwrap();
+        let b_won = b.join().unwrap();
+        drop(held);
+        assert_eq!(limiter.usage(), 0);
+        let stats = limiter.stats();
+        assert_eq!(stats.accepted, capacity as u64 + u64::from(b_won));
+        assert_eq!(stats.rejected, 1 + u64::from(!b_won));
+        assert_eq!(stats.completed, stats.accepted);
+    });
+}
+
+#[test]
+fn release_makes_room_capacity_1() {
+    release_makes_room(1);
+}
+
+#[test]
+fn release_makes_room_capacity_2_over_2_shards() {
+    release_makes_room(2);
+}
+
+/// (d) The full-set bit never stays set on a shard with room.
+///
+/// `prefill` permits are taken up front (with `prefill == capacity` the
+/// table starts full, its bits set). A releaser drops one of them while
+/// fillers each try to take one (marking the shard full if they fill it or
+/// find no room) and keep what they get. After all have returned, a
+/// `try_acquire` must succeed whenever usage is below capacity.
+///
+/// With `prefill < capacity` on one shard the filler marks the shard while
+/// the releaser, who did not mark it, gives back: the releaser must see the
+/// filler's bit (the Acquire half of `give_back`'s AcqRel), or the bit stays
+/// set over a free unit.
+fn bit_never_stays_set(capacity: usize, shards: usize, prefill: usize, fillers: usize) {
+    loom::model(move || {
+        let limiter = limiter(capacity, shards);
+        let held: Vec<OwnedPermit> = (0..prefill)
+            .map(|_| limiter.try_acquire_owned().unwrap())
+            .collect();
+        let mut handles = Vec::new();
+        // The releaser gives back one unit (on the shard of its permit).
+        let mut held = held.into_iter();
+        let released = held.next().unwrap();
+        handles.push(thread::spawn(move || {
+            drop(released);
+            None
+        }));
+        for _ in 0..fillers {
+            let limiter = Arc::clone(&limiter);
+            handles.push(thread::spawn(move || limiter.try_acquire_owned().ok()));
+        }
+        let kept: Vec<OwnedPermit> = handles
+            .into_iter()
+            .filter_map(|h| h.join().unwrap())
+            .collect();
+        let usage = limiter.usage();
+        assert_eq!(usage, prefill - 1 + kept.len());
+        if usage < capacity {
+            let permit = limiter.try_acquire();
+            assert!(
+                permit.is_ok(),
+                "usage {usage} < capacity {capacity}, yet refused: a full bit stayed set"
+            );
+        } else {
+            assert_eq!(limiter.try_acquire().unwrap_err(), Error::Overload);
+        }
+        drop(kept);
+        drop(held);
+        assert_eq!(limiter.usage(), 0);
+    });
+}
+
+#[test]
+fn full_bit_never_stays_set_capacity_1() {
+    bit_never_stays_set(1, 2, 1, 1);
+}
+
+#[test]
+fn full_bit_never_stays_set_capacity_1_two_fillers() {
+    bit_never_stays_set(1, 2, 1, 2);
+}
+
+#[test]
+fn full_bit_never_stays_set_capacity_2_over_2_shards() {
+    bit_never_stays_set(2, 2, 2, 1);
+}
+
+#[test]
+fn full_bit_never_stays_set_filler_marks_releaser_gives_back() {
+    bit_never_stays_set(2, 1, 1, 1);
+}
+
+#[test]
+fn full_bit_never_stays_set_filler_marks_releaser_gives_back_2_shards() {
+    // Limits 2 and 1: shard 0 is filled by the filler or found by a walk.
+    bit_never_stays_set(3, 2, 2, 1);
+}
+
+/// (d, second form) The filler is also the releaser: thread A takes a unit
+/// (filling its shard and marking it) and drops it, while thread B tries
+/// once and keeps what it gets. B may find the shard full before A has
+/// marked it and mark it itself, racing A's release. After both return, a
+/// `try_acquire` must succeed whenever usage is below capacity.
+fn bit_never_stays_set_after_churn(capacity: usize, shards: usize) {
+    loom::model(move || {
+        let limiter = limiter(capacity, shards);
+        // Fill all but one unit up front, so A's take fills the table.
+        let held: Vec<OwnedPermit> = (0..capacity - 1)
+            .map(|_| limiter.try_acquire_owned().unwrap())
+            .collect();
+        let a = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || drop(limiter.try_acquire()))
+        };
+        let b = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.try_acquire_owned().ok())
+        };
+        a.join().unwrap();
+        let kept = b.join().unwrap();
+        let usage = limiter.usage();
+        assert_eq!(usage, capacity - 1 + usize::from(kept.is_some()));
+        if usage < capacity {
+            let permit = limiter.try_acquire();
+            assert!(
+                permit.is_ok(),
+                "usage {usage} < capacity {capacity}, yet refused: a full bit stayed set"
+            );
+        }
+        drop(kept);
+        drop(held);
+        assert_eq!(limiter.usage(), 0);
+    });
+}
+
+#[test]
+fn full_bit_never_stays_set_after_churn_capacity_1() {
+    bit_never_stays_set_after_churn(1, 2);
+}
+
+#[test]
+fn full_bit_never_stays_set_after_churn_capacity_2_over_2_shards() {
+    bit_never_stays_set_after_churn(2, 2);
+}
+
+#[test]
+fn full_bit_never_stays_set_after_churn_capacity_2_over_1_shard() {
+    bit_never_stays_set_after_churn(2, 1);
+}
