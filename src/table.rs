@@ -222,15 +222,34 @@ impl Shard {
         self.taken.load(Acquire) & CLOSED != 0
     }
 
-    /// Units held now. Reads `given` first: read the other way round, the
-    /// gap could include units taken after `taken` was read and go negative.
+    /// Units held now, as one consistent reading.
+    ///
+    /// `given` is read before and after `taken`; if it did not move, both
+    /// values held at the moment `taken` was read, so the difference is an
+    /// exact usage at that moment (never above the limit for bounded takes).
+    /// Read once each, the gap could count a unit taken after a release it
+    /// missed. Retried a few times under churn, then the last (possibly
+    /// one-high) reading is returned.
     pub(crate) fn usage(&self) -> usize {
-        // Acquire: pairs with `give_back`, so a drainer that reads 0 has
-        // seen every release, and the work before it.
-        let given = self.given.load(Acquire);
-        // Acquire: pairs with `close`, for the drainer that checks both.
-        let taken = self.taken.load(Acquire);
-        taken.wrapping_sub(given) / UNIT
+        self.counts().0
+    }
+
+    /// `(usage, taken, given)` in units, read as in [`usage`](Self::usage).
+    fn counts(&self) -> (usize, usize, usize) {
+        // Acquire on all three: pairs with the AcqRel RMWs in `give_back`
+        // and `close`, so a drainer that reads 0 has also seen every
+        // release (and the work before it) and the CLOSED bit.
+        let mut given = self.given.load(Acquire);
+        let mut tries = 0;
+        loop {
+            let taken = self.taken.load(Acquire);
+            let again = self.given.load(Acquire);
+            tries += 1;
+            if again == given || tries == 8 {
+                return (taken.wrapping_sub(given) / UNIT, taken / UNIT, given / UNIT);
+            }
+            given = again;
+        }
     }
 
     /// Re-reads the shard for [`Table::mark_full`]: is it still full?
@@ -247,14 +266,12 @@ impl Shard {
     }
 
     fn stats(&self) -> ShardStats {
-        // Relaxed everywhere: a reading for a snapshot. `given` first, as in
-        // `usage`, so `usage` cannot go negative.
-        let given = self.given.load(Relaxed) / UNIT;
-        let taken = self.taken.load(Relaxed) / UNIT;
+        let (usage, taken, given) = self.counts();
+        // Relaxed: statistics, ordered with nothing.
         let panicked = self.panicked.load(Relaxed);
         ShardStats {
             limit: self.limit,
-            usage: taken.wrapping_sub(given),
+            usage,
             peak_usage: self.peak.load(Relaxed),
             accepted: taken as u64,
             completed: given.wrapping_sub(panicked) as u64,
@@ -310,8 +327,14 @@ impl FullSet {
 pub(crate) struct Table {
     shards: Box<[CachePadded<Shard>]>,
     full: FullSet,
+    /// `shards - 1` when the shard count is a power of two (the common
+    /// case: one shard per CPU), else 0 and [`Table::reduce`] uses `magic`.
+    mask: usize,
     /// `u64::MAX / shards + 1`, for Lemire's fast modulo in [`Table::reduce`].
     magic: u64,
+    /// The full set's value when every shard is full, if it fits one word
+    /// (up to 64 shards); otherwise 0 and rejections take the walk.
+    all_full: usize,
     capacity: usize,
     probe: Probe,
     rejected: RejectCounter,
@@ -344,7 +367,9 @@ impl Table {
         let slots = (2 * count.max(num_cpus::get())).clamp(16, 256);
         Ok(Table {
             full: FullSet::new(count),
+            mask: if count.is_power_of_two() { count - 1 } else { 0 },
             magic: (u64::MAX / count as u64).wrapping_add(1),
+            all_full: if count <= BITS { usize::MAX >> (BITS - count) } else { 0 },
             shards,
             capacity,
             probe,
@@ -370,6 +395,9 @@ impl Table {
     /// and shard counts below 2^32.
     #[inline]
     pub(crate) fn reduce(&self, position: usize) -> usize {
+        if self.mask != 0 || self.shards.len() == 1 {
+            return position & self.mask;
+        }
         let low = self.magic.wrapping_mul(position as u32 as u64);
         ((u128::from(low) * self.shards.len() as u128) >> 64) as usize
     }
@@ -393,7 +421,8 @@ impl Table {
     #[inline]
     pub(crate) fn acquire_at(&self, start: usize) -> Result<usize, Error> {
         debug_assert!(start < self.shards.len());
-        if !self.full.contains(start) {
+        let word = self.full.word(start / BITS);
+        if word & (1 << (start % BITS)) == 0 {
             match self.shards[start].try_take() {
                 Take::Taken { now_full } => {
                     if now_full {
@@ -404,6 +433,10 @@ impl Table {
                 Take::Full => self.mark_full(start),
                 Take::Closed => return Err(Error::Shutdown),
             }
+        } else if word == self.all_full {
+            // Every shard's bit is set: under overload this one load is the
+            // whole answer, whatever the shard count.
+            return self.refuse();
         }
         self.acquire_slow(start)
     }
@@ -445,7 +478,8 @@ impl Table {
     }
 
     /// Every shard was full: `Overload`, counted, unless shutdown has begun.
-    #[cold]
+    /// Inlined: under overload this is the hot path.
+    #[inline]
     fn refuse(&self) -> Result<usize, Error> {
         // Relaxed: only picks the more useful error; a caller racing with
         // shutdown may get either, and neither admits anything.
