@@ -59,13 +59,15 @@
 //! answer is `Overload`.
 //!
 //! What "every shard was full" means: each shard was either seen full by
-//! this caller's own CAS, or had its bit set. A set bit means the shard was
-//! full when it was marked; it can still be set for a moment after a release
-//! while the releaser (or a taker that filled the shard just before that
-//! release) has not returned yet. So `Overload` can be answered while a
-//! unit is being handed back at that very moment, never after every
-//! concurrent call on that shard has returned. `loom-tests/` checks both
-//! halves.
+//! this caller (an RMW on its `given` word confirms it, see
+//! [`Shard::try_take`]), or had its bit set. A set bit means the shard was
+//! full when it was marked; it can still be set for a moment after a
+//! release while the releaser, or a taker that filled the shard just
+//! before that release, is still running. So `Overload` can be answered
+//! while such a call on that shard is in flight, never once every call that
+//! ran concurrently with it has returned. `loom-tests/tests/loom_limiter.rs`
+//! checks both halves: no false `Full` from the counters, and no bit that
+//! stays set.
 
 use crossbeam_utils::CachePadded;
 
@@ -74,7 +76,7 @@ use crate::probe::{thread_index, Probe};
 use crate::stats::{RejectCounter, ShardStats, Stats};
 use crate::sync::{
     AtomicBool, AtomicUsize,
-    Ordering::{AcqRel, Acquire, Relaxed},
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
 /// Bit 0 of `taken`: the shard admits nothing more.
@@ -133,29 +135,55 @@ impl Shard {
     }
 
     /// Takes one unit if the shard is open and under its limit.
+    ///
+    /// `Full` is only answered when the shard was full at one instant: the
+    /// instant of an RMW on `given`, which reads its newest value. A plain
+    /// load of `given` may lag (in the memory model, and across a
+    /// preemption) behind releases that came before the `taken` we hold,
+    /// and two such reads can add up to a usage the shard never had.
     #[inline]
     pub(crate) fn try_take(&self) -> Take {
         // Relaxed: the CAS below re-checks this exact value.
         let mut taken = self.taken.load(Relaxed);
+        // Acquire: pairs with the AcqRel RMW in `give_back`, so work done
+        // under a released unit happens-before work under the unit that
+        // replaces it.
+        let mut given = self.given.load(Acquire);
         loop {
             if taken & CLOSED != 0 {
                 return Take::Closed;
             }
-            // Acquire: pairs with the AcqRel RMW in `give_back`, so work done
-            // under a released unit happens-before work under the unit that
-            // replaces it. Read after `taken`: if this says "full", the shard
-            // was full when `given` was read (`taken` only grows).
-            let given = self.given.load(Acquire);
-            let usage = taken.wrapping_sub(given) / UNIT;
-            if usage >= self.limit {
-                return Take::Full;
+            let gap = taken.wrapping_sub(given);
+            if (gap as isize) < 0 {
+                // Units were taken *and* given back after our `taken` was
+                // read, so `given` passed it. Every release we read was
+                // preceded (happens-before) by its take, so a fresh read of
+                // `taken` covers them. Relaxed, as above.
+                taken = self.taken.load(Relaxed);
+                continue;
             }
-            // Relaxed: the bound needs no ordering, only that this RMW on the
-            // one `taken` word succeeds against the value the check used
-            // (`given` can only have grown since, which leaves more room).
+            let usage = gap / UNIT;
+            if usage >= self.limit {
+                // Full by these reads; confirm against the newest `given`.
+                // AcqRel RMW (adds nothing): it reads the last release in
+                // `given`'s modification order. Unchanged means the shard
+                // was full at this RMW (`taken` only grows).
+                let newest = self.given.fetch_add(0, AcqRel);
+                if newest == given {
+                    return Take::Full;
+                }
+                given = newest;
+                continue;
+            }
+            // Release on success: publishes the releases this taker read,
+            // so a reader that reads `taken` and then `given` with Acquire
+            // (`Shard::counts`) never computes a usage above the limit.
+            // Relaxed on failure: the loop re-reads. The bound itself needs
+            // no ordering: this RMW succeeds only against the value the
+            // check used, and `given` can only have grown since.
             match self
                 .taken
-                .compare_exchange_weak(taken, taken + UNIT, Relaxed, Relaxed)
+                .compare_exchange_weak(taken, taken + UNIT, Release, Relaxed)
             {
                 Ok(_) => {
                     let now = usage + 1;
@@ -167,7 +195,11 @@ impl Shard {
                         now_full: now == self.limit,
                     };
                 }
-                Err(actual) => taken = actual,
+                Err(actual) => {
+                    taken = actual;
+                    // Acquire: as above.
+                    given = self.given.load(Acquire);
+                }
             }
         }
     }

@@ -125,3 +125,51 @@ fn eight_threads_capacity_1() {
 fn six_threads_capacity_4_over_4_shards() {
     churn(6, 4, 4, Probe::Thread);
 }
+
+/// No false `Overload`: each thread holds at most one permit and capacity
+/// covers every thread, so every attempt must be admitted. Regression for a
+/// wrapped usage read in `try_take` (a take and a give-back by another
+/// thread between its two loads read as "full").
+fn never_refused_with_room(threads: usize, shards: usize) {
+    let limiter = Arc::new(
+        Limiter::builder()
+            .capacity(threads)
+            .shards(shards)
+            .build()
+            .unwrap(),
+    );
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let limiter = Arc::clone(&limiter);
+            let barrier = Arc::clone(&barrier);
+            thread::spawn(move || {
+                barrier.wait();
+                let mut refused = 0u64;
+                for _ in 0..ITERATIONS {
+                    match limiter.try_acquire() {
+                        Ok(permit) => drop(permit),
+                        Err(Error::Overload) => refused += 1,
+                        Err(other) => panic!("unexpected {other}"),
+                    }
+                }
+                refused
+            })
+        })
+        .collect();
+    let refused: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(refused, 0, "refused with room");
+    let stats = limiter.stats();
+    assert_eq!(stats.accepted, (threads * ITERATIONS) as u64);
+    assert_eq!((stats.rejected, stats.usage), (0, 0));
+}
+
+#[test]
+fn never_refused_with_room_two_threads_one_shard() {
+    never_refused_with_room(2, 1);
+}
+
+#[test]
+fn never_refused_with_room_four_threads_two_shards() {
+    never_refused_with_room(4, 2);
+}

@@ -338,3 +338,51 @@ fn full_bit_never_stays_set_after_churn_capacity_2_over_2_shards() {
 fn full_bit_never_stays_set_after_churn_capacity_2_over_1_shard() {
     bit_never_stays_set_after_churn(2, 1);
 }
+
+/// (e) No false `Overload` from the counters. One thread takes and gives
+/// back a unit twice while another tries once, capacity 2 on one shard. The
+/// single try must succeed: when it runs, at most one unit is held by the
+/// other thread. (The churner itself may be refused: if the try fills the
+/// shard, its full bit can still be set when the churner probes, the
+/// documented window while a marker is in flight.)
+///
+/// Regressions: `try_take` read `taken`, lost the CPU while the other
+/// thread took and gave back, then read `given` past it (a wrapped, huge
+/// usage); and a plain load of `given` lagging releases that came before
+/// the `taken` it was read with (now confirmed by an RMW before `Full`).
+fn never_refused_by_the_counters(shards: usize) {
+    loom::model(move || {
+        let limiter = limiter(2, shards);
+        let churner = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                let mut admitted = 0;
+                for _ in 0..2 {
+                    if let Ok(permit) = limiter.try_acquire() {
+                        admitted += 1;
+                        drop(permit);
+                    }
+                }
+                admitted
+            })
+        };
+        let held = limiter.try_acquire();
+        assert!(held.is_ok(), "refused with room: {held:?}");
+        drop(held);
+        let churned = churner.join().unwrap();
+        assert_eq!(limiter.usage(), 0);
+        let stats = limiter.stats();
+        assert_eq!(stats.accepted, 1 + churned);
+        assert_eq!(stats.accepted + stats.rejected, 3);
+    });
+}
+
+#[test]
+fn never_refused_by_the_counters_1_shard() {
+    never_refused_by_the_counters(1);
+}
+
+#[test]
+fn never_refused_by_the_counters_2_shards() {
+    never_refused_by_the_counters(2);
+}
