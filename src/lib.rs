@@ -20,7 +20,7 @@ mod worker;
 
 pub use error::{ConfigError, Error};
 pub use limiter::{Limiter, LimiterBuilder, OwnedPermit, Permit};
-pub use pool::{Pool, PoolBuilder};
+pub use pool::{Pool, PoolBuilder, DEFAULT_SPIN_WAIT};
 pub use probe::Probe;
 pub use stats::{Rates, ShardStats, Stats};
 #[cfg(feature = "tokio")]

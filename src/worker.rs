@@ -4,10 +4,12 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crossbeam_channel::Receiver;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, TryRecvError};
 
 use crate::error::Error;
-use crate::sync::Arc;
+use crate::sync::{spin_poll, Arc};
 use crate::table::Table;
 
 /// The state and handlers of one pool worker, like an Erlang `gen_server`.
@@ -93,6 +95,8 @@ pub(crate) struct WorkerLoop<W: Worker> {
     pub(crate) mailbox: Receiver<Envelope<W>>,
     pub(crate) factory: Arc<Factory<W>>,
     pub(crate) core: Option<core_affinity::CoreId>,
+    /// How long to poll an empty mailbox before parking.
+    pub(crate) spin: Duration,
 }
 
 impl<W: Worker> WorkerLoop<W> {
@@ -103,10 +107,7 @@ impl<W: Worker> WorkerLoop<W> {
         }
         let mut state = self.build();
         let shard = self.table.shard(self.index);
-        // `recv` spins briefly (crossbeam's Backoff) before it parks, so a
-        // busy worker picks up the next request without a futex round trip
-        // and an idle one costs no CPU.
-        while let Ok(envelope) = self.mailbox.recv() {
+        while let Some(envelope) = self.next_envelope() {
             match envelope {
                 Envelope::Call(request, reply) => {
                     let outcome = self.handle(&mut state, |worker| worker.handle_call(request));
@@ -130,6 +131,21 @@ impl<W: Worker> WorkerLoop<W> {
         }
         if let Some(mut worker) = state {
             let _ = catch_unwind(AssertUnwindSafe(|| worker.terminate()));
+        }
+    }
+
+    /// The next envelope: polled for up to `spin`, so a busy worker takes
+    /// its next request without a futex round trip, then waited for, so an
+    /// idle worker costs no CPU. `None` once every sender is gone.
+    fn next_envelope(&self) -> Option<Envelope<W>> {
+        let polled = spin_poll(self.spin, || match self.mailbox.try_recv() {
+            Ok(envelope) => Some(Some(envelope)),
+            Err(TryRecvError::Disconnected) => Some(None),
+            Err(TryRecvError::Empty) => None,
+        });
+        match polled {
+            Some(next) => next,
+            None => self.mailbox.recv().ok(),
         }
     }
 
