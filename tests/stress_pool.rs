@@ -1,0 +1,169 @@
+//! Several threads calling and casting into small pools at once: the bound
+//! holds at every reading, every admitted request is handled exactly once,
+//! refused ones never, and the books balance. No sleeps: threads line up
+//! on a `Barrier`; the monitor stops when the producers say so.
+
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::SeqCst};
+use std::sync::{Arc, Barrier};
+use std::thread;
+
+use sidejob::{Error, Pool, Worker};
+
+const PER_THREAD: usize = if cfg!(miri) { 50 } else { 20_000 };
+
+/// Marks each request id it handles; a second mark is a double handling.
+struct Marker(Arc<Vec<AtomicU8>>);
+
+impl Marker {
+    fn mark(&self, id: usize) {
+        let before = self.0[id].fetch_add(1, SeqCst);
+        assert_eq!(before, 0, "request {id} handled twice");
+    }
+}
+
+impl Worker for Marker {
+    type Request = usize;
+    type Reply = usize;
+    type Message = usize;
+    fn handle_call(&mut self, id: usize) -> usize {
+        self.mark(id);
+        id
+    }
+    fn handle_cast(&mut self, id: usize) {
+        self.mark(id);
+    }
+}
+
+fn storm(threads: usize, capacity: usize, workers: usize) {
+    let total = threads * PER_THREAD;
+    let marks: Arc<Vec<AtomicU8>> = Arc::new((0..total).map(|_| AtomicU8::new(0)).collect());
+    let pool = {
+        let marks = marks.clone();
+        Pool::builder()
+            .capacity(capacity)
+            .workers(workers)
+            .build(move |_| Marker(marks.clone()))
+            .unwrap()
+    };
+    // The producers, the monitor and this thread.
+    let barrier = Arc::new(Barrier::new(threads + 2));
+    let done = Arc::new(AtomicBool::new(false));
+
+    // Watches the bound while the storm runs.
+    let monitor = {
+        let (pool, done, barrier) = (pool.clone(), done.clone(), barrier.clone());
+        thread::spawn(move || {
+            barrier.wait();
+            let mut readings = 0u64;
+            while !done.load(SeqCst) {
+                let usage = pool.usage();
+                assert!(usage <= capacity, "usage {usage} > capacity {capacity}");
+                readings += 1;
+            }
+            readings
+        })
+    };
+    let producers: Vec<_> = (0..threads)
+        .map(|t| {
+            let (pool, barrier) = (pool.clone(), barrier.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                let mut admitted = Vec::new();
+                let mut refused = 0u64;
+                for i in 0..PER_THREAD {
+                    let id = t * PER_THREAD + i;
+                    // Alternate: calls wait for their reply, casts do not.
+                    let outcome = if i % 2 == 0 {
+                        pool.call(id).map(|reply| assert_eq!(reply, id))
+                    } else {
+                        pool.cast(id)
+                    };
+                    match outcome {
+                        Ok(()) => admitted.push(id),
+                        Err(Error::Overload) => refused += 1,
+                        Err(other) => panic!("unexpected {other}"),
+                    }
+                }
+                (admitted, refused)
+            })
+        })
+        .collect();
+    barrier.wait();
+    let mut admitted = Vec::new();
+    let mut refused = 0;
+    for producer in producers {
+        let (ok, no) = producer.join().unwrap();
+        admitted.extend(ok);
+        refused += no;
+    }
+    pool.shutdown(); // every admitted cast is handled before this returns
+    done.store(true, SeqCst);
+    assert!(monitor.join().unwrap() > 0);
+
+    let mut was_admitted = vec![false; total];
+    for &id in &admitted {
+        was_admitted[id] = true;
+    }
+    for (id, mark) in marks.iter().enumerate() {
+        let expected = u8::from(was_admitted[id]);
+        assert_eq!(mark.load(SeqCst), expected, "request {id}");
+    }
+    let stats = pool.stats();
+    assert_eq!(stats.accepted, admitted.len() as u64);
+    assert_eq!(stats.rejected, refused);
+    assert_eq!(stats.accepted + stats.rejected, total as u64);
+    assert_eq!(stats.completed, stats.accepted);
+    assert_eq!((stats.usage, stats.panicked), (0, 0));
+    assert!(stats.peak_usage <= capacity);
+}
+
+#[test]
+fn four_threads_capacity_3_over_2_workers() {
+    storm(4, 3, 2);
+}
+
+#[test]
+fn six_threads_capacity_8_over_3_workers() {
+    storm(6, 8, 3);
+}
+
+#[test]
+fn three_threads_capacity_1() {
+    storm(3, 1, 1);
+}
+
+/// Each caller has at most one request out and every shard's limit covers
+/// all callers, so no shard can ever fill: any `Overload` is a bug.
+#[test]
+fn no_overload_when_no_shard_can_fill() {
+    const CALLERS: usize = 4;
+    const WORKERS: usize = 2;
+    let marks: Arc<Vec<AtomicU8>> =
+        Arc::new((0..CALLERS * PER_THREAD).map(|_| AtomicU8::new(0)).collect());
+    let pool = {
+        let marks = marks.clone();
+        Pool::builder()
+            .capacity(CALLERS * WORKERS)
+            .workers(WORKERS)
+            .build(move |_| Marker(marks.clone()))
+            .unwrap()
+    };
+    let barrier = Arc::new(Barrier::new(CALLERS));
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|t| {
+            let (pool, barrier) = (pool.clone(), barrier.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                for i in 0..PER_THREAD {
+                    let id = t * PER_THREAD + i;
+                    assert_eq!(pool.call(id), Ok(id));
+                }
+            })
+        })
+        .collect();
+    for caller in callers {
+        caller.join().unwrap();
+    }
+    assert!(marks.iter().all(|mark| mark.load(SeqCst) == 1));
+    assert_eq!(pool.stats().rejected, 0);
+}
