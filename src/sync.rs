@@ -13,10 +13,10 @@
 //! (see `crate::loom_api`), never a whole `Pool`.
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// `Arc` is always std's: it appears in the public API
 /// (`Limiter::try_acquire_owned` takes `Arc<Limiter>`), and loom only needs
@@ -192,16 +192,21 @@ fn coarse_monotonic_nanos() -> u64 {
         .wrapping_add(ts.tv_nsec as u64)
 }
 
-/// A condition variable for the shim's [`Mutex`]: parking_lot's normally.
+/// A condition variable for the shim's [`Mutex`]: parking_lot's normally,
+/// loom's in a model.
 ///
-/// Under loom there is none: [`wait_until`](Self::wait_until) yields once
-/// and reports a timeout (loom's `Condvar::wait_timeout` never times out,
-/// and a model must not wait on the real clock). Callers re-check their
-/// condition after every return, as they must for spurious wake-ups anyway.
+/// Under loom, [`wait_until`](Self::wait_until) waits for a notification
+/// with no deadline (loom's `Condvar::wait_timeout` never times out, and a
+/// model must not wait on the real clock): a protocol that could miss its
+/// wake-up then shows up as a deadlock the model reports, instead of being
+/// papered over by a timeout. Callers re-check their condition after every
+/// return, as they must for spurious wake-ups anyway.
 #[derive(Debug, Default)]
 pub(crate) struct Condvar {
     #[cfg(not(loom))]
     inner: parking_lot::Condvar,
+    #[cfg(loom)]
+    inner: loom::sync::Condvar,
 }
 
 impl Condvar {
@@ -210,27 +215,30 @@ impl Condvar {
     }
 
     /// Releases `guard`'s lock and waits for a notification or `deadline`,
-    /// then locks again. Returns `true` if it timed out. May wake early.
-    pub(crate) fn wait_until<T>(
+    /// then locks again. Returns the guard and `true` if it timed out (never
+    /// under loom). May wake early.
+    pub(crate) fn wait_until<'a, T>(
         &self,
-        guard: &mut MutexGuard<'_, T>,
+        mut guard: MutexGuard<'a, T>,
         deadline: std::time::Instant,
-    ) -> bool {
+    ) -> (MutexGuard<'a, T>, bool) {
         #[cfg(not(loom))]
         {
-            self.inner.wait_until(guard, deadline).timed_out()
+            let timed_out = self.inner.wait_until(&mut guard, deadline).timed_out();
+            (guard, timed_out)
         }
         #[cfg(loom)]
         {
-            let _ = (guard, deadline);
-            loom::thread::yield_now();
-            true
+            let _ = deadline;
+            // loom's Mutex poisons like std's; the critical sections around
+            // this wait never panic, so a poisoned lock is a model bug.
+            guard = self.inner.wait(guard).unwrap();
+            (guard, false)
         }
     }
 
     /// Wakes every waiter.
     pub(crate) fn notify_all(&self) {
-        #[cfg(not(loom))]
         self.inner.notify_all();
     }
 }

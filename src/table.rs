@@ -235,15 +235,29 @@ impl Shard {
 
     /// Re-reads the shard for [`Table::mark_full`]: is it still full?
     fn still_full(&self) -> bool {
-        // AcqRel RMW (it adds nothing): either it comes after a racing
-        // `give_back` in `given`'s modification order and reads that release,
-        // or before it and the release's Acquire sees the bit this marker set
-        // (see the module docs). A plain load could miss both.
+        self.usage_synced() >= self.limit
+    }
+
+    /// Units held now, with `given` read through an RMW: the read for a
+    /// caller that wrote a flag first and must not miss a racing
+    /// [`give_back`](Self::give_back) that would then miss the flag (the
+    /// store→load pattern of [`Table::mark_full`] and of the supervisor's
+    /// `wait_idle`).
+    pub(crate) fn usage_synced(&self) -> usize {
+        // AcqRel RMW (it adds nothing): `given`'s modification order puts it
+        // either after a racing `give_back` (then it reads that release, and
+        // Acquire makes the releaser's earlier writes visible) or before it
+        // (then the release's AcqRel RMW reads this one or a later RMW in its
+        // release sequence, so whatever the caller wrote before this call is
+        // visible to the releaser after its RMW). A plain load could miss
+        // both: see the module docs.
         let given = self.given.fetch_add(0, AcqRel);
-        // Relaxed: `taken` only grows; a stale value can only say "room",
-        // and that only clears a bit, which is harmless.
+        // Relaxed: `taken` only grows, and every take whose unit is counted
+        // in `given` happened-before the give that counted it, which this
+        // RMW synchronized with; so the gap cannot go negative. A stale
+        // value can only leave out takes not ordered before this call.
         let taken = self.taken.load(Relaxed);
-        taken.wrapping_sub(given) / UNIT >= self.limit
+        taken.wrapping_sub(given) / UNIT
     }
 
     fn stats(&self) -> ShardStats {
