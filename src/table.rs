@@ -146,7 +146,18 @@ impl Shard {
             // replaces it. Read after `taken`: if this says "full", the shard
             // was full when `given` was read (`taken` only grows).
             let given = self.given.load(Acquire);
-            let usage = taken.wrapping_sub(given) / UNIT;
+            let gap = taken.wrapping_sub(given);
+            if gap > usize::MAX / 2 {
+                // Negative: units were taken *and* given back between the
+                // two loads, so `taken` is stale. Read as a usage, the gap
+                // would be huge and refuse a shard with room (a spurious
+                // `Overload`, which loom_supervisor's
+                // `no_overload_below_capacity` catches). Read `taken` again.
+                // Relaxed: as the first load; the CAS decides.
+                taken = self.taken.load(Relaxed);
+                continue;
+            }
+            let usage = gap / UNIT;
             if usage >= self.limit {
                 return Take::Full;
             }
