@@ -259,7 +259,7 @@ impl Supervisor {
         T: Send + 'static,
     {
         let mut guard = self.inner.enter(None, ChildKind::Thread)?;
-        let id = guard.id;
+        let id = guard.id();
         let mut builder = os_thread::Builder::new().name(self.inner.thread_name.clone());
         if let Some(size) = self.inner.stack_size {
             builder = builder.stack_size(size);
@@ -408,7 +408,7 @@ impl Supervisor {
         F::Output: Send + 'static,
     {
         let guard = self.inner.enter(None, ChildKind::Task)?;
-        let id = guard.id;
+        let id = guard.id();
         let handle = handle.spawn(supervised(guard, future));
         Ok(Task { id, handle })
     }
@@ -856,10 +856,9 @@ impl Inner {
         let registry = &self.registry[shard];
         let (slot, free) = registry.claim(occupant);
         Ok(ChildGuard {
-            id: registry.id(slot, free),
             shard: Arc::clone(registry),
-            slot,
             free,
+            slot: slot as u32,
             panicked: false,
         })
     }
@@ -1117,11 +1116,11 @@ impl<T> fmt::Debug for Child<T> {
 #[clippy::has_significant_drop]
 pub struct ChildGuard {
     shard: Arc<RegistryShard>,
-    id: ChildId,
-    /// The child's slot in its registry shard.
-    slot: usize,
     /// The free word the claim replaced (it carries the generation).
     free: u64,
+    /// The child's slot in its registry shard (below the shard's limit,
+    /// which `MAX_CHILDREN` keeps within 32 bits).
+    slot: u32,
     /// Set when the child is known to have panicked though the guard is not
     /// dropped by unwinding (a spawned thread or task catches the panic).
     panicked: bool,
@@ -1130,7 +1129,8 @@ pub struct ChildGuard {
 impl ChildGuard {
     /// The child's id, as [`Supervisor::which_children`] lists it.
     pub fn id(&self) -> ChildId {
-        self.id
+        // Computed, not stored: a smaller guard is a cheaper reserve + drop.
+        self.shard.id(self.slot as usize, self.free)
     }
 }
 
@@ -1138,13 +1138,15 @@ impl Drop for ChildGuard {
     #[inline]
     fn drop(&mut self) {
         let panicked = self.panicked || os_thread::panicking();
-        self.shard.leave(self.slot, self.free, panicked);
+        self.shard.leave(self.slot as usize, self.free, panicked);
     }
 }
 
 impl fmt::Debug for ChildGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ChildGuard").field("id", &self.id).finish()
+        f.debug_struct("ChildGuard")
+            .field("id", &self.id())
+            .finish()
     }
 }
 
@@ -1279,15 +1281,15 @@ mod tests {
         let a = sup.reserve().unwrap();
         let b = sup.reserve().unwrap();
         assert_eq!((a.slot, b.slot), (0, 1));
-        assert_eq!((a.id.seq, b.id.seq), (1, 2));
-        let (a_id, a_slot) = (a.id, a.slot);
+        assert_eq!((a.id().seq, b.id().seq), (1, 2));
+        let (a_id, a_slot) = (a.id(), a.slot as usize);
         drop(a);
         // The freed slot is where the next claim looks first.
         assert_eq!(registry.hint.load(Relaxed), a_slot);
         let c = sup.reserve().unwrap();
-        assert_eq!(c.slot, a_slot);
-        assert_ne!(c.id, a_id);
-        assert_eq!(c.id.seq, 1 + 3, "generation 1 of slot 0, limit 3");
+        assert_eq!(c.slot as usize, a_slot);
+        assert_ne!(c.id(), a_id);
+        assert_eq!(c.id().seq, 1 + 3, "generation 1 of slot 0, limit 3");
         // Hint on an occupied slot: the walk finds the last free one.
         registry.hint.store(0, Relaxed);
         let d = sup.reserve().unwrap();
