@@ -736,7 +736,7 @@ impl RegistryShard {
     /// Claims a free slot for an occupant whose unit on this shard is taken
     /// (so a free slot exists: module docs). Returns the slot and the free
     /// word it replaced.
-    #[inline]
+    #[inline(always)]
     fn claim(&self, occupant: u64) -> (usize, u64) {
         // Relaxed: a hint; any start finds a free slot, and the CAS decides.
         let i = self.hint.load(Relaxed);
@@ -747,7 +747,7 @@ impl RegistryShard {
     }
 
     /// One attempt on slot `i`: the free word it replaced, if it was free.
-    #[inline]
+    #[inline(always)]
     fn try_claim(&self, i: usize, occupant: u64) -> Option<u64> {
         let slot = self.slot(i);
         // Relaxed: only a guess at the free word; the CAS re-checks it.
@@ -811,7 +811,7 @@ impl RegistryShard {
     /// Frees slot `slot` (claimed with the free word `free`), gives the
     /// unit back, and wakes `wait_idle` if the shard became empty while
     /// someone waits (module docs).
-    #[inline]
+    #[inline(always)]
     fn leave(&self, slot: usize, free: u64, panicked: bool) {
         // Release: pairs with the Acquire load in `for_each_child`. Also
         // sequenced before the table release below, whose Release RMW on
@@ -845,7 +845,12 @@ impl RegistryShard {
 
 impl Inner {
     /// Admits and registers one child.
-    #[inline]
+    // `inline(always)` here and on `claim`, `try_claim` and `leave`: with
+    // plain `#[inline]` LLVM kept `enter` out of line in the bench binary
+    // (though not in a small example), and reserve + drop cost ~40 ns
+    // there against ~29 ns inlined (benches/results/supervisor.txt). The
+    // callers are `reserve`, `reserve_at`, `spawn` and `spawn_task_on`.
+    #[inline(always)]
     fn enter(&self, start: Option<usize>, kind: ChildKind) -> Result<ChildGuard, Error> {
         let table = &self.common.table;
         let shard = match start {
