@@ -318,7 +318,7 @@ impl Supervisor {
     /// [`reserve`](Self::reserve), trying table shard `start` first (taken
     /// modulo the shard count): the seam the model tests use in place of
     /// the caller's probe.
-    #[cfg_attr(not(test), allow(dead_code))]
+    #[cfg_attr(any(not(test), loom), allow(dead_code))]
     pub(crate) fn reserve_at(&self, start: usize) -> Result<ChildGuard, Error> {
         let start = start % self.inner.common.table.shard_count();
         self.inner.enter(Some(start), ChildKind::Reserved)
