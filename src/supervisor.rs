@@ -916,7 +916,10 @@ impl SupervisorBuilder {
         self
     }
 
-    /// How many children may be alive at once. Required; at least 1.
+    /// How many children may be alive at once. Required; at least 1 and
+    /// at most 2^24. The registry allocates an 8-byte slot per unit when
+    /// the supervisor is built (80 KB for 10,000 children), so admission
+    /// never allocates.
     pub fn capacity(&mut self, capacity: usize) -> &mut Self {
         self.capacity = Some(capacity);
         self

@@ -1,9 +1,10 @@
 //! The shim: every atomic, lock, spin and clock the crate uses comes from here.
 //!
-//! Normally these are std's (and parking_lot's lock); under `--cfg loom` the
-//! atomics, the lock, the thread-locals and the spin hint are loom's, so loom
-//! models see every access the admission table and the shutdown protocol
-//! make. Nothing outside this file names `std::sync::atomic`, `std::thread`,
+//! Normally these are std's (and parking_lot's lock and condition
+//! variable); under `--cfg loom` the atomics, the lock, the condition
+//! variable, the thread-locals and the spin hint are loom's, so loom models
+//! see every access the admission table, the supervisor's registry and the
+//! shutdown and idle-wait protocols make. Nothing outside this file names `std::sync::atomic`, `std::thread`,
 //! `Instant::now` or `spin_loop`; `.ci/run` greps for them. (clippy's
 //! `disallowed-types` cannot do it: it sees through our re-exports.)
 //!
