@@ -3,36 +3,77 @@
 //! which.
 //!
 //! One child is one unit of the shard table (`table.rs`). Around it sits the
-//! registry of live children, sharded like the counters: shard `i` of the
-//! registry is a small slab behind its own lock, on its own cache line, and
-//! holds exactly the children admitted on table shard `i`. A caller touches
-//! only the shard it was admitted on, so spawns on different cores never
-//! meet on one lock, and a listing is a walk over short per-shard critical
-//! sections.
+//! registry of live children, sharded like the counters and lock-free:
+//! registry shard `i` holds exactly the children admitted on table shard
+//! `i`, in an array of exactly `limit_i` slots, one atomic word each. A
+//! caller touches only the shard it was admitted on, so spawns on different
+//! cores never meet, and a listing is one load per slot.
+//!
+//! # The slot word
+//!
+//! | bits   | field | meaning |
+//! |--------|-------|---------|
+//! | 0      | `OCCUPIED` | 1 while a child holds the slot |
+//! | 1–2    | kind  | [`ChildKind`] of the occupant (0 when free) |
+//! | 3–23   | generation | occupancies of this slot so far, mod 2^21; kept while free |
+//! | 24–63  | start | admission time in units of 2^20 ns (≈1 ms), 0 when free |
+//!
+//! A free word is `generation << 3` and nothing else; the first occupancy
+//! finds 0. Everything a listing reports is in the one word, so a lister
+//! reads it with one load and never sees half a child: no second word for
+//! the start time, no intermediate "claimed, not yet published" state. The
+//! price is the width of the fields: a start time to about a millisecond
+//! (the coarse clock only ticks every 1–4 ms anyway) for 36 years, and a
+//! generation that wraps after 2^21 occupancies of one slot (see
+//! [`ChildId`]). A child's id is `(shard, generation × limit_i + slot + 1)`:
+//! one number per (slot, generation) pair, so ids of live children, which
+//! hold different slots, are always distinct.
 //!
 //! # Protocol
 //!
 //! * **Enter**: take a unit from the table (fail fast with `Overload`), read
-//!   the coarse clock, then lock the shard's slab and insert. The slab
-//!   hands out the [`ChildId`]: the shard index and a per-shard sequence
-//!   kept under that lock, so no shared counter is touched.
-//! * **Leave**: lock the slab, remove, release the unit *while still holding
-//!   the lock*, read the waiter count, unlock, and wake
-//!   [`wait_idle`](Supervisor::wait_idle) callers if the shard became empty
-//!   and anyone waits.
+//!   the coarse clock, then *claim* a free slot of the shard: one CAS from
+//!   the free word to the occupied word. Where to look comes from the
+//!   shard's hint (the slot freed last, or the one after the slot claimed
+//!   last), so a claim is one CAS unless threads on the same shard race for
+//!   the same slot; only then does it walk the slots.
+//! * **Leave**: store the next generation's free word (Release), point the
+//!   hint at the slot, give the unit back to the table, then read the waiter
+//!   count and, only if someone waits in
+//!   [`wait_idle`](Supervisor::wait_idle) and the shard is now empty, lock
+//!   and notify.
 //!
-//! Because a child is registered after its unit is taken and unregistered
-//! before it is given back, each shard's slab never holds more entries than
-//! the shard's limit, so a listing never shows more than `capacity`
-//! children; and a child whose guard has been dropped is gone from every
-//! listing that starts afterwards.
+//! **Bound.** A slot is held from after its unit is taken to before it is
+//! given back, so at every instant the occupied slots of a shard are at most
+//! the units its table shard holds, which the table keeps at its limit. A
+//! caller holding a unit but no slot yet therefore always has a free slot
+//! to find (it keeps walking until it does; each failed CAS means another
+//! claimer won), and a listing can never show more than `capacity`
+//! children.
 //!
-//! Releasing under the lock is what lets `wait_idle` sleep without a fence
-//! on the hot path: a waiter bumps the waiter count, then checks each shard
-//! under its lock. For each shard, either the waiter's check comes after
-//! the last leave (and sees it empty, units included), or that leave's
-//! critical section comes after the check and reads the waiter count the
-//! waiter bumped before it: then the leaver wakes it.
+//! **Listing.** One Acquire load per slot. A slot appears once per listing,
+//! so no child is listed twice; a guard whose drop returned before the
+//! listing began has stored its free word, which the load sees or a later
+//! claim that carries a new generation, so a released child is never
+//! listed; a reserve that returned before it began is seen.
+//!
+//! **Waking `wait_idle`** is a store→load (Dekker) race: the waiter writes
+//! the waiter count and reads the shards, a leaver writes its shard and
+//! reads the waiter count, and neither may miss the other. Instead of a
+//! `fence(SeqCst)` on both sides, which would put a fence on every drop,
+//! both sides go through the one word they already share, the table shard's
+//! `given` counter, as `Table::mark_full` does: the leaver's release is an
+//! AcqRel RMW on it (it was one already), and the waiter reads each shard
+//! through an AcqRel RMW on it (`Shard::usage_synced`). The two RMWs are
+//! ordered in `given`'s modification order. If the waiter's comes later, it
+//! reads the release and sees the shard as the leaver left it. If the
+//! leaver's comes later, it synchronizes with the waiter's, so the waiter
+//! count the waiter bumped before its check is visible to the leaver's
+//! plain load, and the leaver wakes it. The waiter holds the idle lock from
+//! its bump until it sleeps on the condition variable, and the leaver takes
+//! that lock to notify, so the wake-up cannot fall between the check and
+//! the sleep. The drop path pays one extra plain load of a line only
+//! waiters write.
 
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
@@ -44,7 +85,8 @@ use crate::error::{ConfigError, Error};
 use crate::probe::Probe;
 use crate::stats::Stats;
 use crate::sync::{
-    now, os_thread, Arc, AtomicUsize, CoarseClock, Condvar, Mutex, Ordering::Relaxed,
+    now, os_thread, yield_now, Arc, AtomicU64, AtomicUsize, CoarseClock, Condvar, Mutex,
+    Ordering::{Acquire, Relaxed, Release},
 };
 use crate::table::Table;
 
@@ -217,7 +259,7 @@ impl Supervisor {
         T: Send + 'static,
     {
         let mut guard = self.inner.enter(None, ChildKind::Thread)?;
-        let id = guard.id;
+        let id = guard.id();
         let mut builder = os_thread::Builder::new().name(self.inner.thread_name.clone());
         if let Some(size) = self.inner.stack_size {
             builder = builder.stack_size(size);
@@ -276,7 +318,7 @@ impl Supervisor {
     /// [`reserve`](Self::reserve), trying table shard `start` first (taken
     /// modulo the shard count): the seam the model tests use in place of
     /// the caller's probe.
-    #[cfg_attr(not(test), allow(dead_code))]
+    #[cfg_attr(any(not(test), loom), allow(dead_code))]
     pub(crate) fn reserve_at(&self, start: usize) -> Result<ChildGuard, Error> {
         let start = start % self.inner.common.table.shard_count();
         self.inner.enter(Some(start), ChildKind::Reserved)
@@ -366,15 +408,15 @@ impl Supervisor {
         F::Output: Send + 'static,
     {
         let guard = self.inner.enter(None, ChildKind::Task)?;
-        let id = guard.id;
+        let id = guard.id();
         let handle = handle.spawn(supervised(guard, future));
         Ok(Task { id, handle })
     }
 
     /// The ids of the live children, each exactly once, in no set order.
     ///
-    /// Read shard by shard under each shard's lock, without stopping the
-    /// others: a child that leaves before the call starts is never listed,
+    /// Read slot by slot, one atomic load each, without stopping anyone: a
+    /// child that leaves before the call starts is never listed,
     /// one that enters after it returns never is, and one entering or
     /// leaving meanwhile may or may not be.
     ///
@@ -396,10 +438,8 @@ impl Supervisor {
     /// ```
     pub fn which_children(&self) -> Vec<ChildId> {
         let mut ids = Vec::new();
-        for (shard, registry) in self.inner.registry.iter().enumerate() {
-            let slab = registry.slab.lock();
-            ids.reserve(slab.live);
-            ids.extend(slab.occupied().map(|slot| ChildId::new(shard, slot.seq)));
+        for registry in self.inner.registry.iter() {
+            registry.for_each_child(|slot, word| ids.push(registry.id(slot, word)));
         }
         ids
     }
@@ -434,21 +474,21 @@ impl Supervisor {
     pub fn children(&self) -> Vec<ChildInfo> {
         let now = now();
         let mut children = Vec::new();
-        for (shard, registry) in self.inner.registry.iter().enumerate() {
-            // Copy the slots out under the lock; build names outside it.
-            let slots: Vec<Slot> = {
-                let slab = registry.slab.lock();
-                slab.occupied().copied().collect()
-            };
-            children.extend(slots.into_iter().map(|slot| ChildInfo {
-                id: ChildId::new(shard, slot.seq),
-                name: match slot.kind {
-                    ChildKind::Thread => Some(self.inner.thread_name.clone()),
-                    ChildKind::Task | ChildKind::Reserved => None,
-                },
-                started: self.inner.clock.instant(slot.started, now),
-                kind: slot.kind,
-            }));
+        for registry in self.inner.registry.iter() {
+            registry.for_each_child(|slot, word| {
+                let kind = kind_of(word);
+                children.push(ChildInfo {
+                    id: registry.id(slot, word),
+                    // Every spawned thread has the same name, so the kind
+                    // says it all: no name is stored per child.
+                    name: match kind {
+                        ChildKind::Thread => Some(self.inner.thread_name.clone()),
+                        ChildKind::Task | ChildKind::Reserved => None,
+                    },
+                    started: self.inner.clock.instant(started_of(word), now),
+                    kind,
+                });
+            });
         }
         children
     }
@@ -500,7 +540,8 @@ impl Supervisor {
     /// none was left.
     ///
     /// Sleeps on a condition variable: the child whose exit empties a
-    /// registry shard wakes the waiters, who re-check every shard. With
+    /// shard wakes the waiters (if there are any: a drop with nobody waiting
+    /// pays only a plain load), who re-check every shard. With
     /// `Duration::ZERO` this is a plain check. Children may be admitted
     /// again right after it returns `true`.
     ///
@@ -520,34 +561,32 @@ impl Supervisor {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn wait_idle(&self, timeout: Duration) -> bool {
-        let inner = &*self.inner;
-        let common = &*inner.common;
-        if inner.is_idle() {
+        let common = &*self.inner.common;
+        if common.is_idle() {
             return true;
         }
         let deadline = now().checked_add(timeout);
         let mut idle = common.idle.lock();
-        // Relaxed: the count is published to leavers by the shard locks that
-        // `is_idle` takes after this (see the module docs), not by this RMW.
+        // Relaxed: published to leavers by the AcqRel RMW on each shard's
+        // `given` that `is_idle` makes after it (module docs), not by this
+        // RMW. Made under the idle lock, which a leaver takes to notify.
         common.waiters.fetch_add(1, Relaxed);
         let result = loop {
-            if inner.is_idle() {
+            if common.is_idle() {
                 break true;
             }
-            let timed_out = match deadline {
-                Some(deadline) => common.idle_cv.wait_until(&mut idle, deadline),
-                // A timeout too large to represent: wait in long steps.
-                None => common
-                    .idle_cv
-                    .wait_until(&mut idle, now() + Duration::from_secs(3600)),
-            };
+            // A timeout too large to represent: wait in long steps.
+            let step = deadline.unwrap_or_else(|| now() + Duration::from_secs(3600));
+            let timed_out;
+            (idle, timed_out) = common.idle_cv.wait_until(idle, step);
             if timed_out && deadline.is_some_and(|d| now() >= d) {
-                break inner.is_idle();
+                break common.is_idle();
             }
         };
         // Relaxed: a leaver that still reads the old count only wakes
         // nobody, or wakes a waiter that re-checks.
         common.waiters.fetch_sub(1, Relaxed);
+        drop(idle);
         result
     }
 }
@@ -555,87 +594,277 @@ impl Supervisor {
 /// What every registry shard (and so every child) shares.
 struct Common {
     table: Table,
-    /// How many `wait_idle` calls are waiting. Read (Relaxed) by every leave,
-    /// under its shard lock; on a line of its own, written only by waiters,
-    /// so the read is a hit in a shared line.
+    /// How many `wait_idle` calls are waiting. Read (Relaxed) by every leave
+    /// after its release; on a line of its own, written only by waiters, so
+    /// the read is a hit in a shared line.
     waiters: CachePadded<AtomicUsize>,
     /// `wait_idle` sleeps here; leavers lock it to notify.
     idle: Mutex<()>,
     idle_cv: Condvar,
 }
 
-/// One shard of the registry, with its own reference count.
-///
-/// A guard holds an `Arc` of its registry shard, not of the whole
-/// supervisor: cloning one shared `Arc` per child would make its count a
-/// hot line that every core writes (measured: 2 threads reserving took
-/// 3.5× the `Limiter`'s time, against 2.5× for one thread). With a count per
-/// shard, callers on different shards write different lines. Aligned to 128
-/// bytes so the count (the `Arc` header) and the lock each share a line only
-/// with this shard's data, not with a neighbouring allocation.
-#[repr(align(128))]
-struct RegistryShard {
-    slab: Mutex<Slab>,
-    index: usize,
-    common: Arc<Common>,
-}
-
-impl Inner {
-    /// Admits and registers one child.
-    #[inline]
-    fn enter(&self, start: Option<usize>, kind: ChildKind) -> Result<ChildGuard, Error> {
-        let table = &self.common.table;
-        let shard = match start {
-            None => table.acquire()?,
-            Some(start) => table.acquire_at(start)?,
-        };
-        // Outside the lock: the clock read is the slowest step.
-        let started = self.clock.ticks();
-        let registry = &self.registry[shard];
-        let (slot, seq) = registry.slab.lock().insert(started, kind);
-        Ok(ChildGuard {
-            shard: Arc::clone(registry),
-            id: ChildId::new(shard, seq),
-            slot,
-            panicked: false,
-        })
-    }
-
-    /// No child registered on any shard, and no unit held.
-    fn is_idle(&self) -> bool {
-        self.registry
-            .iter()
-            .all(|shard| shard.slab.lock().live == 0)
-            && self.common.table.usage() == 0
-    }
-}
-
-impl RegistryShard {
-    /// Unregisters a child and gives its unit back (see the module docs for
-    /// why the release happens under the lock).
-    #[inline]
-    fn leave(&self, slot: usize, seq: u64, panicked: bool) {
-        let common = &*self.common;
-        let mut slab = self.slab.lock();
-        slab.remove(slot, seq);
-        common.table.release(self.index, panicked);
-        // Relaxed: ordered by the shard lock against the waiter's check
-        // (module docs).
-        let wake = slab.live == 0 && common.waiters.load(Relaxed) != 0;
-        drop(slab);
-        if wake {
-            common.wake_idle();
-        }
-    }
-}
-
 impl Common {
+    /// No unit held on any shard, read through the RMW that pairs with the
+    /// leavers' releases (module docs). No unit means no occupied slot: a
+    /// slot is freed before its unit is given back, and the RMW synchronizes
+    /// with that give.
+    fn is_idle(&self) -> bool {
+        let table = &self.table;
+        (0..table.shard_count()).all(|i| table.shard(i).usage_synced() == 0)
+    }
+
     #[cold]
     fn wake_idle(&self) {
         // Taking the lock orders this notify after a waiter that checked and
         // went to sleep (it holds the lock until it sleeps).
         let _idle = self.idle.lock();
         self.idle_cv.notify_all();
+    }
+}
+
+/// The largest supervisor capacity: the registry allocates one 8-byte slot
+/// per unit up front (128 MiB at this size), and ids need
+/// `2^21 generations × limit` to fit in 64 bits.
+pub(crate) const MAX_CHILDREN: usize = 1 << 24;
+
+/// Slots per [`Line`]: 16 words of 8 bytes fill the 128 bytes `CachePadded`
+/// aligns to on x86-64.
+const PER_LINE: usize = 16;
+
+/// A run of slots on a padded line of its own. Different shards never
+/// share a line (each shard's slots are whole lines), so threads working on
+/// different shards do not false-share; slots of one shard are packed,
+/// since threads sharing a shard already share its table counters.
+type Line = CachePadded<[AtomicU64; PER_LINE]>;
+
+/// Bit 0 of a slot word: a child holds the slot.
+const OCCUPIED: u64 = 1;
+const KIND_SHIFT: u32 = 1;
+const GEN_SHIFT: u32 = 3;
+const GEN_BITS: u32 = 21;
+const GEN_MASK: u64 = (1 << GEN_BITS) - 1;
+const START_SHIFT: u32 = GEN_SHIFT + GEN_BITS;
+/// The start time is kept in units of 2^20 ns (≈1.05 ms).
+const START_UNIT_SHIFT: u32 = 20;
+const START_MAX: u64 = (1 << (64 - START_SHIFT)) - 1;
+
+/// The bits an occupant adds to a free word (see the module docs' table).
+#[inline]
+fn occupant(started_ticks: u64, kind: ChildKind) -> u64 {
+    let kind = match kind {
+        ChildKind::Thread => 1,
+        ChildKind::Task => 2,
+        ChildKind::Reserved => 3,
+    };
+    let started = (started_ticks >> START_UNIT_SHIFT).min(START_MAX);
+    started << START_SHIFT | kind << KIND_SHIFT | OCCUPIED
+}
+
+fn kind_of(word: u64) -> ChildKind {
+    match word >> KIND_SHIFT & 0b11 {
+        1 => ChildKind::Thread,
+        2 => ChildKind::Task,
+        _ => ChildKind::Reserved,
+    }
+}
+
+/// The occupant's start, as `CoarseClock` ticks.
+fn started_of(word: u64) -> u64 {
+    (word >> START_SHIFT) << START_UNIT_SHIFT
+}
+
+fn generation_of(word: u64) -> u64 {
+    word >> GEN_SHIFT & GEN_MASK
+}
+
+/// The free word that follows an occupancy of generation `generation`.
+#[inline]
+fn next_free(generation: u64) -> u64 {
+    ((generation + 1) & GEN_MASK) << GEN_SHIFT
+}
+
+/// One shard of the registry: `limit` slots (see the module docs), with its
+/// own reference count.
+///
+/// A guard holds an `Arc` of its registry shard, not of the whole
+/// supervisor: cloning one shared `Arc` per child would make its count a
+/// hot line that every core writes (measured: 2 threads reserving took
+/// 3.5× the `Limiter`'s time, against 2.5× for one thread). With a count per
+/// shard, callers on different shards write different lines. Aligned to 128
+/// bytes so the count (the `Arc` header) and the hint each share a line only
+/// with this shard's data, not with a neighbouring allocation.
+#[repr(align(128))]
+struct RegistryShard {
+    /// Where the next claim looks first: the slot freed last, or the one
+    /// after the slot claimed last. Always below `limit`.
+    hint: AtomicUsize,
+    lines: Box<[Line]>,
+    /// The table shard's limit: how many slots there are.
+    limit: usize,
+    index: usize,
+    common: Arc<Common>,
+}
+
+impl RegistryShard {
+    fn new(index: usize, common: Arc<Common>) -> RegistryShard {
+        let limit = common.table.shard(index).limit();
+        let lines = (0..limit.div_ceil(PER_LINE))
+            .map(|_| CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))))
+            .collect();
+        RegistryShard {
+            hint: AtomicUsize::new(0),
+            lines,
+            limit,
+            index,
+            common,
+        }
+    }
+
+    #[inline]
+    fn slot(&self, i: usize) -> &AtomicU64 {
+        &self.lines[i / PER_LINE][i % PER_LINE]
+    }
+
+    /// The id of the child whose occupied word `word` is in slot `slot`.
+    fn id(&self, slot: usize, word: u64) -> ChildId {
+        // Distinct for distinct (slot, generation) pairs: slot < limit, and
+        // generation × limit stays below 2^64 (limit ≤ MAX_CHILDREN).
+        let seq = generation_of(word) * self.limit as u64 + slot as u64 + 1;
+        ChildId::new(self.index, seq)
+    }
+
+    /// Claims a free slot for an occupant whose unit on this shard is taken
+    /// (so a free slot exists: module docs). Returns the slot and the free
+    /// word it replaced.
+    #[inline(always)]
+    fn claim(&self, occupant: u64) -> (usize, u64) {
+        // Relaxed: a hint; any start finds a free slot, and the CAS decides.
+        let i = self.hint.load(Relaxed);
+        match self.try_claim(i, occupant) {
+            Some(free) => (i, free),
+            None => self.claim_slow(i, occupant),
+        }
+    }
+
+    /// One attempt on slot `i`: the free word it replaced, if it was free.
+    #[inline(always)]
+    fn try_claim(&self, i: usize, occupant: u64) -> Option<u64> {
+        let slot = self.slot(i);
+        // Relaxed: only a guess at the free word; the CAS re-checks it.
+        let word = slot.load(Relaxed);
+        if word & OCCUPIED != 0 {
+            return None;
+        }
+        // Relaxed: mutual exclusion needs only that the one word's
+        // modification order admits a single CAS from this free value. The
+        // occupant publishes nothing beyond this word, which listers read
+        // whole; and the previous occupant's exit is ordered before this
+        // claim by the table (its release is read by our admission's
+        // Acquire). A lister that reads this word still synchronizes with
+        // the previous occupant's Release free: an RMW continues the release
+        // sequence of the store it replaces.
+        slot.compare_exchange(word, word | occupant, Relaxed, Relaxed)
+            .ok()?;
+        let next = if i + 1 == self.limit { 0 } else { i + 1 };
+        // Relaxed: a hint.
+        self.hint.store(next, Relaxed);
+        Some(word)
+    }
+
+    /// The walk: every slot from `start`, round and round, until a claim
+    /// succeeds. It ends: a free slot exists at every instant while the
+    /// caller holds a unit but no slot, and a slot seen occupied or lost to
+    /// a CAS was taken by a caller that made progress.
+    #[cold]
+    fn claim_slow(&self, start: usize, occupant: u64) -> (usize, u64) {
+        let mut i = start;
+        loop {
+            for _ in 0..self.limit {
+                i = if i + 1 == self.limit { 0 } else { i + 1 };
+                if let Some(free) = self.try_claim(i, occupant) {
+                    return (i, free);
+                }
+            }
+            // Every slot was seen taken: their holders are leaving or other
+            // claimers are in their window. Let them run (under loom, this
+            // is the yield a wait loop must make).
+            yield_now();
+        }
+    }
+
+    /// Calls `f(slot, word)` for every occupied slot, one load each.
+    fn for_each_child(&self, mut f: impl FnMut(usize, u64)) {
+        for i in 0..self.limit {
+            // Acquire: pairs with the Release free store in `leave`: a lister
+            // that reads a free word (or a later claim, which continues that
+            // store's release sequence) sees everything the departed child
+            // did. Coherence alone makes a free that happened-before this
+            // listing visible here, so a released child is never listed.
+            let word = self.slot(i).load(Acquire);
+            if word & OCCUPIED != 0 {
+                f(i, word);
+            }
+        }
+    }
+
+    /// Frees slot `slot` (claimed with the free word `free`), gives the
+    /// unit back, and wakes `wait_idle` if the shard became empty while
+    /// someone waits (module docs).
+    #[inline(always)]
+    fn leave(&self, slot: usize, free: u64, panicked: bool) {
+        // Release: pairs with the Acquire load in `for_each_child`. Also
+        // sequenced before the table release below, whose Release RMW on
+        // `given` the next admission on this shard reads with Acquire: so a
+        // claimer admitted on our unit finds this slot free.
+        self.slot(slot)
+            .store(next_free(generation_of(free)), Release);
+        // Relaxed: a hint.
+        self.hint.store(slot, Relaxed);
+        let common = &*self.common;
+        common.table.release(self.index, panicked);
+        // Relaxed: ordered after a waiter's bump by the RMWs on `given`
+        // (the AcqRel RMW in `release` against the waiter's
+        // `usage_synced`), not by this load: see the module docs.
+        if common.waiters.load(Relaxed) != 0 {
+            self.wake_if_empty();
+        }
+    }
+
+    #[cold]
+    fn wake_if_empty(&self) {
+        // After our own release: every give up to ours is counted, and the
+        // takes they paired with happened-before them, so an empty shard
+        // reads 0. A concurrent take makes it non-zero; that child's own
+        // leave will do the waking.
+        if self.common.table.shard(self.index).usage() == 0 {
+            self.common.wake_idle();
+        }
+    }
+}
+
+impl Inner {
+    /// Admits and registers one child.
+    // `inline(always)` here and on `claim`, `try_claim` and `leave`: with
+    // plain `#[inline]` LLVM kept `enter` out of line in the bench binary
+    // (though not in a small example), and reserve + drop cost ~40 ns
+    // there against ~29 ns inlined (benches/results/supervisor.txt). The
+    // callers are `reserve`, `reserve_at`, `spawn` and `spawn_task_on`.
+    #[inline(always)]
+    fn enter(&self, start: Option<usize>, kind: ChildKind) -> Result<ChildGuard, Error> {
+        let table = &self.common.table;
+        let shard = match start {
+            None => table.acquire()?,
+            Some(start) => table.acquire_at(start)?,
+        };
+        let occupant = occupant(self.clock.ticks(), kind);
+        let registry = &self.registry[shard];
+        let (slot, free) = registry.claim(occupant);
+        Ok(ChildGuard {
+            shard: Arc::clone(registry),
+            free,
+            slot: slot as u32,
+            panicked: false,
+        })
     }
 }
 
@@ -686,7 +915,10 @@ impl SupervisorBuilder {
         self
     }
 
-    /// How many children may be alive at once. Required; at least 1.
+    /// How many children may be alive at once. Required; at least 1 and
+    /// at most 2^24. The registry allocates an 8-byte slot per unit when
+    /// the supervisor is built (80 KB for 10,000 children), so admission
+    /// never allocates.
     pub fn capacity(&mut self, capacity: usize) -> &mut Self {
         self.capacity = Some(capacity);
         self
@@ -719,8 +951,9 @@ impl SupervisorBuilder {
     ///
     /// # Errors
     ///
-    /// [`ConfigError`] naming the field when `capacity` is unset, 0 or too
-    /// large, `shards` is 0 or too large, or `name` contains a NUL byte
+    /// [`ConfigError`] naming the field when `capacity` is unset, 0 or
+    /// above 2^24 (the registry allocates a slot per unit up front),
+    /// `shards` is 0 or too large, or `name` contains a NUL byte
     /// (thread names cannot).
     pub fn build(&self) -> Result<Supervisor, ConfigError> {
         let name = self.name.clone().unwrap_or_else(|| "sidejob".to_owned());
@@ -728,6 +961,9 @@ impl SupervisorBuilder {
             return Err(ConfigError::nul("name"));
         }
         let capacity = self.capacity.ok_or(ConfigError::missing("capacity"))?;
+        if capacity > MAX_CHILDREN {
+            return Err(ConfigError::too_large("capacity", MAX_CHILDREN));
+        }
         let shards = self.shards.unwrap_or_else(num_cpus::get);
         let table = Table::new(capacity, shards, self.probe)?;
         let common = Arc::new(Common {
@@ -737,13 +973,7 @@ impl SupervisorBuilder {
             idle_cv: Condvar::new(),
         });
         let registry = (0..common.table.shard_count())
-            .map(|index| {
-                Arc::new(RegistryShard {
-                    slab: Mutex::new(Slab::with_limit(common.table.shard(index).limit())),
-                    index,
-                    common: Arc::clone(&common),
-                })
-            })
+            .map(|index| Arc::new(RegistryShard::new(index, Arc::clone(&common))))
             .collect();
         Ok(Supervisor {
             inner: Arc::new(Inner {
@@ -760,10 +990,12 @@ impl SupervisorBuilder {
 
 /// Identifies a live child of a [`Supervisor`].
 ///
-/// Unique among the supervisor's children (live or not, unless one shard
-/// admits 2^64 of them): the registry shard the child was admitted on and
-/// a sequence number kept by that shard. Displayed like an Erlang pid,
-/// `<shard.seq>`. Ids of different supervisors may be equal.
+/// Unique among the supervisor's live children: the registry shard the
+/// child was admitted on and a number that stands for its slot in that
+/// shard and the slot's generation. A slot taken again gets a new id, so a
+/// listing never shows a departed child under its old id; ids only come
+/// back after one slot has been reused 2^21 times. Displayed like an Erlang
+/// pid, `<shard.seq>`. Ids of different supervisors may be equal.
 ///
 /// # Examples
 ///
@@ -827,7 +1059,8 @@ pub struct ChildInfo {
     pub name: Option<String>,
     /// When the child was admitted, to the OS scheduler tick (1–4 ms on
     /// Linux, which reads the coarse monotonic clock: a precise reading
-    /// would cost more than the rest of admission together).
+    /// would cost more than the rest of admission together), kept to about
+    /// a millisecond.
     pub started: Instant,
     /// How the child was started.
     pub kind: ChildKind,
@@ -890,9 +1123,11 @@ impl<T> fmt::Debug for Child<T> {
 #[clippy::has_significant_drop]
 pub struct ChildGuard {
     shard: Arc<RegistryShard>,
-    id: ChildId,
-    /// Index of the child's slot in its shard's slab.
-    slot: usize,
+    /// The free word the claim replaced (it carries the generation).
+    free: u64,
+    /// The child's slot in its registry shard (below the shard's limit,
+    /// which `MAX_CHILDREN` keeps within 32 bits).
+    slot: u32,
     /// Set when the child is known to have panicked though the guard is not
     /// dropped by unwinding (a spawned thread or task catches the panic).
     panicked: bool,
@@ -901,7 +1136,8 @@ pub struct ChildGuard {
 impl ChildGuard {
     /// The child's id, as [`Supervisor::which_children`] lists it.
     pub fn id(&self) -> ChildId {
-        self.id
+        // Computed, not stored: a smaller guard is a cheaper reserve + drop.
+        self.shard.id(self.slot as usize, self.free)
     }
 }
 
@@ -909,13 +1145,15 @@ impl Drop for ChildGuard {
     #[inline]
     fn drop(&mut self) {
         let panicked = self.panicked || os_thread::panicking();
-        self.shard.leave(self.slot, self.id.seq, panicked);
+        self.shard.leave(self.slot as usize, self.free, panicked);
     }
 }
 
 impl fmt::Debug for ChildGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ChildGuard").field("id", &self.id).finish()
+        f.debug_struct("ChildGuard")
+            .field("id", &self.id())
+            .finish()
     }
 }
 
@@ -1013,100 +1251,77 @@ async fn supervised<F: std::future::Future>(mut guard: ChildGuard, future: F) ->
     }
 }
 
-/// One registry shard: a slab of live children with an intrusive free list.
-///
-/// Holds at most the table shard's limit of entries (see the module docs),
-/// so it is allocated once, up to a cap, and never grows on the hot path
-/// while the limit is small.
-#[derive(Debug)]
-struct Slab {
-    slots: Vec<Slot>,
-    /// Head of the free list through `Slot::next_free`; `NONE` if empty.
-    free: usize,
-    /// The last sequence number handed out; 0 marks a vacant slot.
-    seq: u64,
-    live: usize,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Slot {
-    /// The child's sequence number, 0 when vacant.
-    seq: u64,
-    /// `CoarseClock` ticks at admission.
-    started: u64,
-    kind: ChildKind,
-    next_free: usize,
-}
-
-const NONE: usize = usize::MAX;
-/// The most slots a slab allocates up front.
-const PREALLOCATE: usize = 1024;
-
-impl Slab {
-    fn with_limit(limit: usize) -> Slab {
-        Slab {
-            slots: Vec::with_capacity(limit.min(PREALLOCATE)),
-            free: NONE,
-            seq: 0,
-            live: 0,
-        }
-    }
-
-    /// Stores a child; returns its slot and sequence number.
-    #[inline]
-    fn insert(&mut self, started: u64, kind: ChildKind) -> (usize, u64) {
-        self.seq += 1;
-        self.live += 1;
-        let slot = Slot {
-            seq: self.seq,
-            started,
-            kind,
-            next_free: NONE,
-        };
-        let index = if self.free != NONE {
-            let index = self.free;
-            self.free = self.slots[index].next_free;
-            self.slots[index] = slot;
-            index
-        } else {
-            self.slots.push(slot);
-            self.slots.len() - 1
-        };
-        (index, self.seq)
-    }
-
-    /// Frees the slot of child `seq`.
-    #[inline]
-    fn remove(&mut self, index: usize, seq: u64) {
-        let slot = &mut self.slots[index];
-        debug_assert_eq!(slot.seq, seq, "a guard frees only its own slot");
-        let _ = seq;
-        slot.seq = 0;
-        slot.next_free = self.free;
-        self.free = index;
-        self.live -= 1;
-    }
-
-    fn occupied(&self) -> impl Iterator<Item = &Slot> {
-        self.slots.iter().filter(|slot| slot.seq != 0)
-    }
-}
-
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
     #[test]
-    fn slab_reuses_slots_and_never_repeats_a_sequence() {
-        let mut slab = Slab::with_limit(2);
-        let (a, sa) = slab.insert(0, ChildKind::Reserved);
-        let (b, sb) = slab.insert(0, ChildKind::Reserved);
-        assert_ne!(a, b);
-        slab.remove(a, sa);
-        let (c, sc) = slab.insert(0, ChildKind::Reserved);
-        assert_eq!(c, a);
-        assert!(sc > sb);
-        assert_eq!(slab.live, 2);
-        assert_eq!(slab.slots.len(), 2);
+    fn slot_words_round_trip() {
+        for kind in [ChildKind::Thread, ChildKind::Task, ChildKind::Reserved] {
+            for generation in [0, 1, GEN_MASK] {
+                let free = generation << GEN_SHIFT;
+                assert_eq!(free & OCCUPIED, 0);
+                let ticks = 123_456_789_012;
+                let word = free | occupant(ticks, kind);
+                assert_ne!(word & OCCUPIED, 0);
+                assert_eq!(kind_of(word), kind);
+                assert_eq!(generation_of(word), generation);
+                let started = started_of(word);
+                assert!(started <= ticks && ticks - started < 1 << START_UNIT_SHIFT);
+                assert_eq!(
+                    next_free(generation),
+                    ((generation + 1) & GEN_MASK) << GEN_SHIFT
+                );
+            }
+        }
+        // A start time past the field's range saturates instead of wrapping
+        // into the generation.
+        let word = occupant(u64::MAX, ChildKind::Reserved);
+        assert_eq!(generation_of(word), 0);
+        assert_eq!(started_of(word), START_MAX << START_UNIT_SHIFT);
+    }
+
+    #[test]
+    fn slots_are_reused_with_a_new_id_and_the_hint_finds_them() {
+        let sup = Supervisor::builder().capacity(3).shards(1).build().unwrap();
+        let registry = &sup.inner.registry[0];
+        let a = sup.reserve().unwrap();
+        let b = sup.reserve().unwrap();
+        assert_eq!((a.slot, b.slot), (0, 1));
+        assert_eq!((a.id().seq, b.id().seq), (1, 2));
+        let (a_id, a_slot) = (a.id(), a.slot as usize);
+        drop(a);
+        // The freed slot is where the next claim looks first.
+        assert_eq!(registry.hint.load(Relaxed), a_slot);
+        let c = sup.reserve().unwrap();
+        assert_eq!(c.slot as usize, a_slot);
+        assert_ne!(c.id(), a_id);
+        assert_eq!(c.id().seq, 1 + 3, "generation 1 of slot 0, limit 3");
+        // Hint on an occupied slot: the walk finds the last free one.
+        registry.hint.store(0, Relaxed);
+        let d = sup.reserve().unwrap();
+        assert_eq!(d.slot, 2);
+        assert_eq!(sup.reserve().unwrap_err(), Error::Overload);
+        drop((b, c, d));
+        assert!(sup.which_children().is_empty());
+    }
+
+    #[test]
+    fn registry_shards_own_whole_lines() {
+        let sup = Supervisor::builder()
+            .capacity(40)
+            .shards(2)
+            .build()
+            .unwrap();
+        for registry in sup.inner.registry.iter() {
+            assert_eq!(registry.limit, 20);
+            assert_eq!(registry.lines.len(), 2);
+        }
+    }
+
+    #[test]
+    fn capacity_above_the_registry_limit_is_refused() {
+        let err = Supervisor::new(MAX_CHILDREN + 1).unwrap_err();
+        assert_eq!(err.field(), "capacity");
     }
 }

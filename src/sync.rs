@@ -1,9 +1,10 @@
 //! The shim: every atomic, lock, spin and clock the crate uses comes from here.
 //!
-//! Normally these are std's (and parking_lot's lock); under `--cfg loom` the
-//! atomics, the lock, the thread-locals and the spin hint are loom's, so loom
-//! models see every access the admission table and the shutdown protocol
-//! make. Nothing outside this file names `std::sync::atomic`, `std::thread`,
+//! Normally these are std's (and parking_lot's lock and condition
+//! variable); under `--cfg loom` the atomics, the lock, the condition
+//! variable, the thread-locals and the spin hint are loom's, so loom models
+//! see every access the admission table, the supervisor's registry and the
+//! shutdown and idle-wait protocols make. Nothing outside this file names `std::sync::atomic`, `std::thread`,
 //! `Instant::now` or `spin_loop`; `.ci/run` greps for them. (clippy's
 //! `disallowed-types` cannot do it: it sees through our re-exports.)
 //!
@@ -13,10 +14,10 @@
 //! (see `crate::loom_api`), never a whole `Pool`.
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// `Arc` is always std's: it appears in the public API
 /// (`Limiter::try_acquire_owned` takes `Arc<Limiter>`), and loom only needs
@@ -149,6 +150,15 @@ pub(crate) fn spin_poll<T>(
 #[cfg(not(loom))]
 const SPIN_ROUNDS: u32 = 64;
 
+/// Lets other threads run: std's `yield_now`, or loom's (a wait loop in a
+/// model must yield, or loom reports it as a livelock).
+pub(crate) fn yield_now() {
+    #[cfg(not(loom))]
+    std::thread::yield_now();
+    #[cfg(loom)]
+    loom::thread::yield_now();
+}
+
 /// The monotonic clock. Loom has none; nothing a model checks depends on it.
 pub(crate) fn now() -> std::time::Instant {
     std::time::Instant::now()
@@ -222,16 +232,21 @@ fn coarse_monotonic_nanos() -> u64 {
         .wrapping_add(ts.tv_nsec as u64)
 }
 
-/// A condition variable for the shim's [`Mutex`]: parking_lot's normally.
+/// A condition variable for the shim's [`Mutex`]: parking_lot's normally,
+/// loom's in a model.
 ///
-/// Under loom there is none: [`wait_until`](Self::wait_until) yields once
-/// and reports a timeout (loom's `Condvar::wait_timeout` never times out,
-/// and a model must not wait on the real clock). Callers re-check their
-/// condition after every return, as they must for spurious wake-ups anyway.
+/// Under loom, [`wait_until`](Self::wait_until) waits for a notification
+/// with no deadline (loom's `Condvar::wait_timeout` never times out, and a
+/// model must not wait on the real clock): a protocol that could miss its
+/// wake-up then shows up as a deadlock the model reports, instead of being
+/// papered over by a timeout. Callers re-check their condition after every
+/// return, as they must for spurious wake-ups anyway.
 #[derive(Debug, Default)]
 pub(crate) struct Condvar {
     #[cfg(not(loom))]
     inner: parking_lot::Condvar,
+    #[cfg(loom)]
+    inner: loom::sync::Condvar,
 }
 
 impl Condvar {
@@ -240,27 +255,30 @@ impl Condvar {
     }
 
     /// Releases `guard`'s lock and waits for a notification or `deadline`,
-    /// then locks again. Returns `true` if it timed out. May wake early.
-    pub(crate) fn wait_until<T>(
+    /// then locks again. Returns the guard and `true` if it timed out (never
+    /// under loom). May wake early.
+    pub(crate) fn wait_until<'a, T>(
         &self,
-        guard: &mut MutexGuard<'_, T>,
+        mut guard: MutexGuard<'a, T>,
         deadline: std::time::Instant,
-    ) -> bool {
+    ) -> (MutexGuard<'a, T>, bool) {
         #[cfg(not(loom))]
         {
-            self.inner.wait_until(guard, deadline).timed_out()
+            let timed_out = self.inner.wait_until(&mut guard, deadline).timed_out();
+            (guard, timed_out)
         }
         #[cfg(loom)]
         {
-            let _ = (guard, deadline);
-            loom::thread::yield_now();
-            true
+            let _ = deadline;
+            // loom's Mutex poisons like std's; the critical sections around
+            // this wait never panic, so a poisoned lock is a model bug.
+            guard = self.inner.wait(guard).unwrap();
+            (guard, false)
         }
     }
 
     /// Wakes every waiter.
     pub(crate) fn notify_all(&self) {
-        #[cfg(not(loom))]
         self.inner.notify_all();
     }
 }

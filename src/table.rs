@@ -204,6 +204,23 @@ impl Shard {
         }
     }
 
+    /// True if one reading of the counters shows the shard at its limit.
+    /// No RMW: this is on the rejection fast path.
+    #[inline]
+    fn looks_full(&self) -> bool {
+        // Acquire: pairs with the Release take CAS in `try_take`, so every
+        // release that happened-before the take we read is visible to the
+        // `given` load below: the gap is a usage the shard had at one
+        // instant, never one it did not have.
+        let taken = self.taken.load(Acquire);
+        // Relaxed: a newer value only shows more room.
+        let given = self.given.load(Relaxed);
+        let gap = taken.wrapping_sub(given);
+        // A negative gap (`given` passed the `taken` we read) means units
+        // were given back since: not full.
+        (gap as isize) >= 0 && gap / UNIT >= self.limit
+    }
+
     /// Takes one unit whatever the limit; `false` if the shard is closed.
     /// Used by the pool's `*_unbounded` calls, which must still be counted.
     pub(crate) fn take_unbounded(&self) -> bool {
@@ -228,16 +245,19 @@ impl Shard {
     /// Gives one unit back.
     #[inline]
     pub(crate) fn give_back(&self, panicked: bool) {
-        if panicked {
-            // Relaxed: a statistic.
-            self.panicked.fetch_add(1, Relaxed);
-        }
         // Release: pairs with the Acquire load in `try_take` (the next holder
         // sees this holder's work) and with the Acquire in `Table::mark_full`'s
         // re-read. Acquire: pairs with the Release of that same re-read, so
         // the full-set load in `Table::release` sees a bit set by a marker
         // whose re-read came before this RMW.
         self.given.fetch_add(UNIT, AcqRel);
+        if panicked {
+            // Release, and after `given`: pairs with the Acquire load in
+            // `stats`, so a snapshot that counts this panic also counts its
+            // unit as given back, and `completed = given - panicked` never
+            // goes negative.
+            self.panicked.fetch_add(1, Release);
+        }
     }
 
     /// Refuses every later take. Takes that came first stay counted.
@@ -286,21 +306,36 @@ impl Shard {
 
     /// Re-reads the shard for [`Table::mark_full`]: is it still full?
     fn still_full(&self) -> bool {
-        // AcqRel RMW (it adds nothing): either it comes after a racing
-        // `give_back` in `given`'s modification order and reads that release,
-        // or before it and the release's Acquire sees the bit this marker set
-        // (see the module docs). A plain load could miss both.
+        self.usage_synced() >= self.limit
+    }
+
+    /// Units held now, with `given` read through an RMW: the read for a
+    /// caller that wrote a flag first and must not miss a racing
+    /// [`give_back`](Self::give_back) that would then miss the flag (the
+    /// store→load pattern of [`Table::mark_full`] and of the supervisor's
+    /// `wait_idle`).
+    pub(crate) fn usage_synced(&self) -> usize {
+        // AcqRel RMW (it adds nothing): `given`'s modification order puts it
+        // either after a racing `give_back` (then it reads that release, and
+        // Acquire makes the releaser's earlier writes visible) or before it
+        // (then the release's AcqRel RMW reads this one or a later RMW in its
+        // release sequence, so whatever the caller wrote before this call is
+        // visible to the releaser after its RMW). A plain load could miss
+        // both: see the module docs.
         let given = self.given.fetch_add(0, AcqRel);
-        // Relaxed: `taken` only grows; a stale value can only say "room",
-        // and that only clears a bit, which is harmless.
+        // Relaxed: `taken` only grows, and every take whose unit is counted
+        // in `given` happened-before the give that counted it, which this
+        // RMW synchronized with; so the gap cannot go negative. A stale
+        // value can only leave out takes not ordered before this call.
         let taken = self.taken.load(Relaxed);
-        taken.wrapping_sub(given) / UNIT >= self.limit
+        taken.wrapping_sub(given) / UNIT
     }
 
     fn stats(&self) -> ShardStats {
+        // Acquire, and before `given`: pairs with the Release in `give_back`
+        // (every panic counted here has its unit counted in `given`).
+        let panicked = self.panicked.load(Acquire);
         let (usage, taken, given) = self.counts();
-        // Relaxed: statistics, ordered with nothing.
-        let panicked = self.panicked.load(Relaxed);
         ShardStats {
             limit: self.limit,
             usage,
@@ -399,9 +434,17 @@ impl Table {
         let slots = (2 * count.max(num_cpus::get())).clamp(16, 256);
         Ok(Table {
             full: FullSet::new(count),
-            mask: if count.is_power_of_two() { count - 1 } else { 0 },
+            mask: if count.is_power_of_two() {
+                count - 1
+            } else {
+                0
+            },
             magic: (u64::MAX / count as u64).wrapping_add(1),
-            all_full: if count <= BITS { usize::MAX >> (BITS - count) } else { 0 },
+            all_full: if count <= BITS {
+                usize::MAX >> (BITS - count)
+            } else {
+                0
+            },
             shards,
             capacity,
             probe,
@@ -454,7 +497,14 @@ impl Table {
     pub(crate) fn acquire_at(&self, start: usize) -> Result<usize, Error> {
         debug_assert!(start < self.shards.len());
         let word = self.full.word(start / BITS);
-        if word & (1 << (start % BITS)) == 0 {
+        let marked = word & (1 << (start % BITS)) != 0;
+        // A set bit on the caller's own shard is checked against the shard
+        // itself (two loads of a line this caller's core usually holds): a
+        // bit can be set for a moment after a release (see the module
+        // docs), and a caller must not be refused by its own shard's stale
+        // bit. Other shards' bits are trusted: checking them all would make
+        // a rejection cost grow with the shard count.
+        if !marked || !self.shards[start].looks_full() {
             match self.shards[start].try_take() {
                 Take::Taken { now_full } => {
                     if now_full {
@@ -466,8 +516,9 @@ impl Table {
                 Take::Closed => return Err(Error::Shutdown),
             }
         } else if word == self.all_full {
-            // Every shard's bit is set: under overload this one load is the
-            // whole answer, whatever the shard count.
+            // The own shard is full and every other shard's bit is set:
+            // under overload, this is the whole answer, whatever the shard
+            // count.
             return self.refuse();
         }
         self.acquire_slow(start)

@@ -129,11 +129,22 @@ fn six_threads_capacity_4_over_4_shards() {
 /// No false `Overload`: each thread holds at most one permit and capacity
 /// covers every thread, so every attempt must be admitted. Regression for a
 /// wrapped usage read in `try_take` (a take and a give-back by another
-/// thread between its two loads read as "full").
+/// thread between its two loads read as "full"), and for a caller refused
+/// by its own shard's full bit, set for a moment by a racing taker after
+/// the shard already had room again.
+///
+/// With one shard every refusal would be a bug. With several, a caller
+/// whose own shard is full may still be refused by another shard's bit in
+/// that moment (the documented window, see `table.rs`), so there every
+/// shard's limit covers all threads and no shard can fill.
 fn never_refused_with_room(threads: usize, shards: usize) {
     let limiter = Arc::new(
         Limiter::builder()
-            .capacity(threads)
+            .capacity(if shards == 1 {
+                threads
+            } else {
+                (threads + 1) * shards
+            })
             .shards(shards)
             .build()
             .unwrap(),

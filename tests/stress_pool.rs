@@ -138,8 +138,11 @@ fn three_threads_capacity_1() {
 fn no_overload_when_no_shard_can_fill() {
     const CALLERS: usize = 4;
     const WORKERS: usize = 2;
-    let marks: Arc<Vec<AtomicU8>> =
-        Arc::new((0..CALLERS * PER_THREAD).map(|_| AtomicU8::new(0)).collect());
+    let marks: Arc<Vec<AtomicU8>> = Arc::new(
+        (0..CALLERS * PER_THREAD)
+            .map(|_| AtomicU8::new(0))
+            .collect(),
+    );
     let pool = {
         let marks = marks.clone();
         Pool::builder()
