@@ -71,7 +71,11 @@ fn parse_options() -> Result<Options, String> {
     if options.producers == 0 || options.workers == 0 {
         return Err("--producers and --workers must be at least 1".into());
     }
-    if options.load.is_nan() || options.load <= 0.0 || options.duration.is_zero() || options.work.is_zero() {
+    if options.load.is_nan()
+        || options.load <= 0.0
+        || options.duration.is_zero()
+        || options.work.is_zero()
+    {
         return Err("--load, --duration and --work-us must be positive".into());
     }
     Ok(options)
