@@ -53,6 +53,32 @@ use crate::table::Table;
 /// assert_eq!(pool.call(1)?, 6); // one worker: the cast was handled first
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// A panic fails only the request that caused it; the worker restarts from
+/// the factory, with fresh state:
+///
+/// ```
+/// use sidejob::{Error, Pool, Worker};
+///
+/// struct Divider(u32);
+///
+/// impl Worker for Divider {
+///     type Request = u32;
+///     type Reply = u32;
+///     type Message = ();
+///     fn handle_call(&mut self, by: u32) -> u32 {
+///         self.0 += 1;
+///         100 / by // panics on 0
+///     }
+///     fn handle_cast(&mut self, _: ()) {}
+/// }
+///
+/// let pool = Pool::builder().capacity(4).workers(1).build(|_| Divider(0))?;
+/// assert_eq!(pool.call(0), Err(Error::WorkerPanicked));
+/// assert_eq!(pool.call(5)?, 20); // served by the rebuilt worker
+/// assert_eq!(pool.stats().panicked, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub trait Worker: Send + 'static {
     /// What [`Pool::call`](crate::Pool::call) sends.
     type Request: Send + 'static;
