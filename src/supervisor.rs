@@ -498,19 +498,13 @@ impl Supervisor {
     /// Read shard by shard while children come and go, so it is off by at
     /// most the children entering or leaving during the call; it counts a
     /// child whose admission is not yet registered, so it can briefly
-    /// exceed `which_children().len()`. It never exceeds `capacity`.
+    /// exceed `which_children().len()`. Each shard's reading is a usage that
+    /// shard really had (it is re-read while it changes under the read), so
+    /// the count stays within `capacity`.
     pub fn count(&self) -> usize {
-        let table = &self.inner.common.table;
-        (0..table.shard_count())
-            .map(|i| {
-                let shard = table.shard(i);
-                // A shard's two counters are read one after the other, so
-                // a release and a take between the reads make the raw gap
-                // one too large (loom found it); the true usage never
-                // exceeds the limit, so neither does the reading.
-                shard.usage().min(shard.limit())
-            })
-            .sum()
+        // `Table::usage` reads each shard consistently (see
+        // `Shard::usage`), so no reading exceeds its shard's limit.
+        self.inner.common.table.usage()
     }
 
     /// The most children that can be alive at once.
