@@ -68,6 +68,11 @@ pub struct Stats {
     /// Units released by a panic: a handler or child that panicked, or a
     /// permit dropped while its thread unwound.
     pub panicked: u64,
+    /// Units given up for good with [`Permit::forget`](crate::Permit::forget)
+    /// or [`OwnedPermit::forget`](crate::OwnedPermit::forget). They stay
+    /// counted in `usage`: the capacity they held is lost until the
+    /// limiter is rebuilt.
+    pub forgotten: u64,
     /// The same figures for each shard (for a pool, each worker), in order.
     pub shards: Vec<ShardStats>,
 }
@@ -89,6 +94,8 @@ pub struct ShardStats {
     pub completed: u64,
     /// Units it released through a panic.
     pub panicked: u64,
+    /// Units held on it that were forgotten (never given back).
+    pub forgotten: u64,
 }
 
 /// Rates per second between two [`Stats`] snapshots; see

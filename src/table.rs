@@ -115,6 +115,8 @@ pub(crate) struct Shard {
     peak: AtomicUsize,
     /// Units given back by a panic.
     panicked: AtomicUsize,
+    /// Units whose holder gave them up for good (`Permit::forget`).
+    forgotten: AtomicUsize,
     limit: usize,
 }
 
@@ -125,6 +127,7 @@ impl Shard {
             given: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
             panicked: AtomicUsize::new(0),
+            forgotten: AtomicUsize::new(0),
             limit,
         }
     }
@@ -343,6 +346,8 @@ impl Shard {
             accepted: taken as u64,
             completed: given.wrapping_sub(panicked) as u64,
             panicked: panicked as u64,
+            // Relaxed: a count; a forgotten unit stays in `taken` for good.
+            forgotten: self.forgotten.load(Relaxed) as u64,
         }
     }
 }
@@ -592,6 +597,24 @@ impl Table {
         }
     }
 
+    /// Admits one unit on any shard but `skip`, walking from the one after
+    /// it: for a caller that must not be served by shard `skip` (a pool
+    /// worker calling its own pool). `Overload` (counted) when every other
+    /// shard is full, and with a single shard.
+    pub(crate) fn acquire_except(&self, skip: usize) -> Result<usize, Error> {
+        debug_assert!(skip < self.shards.len());
+        // The walk from `skip` visits every shard but `skip` itself.
+        self.acquire_slow(skip)
+    }
+
+    /// Records that the unit held on shard `i` will never be given back
+    /// (its holder called `forget`): it stays counted in the usage, so the
+    /// capacity shrinks by one for good, and the stats say why.
+    pub(crate) fn forget(&self, i: usize) {
+        // Relaxed: a count, read only by `stats`.
+        self.shards[i].forgotten.fetch_add(1, Relaxed);
+    }
+
     /// Takes one unit on the caller's home shard whatever the limit
     /// (`*_unbounded` calls). `Shutdown` once closed.
     pub(crate) fn acquire_unbounded(&self) -> Result<usize, Error> {
@@ -644,6 +667,7 @@ impl Table {
             rejected: self.rejected.total(),
             completed: shards.iter().map(|s| s.completed).sum(),
             panicked: shards.iter().map(|s| s.panicked).sum(),
+            forgotten: shards.iter().map(|s| s.forgotten).sum(),
             shards,
         }
     }
