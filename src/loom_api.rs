@@ -21,6 +21,15 @@ impl Table {
         )
     }
 
+    /// `capacity` units over `shards` shards, refusing through the count of
+    /// marked shards that tables of more than 64 shards use.
+    pub fn with_count(capacity: usize, shards: usize) -> Table {
+        let mut table =
+            crate::table::Table::new(capacity, shards, Probe::Thread).expect("valid model config");
+        table.force_counted();
+        Table(table)
+    }
+
     /// Admits one unit trying shard `start` first; the shard it came from.
     pub fn acquire_at(&self, start: usize) -> Result<usize, Error> {
         self.0.acquire_at(start)

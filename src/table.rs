@@ -25,12 +25,14 @@
 //! one word's modification order: a take either precedes the close (and is
 //! admitted, so the pool drains it) or sees CLOSED and is refused.
 //!
-//! **The full set.** A bitmap, one bit per shard, says which shards are at
-//! their limit. Callers read it first: under overload every bit is set, so a
-//! rejection costs one load whatever `M` is (Erlang's sidejob walks every
-//! worker), and a walk never visits a shard whose bit is set. Bits are
-//! written only when a shard crosses its limit, so while the pool is not
-//! full the line stays shared, read-only, in every core's cache.
+//! **The full set.** A bitmap, one bit per shard, says which shards are
+//! *marked* full. Callers read it first: under overload every bit is set,
+//! so a rejection is answered from one word, and a walk never visits a
+//! shard whose bit is set. With more than 64 shards the bitmap spans
+//! several words, and a count of set bits (kept only then) is the one word
+//! a rejection reads; so a refusal costs the same at 2, 64 or 65,536 shards.
+//! Bits are written only when a shard crosses its limit, so while the pool
+//! is not full the line stays shared, read-only, in every core's cache.
 //!
 //! The bitmap is a hint that must never *stay* wrong in the harmful
 //! direction. A clear bit on a full shard only costs a failed CAS (and the
@@ -41,33 +43,45 @@
 //!    or a walker whose CAS found it full) *marks* it: sets the bit, then
 //!    re-reads the shard through an RMW on `given`, and clears the bit
 //!    again if the shard has room ([`Table::mark_full`]).
-//! 2. Every release, after its RMW on `given`, reads the bit and clears it
-//!    if set ([`Table::release`]).
+//! 2. A release whose shard is marked clears the bit *before* it gives the
+//!    unit back ([`Table::release`]). A releaser descheduled in between
+//!    leaves a full shard unmarked (harmless), never a free one marked: a
+//!    caller that sees the unit back, through the RMW on `given`, sees the
+//!    clear too.
+//! 3. After its RMW on `given`, the release reads the bit again and clears
+//!    it if set: a marker may have set it between steps 2 and 3.
 //!
-//! The two RMWs on `given` are totally ordered. If the marker's comes
-//! later, it reads the release and clears its own bit. If the release's
-//! comes later, it reads the marker's Release RMW with Acquire, so it sees
-//! the bit set, and clears it. Either way a bit set on a shard with room
-//! lasts only while the marker or the releaser is still running. (A `SeqCst`
-//! load would do the same job for the marker, but loom models a `SeqCst`
-//! access as `AcqRel` and would not check it; the RMW is only paid when a
-//! shard fills.)
+//! The RMWs on `given` of a marker (step 1) and a release (step 3) are
+//! totally ordered. If the marker's comes later, it reads the release and
+//! clears its own bit. If the release's comes later, it reads the marker's
+//! Release RMW with Acquire, so it sees the bit set, and clears it. Either
+//! way a bit set on a shard with room lasts only while the marker or the
+//! releaser is still running. (A `SeqCst` load would do the same job for
+//! the marker, but loom models a `SeqCst` access as `AcqRel` and would not
+//! check it; the RMW is only paid when a shard fills.)
 //!
-//! **Probing.** A caller starts at the shard its [`Probe`] names, tries it
-//! if its bit is clear, and otherwise walks the clear bits from there,
-//! wrapping once. If no bit is clear and every tried shard was full, the
-//! answer is `Overload`.
+//! **What `Overload` promises.** A caller starts at the shard its [`Probe`]
+//! names, tries it if its bit is clear (or if its own counters show room:
+//! a caller is never refused by its own shard's stale bit), and otherwise
+//! walks the clear bits from there, wrapping once. `Overload` means every
+//! shard was *seen* full during the call: tried and found full (confirmed
+//! by an RMW on its `given` word, see [`Shard::try_take`]), or marked. The
+//! shards are not all read at one instant, so a unit freed on a shard
+//! after the caller passed it does not save the call: N threads that each
+//! hold at most one unit of capacity N can still, rarely, be refused.
+//! Erlang's sidejob answers the same way. A refusal while a shard has room
+//! needs one of:
 //!
-//! What "every shard was full" means: each shard was either seen full by
-//! this caller (an RMW on its `given` word confirms it, see
-//! [`Shard::try_take`]), or had its bit set. A set bit means the shard was
-//! full when it was marked; it can still be set for a moment after a
-//! release while the releaser, or a taker that filled the shard just
-//! before that release, is still running. So `Overload` can be answered
-//! while such a call on that shard is in flight, never once every call that
-//! ran concurrently with it has returned. `loom-tests/tests/loom_limiter.rs`
-//! checks both halves: no false `Full` from the counters, and no bit that
-//! stays set.
+//! * that shard's unit came back after the walk passed it (above), or
+//! * a marker set its bit in the few instructions before a release of it
+//!   (between steps 2 and 3), and the releaser is still between its RMW on
+//!   `given` and step 3. That ends when the releaser runs again. Without a
+//!   racing marker, a descheduled releaser never keeps a free shard looking
+//!   full: step 2 cleared the bit before the unit came back.
+//!
+//! `loom-tests/tests/loom_limiter.rs` checks: no false `Full` from the
+//! counters, no bit that stays set, and no refusal by a bit (or count)
+//! whose shard's release the caller has already seen.
 
 use crossbeam_utils::CachePadded;
 
@@ -85,6 +99,12 @@ const CLOSED: usize = 1;
 const UNIT: usize = 2;
 /// Bits per word of the full set.
 const BITS: usize = usize::BITS as usize;
+/// How often [`Shard::counts`] retries for an exact reading before it falls
+/// back to a lower bound. One under loom, so models reach the fallback.
+#[cfg(not(loom))]
+const CONSISTENT_READ_TRIES: usize = 8;
+#[cfg(loom)]
+const CONSISTENT_READ_TRIES: usize = 1;
 
 /// The largest capacity a table accepts: usage is kept doubled in a `usize`
 /// with one bit to spare.
@@ -239,7 +259,17 @@ impl Shard {
                 .taken
                 .compare_exchange_weak(taken, taken + UNIT, Relaxed, Relaxed)
             {
-                Ok(_) => return true,
+                Ok(_) => {
+                    // The usage just after this take, with `given` read
+                    // after it: never more than the shard held then (a
+                    // newer `given` only lowers it), so the peak stays a
+                    // usage the shard really had. Relaxed: a statistic.
+                    let gap = (taken + UNIT).wrapping_sub(self.given.load(Relaxed));
+                    if (gap as isize) > 0 {
+                        self.peak.fetch_max(gap / UNIT, Relaxed);
+                    }
+                    return true;
+                }
                 Err(actual) => taken = actual,
             }
         }
@@ -277,14 +307,16 @@ impl Shard {
         self.taken.load(Acquire) & CLOSED != 0
     }
 
-    /// Units held now, as one consistent reading.
+    /// Units held now, as one reading that never exceeds the limit.
     ///
     /// `given` is read before and after `taken`; if it did not move, both
     /// values held at the moment `taken` was read, so the difference is an
-    /// exact usage at that moment (never above the limit for bounded takes).
-    /// Read once each, the gap could count a unit taken after a release it
-    /// missed. Retried a few times under churn, then the last (possibly
-    /// one-high) reading is returned.
+    /// exact usage at that moment. Read once each in that order, the gap
+    /// could count a unit taken after a release it missed. Under churn that
+    /// moves `given` on every try, after a few tries the reading falls back
+    /// to `taken` read *before* `given`: a lower bound of the usage at the
+    /// `taken` read, and never above the limit (see [`Shard::lower_bound`]).
+    /// So a reading is exact, or low under churn, never high.
     pub(crate) fn usage(&self) -> usize {
         self.counts().0
     }
@@ -295,16 +327,35 @@ impl Shard {
         // and `close`, so a drainer that reads 0 has also seen every
         // release (and the work before it) and the CLOSED bit.
         let mut given = self.given.load(Acquire);
-        let mut tries = 0;
-        loop {
+        for _ in 0..CONSISTENT_READ_TRIES {
             let taken = self.taken.load(Acquire);
             let again = self.given.load(Acquire);
-            tries += 1;
-            if again == given || tries == 8 {
+            if again == given {
                 return (taken.wrapping_sub(given) / UNIT, taken / UNIT, given / UNIT);
             }
             given = again;
         }
+        self.lower_bound()
+    }
+
+    /// `taken`, then `given`: a usage that is never above the limit.
+    ///
+    /// The Acquire load of `taken` synchronizes with the Release CAS of the
+    /// take that wrote it (or heads the release sequence it is in), and that
+    /// taker had read some `given` value `g` with `taken - g` at most the
+    /// limit. The `given` read here comes after, so it is `g` or newer, and
+    /// the gap can only be smaller. It may be negative (units taken after
+    /// our `taken` read were given back too): then the usage at the `taken`
+    /// read was at least 0, and 0 is answered.
+    #[cold]
+    fn lower_bound(&self) -> (usize, usize, usize) {
+        // Acquire: as the comment above says, pairs with the take's Release.
+        let taken = self.taken.load(Acquire);
+        // Acquire: pairs with the AcqRel RMW in `give_back`, as in `counts`.
+        let given = self.given.load(Acquire);
+        let gap = taken.wrapping_sub(given);
+        let usage = if (gap as isize) < 0 { 0 } else { gap / UNIT };
+        (usage, taken / UNIT, given / UNIT)
     }
 
     /// Re-reads the shard for [`Table::mark_full`]: is it still full?
@@ -381,16 +432,21 @@ impl FullSet {
         self.word(shard / BITS) & (1 << (shard % BITS)) != 0
     }
 
-    fn insert(&self, shard: usize) {
+    /// Sets `shard`'s bit; true if this call set it (it was clear).
+    fn insert(&self, shard: usize) -> bool {
+        let bit = 1 << (shard % BITS);
         // Relaxed: published to releasers by the Release RMW on `given` that
         // follows it in `mark_full`.
-        self.words[shard / BITS].fetch_or(1 << (shard % BITS), Relaxed);
+        self.words[shard / BITS].fetch_or(bit, Relaxed) & bit == 0
     }
 
-    fn remove(&self, shard: usize) {
-        // Relaxed: clearing a bit never needs to publish anything; a stale
-        // clear bit only costs a failed CAS.
-        self.words[shard / BITS].fetch_and(!(1 << (shard % BITS)), Relaxed);
+    /// Clears `shard`'s bit; true if this call cleared it (it was set).
+    fn remove(&self, shard: usize) -> bool {
+        let bit = 1 << (shard % BITS);
+        // Relaxed: a clear publishes nothing of its own. A caller that must
+        // see it after a release sees it through that release's RMW on
+        // `given`, which comes after it in program order (`Table::release`).
+        self.words[shard / BITS].fetch_and(!bit, Relaxed) & bit != 0
     }
 }
 
@@ -405,8 +461,13 @@ pub(crate) struct Table {
     /// `u64::MAX / shards + 1`, for Lemire's fast modulo in [`Table::reduce`].
     magic: u64,
     /// The full set's value when every shard is full, if it fits one word
-    /// (up to 64 shards); otherwise 0 and rejections take the walk.
+    /// (up to 64 shards); otherwise 0, and `full_count` says it.
     all_full: usize,
+    /// With more shards than one word of the full set holds: how many bits
+    /// are set, so that a refusal is one load whatever the shard count.
+    /// Kept only then (`counted`); with one word, the word is the summary.
+    full_count: CachePadded<AtomicUsize>,
+    counted: bool,
     capacity: usize,
     probe: Probe,
     rejected: RejectCounter,
@@ -450,12 +511,22 @@ impl Table {
             } else {
                 0
             },
+            full_count: CachePadded::new(AtomicUsize::new(0)),
+            counted: count > BITS,
             shards,
             capacity,
             probe,
             rejected: RejectCounter::new(slots),
             closed: AtomicBool::new(false),
         })
+    }
+
+    /// Keeps the count of marked shards even with few shards, so loom
+    /// models can check the protocol that tables of more than 64 shards use
+    /// without building 65 of them.
+    #[cfg(loom)]
+    pub(crate) fn force_counted(&mut self) {
+        self.counted = true;
     }
 
     pub(crate) fn capacity(&self) -> usize {
@@ -520,8 +591,8 @@ impl Table {
                 Take::Full => self.mark_full(start),
                 Take::Closed => return Err(Error::Shutdown),
             }
-        } else if word == self.all_full {
-            // The own shard is full and every other shard's bit is set:
+        } else if self.all_marked(word) {
+            // The own shard is full and every other shard is marked full:
             // under overload, this is the whole answer, whatever the shard
             // count.
             return self.refuse();
@@ -588,12 +659,42 @@ impl Table {
         }
     }
 
+    /// True if every shard is marked full, given `word`, the full set's word
+    /// of the caller's own shard: that word itself with up to 64 shards,
+    /// the count of marked shards beyond.
+    #[inline]
+    fn all_marked(&self, word: usize) -> bool {
+        if self.counted {
+            // Relaxed: a hint, like the words themselves. A decrement that
+            // happened-before this load (through a release's RMW on `given`,
+            // see `release`) is seen by coherence.
+            self.full_count.load(Relaxed) == self.shards.len()
+        } else {
+            word == self.all_full
+        }
+    }
+
     /// Sets shard `i`'s full bit, then takes it back if the shard has room
     /// (step 1 of the protocol in the module docs).
     fn mark_full(&self, i: usize) {
-        self.full.insert(i);
+        if self.full.insert(i) && self.counted {
+            // Relaxed: a hint; see `all_marked`. Only the caller that set
+            // the bit counts it, so the count is the number of set bits
+            // once the callers that flipped them have returned.
+            self.full_count.fetch_add(1, Relaxed);
+        }
         if !self.shards[i].still_full() {
-            self.full.remove(i);
+            self.unmark(i);
+        }
+    }
+
+    /// Clears shard `i`'s full bit, and uncounts it if this call cleared it.
+    #[inline]
+    fn unmark(&self, i: usize) {
+        if self.full.remove(i) && self.counted {
+            // Relaxed: as in `mark_full`; a wrap below zero while a racing
+            // marker has yet to count its bit only reads as "not all full".
+            self.full_count.fetch_sub(1, Relaxed);
         }
     }
 
@@ -626,14 +727,24 @@ impl Table {
         }
     }
 
-    /// Gives back one unit taken from shard `i` (step 2 of the protocol).
+    /// Gives back one unit taken from shard `i` (steps 2 and 3 of the
+    /// protocol in the module docs).
     #[inline]
     pub(crate) fn release(&self, i: usize, panicked: bool) {
-        self.shards[i].give_back(panicked);
-        // Reads the bit after the RMW in `give_back`, whose Acquire makes a
-        // marker's earlier `insert` visible here.
+        // Step 2: unmark *before* the unit comes back. If this thread is
+        // descheduled between the two, the shard is still full, so the
+        // clear bit only sends a caller to a shard it finds full: the
+        // harmless direction. Whoever sees the unit back (through the RMW
+        // in `give_back`) also sees this clear.
         if self.full.contains(i) {
-            self.full.remove(i);
+            self.unmark(i);
+        }
+        self.shards[i].give_back(panicked);
+        // Step 3: a marker that saw the shard full before this release (its
+        // re-read RMW on `given` came first) may have set the bit again;
+        // the AcqRel RMW in `give_back` makes its `insert` visible here.
+        if self.full.contains(i) {
+            self.unmark(i);
         }
     }
 
@@ -726,6 +837,53 @@ mod tests {
     }
 
     #[test]
+    fn refusal_past_64_shards_reads_the_count() {
+        for shards in [65, 130, 1024] {
+            let table = Table::new(shards, shards, Probe::Thread).unwrap();
+            assert!(table.counted);
+            let got: Vec<usize> = (0..shards).map(|_| table.acquire_at(7).unwrap()).collect();
+            // Every shard is marked, and counted once.
+            assert_eq!(table.full_count.load(Relaxed), shards);
+            assert!(table.all_marked(table.full.word(0)));
+            assert_eq!(table.acquire_at(3), Err(Error::Overload));
+            // A release uncounts its shard before its unit is back.
+            table.release(got[10], false);
+            assert_eq!(table.full_count.load(Relaxed), shards - 1);
+            assert_eq!(table.acquire_at(3), Ok(got[10]));
+            assert_eq!(table.full_count.load(Relaxed), shards);
+            for &shard in &got {
+                table.release(shard, false);
+            }
+            assert_eq!(table.full_count.load(Relaxed), 0);
+            assert_eq!(table.usage(), 0);
+        }
+        let small = Table::new(64, 64, Probe::Thread).unwrap();
+        assert!(!small.counted);
+    }
+
+    #[test]
+    fn a_release_unmarks_before_its_unit_is_back() {
+        // Single-threaded, the order is invisible; check the end state the
+        // protocol promises: no mark on a shard with room, for every shard.
+        let table = Table::new(3, 3, Probe::Thread).unwrap();
+        let held: Vec<usize> = (0..3).map(|_| table.acquire().unwrap()).collect();
+        assert_eq!(table.full.word(0), 0b111);
+        table.release(held[1], false);
+        assert_eq!(table.full.word(0), 0b111 & !(1 << held[1]));
+    }
+
+    #[test]
+    fn lower_bound_is_exact_when_quiet_and_never_above_the_limit() {
+        let table = Table::new(4, 1, Probe::Thread).unwrap();
+        let shard = table.shard(0);
+        for expected in 1..=4 {
+            table.acquire().unwrap();
+            assert_eq!(shard.lower_bound().0, expected);
+            assert_eq!(shard.counts(), shard.lower_bound());
+        }
+    }
+
+    #[test]
     fn walk_takes_the_next_shard_in_order() {
         let table = Table::new(4, 4, Probe::Thread).unwrap();
         assert_eq!(table.acquire_at(2), Ok(2));
@@ -755,6 +913,8 @@ mod tests {
         assert_eq!(table.acquire(), Err(Error::Overload));
         table.acquire_unbounded().unwrap();
         assert_eq!(table.usage(), 2);
+        // Units taken beyond the limit count in the peak too.
+        assert_eq!(table.stats().peak_usage, 2);
         table.release(0, false);
         assert_eq!(table.acquire(), Err(Error::Overload));
         table.release(0, true);

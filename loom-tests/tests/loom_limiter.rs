@@ -386,3 +386,147 @@ fn never_refused_by_the_counters_1_shard() {
 fn never_refused_by_the_counters_2_shards() {
     never_refused_by_the_counters(2);
 }
+
+/// (f) A release that a caller has seen never lets a mark refuse it.
+///
+/// Both shards of a capacity-2 table are full and marked. A releaser gives
+/// back shard 0's unit while the main thread, whose own shard (1) is full,
+/// reads the usage and, if it sees the unit back, probes. It must be
+/// admitted on shard 0: the releaser clears the mark *before* its unit
+/// comes back, so whoever sees the unit sees the clear. (Before, the
+/// release gave the unit back, then cleared the bit: a releaser
+/// descheduled between the two kept a free shard looking full to every
+/// caller whose own shard was full, for as long as it stayed off the CPU.)
+///
+/// `counted` runs the same race against the count of marked shards that
+/// tables of more than 64 shards refuse by.
+fn seen_release_is_never_refused(counted: bool) {
+    use sidejob::loom_api::Table;
+
+    loom::model(move || {
+        let table = Arc::new(if counted {
+            Table::with_count(2, 2)
+        } else {
+            Table::new(2, 2)
+        });
+        assert_eq!(table.acquire_at(0), Ok(0));
+        assert_eq!(table.acquire_at(1), Ok(1));
+        let releaser = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.release(0))
+        };
+        if table.usage() < 2 {
+            assert_eq!(
+                table.acquire_at(1),
+                Ok(0),
+                "the release was seen, yet its shard still looked full"
+            );
+            table.release(0);
+        }
+        releaser.join().unwrap();
+        table.release(1);
+        assert_eq!(table.usage(), 0);
+    });
+}
+
+#[test]
+fn seen_release_is_never_refused_by_the_bitmap() {
+    seen_release_is_never_refused(false);
+}
+
+#[test]
+fn seen_release_is_never_refused_by_the_count() {
+    seen_release_is_never_refused(true);
+}
+
+/// (g) The count of marked shards never stays at "all full" over a free
+/// unit: the races of (d) on the counted table, each ending with a probe
+/// from a shard that is still full (its own-shard check cannot help), which
+/// must find room whenever there is room.
+///
+/// * `churn == false`: both shards start full; a releaser gives back shard
+///   0's unit while the main thread probes from its full shard 1.
+/// * `churn == true`: shard 0 starts full; a churner takes shard 1's unit
+///   (filling and marking it) and gives it back, while the main thread
+///   probes from shard 1 and may find it full and mark it, racing the
+///   release (the case step 3 exists for).
+fn count_never_stays_full(churn: bool) {
+    use sidejob::loom_api::Table;
+
+    loom::model(move || {
+        let table = Arc::new(Table::with_count(2, 2));
+        assert_eq!(table.acquire_at(0), Ok(0));
+        if !churn {
+            assert_eq!(table.acquire_at(1), Ok(1));
+        }
+        let other = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || {
+                if churn {
+                    if let Ok(shard) = table.acquire_at(1) {
+                        table.release(shard);
+                    }
+                } else {
+                    table.release(0);
+                }
+            })
+        };
+        let kept = table.acquire_at(1).ok();
+        other.join().unwrap();
+        // Held now: the prefill still held, plus what the main thread kept.
+        let still_full = if churn { 0 } else { 1 };
+        let held = 1 + usize::from(kept.is_some());
+        assert_eq!(table.usage(), held);
+        if held < 2 {
+            let again = table.acquire_at(still_full);
+            assert!(again.is_ok(), "usage {held} < 2, yet refused: {again:?}");
+            table.release(again.unwrap());
+        }
+        if let Some(shard) = kept {
+            table.release(shard);
+        }
+        table.release(still_full);
+        assert_eq!(table.usage(), 0);
+    });
+}
+
+#[test]
+fn count_never_stays_full_after_a_release() {
+    count_never_stays_full(false);
+}
+
+#[test]
+fn count_never_stays_full_after_churn() {
+    count_never_stays_full(true);
+}
+
+/// (h) `usage()` never reads above the capacity. A churner takes and gives
+/// back the only unit twice while the main thread reads the usage. Under
+/// loom the exact read is tried once before the fallback, so the fallback
+/// (`taken` read before `given`) is explored. The old fallback returned the
+/// last `taken - given` pair with `given` read before `taken`, which could
+/// count a unit taken after a release it missed: 2 units on a capacity 1.
+#[test]
+fn usage_never_reads_above_capacity() {
+    loom::model(|| {
+        let limiter = limiter(1, 1);
+        let churner = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                for _ in 0..2 {
+                    drop(limiter.try_acquire());
+                }
+            })
+        };
+        // The reader takes and gives back a unit first, as callers do. Loom
+        // explored a single execution of a model whose main thread only
+        // loaded (its loads were never tried against the churner's writes);
+        // with this access first, it explores them, and the old fallback
+        // fails here.
+        drop(limiter.try_acquire());
+        let usage = limiter.usage();
+        assert!(usage <= 1, "usage {usage} read above capacity 1");
+        churner.join().unwrap();
+        assert_eq!(limiter.usage(), 0);
+    });
+}
