@@ -252,16 +252,21 @@ fn overload(c: &mut Criterion) {
     let mut group = c.benchmark_group("overload_when_full");
     group.throughput(Throughput::Elements(1));
     let default_shards = full_limiter(num_cpus_default(), None);
-    let many_shards = full_limiter(64, Some(64));
-    assert_eq!(many_shards.shards(), 64);
     let empty = Semaphore::new(0);
     group.bench_function(
         BenchmarkId::new("sidejob", format!("{}_shards", default_shards.shards())),
         |b| b.iter(|| black_box(default_shards.try_acquire().is_err())),
     );
-    group.bench_function(BenchmarkId::new("sidejob", "64_shards"), |b| {
-        b.iter(|| black_box(many_shards.try_acquire().is_err()))
-    });
+    // One word of the full set up to 64 shards, the count of marked shards
+    // beyond: the refusal should cost the same at every size.
+    for shards in MANY_SHARDS {
+        let limiter = full_limiter(shards, Some(shards));
+        assert_eq!(limiter.shards(), shards);
+        group.bench_function(
+            BenchmarkId::new("sidejob", format!("{shards}_shards")),
+            |b| b.iter(|| black_box(limiter.try_acquire().is_err())),
+        );
+    }
     group.bench_function(BenchmarkId::new("tokio_semaphore", "no_permits"), |b| {
         b.iter(|| black_box(empty.try_acquire().is_err()))
     });
@@ -270,6 +275,9 @@ fn overload(c: &mut Criterion) {
     assert_eq!(stats.accepted, stats.capacity as u64);
     assert!(stats.rejected > 1000);
 }
+
+/// The shard counts the overload benches refuse from, beside the default.
+const MANY_SHARDS: [usize; 3] = [64, 1024, 65_536];
 
 /// The default shard count, as the limiter chooses it.
 fn num_cpus_default() -> usize {
@@ -394,40 +402,48 @@ fn ratio_table() {
 
     // Overload: ns per refusal, lower is better.
     let default_shards = full_limiter(num_cpus_default(), None);
-    let many_shards = full_limiter(64, Some(64));
+    let many: Vec<&'static Limiter> = MANY_SHARDS
+        .iter()
+        .map(|&shards| full_limiter(shards, Some(shards)))
+        .collect();
     let empty = Semaphore::new(0);
-    let ns = best_of(
-        ROUNDS,
-        &mut [
-            &mut || {
-                time_loop(ITERS, || {
-                    assert!(black_box(default_shards).try_acquire().is_err())
-                })
-            },
-            &mut || {
-                time_loop(ITERS, || {
-                    assert!(black_box(many_shards).try_acquire().is_err())
-                })
-            },
-            &mut || time_loop(ITERS, || assert!(black_box(&empty).try_acquire().is_err())),
-        ],
-    );
-    let [default_ns, many_ns, tokio_ns] = ns[..] else {
-        unreachable!()
+    let refuse = |limiter: &'static Limiter| {
+        move || time_loop(ITERS, || assert!(black_box(limiter).try_acquire().is_err()))
     };
-    println!(
-        "overload, ns per refusal: sidejob({} shards) {default_ns:.2}, sidejob(64 shards) {many_ns:.2}, tokio(no permits) {tokio_ns:.2}",
+    let mut runs: Vec<Box<dyn FnMut() -> f64>> = vec![Box::new(refuse(default_shards))];
+    runs.extend(
+        many.iter()
+            .map(|&limiter| Box::new(refuse(limiter)) as Box<dyn FnMut() -> f64>),
+    );
+    runs.push(Box::new(|| {
+        time_loop(ITERS, || assert!(black_box(&empty).try_acquire().is_err()))
+    }));
+    let mut refs: Vec<&mut dyn FnMut() -> f64> =
+        runs.iter_mut().map(|run| &mut **run as _).collect();
+    let ns = best_of(ROUNDS, &mut refs);
+    let tokio_ns = ns[ns.len() - 1];
+    let default_ns = ns[0];
+    let many_ns = &ns[1..ns.len() - 1];
+    let mut line = format!(
+        "overload, ns per refusal: sidejob({} shards) {default_ns:.2}",
         default_shards.shards()
     );
+    for (shards, ns) in MANY_SHARDS.iter().zip(many_ns) {
+        line += &format!(", sidejob({shards} shards) {ns:.2}");
+    }
+    println!("{line}, tokio(no permits) {tokio_ns:.2}");
     println!(
         "ratio overload ours({} shards)/tokio = {:.2}   (target <= 3)",
         default_shards.shards(),
         default_ns / tokio_ns
     );
-    println!(
-        "ratio overload ours(64 shards)/tokio = {:.2}   (target <= 4)",
-        many_ns / tokio_ns
-    );
+    for (shards, ns) in MANY_SHARDS.iter().zip(many_ns) {
+        println!(
+            "ratio overload ours({shards} shards)/tokio = {:.2}   (flat: same as {} shards)",
+            ns / tokio_ns,
+            default_shards.shards()
+        );
+    }
 }
 
 fn config() -> Criterion {

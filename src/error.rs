@@ -29,6 +29,16 @@ use std::io;
 pub enum Error {
     /// Every shard was at its limit: the work was refused at once, nothing
     /// was queued. Retry later, shed the request, or tell your own caller.
+    ///
+    /// What it promises: during the call, every shard was *seen* full,
+    /// either tried and found at its limit, or marked full by a caller who
+    /// found it so. The shards are not read at one instant, so a unit freed
+    /// on a shard the caller had already passed does not save the call:
+    /// `N` threads each holding at most one unit of capacity `N` can still,
+    /// rarely, be refused (Erlang's sidejob answers the same way). A caller
+    /// is never refused by its own shard while that shard has room, and
+    /// never by a shard whose release it has already seen (through any
+    /// synchronization: a channel, a join, a permit's drop).
     Overload,
     /// [`Pool::call_timeout`](crate::Pool::call_timeout) waited its full
     /// duration without a reply. The request was admitted and may still run;

@@ -53,10 +53,12 @@ pub struct Stats {
     pub capacity: usize,
     /// Units admitted and not yet released.
     pub usage: usize,
-    /// The sum of each shard's highest usage. Exact with one shard; with
-    /// several it is an upper bound on the highest total usage, since shards
-    /// may have peaked at different times. Never above `capacity`, except
-    /// for units taken by the pool's `*_unbounded` calls.
+    /// The sum of each shard's highest usage. Exact with one shard. With
+    /// several it is an upper bound on the highest total usage, and it may
+    /// be a total that no instant reached: shards may have peaked at
+    /// different times. Never above `capacity`, except that units taken by
+    /// the pool's `*_unbounded` calls count too, so with them it can pass
+    /// `capacity` (as `usage` can).
     pub peak_usage: usize,
     /// Units ever admitted.
     pub accepted: u64,
