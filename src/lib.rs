@@ -67,8 +67,9 @@
 //! `C`. A caller starts at its own shard ([`Probe`]: its thread's index, or
 //! its CPU) and takes a unit with one CAS if that shard is under its limit,
 //! else walks on to the next shard whose "full" bit is clear. A small bitmap
-//! of full shards makes the refusal one load whatever `M` is. Releasing is
-//! one RMW on the shard's own line.
+//! of full shards (and, past 64 shards, a count of them) makes the refusal
+//! cost the same at 2 or 65,536 shards. Releasing is one RMW on the shard's
+//! own line. [`Error::Overload`] says exactly what a refusal promises.
 //!
 //! # Semantics
 //!
