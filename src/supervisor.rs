@@ -40,8 +40,8 @@
 //! * **Leave**: store the next generation's free word (Release), point the
 //!   hint at the slot, give the unit back to the table, then read the waiter
 //!   count and, only if someone waits in
-//!   [`wait_idle`](Supervisor::wait_idle) and the shard is now empty, lock
-//!   and notify.
+//!   [`wait_idle`](Supervisor::wait_idle) and the shard is now empty, lock,
+//!   bump the idle epoch, unlock and notify.
 //!
 //! **Bound.** A slot is held from after its unit is taken to before it is
 //! given back, so at every instant the occupied slots of a shard are at most
@@ -69,11 +69,32 @@
 //! reads the release and sees the shard as the leaver left it. If the
 //! leaver's comes later, it synchronizes with the waiter's, so the waiter
 //! count the waiter bumped before its check is visible to the leaver's
-//! plain load, and the leaver wakes it. The waiter holds the idle lock from
-//! its bump until it sleeps on the condition variable, and the leaver takes
-//! that lock to notify, so the wake-up cannot fall between the check and
-//! the sleep. The drop path pays one extra plain load of a line only
-//! waiters write.
+//! plain load, and the leaver wakes it. The drop path pays one extra plain
+//! load of a line only waiters write.
+//!
+//! **No scan under the lock.** The scan reads every shard (65,536 RMWs at
+//! the largest shard count), so it runs *outside* the idle lock: a leaver
+//! that must wake someone takes the lock only to bump the idle *epoch* (a
+//! counter under the lock) and to take the registered async wakers, and
+//! never waits behind a scan. The waiter, after bumping the waiter count:
+//!
+//! 1. reads the epoch under the lock (a short hold), as `seen`;
+//! 2. scans the shards, lock released; idle means done;
+//! 3. locks again and sleeps on the condition variable only while the
+//!    epoch is still `seen`; otherwise goes back to 1.
+//!
+//! Why no wake-up is lost: take the leaver whose RMW on some shard's
+//! `given` the waiter's scan missed (it came later in `given`'s order than
+//! the waiter's RMW). That leaver sees the waiter count and, finding its
+//! shard empty, bumps the epoch under the lock. Its lock hold comes after
+//! the waiter's step 1 hold: were it earlier, the leaver's RMW would
+//! happen-before the waiter's step 1, hence before the waiter's RMW, and
+//! would come first in `given`'s order. So the bump lands after step 1,
+//! and either before step 3 (the waiter sees a new epoch and scans again)
+//! or after the waiter went to sleep under the lock in step
+//! 3 (the bump's notify reaches it). A leaver that finds its shard
+//! not empty leaves the waking to the child that holds the shard now; that
+//! child's own leave is, again, either seen by the scan or wakes.
 
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
@@ -559,28 +580,39 @@ impl Supervisor {
         if common.is_idle() {
             return true;
         }
+        if timeout.is_zero() {
+            return false;
+        }
         let deadline = now().checked_add(timeout);
-        let mut idle = common.idle.lock();
         // Relaxed: published to leavers by the AcqRel RMW on each shard's
-        // `given` that `is_idle` makes after it (module docs), not by this
-        // RMW. Made under the idle lock, which a leaver takes to notify.
+        // `given` that the scan in `is_idle` makes after it (module docs),
+        // not by this RMW.
         common.waiters.fetch_add(1, Relaxed);
         let result = loop {
+            // Step 1 of the module docs: the epoch before the scan.
+            let seen = common.idle.lock().epoch;
+            // Step 2: the scan, with the lock released.
             if common.is_idle() {
                 break true;
             }
-            // A timeout too large to represent: wait in long steps.
-            let step = deadline.unwrap_or_else(|| now() + Duration::from_secs(3600));
-            let timed_out;
-            (idle, timed_out) = common.idle_cv.wait_until(idle, step);
-            if timed_out && deadline.is_some_and(|d| now() >= d) {
+            // Step 3: sleep while no leaver has bumped the epoch since `seen`.
+            let mut idle = common.idle.lock();
+            let mut expired = false;
+            while idle.epoch == seen && !expired {
+                // A timeout too large to represent: wait in long steps.
+                let step = deadline.unwrap_or_else(|| now() + Duration::from_secs(3600));
+                let timed_out;
+                (idle, timed_out) = common.idle_cv.wait_until(idle, step);
+                expired = timed_out && deadline.is_some_and(|d| now() >= d);
+            }
+            drop(idle);
+            if expired {
                 break common.is_idle();
             }
         };
         // Relaxed: a leaver that still reads the old count only wakes
         // nobody, or wakes a waiter that re-checks.
         common.waiters.fetch_sub(1, Relaxed);
-        drop(idle);
         result
     }
 }
@@ -592,26 +624,44 @@ struct Common {
     /// after its release; on a line of its own, written only by waiters, so
     /// the read is a hit in a shared line.
     waiters: CachePadded<AtomicUsize>,
-    /// `wait_idle` sleeps here; leavers lock it to notify.
-    idle: Mutex<()>,
+    /// The idle epoch (module docs). Held only for a few instructions: the
+    /// scan of the shards never runs under it.
+    idle: Mutex<Idle>,
+    /// `wait_idle` sleeps here until the epoch moves.
     idle_cv: Condvar,
+}
+
+/// What the idle lock guards.
+#[derive(Debug, Default)]
+struct Idle {
+    /// Bumped by every leaver that empties its shard while someone waits.
+    /// Wraps; a waiter only compares it for equality with the value it read
+    /// before its scan, and 2^64 wake-ups do not fit in one scan.
+    epoch: u64,
 }
 
 impl Common {
     /// No unit held on any shard, read through the RMW that pairs with the
     /// leavers' releases (module docs). No unit means no occupied slot: a
     /// slot is freed before its unit is given back, and the RMW synchronizes
-    /// with that give.
+    /// with that give. Called without the idle lock.
     fn is_idle(&self) -> bool {
+        #[cfg(all(test, not(loom)))]
+        tests::on_scan(self);
         let table = &self.table;
         (0..table.shard_count()).all(|i| table.shard(i).usage_synced() == 0)
     }
 
     #[cold]
     fn wake_idle(&self) {
-        // Taking the lock orders this notify after a waiter that checked and
-        // went to sleep (it holds the lock until it sleeps).
-        let _idle = self.idle.lock();
+        // The bump is made under the lock: a waiter checks the epoch under
+        // the same lock and sleeps without letting go of it in between, so
+        // it either sees the bump or is already asleep when the notify
+        // below runs.
+        let mut idle = self.idle.lock();
+        idle.epoch = idle.epoch.wrapping_add(1);
+        drop(idle);
+        // After unlocking, so the woken waiters do not wake into a held lock.
         self.idle_cv.notify_all();
     }
 }
@@ -963,7 +1013,7 @@ impl SupervisorBuilder {
         let common = Arc::new(Common {
             table,
             waiters: CachePadded::new(AtomicUsize::new(0)),
-            idle: Mutex::new(()),
+            idle: Mutex::new(Idle::default()),
             idle_cv: Condvar::new(),
         });
         let registry = (0..common.table.shard_count())
@@ -1311,6 +1361,40 @@ mod tests {
             assert_eq!(registry.limit, 20);
             assert_eq!(registry.lines.len(), 2);
         }
+    }
+
+    std::thread_local! {
+        /// Scans seen on this thread while `CHECK_SCANS` is set.
+        static SCANS: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+    }
+
+    /// Called by every `Common::is_idle`: on a thread that asked for it,
+    /// counts the scan and asserts that the idle lock is free (a scan under
+    /// it would make every leaver that must wake someone wait for it).
+    pub(super) fn on_scan(common: &Common) {
+        if let Some(scans) = SCANS.with(|cell| cell.get()) {
+            assert!(
+                common.idle.try_lock().is_some(),
+                "wait_idle scanned the shards under the idle lock"
+            );
+            SCANS.with(|cell| cell.set(Some(scans + 1)));
+        }
+    }
+
+    /// Issue 7, item 1: a leaver that empties a shard must never wait behind
+    /// a `wait_idle` scanning every shard, so the scan runs without the idle
+    /// lock. Before the fix, the scans after the first ran under it.
+    #[test]
+    fn wait_idle_scans_without_the_idle_lock() {
+        let sup = Supervisor::builder().capacity(4).shards(4).build().unwrap();
+        let guard = sup.reserve().unwrap();
+        SCANS.with(|cell| cell.set(Some(0)));
+        // The child stays: every path through the wait scans and times out.
+        assert!(!sup.wait_idle(Duration::from_millis(1)));
+        let scans = SCANS.with(|cell| cell.replace(None)).unwrap();
+        assert!(scans >= 2, "the wait scanned {scans} times");
+        drop(guard);
+        assert_eq!(sup.inner.common.waiters.load(Relaxed), 0);
     }
 
     #[test]
