@@ -80,8 +80,18 @@
 //!
 //! 1. reads the epoch under the lock (a short hold), as `seen`;
 //! 2. scans the shards, lock released; idle means done;
-//! 3. locks again and sleeps on the condition variable only while the
-//!    epoch is still `seen`; otherwise goes back to 1.
+//! 3. locks again and, only while the epoch is still `seen`, sleeps on the
+//!    condition variable ([`wait_idle`](Supervisor::wait_idle)) or
+//!    registers its task's waker and returns `Pending`
+//!    ([`wait_idle_async`](Supervisor::wait_idle_async)); otherwise goes
+//!    back to 1.
+//!
+//! A leaver that wakes bumps the epoch, takes every registered waker, lets
+//! go of the lock, then notifies the condition variable and wakes the
+//! wakers. A future polled again while the epoch is still the one it
+//! registered under has not been woken yet and stays `Pending` without a
+//! scan; a dropped future takes its waker out of the list and its count
+//! out of the waiter count, so nothing stays registered.
 //!
 //! Why no wake-up is lost: take the leaver whose RMW on some shard's
 //! `given` the waiter's scan missed (it came later in `given`'s order than
@@ -91,13 +101,17 @@
 //! happen-before the waiter's step 1, hence before the waiter's RMW, and
 //! would come first in `given`'s order. So the bump lands after step 1,
 //! and either before step 3 (the waiter sees a new epoch and scans again)
-//! or after the waiter went to sleep under the lock in step
-//! 3 (the bump's notify reaches it). A leaver that finds its shard
+//! or after the waiter went to sleep or registered under the lock in
+//! step 3 (the bump's notify, or the wake of the waker it takes, reaches
+//! it). A leaver that finds its shard
 //! not empty leaves the waking to the child that holds the shard now; that
 //! child's own leave is, again, either seen by the scan or wakes.
 
 use std::fmt;
+use std::future::Future;
 use std::panic::{self, AssertUnwindSafe};
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
@@ -254,6 +268,8 @@ impl Supervisor {
     ///
     /// * [`Error::Overload`] when `capacity` children are alive; counted in
     ///   [`Stats::rejected`]. `f` is dropped without running.
+    /// * [`Error::Shutdown`] once [`close`](Self::close) has been called;
+    ///   `f` is dropped without running.
     /// * [`Error::Spawn`] when the OS refuses to start the thread (too many
     ///   threads, no memory for the stack). The unit was released: the
     ///   refusal is not an `Overload`.
@@ -314,8 +330,9 @@ impl Supervisor {
     ///
     /// # Errors
     ///
-    /// [`Error::Overload`] when `capacity` children are alive; counted in
-    /// [`Stats::rejected`].
+    /// * [`Error::Overload`] when `capacity` children are alive; counted in
+    ///   [`Stats::rejected`].
+    /// * [`Error::Shutdown`] once [`close`](Self::close) has been called.
     ///
     /// # Examples
     ///
@@ -357,6 +374,8 @@ impl Supervisor {
     ///
     /// * [`Error::Overload`] when `capacity` children are alive; counted in
     ///   [`Stats::rejected`]. `future` is dropped without being polled.
+    /// * [`Error::Shutdown`] once [`close`](Self::close) has been called;
+    ///   `future` is dropped without being polled.
     /// * [`Error::Spawn`] with [`io::ErrorKind::NotFound`](std::io::ErrorKind::NotFound)
     ///   when called outside a tokio runtime (where `tokio::spawn` would
     ///   panic); nothing was admitted. Use
@@ -401,8 +420,9 @@ impl Supervisor {
     ///
     /// # Errors
     ///
-    /// [`Error::Overload`] when `capacity` children are alive; counted in
-    /// [`Stats::rejected`].
+    /// * [`Error::Overload`] when `capacity` children are alive; counted in
+    ///   [`Stats::rejected`].
+    /// * [`Error::Shutdown`] once [`close`](Self::close) has been called.
     ///
     /// # Examples
     ///
@@ -514,6 +534,47 @@ impl Supervisor {
         children
     }
 
+    /// Refuses every later child with [`Error::Shutdown`]; the children
+    /// alive now keep running and leave as usual.
+    ///
+    /// Like tokio-util's `TaskTracker::close`: close, then
+    /// [`wait_idle`](Self::wait_idle) (or
+    /// [`wait_idle_async`](Self::wait_idle_async)) waits for the last
+    /// child, and no new one can slip in after it. [`spawn`](Self::spawn),
+    /// [`reserve`](Self::reserve) and `spawn_task` all refuse; a refusal
+    /// after `close` is not an overload and is not counted in
+    /// [`Stats::rejected`]. Every handle sees it. Closing twice is harmless;
+    /// there is no reopening.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sidejob::{Error, Supervisor};
+    ///
+    /// let sup = Supervisor::new(4)?;
+    /// let (tx, rx) = std::sync::mpsc::channel::<()>();
+    /// let child = sup.spawn(move || rx.recv().unwrap())?;
+    /// sup.close();
+    /// assert!(sup.is_closed());
+    /// assert_eq!(sup.reserve().unwrap_err(), Error::Shutdown);
+    /// assert!(matches!(sup.spawn(|| ()), Err(Error::Shutdown)));
+    /// assert_eq!(sup.count(), 1, "the running child is not stopped");
+    ///
+    /// tx.send(()).unwrap();
+    /// assert!(sup.wait_idle(Duration::from_secs(60)));
+    /// child.join().unwrap();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn close(&self) {
+        self.inner.common.table.close();
+    }
+
+    /// True once [`close`](Self::close) has been called on any handle.
+    pub fn is_closed(&self) -> bool {
+        self.inner.common.table.is_closed()
+    }
+
     /// Children alive now: units of capacity held.
     ///
     /// Read shard by shard while children come and go, so it is off by at
@@ -558,7 +619,15 @@ impl Supervisor {
     /// shard wakes the waiters (if there are any: a drop with nobody waiting
     /// pays only a plain load), who re-check every shard. With
     /// `Duration::ZERO` this is a plain check. Children may be admitted
-    /// again right after it returns `true`.
+    /// again right after it returns `true`; call [`close`](Self::close)
+    /// first to wait for the last one. In async code, use
+    /// [`wait_idle_async`](Self::wait_idle_async): this call blocks the
+    /// thread.
+    ///
+    /// A child that calls `wait_idle` on its own supervisor waits for
+    /// itself: it counts as alive until it ends, so the call returns `false`
+    /// when `timeout` runs out (and never returns without one), whatever the
+    /// other children do.
     ///
     /// # Examples
     ///
@@ -615,6 +684,50 @@ impl Supervisor {
         common.waiters.fetch_sub(1, Relaxed);
         result
     }
+    /// Resolves when no child is left: the async form of
+    /// [`wait_idle`](Self::wait_idle), for any executor.
+    ///
+    /// The future registers its task's waker with the supervisor; the child
+    /// whose exit empties a shard wakes it, as it wakes `wait_idle`, and it
+    /// re-checks every shard. It does not need the `tokio` feature: any
+    /// executor that polls it works. For a deadline, wrap it in your
+    /// runtime's timeout (`tokio::time::timeout`). Children may be admitted
+    /// again right after it resolves; call [`close`](Self::close) first to
+    /// wait for the last one.
+    ///
+    /// A child that awaits this on its own supervisor waits for itself: it
+    /// counts as alive until it ends, so the future never resolves (until
+    /// the timeout around it, if any).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future before it resolves removes its
+    /// waker from the supervisor and leaves nothing behind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::Supervisor;
+    ///
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    /// # rt.block_on(async {
+    /// let sup = Supervisor::new(4)?;
+    /// let guard = sup.reserve()?;
+    /// let job = std::thread::spawn(move || drop(guard));
+    /// sup.wait_idle_async().await;
+    /// assert_eq!(sup.count(), 0);
+    /// # job.join().unwrap();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn wait_idle_async(&self) -> impl Future<Output = ()> + Send + '_ {
+        WaitIdle {
+            common: &self.inner.common,
+            counted: false,
+            registered: None,
+        }
+    }
 }
 
 /// What every registry shard (and so every child) shares.
@@ -638,6 +751,12 @@ struct Idle {
     /// Wraps; a waiter only compares it for equality with the value it read
     /// before its scan, and 2^64 wake-ups do not fit in one scan.
     epoch: u64,
+    /// The wakers of pending [`WaitIdle`] futures, each with the future's
+    /// key. A bump of the epoch takes them all, so while the epoch is the
+    /// one a future registered under, its waker is still here.
+    wakers: Vec<(u64, Waker)>,
+    /// The key of the next registration.
+    next_key: u64,
 }
 
 impl Common {
@@ -660,9 +779,109 @@ impl Common {
         // below runs.
         let mut idle = self.idle.lock();
         idle.epoch = idle.epoch.wrapping_add(1);
+        let wakers = std::mem::take(&mut idle.wakers);
         drop(idle);
-        // After unlocking, so the woken waiters do not wake into a held lock.
+        // After unlocking, so the woken waiters do not wake into a held
+        // lock, and no waker runs code of its executor under it.
         self.idle_cv.notify_all();
+        for (_, waker) in wakers {
+            waker.wake();
+        }
+    }
+}
+
+/// The future of [`Supervisor::wait_idle_async`]: the steps of the module
+/// docs, with "register the waker" in place of "sleep".
+struct WaitIdle<'a> {
+    common: &'a Common,
+    /// Counted in `Common::waiters`: from the first poll that found a child
+    /// until the future resolves or is dropped.
+    counted: bool,
+    /// `(key, epoch)` while this future's waker is in `Idle::wakers`,
+    /// registered under `epoch`.
+    registered: Option<(u64, u64)>,
+}
+
+impl Future for WaitIdle<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let common = this.common;
+        if let Some((key, seen)) = this.registered {
+            let mut idle = common.idle.lock();
+            if idle.epoch == seen {
+                // No leaver has woken anyone since we registered: the wake
+                // we wait for is still to come (module docs), and our
+                // waker is still listed. Keep it current.
+                if let Some((_, waker)) = idle.wakers.iter_mut().find(|(k, _)| *k == key) {
+                    if !waker.will_wake(cx.waker()) {
+                        waker.clone_from(cx.waker());
+                    }
+                    return Poll::Pending;
+                }
+                // Not listed (cannot happen: only a bump or our own drop
+                // removes it): scan again rather than wait for nothing.
+                debug_assert!(false, "a registered waker went missing");
+            }
+            // The epoch moved, and the bump took our waker: scan again.
+            this.registered = None;
+        }
+        if !this.counted {
+            if common.is_idle() {
+                return Poll::Ready(());
+            }
+            // Relaxed: as in `wait_idle`, published to leavers by the RMWs
+            // of the scan below.
+            common.waiters.fetch_add(1, Relaxed);
+            this.counted = true;
+        }
+        loop {
+            // Step 1.
+            let seen = common.idle.lock().epoch;
+            // Step 2, without the lock.
+            if common.is_idle() {
+                this.finish();
+                return Poll::Ready(());
+            }
+            // Step 3: register, unless a leaver bumped the epoch meanwhile.
+            let mut idle = common.idle.lock();
+            if idle.epoch == seen {
+                let key = idle.next_key;
+                idle.next_key = key.wrapping_add(1);
+                idle.wakers.push((key, cx.waker().clone()));
+                this.registered = Some((key, seen));
+                return Poll::Pending;
+            }
+        }
+    }
+}
+
+impl WaitIdle<'_> {
+    /// Takes this future's waker out of the list (if a bump has not already
+    /// taken it) and its count out of `waiters`.
+    fn finish(&mut self) {
+        if let Some((key, seen)) = self.registered.take() {
+            let mut idle = self.common.idle.lock();
+            if idle.epoch == seen {
+                if let Some(at) = idle.wakers.iter().position(|(k, _)| *k == key) {
+                    // Dropped under the lock: a waker's drop only drops a
+                    // reference, it runs no task.
+                    idle.wakers.swap_remove(at);
+                }
+            }
+        }
+        if self.counted {
+            self.counted = false;
+            // Relaxed: as in `wait_idle`.
+            self.common.waiters.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+impl Drop for WaitIdle<'_> {
+    fn drop(&mut self) {
+        self.finish();
     }
 }
 
@@ -919,6 +1138,7 @@ impl fmt::Debug for Supervisor {
             .field("capacity", &self.capacity())
             .field("shards", &self.shards())
             .field("count", &self.count())
+            .field("closed", &self.is_closed())
             .finish()
     }
 }
@@ -1395,6 +1615,51 @@ mod tests {
         assert!(scans >= 2, "the wait scanned {scans} times");
         drop(guard);
         assert_eq!(sup.inner.common.waiters.load(Relaxed), 0);
+    }
+
+    /// A waker that counts its wakes.
+    struct CountingWaker(AtomicUsize);
+
+    impl std::task::Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Issue 7, item 3: a `wait_idle_async` future dropped while pending
+    /// leaves no waker and no waiter count behind.
+    #[test]
+    fn a_dropped_wait_idle_async_leaves_nothing_registered() {
+        let sup = Supervisor::builder().capacity(2).shards(2).build().unwrap();
+        let common = &sup.inner.common;
+        let guard = sup.reserve().unwrap();
+        let counter = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&counter));
+        let mut cx = Context::from_waker(&waker);
+        let mut first = Box::pin(sup.wait_idle_async());
+        let mut second = Box::pin(sup.wait_idle_async());
+        assert!(first.as_mut().poll(&mut cx).is_pending());
+        assert!(second.as_mut().poll(&mut cx).is_pending());
+        // A second poll while nothing changed keeps one registration.
+        assert!(first.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(common.idle.lock().wakers.len(), 2);
+        assert_eq!(common.waiters.load(Relaxed), 2);
+        drop(first);
+        assert_eq!(common.idle.lock().wakers.len(), 1);
+        assert_eq!(common.waiters.load(Relaxed), 1);
+        // The last leave wakes the one still registered, once.
+        drop(guard);
+        assert_eq!(counter.0.load(Relaxed), 1);
+        assert!(common.idle.lock().wakers.is_empty());
+        assert!(second.as_mut().poll(&mut cx).is_ready());
+        assert_eq!(common.waiters.load(Relaxed), 0);
+        // A future that finds the supervisor idle registers nothing.
+        assert!(Box::pin(sup.wait_idle_async())
+            .as_mut()
+            .poll(&mut cx)
+            .is_ready());
+        assert_eq!(common.waiters.load(Relaxed), 0);
+        assert!(common.idle.lock().wakers.is_empty());
     }
 
     #[test]
