@@ -448,10 +448,72 @@ impl Supervisor {
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let guard = self.inner.enter(None, ChildKind::Task)?;
+        let mut guard = self.inner.enter(None, ChildKind::Task)?;
+        guard.task = true;
         let id = guard.id();
+        let (registry, slot, free) = (id.shard(), guard.slot as usize, guard.free);
         let handle = handle.spawn(supervised(guard, future));
+        self.inner.registry[registry].register_task(slot, free, handle.abort_handle());
         Ok(Task { id, handle })
+    }
+
+    /// Aborts every task started with [`spawn_task`](Self::spawn_task) or
+    /// [`spawn_task_on`](Self::spawn_task_on) that is still running, and
+    /// returns how many it aborted.
+    ///
+    /// Each is aborted as by [`Task::abort`]: its future is dropped at its
+    /// next yield point (or at once if it is not running), which releases
+    /// its unit (counted as completed), and awaiting its [`Task`] gives a
+    /// cancelled `JoinError`. Children that are not tasks (threads from
+    /// [`spawn`](Self::spawn), guards from [`reserve`](Self::reserve), even
+    /// guards moved into tokio tasks) are not touched. New tasks are still
+    /// admitted: call [`close`](Self::close) first to stop them, then
+    /// [`wait_idle_async`](Self::wait_idle_async) to see the aborted ones
+    /// gone. Every task whose `spawn_task` returned before this call began
+    /// is aborted; one spawned while it runs may or may not be, and one
+    /// spawned after it returns is not.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    /// # rt.block_on(async {
+    /// let sup = sidejob::Supervisor::new(8)?;
+    /// let guard = sup.reserve()?;
+    /// let tasks: Vec<_> = (0..3)
+    ///     .map(|_| sup.spawn_task(std::future::pending::<()>()))
+    ///     .collect::<Result<_, _>>()?;
+    /// sup.close();
+    /// assert_eq!(sup.abort_all(), 3);
+    /// for task in tasks {
+    ///     assert!(task.await.unwrap_err().is_cancelled());
+    /// }
+    /// assert_eq!(sup.count(), 1, "the reserved guard is not a task");
+    /// drop(guard);
+    /// sup.wait_idle_async().await;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub fn abort_all(&self) -> usize {
+        let mut aborted = 0;
+        for registry in self.inner.registry.iter() {
+            registry.for_each_child(|slot, word| {
+                if kind_of(word) != ChildKind::Task {
+                    return;
+                }
+                // Taken out, and the lock let go, before aborting: the exit
+                // of an aborted task then finds the cell empty.
+                let handle = registry.tasks[slot].lock().take();
+                if let Some(handle) = handle {
+                    handle.abort();
+                    aborted += 1;
+                }
+            });
+        }
+        aborted
     }
 
     /// The ids of the live children, each exactly once, in no set order.
@@ -964,6 +1026,11 @@ struct RegistryShard {
     lines: Box<[Line]>,
     /// The table shard's limit: how many slots there are.
     limit: usize,
+    /// Slot `i`'s task, while a task from `spawn_task` holds the slot: what
+    /// `abort_all` aborts. A lock per slot, only ever contended by
+    /// `abort_all`; see `register_task` for why not one shared signal.
+    #[cfg(feature = "tokio")]
+    tasks: Box<[Mutex<Option<tokio::task::AbortHandle>>]>,
     index: usize,
     common: Arc<Common>,
 }
@@ -980,7 +1047,50 @@ impl RegistryShard {
             limit,
             index,
             common,
+            #[cfg(feature = "tokio")]
+            tasks: (0..limit).map(|_| Mutex::new(None)).collect(),
         }
+    }
+
+    /// Records the abort handle of the task `spawn_task_on` just started in
+    /// slot `slot` (claimed with the free word `free`), unless the task has
+    /// already ended.
+    ///
+    /// Why a cell per slot: `abort_all` must reach tasks that are pending
+    /// forever, so it needs either their wakers or their abort handles. A
+    /// shared cancellation signal polled by the `supervised` wrapper would
+    /// still need every task to register its waker somewhere `abort_all`
+    /// can find (tokio's `Notify` is one lock for all tasks), and would end
+    /// them with `Ok`, not with the cancelled `JoinError` of
+    /// [`Task::abort`]. The slot the task already holds gives it a cell of
+    /// its own: no allocation, and a lock nobody else takes except
+    /// `abort_all`. It costs the spawn one uncontended lock and the task's
+    /// exit another (`leave_task`); threads and reserved guards pay
+    /// nothing.
+    #[cfg(feature = "tokio")]
+    fn register_task(&self, slot: usize, free: u64, handle: tokio::task::AbortHandle) {
+        let mut cell = self.tasks[slot].lock();
+        // Relaxed: `leave_task` frees the slot under this same lock, so the
+        // lock orders its store before this load if that exit came first.
+        let word = self.slot(slot).load(Relaxed);
+        // Still this occupancy (the generation moves at every exit): else
+        // the task has ended and its handle would only be kept alive here.
+        if word & OCCUPIED != 0 && generation_of(word) == generation_of(free) {
+            *cell = Some(handle);
+        }
+    }
+
+    /// [`leave`](Self::leave) for a task's guard: empties the slot's task
+    /// cell and frees the slot under its lock, so `register_task` either
+    /// ran first (its handle is taken here) or sees the slot freed.
+    #[cfg(feature = "tokio")]
+    fn leave_task(&self, slot: usize, free: u64, panicked: bool) {
+        let mut cell = self.tasks[slot].lock();
+        let handle = cell.take();
+        self.leave(slot, free, panicked);
+        drop(cell);
+        // Outside the lock: the last reference to a task frees it.
+        drop(handle);
     }
 
     #[inline]
@@ -1127,6 +1237,8 @@ impl Inner {
             free,
             slot: slot as u32,
             panicked: false,
+            #[cfg(feature = "tokio")]
+            task: false,
         })
     }
 }
@@ -1182,7 +1294,8 @@ impl SupervisorBuilder {
     /// How many children may be alive at once. Required; at least 1 and
     /// at most 2^24. The registry allocates an 8-byte slot per unit when
     /// the supervisor is built (80 KB for 10,000 children), so admission
-    /// never allocates.
+    /// never allocates; with the `tokio` feature, also a 16-byte cell per
+    /// unit for the abort handle of a task (see `Supervisor::abort_all`).
     pub fn capacity(&mut self, capacity: usize) -> &mut Self {
         self.capacity = Some(capacity);
         self
@@ -1395,6 +1508,11 @@ pub struct ChildGuard {
     /// Set when the child is known to have panicked though the guard is not
     /// dropped by unwinding (a spawned thread or task catches the panic).
     panicked: bool,
+    /// Set for the guard of a `spawn_task` task, whose exit also empties the
+    /// slot's task cell. A byte of the guard itself: the drop of other
+    /// guards reads nothing more.
+    #[cfg(feature = "tokio")]
+    task: bool,
 }
 
 impl ChildGuard {
@@ -1409,6 +1527,12 @@ impl Drop for ChildGuard {
     #[inline]
     fn drop(&mut self) {
         let panicked = self.panicked || os_thread::panicking();
+        #[cfg(feature = "tokio")]
+        if self.task {
+            return self
+                .shard
+                .leave_task(self.slot as usize, self.free, panicked);
+        }
         self.shard.leave(self.slot as usize, self.free, panicked);
     }
 }

@@ -299,3 +299,161 @@ fn a_forgotten_owned_permit_on_another_thread_is_counted_once() {
     assert_eq!(stats.shards[shard].usage, 1);
     assert_eq!(stats.completed, 0);
 }
+
+// ---- item 4: abort_all ----
+
+#[cfg(feature = "tokio")]
+mod abort_all {
+    use super::*;
+
+    #[test]
+    fn tasks_pending_forever_are_all_aborted_and_guards_are_not() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        let sup = Supervisor::builder()
+            .capacity(64)
+            .shards(4)
+            .build()
+            .unwrap();
+        let guards: Vec<_> = (0..3).map(|_| sup.reserve().unwrap()).collect();
+        let guard_ids: Vec<_> = guards.iter().map(|g| g.id()).collect();
+        // A reserved guard inside a tokio task is not a `spawn_task` task.
+        let (in_task_tx, in_task_rx) = tokio::sync::oneshot::channel::<()>();
+        let in_task_guard = sup.reserve().unwrap();
+        let guarded = rt.spawn(async move {
+            let _guard = in_task_guard;
+            in_task_rx.await.unwrap();
+        });
+        let tasks: Vec<_> = (0..40)
+            .map(|_| {
+                sup.spawn_task_on(rt.handle(), std::future::pending::<()>())
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(sup.count(), 44);
+
+        assert_eq!(sup.abort_all(), 40);
+        for task in tasks {
+            let err = rt.block_on(task).unwrap_err();
+            assert!(err.is_cancelled(), "{err}");
+        }
+        // Every aborted task's unit is back; the four guards are untouched.
+        assert_eq!(sup.count(), 4);
+        let mut live = sup.which_children();
+        live.sort();
+        let mut expected = guard_ids.clone();
+        expected.sort();
+        assert!(expected.iter().all(|id| live.contains(id)));
+        assert_eq!(live.len(), 4);
+        let stats = sup.stats();
+        assert_eq!((stats.completed, stats.panicked), (40, 0));
+
+        // Nothing is left to abort.
+        assert_eq!(sup.abort_all(), 0);
+        in_task_tx.send(()).unwrap();
+        rt.block_on(guarded).unwrap();
+        drop(guards);
+        rt.block_on(sup.wait_idle_async());
+        assert_eq!(sup.count(), 0);
+    }
+
+    #[test]
+    fn tasks_spawned_after_abort_all_run_normally() {
+        let rt = current_thread_runtime();
+        let sup = Supervisor::new(4).unwrap();
+        let first = sup
+            .spawn_task_on(rt.handle(), std::future::pending::<u32>())
+            .unwrap();
+        assert_eq!(sup.abort_all(), 1);
+        let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        let second = sup
+            .spawn_task_on(rt.handle(), async move { rx.await.unwrap() + 1 })
+            .unwrap();
+        assert!(rt.block_on(first).unwrap_err().is_cancelled());
+        tx.send(41).unwrap();
+        assert_eq!(rt.block_on(second).unwrap(), 42);
+        assert_eq!(sup.count(), 0);
+    }
+
+    #[test]
+    fn finished_tasks_are_not_counted_and_slots_are_reused_cleanly() {
+        let rt = current_thread_runtime();
+        // One shard, two slots: finished tasks' slots are reused by new
+        // tasks, and abort_all aborts exactly the running ones.
+        let sup = Supervisor::builder().capacity(2).shards(1).build().unwrap();
+        for round in 0..5u32 {
+            let done = sup
+                .spawn_task_on(rt.handle(), async move { round })
+                .unwrap();
+            assert_eq!(rt.block_on(done).unwrap(), round);
+        }
+        let pending = sup
+            .spawn_task_on(rt.handle(), std::future::pending::<()>())
+            .unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let finishing = sup
+            .spawn_task_on(rt.handle(), async move { rx.await.unwrap() })
+            .unwrap();
+        tx.send(()).unwrap();
+        rt.block_on(finishing).unwrap();
+        assert_eq!(sup.abort_all(), 1);
+        assert!(rt.block_on(pending).unwrap_err().is_cancelled());
+        assert_eq!(sup.count(), 0);
+    }
+
+    #[test]
+    fn abort_all_and_close_stop_a_busy_supervisor() {
+        // A task that keeps spawning tasks: close stops new ones, abort_all
+        // ends the running ones, wait_idle_async sees the end.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+            .unwrap();
+        let sup = Supervisor::builder()
+            .capacity(16)
+            .shards(2)
+            .build()
+            .unwrap();
+        let (started_tx, started_rx) = mpsc::channel::<()>();
+        let spawner = {
+            let sup = sup.clone();
+            rt.spawn(async move {
+                let mut spawned = 0u32;
+                loop {
+                    match sup.spawn_task(std::future::pending::<()>()) {
+                        Ok(_detached) => spawned += 1,
+                        Err(Error::Overload) => tokio::task::yield_now().await,
+                        Err(Error::Shutdown) => return spawned,
+                        Err(other) => panic!("{other}"),
+                    }
+                    if spawned == 16 {
+                        let _ = started_tx.send(());
+                    }
+                }
+            })
+        };
+        started_rx.recv().unwrap();
+        sup.close();
+        let spawned = rt.block_on(spawner).unwrap();
+        assert_eq!(spawned, 16, "no room for more, then shut down");
+        assert_eq!(sup.abort_all(), 16);
+        rt.block_on(sup.wait_idle_async());
+        assert_eq!(sup.count(), 0);
+        assert_eq!(sup.stats().completed, 16);
+    }
+
+    #[test]
+    fn abort_all_without_tasks_leaves_threads_alone() {
+        let sup = Supervisor::new(2).unwrap();
+        let (tx, rx) = mpsc::channel::<()>();
+        let child = sup.spawn(move || rx.recv().unwrap()).unwrap();
+        assert_eq!(sup.abort_all(), 0);
+        assert_eq!(sup.count(), 1);
+        tx.send(()).unwrap();
+        child.join().unwrap();
+        assert_eq!(sup.count(), 0);
+    }
+}
