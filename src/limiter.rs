@@ -21,6 +21,22 @@ use crate::table::Table;
 /// the shard limits add up to `capacity`, and a permit is refused only when
 /// every shard is at its limit.
 ///
+/// # Where the permit goes
+///
+/// A `Limiter` bounds only the code that runs while a permit is held. Take
+/// the permit first thing in the handler, before any work (parsing,
+/// reading the body, a database call): work done before `try_acquire` is
+/// never limited, and work that blocks an async runtime's threads before
+/// it reaches `try_acquire` keeps the other requests from reaching it too.
+/// A CPU-bound handler on an async runtime is already bounded by the
+/// runtime's worker threads, whatever the limit (an axum handler spinning
+/// the CPU never had more than 2 permits out against a limit of 32, on a
+/// runtime with 2 threads): the limit only means something for work that
+/// awaits. Run CPU-bound work on `tokio::task::spawn_blocking` or a thread
+/// [`Pool`](crate::Pool), with the permit moved into it
+/// ([`try_acquire_owned`](Self::try_acquire_owned)), so the permit covers
+/// the work and the runtime's threads stay free to answer `Overload`.
+///
 /// # Memory ordering
 ///
 /// Dropping a permit *synchronizes with* a later `try_acquire` that is

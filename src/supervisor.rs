@@ -129,7 +129,7 @@ use crate::table::Table;
 /// Erlang's `sidejob_supervisor`, for threads and tasks.
 ///
 /// At most `capacity` children are alive at once. [`spawn`](Self::spawn)
-/// starts an OS thread, [`spawn_task`](Self::spawn_task) (feature `tokio`) a
+/// starts an OS thread, [`spawn_task`][spawn_task] (feature `tokio`) a
 /// tokio task, and [`reserve`](Self::reserve) hands out a [`ChildGuard`] for
 /// a child you start yourself (a rayon job, a task on another executor);
 /// dropping the guard is that child's exit. When every unit is taken, the
@@ -212,6 +212,10 @@ use crate::table::Table;
 /// assert_eq!(sup.stats().completed, 1);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+// Without the `tokio` feature `spawn_task` does not exist: link to the
+// crate's feature list instead of leaving a broken link.
+#[cfg_attr(feature = "tokio", doc = "\n[spawn_task]: Self::spawn_task")]
+#[cfg_attr(not(feature = "tokio"), doc = "\n[spawn_task]: crate#feature-flags")]
 #[derive(Clone)]
 pub struct Supervisor {
     inner: Arc<Inner>,
