@@ -45,7 +45,9 @@ pub enum Error {
     /// its unit is released when it does.
     Timeout,
     /// The pool was shut down (or its last handle dropped) before the request
-    /// was admitted, or the reply can no longer come.
+    /// was admitted, or the reply can no longer come; or the
+    /// [`Limiter`](crate::Limiter::close) or
+    /// [`Supervisor`](crate::Supervisor::close) was closed.
     Shutdown,
     /// The worker panicked while handling this request. The worker was
     /// rebuilt and keeps serving; the request's unit was released.

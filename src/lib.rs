@@ -128,8 +128,20 @@
 //!
 //! # Feature flags
 //!
-//! * `tokio`: [`Supervisor::spawn_task`] and `spawn_task_on`, bounded tokio
-//!   tasks.
+// Without the `tokio` feature `spawn_task` does not exist and a link to it
+// would be broken (the front page showed a literal `[Supervisor::spawn_task]`),
+// so the line is written twice: linked with the feature, plain without.
+#![cfg_attr(
+    feature = "tokio",
+    doc = "* `tokio`: [`Supervisor::spawn_task`] and [`spawn_task_on`](Supervisor::spawn_task_on),"
+)]
+#![cfg_attr(
+    not(feature = "tokio"),
+    doc = "* `tokio`: `Supervisor::spawn_task` and `spawn_task_on`,"
+)]
+//!   bounded tokio tasks, and `Supervisor::abort_all` to abort them.
+//!   ([`Supervisor::wait_idle_async`] needs no feature: it runs on any
+//!   executor.)
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

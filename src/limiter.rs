@@ -21,6 +21,22 @@ use crate::table::Table;
 /// the shard limits add up to `capacity`, and a permit is refused only when
 /// every shard is at its limit.
 ///
+/// # Where the permit goes
+///
+/// A `Limiter` bounds only the code that runs while a permit is held. Take
+/// the permit first thing in the handler, before any work (parsing,
+/// reading the body, a database call): work done before `try_acquire` is
+/// never limited, and work that blocks an async runtime's threads before
+/// it reaches `try_acquire` keeps the other requests from reaching it too.
+/// A CPU-bound handler on an async runtime is already bounded by the
+/// runtime's worker threads, whatever the limit (an axum handler spinning
+/// the CPU never had more than 2 permits out against a limit of 32, on a
+/// runtime with 2 threads): the limit only means something for work that
+/// awaits. Run CPU-bound work on `tokio::task::spawn_blocking` or a thread
+/// [`Pool`](crate::Pool), with the permit moved into it
+/// ([`try_acquire_owned`](Self::try_acquire_owned)), so the permit covers
+/// the work and the runtime's threads stay free to answer `Overload`.
+///
 /// # Memory ordering
 ///
 /// Dropping a permit *synchronizes with* a later `try_acquire` that is
@@ -94,8 +110,9 @@ impl Limiter {
     ///
     /// # Errors
     ///
-    /// [`Error::Overload`] when every shard is at its limit; the refusal is
-    /// counted in [`Stats::rejected`].
+    /// * [`Error::Overload`] when every shard is at its limit; the refusal
+    ///   is counted in [`Stats::rejected`].
+    /// * [`Error::Shutdown`] once [`close`](Self::close) has been called.
     ///
     /// # Examples
     ///
@@ -123,7 +140,8 @@ impl Limiter {
     ///
     /// # Errors
     ///
-    /// [`Error::Overload`] when every shard is at its limit.
+    /// * [`Error::Overload`] when every shard is at its limit.
+    /// * [`Error::Shutdown`] once [`close`](Self::close) has been called.
     ///
     /// # Examples
     ///
@@ -147,6 +165,39 @@ impl Limiter {
             limiter: Arc::clone(self),
             shard,
         })
+    }
+
+    /// Refuses every later permit with [`Error::Shutdown`]; the permits out
+    /// now stay valid and are given back as usual.
+    ///
+    /// Like tokio's `Semaphore::close`, but the permits already taken are
+    /// not affected: [`usage`](Self::usage) falls to 0 as they drop. A
+    /// refusal after `close` is not an overload: it is not counted in
+    /// [`Stats::rejected`]. Closing twice is harmless; there is no reopening.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{Error, Limiter};
+    ///
+    /// let limiter = Limiter::new(4)?;
+    /// let held = limiter.try_acquire()?;
+    /// limiter.close();
+    /// assert!(limiter.is_closed());
+    /// assert_eq!(limiter.try_acquire().unwrap_err(), Error::Shutdown);
+    /// assert_eq!(limiter.usage(), 1);
+    /// drop(held);
+    /// assert_eq!(limiter.usage(), 0);
+    /// assert_eq!(limiter.stats().rejected, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn close(&self) {
+        self.table.close();
+    }
+
+    /// True once [`close`](Self::close) has been called.
+    pub fn is_closed(&self) -> bool {
+        self.table.is_closed()
     }
 
     /// Permits out now.
@@ -183,6 +234,7 @@ impl fmt::Debug for Limiter {
             .field("capacity", &self.capacity())
             .field("shards", &self.shards())
             .field("usage", &self.usage())
+            .field("closed", &self.is_closed())
             .finish()
     }
 }
@@ -260,6 +312,37 @@ impl Permit<'_> {
     pub fn shard(&self) -> usize {
         self.shard
     }
+
+    /// Gives the unit up for good: it is never given back, so the limiter's
+    /// capacity shrinks by one for the rest of its life.
+    ///
+    /// tokio's `SemaphorePermit::forget`. The unit stays counted in
+    /// [`Limiter::usage`] (and [`Stats::usage`]), and the limiter counts it
+    /// in [`Stats::forgotten`]; it does not count as completed. Use it to
+    /// lower a limit at run time, or for a unit whose work outlives any
+    /// scope you can hold a permit in.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{Error, Limiter};
+    ///
+    /// let limiter = Limiter::new(2)?;
+    /// limiter.try_acquire()?.forget();
+    /// assert_eq!(limiter.usage(), 1, "the forgotten unit stays taken");
+    /// let last = limiter.try_acquire()?;
+    /// assert_eq!(limiter.try_acquire().unwrap_err(), Error::Overload);
+    /// drop(last);
+    /// let stats = limiter.stats();
+    /// assert_eq!((stats.forgotten, stats.completed, stats.usage), (1, 1, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn forget(self) {
+        // `ManuallyDrop` skips the release in `Drop`; the permit owns nothing
+        // else (a shared reference and a number), so nothing leaks.
+        let permit = std::mem::ManuallyDrop::new(self);
+        permit.limiter.table.forget(permit.shard);
+    }
 }
 
 impl Drop for Permit<'_> {
@@ -294,16 +377,51 @@ impl OwnedPermit {
         self.shard
     }
 
+    /// Gives the unit up for good: it is never given back, so the limiter's
+    /// capacity shrinks by one for the rest of its life.
+    ///
+    /// As [`Permit::forget`]: the unit stays counted in
+    /// [`Limiter::usage`] and is counted in [`Stats::forgotten`]. The
+    /// permit's `Arc` of the limiter is dropped as usual.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use sidejob::{Error, Limiter};
+    ///
+    /// let limiter = Arc::new(Limiter::new(1)?);
+    /// limiter.try_acquire_owned()?.forget();
+    /// assert_eq!(limiter.try_acquire_owned().unwrap_err(), Error::Overload);
+    /// assert_eq!(limiter.stats().forgotten, 1);
+    /// assert_eq!(Arc::strong_count(&limiter), 1, "the permit's Arc was dropped");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn forget(mut self) {
+        self.limiter.table.forget(self.shard);
+        // Not `ManuallyDrop`: the `Arc` must still be dropped, and moving it
+        // out of a `ManuallyDrop` takes `unsafe`. The sentinel makes `Drop`
+        // skip the release and drop the `Arc` as usual.
+        self.shard = FORGOTTEN;
+    }
+
     /// The limiter this permit belongs to.
     pub fn limiter(&self) -> &Arc<Limiter> {
         &self.limiter
     }
 }
 
+/// `OwnedPermit::shard` after `forget`: above any shard index (shard counts
+/// are capped at 2^16).
+const FORGOTTEN: usize = usize::MAX;
+
 impl Drop for OwnedPermit {
     #[inline]
     fn drop(&mut self) {
-        self.limiter.release(self.shard);
+        // One compare of a value the release loads anyway.
+        if self.shard != FORGOTTEN {
+            self.limiter.release(self.shard);
+        }
     }
 }
 

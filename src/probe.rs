@@ -9,9 +9,12 @@
 //!   the live threads are spread evenly over the shards. Reading it is one
 //!   thread-local load.
 //! * [`Probe::Cpu`]: the CPU the thread runs on right now (`sched_getcpu`,
-//!   answered by glibc from the kernel's rseq area). It follows migrations,
-//!   and two threads on different cores never share a start shard, but it
-//!   costs a call into libc on every admission.
+//!   answered by glibc from the kernel's rseq area), modulo the shard
+//!   count. It follows migrations, and with at least as many shards as
+//!   CPUs (the default: one shard per CPU) two threads on different cores
+//!   never share a start shard; with fewer shards, CPU `c` starts at shard
+//!   `c mod shards`, so cores whose numbers differ by a multiple of the
+//!   shard count share one. It costs a call into libc on every admission.
 //!
 //! `benches/admission.rs` measures both; the README gives the numbers behind
 //! the default.
@@ -19,8 +22,11 @@
 //! The thread index has a second job: it names the one thread allowed to
 //! write a per-thread counter slot (`stats::RejectCounter`), so counting a
 //! rejection needs no locked instruction. That is why indices are unique
-//! among live threads and recycled through a lock-protected free list: the
+//! among live threads and recycled through a lock-protected min-heap: the
 //! lock hands a slot's last value from the exiting owner to the next one.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use crate::sync::{const_thread_local, current_cpu, Mutex};
 
@@ -46,8 +52,10 @@ pub enum Probe {
     /// Start at the calling thread's index (one thread-local read).
     #[default]
     Thread,
-    /// Start at the CPU the calling thread runs on (Linux `sched_getcpu`;
-    /// elsewhere this falls back to the thread index).
+    /// Start at the CPU the calling thread runs on, modulo the shard count
+    /// (Linux `sched_getcpu`; elsewhere this falls back to the thread
+    /// index). Threads on different cores start on different shards only
+    /// when there are at least as many shards as CPUs.
     Cpu,
 }
 
@@ -133,8 +141,12 @@ struct Registry {
 
 #[derive(Default)]
 struct RegistryState {
+    /// The lowest index never handed out.
     next: usize,
-    free: Vec<usize>,
+    /// Indices given back, lowest on top: `take` and `give_back` are
+    /// O(log n) under the lock, where a scan of a plain list was O(n) (and
+    /// held the lock through it) with many threads exited.
+    free: BinaryHeap<Reverse<usize>>,
 }
 
 impl Registry {
@@ -142,8 +154,8 @@ impl Registry {
         let mut state = self.state.lock();
         // Lowest free first keeps indices dense, so per-thread slots stay
         // few and live threads spread evenly over the shards.
-        if let Some(pos) = (0..state.free.len()).min_by_key(|&i| state.free[i]) {
-            return state.free.swap_remove(pos);
+        if let Some(Reverse(index)) = state.free.pop() {
+            return index;
         }
         let index = state.next;
         state.next += 1;
@@ -154,7 +166,7 @@ impl Registry {
     // under loom (see `assign_index`).
     #[cfg(not(loom))]
     fn give_back(&self, index: usize) {
-        self.state.lock().free.push(index);
+        self.state.lock().free.push(Reverse(index));
     }
 }
 
@@ -205,6 +217,68 @@ mod tests {
         indices.sort_unstable();
         indices.dedup();
         assert_eq!(indices.len(), 4);
+    }
+
+    /// Issue 7, item 7: indices given back by exiting threads are handed
+    /// out again lowest first, whatever order the threads exited in. The
+    /// threads use a registry of their own (the process-wide one is shared
+    /// with every other test), taking on start and giving back on exit as
+    /// `IndexGuard` does; channels fix the order of both.
+    #[test]
+    fn indices_come_back_lowest_first_after_threads_exit() {
+        use std::sync::{mpsc, Arc};
+
+        struct Holder(Arc<Registry>, usize);
+        impl Drop for Holder {
+            fn drop(&mut self) {
+                self.0.give_back(self.1);
+            }
+        }
+
+        let registry = Arc::new(Registry {
+            state: Mutex::new(RegistryState::default()),
+        });
+        // Five threads take indices 0..5 in turn and hold them until told
+        // to exit.
+        let mut exits = Vec::new();
+        let mut threads = Vec::new();
+        for expected in 0..5 {
+            let (taken_tx, taken_rx) = mpsc::channel();
+            let (exit_tx, exit_rx) = mpsc::channel::<()>();
+            let registry = Arc::clone(&registry);
+            threads.push(std::thread::spawn(move || {
+                let holder = Holder(Arc::clone(&registry), registry.take());
+                taken_tx.send(holder.1).unwrap();
+                exit_rx.recv().unwrap();
+            }));
+            assert_eq!(taken_rx.recv().unwrap(), expected);
+            exits.push(exit_tx);
+        }
+        // Threads 3, 0 and 2 exit, in that order; each is joined before the
+        // next is told to go.
+        for index in [3, 0, 2] {
+            exits[index].send(()).unwrap();
+        }
+        let mut threads: Vec<Option<_>> = threads.into_iter().map(Some).collect();
+        for index in [3, 0, 2] {
+            threads[index].take().unwrap().join().unwrap();
+        }
+        // New threads get 0, 2, 3 (lowest first), then a fresh 5.
+        let taken: Vec<usize> = (0..4)
+            .map(|_| {
+                let registry = Arc::clone(&registry);
+                // Each keeps its index: no Holder, nothing given back.
+                std::thread::spawn(move || registry.take()).join().unwrap()
+            })
+            .collect();
+        assert_eq!(taken, [0, 2, 3, 5]);
+        for index in [1, 4] {
+            exits[index].send(()).unwrap();
+            threads[index].take().unwrap().join().unwrap();
+        }
+        assert_eq!(registry.take(), 1);
+        assert_eq!(registry.take(), 4);
+        assert_eq!(registry.take(), 6);
     }
 
     #[test]

@@ -40,8 +40,8 @@
 //! * **Leave**: store the next generation's free word (Release), point the
 //!   hint at the slot, give the unit back to the table, then read the waiter
 //!   count and, only if someone waits in
-//!   [`wait_idle`](Supervisor::wait_idle) and the shard is now empty, lock
-//!   and notify.
+//!   [`wait_idle`](Supervisor::wait_idle) and the shard is now empty, lock,
+//!   bump the idle epoch, unlock and notify.
 //!
 //! **Bound.** A slot is held from after its unit is taken to before it is
 //! given back, so at every instant the occupied slots of a shard are at most
@@ -69,14 +69,49 @@
 //! reads the release and sees the shard as the leaver left it. If the
 //! leaver's comes later, it synchronizes with the waiter's, so the waiter
 //! count the waiter bumped before its check is visible to the leaver's
-//! plain load, and the leaver wakes it. The waiter holds the idle lock from
-//! its bump until it sleeps on the condition variable, and the leaver takes
-//! that lock to notify, so the wake-up cannot fall between the check and
-//! the sleep. The drop path pays one extra plain load of a line only
-//! waiters write.
+//! plain load, and the leaver wakes it. The drop path pays one extra plain
+//! load of a line only waiters write.
+//!
+//! **No scan under the lock.** The scan reads every shard (65,536 RMWs at
+//! the largest shard count), so it runs *outside* the idle lock: a leaver
+//! that must wake someone takes the lock only to bump the idle *epoch* (a
+//! counter under the lock) and to take the registered async wakers, and
+//! never waits behind a scan. The waiter, after bumping the waiter count:
+//!
+//! 1. reads the epoch under the lock (a short hold), as `seen`;
+//! 2. scans the shards, lock released; idle means done;
+//! 3. locks again and, only while the epoch is still `seen`, sleeps on the
+//!    condition variable ([`wait_idle`](Supervisor::wait_idle)) or
+//!    registers its task's waker and returns `Pending`
+//!    ([`wait_idle_async`](Supervisor::wait_idle_async)); otherwise goes
+//!    back to 1.
+//!
+//! A leaver that wakes bumps the epoch, takes every registered waker, lets
+//! go of the lock, then notifies the condition variable and wakes the
+//! wakers. A future polled again while the epoch is still the one it
+//! registered under has not been woken yet and stays `Pending` without a
+//! scan; a dropped future takes its waker out of the list and its count
+//! out of the waiter count, so nothing stays registered.
+//!
+//! Why no wake-up is lost: take the leaver whose RMW on some shard's
+//! `given` the waiter's scan missed (it came later in `given`'s order than
+//! the waiter's RMW). That leaver sees the waiter count and, finding its
+//! shard empty, bumps the epoch under the lock. Its lock hold comes after
+//! the waiter's step 1 hold: were it earlier, the leaver's RMW would
+//! happen-before the waiter's step 1, hence before the waiter's RMW, and
+//! would come first in `given`'s order. So the bump lands after step 1,
+//! and either before step 3 (the waiter sees a new epoch and scans again)
+//! or after the waiter went to sleep or registered under the lock in
+//! step 3 (the bump's notify, or the wake of the waker it takes, reaches
+//! it). A leaver that finds its shard
+//! not empty leaves the waking to the child that holds the shard now; that
+//! child's own leave is, again, either seen by the scan or wakes.
 
 use std::fmt;
+use std::future::Future;
 use std::panic::{self, AssertUnwindSafe};
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
@@ -94,7 +129,7 @@ use crate::table::Table;
 /// Erlang's `sidejob_supervisor`, for threads and tasks.
 ///
 /// At most `capacity` children are alive at once. [`spawn`](Self::spawn)
-/// starts an OS thread, [`spawn_task`](Self::spawn_task) (feature `tokio`) a
+/// starts an OS thread, [`spawn_task`][spawn_task] (feature `tokio`) a
 /// tokio task, and [`reserve`](Self::reserve) hands out a [`ChildGuard`] for
 /// a child you start yourself (a rayon job, a task on another executor);
 /// dropping the guard is that child's exit. When every unit is taken, the
@@ -177,6 +212,10 @@ use crate::table::Table;
 /// assert_eq!(sup.stats().completed, 1);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+// Without the `tokio` feature `spawn_task` does not exist: link to the
+// crate's feature list instead of leaving a broken link.
+#[cfg_attr(feature = "tokio", doc = "\n[spawn_task]: Self::spawn_task")]
+#[cfg_attr(not(feature = "tokio"), doc = "\n[spawn_task]: crate#feature-flags")]
 #[derive(Clone)]
 pub struct Supervisor {
     inner: Arc<Inner>,
@@ -233,6 +272,8 @@ impl Supervisor {
     ///
     /// * [`Error::Overload`] when `capacity` children are alive; counted in
     ///   [`Stats::rejected`]. `f` is dropped without running.
+    /// * [`Error::Shutdown`] once [`close`](Self::close) has been called;
+    ///   `f` is dropped without running.
     /// * [`Error::Spawn`] when the OS refuses to start the thread (too many
     ///   threads, no memory for the stack). The unit was released: the
     ///   refusal is not an `Overload`.
@@ -293,8 +334,9 @@ impl Supervisor {
     ///
     /// # Errors
     ///
-    /// [`Error::Overload`] when `capacity` children are alive; counted in
-    /// [`Stats::rejected`].
+    /// * [`Error::Overload`] when `capacity` children are alive; counted in
+    ///   [`Stats::rejected`].
+    /// * [`Error::Shutdown`] once [`close`](Self::close) has been called.
     ///
     /// # Examples
     ///
@@ -336,6 +378,8 @@ impl Supervisor {
     ///
     /// * [`Error::Overload`] when `capacity` children are alive; counted in
     ///   [`Stats::rejected`]. `future` is dropped without being polled.
+    /// * [`Error::Shutdown`] once [`close`](Self::close) has been called;
+    ///   `future` is dropped without being polled.
     /// * [`Error::Spawn`] with [`io::ErrorKind::NotFound`](std::io::ErrorKind::NotFound)
     ///   when called outside a tokio runtime (where `tokio::spawn` would
     ///   panic); nothing was admitted. Use
@@ -380,8 +424,9 @@ impl Supervisor {
     ///
     /// # Errors
     ///
-    /// [`Error::Overload`] when `capacity` children are alive; counted in
-    /// [`Stats::rejected`].
+    /// * [`Error::Overload`] when `capacity` children are alive; counted in
+    ///   [`Stats::rejected`].
+    /// * [`Error::Shutdown`] once [`close`](Self::close) has been called.
     ///
     /// # Examples
     ///
@@ -407,10 +452,72 @@ impl Supervisor {
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let guard = self.inner.enter(None, ChildKind::Task)?;
+        let mut guard = self.inner.enter(None, ChildKind::Task)?;
+        guard.task = true;
         let id = guard.id();
+        let (registry, slot, free) = (id.shard(), guard.slot as usize, guard.free);
         let handle = handle.spawn(supervised(guard, future));
+        self.inner.registry[registry].register_task(slot, free, handle.abort_handle());
         Ok(Task { id, handle })
+    }
+
+    /// Aborts every task started with [`spawn_task`](Self::spawn_task) or
+    /// [`spawn_task_on`](Self::spawn_task_on) that is still running, and
+    /// returns how many it aborted.
+    ///
+    /// Each is aborted as by [`Task::abort`]: its future is dropped at its
+    /// next yield point (or at once if it is not running), which releases
+    /// its unit (counted as completed), and awaiting its [`Task`] gives a
+    /// cancelled `JoinError`. Children that are not tasks (threads from
+    /// [`spawn`](Self::spawn), guards from [`reserve`](Self::reserve), even
+    /// guards moved into tokio tasks) are not touched. New tasks are still
+    /// admitted: call [`close`](Self::close) first to stop them, then
+    /// [`wait_idle_async`](Self::wait_idle_async) to see the aborted ones
+    /// gone. Every task whose `spawn_task` returned before this call began
+    /// is aborted; one spawned while it runs may or may not be, and one
+    /// spawned after it returns is not.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    /// # rt.block_on(async {
+    /// let sup = sidejob::Supervisor::new(8)?;
+    /// let guard = sup.reserve()?;
+    /// let tasks: Vec<_> = (0..3)
+    ///     .map(|_| sup.spawn_task(std::future::pending::<()>()))
+    ///     .collect::<Result<_, _>>()?;
+    /// sup.close();
+    /// assert_eq!(sup.abort_all(), 3);
+    /// for task in tasks {
+    ///     assert!(task.await.unwrap_err().is_cancelled());
+    /// }
+    /// assert_eq!(sup.count(), 1, "the reserved guard is not a task");
+    /// drop(guard);
+    /// sup.wait_idle_async().await;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub fn abort_all(&self) -> usize {
+        let mut aborted = 0;
+        for registry in self.inner.registry.iter() {
+            registry.for_each_child(|slot, word| {
+                if kind_of(word) != ChildKind::Task {
+                    return;
+                }
+                // Taken out, and the lock let go, before aborting: the exit
+                // of an aborted task then finds the cell empty.
+                let handle = registry.tasks[slot].lock().take();
+                if let Some(handle) = handle {
+                    handle.abort();
+                    aborted += 1;
+                }
+            });
+        }
+        aborted
     }
 
     /// The ids of the live children, each exactly once, in no set order.
@@ -493,6 +600,47 @@ impl Supervisor {
         children
     }
 
+    /// Refuses every later child with [`Error::Shutdown`]; the children
+    /// alive now keep running and leave as usual.
+    ///
+    /// Like tokio-util's `TaskTracker::close`: close, then
+    /// [`wait_idle`](Self::wait_idle) (or
+    /// [`wait_idle_async`](Self::wait_idle_async)) waits for the last
+    /// child, and no new one can slip in after it. [`spawn`](Self::spawn),
+    /// [`reserve`](Self::reserve) and `spawn_task` all refuse; a refusal
+    /// after `close` is not an overload and is not counted in
+    /// [`Stats::rejected`]. Every handle sees it. Closing twice is harmless;
+    /// there is no reopening.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sidejob::{Error, Supervisor};
+    ///
+    /// let sup = Supervisor::new(4)?;
+    /// let (tx, rx) = std::sync::mpsc::channel::<()>();
+    /// let child = sup.spawn(move || rx.recv().unwrap())?;
+    /// sup.close();
+    /// assert!(sup.is_closed());
+    /// assert_eq!(sup.reserve().unwrap_err(), Error::Shutdown);
+    /// assert!(matches!(sup.spawn(|| ()), Err(Error::Shutdown)));
+    /// assert_eq!(sup.count(), 1, "the running child is not stopped");
+    ///
+    /// tx.send(()).unwrap();
+    /// assert!(sup.wait_idle(Duration::from_secs(60)));
+    /// child.join().unwrap();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn close(&self) {
+        self.inner.common.table.close();
+    }
+
+    /// True once [`close`](Self::close) has been called on any handle.
+    pub fn is_closed(&self) -> bool {
+        self.inner.common.table.is_closed()
+    }
+
     /// Children alive now: units of capacity held.
     ///
     /// Read shard by shard while children come and go, so it is off by at
@@ -537,7 +685,15 @@ impl Supervisor {
     /// shard wakes the waiters (if there are any: a drop with nobody waiting
     /// pays only a plain load), who re-check every shard. With
     /// `Duration::ZERO` this is a plain check. Children may be admitted
-    /// again right after it returns `true`.
+    /// again right after it returns `true`; call [`close`](Self::close)
+    /// first to wait for the last one. In async code, use
+    /// [`wait_idle_async`](Self::wait_idle_async): this call blocks the
+    /// thread.
+    ///
+    /// A child that calls `wait_idle` on its own supervisor waits for
+    /// itself: it counts as alive until it ends, so the call returns `false`
+    /// when `timeout` runs out (and never returns without one), whatever the
+    /// other children do.
     ///
     /// # Examples
     ///
@@ -559,29 +715,84 @@ impl Supervisor {
         if common.is_idle() {
             return true;
         }
+        if timeout.is_zero() {
+            return false;
+        }
         let deadline = now().checked_add(timeout);
-        let mut idle = common.idle.lock();
         // Relaxed: published to leavers by the AcqRel RMW on each shard's
-        // `given` that `is_idle` makes after it (module docs), not by this
-        // RMW. Made under the idle lock, which a leaver takes to notify.
+        // `given` that the scan in `is_idle` makes after it (module docs),
+        // not by this RMW.
         common.waiters.fetch_add(1, Relaxed);
         let result = loop {
+            // Step 1 of the module docs: the epoch before the scan.
+            let seen = common.idle.lock().epoch;
+            // Step 2: the scan, with the lock released.
             if common.is_idle() {
                 break true;
             }
-            // A timeout too large to represent: wait in long steps.
-            let step = deadline.unwrap_or_else(|| now() + Duration::from_secs(3600));
-            let timed_out;
-            (idle, timed_out) = common.idle_cv.wait_until(idle, step);
-            if timed_out && deadline.is_some_and(|d| now() >= d) {
+            // Step 3: sleep while no leaver has bumped the epoch since `seen`.
+            let mut idle = common.idle.lock();
+            let mut expired = false;
+            while idle.epoch == seen && !expired {
+                // A timeout too large to represent: wait in long steps.
+                let step = deadline.unwrap_or_else(|| now() + Duration::from_secs(3600));
+                let timed_out;
+                (idle, timed_out) = common.idle_cv.wait_until(idle, step);
+                expired = timed_out && deadline.is_some_and(|d| now() >= d);
+            }
+            drop(idle);
+            if expired {
                 break common.is_idle();
             }
         };
         // Relaxed: a leaver that still reads the old count only wakes
         // nobody, or wakes a waiter that re-checks.
         common.waiters.fetch_sub(1, Relaxed);
-        drop(idle);
         result
+    }
+    /// Resolves when no child is left: the async form of
+    /// [`wait_idle`](Self::wait_idle), for any executor.
+    ///
+    /// The future registers its task's waker with the supervisor; the child
+    /// whose exit empties a shard wakes it, as it wakes `wait_idle`, and it
+    /// re-checks every shard. It does not need the `tokio` feature: any
+    /// executor that polls it works. For a deadline, wrap it in your
+    /// runtime's timeout (`tokio::time::timeout`). Children may be admitted
+    /// again right after it resolves; call [`close`](Self::close) first to
+    /// wait for the last one.
+    ///
+    /// A child that awaits this on its own supervisor waits for itself: it
+    /// counts as alive until it ends, so the future never resolves (until
+    /// the timeout around it, if any).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future before it resolves removes its
+    /// waker from the supervisor and leaves nothing behind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::Supervisor;
+    ///
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    /// # rt.block_on(async {
+    /// let sup = Supervisor::new(4)?;
+    /// let guard = sup.reserve()?;
+    /// let job = std::thread::spawn(move || drop(guard));
+    /// sup.wait_idle_async().await;
+    /// assert_eq!(sup.count(), 0);
+    /// # job.join().unwrap();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn wait_idle_async(&self) -> impl Future<Output = ()> + Send + '_ {
+        WaitIdle {
+            common: &self.inner.common,
+            counted: false,
+            registered: None,
+        }
     }
 }
 
@@ -592,27 +803,151 @@ struct Common {
     /// after its release; on a line of its own, written only by waiters, so
     /// the read is a hit in a shared line.
     waiters: CachePadded<AtomicUsize>,
-    /// `wait_idle` sleeps here; leavers lock it to notify.
-    idle: Mutex<()>,
+    /// The idle epoch (module docs). Held only for a few instructions: the
+    /// scan of the shards never runs under it.
+    idle: Mutex<Idle>,
+    /// `wait_idle` sleeps here until the epoch moves.
     idle_cv: Condvar,
+}
+
+/// What the idle lock guards.
+#[derive(Debug, Default)]
+struct Idle {
+    /// Bumped by every leaver that empties its shard while someone waits.
+    /// Wraps; a waiter only compares it for equality with the value it read
+    /// before its scan, and 2^64 wake-ups do not fit in one scan.
+    epoch: u64,
+    /// The wakers of pending [`WaitIdle`] futures, each with the future's
+    /// key. A bump of the epoch takes them all, so while the epoch is the
+    /// one a future registered under, its waker is still here.
+    wakers: Vec<(u64, Waker)>,
+    /// The key of the next registration.
+    next_key: u64,
 }
 
 impl Common {
     /// No unit held on any shard, read through the RMW that pairs with the
     /// leavers' releases (module docs). No unit means no occupied slot: a
     /// slot is freed before its unit is given back, and the RMW synchronizes
-    /// with that give.
+    /// with that give. Called without the idle lock.
     fn is_idle(&self) -> bool {
+        #[cfg(all(test, not(loom)))]
+        tests::on_scan(self);
         let table = &self.table;
         (0..table.shard_count()).all(|i| table.shard(i).usage_synced() == 0)
     }
 
     #[cold]
     fn wake_idle(&self) {
-        // Taking the lock orders this notify after a waiter that checked and
-        // went to sleep (it holds the lock until it sleeps).
-        let _idle = self.idle.lock();
+        // The bump is made under the lock: a waiter checks the epoch under
+        // the same lock and sleeps without letting go of it in between, so
+        // it either sees the bump or is already asleep when the notify
+        // below runs.
+        let mut idle = self.idle.lock();
+        idle.epoch = idle.epoch.wrapping_add(1);
+        let wakers = std::mem::take(&mut idle.wakers);
+        drop(idle);
+        // After unlocking, so the woken waiters do not wake into a held
+        // lock, and no waker runs code of its executor under it.
         self.idle_cv.notify_all();
+        for (_, waker) in wakers {
+            waker.wake();
+        }
+    }
+}
+
+/// The future of [`Supervisor::wait_idle_async`]: the steps of the module
+/// docs, with "register the waker" in place of "sleep".
+struct WaitIdle<'a> {
+    common: &'a Common,
+    /// Counted in `Common::waiters`: from the first poll that found a child
+    /// until the future resolves or is dropped.
+    counted: bool,
+    /// `(key, epoch)` while this future's waker is in `Idle::wakers`,
+    /// registered under `epoch`.
+    registered: Option<(u64, u64)>,
+}
+
+impl Future for WaitIdle<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let common = this.common;
+        if let Some((key, seen)) = this.registered {
+            let mut idle = common.idle.lock();
+            if idle.epoch == seen {
+                // No leaver has woken anyone since we registered: the wake
+                // we wait for is still to come (module docs), and our
+                // waker is still listed. Keep it current.
+                if let Some((_, waker)) = idle.wakers.iter_mut().find(|(k, _)| *k == key) {
+                    if !waker.will_wake(cx.waker()) {
+                        waker.clone_from(cx.waker());
+                    }
+                    return Poll::Pending;
+                }
+                // Not listed (cannot happen: only a bump or our own drop
+                // removes it): scan again rather than wait for nothing.
+                debug_assert!(false, "a registered waker went missing");
+            }
+            // The epoch moved, and the bump took our waker: scan again.
+            this.registered = None;
+        }
+        if !this.counted {
+            if common.is_idle() {
+                return Poll::Ready(());
+            }
+            // Relaxed: as in `wait_idle`, published to leavers by the RMWs
+            // of the scan below.
+            common.waiters.fetch_add(1, Relaxed);
+            this.counted = true;
+        }
+        loop {
+            // Step 1.
+            let seen = common.idle.lock().epoch;
+            // Step 2, without the lock.
+            if common.is_idle() {
+                this.finish();
+                return Poll::Ready(());
+            }
+            // Step 3: register, unless a leaver bumped the epoch meanwhile.
+            let mut idle = common.idle.lock();
+            if idle.epoch == seen {
+                let key = idle.next_key;
+                idle.next_key = key.wrapping_add(1);
+                idle.wakers.push((key, cx.waker().clone()));
+                this.registered = Some((key, seen));
+                return Poll::Pending;
+            }
+        }
+    }
+}
+
+impl WaitIdle<'_> {
+    /// Takes this future's waker out of the list (if a bump has not already
+    /// taken it) and its count out of `waiters`.
+    fn finish(&mut self) {
+        if let Some((key, seen)) = self.registered.take() {
+            let mut idle = self.common.idle.lock();
+            if idle.epoch == seen {
+                if let Some(at) = idle.wakers.iter().position(|(k, _)| *k == key) {
+                    // Dropped under the lock: a waker's drop only drops a
+                    // reference, it runs no task.
+                    idle.wakers.swap_remove(at);
+                }
+            }
+        }
+        if self.counted {
+            self.counted = false;
+            // Relaxed: as in `wait_idle`.
+            self.common.waiters.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+impl Drop for WaitIdle<'_> {
+    fn drop(&mut self) {
+        self.finish();
     }
 }
 
@@ -695,6 +1030,11 @@ struct RegistryShard {
     lines: Box<[Line]>,
     /// The table shard's limit: how many slots there are.
     limit: usize,
+    /// Slot `i`'s task, while a task from `spawn_task` holds the slot: what
+    /// `abort_all` aborts. A lock per slot, only ever contended by
+    /// `abort_all`; see `register_task` for why not one shared signal.
+    #[cfg(feature = "tokio")]
+    tasks: Box<[Mutex<Option<tokio::task::AbortHandle>>]>,
     index: usize,
     common: Arc<Common>,
 }
@@ -711,7 +1051,50 @@ impl RegistryShard {
             limit,
             index,
             common,
+            #[cfg(feature = "tokio")]
+            tasks: (0..limit).map(|_| Mutex::new(None)).collect(),
         }
+    }
+
+    /// Records the abort handle of the task `spawn_task_on` just started in
+    /// slot `slot` (claimed with the free word `free`), unless the task has
+    /// already ended.
+    ///
+    /// Why a cell per slot: `abort_all` must reach tasks that are pending
+    /// forever, so it needs either their wakers or their abort handles. A
+    /// shared cancellation signal polled by the `supervised` wrapper would
+    /// still need every task to register its waker somewhere `abort_all`
+    /// can find (tokio's `Notify` is one lock for all tasks), and would end
+    /// them with `Ok`, not with the cancelled `JoinError` of
+    /// [`Task::abort`]. The slot the task already holds gives it a cell of
+    /// its own: no allocation, and a lock nobody else takes except
+    /// `abort_all`. It costs the spawn one uncontended lock and the task's
+    /// exit another (`leave_task`); threads and reserved guards pay
+    /// nothing.
+    #[cfg(feature = "tokio")]
+    fn register_task(&self, slot: usize, free: u64, handle: tokio::task::AbortHandle) {
+        let mut cell = self.tasks[slot].lock();
+        // Relaxed: `leave_task` frees the slot under this same lock, so the
+        // lock orders its store before this load if that exit came first.
+        let word = self.slot(slot).load(Relaxed);
+        // Still this occupancy (the generation moves at every exit): else
+        // the task has ended and its handle would only be kept alive here.
+        if word & OCCUPIED != 0 && generation_of(word) == generation_of(free) {
+            *cell = Some(handle);
+        }
+    }
+
+    /// [`leave`](Self::leave) for a task's guard: empties the slot's task
+    /// cell and frees the slot under its lock, so `register_task` either
+    /// ran first (its handle is taken here) or sees the slot freed.
+    #[cfg(feature = "tokio")]
+    fn leave_task(&self, slot: usize, free: u64, panicked: bool) {
+        let mut cell = self.tasks[slot].lock();
+        let handle = cell.take();
+        self.leave(slot, free, panicked);
+        drop(cell);
+        // Outside the lock: the last reference to a task frees it.
+        drop(handle);
     }
 
     #[inline]
@@ -858,6 +1241,8 @@ impl Inner {
             free,
             slot: slot as u32,
             panicked: false,
+            #[cfg(feature = "tokio")]
+            task: false,
         })
     }
 }
@@ -869,6 +1254,7 @@ impl fmt::Debug for Supervisor {
             .field("capacity", &self.capacity())
             .field("shards", &self.shards())
             .field("count", &self.count())
+            .field("closed", &self.is_closed())
             .finish()
     }
 }
@@ -912,7 +1298,8 @@ impl SupervisorBuilder {
     /// How many children may be alive at once. Required; at least 1 and
     /// at most 2^24. The registry allocates an 8-byte slot per unit when
     /// the supervisor is built (80 KB for 10,000 children), so admission
-    /// never allocates.
+    /// never allocates; with the `tokio` feature, also a 16-byte cell per
+    /// unit for the abort handle of a task (see `Supervisor::abort_all`).
     pub fn capacity(&mut self, capacity: usize) -> &mut Self {
         self.capacity = Some(capacity);
         self
@@ -963,7 +1350,7 @@ impl SupervisorBuilder {
         let common = Arc::new(Common {
             table,
             waiters: CachePadded::new(AtomicUsize::new(0)),
-            idle: Mutex::new(()),
+            idle: Mutex::new(Idle::default()),
             idle_cv: Condvar::new(),
         });
         let registry = (0..common.table.shard_count())
@@ -1125,6 +1512,11 @@ pub struct ChildGuard {
     /// Set when the child is known to have panicked though the guard is not
     /// dropped by unwinding (a spawned thread or task catches the panic).
     panicked: bool,
+    /// Set for the guard of a `spawn_task` task, whose exit also empties the
+    /// slot's task cell. A byte of the guard itself: the drop of other
+    /// guards reads nothing more.
+    #[cfg(feature = "tokio")]
+    task: bool,
 }
 
 impl ChildGuard {
@@ -1139,6 +1531,12 @@ impl Drop for ChildGuard {
     #[inline]
     fn drop(&mut self) {
         let panicked = self.panicked || os_thread::panicking();
+        #[cfg(feature = "tokio")]
+        if self.task {
+            return self
+                .shard
+                .leave_task(self.slot as usize, self.free, panicked);
+        }
         self.shard.leave(self.slot as usize, self.free, panicked);
     }
 }
@@ -1311,6 +1709,85 @@ mod tests {
             assert_eq!(registry.limit, 20);
             assert_eq!(registry.lines.len(), 2);
         }
+    }
+
+    std::thread_local! {
+        /// Scans seen on this thread while `CHECK_SCANS` is set.
+        static SCANS: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+    }
+
+    /// Called by every `Common::is_idle`: on a thread that asked for it,
+    /// counts the scan and asserts that the idle lock is free (a scan under
+    /// it would make every leaver that must wake someone wait for it).
+    pub(super) fn on_scan(common: &Common) {
+        if let Some(scans) = SCANS.with(|cell| cell.get()) {
+            assert!(
+                common.idle.try_lock().is_some(),
+                "wait_idle scanned the shards under the idle lock"
+            );
+            SCANS.with(|cell| cell.set(Some(scans + 1)));
+        }
+    }
+
+    /// Issue 7, item 1: a leaver that empties a shard must never wait behind
+    /// a `wait_idle` scanning every shard, so the scan runs without the idle
+    /// lock. Before the fix, the scans after the first ran under it.
+    #[test]
+    fn wait_idle_scans_without_the_idle_lock() {
+        let sup = Supervisor::builder().capacity(4).shards(4).build().unwrap();
+        let guard = sup.reserve().unwrap();
+        SCANS.with(|cell| cell.set(Some(0)));
+        // The child stays: every path through the wait scans and times out.
+        assert!(!sup.wait_idle(Duration::from_millis(1)));
+        let scans = SCANS.with(|cell| cell.replace(None)).unwrap();
+        assert!(scans >= 2, "the wait scanned {scans} times");
+        drop(guard);
+        assert_eq!(sup.inner.common.waiters.load(Relaxed), 0);
+    }
+
+    /// A waker that counts its wakes.
+    struct CountingWaker(AtomicUsize);
+
+    impl std::task::Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Issue 7, item 3: a `wait_idle_async` future dropped while pending
+    /// leaves no waker and no waiter count behind.
+    #[test]
+    fn a_dropped_wait_idle_async_leaves_nothing_registered() {
+        let sup = Supervisor::builder().capacity(2).shards(2).build().unwrap();
+        let common = &sup.inner.common;
+        let guard = sup.reserve().unwrap();
+        let counter = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&counter));
+        let mut cx = Context::from_waker(&waker);
+        let mut first = Box::pin(sup.wait_idle_async());
+        let mut second = Box::pin(sup.wait_idle_async());
+        assert!(first.as_mut().poll(&mut cx).is_pending());
+        assert!(second.as_mut().poll(&mut cx).is_pending());
+        // A second poll while nothing changed keeps one registration.
+        assert!(first.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(common.idle.lock().wakers.len(), 2);
+        assert_eq!(common.waiters.load(Relaxed), 2);
+        drop(first);
+        assert_eq!(common.idle.lock().wakers.len(), 1);
+        assert_eq!(common.waiters.load(Relaxed), 1);
+        // The last leave wakes the one still registered, once.
+        drop(guard);
+        assert_eq!(counter.0.load(Relaxed), 1);
+        assert!(common.idle.lock().wakers.is_empty());
+        assert!(second.as_mut().poll(&mut cx).is_ready());
+        assert_eq!(common.waiters.load(Relaxed), 0);
+        // A future that finds the supervisor idle registers nothing.
+        assert!(Box::pin(sup.wait_idle_async())
+            .as_mut()
+            .poll(&mut cx)
+            .is_ready());
+        assert_eq!(common.waiters.load(Relaxed), 0);
+        assert!(common.idle.lock().wakers.is_empty());
     }
 
     #[test]

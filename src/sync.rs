@@ -84,6 +84,12 @@ impl<T> Mutex<T> {
             self.inner.lock().unwrap()
         }
     }
+
+    /// Locks if nobody holds the lock; for tests that check who holds it.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        self.inner.try_lock()
+    }
 }
 
 /// Polls `poll`, spinning between tries, for at most `budget`; `None` if

@@ -18,7 +18,15 @@
 //!   and never both win when one unit is free;
 //! * `wait_idle` returns `true` once the last guard is dropped, without a
 //!   timeout: under loom the condition variable never times out, so a
-//!   missed wake-up is a deadlock the model reports;
+//!   missed wake-up is a deadlock the model reports. The waiter scans the
+//!   shards outside the idle lock and sleeps only while the idle epoch it
+//!   read before the scan is unchanged: the models check that a leave
+//!   racing with the scan still wakes it;
+//! * `wait_idle_async`, driven by loom's `block_on` (whose waker is a loom
+//!   notify, so a waker nobody wakes is a deadlock), resolves once the last
+//!   guard is dropped, alone or next to a blocking waiter; a future polled
+//!   once and dropped while the last child leaves does not keep a later
+//!   waiter from being woken;
 //! * at the end, nothing is left and the counters add up.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p
@@ -26,6 +34,7 @@
 #![cfg(loom)]
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::time::Duration;
 
 use loom::sync::atomic::{
@@ -231,6 +240,98 @@ fn wait_idle_model(capacity: usize, shards: usize) {
         assert!(waiter.join().unwrap(), "wait_idle gave up");
         assert_eq!(sup.count(), 0);
         assert!(sup.which_children().is_empty());
+    });
+}
+
+/// `wait_idle_async` on one thread (loom's `block_on`), optionally a
+/// blocking `wait_idle` on another, while each of `capacity` guards is
+/// dropped on a thread of its own: both must finish.
+fn wait_idle_async_model(capacity: usize, shards: usize, with_blocking_waiter: bool) {
+    loom::model(move || {
+        let sup = Supervisor::builder()
+            .capacity(capacity)
+            .shards(shards)
+            .build()
+            .unwrap();
+        let guards: Vec<_> = (0..capacity).map(|_| sup.reserve().unwrap()).collect();
+        let async_waiter = {
+            let sup = sup.clone();
+            thread::spawn(move || {
+                loom::future::block_on(sup.wait_idle_async());
+                // Resolved: every child had left.
+                assert_eq!(sup.count(), 0);
+            })
+        };
+        let blocking_waiter = with_blocking_waiter.then(|| {
+            let sup = sup.clone();
+            thread::spawn(move || sup.wait_idle(Duration::from_secs(3600)))
+        });
+        let droppers: Vec<_> = guards
+            .into_iter()
+            .map(|guard| thread::spawn(move || drop(guard)))
+            .collect();
+        for dropper in droppers {
+            dropper.join().unwrap();
+        }
+        async_waiter.join().unwrap();
+        if let Some(waiter) = blocking_waiter {
+            assert!(waiter.join().unwrap(), "wait_idle gave up");
+        }
+        assert_eq!(sup.count(), 0);
+    });
+}
+
+#[test]
+fn wait_idle_async_wakes_on_the_last_leave() {
+    wait_idle_async_model(1, 1, false);
+}
+
+#[test]
+fn wait_idle_async_wakes_across_shards() {
+    wait_idle_async_model(2, 2, false);
+}
+
+#[test]
+fn wait_idle_async_and_blocking_waiter_both_wake() {
+    wait_idle_async_model(1, 1, true);
+}
+
+/// A waker that does nothing: the cancelled future below is never woken.
+struct NoopWaker;
+
+impl std::task::Wake for NoopWaker {
+    fn wake(self: std::sync::Arc<Self>) {}
+}
+
+/// A `wait_idle_async` future is polled once (it registers), then dropped
+/// while the last child leaves on another thread; a later
+/// `wait_idle_async` and `wait_idle` must still finish, and the dropped
+/// future must not have taken the wake-up with it.
+#[test]
+fn cancelled_wait_idle_async_loses_no_wake_up() {
+    loom::model(|| {
+        let sup = Supervisor::builder().capacity(1).shards(1).build().unwrap();
+        let guard = sup.reserve().unwrap();
+        let canceller = {
+            let sup = sup.clone();
+            thread::spawn(move || {
+                let waker = std::task::Waker::from(std::sync::Arc::new(NoopWaker));
+                let mut cx = std::task::Context::from_waker(&waker);
+                let mut future = Box::pin(sup.wait_idle_async());
+                let _ = future.as_mut().poll(&mut cx);
+                drop(future);
+            })
+        };
+        let waiter = {
+            let sup = sup.clone();
+            thread::spawn(move || loom::future::block_on(sup.wait_idle_async()))
+        };
+        let dropper = thread::spawn(move || drop(guard));
+        canceller.join().unwrap();
+        dropper.join().unwrap();
+        waiter.join().unwrap();
+        assert!(sup.wait_idle(Duration::from_secs(3600)));
+        assert_eq!(sup.count(), 0);
     });
 }
 
