@@ -49,6 +49,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! State is per worker: with `workers(1)` every request meets the same map,
+//! but with more workers a write cast handled by one worker is invisible to
+//! a read served by another. Keep shared state behind `workers(1)`, route
+//! each key to one pool of its own, or share it explicitly (an `Arc` the
+//! factory hands to every worker).
+//!
 //! # Choosing a front-end
 //!
 //! All three share one engine, the sharded admission table, and one
@@ -153,9 +159,9 @@ mod table;
 mod tests;
 mod worker;
 
-pub use error::{ConfigError, Error};
+pub use error::{ConfigError, Error, Refused, TryCallError};
 pub use limiter::{Limiter, LimiterBuilder, OwnedPermit, Permit};
-pub use pool::{Pool, PoolBuilder, DEFAULT_SPIN_WAIT};
+pub use pool::{Pool, PoolBuilder, WeakPool, DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT};
 pub use probe::Probe;
 pub use stats::{Rates, ShardStats, Stats};
 #[cfg(feature = "tokio")]

@@ -618,7 +618,14 @@ impl Table {
     /// Takes one unit on the caller's home shard whatever the limit
     /// (`*_unbounded` calls). `Shutdown` once closed.
     pub(crate) fn acquire_unbounded(&self) -> Result<usize, Error> {
-        let i = self.home_shard();
+        self.acquire_unbounded_on(self.home_shard())
+    }
+
+    /// Takes one unit on shard `i` whatever the limit (an `*_unbounded`
+    /// call that must not land on the caller's own shard). `Shutdown` once
+    /// closed.
+    pub(crate) fn acquire_unbounded_on(&self, i: usize) -> Result<usize, Error> {
+        debug_assert!(i < self.shards.len());
         if self.shards[i].take_unbounded() {
             Ok(i)
         } else {
