@@ -88,8 +88,18 @@
 //!   across a shutdown; a caller never waits for a reply that cannot come.
 //! * **Panics** in handlers fail only their request
 //!   ([`Error::WorkerPanicked`]); the worker is rebuilt and its mailbox kept.
+//!   No other panic on a worker (a reply's or a panic payload's `Drop`)
+//!   ends it either.
+//! * **A worker calling its own pool** is never queued behind itself: the
+//!   call goes to another worker, or gets [`Error::CallingSelf`] if there
+//!   is none. Cycles through several pools remain the caller's to break
+//!   (use `call_timeout`).
+//! * **Refused values come back** from [`Pool::try_call`] and
+//!   [`Pool::try_cast`] ([`Refused`], [`TryCallError`]).
 //! * **Shutdown** refuses new work with [`Error::Shutdown`], drains what was
-//!   admitted, runs [`Worker::terminate`], joins.
+//!   admitted, runs [`Worker::terminate`], joins. Dropping the last handle
+//!   does the same; workers that need a handle to their own pool hold a
+//!   [`WeakPool`], or the pool keeps itself alive.
 //! * **Bad configuration** is a [`ConfigError`] naming the field; nothing
 //!   panics on user input.
 //!

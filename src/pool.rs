@@ -261,6 +261,11 @@ impl<W: Worker> Pool<W> {
     /// request runs even if the future is never polled. The future is
     /// `Send + 'static` and works on any executor.
     ///
+    /// Made from a handler of this pool, it is admitted as
+    /// [`call`](Self::call) is (never on the caller's own worker, or
+    /// [`Error::CallingSelf`]): a worker that blocks on the future would
+    /// otherwise wait for itself.
+    ///
     /// # Errors
     ///
     /// As [`call`](Self::call).
@@ -567,7 +572,8 @@ impl<W: Worker> Pool<W> {
     ///
     /// Idempotent; every handle sees the pool shut down. Called from inside
     /// a handler (a worker cannot wait for itself), it begins the shutdown
-    /// and returns without waiting.
+    /// and returns without waiting; so does dropping the last handle on a
+    /// worker thread (see [`WeakPool`]).
     ///
     /// # Examples
     ///
