@@ -226,6 +226,36 @@ fn a_self_call_is_refused_with_overload_when_every_other_worker_is_full() {
     bounded("shutting the pool down", move || pool.shutdown());
 }
 
+/// A one-worker pool whose handler calls *another* one-worker pool.
+struct Forwarder(Pool<Plain>);
+
+impl Worker for Forwarder {
+    type Request = u32;
+    type Reply = Result<u32, Error>;
+    type Message = ();
+    fn handle_call(&mut self, n: u32) -> Result<u32, Error> {
+        self.0.call(n + 1)
+    }
+    fn handle_cast(&mut self, _: ()) {}
+}
+
+#[test]
+fn a_worker_calling_another_one_worker_pool_is_served() {
+    // The identity is per pool: only a call to the worker's own pool is
+    // refused.
+    let downstream = Pool::builder()
+        .capacity(2)
+        .workers(1)
+        .build(|_| Plain)
+        .unwrap();
+    let upstream = Pool::builder()
+        .capacity(2)
+        .workers(1)
+        .build(move |_| Forwarder(downstream.clone()))
+        .unwrap();
+    assert_eq!(upstream.call(41), Ok(Ok(42)));
+}
+
 // ---------------------------------------------------------------------------
 // 2. Panics outside the handler's catch.
 // ---------------------------------------------------------------------------
@@ -356,6 +386,50 @@ fn a_panic_payload_whose_drop_panics_gives_worker_panicked_and_the_worker_surviv
     );
     let stats = pool.stats();
     assert_eq!((stats.usage, stats.panicked, stats.completed), (0, 1, 2));
+    assert!(!pool.is_shutdown());
+    bounded("shutting the pool down", move || pool.shutdown());
+}
+
+/// A worker whose factory always panics, with a payload whose drop panics.
+struct NeverBuilt;
+
+impl Worker for NeverBuilt {
+    type Request = Bomb;
+    type Reply = ();
+    type Message = Bomb;
+    fn handle_call(&mut self, _: Bomb) {}
+    fn handle_cast(&mut self, _: Bomb) {}
+}
+
+#[test]
+fn a_factory_that_panics_nastily_and_requests_that_panic_when_dropped_do_not_kill_the_worker() {
+    let pool = Pool::builder()
+        .capacity(4)
+        .workers(1)
+        .build(|_| -> NeverBuilt { panic_any(Nasty(3)) })
+        .unwrap();
+    let armed = || Bomb {
+        armed: true,
+        value: 1,
+    };
+    let outcomes = {
+        let pool = pool.clone();
+        bounded("calls to a worker that cannot be built", move || {
+            let first = pool.call(armed());
+            pool.cast(armed()).unwrap();
+            (first, pool.call(armed()))
+        })
+    };
+    assert_eq!(
+        outcomes,
+        (Err(Error::WorkerPanicked), Err(Error::WorkerPanicked))
+    );
+    let stats = pool.stats();
+    assert_eq!(
+        (stats.usage, stats.panicked),
+        (0, 3),
+        "every unit came back"
+    );
     assert!(!pool.is_shutdown());
     bounded("shutting the pool down", move || pool.shutdown());
 }
