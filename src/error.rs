@@ -1,8 +1,10 @@
 //! Every error the crate returns: [`Error`] from admission and requests,
+//! [`Refused`] and [`TryCallError`] when a refused value is handed back,
 //! [`ConfigError`] from builders.
 
 use std::fmt;
 use std::io;
+use std::time::Duration;
 
 /// Why a request, permit or child was refused or failed.
 ///
@@ -59,6 +61,59 @@ pub enum Error {
     /// `Supervisor::spawn_task` (feature `tokio`): there is no current tokio
     /// runtime, [`io::ErrorKind::NotFound`].
     Spawn(io::ErrorKind),
+    /// A pool's worker called its own pool, and the only worker that could
+    /// serve the call was the caller itself: waiting would never end.
+    /// Nothing was admitted or counted (not a rejection in the
+    /// [`Stats`](crate::Stats)).
+    ///
+    /// A pool never hands a waiting call (`call`, `call_timeout`,
+    /// `call_async`, `call_unbounded`, `try_call`) made by its worker `k`
+    /// to worker `k`: with other workers the call goes to one of them (or
+    /// is refused with [`Error::Overload`] if they are all full), with a
+    /// single worker it is refused with `CallingSelf`. Casts are not
+    /// affected: they do not wait.
+    ///
+    /// Cycles the pool cannot see remain the caller's job: a worker of pool
+    /// A calling pool B whose worker calls pool A, or two workers of one
+    /// pool calling each other while both are busy. Use
+    /// [`Pool::call_timeout`](crate::Pool::call_timeout) there.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::{Arc, OnceLock};
+    /// use sidejob::{Error, Pool, WeakPool, Worker};
+    ///
+    /// /// Asks its own pool for something: a deadlock with one worker.
+    /// struct Recursive(Arc<OnceLock<WeakPool<Recursive>>>);
+    ///
+    /// impl Worker for Recursive {
+    ///     type Request = u32;
+    ///     type Reply = Result<u32, Error>;
+    ///     type Message = ();
+    ///     fn handle_call(&mut self, n: u32) -> Result<u32, Error> {
+    ///         if n == 0 {
+    ///             return Ok(0);
+    ///         }
+    ///         let pool = self.0.get().and_then(WeakPool::upgrade).ok_or(Error::Shutdown)?;
+    ///         pool.call(n - 1)?
+    ///     }
+    ///     fn handle_cast(&mut self, _: ()) {}
+    /// }
+    ///
+    /// let slot = Arc::new(OnceLock::new());
+    /// let pool = {
+    ///     let slot = slot.clone();
+    ///     Pool::builder().capacity(4).workers(1).build(move |_| Recursive(slot.clone()))?
+    /// };
+    /// slot.set(pool.downgrade()).unwrap();
+    /// let refused = pool.call(1)?.unwrap_err(); // answered at once, no hang
+    /// assert_eq!(refused, Error::CallingSelf);
+    /// assert!(refused.is_calling_self());
+    /// assert_eq!(pool.stats().rejected, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    CallingSelf,
 }
 
 impl Error {
@@ -81,6 +136,11 @@ impl Error {
     pub fn is_worker_panicked(&self) -> bool {
         matches!(self, Error::WorkerPanicked)
     }
+
+    /// True for [`Error::CallingSelf`].
+    pub fn is_calling_self(&self) -> bool {
+        matches!(self, Error::CallingSelf)
+    }
 }
 
 impl fmt::Display for Error {
@@ -91,11 +151,202 @@ impl fmt::Display for Error {
             Error::Shutdown => f.write_str("shut down"),
             Error::WorkerPanicked => f.write_str("the worker panicked handling the request"),
             Error::Spawn(kind) => write!(f, "could not start the child: {kind}"),
+            Error::CallingSelf => f.write_str("the call would wait for the calling worker itself"),
         }
     }
 }
 
 impl std::error::Error for Error {}
+
+/// A value that was not admitted, handed back with the reason.
+///
+/// Returned by [`Pool::try_cast`](crate::Pool::try_cast), and inside
+/// [`TryCallError::Refused`] by [`Pool::try_call`](crate::Pool::try_call):
+/// the error is [`Error::Overload`] (every shard was full),
+/// [`Error::Shutdown`] (the pool is shut down) or [`Error::CallingSelf`]
+/// (a worker's call that only it could serve). Nothing was sent, so the
+/// value is intact; [`into_inner`](Self::into_inner) takes it back, to
+/// retry later or to answer from elsewhere.
+///
+/// Its `Debug` does not require `T: Debug` and never prints the value:
+/// `Refused { error: Overload, .. }`. It converts into [`Error`] with `?`.
+///
+/// # Examples
+///
+/// ```
+/// use sidejob::{Error, Pool, Worker};
+/// # struct Sink;
+/// # impl Worker for Sink {
+/// #     type Request = (); type Reply = (); type Message = Vec<u8>;
+/// #     fn handle_call(&mut self, _: ()) {}
+/// #     fn handle_cast(&mut self, _: Vec<u8>) {}
+/// # }
+///
+/// let pool = Pool::builder().capacity(1).build(|_| Sink)?;
+/// pool.shutdown();
+/// let refused = pool.try_cast(vec![1, 2, 3]).unwrap_err();
+/// assert_eq!(refused.error(), Error::Shutdown);
+/// assert_eq!(format!("{refused:?}"), "Refused { error: Shutdown, .. }");
+/// assert_eq!(refused.into_inner(), [1, 2, 3]); // the message, back
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct Refused<T> {
+    error: Error,
+    value: T,
+}
+
+impl<T> Refused<T> {
+    pub(crate) fn new(error: Error, value: T) -> Self {
+        Refused { error, value }
+    }
+
+    /// Why the value was refused.
+    pub fn error(&self) -> Error {
+        self.error
+    }
+
+    /// The value that was refused, unchanged.
+    pub fn into_inner(self) -> T {
+        self.value
+    }
+
+    /// The reason and the value.
+    pub fn into_parts(self) -> (Error, T) {
+        (self.error, self.value)
+    }
+
+    /// True if refused for [`Error::Overload`].
+    pub fn is_overload(&self) -> bool {
+        self.error.is_overload()
+    }
+
+    /// True if refused for [`Error::Shutdown`].
+    pub fn is_shutdown(&self) -> bool {
+        self.error.is_shutdown()
+    }
+
+    /// True if refused for [`Error::CallingSelf`].
+    pub fn is_calling_self(&self) -> bool {
+        self.error.is_calling_self()
+    }
+}
+
+impl<T> fmt::Debug for Refused<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Refused")
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> fmt::Display for Refused<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl<T> std::error::Error for Refused<T> {}
+
+impl<T> From<Refused<T>> for Error {
+    /// The reason; the value is dropped.
+    fn from(refused: Refused<T>) -> Error {
+        refused.error
+    }
+}
+
+/// Why [`Pool::try_call`](crate::Pool::try_call) gave no reply.
+///
+/// Either the request was never admitted, and comes back
+/// ([`TryCallError::Refused`]), or it was admitted and consumed but no
+/// reply came ([`TryCallError::Failed`]). Like [`Refused`], its `Debug`
+/// does not require `T: Debug`, and it converts into [`Error`] with `?`.
+///
+/// # Examples
+///
+/// ```
+/// use sidejob::{Error, Pool, TryCallError, Worker};
+/// # struct Echo;
+/// # impl Worker for Echo {
+/// #     type Request = String; type Reply = String; type Message = ();
+/// #     fn handle_call(&mut self, s: String) -> String { s }
+/// #     fn handle_cast(&mut self, _: ()) {}
+/// # }
+///
+/// let pool = Pool::builder().capacity(1).build(|_| Echo)?;
+/// pool.shutdown();
+/// match pool.try_call("hello".to_string()) {
+///     Err(TryCallError::Refused(refused)) => {
+///         assert_eq!(refused.error(), Error::Shutdown);
+///         assert_eq!(refused.into_inner(), "hello");
+///     }
+///     other => panic!("expected a refusal, got {other:?}"),
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub enum TryCallError<T> {
+    /// Not admitted ([`Error::Overload`], [`Error::Shutdown`] or
+    /// [`Error::CallingSelf`]): the request is handed back.
+    Refused(Refused<T>),
+    /// Admitted, but no reply came: [`Error::WorkerPanicked`] (the handler
+    /// panicked on it) or [`Error::Shutdown`] (the reply can no longer
+    /// come). The request was consumed.
+    Failed(Error),
+}
+
+impl<T> TryCallError<T> {
+    /// Why no reply came.
+    pub fn error(&self) -> Error {
+        match self {
+            TryCallError::Refused(refused) => refused.error(),
+            TryCallError::Failed(error) => *error,
+        }
+    }
+
+    /// The request, if it was refused (`None` if it was admitted).
+    pub fn into_request(self) -> Option<T> {
+        match self {
+            TryCallError::Refused(refused) => Some(refused.into_inner()),
+            TryCallError::Failed(_) => None,
+        }
+    }
+
+    /// True if the request was not admitted (and so comes back).
+    pub fn is_refused(&self) -> bool {
+        matches!(self, TryCallError::Refused(_))
+    }
+}
+
+impl<T> fmt::Debug for TryCallError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryCallError::Refused(refused) => f.debug_tuple("Refused").field(refused).finish(),
+            TryCallError::Failed(error) => f.debug_tuple("Failed").field(error).finish(),
+        }
+    }
+}
+
+impl<T> fmt::Display for TryCallError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error(), f)
+    }
+}
+
+impl<T> std::error::Error for TryCallError<T> {}
+
+impl<T> From<Refused<T>> for TryCallError<T> {
+    fn from(refused: Refused<T>) -> Self {
+        TryCallError::Refused(refused)
+    }
+}
+
+impl<T> From<TryCallError<T>> for Error {
+    /// The reason; a refused request is dropped.
+    fn from(error: TryCallError<T>) -> Error {
+        error.error()
+    }
+}
 
 /// A builder was given a value it cannot accept.
 ///
@@ -125,6 +376,7 @@ enum Problem {
     Missing,
     Zero,
     TooLarge(usize),
+    TooLong(Duration),
     Nul,
     Spawn(io::ErrorKind),
 }
@@ -151,6 +403,13 @@ impl ConfigError {
         }
     }
 
+    pub(crate) fn too_long(field: &'static str, max: Duration) -> Self {
+        ConfigError {
+            field,
+            problem: Problem::TooLong(max),
+        }
+    }
+
     pub(crate) fn nul(field: &'static str) -> Self {
         ConfigError {
             field,
@@ -171,7 +430,7 @@ impl ConfigError {
     }
 
     /// The builder field that was wrong: `"capacity"`, `"shards"`,
-    /// `"workers"` or `"name"`. (`"workers"` also when the OS refused to
+    /// `"workers"`, `"name"` or `"spin_wait"`. (`"workers"` also when the OS refused to
     /// start a worker thread: the message then says so.)
     pub fn field(&self) -> &'static str {
         self.field
@@ -185,6 +444,8 @@ impl fmt::Display for ConfigError {
             Problem::Missing => write!(f, "invalid `{field}`: must be set"),
             Problem::Zero => write!(f, "invalid `{field}`: must be at least 1"),
             Problem::TooLarge(max) => write!(f, "invalid `{field}`: must be at most {max}"),
+            // `Duration`'s Debug is the short human form: "10ms", "1.5s".
+            Problem::TooLong(max) => write!(f, "invalid `{field}`: must be at most {max:?}"),
             Problem::Nul => write!(f, "invalid `{field}`: must not contain a NUL byte"),
             Problem::Spawn(kind) => write!(
                 f,

@@ -49,6 +49,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! State is per worker: with `workers(1)` every request meets the same map,
+//! but with more workers a write cast handled by one worker is invisible to
+//! a read served by another. Keep shared state behind `workers(1)`, route
+//! each key to one pool of its own, or share it explicitly (an `Arc` the
+//! factory hands to every worker).
+//!
 //! # Choosing a front-end
 //!
 //! All three share one engine, the sharded admission table, and one
@@ -83,8 +89,18 @@
 //!   across a shutdown; a caller never waits for a reply that cannot come.
 //! * **Panics** in handlers fail only their request
 //!   ([`Error::WorkerPanicked`]); the worker is rebuilt and its mailbox kept.
+//!   No other panic on a worker (a reply's or a panic payload's `Drop`)
+//!   ends it either.
+//! * **A worker calling its own pool** is never queued behind itself: the
+//!   call goes to another worker, or gets [`Error::CallingSelf`] if there
+//!   is none. Cycles through several pools remain the caller's to break
+//!   (use `call_timeout`).
+//! * **Refused values come back** from [`Pool::try_call`] and
+//!   [`Pool::try_cast`] ([`Refused`], [`TryCallError`]).
 //! * **Shutdown** refuses new work with [`Error::Shutdown`], drains what was
-//!   admitted, runs [`Worker::terminate`], joins.
+//!   admitted, runs [`Worker::terminate`], joins. Dropping the last handle
+//!   does the same; workers that need a handle to their own pool hold a
+//!   [`WeakPool`], or the pool keeps itself alive.
 //! * **Bad configuration** is a [`ConfigError`] naming the field; nothing
 //!   panics on user input.
 //!
@@ -166,9 +182,9 @@ mod table;
 mod tests;
 mod worker;
 
-pub use error::{ConfigError, Error};
+pub use error::{ConfigError, Error, Refused, TryCallError};
 pub use limiter::{Limiter, LimiterBuilder, OwnedPermit, Permit};
-pub use pool::{Pool, PoolBuilder, DEFAULT_SPIN_WAIT};
+pub use pool::{Pool, PoolBuilder, WeakPool, DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT};
 pub use probe::Probe;
 pub use stats::{Rates, ShardStats, Stats};
 #[cfg(feature = "tokio")]

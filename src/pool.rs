@@ -1,5 +1,6 @@
 //! [`Pool`]: gen_server-like workers, one per shard, behind the admission
-//! table: `call`, `call_timeout`, `call_async`, `cast`, and shutdown.
+//! table: `call`, `call_timeout`, `call_async`, `cast`, their `try_` forms
+//! that hand a refused value back, shutdown, and [`WeakPool`] handles.
 
 use std::fmt;
 use std::future::Future;
@@ -7,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
-use crate::error::{ConfigError, Error};
+use crate::error::{ConfigError, Error, Refused, TryCallError};
 use crate::probe::Probe;
 use crate::stats::Stats;
-use crate::sync::{now, os_thread, spin_poll, Arc, Mutex};
+use crate::sync::{now, os_thread, spin_poll, Arc, Mutex, Weak};
 use crate::table::Table;
-use crate::worker::{Envelope, Factory, Worker, WorkerLoop};
+use crate::worker::{calling_worker, Envelope, Factory, Worker, WorkerLoop};
 
 /// A capacity-limited pool of workers: requests beyond `capacity` are
 /// refused with [`Error::Overload`] at once instead of queueing.
@@ -26,7 +27,12 @@ use crate::worker::{Envelope, Factory, Worker, WorkerLoop};
 /// the next only if that one is full.
 ///
 /// `Pool` is a handle: clone it freely, send it to other threads. Dropping
-/// the last handle shuts the pool down (see [`Pool::shutdown`]).
+/// the last handle shuts the pool down (see [`Pool::shutdown`]). A handle
+/// kept *inside* the pool (in a worker's state, or in a request or message
+/// still queued) keeps the pool alive: workers that hold a `Pool` to their
+/// own pool form a cycle, and dropping every outside handle then shuts
+/// nothing down. Give workers a [`WeakPool`] ([`Pool::downgrade`]) instead,
+/// and upgrade it for each use.
 ///
 /// # Semantics
 ///
@@ -39,7 +45,16 @@ use crate::worker::{Envelope, Factory, Worker, WorkerLoop};
 ///   across a shutdown; a caller never waits for a reply that cannot come.
 /// * **Panics.** A panicking handler gives its caller
 ///   [`Error::WorkerPanicked`]; the worker is rebuilt with the factory and
-///   the requests queued behind it are still handled.
+///   the requests queued behind it are still handled. No other panic on a
+///   worker (a request's, reply's or panic payload's `Drop`) ends it
+///   either, and every unit is released.
+/// * **Calling your own pool.** A call that waits for its reply, made from
+///   worker `k` of this pool, is never queued on worker `k`: it goes to
+///   another worker, or is refused with [`Error::CallingSelf`] if the pool
+///   has only one. Cycles the pool cannot see stay your job: a worker of
+///   pool A calling pool B whose workers call pool A, or two workers of one
+///   pool calling each other while both are busy; use
+///   [`call_timeout`](Pool::call_timeout) there.
 ///
 /// # Memory ordering
 ///
@@ -160,9 +175,15 @@ impl<W: Worker> Pool<W> {
     /// # Errors
     ///
     /// * [`Error::Overload`]: every shard was at its limit; the request was
-    ///   not sent.
+    ///   not sent. (Use [`try_call`](Self::try_call) to get it back.)
     /// * [`Error::Shutdown`]: the pool is shut down.
     /// * [`Error::WorkerPanicked`]: the handler panicked on this request.
+    /// * [`Error::CallingSelf`]: called from a handler of this very pool,
+    ///   which has a single worker: the call could only be queued behind
+    ///   the caller. (With more workers, a worker's call goes to another
+    ///   one; a cycle through two pools, or two busy workers calling each
+    ///   other, still deadlocks: use [`call_timeout`](Self::call_timeout)
+    ///   there.)
     ///
     /// # Examples
     ///
@@ -240,6 +261,11 @@ impl<W: Worker> Pool<W> {
     /// request runs even if the future is never polled. The future is
     /// `Send + 'static` and works on any executor.
     ///
+    /// Made from a handler of this pool, it is admitted as
+    /// [`call`](Self::call) is (never on the caller's own worker, or
+    /// [`Error::CallingSelf`]): a worker that blocks on the future would
+    /// otherwise wait for itself.
+    ///
     /// # Errors
     ///
     /// As [`call`](Self::call).
@@ -277,7 +303,10 @@ impl<W: Worker> Pool<W> {
         &self,
         request: W::Request,
     ) -> impl Future<Output = Result<W::Reply, Error>> + Send + 'static {
-        let submitted = self.submit_call(Admission::Home, request);
+        // A refused request is dropped now, not kept in the future.
+        let submitted = self
+            .submit_call(Admission::Home, request)
+            .map_err(Error::from);
         async move {
             match submitted {
                 // A dropped reply slot means the worker is gone.
@@ -318,6 +347,90 @@ impl<W: Worker> Pool<W> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn cast(&self, message: W::Message) -> Result<(), Error> {
+        Ok(self.submit_cast(Admission::Home, message)?)
+    }
+
+    /// Like [`call`](Self::call), but a request that is not admitted is
+    /// handed back instead of dropped.
+    ///
+    /// Never waits for capacity, whatever the pool's policy: if every
+    /// shard is full the request comes back at once. Once admitted, it
+    /// waits for the reply as `call` does.
+    ///
+    /// # Errors
+    ///
+    /// * [`TryCallError::Refused`], holding the request: [`Error::Overload`],
+    ///   [`Error::Shutdown`] or [`Error::CallingSelf`], as for `call`.
+    /// * [`TryCallError::Failed`]: admitted, but no reply will come
+    ///   ([`Error::WorkerPanicked`], or [`Error::Shutdown`] if the reply
+    ///   can no longer be delivered).
+    ///
+    /// `?` turns either into an [`Error`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::mpsc;
+    /// use sidejob::{Error, Pool, Worker};
+    ///
+    /// /// Handles casts one by one, each when the test says so.
+    /// struct Gate(mpsc::Receiver<()>);
+    /// impl Worker for Gate {
+    ///     type Request = Vec<u8>; type Reply = usize; type Message = ();
+    ///     fn handle_call(&mut self, bytes: Vec<u8>) -> usize { bytes.len() }
+    ///     fn handle_cast(&mut self, _: ()) { let _ = self.0.recv(); }
+    /// }
+    ///
+    /// let (go, gate) = mpsc::channel();
+    /// let gate = std::sync::Mutex::new(Some(gate));
+    /// let pool = Pool::builder().capacity(1).workers(1)
+    ///     .build(move |_| Gate(gate.lock().unwrap().take().unwrap()))?;
+    ///
+    /// pool.cast(())?; // holds the only unit until the gate opens
+    /// let refused = pool.try_call(vec![1, 2, 3]).unwrap_err();
+    /// assert_eq!(refused.error(), Error::Overload);
+    /// let request = refused.into_request().unwrap(); // not lost
+    ///
+    /// go.send(()).unwrap();
+    /// pool.shutdown();
+    /// assert_eq!(pool.try_call(request).unwrap_err().into_request(), Some(vec![1, 2, 3]));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_call(&self, request: W::Request) -> Result<W::Reply, TryCallError<W::Request>> {
+        let reply = self.submit_call(Admission::Home, request)?;
+        wait_reply(reply, self.inner.spin).map_err(TryCallError::Failed)
+    }
+
+    /// Like [`cast`](Self::cast), but a message that is not admitted is
+    /// handed back instead of dropped.
+    ///
+    /// Never waits for capacity, whatever the pool's policy.
+    ///
+    /// # Errors
+    ///
+    /// [`Refused`] holding the message: [`Error::Overload`] when every
+    /// shard is at its limit, [`Error::Shutdown`] once the pool is shut
+    /// down. `?` turns it into an [`Error`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{Error, Pool, Worker};
+    /// # struct Sink;
+    /// # impl Worker for Sink {
+    /// #     type Request = (); type Reply = (); type Message = String;
+    /// #     fn handle_call(&mut self, _: ()) {}
+    /// #     fn handle_cast(&mut self, _: String) {}
+    /// # }
+    /// let pool = Pool::builder().capacity(4).build(|_| Sink)?;
+    /// pool.try_cast("kept".to_string())?;
+    /// pool.shutdown();
+    /// let refused = pool.try_cast("returned".to_string()).unwrap_err();
+    /// assert!(refused.is_shutdown());
+    /// assert_eq!(refused.into_inner(), "returned");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_cast(&self, message: W::Message) -> Result<(), Refused<W::Message>> {
         self.submit_cast(Admission::Home, message)
     }
 
@@ -331,9 +444,14 @@ impl<W: Worker> Pool<W> {
     /// that must not be shed: it bypasses the bound, so nothing limits how
     /// many of them queue.
     ///
+    /// From a handler of this pool, the request goes to another worker's
+    /// queue (never the caller's own); with a single worker it is refused
+    /// with [`Error::CallingSelf`].
+    ///
     /// # Errors
     ///
-    /// [`Error::Shutdown`] and [`Error::WorkerPanicked`], as for `call`.
+    /// [`Error::Shutdown`], [`Error::WorkerPanicked`] and
+    /// [`Error::CallingSelf`], as for `call`.
     ///
     /// # Examples
     ///
@@ -381,7 +499,37 @@ impl<W: Worker> Pool<W> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn cast_unbounded(&self, message: W::Message) -> Result<(), Error> {
-        self.submit_cast(Admission::Unbounded, message)
+        Ok(self.submit_cast(Admission::Unbounded, message)?)
+    }
+
+    /// A [`WeakPool`]: a handle that does not keep the pool alive.
+    ///
+    /// Give one to the pool's own workers (or to anything the pool
+    /// indirectly owns): a `Pool` held there would keep the pool alive
+    /// forever, since dropping every other handle would never shut it
+    /// down.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{Pool, Worker};
+    /// # struct Sink;
+    /// # impl Worker for Sink {
+    /// #     type Request = (); type Reply = (); type Message = ();
+    /// #     fn handle_call(&mut self, _: ()) {}
+    /// #     fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// let pool = Pool::builder().capacity(2).build(|_| Sink)?;
+    /// let weak = pool.downgrade();
+    /// assert!(weak.upgrade().is_some());
+    /// drop(pool); // the last handle: the pool shuts down
+    /// assert!(weak.upgrade().is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn downgrade(&self) -> WeakPool<W> {
+        WeakPool {
+            inner: Arc::downgrade(&self.inner),
+        }
     }
 
     /// Requests admitted and not yet finished (queued or running).
@@ -424,7 +572,8 @@ impl<W: Worker> Pool<W> {
     ///
     /// Idempotent; every handle sees the pool shut down. Called from inside
     /// a handler (a worker cannot wait for itself), it begins the shutdown
-    /// and returns without waiting.
+    /// and returns without waiting; so does dropping the last handle on a
+    /// worker thread (see [`WeakPool`]).
     ///
     /// # Examples
     ///
@@ -449,26 +598,48 @@ impl<W: Worker> Pool<W> {
         self.inner.shutdown();
     }
 
-    /// Admits one unit and posts a call; the receiver of its reply.
+    /// Admits one unit and posts a call; the receiver of its reply, or the
+    /// request back if it was not admitted.
+    ///
+    /// A call waits for its reply, so one made by a worker of this pool
+    /// must not be queued behind that worker (see `admit_from_worker`).
+    /// The check is one thread-local read.
     pub(crate) fn submit_call(
         &self,
         admission: Admission,
         request: W::Request,
-    ) -> Result<ReplyReceiver<W>, Error> {
-        let shard = self.inner.admit(admission)?;
+    ) -> Result<ReplyReceiver<W>, Refused<W::Request>> {
+        let admitted = match calling_worker(&self.inner.table) {
+            None => self.inner.admit(admission),
+            Some(worker) => self.inner.admit_from_worker(admission, worker),
+        };
+        let shard = match admitted {
+            Ok(shard) => shard,
+            Err(error) => return Err(Refused::new(error, request)),
+        };
         let (reply, receiver) = oneshot::channel();
-        self.inner.deliver(shard, Envelope::Call(request, reply))?;
-        Ok(receiver)
+        match self.inner.deliver(shard, Envelope::Call(request, reply)) {
+            Ok(()) => Ok(receiver),
+            Err(Envelope::Call(request, _)) => Err(Refused::new(Error::Shutdown, request)),
+            Err(_) => unreachable!("a mailbox hands back the envelope it was given"),
+        }
     }
 
-    /// Admits one unit and posts a cast.
+    /// Admits one unit and posts a cast, or hands the message back.
     pub(crate) fn submit_cast(
         &self,
         admission: Admission,
         message: W::Message,
-    ) -> Result<(), Error> {
-        let shard = self.inner.admit(admission)?;
-        self.inner.deliver(shard, Envelope::Cast(message))
+    ) -> Result<(), Refused<W::Message>> {
+        let shard = match self.inner.admit(admission) {
+            Ok(shard) => shard,
+            Err(error) => return Err(Refused::new(error, message)),
+        };
+        match self.inner.deliver(shard, Envelope::Cast(message)) {
+            Ok(()) => Ok(()),
+            Err(Envelope::Cast(message)) => Err(Refused::new(Error::Shutdown, message)),
+            Err(_) => unreachable!("a mailbox hands back the envelope it was given"),
+        }
     }
 }
 
@@ -482,17 +653,43 @@ impl<W: Worker> Inner<W> {
         }
     }
 
-    /// Posts an envelope holding a unit of shard `shard` to its worker.
+    /// Admission for a call made by this pool's own worker `me`, which
+    /// would wait for its reply: never on `me`'s shard, whose queue only
+    /// `me` serves.
+    #[cold]
+    fn admit_from_worker(&self, admission: Admission, me: usize) -> Result<usize, Error> {
+        let shards = self.table.shard_count();
+        if shards == 1 {
+            // Only the caller could serve it. Once shutdown has begun,
+            // `Shutdown` is the answer every other caller gets too.
+            return Err(if self.table.is_closed() {
+                Error::Shutdown
+            } else {
+                Error::CallingSelf
+            });
+        }
+        match admission {
+            Admission::Unbounded => {
+                let home = self.table.home_shard();
+                let other = if home == me { (me + 1) % shards } else { home };
+                self.table.acquire_unbounded_on(other)
+            }
+            Admission::Home | Admission::At(_) => self.table.acquire_except(me),
+        }
+    }
+
+    /// Posts an envelope holding a unit of shard `shard` to its worker; the
+    /// envelope back if the worker is gone.
     #[inline]
-    fn deliver(&self, shard: usize, envelope: Envelope<W>) -> Result<(), Error> {
+    fn deliver(&self, shard: usize, envelope: Envelope<W>) -> Result<(), Envelope<W>> {
         match self.mailboxes[shard].send(envelope) {
             Ok(()) => Ok(()),
-            Err(_) => {
+            Err(returned) => {
                 // The worker is gone, which it only is once its shard is
                 // closed and drained; this unit was taken just before the
                 // close. Give it back and refuse: nothing was queued.
                 self.table.release(shard, false);
-                Err(Error::Shutdown)
+                Err(returned.into_inner())
             }
         }
     }
@@ -547,6 +744,103 @@ impl<W: Worker> fmt::Debug for Pool<W> {
     }
 }
 
+/// A handle to a [`Pool`] that does not keep it alive; made by
+/// [`Pool::downgrade`].
+///
+/// Dropping the last [`Pool`] handle shuts the pool down even while weak
+/// handles remain; [`upgrade`](Self::upgrade) then answers `None`. This is
+/// the handle a worker keeps to its own pool: a strong one would be a
+/// reference cycle (the pool owns its workers), and the pool would never
+/// shut down on drop.
+///
+/// If a worker upgrades and every other handle is dropped meanwhile, the
+/// worker's handle is the last: dropping it (on the worker's thread) begins
+/// the shutdown without waiting for the workers, the worker included; they
+/// drain and run [`terminate`](Worker::terminate) on their own.
+///
+/// # Examples
+///
+/// A worker that passes work on through its own pool:
+///
+/// ```
+/// use std::sync::{Arc, OnceLock};
+/// use sidejob::{Pool, WeakPool, Worker};
+///
+/// struct Relay(Arc<OnceLock<WeakPool<Relay>>>);
+///
+/// impl Worker for Relay {
+///     type Request = ();
+///     type Reply = ();
+///     type Message = u32; // hops left
+///     fn handle_call(&mut self, _: ()) {}
+///     fn handle_cast(&mut self, hops: u32) {
+///         if hops > 0 {
+///             if let Some(pool) = self.0.get().and_then(WeakPool::upgrade) {
+///                 let _ = pool.cast(hops - 1); // refused once shut down
+///             }
+///         }
+///     }
+/// }
+///
+/// let slot = Arc::new(OnceLock::new());
+/// let pool = {
+///     let slot = slot.clone();
+///     Pool::builder().capacity(8).workers(2).build(move |_| Relay(slot.clone()))?
+/// };
+/// slot.set(pool.downgrade()).unwrap();
+/// pool.cast(10)?;
+/// drop(pool); // no cycle: this shuts the pool down
+/// assert!(slot.get().unwrap().upgrade().is_none());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct WeakPool<W: Worker> {
+    inner: Weak<Inner<W>>,
+}
+
+impl<W: Worker> WeakPool<W> {
+    /// A [`Pool`] handle, or `None` once the last one was dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{Pool, Worker};
+    /// # struct Sink;
+    /// # impl Worker for Sink {
+    /// #     type Request = (); type Reply = (); type Message = ();
+    /// #     fn handle_call(&mut self, _: ()) {}
+    /// #     fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// let pool = Pool::builder().capacity(2).build(|_| Sink)?;
+    /// let weak = pool.downgrade();
+    /// let again = weak.upgrade().expect("a handle is alive");
+    /// again.cast(())?;
+    /// drop((pool, again));
+    /// assert!(weak.upgrade().is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn upgrade(&self) -> Option<Pool<W>> {
+        self.inner.upgrade().map(|inner| Pool { inner })
+    }
+}
+
+impl<W: Worker> Clone for WeakPool<W> {
+    fn clone(&self) -> Self {
+        WeakPool {
+            inner: Weak::clone(&self.inner),
+        }
+    }
+}
+
+impl<W: Worker> fmt::Debug for WeakPool<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Not upgraded to print more: a handle upgraded here could turn out
+        // to be the last, and `Debug` would then shut the pool down.
+        f.debug_struct("WeakPool")
+            .field("alive", &(self.inner.strong_count() > 0))
+            .finish()
+    }
+}
+
 /// `now + timeout`, or `None` if that is beyond what `Instant` can hold (a
 /// wait so long it means "no deadline").
 pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Option<Instant> {
@@ -594,6 +888,17 @@ fn poll_reply<T>(
 /// How long a waiting caller or an idle worker polls before parking, unless
 /// [`PoolBuilder::spin_wait`] says otherwise.
 pub const DEFAULT_SPIN_WAIT: Duration = Duration::from_micros(50);
+
+/// The longest [`PoolBuilder::spin_wait`] a pool accepts: 10 ms.
+///
+/// Spinning only pays while it is shorter than parking and being woken (a
+/// futex round trip, 5–40 µs); past a millisecond or so it buys nothing.
+/// Every worker spins this long after each request before it parks, and so
+/// does every waiting caller: a budget much larger would keep an idle pool
+/// burning a core per worker (with `Duration::MAX`, forever). 10 ms leaves
+/// two orders of magnitude of room for experiments above the default and
+/// bounds the cost of a mistake to one tick's worth of CPU per request.
+pub const MAX_SPIN_WAIT: Duration = Duration::from_millis(10);
 
 /// Configures a [`Pool`]; made by [`Pool::builder`].
 ///
@@ -672,7 +977,27 @@ impl PoolBuilder {
     /// well under a microsecond, so a short spin keeps a busy pool fast.
     /// Past the budget both sides park: an idle pool costs no CPU. Zero
     /// parks at once (lowest CPU use, highest latency); longer budgets help
-    /// callers whose requests arrive a little further apart.
+    /// callers whose requests arrive a little further apart. At most
+    /// [`MAX_SPIN_WAIT`] (10 ms): [`build`](Self::build) refuses more.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # use sidejob::{Pool, Worker};
+    /// # struct Sink;
+    /// # impl Worker for Sink {
+    /// #     type Request = (); type Reply = (); type Message = ();
+    /// #     fn handle_call(&mut self, _: ()) {}
+    /// #     fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// let pool = Pool::builder().capacity(2).spin_wait(Duration::ZERO).build(|_| Sink)?;
+    /// assert_eq!(pool.call(()), Ok(()));
+    ///
+    /// let err = Pool::builder().capacity(2).spin_wait(Duration::MAX).build(|_| Sink).unwrap_err();
+    /// assert_eq!(err.to_string(), "invalid `spin_wait`: must be at most 10ms");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn spin_wait(&mut self, spin: Duration) -> &mut Self {
         self.spin_wait = Some(spin);
         self
@@ -686,7 +1011,8 @@ impl PoolBuilder {
     /// # Errors
     ///
     /// [`ConfigError`] naming the field when `capacity` is unset, 0 or too
-    /// large, `workers` is 0 or too large, or `name` contains a NUL byte;
+    /// large, `workers` is 0 or too large, `spin_wait` is longer than
+    /// [`MAX_SPIN_WAIT`], or `name` contains a NUL byte;
     /// naming `workers` if the OS refused to start a worker thread (the
     /// threads already started are shut down first).
     pub fn build<W, F>(&self, factory: F) -> Result<Pool<W>, ConfigError>
@@ -699,6 +1025,10 @@ impl PoolBuilder {
             return Err(ConfigError::nul("name"));
         }
         let capacity = self.capacity.ok_or(ConfigError::missing("capacity"))?;
+        let spin = self.spin_wait.unwrap_or(DEFAULT_SPIN_WAIT);
+        if spin > MAX_SPIN_WAIT {
+            return Err(ConfigError::too_long("spin_wait", MAX_SPIN_WAIT));
+        }
         let workers = self.workers.unwrap_or_else(num_cpus::get);
         let table = Table::new(capacity, workers, self.probe).map_err(|err| {
             // The table calls its shards "shards"; here they are workers.
@@ -709,7 +1039,6 @@ impl PoolBuilder {
             }
         })?;
         let table = Arc::new(table);
-        let spin = self.spin_wait.unwrap_or(DEFAULT_SPIN_WAIT);
         let factory: Arc<Factory<W>> = Arc::new(factory);
         let cores = if self.pin_workers {
             core_affinity::get_core_ids().unwrap_or_default()
@@ -722,7 +1051,11 @@ impl PoolBuilder {
         let mut threads = Vec::with_capacity(count);
         let mut spawn_error = None;
         for index in 0..count {
-            // Unbounded: the shard's counter is the bound (DESIGN.md).
+            // Unbounded: the shard's counter is the bound. Every envelope
+            // but `Wake` holds one of the shard's units, so the mailbox
+            // never holds more than the shard's limit (plus the
+            // `*_unbounded` requests the caller chose to push past it); a
+            // bounded channel would only add a second, redundant check.
             let (sender, receiver) = crossbeam_channel::unbounded();
             let worker = WorkerLoop {
                 index,

@@ -21,8 +21,9 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering
 
 /// `Arc` is always std's: it appears in the public API
 /// (`Limiter::try_acquire_owned` takes `Arc<Limiter>`), and loom only needs
-/// it for leak checks that our models do not rely on.
-pub(crate) use std::sync::Arc;
+/// it for leak checks that our models do not rely on. `Weak` goes with it
+/// (a [`WeakPool`](crate::WeakPool) holds one).
+pub(crate) use std::sync::{Arc, Weak};
 
 /// `thread_local!` with a constant initializer: std's `const { }` form
 /// normally (no lazy-initialisation check on each access, which matters on

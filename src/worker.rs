@@ -1,15 +1,23 @@
 //! The [`Worker`] trait and the loop each pool worker thread runs: receive,
 //! handle under `catch_unwind`, release the unit, reply; rebuild after a
-//! panic; drain and `terminate` on shutdown.
+//! panic; drain and `terminate` on shutdown. The loop also records, in a
+//! thread-local, which pool and worker its thread is, so the pool never
+//! queues a worker's own call behind that worker.
+//!
+//! No panic ends the loop: not a handler's, not one from dropping a request,
+//! a reply nobody waits for, a broken worker state or a panic payload. Each
+//! envelope's unit is held by a guard that gives it back on every path.
 
+use std::any::Any;
+use std::cell::Cell;
+use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, TryRecvError};
 
 use crate::error::Error;
-use crate::sync::{spin_poll, Arc};
+use crate::sync::{const_thread_local, spin_poll, Arc};
 use crate::table::Table;
 
 /// The state and handlers of one pool worker, like an Erlang `gen_server`.
@@ -114,6 +122,36 @@ pub(crate) enum Envelope<W: Worker> {
 /// Builds a worker's state; shared by every worker thread of a pool.
 pub(crate) type Factory<W> = dyn Fn(usize) -> W + Send + Sync;
 
+const_thread_local! {
+    /// Which pool worker the current thread is: `(pool_id, index)` while a
+    /// worker loop runs on it, `(NOT_A_WORKER, 0)` otherwise. Read on every
+    /// call that waits for a reply, so a worker's call is never queued
+    /// behind the worker itself.
+    static CURRENT_WORKER: Cell<(usize, usize)> = Cell::new((NOT_A_WORKER, 0));
+}
+
+/// No table lives at address 0.
+const NOT_A_WORKER: usize = 0;
+
+/// A pool's identity: the address of its table.
+///
+/// Why the table and not the pool's `Inner`: a worker thread holds an `Arc`
+/// to its table for as long as its identity is recorded (the `Inner` may be
+/// gone first, when the last handle is dropped on a worker), so no other
+/// pool's table can be allocated at that address meanwhile.
+#[inline]
+pub(crate) fn pool_id(table: &Arc<Table>) -> usize {
+    Arc::as_ptr(table) as usize
+}
+
+/// The index of the calling thread if it is a worker of the pool whose table
+/// is `table`; `None` on every other thread (one thread-local read).
+#[inline]
+pub(crate) fn calling_worker(table: &Arc<Table>) -> Option<usize> {
+    let (pool, index) = CURRENT_WORKER.with(Cell::get);
+    (pool == pool_id(table)).then_some(index)
+}
+
 /// One worker thread's loop.
 pub(crate) struct WorkerLoop<W: Worker> {
     pub(crate) index: usize,
@@ -131,32 +169,57 @@ impl<W: Worker> WorkerLoop<W> {
             // Best effort: pinning is a performance hint, not a promise.
             let _ = core_affinity::set_for_current(core);
         }
+        CURRENT_WORKER.with(|current| current.set((pool_id(&self.table), self.index)));
         let mut state = self.build();
         let shard = self.table.shard(self.index);
         while let Some(envelope) = self.next_envelope() {
-            match envelope {
-                Envelope::Call(request, reply) => {
-                    let outcome = self.handle(&mut state, |worker| worker.handle_call(request));
-                    // The unit goes back before the reply is delivered: a
-                    // caller that gets its answer and calls again at once
-                    // never meets its own stale unit.
-                    self.table.release(self.index, outcome.is_err());
-                    // A caller that timed out or dropped its future is gone;
-                    // the request still ran, and that is all it is owed.
-                    let _ = reply.send(outcome);
-                }
-                Envelope::Cast(message) => {
-                    let outcome = self.handle(&mut state, |worker| worker.handle_cast(message));
-                    self.table.release(self.index, outcome.is_err());
-                }
-                Envelope::Wake => {}
+            // Nothing that happens to one envelope may end the loop: a dead
+            // worker would strand every unit queued behind it, and its shard
+            // would answer `Shutdown` while the pool is not shut down. The
+            // handlers and every user drop are already caught inside
+            // `process`; this catch is the backstop for whatever is not.
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| {
+                self.process(&mut state, envelope);
+            })) {
+                drop_payload(payload);
             }
             if drained(shard) {
                 break;
             }
         }
         if let Some(mut worker) = state {
-            let _ = catch_unwind(AssertUnwindSafe(|| worker.terminate()));
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| worker.terminate())) {
+                drop_payload(payload);
+            }
+            drop_quietly(worker);
+        }
+        CURRENT_WORKER.with(|current| current.set((NOT_A_WORKER, 0)));
+    }
+
+    /// Handles one envelope and gives its unit back, on every path: the
+    /// [`Unit`] guard releases it if anything unwinds before the explicit
+    /// release.
+    fn process(&self, state: &mut Option<W>, envelope: Envelope<W>) {
+        match envelope {
+            Envelope::Call(request, reply) => {
+                let unit = Unit::new(&self.table, self.index);
+                let outcome = self.handle(state, move |worker| worker.handle_call(request));
+                // The unit goes back before the reply is delivered: a
+                // caller that gets its answer and calls again at once
+                // never meets its own stale unit.
+                unit.release(outcome.is_err());
+                // A caller that timed out or dropped its future is gone;
+                // the request still ran, and that is all it is owed. The
+                // unsent reply is dropped here, on the worker: a panic in
+                // its `Drop` must not reach the loop.
+                drop_quietly(reply.send(outcome));
+            }
+            Envelope::Cast(message) => {
+                let unit = Unit::new(&self.table, self.index);
+                let outcome = self.handle(state, move |worker| worker.handle_cast(message));
+                unit.release(outcome.is_err());
+            }
+            Envelope::Wake => {}
         }
     }
 
@@ -187,15 +250,18 @@ impl<W: Worker> WorkerLoop<W> {
         }
         let Some(worker) = state.as_mut() else {
             // The factory itself panicked: this request cannot be served.
+            // It is dropped here (inside the handler closure), and its
+            // `Drop` may panic too.
+            drop_quietly(handler);
             return Err(Error::WorkerPanicked);
         };
         match catch_unwind(AssertUnwindSafe(|| handler(worker))) {
             Ok(result) => Ok(result),
-            Err(_) => {
+            Err(payload) => {
+                drop_payload(payload);
                 // A restart: the half-updated state is dropped, not reused.
                 // Dropping it may itself panic; that must not kill the loop.
-                let broken = state.take();
-                let _ = catch_unwind(AssertUnwindSafe(move || drop(broken)));
+                drop_quietly(state.take());
                 *state = self.build();
                 Err(Error::WorkerPanicked)
             }
@@ -205,7 +271,65 @@ impl<W: Worker> WorkerLoop<W> {
     /// Calls the factory; `None` if it panicked (retried on the next
     /// request).
     fn build(&self) -> Option<W> {
-        catch_unwind(AssertUnwindSafe(|| (self.factory)(self.index))).ok()
+        match catch_unwind(AssertUnwindSafe(|| (self.factory)(self.index))) {
+            Ok(worker) => Some(worker),
+            Err(payload) => {
+                drop_payload(payload);
+                None
+            }
+        }
+    }
+}
+
+/// One admitted unit of shard `index`, held while its envelope is handled:
+/// given back by [`release`](Self::release), or by `Drop` (counted as a
+/// panic) if processing unwinds first. Exactly once either way.
+#[must_use = "dropping the unit releases it at once"]
+struct Unit<'a> {
+    table: &'a Table,
+    index: usize,
+}
+
+impl<'a> Unit<'a> {
+    fn new(table: &'a Table, index: usize) -> Self {
+        Unit { table, index }
+    }
+
+    /// Gives the unit back; `panicked` says whether its handler panicked.
+    fn release(self, panicked: bool) {
+        // Forgetting `self` (no destructor runs) is what makes the release
+        // happen once: the guard's `Drop` is for the unwinding path only.
+        let unit = ManuallyDrop::new(self);
+        unit.table.release(unit.index, panicked);
+    }
+}
+
+impl Drop for Unit<'_> {
+    fn drop(&mut self) {
+        // Only reached when processing unwound before `release`.
+        self.table.release(self.index, true);
+    }
+}
+
+/// Drops `value`, catching a panic from its `Drop`.
+fn drop_quietly<T>(value: T) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
+        drop_payload(payload);
+    }
+}
+
+/// Drops a caught panic's payload, which is user data (`panic_any`) and
+/// whose `Drop` may panic in turn.
+fn drop_payload(payload: Box<dyn Any + Send>) {
+    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        // The payload's drop panicked, and the new payload may be just as
+        // hostile: dropping it could panic again, and so on without end. One
+        // retry under a catch covers the common case (a payload whose Drop
+        // panics with a plain message); anything past that is leaked rather
+        // than risking the loop (forgetting is safe, and only leaks memory).
+        if let Err(third) = catch_unwind(AssertUnwindSafe(move || drop(again))) {
+            std::mem::forget(third);
+        }
     }
 }
 

@@ -1,4 +1,4 @@
-//! Public behaviour of `Pool`: every semantic DESIGN.md promises, checked
+//! Public behaviour of `Pool`: every semantic its docs promise, checked
 //! with barriers and channels (never sleeps).
 
 use std::collections::HashSet;

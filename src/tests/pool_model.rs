@@ -169,9 +169,11 @@ fn run(capacity: usize, workers: usize, actions: Vec<Action>) -> Result<(), Test
                 let outcome = match action {
                     Action::Call { .. } => pool
                         .submit_call(Admission::At(start), next_id)
+                        .map_err(Error::from)
                         .map(|reply| Job::Call(next_id, reply)),
                     _ => pool
                         .submit_cast(Admission::At(start), next_id)
+                        .map_err(Error::from)
                         .map(|()| Job::Cast),
                 };
                 match (predicted, outcome) {
