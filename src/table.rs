@@ -711,10 +711,6 @@ impl Table {
     /// Records that the unit held on shard `i` will never be given back
     /// (its holder called `forget`): it stays counted in the usage, so the
     /// capacity shrinks by one for good, and the stats say why.
-    // Unused on this branch (its caller is the supervisor's, on another
-    // branch); without the allow, clippy's `-D warnings` fails the build.
-    // Remove it when that caller lands.
-    #[allow(dead_code)]
     pub(crate) fn forget(&self, i: usize) {
         // Relaxed: a count, read only by `stats`.
         self.shards[i].forgotten.fetch_add(1, Relaxed);
