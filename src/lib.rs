@@ -174,6 +174,7 @@ mod limiter;
 pub mod loom_api;
 mod pool;
 mod probe;
+mod split;
 mod stats;
 mod supervisor;
 mod sync;

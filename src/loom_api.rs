@@ -40,6 +40,35 @@ impl Table {
         self.0.release(shard, false)
     }
 
+    /// Sets the capacity (see `Limiter::set_capacity`).
+    pub fn set_capacity(&self, capacity: usize) {
+        self.0.set_capacity(capacity).expect("a valid capacity")
+    }
+
+    /// The capacity in force.
+    pub fn capacity(&self) -> usize {
+        self.0.capacity()
+    }
+
+    /// The bound a resize keeps: unless the table is in debt, every
+    /// shard's limit is at least what it holds and the limits add up to the
+    /// capacity, so `sum(max(held, limit)) <= capacity` and nothing can be
+    /// admitted while `capacity` or more units are held. Read it when no
+    /// resize runs.
+    pub fn bound_holds(&self) -> bool {
+        let table = &self.0;
+        if table.in_debt() {
+            return true;
+        }
+        let covered: usize = (0..table.shard_count())
+            .map(|i| {
+                let shard = table.shard(i);
+                shard.usage().max(shard.limit())
+            })
+            .sum();
+        covered <= table.capacity()
+    }
+
     /// Begins shutdown: refuses all later admissions.
     pub fn close(&self) {
         self.0.close()

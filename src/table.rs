@@ -87,16 +87,22 @@ use crossbeam_utils::CachePadded;
 
 use crate::error::{ConfigError, Error};
 use crate::probe::{thread_index, Probe};
+use crate::split;
 use crate::stats::{RejectCounter, ShardStats, Stats};
 use crate::sync::{
-    AtomicBool, AtomicUsize,
+    AtomicBool, AtomicUsize, Mutex,
     Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
 /// Bit 0 of `taken`: the shard admits nothing more.
 const CLOSED: usize = 1;
+/// Bit 1 of `taken`: takes go through [`Table::acquire_gated`]: a resize is
+/// in progress, or the table is in debt (see the module docs).
+const GATED: usize = 2;
+/// The flag bits of `taken`.
+const FLAGS: usize = CLOSED | GATED;
 /// One unit in `taken` and `given`.
-const UNIT: usize = 2;
+const UNIT: usize = 4;
 /// Bits per word of the full set.
 const BITS: usize = usize::BITS as usize;
 /// How often [`Shard::counts`] retries for an exact reading before it falls
@@ -106,9 +112,9 @@ const CONSISTENT_READ_TRIES: usize = 8;
 #[cfg(loom)]
 const CONSISTENT_READ_TRIES: usize = 1;
 
-/// The largest capacity a table accepts: usage is kept doubled in a `usize`
-/// with one bit to spare.
-pub(crate) const MAX_CAPACITY: usize = usize::MAX >> 3;
+/// The largest capacity a table accepts: usage is kept in units of four in
+/// a `usize`, with one bit to spare.
+pub(crate) const MAX_CAPACITY: usize = usize::MAX >> 4;
 /// The largest shard count: far beyond any core count, and it keeps the
 /// fast modulo within 32 bits.
 pub(crate) const MAX_SHARDS: usize = 1 << 16;
@@ -122,22 +128,34 @@ pub(crate) enum Take {
     Full,
     /// The shard is closed.
     Closed,
+    /// The shard is gated: take through [`Table::acquire_gated`].
+    Gated,
+    /// A unit was taken above a limit that a racing resize lowered: give
+    /// it back with [`Table::undo`] and treat the shard as full.
+    Over,
 }
 
 /// One shard: its limit and its two counters, on a line of its own.
 #[derive(Debug)]
 pub(crate) struct Shard {
-    /// `2 × units ever taken`, plus [`CLOSED`] in bit 0.
+    /// `4 × units ever taken`, plus [`CLOSED`] in bit 0 and [`GATED`] in
+    /// bit 1.
     taken: AtomicUsize,
-    /// `2 × units ever given back`.
+    /// `4 × units ever given back`.
     given: AtomicUsize,
+    /// How many units this shard may hold at once. Changed only by a
+    /// resize, while the shard is gated.
+    limit: AtomicUsize,
     /// The most units ever held at once.
     peak: AtomicUsize,
     /// Units given back by a panic.
     panicked: AtomicUsize,
     /// Units whose holder gave them up for good (`Permit::forget`).
     forgotten: AtomicUsize,
-    limit: usize,
+    /// Takes undone because a resize lowered the limit under them; each
+    /// is counted once in `taken` and once in `given`, and left out of the
+    /// stats.
+    undone: AtomicUsize,
 }
 
 impl Shard {
@@ -148,13 +166,17 @@ impl Shard {
             peak: AtomicUsize::new(0),
             panicked: AtomicUsize::new(0),
             forgotten: AtomicUsize::new(0),
-            limit,
+            undone: AtomicUsize::new(0),
+            limit: AtomicUsize::new(limit),
         }
     }
 
     /// How many units this shard may hold at once.
+    #[inline]
     pub(crate) fn limit(&self) -> usize {
-        self.limit
+        // Relaxed: a take re-reads it after its CAS, which synchronizes with
+        // the resize's un-gating RMW (see `try_take`).
+        self.limit.load(Relaxed)
     }
 
     /// Takes one unit if the shard is open and under its limit.
@@ -173,8 +195,12 @@ impl Shard {
         // replaces it.
         let mut given = self.given.load(Acquire);
         loop {
-            if taken & CLOSED != 0 {
-                return Take::Closed;
+            if taken & FLAGS != 0 {
+                return if taken & CLOSED != 0 {
+                    Take::Closed
+                } else {
+                    Take::Gated
+                };
             }
             let gap = taken.wrapping_sub(given);
             if (gap as isize) < 0 {
@@ -186,7 +212,7 @@ impl Shard {
                 continue;
             }
             let usage = gap / UNIT;
-            if usage >= self.limit {
+            if usage >= self.limit() {
                 // Full by these reads; confirm against the newest `given`.
                 // AcqRel RMW (adds nothing): it reads the last release in
                 // `given`'s modification order. Unchanged means the shard
@@ -201,21 +227,34 @@ impl Shard {
             // Release on success: publishes the releases this taker read,
             // so a reader that reads `taken` and then `given` with Acquire
             // (`Shard::counts`) never computes a usage above the limit.
-            // Relaxed on failure: the loop re-reads. The bound itself needs
-            // no ordering: this RMW succeeds only against the value the
-            // check used, and `given` can only have grown since.
+            // Acquire on success: pairs with the Release of a resize's
+            // un-gating RMW on this word, so the limit read below is the
+            // one that resize stored (see below). Relaxed on failure: the
+            // loop re-reads. Against a fixed limit the bound needs no
+            // ordering: this RMW succeeds only against the value the check
+            // used, and `given` can only have grown since.
             match self
                 .taken
-                .compare_exchange_weak(taken, taken + UNIT, Release, Relaxed)
+                .compare_exchange_weak(taken, taken + UNIT, AcqRel, Relaxed)
             {
                 Ok(_) => {
                     let now = usage + 1;
+                    // The limit may have been lowered since it was checked:
+                    // a resize gated this word, stored a new limit and
+                    // un-gated it, leaving the very value this CAS expected.
+                    // The CAS read that un-gating RMW (or a later one), so
+                    // this read sees the new limit. Over it, the take is
+                    // undone: nobody ever held it.
+                    let limit = self.limit();
+                    if now > limit {
+                        return Take::Over;
+                    }
                     // Relaxed: a statistic.
                     if now > self.peak.load(Relaxed) {
                         self.peak.fetch_max(now, Relaxed);
                     }
                     return Take::Taken {
-                        now_full: now == self.limit,
+                        now_full: now >= limit,
                     };
                 }
                 Err(actual) => {
@@ -241,7 +280,7 @@ impl Shard {
         let gap = taken.wrapping_sub(given);
         // A negative gap (`given` passed the `taken` we read) means units
         // were given back since: not full.
-        (gap as isize) >= 0 && gap / UNIT >= self.limit
+        (gap as isize) >= 0 && gap / UNIT >= self.limit()
     }
 
     /// Takes one unit whatever the limit; `false` if the shard is closed.
@@ -360,7 +399,7 @@ impl Shard {
 
     /// Re-reads the shard for [`Table::mark_full`]: is it still full?
     fn still_full(&self) -> bool {
-        self.usage_synced() >= self.limit
+        self.usage_synced() >= self.limit()
     }
 
     /// Units held now, with `given` read through an RMW: the read for a
@@ -389,13 +428,16 @@ impl Shard {
         // Acquire, and before `given`: pairs with the Release in `give_back`
         // (every panic counted here has its unit counted in `given`).
         let panicked = self.panicked.load(Acquire);
+        // Relaxed: undone takes are counted after their unit is back; a
+        // snapshot between the two counts one in `accepted` and `completed`.
+        let undone = self.undone.load(Relaxed);
         let (usage, taken, given) = self.counts();
         ShardStats {
-            limit: self.limit,
+            limit: self.limit(),
             usage,
             peak_usage: self.peak.load(Relaxed),
-            accepted: taken as u64,
-            completed: given.wrapping_sub(panicked) as u64,
+            accepted: taken.wrapping_sub(undone) as u64,
+            completed: given.wrapping_sub(panicked).wrapping_sub(undone) as u64,
             panicked: panicked as u64,
             // Relaxed: a count; a forgotten unit stays in `taken` for good.
             forgotten: self.forgotten.load(Relaxed) as u64,
@@ -450,6 +492,14 @@ impl FullSet {
     }
 }
 
+/// What the control lock guards.
+#[derive(Debug, Default)]
+struct Control {
+    /// More units are held than the capacity in force: every shard stays
+    /// gated, and `acquire_gated` admits nothing until `settle` ends it.
+    debt: bool,
+}
+
 /// The admission table shared by every front-end.
 #[derive(Debug)]
 pub(crate) struct Table {
@@ -468,7 +518,12 @@ pub(crate) struct Table {
     /// Kept only then (`counted`); with one word, the word is the summary.
     full_count: CachePadded<AtomicUsize>,
     counted: bool,
-    capacity: usize,
+    /// The capacity in force: the sum of the shard limits.
+    capacity: AtomicUsize,
+    /// Each shard's largest limit, if bounded (the supervisor's slots).
+    caps: Option<Box<[usize]>>,
+    /// Serializes resizes and the gated path; see the module docs.
+    control: Mutex<Control>,
     probe: Probe,
     rejected: RejectCounter,
     /// Set once shutdown begins; read only to tell `Shutdown` from
@@ -477,28 +532,56 @@ pub(crate) struct Table {
 }
 
 impl Table {
-    /// A table of `capacity` units over `shards` shards (at most `capacity`
-    /// of them are kept).
+    /// A table of `capacity` units over `shards` shards. Every shard is
+    /// kept whatever the capacity (a shard whose limit is 0 is full), so the
+    /// table can grow into all of them.
     pub(crate) fn new(capacity: usize, shards: usize, probe: Probe) -> Result<Self, ConfigError> {
+        Table::with_caps(capacity, shards, probe, None)
+    }
+
+    /// As [`new`](Self::new), with each shard's limit bounded by the even
+    /// split of `max_capacity` (whatever later resizes ask for): for the
+    /// supervisor, whose registry has that many slots per shard.
+    pub(crate) fn with_max(
+        capacity: usize,
+        max_capacity: usize,
+        shards: usize,
+        probe: Probe,
+    ) -> Result<Self, ConfigError> {
+        if capacity > max_capacity {
+            return Err(ConfigError::too_large("capacity", max_capacity));
+        }
+        if shards == 0 {
+            return Err(ConfigError::zero("shards"));
+        }
+        let caps = split::even(max_capacity, shards, None).into_boxed_slice();
+        Table::with_caps(capacity, shards, probe, Some(caps))
+    }
+
+    fn with_caps(
+        capacity: usize,
+        count: usize,
+        probe: Probe,
+        caps: Option<Box<[usize]>>,
+    ) -> Result<Self, ConfigError> {
         if capacity == 0 {
             return Err(ConfigError::zero("capacity"));
         }
         if capacity > MAX_CAPACITY {
             return Err(ConfigError::too_large("capacity", MAX_CAPACITY));
         }
-        if shards == 0 {
+        if count == 0 {
             return Err(ConfigError::zero("shards"));
         }
-        if shards > MAX_SHARDS {
+        if count > MAX_SHARDS {
             return Err(ConfigError::too_large("shards", MAX_SHARDS));
         }
-        let count = shards.min(capacity);
-        let (base, extra) = (capacity / count, capacity % count);
-        let shards: Box<[_]> = (0..count)
-            .map(|i| CachePadded::new(Shard::new(base + usize::from(i < extra))))
+        let shards: Box<[_]> = split::even(capacity, count, caps.as_deref())
+            .into_iter()
+            .map(|limit| CachePadded::new(Shard::new(limit)))
             .collect();
         let slots = (2 * count.max(num_cpus::get())).clamp(16, 256);
-        Ok(Table {
+        let table = Table {
             full: FullSet::new(count),
             mask: if count.is_power_of_two() {
                 count - 1
@@ -514,11 +597,20 @@ impl Table {
             full_count: CachePadded::new(AtomicUsize::new(0)),
             counted: count > BITS,
             shards,
-            capacity,
+            capacity: AtomicUsize::new(capacity),
+            caps,
+            control: Mutex::new(Control::default()),
             probe,
             rejected: RejectCounter::new(slots),
             closed: AtomicBool::new(false),
-        })
+        };
+        // Shards whose limit is 0 are full from the start.
+        for i in 0..count {
+            if table.shards[i].limit() == 0 {
+                table.mark_full(i);
+            }
+        }
+        Ok(table)
     }
 
     /// Keeps the count of marked shards even with few shards, so loom
@@ -529,8 +621,16 @@ impl Table {
         self.counted = true;
     }
 
+    /// The capacity in force.
     pub(crate) fn capacity(&self) -> usize {
-        self.capacity
+        // Relaxed: a reading; the limits themselves decide admission.
+        self.capacity.load(Relaxed)
+    }
+
+    /// Units free now: the capacity less the usage (0 while units above a
+    /// shrunk capacity drain). A reading, not a reservation.
+    pub(crate) fn available(&self) -> usize {
+        self.capacity().saturating_sub(self.usage())
     }
 
     pub(crate) fn shard_count(&self) -> usize {
@@ -589,7 +689,9 @@ impl Table {
                     return Ok(start);
                 }
                 Take::Full => self.mark_full(start),
+                Take::Over => self.undo(start),
                 Take::Closed => return Err(Error::Shutdown),
+                Take::Gated => return self.acquire_gated(start, false),
             }
         } else if self.all_marked(word) {
             // The own shard is full and every other shard is marked full:
@@ -597,12 +699,15 @@ impl Table {
             // count.
             return self.refuse();
         }
-        self.acquire_slow(start)
+        self.acquire_slow(start, false)
     }
 
     /// The walk: every shard after `start` whose bit is clear, wrapping once.
+    /// `except_start`: the caller must not be served by `start` (see
+    /// [`acquire_except`](Self::acquire_except)); only the gated path needs
+    /// to know, since the walk never comes back to `start`.
     #[cold]
-    fn acquire_slow(&self, start: usize) -> Result<usize, Error> {
+    fn acquire_slow(&self, start: usize, except_start: bool) -> Result<usize, Error> {
         let words = self.full.words.len();
         let (first_word, first_bit) = (start / BITS, start % BITS);
         for step in 0..=words {
@@ -629,11 +734,120 @@ impl Table {
                         return Ok(i);
                     }
                     Take::Full => self.mark_full(i),
+                    Take::Over => self.undo(i),
                     Take::Closed => return Err(Error::Shutdown),
+                    Take::Gated => return self.acquire_gated(start, except_start),
                 }
             }
         }
         self.refuse()
+    }
+
+    /// Admission through a gated shard: a resize is in progress, or the
+    /// table is in debt. Waits for the control lock (a resize holds it for
+    /// a few RMWs per shard), settles a debt if enough units came back,
+    /// then probes again, still under the lock: while it is held and there
+    /// is no debt, no shard is gated, so the probe cannot come back here.
+    #[cold]
+    fn acquire_gated(&self, start: usize, except_start: bool) -> Result<usize, Error> {
+        let mut control = self.control.lock();
+        if control.debt && !self.settle(&mut control) {
+            drop(control);
+            return self.refuse();
+        }
+        if except_start {
+            self.acquire_slow(start, true)
+        } else {
+            self.acquire_at(start)
+        }
+    }
+
+    /// Ends a debt if the units held are back within the capacity: splits
+    /// it over the holdings and un-gates. True if there is no debt now.
+    /// Under the control lock.
+    fn settle(&self, control: &mut Control) -> bool {
+        // While in debt every shard is gated, so no bounded take lands:
+        // these readings only fall (unbounded takes aside, which the next
+        // settle sees).
+        let held: Vec<usize> = self.shards.iter().map(|s| s.usage_synced()).collect();
+        match split::split(self.capacity(), &held, self.caps.as_deref()) {
+            Some(limits) => {
+                control.debt = false;
+                self.apply(&limits, true);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// True while more units are held than the capacity (after a shrink).
+    pub(crate) fn in_debt(&self) -> bool {
+        self.control.lock().debt
+    }
+
+    /// Sets the capacity to `capacity`; see the module docs ("Resize").
+    pub(crate) fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
+        let max = match &self.caps {
+            Some(caps) => caps.iter().sum(),
+            None => MAX_CAPACITY,
+        };
+        if capacity > max {
+            return Err(ConfigError::too_large("capacity", max));
+        }
+        let mut control = self.control.lock();
+        // 1. Gate: from here every take goes to `acquire_gated`, which waits
+        //    for this lock. AcqRel: the RMW puts the gate in each word's
+        //    modification order, so a take either came before it (and is
+        //    in the holdings read below) or sees GATED, or fails its CAS.
+        for shard in self.shards.iter() {
+            shard.taken.fetch_or(GATED, AcqRel);
+        }
+        // 2. The holdings: exact, since no take can land, and from here they
+        //    only fall (releases).
+        let held: Vec<usize> = self.shards.iter().map(|s| s.usage_synced()).collect();
+        // Relaxed: a reading for `capacity()`; the limits decide admission.
+        self.capacity.store(capacity, Relaxed);
+        // 3. New limits: at or above each shard's holdings and adding up to
+        //    `capacity`; or, if more is held than that, a debt: the shards
+        //    stay gated until `settle` finds the units back within it.
+        match split::split(capacity, &held, self.caps.as_deref()) {
+            Some(limits) => {
+                control.debt = false;
+                self.apply(&limits, true);
+            }
+            None => {
+                control.debt = true;
+                let limits = split::even(capacity, self.shards.len(), self.caps.as_deref());
+                self.apply(&limits, false);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores `limits`, un-gates every shard if `ungate`, and marks each
+    /// shard full or not under its new limit. Under the control lock.
+    fn apply(&self, limits: &[usize], ungate: bool) {
+        for (shard, &limit) in self.shards.iter().zip(limits) {
+            // Relaxed: published by the Release un-gating RMW below (or, in
+            // debt, by the control lock that `settle` takes before it
+            // un-gates).
+            shard.limit.store(limit, Relaxed);
+        }
+        if ungate {
+            for shard in self.shards.iter() {
+                // Release: pairs with the AcqRel CAS in `try_take` that
+                // reads this value (or a later one in its release sequence),
+                // so that take's second limit read sees the store above.
+                shard.taken.fetch_and(!GATED, Release);
+            }
+        }
+        for i in 0..self.shards.len() {
+            if self.shards[i].still_full() {
+                self.mark_full(i);
+            } else {
+                self.unmark(i);
+            }
+        }
     }
 
     /// Every shard was full: `Overload`, counted, unless shutdown has begun.
@@ -664,14 +878,15 @@ impl Table {
     /// the count of marked shards beyond.
     #[inline]
     fn all_marked(&self, word: usize) -> bool {
-        if self.counted {
+        // The word first: with up to 64 shards this is the whole answer
+        // (one compare, as on the fast path before the count existed).
+        // Counted tables have `all_full == 0`, which a word holding the
+        // caller's own set bit never equals.
+        word == self.all_full
             // Relaxed: a hint, like the words themselves. A decrement that
-            // happened-before this load (through a release's RMW on `given`,
-            // see `release`) is seen by coherence.
-            self.full_count.load(Relaxed) == self.shards.len()
-        } else {
-            word == self.all_full
-        }
+            // happened-before this load (through a release's RMW on
+            // `given`, see `release`) is seen by coherence.
+            || (self.counted && self.full_count.load(Relaxed) == self.shards.len())
     }
 
     /// Sets shard `i`'s full bit, then takes it back if the shard has room
@@ -705,7 +920,7 @@ impl Table {
     pub(crate) fn acquire_except(&self, skip: usize) -> Result<usize, Error> {
         debug_assert!(skip < self.shards.len());
         // The walk from `skip` visits every shard but `skip` itself.
-        self.acquire_slow(skip)
+        self.acquire_slow(skip, true)
     }
 
     /// Records that the unit held on shard `i` will never be given back
@@ -738,6 +953,23 @@ impl Table {
     /// protocol in the module docs).
     #[inline]
     pub(crate) fn release(&self, i: usize, panicked: bool) {
+        self.give_back(i, panicked);
+    }
+
+    /// Gives back a take that landed above a limit a resize lowered under
+    /// it (`Take::Over`): nobody held it, so it is left out of the stats,
+    /// and the shard is then full.
+    #[cold]
+    fn undo(&self, i: usize) {
+        self.give_back(i, false);
+        // Relaxed: a count, read by `stats` only.
+        self.shards[i].undone.fetch_add(1, Relaxed);
+        self.mark_full(i);
+    }
+
+    /// The unit of shard `i` back in the table, with the full-set steps.
+    #[inline]
+    fn give_back(&self, i: usize, panicked: bool) {
         // Step 2: unmark *before* the unit comes back. If this thread is
         // descheduled between the two, the shard is still full, so the
         // clear bit only sends a caller to a shard it finds full: the
@@ -778,7 +1010,7 @@ impl Table {
     pub(crate) fn stats(&self) -> Stats {
         let shards: Vec<ShardStats> = self.shards.iter().map(|shard| shard.stats()).collect();
         Stats {
-            capacity: self.capacity,
+            capacity: self.capacity(),
             usage: shards.iter().map(|s| s.usage).sum(),
             peak_usage: shards.iter().map(|s| s.peak_usage).sum(),
             accepted: shards.iter().map(|s| s.accepted).sum(),
@@ -796,7 +1028,7 @@ mod tests {
     use super::*;
 
     fn limits(table: &Table) -> Vec<usize> {
-        table.shards.iter().map(|s| s.limit).collect()
+        table.shards.iter().map(|s| s.limit()).collect()
     }
 
     #[test]
@@ -806,10 +1038,14 @@ mod tests {
                 let table = Table::new(capacity, shards, Probe::Thread).unwrap();
                 let limits = limits(&table);
                 assert_eq!(limits.iter().sum::<usize>(), capacity);
-                assert_eq!(limits.len(), shards.min(capacity));
+                // Every shard is kept: with less capacity than shards, the
+                // last ones start at 0 (and full), ready to grow into.
+                assert_eq!(limits.len(), shards);
                 let (min, max) = (limits.iter().min().unwrap(), limits.iter().max().unwrap());
                 assert!(max - min <= 1, "{limits:?}");
-                assert!(*min >= 1);
+                for (i, &limit) in limits.iter().enumerate() {
+                    assert_eq!(table.full.contains(i), limit == 0, "{limits:?}");
+                }
             }
         }
     }

@@ -13,7 +13,11 @@
 //! * usage, per shard and in total, always equals the model's;
 //! * the final stats (accepted, rejected, completed, per-shard peaks) equal
 //!   the model's counts, and after releasing everything all units are
-//!   available again.
+//!   available again;
+//! * resizes (to 0..20) split the capacity over the holdings (each limit at
+//!   or above what its shard holds, adding up to the new capacity); when
+//!   more is held than that, nothing is admitted until the holdings are
+//!   back within it, then the split is made over them.
 //!
 //! Concurrency is loom's job (`loom-tests/`); here the start shard is
 //! passed in directly through `Table::acquire_at`, the seam that replaces
@@ -23,6 +27,7 @@ use proptest::prelude::*;
 
 use crate::error::Error;
 use crate::probe::Probe;
+use crate::split;
 use crate::table::Table;
 
 #[derive(Debug, Clone)]
@@ -31,17 +36,24 @@ enum Action {
     Acquire(usize),
     /// Release the held unit at this (raw) index into the held list.
     Release(usize),
+    /// Set the capacity to this.
+    Resize(usize),
 }
 
 fn action() -> impl Strategy<Value = Action> {
     prop_oneof![
         3 => any::<u16>().prop_map(|s| Action::Acquire(s as usize)),
         2 => any::<u16>().prop_map(|k| Action::Release(k as usize)),
+        1 => (0usize..20).prop_map(Action::Resize),
     ]
 }
 
 /// The plain model: one counter and one limit per shard.
 struct Model {
+    capacity: usize,
+    /// More held than `capacity` after a shrink: nothing is admitted until
+    /// the holdings are back within it.
+    debt: bool,
     limits: Vec<usize>,
     usage: Vec<usize>,
     peak: Vec<usize>,
@@ -52,11 +64,13 @@ struct Model {
 
 impl Model {
     fn new(capacity: usize, shards: usize) -> Self {
-        let count = shards.min(capacity);
+        let count = shards;
         let limits: Vec<usize> = (0..count)
             .map(|i| capacity / count + usize::from(i < capacity % count))
             .collect();
         Model {
+            capacity,
+            debt: false,
             usage: vec![0; count],
             peak: vec![0; count],
             limits,
@@ -69,6 +83,18 @@ impl Model {
     /// The shard that admits a caller starting at `start`, or `None` for
     /// `Overload`.
     fn acquire(&mut self, start: usize) -> Option<usize> {
+        if self.debt {
+            match split::split(self.capacity, &self.usage, None) {
+                Some(limits) => {
+                    self.limits = limits;
+                    self.debt = false;
+                }
+                None => {
+                    self.rejected += 1;
+                    return None;
+                }
+            }
+        }
         let n = self.limits.len();
         let shard = (0..n)
             .map(|step| (start + step) % n)
@@ -87,6 +113,20 @@ impl Model {
     fn release(&mut self, shard: usize) {
         self.usage[shard] -= 1;
         self.completed += 1;
+    }
+
+    fn resize(&mut self, capacity: usize) {
+        self.capacity = capacity;
+        match split::split(capacity, &self.usage, None) {
+            Some(limits) => {
+                self.limits = limits;
+                self.debt = false;
+            }
+            None => {
+                self.limits = split::even(capacity, self.usage.len(), None);
+                self.debt = true;
+            }
+        }
     }
 
     fn total(&self) -> usize {
@@ -113,7 +153,7 @@ fn check(capacity: usize, shards: usize, actions: Vec<Action>) -> Result<(), Tes
                         held.push(shard);
                     }
                     None => {
-                        prop_assert_eq!(model.total(), capacity);
+                        prop_assert!(model.total() >= model.capacity);
                         prop_assert_eq!(got, Err(Error::Overload), "start {}", start);
                     }
                 }
@@ -126,6 +166,11 @@ fn check(capacity: usize, shards: usize, actions: Vec<Action>) -> Result<(), Tes
                 model.release(shard);
                 table.release(shard, false);
             }
+            Action::Resize(capacity) => {
+                model.resize(capacity);
+                table.set_capacity(capacity).unwrap();
+                prop_assert_eq!(table.capacity(), capacity);
+            }
         }
         prop_assert_eq!(table.usage(), model.total());
         let stats = table.stats();
@@ -134,7 +179,7 @@ fn check(capacity: usize, shards: usize, actions: Vec<Action>) -> Result<(), Tes
     }
 
     let stats = table.stats();
-    prop_assert_eq!(stats.capacity, capacity);
+    prop_assert_eq!(stats.capacity, model.capacity);
     prop_assert_eq!(stats.accepted, model.accepted);
     prop_assert_eq!(stats.rejected, model.rejected);
     prop_assert_eq!(stats.completed, model.completed);
@@ -143,13 +188,14 @@ fn check(capacity: usize, shards: usize, actions: Vec<Action>) -> Result<(), Tes
     prop_assert_eq!(&peaks, &model.peak);
     let limits: Vec<usize> = stats.shards.iter().map(|s| s.limit).collect();
     prop_assert_eq!(&limits, &model.limits);
+    prop_assert_eq!(limits.iter().sum::<usize>(), model.capacity);
 
     // Drain, then every unit must be found again, from any start.
     for shard in held.drain(..) {
         table.release(shard, false);
     }
     prop_assert_eq!(table.usage(), 0);
-    for i in 0..capacity {
+    for i in 0..model.capacity {
         prop_assert!(table.acquire_at(i % n).is_ok(), "unit {} lost", i);
     }
     prop_assert_eq!(table.acquire_at(0), Err(Error::Overload));

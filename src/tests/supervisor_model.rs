@@ -57,7 +57,7 @@ struct Model {
 
 impl Model {
     fn new(capacity: usize, shards: usize) -> Model {
-        let count = shards.min(capacity);
+        let count = shards;
         let limits = (0..count)
             .map(|i| capacity / count + usize::from(i < capacity % count))
             .collect();
