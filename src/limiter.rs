@@ -205,12 +205,80 @@ impl Limiter {
         self.table.usage()
     }
 
-    /// The most permits that can be out at once.
+    /// The most permits that can be out at once: the capacity in force
+    /// (the last [`set_capacity`](Self::set_capacity), or the built one).
     pub fn capacity(&self) -> usize {
         self.table.capacity()
     }
 
-    /// How many shards the capacity is split over (at most `capacity`).
+    /// Permits free now: [`capacity`](Self::capacity) less
+    /// [`usage`](Self::usage), or 0 while permits above a shrunk capacity
+    /// are still out. A reading, not a reservation: size a batch of claims
+    /// with it, then acquire each.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = sidejob::Limiter::new(10)?;
+    /// let _held: Vec<_> = (0..3).map(|_| limiter.try_acquire()).collect::<Result<_, _>>()?;
+    /// assert_eq!(limiter.available(), 7);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn available(&self) -> usize {
+        self.table.available()
+    }
+
+    /// Changes the capacity while the limiter is in use; `0` refuses
+    /// everything.
+    ///
+    /// Exact under races: once this returns, no permit is handed out while
+    /// `capacity` or more are out. Shrinking never blocks and never revokes
+    /// a held permit: if more are out than the new capacity, nothing is
+    /// handed out until enough have been dropped (a debt the drops repay),
+    /// then admission resumes at the new capacity. Growing is available to
+    /// the next `try_acquire`.
+    ///
+    /// It is not on the hot path: it takes a lock that only resizes and
+    /// admissions during a debt share, and makes a few atomic operations
+    /// per shard, while admissions that meet it wait for it (for
+    /// microseconds). The shard count stays what it was built with: a
+    /// shard's share of the capacity may be 0, which makes it full.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming `capacity` if it is above the largest
+    /// capacity a limiter can count.
+    ///
+    /// # Examples
+    ///
+    /// A fleet-wide lease or an adaptive limit moves the capacity at run
+    /// time:
+    ///
+    /// ```
+    /// use sidejob::{Error, Limiter};
+    ///
+    /// let limiter = Limiter::builder().capacity(4).shards(2).build()?;
+    /// let held: Vec<_> = (0..3).map(|_| limiter.try_acquire()).collect::<Result<_, _>>()?;
+    ///
+    /// limiter.set_capacity(2)?; // three are out: a debt of one
+    /// assert_eq!(limiter.try_acquire().unwrap_err(), Error::Overload);
+    /// drop(held); // repaid
+    /// let two = (limiter.try_acquire()?, limiter.try_acquire()?);
+    /// assert_eq!(limiter.try_acquire().unwrap_err(), Error::Overload);
+    ///
+    /// limiter.set_capacity(0)?; // refuse everything
+    /// drop(two);
+    /// assert_eq!(limiter.try_acquire().unwrap_err(), Error::Overload);
+    /// limiter.set_capacity(100)?;
+    /// assert_eq!(limiter.available(), 100);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
+        self.table.set_capacity(capacity)
+    }
+
+    /// How many shards the capacity is split over: the count it was built
+    /// with, whatever the capacity (a shard's share may be 0).
     pub fn shards(&self) -> usize {
         self.table.shard_count()
     }
@@ -249,9 +317,11 @@ impl fmt::Debug for Limiter {
 /// let limiter = Limiter::builder().capacity(10).shards(4).build()?;
 /// assert_eq!((limiter.capacity(), limiter.shards()), (10, 4));
 ///
-/// // More shards than capacity: only `capacity` shards are kept.
+/// // More shards than capacity: every shard is kept, six with a share of
+/// // 0, so the limiter can grow into them with `set_capacity`.
 /// let small = Limiter::builder().capacity(2).shards(8).build()?;
-/// assert_eq!(small.shards(), 2);
+/// assert_eq!(small.shards(), 8);
+/// assert_eq!(small.stats().shards.iter().filter(|s| s.limit == 0).count(), 6);
 /// # Ok::<(), sidejob::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, Default)]
@@ -269,7 +339,8 @@ impl LimiterBuilder {
     }
 
     /// How many shards to split the capacity over. Defaults to the number
-    /// of CPUs; more shards than `capacity` are trimmed to `capacity`.
+    /// of CPUs. Every shard is kept even with less capacity than shards
+    /// (the extra shards' share is 0 until the capacity grows).
     pub fn shards(&mut self, shards: usize) -> &mut Self {
         self.shards = Some(shards);
         self

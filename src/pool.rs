@@ -537,13 +537,60 @@ impl<W: Worker> Pool<W> {
         self.inner.table.usage()
     }
 
-    /// The most requests that may be admitted and unfinished at once.
+    /// The most requests that may be admitted and unfinished at once: the
+    /// capacity in force (the last [`set_capacity`](Self::set_capacity), or
+    /// the built one).
     pub fn capacity(&self) -> usize {
         self.inner.table.capacity()
     }
 
+    /// Requests that could be admitted now: [`capacity`](Self::capacity)
+    /// less [`usage`](Self::usage), or 0 while requests above a shrunk
+    /// capacity drain. A reading, not a reservation.
+    pub fn available(&self) -> usize {
+        self.inner.table.available()
+    }
+
+    /// Changes the capacity while the pool runs; `0` refuses every request.
+    ///
+    /// The same guarantees as [`Limiter::set_capacity`](crate::Limiter::set_capacity):
+    /// once this returns, nothing is admitted while `capacity` or more
+    /// requests are queued or running; a shrink never blocks and never
+    /// drops an admitted request (those above the new capacity drain, and
+    /// nothing is admitted until they have); growing is available at once.
+    /// The worker count does not change: every worker runs from the start,
+    /// and a worker's share of the capacity may be 0.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming `capacity` if it is above the largest
+    /// capacity the pool can count.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{Error, Pool, Worker};
+    /// # struct Echo;
+    /// # impl Worker for Echo {
+    /// #     type Request = u8; type Reply = u8; type Message = ();
+    /// #     fn handle_call(&mut self, n: u8) -> u8 { n }
+    /// #     fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// let pool = Pool::builder().capacity(1).workers(4).build(|_| Echo)?;
+    /// assert_eq!(pool.workers(), 4); // all four run, three with a share of 0
+    /// pool.set_capacity(0)?;
+    /// assert_eq!(pool.call(1), Err(Error::Overload));
+    /// pool.set_capacity(1000)?; // now every worker takes requests
+    /// assert_eq!(pool.call(7)?, 7);
+    /// assert_eq!(pool.stats().shards.iter().map(|s| s.limit).sum::<usize>(), 1000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
+        self.inner.table.set_capacity(capacity)
+    }
+
     /// How many workers (and shards) the pool runs: the `workers` setting,
-    /// or `capacity` if that is smaller.
+    /// whatever the capacity.
     pub fn workers(&self) -> usize {
         self.inner.table.shard_count()
     }
@@ -915,9 +962,9 @@ pub const MAX_SPIN_WAIT: Duration = Duration::from_millis(10);
 /// let pool = Pool::builder()
 ///     .name("get_fsm")
 ///     .capacity(3)
-///     .workers(8) // more workers than capacity: 3 are started
+///     .workers(8) // more workers than capacity: all 8 run, 5 with a share of 0
 ///     .build(|_index| Sink)?;
-/// assert_eq!((pool.capacity(), pool.workers()), (3, 3));
+/// assert_eq!((pool.capacity(), pool.workers()), (3, 8));
 ///
 /// let err = Pool::builder().capacity(0).build(|_| Sink).unwrap_err();
 /// assert_eq!(err.to_string(), "invalid `capacity`: must be at least 1");
@@ -948,8 +995,10 @@ impl PoolBuilder {
         self
     }
 
-    /// How many workers (one per shard). Defaults to the number of CPUs;
-    /// more than `capacity` starts `capacity` workers.
+    /// How many workers (one per shard). Defaults to the number of CPUs.
+    /// All of them run whatever the capacity: with less capacity than
+    /// workers, some workers' share is 0 and they idle (parked, no CPU)
+    /// until [`Pool::set_capacity`] grows it.
     pub fn workers(&mut self, workers: usize) -> &mut Self {
         self.workers = Some(workers);
         self

@@ -57,9 +57,7 @@ pub(crate) fn split(capacity: usize, held: &[usize], caps: Option<&[usize]>) -> 
 /// The even split of `capacity` over `shards`, within `caps`.
 pub(crate) fn even(capacity: usize, shards: usize, caps: Option<&[usize]>) -> Vec<usize> {
     let (base, extra) = (capacity / shards, capacity % shards);
-    let mut limits: Vec<usize> = (0..shards)
-        .map(|i| base + usize::from(i < extra))
-        .collect();
+    let mut limits: Vec<usize> = (0..shards).map(|i| base + usize::from(i < extra)).collect();
     if let Some(caps) = caps {
         let mut spill = 0;
         for (limit, &cap) in limits.iter_mut().zip(caps) {

@@ -660,6 +660,53 @@ impl Supervisor {
         self.inner.common.table.capacity()
     }
 
+    /// Children that could be admitted now: [`capacity`](Self::capacity)
+    /// less [`count`](Self::count), or 0 while children above a shrunk
+    /// capacity are still alive. A reading, not a reservation: a task
+    /// worker sizes its next claim with it.
+    pub fn available(&self) -> usize {
+        self.inner.common.table.available()
+    }
+
+    /// Changes how many children may be alive at once, while children run;
+    /// `0` refuses every new child.
+    ///
+    /// The same guarantees as [`Limiter::set_capacity`](crate::Limiter::set_capacity):
+    /// once this returns, no child is admitted while `capacity` or more are
+    /// alive; a shrink never blocks and never stops a child (those above
+    /// the new capacity end in their own time, and nothing is admitted
+    /// until they have); growing is available at once.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming `capacity` if it is above the supervisor's
+    /// [`max_capacity`](SupervisorBuilder::max_capacity), for which its
+    /// registry was allocated.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{Error, Supervisor};
+    ///
+    /// let sup = Supervisor::builder().capacity(2).max_capacity(100).build()?;
+    /// let a = sup.reserve()?;
+    /// let b = sup.reserve()?;
+    /// assert_eq!(sup.reserve().unwrap_err(), Error::Overload);
+    /// sup.set_capacity(3)?;
+    /// let c = sup.reserve()?;
+    /// assert_eq!(sup.available(), 0);
+    /// sup.set_capacity(1)?; // three alive: nothing enters until two end
+    /// drop((a, b));
+    /// assert_eq!(sup.reserve().unwrap_err(), Error::Overload);
+    /// drop(c);
+    /// assert!(sup.reserve().is_ok());
+    /// assert_eq!(sup.set_capacity(101).unwrap_err().field(), "capacity");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
+        self.inner.common.table.set_capacity(capacity)
+    }
+
     /// How many shards the capacity (and the registry) is split over.
     pub fn shards(&self) -> usize {
         self.inner.common.table.shard_count()
@@ -1041,7 +1088,9 @@ struct RegistryShard {
 
 impl RegistryShard {
     fn new(index: usize, common: Arc<Common>) -> RegistryShard {
-        let limit = common.table.shard(index).limit();
+        // One slot per unit the shard can ever hold: its cap, the even
+        // share of the supervisor's `max_capacity`, which resizes respect.
+        let limit = common.table.cap(index);
         let lines = (0..limit.div_ceil(PER_LINE))
             .map(|_| CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))))
             .collect();
@@ -1283,6 +1332,7 @@ pub struct SupervisorBuilder {
     name: Option<String>,
     capacity: Option<usize>,
     shards: Option<usize>,
+    max_capacity: Option<usize>,
     probe: Probe,
     stack_size: Option<usize>,
 }
@@ -1306,8 +1356,9 @@ impl SupervisorBuilder {
     }
 
     /// How many shards to split the capacity and the registry over.
-    /// Defaults to the number of CPUs; more shards than `capacity` are
-    /// trimmed to `capacity`.
+    /// Defaults to the number of CPUs. Every shard is kept even with less
+    /// capacity than shards (the extra shards' share is 0 until the
+    /// capacity grows).
     pub fn shards(&mut self, shards: usize) -> &mut Self {
         self.shards = Some(shards);
         self
@@ -1316,6 +1367,15 @@ impl SupervisorBuilder {
     /// Where a caller starts probing; see [`Probe`].
     pub fn probe(&mut self, probe: Probe) -> &mut Self {
         self.probe = probe;
+        self
+    }
+
+    /// The largest capacity [`Supervisor::set_capacity`] may set later.
+    /// Defaults to `capacity`; at most 2^24. The registry's slots are
+    /// allocated for it up front (8 bytes each), so a resize never
+    /// allocates and admission never does.
+    pub fn max_capacity(&mut self, max: usize) -> &mut Self {
+        self.max_capacity = Some(max);
         self
     }
 
@@ -1345,8 +1405,12 @@ impl SupervisorBuilder {
         if capacity > MAX_CHILDREN {
             return Err(ConfigError::too_large("capacity", MAX_CHILDREN));
         }
+        let max = self.max_capacity.unwrap_or(capacity);
+        if max > MAX_CHILDREN {
+            return Err(ConfigError::too_large("max_capacity", MAX_CHILDREN));
+        }
         let shards = self.shards.unwrap_or_else(num_cpus::get);
-        let table = Table::new(capacity, shards, self.probe)?;
+        let table = Table::with_max(capacity, max, shards, self.probe)?;
         let common = Arc::new(Common {
             table,
             waiters: CachePadded::new(AtomicUsize::new(0)),

@@ -633,6 +633,15 @@ impl Table {
         self.capacity().saturating_sub(self.usage())
     }
 
+    /// The most units shard `i` can ever hold: its cap, or its limit in a
+    /// table without caps.
+    pub(crate) fn cap(&self, i: usize) -> usize {
+        match &self.caps {
+            Some(caps) => caps[i],
+            None => self.shards[i].limit(),
+        }
+    }
+
     pub(crate) fn shard_count(&self) -> usize {
         self.shards.len()
     }
@@ -781,6 +790,7 @@ impl Table {
     }
 
     /// True while more units are held than the capacity (after a shrink).
+    #[cfg(any(loom, test))]
     pub(crate) fn in_debt(&self) -> bool {
         self.control.lock().debt
     }
@@ -1102,6 +1112,43 @@ mod tests {
         }
         let small = Table::new(64, 64, Probe::Thread).unwrap();
         assert!(!small.counted);
+    }
+
+    #[test]
+    fn a_shrink_below_the_holdings_is_a_debt_until_they_drain() {
+        let table = Table::new(4, 2, Probe::Thread).unwrap();
+        let held: Vec<usize> = (0..4).map(|_| table.acquire().unwrap()).collect();
+        table.set_capacity(2).unwrap();
+        assert!(table.in_debt());
+        assert_eq!(table.available(), 0);
+        // Two back: still 2 held, the new capacity; the debt settles at the
+        // next admission, which is refused (full).
+        table.release(held[0], false);
+        table.release(held[1], false);
+        assert_eq!(table.acquire(), Err(Error::Overload));
+        assert!(!table.in_debt());
+        let limits = limits(&table);
+        assert_eq!(limits.iter().sum::<usize>(), 2);
+        table.release(held[2], false);
+        let again = table.acquire().unwrap();
+        assert_eq!(table.acquire(), Err(Error::Overload));
+        table.release(again, false);
+        table.release(held[3], false);
+        assert_eq!(table.usage(), 0);
+        // Stats see no trace of the gate: accepted = completed.
+        let stats = table.stats();
+        assert_eq!(stats.accepted, stats.completed);
+        assert_eq!(stats.accepted, 5);
+    }
+
+    #[test]
+    fn resize_respects_the_caps() {
+        let table = Table::with_max(2, 6, 3, Probe::Thread).unwrap();
+        assert_eq!((table.cap(0), table.cap(1), table.cap(2)), (2, 2, 2));
+        table.set_capacity(6).unwrap();
+        assert_eq!(limits(&table), [2, 2, 2]);
+        assert_eq!(table.set_capacity(7).unwrap_err().field(), "capacity");
+        assert!(Table::with_max(7, 6, 3, Probe::Thread).is_err());
     }
 
     #[test]

@@ -22,7 +22,8 @@ fn shard_limits_sum_to_capacity_exactly() {
         for shards in 1..=9 {
             let limiter = limiter(capacity, shards);
             assert_eq!(limiter.capacity(), capacity);
-            assert_eq!(limiter.shards(), shards.min(capacity));
+            // Every shard is kept, whatever the capacity.
+            assert_eq!(limiter.shards(), shards);
             let stats = limiter.stats();
             let limits: Vec<usize> = stats.shards.iter().map(|s| s.limit).collect();
             assert_eq!(limits.iter().sum::<usize>(), capacity, "{limits:?}");
@@ -48,23 +49,16 @@ fn shard_limits_sum_to_capacity_exactly() {
 }
 
 #[test]
-fn capacity_below_shard_count_trims_shards() {
+fn capacity_below_shard_count_keeps_every_shard_at_a_share_of_zero() {
     let limiter = limiter(3, 8);
-    assert_eq!(limiter.shards(), 3);
+    assert_eq!(limiter.shards(), 8);
     let held: Vec<_> = (0..3).map(|_| limiter.try_acquire().unwrap()).collect();
     let mut shards: Vec<usize> = held.iter().map(Permit::shard).collect();
     shards.sort_unstable();
     assert_eq!(shards, vec![0, 1, 2]);
     assert_eq!(limiter.try_acquire().unwrap_err(), Error::Overload);
-    assert_eq!(
-        limiter
-            .stats()
-            .shards
-            .iter()
-            .map(|s| s.limit)
-            .collect::<Vec<_>>(),
-        vec![1; 3]
-    );
+    let limits: Vec<usize> = limiter.stats().shards.iter().map(|s| s.limit).collect();
+    assert_eq!(limits, [1, 1, 1, 0, 0, 0, 0, 0]);
 }
 
 #[test]
@@ -251,12 +245,22 @@ fn config_errors_name_the_field() {
 }
 
 #[test]
-fn default_shards_are_at_least_one_and_at_most_capacity() {
+fn default_shards_follow_the_cpus_whatever_the_capacity() {
     let wide = Limiter::new(1 << 20).unwrap();
     assert!(wide.shards() >= 1);
-    // Capacity 1 can only ever use one shard, whatever the CPU count.
-    assert_eq!(Limiter::new(1).unwrap().shards(), 1);
-    assert_eq!(Limiter::new(1 << 20).unwrap().shards(), wide.shards());
+    // Capacity 1 keeps every shard too, so it can grow into them.
+    let narrow = Limiter::new(1).unwrap();
+    assert_eq!(narrow.shards(), wide.shards());
+    narrow.set_capacity(1 << 20).unwrap();
+    let limits: Vec<usize> = narrow.stats().shards.iter().map(|s| s.limit).collect();
+    assert_eq!(
+        limits,
+        wide.stats()
+            .shards
+            .iter()
+            .map(|s| s.limit)
+            .collect::<Vec<_>>()
+    );
 }
 
 #[test]

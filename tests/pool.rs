@@ -492,14 +492,24 @@ fn bad_configuration_is_a_config_error_naming_the_field() {
 }
 
 #[test]
-fn workers_beyond_capacity_are_trimmed() {
+fn workers_beyond_capacity_all_run_and_take_work_once_it_grows() {
     let pool = Pool::builder()
         .capacity(3)
         .workers(16)
         .build(|_| Echo)
         .unwrap();
-    assert_eq!(pool.workers(), 3);
-    assert_eq!(pool.stats().shards.len(), 3);
+    assert_eq!(pool.workers(), 16);
+    let limits: Vec<usize> = pool.stats().shards.iter().map(|s| s.limit).collect();
+    assert_eq!(limits.iter().filter(|&&l| l == 0).count(), 13);
+    pool.set_capacity(16).unwrap();
+    let limits: Vec<usize> = pool.stats().shards.iter().map(|s| s.limit).collect();
+    assert_eq!(limits, vec![1; 16]);
+    for n in 0..16u64 {
+        pool.cast(n).unwrap();
+    }
+    pool.shutdown();
+    // Each admitted cast was handled once.
+    assert_eq!(pool.stats().completed, 16);
 }
 
 #[test]

@@ -294,14 +294,28 @@ fn bad_configuration_names_the_field() {
             .field(),
         "shards"
     );
-    // Setters never panic; more shards than capacity are trimmed.
+    // Setters never panic; every shard is kept, most with a share of 0.
     let sup = Supervisor::builder()
         .capacity(2)
         .shards(64)
         .build()
         .unwrap();
-    assert_eq!(sup.shards(), 2);
+    assert_eq!(sup.shards(), 64);
     assert_eq!(sup.name(), "sidejob");
+    assert_eq!(sup.stats().shards.iter().filter(|s| s.limit > 0).count(), 2);
+    // A max_capacity below the capacity, or past the registry's limit.
+    let err = Supervisor::builder()
+        .capacity(5)
+        .max_capacity(4)
+        .build()
+        .unwrap_err();
+    assert_eq!(err.field(), "capacity");
+    let err = Supervisor::builder()
+        .capacity(5)
+        .max_capacity(usize::MAX)
+        .build()
+        .unwrap_err();
+    assert_eq!(err.field(), "max_capacity");
 }
 
 #[test]
