@@ -181,6 +181,7 @@ mod sync;
 mod table;
 #[cfg(all(test, not(loom)))]
 mod tests;
+mod waiters;
 mod worker;
 
 pub use error::{ConfigError, Error, Refused, TryCallError};
@@ -193,4 +194,5 @@ pub use supervisor::Task;
 pub use supervisor::{
     Child, ChildGuard, ChildId, ChildInfo, ChildKind, Supervisor, SupervisorBuilder,
 };
+pub use waiters::{QueueOrder, DEFAULT_MAX_WAIT, MAX_WAITERS};
 pub use worker::Worker;

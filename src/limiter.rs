@@ -8,6 +8,7 @@ use crate::probe::Probe;
 use crate::stats::Stats;
 use crate::sync::{os_thread, Arc};
 use crate::table::Table;
+use crate::waiters::{Policy, QueueOrder};
 
 /// A fail-fast, sharded concurrency limit: at most `capacity` permits are
 /// out at once, and the next [`try_acquire`](Limiter::try_acquire) is
@@ -165,6 +166,152 @@ impl Limiter {
             limiter: Arc::clone(self),
             shard,
         })
+    }
+
+    /// Takes a permit, waiting for one if every shard is full and the
+    /// limiter has a waiting room; blocks the thread while it waits.
+    ///
+    /// A permit at once if one is free. Otherwise, if fewer than
+    /// [`max_waiters`](LimiterBuilder::max_waiters) callers wait, wait in
+    /// the [`queue_order`](LimiterBuilder::queue_order) for up to
+    /// [`max_wait`](LimiterBuilder::max_wait): a dropped permit is handed
+    /// straight to a waiter, never to a newcomer. Without a waiting room
+    /// (the default), this is [`try_acquire`](Self::try_acquire).
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Overload`] at once when the waiting room is full (or
+    ///   there is none); counted in [`Stats::rejected`].
+    /// * [`Error::Timeout`] when `max_wait` passed without a permit;
+    ///   counted in [`Stats::timed_out`].
+    /// * [`Error::Shutdown`] once the limiter is [closed](Self::close),
+    ///   including for callers waiting then.
+    ///
+    /// # Examples
+    ///
+    /// An HTTP worker runs 2 requests at once and lets up to 4 more wait:
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use sidejob::{Error, Limiter};
+    ///
+    /// let limiter = Arc::new(
+    ///     Limiter::builder()
+    ///         .capacity(2)
+    ///         .max_waiters(4)
+    ///         .max_wait(Duration::from_secs(30))
+    ///         .build()?,
+    /// );
+    /// let held = (limiter.try_acquire_owned()?, limiter.try_acquire_owned()?);
+    /// let waiter = {
+    ///     let limiter = Arc::clone(&limiter);
+    ///     std::thread::spawn(move || limiter.acquire().map(|permit| permit.shard()))
+    /// };
+    /// while limiter.waiting() == 0 {
+    ///     std::thread::yield_now(); // until the waiter is queued
+    /// }
+    /// drop(held.0); // handed straight to the waiter
+    /// assert!(waiter.join().unwrap().is_ok());
+    /// assert_eq!(limiter.stats().waited, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn acquire(&self) -> Result<Permit<'_>, Error> {
+        let shard = self.table.acquire_waiting(None)?;
+        Ok(Permit {
+            limiter: self,
+            shard,
+        })
+    }
+
+    /// [`acquire`](Self::acquire) as a future: waits without blocking the
+    /// executor's thread. The future is `Send` and borrows the limiter.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future gives up the wait: it leaves the queue, and a
+    /// permit handed to it meanwhile goes to the next waiter (or back to
+    /// the limiter). No permit is ever lost.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+    /// # rt.block_on(async {
+    /// use std::time::Duration;
+    /// use sidejob::{Error, Limiter};
+    ///
+    /// let limiter = Limiter::builder().capacity(1).max_waiters(1).build()?;
+    /// let held = limiter.acquire_async().await?;
+    /// // The room holds one waiter: it gives up after 10 ms here.
+    /// let waited = tokio::time::timeout(Duration::from_millis(10), limiter.acquire_async()).await;
+    /// assert!(waited.is_err());
+    /// assert_eq!(limiter.waiting(), 0); // the dropped waiter left the queue
+    /// drop(held);
+    /// assert!(limiter.acquire_async().await.is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn acquire_async(&self) -> Result<Permit<'_>, Error> {
+        let shard = self.table.acquire_async(None).await?;
+        Ok(Permit {
+            limiter: self,
+            shard,
+        })
+    }
+
+    /// [`acquire_async`](Self::acquire_async) for an `Arc<Limiter>`: the
+    /// future and its permit own a clone of the `Arc`, so both are
+    /// `Send + 'static` (spawn the future, move the permit into a task).
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire_async`](Self::acquire_async).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    /// # rt.block_on(async {
+    /// use std::sync::Arc;
+    /// use sidejob::Limiter;
+    ///
+    /// let limiter = Arc::new(Limiter::builder().capacity(1).max_waiters(8).build()?);
+    /// let first = Arc::clone(&limiter).acquire_owned_async().await?;
+    /// let second = tokio::spawn(Arc::clone(&limiter).acquire_owned_async());
+    /// tokio::task::yield_now().await; // the second waits
+    /// drop(first);
+    /// let second = second.await??;
+    /// assert_eq!(limiter.usage(), 1);
+    /// drop(second);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn acquire_owned_async(
+        self: Arc<Self>,
+    ) -> impl std::future::Future<Output = Result<OwnedPermit, Error>> + Send + 'static {
+        async move {
+            let shard = self.table.acquire_async(None).await?;
+            Ok(OwnedPermit {
+                limiter: self,
+                shard,
+            })
+        }
+    }
+
+    /// How many callers wait for a permit now (0 without a waiting room).
+    pub fn waiting(&self) -> usize {
+        self.table.waiting()
     }
 
     /// Refuses every later permit with [`Error::Shutdown`]; the permits out
@@ -329,6 +476,7 @@ pub struct LimiterBuilder {
     capacity: Option<usize>,
     shards: Option<usize>,
     probe: Probe,
+    policy: Policy,
 }
 
 impl LimiterBuilder {
@@ -352,17 +500,45 @@ impl LimiterBuilder {
         self
     }
 
+    /// How many callers of [`Limiter::acquire`] (and its async forms) may
+    /// wait for a permit when every shard is full; past that they get
+    /// `Overload` at once. Defaults to 0: no waiting, fail fast.
+    /// [`try_acquire`](Limiter::try_acquire) never waits. At most
+    /// [`MAX_WAITERS`](crate::MAX_WAITERS).
+    pub fn max_waiters(&mut self, waiters: usize) -> &mut Self {
+        self.policy.max_waiters = waiters;
+        self
+    }
+
+    /// How long one caller may wait for a permit before it gets
+    /// [`Error::Timeout`]. Defaults to
+    /// [`DEFAULT_MAX_WAIT`](crate::DEFAULT_MAX_WAIT) (1 s);
+    /// `Duration::MAX` waits as long as it takes.
+    pub fn max_wait(&mut self, wait: std::time::Duration) -> &mut Self {
+        self.policy.max_wait = wait;
+        self
+    }
+
+    /// Which waiter a freed permit goes to; see [`QueueOrder`]. Defaults
+    /// to FIFO.
+    pub fn queue_order(&mut self, order: QueueOrder) -> &mut Self {
+        self.policy.order = order;
+        self
+    }
+
     /// Builds the limiter.
     ///
     /// # Errors
     ///
     /// [`ConfigError`] naming the field when `capacity` is unset, 0 or too
-    /// large, or `shards` is 0 or too large.
+    /// large, `shards` is 0 or too large, `max_waiters` is above
+    /// [`MAX_WAITERS`](crate::MAX_WAITERS), or an adaptive `queue_order`
+    /// has a zero target.
     pub fn build(&self) -> Result<Limiter, ConfigError> {
         let capacity = self.capacity.ok_or(ConfigError::missing("capacity"))?;
         let shards = self.shards.unwrap_or_else(num_cpus::get);
         Ok(Limiter {
-            table: Table::new(capacity, shards, self.probe)?,
+            table: Table::new(capacity, shards, self.probe)?.with_policy(&self.policy)?,
         })
     }
 }

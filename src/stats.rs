@@ -75,6 +75,20 @@ pub struct Stats {
     /// counted in `usage`: the capacity they held is lost until the
     /// limiter is rebuilt.
     pub forgotten: u64,
+    /// Callers waiting for a unit now (always 0 without a waiting room:
+    /// see `max_waiters` on the builders).
+    pub waiting: usize,
+    /// The most callers that ever waited at once.
+    pub peak_waiting: usize,
+    /// Callers that waited and gave up: their `max_wait` or deadline ran
+    /// out ([`Error::Timeout`](crate::Error::Timeout)), or the adaptive
+    /// queue order timed them out.
+    pub timed_out: u64,
+    /// Callers that waited and were admitted.
+    pub waited: u64,
+    /// Their waits added up: `waited_time / waited` is the mean wait of an
+    /// admitted waiter.
+    pub waited_time: Duration,
     /// The same figures for each shard (for a pool, each worker), in order.
     pub shards: Vec<ShardStats>,
 }

@@ -89,8 +89,11 @@ use crate::error::{ConfigError, Error};
 use crate::probe::{thread_index, Probe};
 use crate::split;
 use crate::stats::{RejectCounter, ShardStats, Stats};
+use crate::waiters::{self, Policy, Queue, Room, State, Wake};
+use std::time::Instant;
+
 use crate::sync::{
-    AtomicBool, AtomicUsize, Mutex,
+    now, Arc, AtomicBool, AtomicUsize, Condvar, Mutex,
     Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
@@ -152,6 +155,9 @@ pub(crate) struct Shard {
     panicked: AtomicUsize,
     /// Units whose holder gave them up for good (`Permit::forget`).
     forgotten: AtomicUsize,
+    /// Units handed from a release straight to a waiter: each is one more
+    /// admission and one more release than `taken` and `given` count.
+    handed: AtomicUsize,
     /// Takes undone because a resize lowered the limit under them; each
     /// is counted once in `taken` and once in `given`, and left out of the
     /// stats.
@@ -167,6 +173,7 @@ impl Shard {
             panicked: AtomicUsize::new(0),
             forgotten: AtomicUsize::new(0),
             undone: AtomicUsize::new(0),
+            handed: AtomicUsize::new(0),
             limit: AtomicUsize::new(limit),
         }
     }
@@ -188,6 +195,14 @@ impl Shard {
     /// and two such reads can add up to a usage the shard never had.
     #[inline]
     pub(crate) fn try_take(&self) -> Take {
+        self.try_take_masked(FLAGS)
+    }
+
+    /// [`try_take`](Self::try_take), stopping only at the flags in `stop`:
+    /// `FLAGS` normally, `CLOSED` alone for a take made under the control
+    /// lock for a waiter while the shards are gated.
+    #[inline]
+    fn try_take_masked(&self, stop: usize) -> Take {
         // Relaxed: the CAS below re-checks this exact value.
         let mut taken = self.taken.load(Relaxed);
         // Acquire: pairs with the AcqRel RMW in `give_back`, so work done
@@ -195,7 +210,7 @@ impl Shard {
         // replaces it.
         let mut given = self.given.load(Acquire);
         loop {
-            if taken & FLAGS != 0 {
+            if taken & stop != 0 {
                 return if taken & CLOSED != 0 {
                     Take::Closed
                 } else {
@@ -431,13 +446,19 @@ impl Shard {
         // Relaxed: undone takes are counted after their unit is back; a
         // snapshot between the two counts one in `accepted` and `completed`.
         let undone = self.undone.load(Relaxed);
+        // Relaxed: counted under the control lock; a snapshot may miss the
+        // last hand-off in both `accepted` and `completed`.
+        let handed = self.handed.load(Relaxed);
         let (usage, taken, given) = self.counts();
         ShardStats {
             limit: self.limit(),
             usage,
             peak_usage: self.peak.load(Relaxed),
-            accepted: taken.wrapping_sub(undone) as u64,
-            completed: given.wrapping_sub(panicked).wrapping_sub(undone) as u64,
+            accepted: taken.wrapping_sub(undone).wrapping_add(handed) as u64,
+            completed: given
+                .wrapping_sub(panicked)
+                .wrapping_sub(undone)
+                .wrapping_add(handed) as u64,
             panicked: panicked as u64,
             // Relaxed: a count; a forgotten unit stays in `taken` for good.
             forgotten: self.forgotten.load(Relaxed) as u64,
@@ -492,12 +513,133 @@ impl FullSet {
     }
 }
 
+/// The future of [`Table::acquire_async`]: a unit's shard.
+#[must_use = "futures do nothing unless polled"]
+pub(crate) struct WaitUnit<'a> {
+    table: &'a Table,
+    /// The caller's own deadline, if any; `max_wait` bounds it too.
+    deadline: Option<Instant>,
+    /// The waiter's node, while it is queued.
+    key: Option<usize>,
+    /// Fires at the deadline (set when the waiter is queued).
+    #[cfg(not(loom))]
+    delay: Option<futures_timer::Delay>,
+}
+
+impl std::fmt::Debug for WaitUnit<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WaitUnit")
+            .field("queued", &self.key.is_some())
+            .finish()
+    }
+}
+
+impl std::future::Future for WaitUnit<'_> {
+    type Output = Result<usize, Error>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        use std::task::Poll;
+
+        let this = self.get_mut();
+        let table = this.table;
+        let key = match this.key {
+            Some(key) => key,
+            None => {
+                // First poll: the fast path, then the queue.
+                match table.try_at(table.home_shard()) {
+                    Err(Error::Overload) => {}
+                    other => return Poll::Ready(other),
+                }
+                let Some(room) = table.room.as_deref() else {
+                    table.count_refusal();
+                    return Poll::Ready(Err(Error::Overload));
+                };
+                let now = now();
+                let deadline = table.wait_deadline(room, this.deadline, now);
+                let mut control = table.control.lock();
+                let wake = Wake::Task(cx.waker().clone());
+                let key = match table.enter_room(room, &mut control, wake) {
+                    Ok(key) => key,
+                    Err(err) => {
+                        drop(control);
+                        if err == Error::Overload {
+                            table.count_refusal();
+                        }
+                        return Poll::Ready(Err(err));
+                    }
+                };
+                drop(control);
+                // The re-check after the count is out (`waiters.rs`).
+                if let Some(shard) = table.take_any(FLAGS) {
+                    return Poll::Ready(Ok(table.leave_with(room, key, shard)));
+                }
+                this.key = Some(key);
+                #[cfg(not(loom))]
+                {
+                    this.delay = deadline.map(|deadline| {
+                        futures_timer::Delay::new(deadline.saturating_duration_since(now))
+                    });
+                }
+                #[cfg(loom)]
+                let _ = deadline;
+                key
+            }
+        };
+        let Some(room) = table.room.as_deref() else {
+            unreachable!("a queued waiter's table has a room");
+        };
+        // The deadline, polled outside the lock (it takes the timer's own).
+        #[cfg(not(loom))]
+        let expired = this
+            .delay
+            .as_mut()
+            .is_some_and(|delay| std::pin::Pin::new(delay).poll(cx).is_ready());
+        #[cfg(loom)]
+        let expired = false;
+        let mut control = table.control.lock();
+        if control.queue.state(key) != State::Waiting || expired {
+            this.key = None;
+            return Poll::Ready(table.finish_wait(room, &mut control, key));
+        }
+        control.queue.set_wake(key, Wake::Task(cx.waker().clone()));
+        Poll::Pending
+    }
+}
+
+impl Drop for WaitUnit<'_> {
+    fn drop(&mut self) {
+        let Some(key) = self.key.take() else {
+            return;
+        };
+        let table = self.table;
+        let Some(room) = table.room.as_deref() else {
+            return;
+        };
+        let mut control = table.control.lock();
+        let state = control.queue.state(key);
+        control.queue.leave(key);
+        room.set_count(control.queue.len());
+        drop(control);
+        if let State::Granted(shard) = state {
+            // Handed over as the caller gave up: to the next waiter, or
+            // back to the table. Never stranded.
+            table.release(shard, false);
+        }
+    }
+}
+
 /// What the control lock guards.
 #[derive(Debug, Default)]
 struct Control {
     /// More units are held than the capacity in force: every shard stays
     /// gated, and `acquire_gated` admits nothing until `settle` ends it.
+    /// No unit is handed to a waiter meanwhile.
     debt: bool,
+    /// The waiters, if the table has a waiting room (`waiters.rs`).
+    queue: Queue,
 }
 
 /// The admission table shared by every front-end.
@@ -522,8 +664,10 @@ pub(crate) struct Table {
     capacity: AtomicUsize,
     /// Each shard's largest limit, if bounded (the supervisor's slots).
     caps: Option<Box<[usize]>>,
-    /// Serializes resizes and the gated path; see the module docs.
+    /// Serializes resizes, the gated path and the waiting room.
     control: Mutex<Control>,
+    /// The waiting room, if the front-end's builder asked for one.
+    room: Option<Box<Room>>,
     probe: Probe,
     rejected: RejectCounter,
     /// Set once shutdown begins; read only to tell `Shutdown` from
@@ -600,6 +744,7 @@ impl Table {
             capacity: AtomicUsize::new(capacity),
             caps,
             control: Mutex::new(Control::default()),
+            room: None,
             probe,
             rejected: RejectCounter::new(slots),
             closed: AtomicBool::new(false),
@@ -611,6 +756,159 @@ impl Table {
             }
         }
         Ok(table)
+    }
+
+    /// Gives the table the waiting room `policy` asks for (none when its
+    /// `max_waiters` is 0).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming `max_waiters` or `queue_order`.
+    pub(crate) fn with_policy(mut self, policy: &Policy) -> Result<Self, ConfigError> {
+        self.room = policy.room()?;
+        Ok(self)
+    }
+
+    /// How many wait for a unit now.
+    pub(crate) fn waiting(&self) -> usize {
+        self.room.as_ref().map_or(0, |room| room.waiting())
+    }
+
+    /// Admits one unit from the caller's home shard, waiting in the room
+    /// (if any) when every shard is full, until `deadline` at the latest
+    /// (`None`: `max_wait` alone bounds it). Blocks the thread.
+    ///
+    /// `Overload` (counted) when there is no room or it is full,
+    /// `Timeout` when the wait ran out, `Shutdown` once closed.
+    pub(crate) fn acquire_waiting(&self, deadline: Option<Instant>) -> Result<usize, Error> {
+        match self.try_at(self.home_shard()) {
+            Err(Error::Overload) => {}
+            other => return other,
+        }
+        match &self.room {
+            Some(room) => self.wait_blocking(room, deadline),
+            None => {
+                self.count_refusal();
+                Err(Error::Overload)
+            }
+        }
+    }
+
+    /// The earlier of `deadline` and the room's `max_wait` from now.
+    fn wait_deadline(
+        &self,
+        room: &Room,
+        deadline: Option<Instant>,
+        now: Instant,
+    ) -> Option<Instant> {
+        let own = now.checked_add(room.policy.max_wait);
+        match (own, deadline) {
+            (Some(own), Some(deadline)) => Some(own.min(deadline)),
+            (own, deadline) => own.or(deadline),
+        }
+    }
+
+    /// Queues the caller, if the room has space and the table is open; its
+    /// key. `Overload` is not counted here.
+    fn enter_room(&self, room: &Room, control: &mut Control, wake: Wake) -> Result<usize, Error> {
+        if self.is_closed() {
+            return Err(Error::Shutdown);
+        }
+        if control.queue.len() >= room.policy.max_waiters {
+            return Err(Error::Overload);
+        }
+        let key = control.queue.push(wake, now());
+        room.set_count(control.queue.len());
+        Ok(key)
+    }
+
+    /// After queuing, the caller took `shard` from the table itself (its
+    /// re-check): leave the queue, and give back a second unit if one was
+    /// handed over meanwhile.
+    fn leave_with(&self, room: &Room, key: usize, shard: usize) -> usize {
+        let mut control = self.control.lock();
+        let state = control.queue.state(key);
+        let since = control.queue.since(key);
+        control.queue.leave(key);
+        room.set_count(control.queue.len());
+        drop(control);
+        room.record_wait(since, now());
+        if let State::Granted(second) = state {
+            // Goes to the next waiter, or back to the table.
+            self.release(second, false);
+        }
+        shard
+    }
+
+    /// Ends a wait whose node is in `state`: the result, and the node gone.
+    /// `Waiting` means the caller gives up (its deadline passed). Under the
+    /// control lock.
+    fn finish_wait(&self, room: &Room, control: &mut Control, key: usize) -> Result<usize, Error> {
+        let state = control.queue.state(key);
+        let since = control.queue.since(key);
+        control.queue.leave(key);
+        room.set_count(control.queue.len());
+        match state {
+            State::Granted(shard) => {
+                room.record_wait(since, now());
+                Ok(shard)
+            }
+            State::Closed => Err(Error::Shutdown),
+            State::Expired | State::Waiting => {
+                room.record_timeout();
+                Err(Error::Timeout)
+            }
+        }
+    }
+
+    #[cold]
+    fn wait_blocking(&self, room: &Room, deadline: Option<Instant>) -> Result<usize, Error> {
+        let deadline = self.wait_deadline(room, deadline, now());
+        let condvar = Arc::new(Condvar::new());
+        let mut control = self.control.lock();
+        let key = match self.enter_room(room, &mut control, Wake::Thread(Arc::clone(&condvar))) {
+            Ok(key) => key,
+            Err(err) => {
+                drop(control);
+                if err == Error::Overload {
+                    self.count_refusal();
+                }
+                return Err(err);
+            }
+        };
+        drop(control);
+        // The re-check after the count is out (`waiters.rs`, "Wake-up").
+        if let Some(shard) = self.take_any(FLAGS) {
+            return Ok(self.leave_with(room, key, shard));
+        }
+        let mut control = self.control.lock();
+        loop {
+            if control.queue.state(key) != State::Waiting {
+                return self.finish_wait(room, &mut control, key);
+            }
+            let now = now();
+            if deadline.is_some_and(|deadline| now >= deadline) {
+                return self.finish_wait(room, &mut control, key);
+            }
+            // No deadline: sleep in long steps (a spurious wake-up only
+            // re-checks).
+            let until = deadline.unwrap_or_else(|| now + std::time::Duration::from_secs(3600));
+            (control, _) = condvar.wait_until(control, until);
+        }
+    }
+
+    /// [`acquire_waiting`](Self::acquire_waiting) as a future: never blocks
+    /// the executor's thread. Cancel safe: dropping it leaves nothing
+    /// queued and strands no unit (one handed over meanwhile goes to the
+    /// next waiter or back to the table).
+    pub(crate) fn acquire_async(&self, deadline: Option<Instant>) -> WaitUnit<'_> {
+        WaitUnit {
+            table: self,
+            deadline,
+            key: None,
+            #[cfg(not(loom))]
+            delay: None,
+        }
     }
 
     /// Keeps the count of marked shards even with few shards, so loom
@@ -677,9 +975,21 @@ impl Table {
         self.acquire_at(self.home_shard())
     }
 
-    /// Admits one unit, trying shard `start` first.
+    /// Admits one unit, trying shard `start` first; an `Overload` is
+    /// counted.
     #[inline]
     pub(crate) fn acquire_at(&self, start: usize) -> Result<usize, Error> {
+        let result = self.try_at(start);
+        if let Err(Error::Overload) = result {
+            self.count_refusal();
+        }
+        result
+    }
+
+    /// [`acquire_at`](Self::acquire_at) without counting a refusal: for a
+    /// caller that may wait instead.
+    #[inline]
+    fn try_at(&self, start: usize) -> Result<usize, Error> {
         debug_assert!(start < self.shards.len());
         let word = self.full.word(start / BITS);
         let marked = word & (1 << (start % BITS)) != 0;
@@ -706,7 +1016,7 @@ impl Table {
             // The own shard is full and every other shard is marked full:
             // under overload, this is the whole answer, whatever the shard
             // count.
-            return self.refuse();
+            return self.refused();
         }
         self.acquire_slow(start, false)
     }
@@ -749,7 +1059,7 @@ impl Table {
                 }
             }
         }
-        self.refuse()
+        self.refused()
     }
 
     /// Admission through a gated shard: a resize is in progress, or the
@@ -762,12 +1072,12 @@ impl Table {
         let mut control = self.control.lock();
         if control.debt && !self.settle(&mut control) {
             drop(control);
-            return self.refuse();
+            return self.refused();
         }
         if except_start {
             self.acquire_slow(start, true)
         } else {
-            self.acquire_at(start)
+            self.try_at(start)
         }
     }
 
@@ -782,7 +1092,7 @@ impl Table {
         match split::split(self.capacity(), &held, self.caps.as_deref()) {
             Some(limits) => {
                 control.debt = false;
-                self.apply(&limits, true);
+                self.apply(control, &limits, true);
                 true
             }
             None => false,
@@ -823,20 +1133,21 @@ impl Table {
         match split::split(capacity, &held, self.caps.as_deref()) {
             Some(limits) => {
                 control.debt = false;
-                self.apply(&limits, true);
+                self.apply(&mut control, &limits, true);
             }
             None => {
                 control.debt = true;
                 let limits = split::even(capacity, self.shards.len(), self.caps.as_deref());
-                self.apply(&limits, false);
+                self.apply(&mut control, &limits, false);
             }
         }
         Ok(())
     }
 
-    /// Stores `limits`, un-gates every shard if `ungate`, and marks each
-    /// shard full or not under its new limit. Under the control lock.
-    fn apply(&self, limits: &[usize], ungate: bool) {
+    /// Stores `limits`, hands new room to waiters, un-gates every shard if
+    /// `ungate`, and marks each shard full or not under its new limit.
+    /// Under the control lock.
+    fn apply(&self, control: &mut Control, limits: &[usize], ungate: bool) {
         for (shard, &limit) in self.shards.iter().zip(limits) {
             // Relaxed: published by the Release un-gating RMW below (or, in
             // debt, by the control lock that `settle` takes before it
@@ -844,6 +1155,10 @@ impl Table {
             shard.limit.store(limit, Relaxed);
         }
         if ungate {
+            // Growing hands the new room to waiters first: while the shards
+            // are still gated, no newcomer can take it.
+            let woken = self.grant_waiting(control);
+            waiters::wake_all(woken);
             for shard in self.shards.iter() {
                 // Release: pairs with the AcqRel CAS in `try_take` that
                 // reads this value (or a later one in its release sequence),
@@ -860,17 +1175,23 @@ impl Table {
         }
     }
 
-    /// Every shard was full: `Overload`, counted, unless shutdown has begun.
-    /// Inlined: under overload this is the hot path.
+    /// Every shard was full: `Overload` (counted by the caller's entry
+    /// point), unless shutdown has begun. Inlined: under overload this is
+    /// the hot path.
     #[inline]
-    fn refuse(&self) -> Result<usize, Error> {
+    fn refused(&self) -> Result<usize, Error> {
         // Relaxed: only picks the more useful error; a caller racing with
         // shutdown may get either, and neither admits anything.
         if self.closed.load(Relaxed) {
             return Err(Error::Shutdown);
         }
-        self.rejected.record(thread_index());
         Err(Error::Overload)
+    }
+
+    /// Counts one `Overload` answered to the calling thread.
+    #[inline]
+    fn count_refusal(&self) {
+        self.rejected.record(thread_index());
     }
 
     /// The bits of word `w` that stand for real shards.
@@ -930,7 +1251,11 @@ impl Table {
     pub(crate) fn acquire_except(&self, skip: usize) -> Result<usize, Error> {
         debug_assert!(skip < self.shards.len());
         // The walk from `skip` visits every shard but `skip` itself.
-        self.acquire_slow(skip, true)
+        let result = self.acquire_slow(skip, true);
+        if let Err(Error::Overload) = result {
+            self.count_refusal();
+        }
+        result
     }
 
     /// Records that the unit held on shard `i` will never be given back
@@ -963,7 +1288,118 @@ impl Table {
     /// protocol in the module docs).
     #[inline]
     pub(crate) fn release(&self, i: usize, panicked: bool) {
+        // With a waiting room: one more word read before the give-back and
+        // after it (`waiters.rs`, "Hand-off" and "Wake-up"). Relaxed loads:
+        // the first only picks the path (the hand-off re-checks under the
+        // lock); the second is ordered after the waiter's count store by
+        // the RMW on `given` in `give_back` (see there).
+        if let Some(room) = &self.room {
+            if room.count.load(Relaxed) > 0 && self.hand_off(room, i, panicked) {
+                return;
+            }
+        }
         self.give_back(i, panicked);
+        if let Some(room) = &self.room {
+            if room.count.load(Relaxed) > 0 {
+                self.grant_from_table(room);
+            }
+        }
+    }
+
+    /// Hands a released unit of shard `i` straight to the next waiter;
+    /// false if there is none (or the table is in debt, when a hand-off
+    /// would admit above the capacity).
+    #[cold]
+    fn hand_off(&self, room: &Room, i: usize, panicked: bool) -> bool {
+        let mut woken = Vec::new();
+        let mut control = self.control.lock();
+        let handed = !control.debt && control.queue.grant(i, room.policy.order, now(), &mut woken);
+        room.set_count(control.queue.len());
+        if handed {
+            let shard = &self.shards[i];
+            // Relaxed: counts for `stats`, which reads them without
+            // ordering; a snapshot may miss this hand-off in both
+            // `accepted` and `completed`.
+            shard.handed.fetch_add(1, Relaxed);
+            if panicked {
+                shard.panicked.fetch_add(1, Relaxed);
+            }
+        }
+        drop(control);
+        waiters::wake_all(woken);
+        handed
+    }
+
+    /// A waiter came in while this release gave its unit back: take units
+    /// from the table for the waiters while there are any (`waiters.rs`,
+    /// "Wake-up").
+    #[cold]
+    fn grant_from_table(&self, room: &Room) {
+        let woken = {
+            let mut control = self.control.lock();
+            let woken = self.grant_waiting(&mut control);
+            room.set_count(control.queue.len());
+            woken
+        };
+        waiters::wake_all(woken);
+    }
+
+    /// Takes units from the table for waiters, in the room's order, while
+    /// there are both; what to wake. Under the control lock, so no resize
+    /// is half-way: the shards are gated only by the resize that holds the
+    /// lock and calls this before un-gating (its new room goes to waiters
+    /// first), or by a debt, when nothing is granted.
+    fn grant_waiting(&self, control: &mut Control) -> Vec<Wake> {
+        let mut woken = Vec::new();
+        let Some(room) = self.room.as_deref() else {
+            return woken;
+        };
+        while control.queue.len() > 0 && !control.debt {
+            let Some(shard) = self.take_any(CLOSED) else {
+                break;
+            };
+            if !control
+                .queue
+                .grant(shard, room.policy.order, now(), &mut woken)
+            {
+                // The adaptive order expired the last waiters: nobody took
+                // it. Not an admission: give it back unseen.
+                self.undo(shard);
+                break;
+            }
+        }
+        room.set_count(control.queue.len());
+        woken
+    }
+
+    /// One unit from any shard that has room, read through an RMW on each
+    /// shard's `given` (so a release ordered before it is seen), stopping
+    /// at the flags in `stop`. `None` if no shard has room, or the table is
+    /// closed.
+    fn take_any(&self, stop: usize) -> Option<usize> {
+        let start = self.home_shard();
+        let count = self.shards.len();
+        for step in 0..count {
+            let i = (start + step) % count;
+            let shard = &self.shards[i];
+            if shard.usage_synced() >= shard.limit() {
+                continue;
+            }
+            match shard.try_take_masked(stop) {
+                Take::Taken { now_full } => {
+                    if now_full {
+                        self.mark_full(i);
+                    }
+                    return Some(i);
+                }
+                Take::Full => self.mark_full(i),
+                Take::Over => self.undo(i),
+                Take::Closed => return None,
+                // A resize or a debt: it grants the waiters itself.
+                Take::Gated => {}
+            }
+        }
+        None
     }
 
     /// Gives back a take that landed above a limit a resize lowered under
@@ -1005,6 +1441,14 @@ impl Table {
         for shard in self.shards.iter() {
             shard.close();
         }
+        if let Some(room) = &self.room {
+            let mut woken = Vec::new();
+            let mut control = self.control.lock();
+            control.queue.close_all(&mut woken);
+            room.set_count(0);
+            drop(control);
+            waiters::wake_all(woken);
+        }
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -1019,6 +1463,11 @@ impl Table {
 
     pub(crate) fn stats(&self) -> Stats {
         let shards: Vec<ShardStats> = self.shards.iter().map(|shard| shard.stats()).collect();
+        let room = self
+            .room
+            .as_ref()
+            .map(|room| room.stats())
+            .unwrap_or_default();
         Stats {
             capacity: self.capacity(),
             usage: shards.iter().map(|s| s.usage).sum(),
@@ -1028,6 +1477,11 @@ impl Table {
             completed: shards.iter().map(|s| s.completed).sum(),
             panicked: shards.iter().map(|s| s.panicked).sum(),
             forgotten: shards.iter().map(|s| s.forgotten).sum(),
+            waiting: room.waiting,
+            peak_waiting: room.peak_waiting,
+            timed_out: room.timed_out,
+            waited: room.waited,
+            waited_time: room.waited_time,
             shards,
         }
     }
