@@ -99,7 +99,9 @@ impl std::error::Error for Error {}
 ///
 /// Returned by every `build()` ([`LimiterBuilder`](crate::LimiterBuilder),
 /// [`PoolBuilder`](crate::PoolBuilder),
-/// [`SupervisorBuilder`](crate::SupervisorBuilder)) and by the `new`
+/// [`SupervisorBuilder`](crate::SupervisorBuilder),
+/// [`ReporterBuilder`](crate::ReporterBuilder),
+/// [`AlarmBuilder`](crate::AlarmBuilder)) and by the `new`
 /// shorthands. Its message names the field and the rule it broke;
 /// [`ConfigError::field`] gives the field alone.
 ///
@@ -122,6 +124,7 @@ pub struct ConfigError {
 enum Problem {
     Missing,
     Zero,
+    ZeroDuration,
     TooLarge(usize),
     Nul,
     Spawn(io::ErrorKind),
@@ -139,6 +142,13 @@ impl ConfigError {
         ConfigError {
             field,
             problem: Problem::Zero,
+        }
+    }
+
+    pub(crate) fn zero_duration(field: &'static str) -> Self {
+        ConfigError {
+            field,
+            problem: Problem::ZeroDuration,
         }
     }
 
@@ -169,7 +179,8 @@ impl ConfigError {
     }
 
     /// The builder field that was wrong: `"capacity"`, `"shards"`,
-    /// `"workers"` or `"name"`. (`"workers"` also when the OS refused to
+    /// `"workers"` or `"name"`; from the reporter and alarm builders also
+    /// `"interval"`, `"threshold"` or `"raise_after"`. (`"workers"` also when the OS refused to
     /// start a worker thread: the message then says so.)
     pub fn field(&self) -> &'static str {
         self.field
@@ -182,6 +193,7 @@ impl fmt::Display for ConfigError {
         match self.problem {
             Problem::Missing => write!(f, "invalid `{field}`: must be set"),
             Problem::Zero => write!(f, "invalid `{field}`: must be at least 1"),
+            Problem::ZeroDuration => write!(f, "invalid `{field}`: must be longer than zero"),
             Problem::TooLarge(max) => write!(f, "invalid `{field}`: must be at most {max}"),
             Problem::Nul => write!(f, "invalid `{field}`: must not contain a NUL byte"),
             Problem::Spawn(kind) => write!(

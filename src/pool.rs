@@ -450,6 +450,13 @@ impl<W: Worker> Pool<W> {
     }
 
     /// Admits one unit and posts a call; the receiver of its reply.
+    /// Reads the stats while the pool's table lives, without keeping the
+    /// pool alive: for a [`Reporter`](crate::Reporter).
+    pub(crate) fn weak_stats(&self) -> impl Fn() -> Option<Stats> + Send + 'static {
+        let table = Arc::downgrade(&self.inner.table);
+        move || table.upgrade().map(|table| table.stats())
+    }
+
     pub(crate) fn submit_call(
         &self,
         admission: Admission,

@@ -24,6 +24,10 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering
 /// it for leak checks that our models do not rely on.
 pub(crate) use std::sync::Arc;
 
+/// `Weak` is std's, as `Arc` is: a [`Reporter`](crate::Reporter) holds its
+/// front-end through one, so it never keeps it alive.
+pub(crate) use std::sync::Weak;
+
 /// `thread_local!` with a constant initializer: std's `const { }` form
 /// normally (no lazy-initialisation check on each access, which matters on
 /// the admission path), loom's plain form in a model (loom's macro does not
