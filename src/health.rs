@@ -228,7 +228,12 @@ fn step(
                     Some((AlarmState::Raised, since)),
                 )
             } else {
-                (Machine::Clear { above_since: Some(since) }, None)
+                (
+                    Machine::Clear {
+                        above_since: Some(since),
+                    },
+                    None,
+                )
             }
         }
         (Machine::Clear { .. }, false) => (Machine::Clear { above_since: None }, None),
@@ -240,7 +245,12 @@ fn step(
                     Some((AlarmState::Clear, since)),
                 )
             } else {
-                (Machine::Raised { below_since: Some(since) }, None)
+                (
+                    Machine::Raised {
+                        below_since: Some(since),
+                    },
+                    None,
+                )
             }
         }
         (Machine::Raised { .. }, true) => (Machine::Raised { below_since: None }, None),
@@ -337,7 +347,10 @@ impl AlarmBuilder {
 
     /// Called with every change of state, on the thread that fed the
     /// sample (a reporter's). It must not block or panic.
-    pub fn on_change(&mut self, callback: impl Fn(&AlarmEvent) + Send + Sync + 'static) -> &mut Self {
+    pub fn on_change(
+        &mut self,
+        callback: impl Fn(&AlarmEvent) + Send + Sync + 'static,
+    ) -> &mut Self {
         self.callback = Some(Arc::new(callback));
         self
     }
@@ -350,7 +363,9 @@ impl AlarmBuilder {
     /// `name` when it contains a NUL byte.
     pub fn build(&self) -> Result<Alarm, ConfigError> {
         let threshold = self.threshold.ok_or(ConfigError::missing("threshold"))?;
-        let raise_after = self.raise_after.ok_or(ConfigError::missing("raise_after"))?;
+        let raise_after = self
+            .raise_after
+            .ok_or(ConfigError::missing("raise_after"))?;
         let name = self.name.clone().unwrap_or_else(|| match self.watched {
             Watched::Usage => "usage".to_string(),
         });

@@ -48,7 +48,11 @@ fn labels(name: &str, kind: &'static str) -> Vec<Label> {
 /// Describes every metric once (HELP and unit lines in Prometheus).
 fn describe() {
     ::metrics::describe_gauge!(CAPACITY, Unit::Count, "Configured capacity, in units");
-    ::metrics::describe_gauge!(IN_FLIGHT, Unit::Count, "Units admitted and not yet released");
+    ::metrics::describe_gauge!(
+        IN_FLIGHT,
+        Unit::Count,
+        "Units admitted and not yet released"
+    );
     ::metrics::describe_counter!(ACCEPTED, Unit::Count, "Units ever admitted");
     ::metrics::describe_counter!(REJECTED, Unit::Count, "Attempts refused with Overload");
     ::metrics::describe_counter!(COMPLETED, Unit::Count, "Units released normally");
