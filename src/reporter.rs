@@ -205,7 +205,8 @@ impl Reporter {
     }
 
     /// Runs the reporter on a thread of its own, named
-    /// `{name}-reporter`: a tick at once, then one every
+    /// `{name}-reporter`: a tick at once (on the caller's thread, before
+    /// this returns), then one every
     /// [`interval`](ReporterBuilder::interval), until
     /// [`ReporterHandle::stop`] (which ticks one last time) or until the
     /// front-end is gone.
@@ -213,7 +214,10 @@ impl Reporter {
     /// # Errors
     ///
     /// [`Error::Spawn`] when the OS refuses the thread.
-    pub fn spawn(self) -> Result<ReporterHandle, Error> {
+    pub fn spawn(mut self) -> Result<ReporterHandle, Error> {
+        // The first tick runs here, so the series exist when this returns
+        // and a front-end dropped right after still has its figures read.
+        let first = self.tick(now());
         let shared = Arc::new(Shared {
             stopping: Mutex::new(false),
             wake: Condvar::new(),
@@ -222,7 +226,7 @@ impl Reporter {
             .name(format!("{}-reporter", self.name))
             .spawn({
                 let shared = Arc::clone(&shared);
-                move || run(self, &shared)
+                move || run(self, first, &shared)
             })
             .map_err(|e| Error::Spawn(e.kind()))?;
         Ok(ReporterHandle {
@@ -269,10 +273,10 @@ struct Shared {
     wake: Condvar,
 }
 
-/// The reporter thread: tick, wait for the interval or a stop, repeat; on
-/// a stop, one last tick. Returns the last stats read.
-fn run(mut reporter: Reporter, shared: &Shared) -> Option<Stats> {
-    let mut last = reporter.tick(now())?;
+/// The reporter thread, after the first tick: wait for the interval or a
+/// stop, tick, repeat; on a stop, one last tick. Returns the last stats read.
+fn run(mut reporter: Reporter, first: Option<Stats>, shared: &Shared) -> Option<Stats> {
+    let mut last = first?;
     let mut deadline = now() + reporter.interval;
     loop {
         let mut stopping = shared.stopping.lock();
