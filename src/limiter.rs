@@ -169,10 +169,18 @@ impl Limiter {
         self.table.stats()
     }
 
+    /// Takes a unit and returns its shard, for a guard kept elsewhere (the
+    /// tower layer's), which must give it back with [`release`](Self::release).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    #[inline]
+    pub(crate) fn take_unit(&self) -> Result<usize, Error> {
+        self.table.acquire()
+    }
+
     // Inline: a permit's drop is half of the hot path, and it is called from
     // the user's crate, where it would otherwise be a call through the GOT.
     #[inline]
-    fn release(&self, shard: usize) {
+    pub(crate) fn release(&self, shard: usize) {
         self.table.release(shard, os_thread::panicking());
     }
 }
