@@ -58,5 +58,8 @@ fn main() {
         "ratio with/without reporter = {:.3}   (target <= 1.05)",
         best_with / best_without
     );
-    println!("(the reporter's last report saw {} admissions)", last.accepted);
+    println!(
+        "(the reporter's last report saw {} admissions)",
+        last.accepted
+    );
 }

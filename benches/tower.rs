@@ -63,7 +63,8 @@ fn once<S: Service<u64, Response = u64>>(service: &mut S, cx: &mut Context<'_>) 
 }
 
 fn loop_ns<S: Service<u64, Response = u64>>(service: &mut S, iters: u64) -> f64 {
-    let mut cx = Context::from_waker(Waker::noop());
+    let waker = noop_waker();
+    let mut cx = Context::from_waker(&waker);
     let began = Instant::now();
     for _ in 0..iters {
         once(service, &mut cx);
@@ -83,7 +84,8 @@ where
             let mut service = service.clone();
             let (start, end) = (&start, &end);
             scope.spawn(move || {
-                let mut cx = Context::from_waker(Waker::noop());
+                let waker = noop_waker();
+                let mut cx = Context::from_waker(&waker);
                 start.wait();
                 for _ in 0..iters {
                     once(&mut service, &mut cx);
@@ -102,7 +104,8 @@ where
 fn one_thread(c: &mut Criterion) {
     let mut group = c.benchmark_group("tower_request_1thread");
     group.throughput(Throughput::Elements(1));
-    let mut cx = Context::from_waker(Waker::noop());
+    let waker = noop_waker();
+    let mut cx = Context::from_waker(&waker);
     let mut s = ours();
     group.bench_function("sidejob_limit_layer", |b| b.iter(|| once(&mut s, &mut cx)));
     let mut s = theirs();
@@ -178,4 +181,13 @@ fn main() {
     if std::env::args().any(|arg| arg == "--bench") {
         ratio_table();
     }
+}
+
+/// A waker that does nothing (`Waker::noop` is newer than our MSRV).
+fn noop_waker() -> Waker {
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    Waker::from(Arc::new(Noop))
 }

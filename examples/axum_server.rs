@@ -47,8 +47,7 @@ where
     W: Fn() -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = String> + Send + 'static,
 {
-    let limited =
-        get(move || work()).layer(LimitLayer::new(Arc::clone(&limiter)).on_overload(busy));
+    let limited = get(work).layer(LimitLayer::new(Arc::clone(&limiter)).on_overload(busy));
     Router::new()
         .route("/work", limited)
         .route("/health", get(health))
@@ -62,7 +61,7 @@ where
     Fut: Future<Output = String> + Send + 'static,
 {
     Router::new()
-        .route("/work", get(move || work()))
+        .route("/work", get(work))
         .route("/health", get(health))
         .with_state(limiter)
 }

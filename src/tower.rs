@@ -49,7 +49,7 @@
 //! handlers run at once, not how many responses are still being sent. A
 //! handler that builds its whole body before returning (the usual axum
 //! handler) is covered in full. To bound streaming too, move an
-//! [`OwnedPermit`] into the body stream yourself.
+//! [`OwnedPermit`](crate::OwnedPermit) into the body stream yourself.
 //!
 //! # Waiting
 //!

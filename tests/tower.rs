@@ -11,11 +11,12 @@ use std::task::{Context, Poll, Waker};
 use sidejob::tower::{BoxError, LimitLayer};
 use sidejob::{Error, Limiter};
 use tokio::sync::oneshot;
+use tower::util::BoxCloneService;
 use tower::{service_fn, Layer, Service, ServiceExt};
 
 /// Polls a future once with a no-op waker.
 fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
-    Pin::new(f).poll(&mut Context::from_waker(Waker::noop()))
+    Pin::new(f).poll(&mut Context::from_waker(&noop_waker()))
 }
 
 /// An inner service that counts its calls and answers when told to.
@@ -30,7 +31,7 @@ fn gated() -> (
         counted.fetch_add(1, SeqCst);
         Box::pin(async move { Ok::<_, Infallible>(rx.await.unwrap_or(0)) })
     });
-    (service, calls)
+    (BoxCloneService::new(service), calls)
 }
 
 #[test]
@@ -197,4 +198,13 @@ async fn concurrent_calls_never_exceed_capacity_and_all_are_counted() {
         (stats.accepted, stats.rejected, stats.usage),
         (ok, refused, 0)
     );
+}
+
+/// A waker that does nothing (`Waker::noop` is newer than our MSRV).
+fn noop_waker() -> Waker {
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    Waker::from(Arc::new(Noop))
 }
