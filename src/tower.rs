@@ -66,7 +66,7 @@
 //! the refusal function so the client gets a proper gRPC status rather
 //! than a transport error:
 //!
-//! ```ignore
+//! ```text
 //! use std::sync::Arc;
 //! use sidejob::{tower::LimitLayer, Limiter};
 //!
