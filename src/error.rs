@@ -352,7 +352,9 @@ impl<T> From<TryCallError<T>> for Error {
 ///
 /// Returned by every `build()` ([`LimiterBuilder`](crate::LimiterBuilder),
 /// [`PoolBuilder`](crate::PoolBuilder),
-/// [`SupervisorBuilder`](crate::SupervisorBuilder)) and by the `new`
+/// [`SupervisorBuilder`](crate::SupervisorBuilder),
+/// [`ReporterBuilder`](crate::ReporterBuilder),
+/// [`AlarmBuilder`](crate::AlarmBuilder)) and by the `new`
 /// shorthands. Its message names the field and the rule it broke;
 /// [`ConfigError::field`] gives the field alone.
 ///
@@ -375,6 +377,7 @@ pub struct ConfigError {
 enum Problem {
     Missing,
     Zero,
+    ZeroDuration,
     TooLarge(usize),
     TooLong(Duration),
     Nul,
@@ -393,6 +396,13 @@ impl ConfigError {
         ConfigError {
             field,
             problem: Problem::Zero,
+        }
+    }
+
+    pub(crate) fn zero_duration(field: &'static str) -> Self {
+        ConfigError {
+            field,
+            problem: Problem::ZeroDuration,
         }
     }
 
@@ -430,7 +440,10 @@ impl ConfigError {
     }
 
     /// The builder field that was wrong: `"capacity"`, `"shards"`,
-    /// `"workers"`, `"name"` or `"spin_wait"`. (`"workers"` also when the OS refused to
+    /// `"workers"`, `"name"`, `"spin_wait"`, `"max_capacity"`,
+    /// `"max_waiters"` or `"queue_order"`; from the reporter and alarm
+    /// builders also `"interval"`, `"threshold"` or `"raise_after"`.
+    /// (`"workers"` also when the OS refused to
     /// start a worker thread: the message then says so.)
     pub fn field(&self) -> &'static str {
         self.field
@@ -443,6 +456,7 @@ impl fmt::Display for ConfigError {
         match self.problem {
             Problem::Missing => write!(f, "invalid `{field}`: must be set"),
             Problem::Zero => write!(f, "invalid `{field}`: must be at least 1"),
+            Problem::ZeroDuration => write!(f, "invalid `{field}`: must be longer than zero"),
             Problem::TooLarge(max) => write!(f, "invalid `{field}`: must be at most {max}"),
             // `Duration`'s Debug is the short human form: "10ms", "1.5s".
             Problem::TooLong(max) => write!(f, "invalid `{field}`: must be at most {max:?}"),

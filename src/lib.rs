@@ -158,6 +158,13 @@
 //!   bounded tokio tasks, and `Supervisor::abort_all` to abort them.
 //!   ([`Supervisor::wait_idle_async`] needs no feature: it runs on any
 //!   executor.)
+//! * `tower`: `sidejob::tower::LimitLayer`, tower middleware (axum, tonic,
+//!   hyper) that admits each request through a [`Limiter`] and answers
+//!   refusals with an error or a response of yours (`503`, `429`).
+//! * `metrics`: a [`Reporter`] also exports the [`Stats`] through the
+//!   [`metrics`](https://docs.rs/metrics) facade (`sidejob_in_flight`,
+//!   `sidejob_rejected_total`, ...; names in `sidejob::metrics`), for any
+//!   exporter. Without it, a reporter only feeds its health [`Alarm`]s.
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -168,12 +175,17 @@
 struct ReadmeDoctests;
 
 mod error;
+mod health;
 mod limiter;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod loom_api;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
 mod pool;
 mod probe;
+mod reporter;
 mod split;
 mod stats;
 mod supervisor;
@@ -181,13 +193,18 @@ mod sync;
 mod table;
 #[cfg(all(test, not(loom)))]
 mod tests;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod tower;
 mod waiters;
 mod worker;
 
 pub use error::{ConfigError, Error, Refused, TryCallError};
+pub use health::{Alarm, AlarmBuilder, AlarmEvent, AlarmState, Watched};
 pub use limiter::{Limiter, LimiterBuilder, OwnedPermit, Permit};
 pub use pool::{Pool, PoolBuilder, WeakPool, DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT};
 pub use probe::Probe;
+pub use reporter::{Observe, Reporter, ReporterBuilder, ReporterHandle, DEFAULT_INTERVAL};
 pub use stats::{Rates, ShardStats, Stats};
 #[cfg(feature = "tokio")]
 pub use supervisor::Task;

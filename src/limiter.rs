@@ -297,6 +297,9 @@ impl Limiter {
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    // Not `async fn`: the signature states `Send + 'static`, which is the
+    // point of this form, and the compiler then holds us to it.
+    #[allow(clippy::manual_async_fn)]
     pub fn acquire_owned_async(
         self: Arc<Self>,
     ) -> impl std::future::Future<Output = Result<OwnedPermit, Error>> + Send + 'static {
@@ -435,10 +438,18 @@ impl Limiter {
         self.table.stats()
     }
 
+    /// Takes a unit and returns its shard, for a guard kept elsewhere (the
+    /// tower layer's), which must give it back with [`release`](Self::release).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    #[inline]
+    pub(crate) fn take_unit(&self) -> Result<usize, Error> {
+        self.table.acquire()
+    }
+
     // Inline: a permit's drop is half of the hot path, and it is called from
     // the user's crate, where it would otherwise be a call through the GOT.
     #[inline]
-    fn release(&self, shard: usize) {
+    pub(crate) fn release(&self, shard: usize) {
         self.table.release(shard, os_thread::panicking());
     }
 }

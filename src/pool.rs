@@ -645,6 +645,13 @@ impl<W: Worker> Pool<W> {
         self.inner.shutdown();
     }
 
+    /// Reads the stats while the pool's table lives, without keeping the
+    /// pool alive: for a [`Reporter`](crate::Reporter).
+    pub(crate) fn weak_stats(&self) -> impl Fn() -> Option<Stats> + Send + 'static {
+        let table = Arc::downgrade(&self.inner.table);
+        move || table.upgrade().map(|table| table.stats())
+    }
+
     /// Admits one unit and posts a call; the receiver of its reply, or the
     /// request back if it was not admitted.
     ///

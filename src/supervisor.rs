@@ -725,6 +725,13 @@ impl Supervisor {
         self.inner.common.table.stats()
     }
 
+    /// Reads the stats while the supervisor or any of its children lives,
+    /// without keeping it alive: for a [`Reporter`](crate::Reporter).
+    pub(crate) fn weak_stats(&self) -> impl Fn() -> Option<Stats> + Send + 'static {
+        let common = Arc::downgrade(&self.inner.common);
+        move || common.upgrade().map(|common| common.table.stats())
+    }
+
     /// Blocks until no child is left, or `timeout` has passed; `true` if
     /// none was left.
     ///

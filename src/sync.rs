@@ -22,7 +22,9 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering
 /// `Arc` is always std's: it appears in the public API
 /// (`Limiter::try_acquire_owned` takes `Arc<Limiter>`), and loom only needs
 /// it for leak checks that our models do not rely on. `Weak` goes with it
-/// (a [`WeakPool`](crate::WeakPool) holds one).
+/// (a [`WeakPool`](crate::WeakPool) holds one, and a
+/// [`Reporter`](crate::Reporter) holds its front-end through one, so it
+/// never keeps it alive).
 pub(crate) use std::sync::{Arc, Weak};
 
 /// `thread_local!` with a constant initializer: std's `const { }` form

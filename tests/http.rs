@@ -1,0 +1,181 @@
+//! A real HTTP flood of the axum example on 127.0.0.1: the limit holds,
+//! every refusal is a `503` with `Retry-After`, nothing is lost, and the
+//! unlimited route answers while the limited one is full.
+
+#[path = "../examples/axum_server.rs"]
+mod axum_server;
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::{header, Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use sidejob::Limiter;
+use tokio::sync::Semaphore;
+
+const CAPACITY: usize = 8;
+const CLIENTS: usize = 32;
+const PER_CLIENT: usize = 60;
+
+type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+
+/// What the handler saw: how many are inside now, and the most ever.
+#[derive(Default)]
+struct Inside {
+    now: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+async fn get(client: &HttpClient, url: &str) -> (StatusCode, Option<String>, String) {
+    let request = Request::get(url).body(Empty::new()).unwrap();
+    let response = client.request(request).await.expect("loopback request");
+    let status = response.status();
+    let retry_after = response
+        .headers()
+        .get(header::RETRY_AFTER)
+        .map(|v| v.to_str().unwrap().to_string());
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        retry_after,
+        String::from_utf8(body.to_vec()).unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flood_of_the_axum_example_on_loopback() {
+    // The whole test is bounded: a hang fails it instead of stalling CI.
+    tokio::time::timeout(Duration::from_secs(60), flood())
+        .await
+        .expect("the flood finishes within a minute");
+}
+
+async fn flood() {
+    let limiter = Arc::new(Limiter::new(CAPACITY).unwrap());
+    let inside = Arc::new(Inside::default());
+    // Closed at first, so the first CAPACITY requests stay inside.
+    let gate = Arc::new(Semaphore::new(0));
+    let work = {
+        let (inside, gate) = (Arc::clone(&inside), Arc::clone(&gate));
+        move || {
+            let (inside, gate) = (Arc::clone(&inside), Arc::clone(&gate));
+            async move {
+                let now = inside.now.fetch_add(1, SeqCst) + 1;
+                inside.peak.fetch_max(now, SeqCst);
+                // Each request takes a ticket and gives it back: closed
+                // gate, everyone waits; open (many tickets), they pass.
+                gate.acquire().await.unwrap().forget();
+                gate.add_permits(1);
+                tokio::task::yield_now().await;
+                inside.now.fetch_sub(1, SeqCst);
+                "done\n".to_string()
+            }
+        }
+    };
+    let router = axum_server::app(Arc::clone(&limiter), work);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    let work_url = format!("http://{addr}/work");
+    let health_url = format!("http://{addr}/health");
+
+    // Phase 1, deterministic: fill every unit with requests held at the
+    // gate, then the next /work is refused and /health still answers.
+    let held: Vec<_> = (0..CAPACITY)
+        .map(|_| {
+            let (client, url) = (client.clone(), work_url.clone());
+            tokio::spawn(async move { get(&client, &url).await })
+        })
+        .collect();
+    while inside.now.load(SeqCst) < CAPACITY {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(limiter.usage(), CAPACITY);
+    let (status, retry_after, _) = get(&client, &work_url).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(retry_after.as_deref(), Some("1"));
+    let (status, _, body) = get(&client, &health_url).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the unlimited route answers while full"
+    );
+    assert_eq!(body, format!("ok usage={CAPACITY} capacity={CAPACITY}\n"));
+
+    // Phase 2: open the gate and flood from many clients, probing /health
+    // throughout.
+    gate.add_permits(1);
+    for h in held {
+        let (status, _, body) = h.await.unwrap();
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "done\n"));
+    }
+    let flood_done = Arc::new(AtomicUsize::new(0));
+    let prober = {
+        let (client, url, done) = (client.clone(), health_url.clone(), Arc::clone(&flood_done));
+        tokio::spawn(async move {
+            let mut probes = 0;
+            while done.load(SeqCst) == 0 || probes == 0 {
+                let (status, _, body) = get(&client, &url).await;
+                assert_eq!(status, StatusCode::OK);
+                assert!(body.starts_with("ok usage="), "{body}");
+                probes += 1;
+            }
+            probes
+        })
+    };
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (client, url) = (client.clone(), work_url.clone());
+            tokio::spawn(async move {
+                let (mut ok, mut refused) = (0usize, 0usize);
+                for _ in 0..PER_CLIENT {
+                    match get(&client, &url).await {
+                        (StatusCode::OK, _, body) => {
+                            assert_eq!(body, "done\n");
+                            ok += 1;
+                        }
+                        (StatusCode::SERVICE_UNAVAILABLE, retry_after, _) => {
+                            assert_eq!(retry_after.as_deref(), Some("1"));
+                            refused += 1;
+                        }
+                        (other, _, body) => panic!("unexpected {other}: {body}"),
+                    }
+                }
+                (ok, refused)
+            })
+        })
+        .collect();
+    let (mut ok, mut refused) = (CAPACITY, 1); // phase 1
+    for c in clients {
+        let (o, r) = c.await.unwrap();
+        ok += o;
+        refused += r;
+    }
+    flood_done.store(1, SeqCst);
+    let probes = prober.await.unwrap();
+
+    let sent = CAPACITY + 1 + CLIENTS * PER_CLIENT;
+    assert_eq!(ok + refused, sent, "every request answered 200 or 503");
+    assert!(
+        inside.peak.load(SeqCst) <= CAPACITY,
+        "peak inside {} > capacity",
+        inside.peak.load(SeqCst)
+    );
+    assert_eq!(inside.peak.load(SeqCst), CAPACITY); // phase 1 filled it
+    let stats = limiter.stats();
+    assert_eq!(
+        stats.accepted as usize, ok,
+        "server and client agree on admissions"
+    );
+    assert_eq!(stats.rejected as usize, refused, "and on refusals");
+    assert_eq!(stats.usage, 0);
+    assert!(stats.peak_usage <= CAPACITY);
+    assert!(probes >= 1);
+    eprintln!("sent {sent}: {ok} ok, {refused} refused (503); {probes} health probes all 200");
+    server.abort();
+}
