@@ -13,6 +13,7 @@ use crate::probe::Probe;
 use crate::stats::Stats;
 use crate::sync::{now, os_thread, spin_poll, Arc, Mutex, Weak};
 use crate::table::Table;
+use crate::waiters::{Policy, QueueOrder};
 use crate::worker::{calling_worker, Envelope, Factory, Worker, WorkerLoop};
 
 /// A capacity-limited pool of workers: requests beyond `capacity` are
@@ -133,10 +134,26 @@ pub(crate) enum Admission {
     At(usize),
     /// The caller's own shard, whatever its limit.
     Unbounded,
+    /// As `Home`, then wait under the pool's waiting policy (if any) until
+    /// the deadline (if any).
+    Wait(Option<Instant>),
+    /// As `Home`, but an `Overload` is not counted: the caller waits next.
+    Probe,
 }
 
 /// A pending reply.
 pub(crate) type ReplyReceiver<W> = oneshot::Receiver<Result<<W as Worker>::Reply, Error>>;
+
+/// Where a [`Pool::call_async`] stands when it returns its future.
+enum Pending<W: Worker> {
+    /// Admitted and sent: the reply is awaited.
+    Reply(ReplyReceiver<W>),
+    /// Every shard was full and the pool has a waiting room: the future
+    /// waits for a unit, then sends the request.
+    Wait(Arc<Inner<W>>, W::Request),
+    /// Refused at once.
+    Refused(Error),
+}
 
 impl Pool<Unbuilt> {
     /// A builder; the only way to make a pool. The worker type is fixed by
@@ -168,14 +185,20 @@ impl Worker for Unbuilt {
 impl<W: Worker> Pool<W> {
     /// Sends `request` to a worker and waits for its reply.
     ///
-    /// Never waits for capacity: if every shard is full the request is
-    /// refused at once. Once admitted, the caller spins briefly, then
-    /// sleeps until the reply comes.
+    /// If every shard is full, the request is refused at once, unless the
+    /// pool has a waiting room ([`PoolBuilder::max_waiters`]): then the
+    /// caller waits for a unit, in the room's order, for up to
+    /// [`max_wait`](PoolBuilder::max_wait). Once admitted, the caller spins
+    /// briefly, then sleeps until the reply comes. A worker of this pool
+    /// calling it never waits for capacity.
     ///
     /// # Errors
     ///
-    /// * [`Error::Overload`]: every shard was at its limit; the request was
-    ///   not sent. (Use [`try_call`](Self::try_call) to get it back.)
+    /// * [`Error::Overload`]: every shard was at its limit (and the waiting
+    ///   room, if any, was full); the request was not sent. (Use
+    ///   [`try_call`](Self::try_call) to get it back.)
+    /// * [`Error::Timeout`]: it waited `max_wait` for capacity and got
+    ///   none; the request was not sent.
     /// * [`Error::Shutdown`]: the pool is shut down.
     /// * [`Error::WorkerPanicked`]: the handler panicked on this request.
     /// * [`Error::CallingSelf`]: called from a handler of this very pool,
@@ -200,7 +223,7 @@ impl<W: Worker> Pool<W> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn call(&self, request: W::Request) -> Result<W::Reply, Error> {
-        let reply = self.submit_call(Admission::Home, request)?;
+        let reply = self.submit_call(Admission::Wait(None), request)?;
         wait_reply(reply, self.inner.spin)
     }
 
@@ -214,7 +237,8 @@ impl<W: Worker> Pool<W> {
     /// # Errors
     ///
     /// As [`call`](Self::call), plus [`Error::Timeout`] when no reply came
-    /// within `timeout`.
+    /// within `timeout`. The timeout covers both waits: for capacity (if the
+    /// pool has a waiting room) and for the reply.
     ///
     /// # Examples
     ///
@@ -244,9 +268,11 @@ impl<W: Worker> Pool<W> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn call_timeout(&self, request: W::Request, timeout: Duration) -> Result<W::Reply, Error> {
-        let reply = self.submit_call(Admission::Home, request)?;
+        // One deadline for the wait for capacity and the wait for the reply.
+        let deadline = deadline_after(now(), timeout);
+        let reply = self.submit_call(Admission::Wait(deadline), request)?;
         let spin = self.inner.spin.min(timeout);
-        match deadline_after(now(), timeout) {
+        match deadline {
             Some(deadline) => wait_reply_until(reply, spin, deadline),
             None => wait_reply(reply, spin),
         }
@@ -272,9 +298,14 @@ impl<W: Worker> Pool<W> {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future does not cancel the request: it has been sent,
-    /// it will be handled, and its unit is released when it is. Only the
-    /// reply is dropped.
+    /// Dropping the future does not cancel a request that was sent: it
+    /// will be handled, and its unit is released when it is. Only the
+    /// reply is dropped. A request still waiting for capacity (a pool with
+    /// a waiting room) is not sent: dropping the future gives up the wait
+    /// and drops the request, and a unit handed to it meanwhile goes to the
+    /// next waiter. While it waits, the future holds a handle of the pool,
+    /// so the pool does not shut down from its last handle's drop until
+    /// the wait ends (`max_wait` at the latest).
     ///
     /// # Examples
     ///
@@ -303,30 +334,59 @@ impl<W: Worker> Pool<W> {
         &self,
         request: W::Request,
     ) -> impl Future<Output = Result<W::Reply, Error>> + Send + 'static {
-        // A refused request is dropped now, not kept in the future.
-        let submitted = self
-            .submit_call(Admission::Home, request)
-            .map_err(Error::from);
-        async move {
-            match submitted {
-                // A dropped reply slot means the worker is gone.
-                Ok(reply) => reply.await.unwrap_or(Err(Error::Shutdown)),
-                Err(refused) => Err(refused),
+        // Admission is tried now; only a caller that may wait keeps the
+        // request (and a handle of the pool) in the future.
+        // A worker of this pool never waits for its capacity (see
+        // `admit_from_worker`).
+        let can_wait = self.inner.table.has_room() && calling_worker(&self.inner.table).is_none();
+        let admission = if can_wait {
+            Admission::Probe
+        } else {
+            Admission::Home
+        };
+        let pending = match self.submit_call(admission, request) {
+            Ok(reply) => Pending::Reply(reply),
+            Err(refused) if can_wait && refused.error() == Error::Overload => {
+                let (_, request) = refused.into_parts();
+                Pending::Wait(Arc::clone(&self.inner), request)
             }
+            // A refused request is dropped now, not kept in the future.
+            Err(refused) => Pending::Refused(refused.error()),
+        };
+        async move {
+            let reply = match pending {
+                Pending::Reply(reply) => reply,
+                Pending::Refused(error) => return Err(error),
+                Pending::Wait(inner, request) => {
+                    let shard = inner.table.acquire_async(None).await?;
+                    let (reply, receiver) = oneshot::channel();
+                    if inner
+                        .deliver(shard, Envelope::Call(request, reply))
+                        .is_err()
+                    {
+                        return Err(Error::Shutdown);
+                    }
+                    receiver
+                }
+            };
+            // A dropped reply slot means the worker is gone.
+            reply.await.unwrap_or(Err(Error::Shutdown))
         }
     }
 
     /// Sends `message` to a worker without waiting for it to be handled.
     ///
-    /// Never waits for capacity. `Ok` means admitted: the message will be
-    /// handled exactly once, even if the pool shuts down first. If its
-    /// handler panics, the panic is counted in [`Stats::panicked`] and the
-    /// worker is rebuilt; nobody else is told.
+    /// Waits for capacity only under the pool's waiting policy (by default
+    /// it never does), as [`call`](Self::call) does. `Ok` means admitted:
+    /// the message will be handled exactly once, even if the pool shuts
+    /// down first. If its handler panics, the panic is counted in
+    /// [`Stats::panicked`] and the worker is rebuilt; nobody else is told.
     ///
     /// # Errors
     ///
-    /// [`Error::Overload`] when every shard is at its limit,
-    /// [`Error::Shutdown`] once the pool is shut down.
+    /// [`Error::Overload`] when every shard is at its limit (and the
+    /// waiting room, if any, is full), [`Error::Timeout`] when it waited
+    /// `max_wait` in vain, [`Error::Shutdown`] once the pool is shut down.
     ///
     /// # Examples
     ///
@@ -347,7 +407,7 @@ impl<W: Worker> Pool<W> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn cast(&self, message: W::Message) -> Result<(), Error> {
-        Ok(self.submit_cast(Admission::Home, message)?)
+        Ok(self.submit_cast(Admission::Wait(None), message)?)
     }
 
     /// Like [`call`](Self::call), but a request that is not admitted is
@@ -589,6 +649,11 @@ impl<W: Worker> Pool<W> {
         self.inner.table.set_capacity(capacity)
     }
 
+    /// How many callers wait for capacity now (0 without a waiting room).
+    pub fn waiting(&self) -> usize {
+        self.inner.table.waiting()
+    }
+
     /// How many workers (and shards) the pool runs: the `workers` setting,
     /// whatever the capacity.
     pub fn workers(&self) -> usize {
@@ -704,6 +769,8 @@ impl<W: Worker> Inner<W> {
             Admission::Home => self.table.acquire(),
             Admission::At(start) => self.table.acquire_at(self.table.reduce(start)),
             Admission::Unbounded => self.table.acquire_unbounded(),
+            Admission::Wait(deadline) => self.table.acquire_waiting(deadline),
+            Admission::Probe => self.table.probe(),
         }
     }
 
@@ -728,7 +795,11 @@ impl<W: Worker> Inner<W> {
                 let other = if home == me { (me + 1) % shards } else { home };
                 self.table.acquire_unbounded_on(other)
             }
-            Admission::Home | Admission::At(_) => self.table.acquire_except(me),
+            // A worker never waits for its own pool's capacity: a unit
+            // handed over could be its own shard's, which only it serves.
+            Admission::Home | Admission::At(_) | Admission::Wait(_) | Admission::Probe => {
+                self.table.acquire_except(me)
+            }
         }
     }
 
@@ -985,9 +1056,61 @@ pub struct PoolBuilder {
     pin_workers: bool,
     probe: Probe,
     spin_wait: Option<Duration>,
+    policy: Policy,
 }
 
 impl PoolBuilder {
+    /// How many callers of [`Pool::call`], [`call_timeout`](Pool::call_timeout),
+    /// [`cast`](Pool::cast) and [`call_async`](Pool::call_async) may wait
+    /// for capacity when every shard is full; past that they get
+    /// `Overload` at once. Defaults to 0: no waiting, fail fast (Erlang's
+    /// sidejob). [`try_call`](Pool::try_call) and
+    /// [`try_cast`](Pool::try_cast) never wait.
+    ///
+    /// # Examples
+    ///
+    /// An HTTP worker handles 10 requests at once and lets 20 more wait,
+    /// each for at most 2 s; the 31st is refused at once:
+    ///
+    /// ```
+    /// # use sidejob::{Pool, Worker};
+    /// # struct Echo;
+    /// # impl Worker for Echo {
+    /// #     type Request = u8; type Reply = u8; type Message = ();
+    /// #     fn handle_call(&mut self, n: u8) -> u8 { n }
+    /// #     fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// use std::time::Duration;
+    ///
+    /// let pool = Pool::builder()
+    ///     .capacity(10)
+    ///     .max_waiters(20)
+    ///     .max_wait(Duration::from_secs(2))
+    ///     .build(|_| Echo)?;
+    /// assert_eq!(pool.call(3)?, 3);
+    /// assert_eq!(pool.waiting(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn max_waiters(&mut self, waiters: usize) -> &mut Self {
+        self.policy.max_waiters = waiters;
+        self
+    }
+
+    /// How long one caller may wait for capacity before it gets
+    /// [`Error::Timeout`]. Defaults to
+    /// [`DEFAULT_MAX_WAIT`](crate::DEFAULT_MAX_WAIT) (1 s).
+    pub fn max_wait(&mut self, wait: Duration) -> &mut Self {
+        self.policy.max_wait = wait;
+        self
+    }
+
+    /// Which waiter a freed unit goes to; see [`QueueOrder`]. Defaults to
+    /// FIFO.
+    pub fn queue_order(&mut self, order: QueueOrder) -> &mut Self {
+        self.policy.order = order;
+        self
+    }
+
     /// The pool's name, used for its worker threads (`{name}-{index}`).
     /// Defaults to `"sidejob"`; must not contain a NUL byte.
     pub fn name(&mut self, name: impl Into<String>) -> &mut Self {
@@ -1086,14 +1209,16 @@ impl PoolBuilder {
             return Err(ConfigError::too_long("spin_wait", MAX_SPIN_WAIT));
         }
         let workers = self.workers.unwrap_or_else(num_cpus::get);
-        let table = Table::new(capacity, workers, self.probe).map_err(|err| {
-            // The table calls its shards "shards"; here they are workers.
-            if err.field() == "shards" {
-                err.with_field("workers")
-            } else {
-                err
-            }
-        })?;
+        let table = Table::new(capacity, workers, self.probe)
+            .map_err(|err| {
+                // The table calls its shards "shards"; here they are workers.
+                if err.field() == "shards" {
+                    err.with_field("workers")
+                } else {
+                    err
+                }
+            })?
+            .with_policy(&self.policy)?;
         let table = Arc::new(table);
         let factory: Arc<Factory<W>> = Arc::new(factory);
         let cores = if self.pin_workers {

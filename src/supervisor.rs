@@ -124,6 +124,7 @@ use crate::sync::{
     Ordering::{Acquire, Relaxed, Release},
 };
 use crate::table::Table;
+use crate::waiters::{Policy, QueueOrder};
 
 /// A fail-fast bound on live children, with a registry of which are alive:
 /// Erlang's `sidejob_supervisor`, for threads and tasks.
@@ -134,7 +135,8 @@ use crate::table::Table;
 /// a child you start yourself (a rayon job, a task on another executor);
 /// dropping the guard is that child's exit. When every unit is taken, the
 /// next child is refused with [`Error::Overload`] at once: nothing waits,
-/// nothing queues.
+/// nothing queues, unless the builder gave it a bounded waiting room
+/// ([`max_waiters`](SupervisorBuilder::max_waiters)).
 ///
 /// Admission is exact: where Erlang's sidejob checks, then increments (so
 /// concurrent spawns can overshoot its limit), here one CAS on the shard
@@ -261,7 +263,10 @@ impl Supervisor {
         SupervisorBuilder::default()
     }
 
-    /// Starts `f` on a new OS thread, as a child; never waits for capacity.
+    /// Starts `f` on a new OS thread, as a child. Waits for capacity only
+    /// under the supervisor's waiting policy
+    /// ([`max_waiters`](SupervisorBuilder::max_waiters); by default it
+    /// never does).
     ///
     /// The thread is named `{name}-child`. The child's unit is given back
     /// when `f` returns or panics (a panic is counted in
@@ -299,7 +304,7 @@ impl Supervisor {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let mut guard = self.inner.enter(None, ChildKind::Thread)?;
+        let mut guard = self.inner.enter(Admit::Wait, ChildKind::Thread)?;
         let id = guard.id();
         let mut builder = os_thread::Builder::new().name(self.inner.thread_name.clone());
         if let Some(size) = self.inner.stack_size {
@@ -324,8 +329,10 @@ impl Supervisor {
         }
     }
 
-    /// Admits a child that you start yourself, and returns its guard; never
-    /// waits for capacity.
+    /// Admits a child that you start yourself, and returns its guard.
+    /// Waits for capacity only under the supervisor's waiting policy (by
+    /// default it never does; [`try_reserve`](Self::try_reserve) never
+    /// does).
     ///
     /// Move the guard into the child (a tokio task, a rayon job, a thread
     /// from another pool); dropping it is the child's exit. A guard dropped
@@ -354,7 +361,73 @@ impl Supervisor {
     /// ```
     #[inline]
     pub fn reserve(&self) -> Result<ChildGuard, Error> {
-        self.inner.enter(None, ChildKind::Reserved)
+        self.inner.enter(Admit::Wait, ChildKind::Reserved)
+    }
+
+    /// [`reserve`](Self::reserve) that never waits for capacity, whatever
+    /// the supervisor's waiting policy.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Overload`] at once when `capacity` children are alive;
+    /// [`Error::Shutdown`] once closed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{Error, Supervisor};
+    ///
+    /// let sup = Supervisor::builder().capacity(1).max_waiters(10).build()?;
+    /// let _one = sup.try_reserve()?;
+    /// assert_eq!(sup.try_reserve().unwrap_err(), Error::Overload); // no wait
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_reserve(&self) -> Result<ChildGuard, Error> {
+        self.inner.enter(Admit::Try, ChildKind::Reserved)
+    }
+
+    /// [`reserve`](Self::reserve) as a future: waits for capacity (under
+    /// the supervisor's waiting policy) without blocking the executor.
+    /// The future is `Send`; it borrows the supervisor.
+    ///
+    /// # Errors
+    ///
+    /// As [`reserve`](Self::reserve).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future gives up the wait; a unit handed to it meanwhile
+    /// goes to the next waiter. Nothing is registered.
+    ///
+    /// # Examples
+    ///
+    /// A task worker claims work only when a slot frees, the next task
+    /// starting the moment one ends:
+    ///
+    /// ```
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    /// # rt.block_on(async {
+    /// use sidejob::Supervisor;
+    ///
+    /// let sup = Supervisor::builder().capacity(1).max_waiters(100).build()?;
+    /// let first = sup.reserve_async().await?;
+    /// let ended = tokio::spawn(async move { drop(first) });
+    /// let second = sup.reserve_async().await?; // waits for the first
+    /// ended.await?;
+    /// assert_eq!(sup.which_children(), [second.id()]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn reserve_async(&self) -> Result<ChildGuard, Error> {
+        let shard = self.inner.common.table.acquire_async(None).await?;
+        Ok(self.inner.register(shard, ChildKind::Reserved))
+    }
+
+    /// How many callers wait for capacity now (0 without a waiting room).
+    pub fn waiting(&self) -> usize {
+        self.inner.common.table.waiting()
     }
 
     /// [`reserve`](Self::reserve), trying table shard `start` first (taken
@@ -363,11 +436,12 @@ impl Supervisor {
     #[cfg_attr(any(not(test), loom), allow(dead_code))]
     pub(crate) fn reserve_at(&self, start: usize) -> Result<ChildGuard, Error> {
         let start = start % self.inner.common.table.shard_count();
-        self.inner.enter(Some(start), ChildKind::Reserved)
+        self.inner.enter(Admit::At(start), ChildKind::Reserved)
     }
 
     /// Spawns `future` on the current tokio runtime as a child; never waits
-    /// for capacity.
+    /// for capacity, whatever the waiting policy (it is called on a
+    /// runtime thread, which must not block: `spawn_task_async` waits).
     ///
     /// The child's unit is given back when the task completes, panics
     /// (counted in [`Stats::panicked`]) or is aborted (counted as
@@ -452,13 +526,83 @@ impl Supervisor {
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let mut guard = self.inner.enter(None, ChildKind::Task)?;
+        // Never waits: this is a plain function called on a runtime's
+        // thread, which must not block. `spawn_task_async` waits.
+        let guard = self.inner.enter(Admit::Try, ChildKind::Task)?;
+        Ok(self.spawn_guarded(handle, guard, future))
+    }
+
+    /// [`spawn_task`](Self::spawn_task) that waits for capacity under the
+    /// supervisor's waiting policy, without blocking the executor, then
+    /// spawns `future` on the current runtime.
+    ///
+    /// # Errors
+    ///
+    /// As [`reserve`](Self::reserve); [`Error::Spawn`] outside a tokio
+    /// runtime.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it resolves gives up the wait; `future`
+    /// is dropped without running.
+    ///
+    /// # Examples
+    ///
+    /// Thousands of IO tasks, at most 2 at once, the rest waiting their
+    /// turn:
+    ///
+    /// ```
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    /// # rt.block_on(async {
+    /// use sidejob::Supervisor;
+    ///
+    /// let sup = Supervisor::builder().capacity(2).max_waiters(1000).build()?;
+    /// let mut tasks = Vec::new();
+    /// for n in 0..10u64 {
+    ///     tasks.push(sup.spawn_task_async(async move { n * n }).await?);
+    /// }
+    /// let mut sum = 0;
+    /// for task in tasks {
+    ///     sum += task.await?;
+    /// }
+    /// assert_eq!(sum, 285);
+    /// assert_eq!(sup.stats().peak_usage, 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub async fn spawn_task_async<F>(&self, future: F) -> Result<Task<F::Output>, Error>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|_| Error::Spawn(std::io::ErrorKind::NotFound))?;
+        let shard = self.inner.common.table.acquire_async(None).await?;
+        let guard = self.inner.register(shard, ChildKind::Task);
+        Ok(self.spawn_guarded(&handle, guard, future))
+    }
+
+    /// Spawns `future` on `handle` as the child `guard` stands for.
+    #[cfg(feature = "tokio")]
+    fn spawn_guarded<F>(
+        &self,
+        handle: &tokio::runtime::Handle,
+        mut guard: ChildGuard,
+        future: F,
+    ) -> Task<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
         guard.task = true;
         let id = guard.id();
         let (registry, slot, free) = (id.shard(), guard.slot as usize, guard.free);
         let handle = handle.spawn(supervised(guard, future));
         self.inner.registry[registry].register_task(slot, free, handle.abort_handle());
-        Ok(Task { id, handle })
+        Task { id, handle }
     }
 
     /// Aborts every task started with [`spawn_task`](Self::spawn_task) or
@@ -1283,24 +1427,42 @@ impl Inner {
     // there against ~29 ns inlined (benches/results/supervisor.txt). The
     // callers are `reserve`, `reserve_at`, `spawn` and `spawn_task_on`.
     #[inline(always)]
-    fn enter(&self, start: Option<usize>, kind: ChildKind) -> Result<ChildGuard, Error> {
+    fn enter(&self, admit: Admit, kind: ChildKind) -> Result<ChildGuard, Error> {
         let table = &self.common.table;
-        let shard = match start {
-            None => table.acquire()?,
-            Some(start) => table.acquire_at(start)?,
+        let shard = match admit {
+            Admit::Wait => table.acquire_waiting(None)?,
+            Admit::Try => table.acquire()?,
+            Admit::At(start) => table.acquire_at(start)?,
         };
+        Ok(self.register(shard, kind))
+    }
+
+    /// Registers a child on `shard`, whose unit the caller holds.
+    fn register(&self, shard: usize, kind: ChildKind) -> ChildGuard {
         let occupant = occupant(self.clock.ticks(), kind);
         let registry = &self.registry[shard];
         let (slot, free) = registry.claim(occupant);
-        Ok(ChildGuard {
+        ChildGuard {
             shard: Arc::clone(registry),
             free,
             slot: slot as u32,
             panicked: false,
             #[cfg(feature = "tokio")]
             task: false,
-        })
+        }
     }
+}
+
+/// How a child is admitted.
+#[derive(Debug, Clone, Copy)]
+enum Admit {
+    /// From the caller's home shard, waiting under the supervisor's
+    /// waiting policy (if any).
+    Wait,
+    /// From the caller's home shard, never waiting.
+    Try,
+    /// From this shard, never waiting (the model tests' seam).
+    At(usize),
 }
 
 impl fmt::Debug for Supervisor {
@@ -1342,6 +1504,7 @@ pub struct SupervisorBuilder {
     max_capacity: Option<usize>,
     probe: Probe,
     stack_size: Option<usize>,
+    policy: Policy,
 }
 
 impl SupervisorBuilder {
@@ -1374,6 +1537,33 @@ impl SupervisorBuilder {
     /// Where a caller starts probing; see [`Probe`].
     pub fn probe(&mut self, probe: Probe) -> &mut Self {
         self.probe = probe;
+        self
+    }
+
+    /// How many callers of [`Supervisor::spawn`], [`reserve`](Supervisor::reserve),
+    /// [`reserve_async`](Supervisor::reserve_async) and
+    /// `spawn_task_async` (feature `tokio`) may wait for capacity when
+    /// `capacity` children are alive; past that they get `Overload` at
+    /// once. Defaults to 0: no waiting, fail fast.
+    /// [`try_reserve`](Supervisor::try_reserve) and `spawn_task` never
+    /// wait.
+    pub fn max_waiters(&mut self, waiters: usize) -> &mut Self {
+        self.policy.max_waiters = waiters;
+        self
+    }
+
+    /// How long one caller may wait for capacity before it gets
+    /// [`Error::Timeout`]. Defaults to
+    /// [`DEFAULT_MAX_WAIT`](crate::DEFAULT_MAX_WAIT) (1 s).
+    pub fn max_wait(&mut self, wait: Duration) -> &mut Self {
+        self.policy.max_wait = wait;
+        self
+    }
+
+    /// Which waiter a freed unit goes to; see [`QueueOrder`]. Defaults to
+    /// FIFO.
+    pub fn queue_order(&mut self, order: QueueOrder) -> &mut Self {
+        self.policy.order = order;
         self
     }
 
@@ -1417,7 +1607,8 @@ impl SupervisorBuilder {
             return Err(ConfigError::too_large("max_capacity", MAX_CHILDREN));
         }
         let shards = self.shards.unwrap_or_else(num_cpus::get);
-        let table = Table::with_max(capacity, max, shards, self.probe)?;
+        let table =
+            Table::with_max(capacity, max, shards, self.probe)?.with_policy(&self.policy)?;
         let common = Arc::new(Common {
             table,
             waiters: CachePadded::new(AtomicUsize::new(0)),

@@ -769,6 +769,17 @@ impl Table {
         Ok(self)
     }
 
+    /// True if the table has a waiting room.
+    pub(crate) fn has_room(&self) -> bool {
+        self.room.is_some()
+    }
+
+    /// One attempt from the caller's home shard that does not count an
+    /// `Overload`: for a caller that will wait next.
+    pub(crate) fn probe(&self) -> Result<usize, Error> {
+        self.try_at(self.home_shard())
+    }
+
     /// How many wait for a unit now.
     pub(crate) fn waiting(&self) -> usize {
         self.room.as_ref().map_or(0, |room| room.waiting())
