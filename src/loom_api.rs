@@ -30,6 +30,36 @@ impl Table {
         Table(table)
     }
 
+    /// `capacity` units over `shards` shards, with a waiting room for
+    /// `max_waiters` callers (FIFO, no deadline: loom has no clock).
+    pub fn with_waiters(capacity: usize, shards: usize, max_waiters: usize) -> Table {
+        let policy = crate::waiters::Policy {
+            max_waiters,
+            max_wait: std::time::Duration::MAX,
+            order: crate::waiters::QueueOrder::Fifo,
+        };
+        let table = crate::table::Table::new(capacity, shards, Probe::Thread)
+            .and_then(|table| table.with_policy(&policy))
+            .expect("valid model config");
+        Table(table)
+    }
+
+    /// Admits one unit from the caller's home shard, waiting in the room
+    /// (blocking the model thread) when every shard is full.
+    pub fn acquire_waiting(&self) -> Result<usize, Error> {
+        self.0.acquire_waiting(None)
+    }
+
+    /// [`acquire_waiting`](Self::acquire_waiting) as a future.
+    pub fn acquire_async(&self) -> impl std::future::Future<Output = Result<usize, Error>> + '_ {
+        self.0.acquire_async(None)
+    }
+
+    /// How many callers wait now.
+    pub fn waiting(&self) -> usize {
+        self.0.waiting()
+    }
+
     /// Admits one unit trying shard `start` first; the shard it came from.
     pub fn acquire_at(&self, start: usize) -> Result<usize, Error> {
         self.0.acquire_at(start)
