@@ -83,6 +83,46 @@
 //! counters, no bit that stays set, and no refusal by a bit (or count)
 //! whose shard's release the caller has already seen.
 
+//!
+//! # Resize
+//!
+//! Each shard's limit is an atomic word, changed only by
+//! [`Table::set_capacity`] under the control lock, in three steps:
+//!
+//! 1. **Gate** every shard: set bit 1 of `taken` (GATED). A take either
+//!    came before (it is in the holdings read next), or sees GATED and
+//!    goes to [`Table::acquire_gated`], which waits for the control lock,
+//!    or fails its CAS against the changed word and sees GATED next round.
+//! 2. **Read** each shard's holdings: exact, since no take can land, and
+//!    from here they only fall. Split the capacity over them
+//!    (`split.rs`): every limit at least its shard's holdings, adding up to
+//!    the capacity, so `sum(max(held, limit)) = capacity` and nothing is
+//!    admitted while that many are held.
+//! 3. **Store** the limits, hand new room to waiters while still gated (no
+//!    newcomer can take it first), and **un-gate**: give one unit back on
+//!    `given`, then add one unit to `taken` as GATED is cleared (bit 1 set
+//!    plus 2 carries into the units). The word never returns to a value it
+//!    had before the gate, so a taker that read it, and the old limit,
+//!    before the gate cannot succeed with that stale value; its next round
+//!    reads `taken` with Acquire, which pairs with the un-gate's Release,
+//!    and then the new limit. (An un-gate that only cleared the bit would
+//!    let exactly such a taker through: `loom_resize.rs` fails then.)
+//!
+//! If more units are held than the new capacity, no split works: the table
+//! is in *debt*. The shards stay gated, so every admission goes through the
+//! control lock, where it is refused until a fresh reading finds the
+//! holdings back within the capacity; that admission settles the debt
+//! (split, un-gate) and goes on. Releases need nothing: they only lower the
+//! holdings. A hand-off to a waiter is refused during a debt (it would
+//! admit above the capacity).
+//!
+//! # Waiting
+//!
+//! A table may have a waiting room (`waiters.rs`): its queue lives in the
+//! control lock beside the debt, and a release reads one more word, the
+//! number waiting, before and after it gives its unit back. The protocol is
+//! in `waiters.rs`.
+
 use crossbeam_utils::CachePadded;
 
 use crate::error::{ConfigError, Error};
@@ -133,9 +173,6 @@ pub(crate) enum Take {
     Closed,
     /// The shard is gated: take through [`Table::acquire_gated`].
     Gated,
-    /// A unit was taken above a limit that a racing resize lowered: give
-    /// it back with [`Table::undo`] and treat the shard as full.
-    Over,
 }
 
 /// One shard: its limit and its two counters, on a line of its own.
@@ -158,10 +195,11 @@ pub(crate) struct Shard {
     /// Units handed from a release straight to a waiter: each is one more
     /// admission and one more release than `taken` and `given` count.
     handed: AtomicUsize,
-    /// Takes undone because a resize lowered the limit under them; each
-    /// is counted once in `taken` and once in `given`, and left out of the
-    /// stats.
-    undone: AtomicUsize,
+    /// Units that nobody held: one per un-gating (which adds a unit to
+    /// `taken` so that the word changes, and gives it back through `given`
+    /// first), and one per unit taken for a waiter that left meanwhile.
+    /// Left out of the stats.
+    phantom: AtomicUsize,
 }
 
 impl Shard {
@@ -172,7 +210,7 @@ impl Shard {
             peak: AtomicUsize::new(0),
             panicked: AtomicUsize::new(0),
             forgotten: AtomicUsize::new(0),
-            undone: AtomicUsize::new(0),
+            phantom: AtomicUsize::new(0),
             handed: AtomicUsize::new(0),
             limit: AtomicUsize::new(limit),
         }
@@ -203,8 +241,11 @@ impl Shard {
     /// lock for a waiter while the shards are gated.
     #[inline]
     fn try_take_masked(&self, stop: usize) -> Take {
-        // Relaxed: the CAS below re-checks this exact value.
-        let mut taken = self.taken.load(Relaxed);
+        // Acquire: pairs with the Release of a resize's un-gating RMW, so
+        // the limit read below is the one that resize stored (see
+        // `Table::apply`). The CAS re-checks this exact value, and every
+        // resize changes it, so a limit read before one cannot be used.
+        let mut taken = self.taken.load(Acquire);
         // Acquire: pairs with the AcqRel RMW in `give_back`, so work done
         // under a released unit happens-before work under the unit that
         // replaces it.
@@ -227,7 +268,8 @@ impl Shard {
                 continue;
             }
             let usage = gap / UNIT;
-            if usage >= self.limit() {
+            let limit = self.limit();
+            if usage >= limit {
                 // Full by these reads; confirm against the newest `given`.
                 // AcqRel RMW (adds nothing): it reads the last release in
                 // `given`'s modification order. Unchanged means the shard
@@ -242,28 +284,17 @@ impl Shard {
             // Release on success: publishes the releases this taker read,
             // so a reader that reads `taken` and then `given` with Acquire
             // (`Shard::counts`) never computes a usage above the limit.
-            // Acquire on success: pairs with the Release of a resize's
-            // un-gating RMW on this word, so the limit read below is the
-            // one that resize stored (see below). Relaxed on failure: the
-            // loop re-reads. Against a fixed limit the bound needs no
-            // ordering: this RMW succeeds only against the value the check
-            // used, and `given` can only have grown since.
+            // Acquire on failure: the next round's limit read must follow
+            // the value it read, as for the first load. The bound needs no
+            // more: this RMW succeeds only against the value the check
+            // used (a resize in between changed it: gate, then an un-gate
+            // that adds a unit), and `given` can only have grown since.
             match self
                 .taken
-                .compare_exchange_weak(taken, taken + UNIT, AcqRel, Relaxed)
+                .compare_exchange_weak(taken, taken + UNIT, Release, Acquire)
             {
                 Ok(_) => {
                     let now = usage + 1;
-                    // The limit may have been lowered since it was checked:
-                    // a resize gated this word, stored a new limit and
-                    // un-gated it, leaving the very value this CAS expected.
-                    // The CAS read that un-gating RMW (or a later one), so
-                    // this read sees the new limit. Over it, the take is
-                    // undone: nobody ever held it.
-                    let limit = self.limit();
-                    if now > limit {
-                        return Take::Over;
-                    }
                     // Relaxed: a statistic.
                     if now > self.peak.load(Relaxed) {
                         self.peak.fetch_max(now, Relaxed);
@@ -443,9 +474,9 @@ impl Shard {
         // Acquire, and before `given`: pairs with the Release in `give_back`
         // (every panic counted here has its unit counted in `given`).
         let panicked = self.panicked.load(Acquire);
-        // Relaxed: undone takes are counted after their unit is back; a
-        // snapshot between the two counts one in `accepted` and `completed`.
-        let undone = self.undone.load(Relaxed);
+        // Relaxed: phantom units are counted under the control lock; a
+        // snapshot taken meanwhile counts one in `accepted` and `completed`.
+        let phantom = self.phantom.load(Relaxed);
         // Relaxed: counted under the control lock; a snapshot may miss the
         // last hand-off in both `accepted` and `completed`.
         let handed = self.handed.load(Relaxed);
@@ -454,10 +485,10 @@ impl Shard {
             limit: self.limit(),
             usage,
             peak_usage: self.peak.load(Relaxed),
-            accepted: taken.wrapping_sub(undone).wrapping_add(handed) as u64,
+            accepted: taken.wrapping_sub(phantom).wrapping_add(handed) as u64,
             completed: given
                 .wrapping_sub(panicked)
-                .wrapping_sub(undone)
+                .wrapping_sub(phantom)
                 .wrapping_add(handed) as u64,
             panicked: panicked as u64,
             // Relaxed: a count; a forgotten unit stays in `taken` for good.
@@ -549,7 +580,7 @@ impl std::future::Future for WaitUnit<'_> {
             Some(key) => key,
             None => {
                 // First poll: the fast path, then the queue.
-                match table.try_at(table.home_shard()) {
+                match table.try_at::<false>(table.home_shard()) {
                     Err(Error::Overload) => {}
                     other => return Poll::Ready(other),
                 }
@@ -777,7 +808,7 @@ impl Table {
     /// One attempt from the caller's home shard that does not count an
     /// `Overload`: for a caller that will wait next.
     pub(crate) fn probe(&self) -> Result<usize, Error> {
-        self.try_at(self.home_shard())
+        self.try_at::<false>(self.home_shard())
     }
 
     /// How many wait for a unit now.
@@ -792,7 +823,7 @@ impl Table {
     /// `Overload` (counted) when there is no room or it is full,
     /// `Timeout` when the wait ran out, `Shutdown` once closed.
     pub(crate) fn acquire_waiting(&self, deadline: Option<Instant>) -> Result<usize, Error> {
-        match self.try_at(self.home_shard()) {
+        match self.try_at::<false>(self.home_shard()) {
             Err(Error::Overload) => {}
             other => return other,
         }
@@ -990,17 +1021,13 @@ impl Table {
     /// counted.
     #[inline]
     pub(crate) fn acquire_at(&self, start: usize) -> Result<usize, Error> {
-        let result = self.try_at(start);
-        if let Err(Error::Overload) = result {
-            self.count_refusal();
-        }
-        result
+        self.try_at::<true>(start)
     }
 
-    /// [`acquire_at`](Self::acquire_at) without counting a refusal: for a
-    /// caller that may wait instead.
+    /// [`acquire_at`](Self::acquire_at), counting an `Overload` only if
+    /// `COUNT` (not for a caller that may wait instead).
     #[inline]
-    fn try_at(&self, start: usize) -> Result<usize, Error> {
+    fn try_at<const COUNT: bool>(&self, start: usize) -> Result<usize, Error> {
         debug_assert!(start < self.shards.len());
         let word = self.full.word(start / BITS);
         let marked = word & (1 << (start % BITS)) != 0;
@@ -1019,17 +1046,29 @@ impl Table {
                     return Ok(start);
                 }
                 Take::Full => self.mark_full(start),
-                Take::Over => self.undo(start),
                 Take::Closed => return Err(Error::Shutdown),
-                Take::Gated => return self.acquire_gated(start, false),
+                Take::Gated => {
+                    let result = self.acquire_gated(start, false);
+                    if COUNT && result == Err(Error::Overload) {
+                        self.count_refusal();
+                    }
+                    return result;
+                }
             }
         } else if self.all_marked(word) {
             // The own shard is full and every other shard is marked full:
             // under overload, this is the whole answer, whatever the shard
             // count.
+            if COUNT && !self.closed.load(Relaxed) {
+                self.count_refusal();
+            }
             return self.refused();
         }
-        self.acquire_slow(start, false)
+        let result = self.acquire_slow(start, false);
+        if COUNT && result == Err(Error::Overload) {
+            self.count_refusal();
+        }
+        result
     }
 
     /// The walk: every shard after `start` whose bit is clear, wrapping once.
@@ -1064,7 +1103,6 @@ impl Table {
                         return Ok(i);
                     }
                     Take::Full => self.mark_full(i),
-                    Take::Over => self.undo(i),
                     Take::Closed => return Err(Error::Shutdown),
                     Take::Gated => return self.acquire_gated(start, except_start),
                 }
@@ -1088,7 +1126,7 @@ impl Table {
         if except_start {
             self.acquire_slow(start, true)
         } else {
-            self.try_at(start)
+            self.try_at::<false>(start)
         }
     }
 
@@ -1171,10 +1209,24 @@ impl Table {
             let woken = self.grant_waiting(control);
             waiters::wake_all(woken);
             for shard in self.shards.iter() {
-                // Release: pairs with the AcqRel CAS in `try_take` that
-                // reads this value (or a later one in its release sequence),
-                // so that take's second limit read sees the store above.
-                shard.taken.fetch_and(!GATED, Release);
+                // Un-gating must change the word, or a taker that read it
+                // before the gate (and the old limit) would find its value
+                // back and its CAS would succeed. So it adds a unit as it
+                // clears GATED (bit 1 set, plus 2, carries into the units),
+                // and that unit is given back first, while the shard is
+                // still gated (no taker can use the room meanwhile; a
+                // reader sees one unit fewer, a low reading). Counted as a
+                // phantom, outside the stats.
+                //
+                // AcqRel: the phantom's give pairs like any release
+                // (`give_back`).
+                shard.given.fetch_add(UNIT, AcqRel);
+                // Relaxed: a count for `stats`.
+                shard.phantom.fetch_add(1, Relaxed);
+                // Release: pairs with the Acquire loads of `taken` in
+                // `try_take`, so a taker that reads this value (or a later
+                // one in its release sequence) reads the limit stored above.
+                shard.taken.fetch_add(UNIT - GATED, Release);
             }
         }
         for i in 0..self.shards.len() {
@@ -1299,21 +1351,25 @@ impl Table {
     /// protocol in the module docs).
     #[inline]
     pub(crate) fn release(&self, i: usize, panicked: bool) {
-        // With a waiting room: one more word read before the give-back and
-        // after it (`waiters.rs`, "Hand-off" and "Wake-up"). Relaxed loads:
-        // the first only picks the path (the hand-off re-checks under the
-        // lock); the second is ordered after the waiter's count store by
-        // the RMW on `given` in `give_back` (see there).
-        if let Some(room) = &self.room {
-            if room.count.load(Relaxed) > 0 && self.hand_off(room, i, panicked) {
-                return;
-            }
+        match self.room.as_deref() {
+            None => self.give_back(i, panicked),
+            Some(room) => self.release_to_room(room, i, panicked),
+        }
+    }
+
+    /// A release in a table with a waiting room: one more word read before
+    /// the give-back and after it (`waiters.rs`, "Hand-off" and "Wake-up").
+    /// Relaxed loads: the first only picks the path (the hand-off re-checks
+    /// under the lock); the second is ordered after a waiter's count store
+    /// by the RMW on `given` in `give_back` (see there).
+    #[inline]
+    fn release_to_room(&self, room: &Room, i: usize, panicked: bool) {
+        if room.count.load(Relaxed) > 0 && self.hand_off(room, i, panicked) {
+            return;
         }
         self.give_back(i, panicked);
-        if let Some(room) = &self.room {
-            if room.count.load(Relaxed) > 0 {
-                self.grant_from_table(room);
-            }
+        if room.count.load(Relaxed) > 0 {
+            self.grant_from_table(room);
         }
     }
 
@@ -1404,7 +1460,6 @@ impl Table {
                     return Some(i);
                 }
                 Take::Full => self.mark_full(i),
-                Take::Over => self.undo(i),
                 Take::Closed => return None,
                 // A resize or a debt: it grants the waiters itself.
                 Take::Gated => {}
@@ -1413,15 +1468,13 @@ impl Table {
         None
     }
 
-    /// Gives back a take that landed above a limit a resize lowered under
-    /// it (`Take::Over`): nobody held it, so it is left out of the stats,
-    /// and the shard is then full.
+    /// Gives back a unit taken for a waiter that left before it got it:
+    /// nobody held it, so it is left out of the stats.
     #[cold]
     fn undo(&self, i: usize) {
         self.give_back(i, false);
         // Relaxed: a count, read by `stats` only.
-        self.shards[i].undone.fetch_add(1, Relaxed);
-        self.mark_full(i);
+        self.shards[i].phantom.fetch_add(1, Relaxed);
     }
 
     /// The unit of shard `i` back in the table, with the full-set steps.

@@ -4,9 +4,10 @@
 //!
 //! * once `set_capacity(n)` has returned, nothing is admitted while `n` or
 //!   more units are held, including by a taker that read the old limit
-//!   before the resize gated its shard and made its CAS after the shard was
-//!   un-gated again (the word back to the very value it expected): the
-//!   take re-reads the limit after its CAS and undoes itself;
+//!   before the resize gated its shard and tries its CAS after the shard
+//!   was un-gated: un-gating changes the word (it adds a unit, given back
+//!   first), so that CAS fails and the taker reads the new limit (this
+//!   model fails with an un-gate that only clears the bit);
 //! * a shrink below what is held leaves a debt: nothing is admitted until
 //!   enough units are back, then admission resumes, and no unit is lost;
 //! * a grow makes its new room available to a taker that happens-after it.
@@ -59,7 +60,7 @@ fn no_admission_at_the_new_capacity_after_a_shrink() {
         assert_eq!(table.capacity(), 1);
         // The racer's unit, if it won, was taken before the gate (and is in
         // the holdings the split covered, or in the debt): a take that read
-        // the old limit and landed after the un-gate was undone.
+        // the old limit cannot land after the un-gate.
         assert!(table.bound_holds(), "a unit held above its shard's limit");
         // Drain; then exactly one unit is there to take.
         if let Some(shard) = raced {
