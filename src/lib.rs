@@ -65,6 +65,26 @@
 //! | work on the caller's own thread | [`Limiter`] | a [`Permit`] / [`OwnedPermit`] | the permit drops |
 //! | requests to stateful workers (gen_server style) | [`Pool`] | a `call` or `cast` | the worker has *finished* handling it |
 //! | spawned children: threads, tokio tasks, anything | [`Supervisor`] | a [`Child`], [`ChildGuard`] or `Task` | the child ends, normally or by panic |
+//! | an HTTP or gRPC route (feature `tower`) | `tower::LimitLayer` over a [`Limiter`] | a request | its response is ready |
+//!
+//! # Fail fast, or wait a little
+//!
+//! Admission fails fast by default: full means [`Error::Overload`] at once.
+//! Each builder can also give its front-end a bounded waiting room
+//! (`max_waiters`, `max_wait`, [`QueueOrder`]): a caller refused by the
+//! table waits if the room has space, and a freed unit is handed straight
+//! to the next waiter (FIFO by default), never to a newcomer. The `try_`
+//! forms never wait. [`Limiter::acquire`], [`Limiter::acquire_async`],
+//! [`Pool::call`], [`Pool::call_async`], [`Supervisor::reserve_async`] and
+//! friends wait under the policy.
+//!
+//! # Resizing
+//!
+//! [`Limiter::set_capacity`] (and the same on [`Pool`] and [`Supervisor`])
+//! moves the capacity at run time, exactly: once it returns, nothing is
+//! admitted while that many units are held. A shrink never revokes a unit;
+//! those above the new capacity drain first. `available()` says how many
+//! units are free, to size a batch of claims.
 //!
 //! # How admission works
 //!
@@ -79,9 +99,13 @@
 //!
 //! # Semantics
 //!
-//! * **Exact capacity.** Admitted-and-unfinished units never exceed
-//!   `capacity`, under any interleaving (loom-checked). A caller is never
-//!   refused because of its own shard's counters while that shard has room.
+//! * **Exact capacity.** Admitted-and-unfinished units never exceed the
+//!   capacity in force, under any interleaving, resizes included
+//!   (loom-checked). A caller is never refused because of its own shard's
+//!   counters while that shard has room.
+//! * **Waiting is bounded** by `max_waiters` and `max_wait`; a waiter that
+//!   gives up (deadline, dropped future) strands no unit, and shutdown
+//!   wakes every waiter with [`Error::Shutdown`].
 //! * **Strict outstanding bound.** A pool request holds its unit from
 //!   admission until the worker has finished it (queued + running), and
 //!   gives it back *before* the reply is delivered.
@@ -128,9 +152,11 @@
 //! The admission table and the shutdown drain are small functions over the
 //! atomics of a `sync` shim that switches to [loom](https://docs.rs/loom)
 //! under `--cfg loom`; `loom-tests/` checks exact capacity, no false
-//! refusal, the full-bitmap protocol, the admission/shutdown race and the
-//! supervisor's slot registry, and each argued memory ordering was
-//! weakened once to see a model fail. Proptest state machines (in the
+//! refusal, the full-bitmap protocol, the admission/shutdown race, resize
+//! against admission, the waiting room's hand-off, wake-up and
+//! cancellation, and the supervisor's slot registry, and each argued
+//! memory ordering or protocol step was removed or weakened once to see a
+//! model fail. Proptest state machines (in the
 //! spirit of sidejob's QuickCheck models) predict exactly which request is
 //! admitted; stress tests check the bound and count every request.
 //!

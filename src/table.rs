@@ -500,15 +500,35 @@ impl Shard {
 /// Which shards are at their limit, one bit each (see the module docs).
 #[derive(Debug)]
 struct FullSet {
-    words: Box<[CachePadded<AtomicUsize>]>,
+    /// Word 0, inline: with up to 64 shards (the usual case) every probe
+    /// and release reads it, and one load beats a pointer and a load.
+    first: CachePadded<AtomicUsize>,
+    /// Words 1 and up, for tables of more than 64 shards.
+    rest: Box<[CachePadded<AtomicUsize>]>,
 }
 
 impl FullSet {
     fn new(shards: usize) -> Self {
         FullSet {
-            words: (0..shards.div_ceil(BITS))
+            first: CachePadded::new(AtomicUsize::new(0)),
+            rest: (1..shards.div_ceil(BITS))
                 .map(|_| CachePadded::new(AtomicUsize::new(0)))
                 .collect(),
+        }
+    }
+
+    /// How many words there are.
+    fn len(&self) -> usize {
+        1 + self.rest.len()
+    }
+
+    /// Word `w`.
+    #[inline]
+    fn slot(&self, w: usize) -> &AtomicUsize {
+        if w == 0 {
+            &self.first
+        } else {
+            &self.rest[w - 1]
         }
     }
 
@@ -518,7 +538,7 @@ impl FullSet {
         // Relaxed: a hint. A bit's harm is bounded by the protocol in the
         // module docs, which orders through `given`, not through this load;
         // coherence alone makes a clear that happened-before this load seen.
-        self.words[w].load(Relaxed)
+        self.slot(w).load(Relaxed)
     }
 
     #[inline]
@@ -531,7 +551,7 @@ impl FullSet {
         let bit = 1 << (shard % BITS);
         // Relaxed: published to releasers by the Release RMW on `given` that
         // follows it in `mark_full`.
-        self.words[shard / BITS].fetch_or(bit, Relaxed) & bit == 0
+        self.slot(shard / BITS).fetch_or(bit, Relaxed) & bit == 0
     }
 
     /// Clears `shard`'s bit; true if this call cleared it (it was set).
@@ -540,7 +560,7 @@ impl FullSet {
         // Relaxed: a clear publishes nothing of its own. A caller that must
         // see it after a release sees it through that release's RMW on
         // `given`, which comes after it in program order (`Table::release`).
-        self.words[shard / BITS].fetch_and(!bit, Relaxed) & bit != 0
+        self.slot(shard / BITS).fetch_and(!bit, Relaxed) & bit != 0
     }
 }
 
@@ -1059,10 +1079,7 @@ impl Table {
             // The own shard is full and every other shard is marked full:
             // under overload, this is the whole answer, whatever the shard
             // count.
-            if COUNT && !self.closed.load(Relaxed) {
-                self.count_refusal();
-            }
-            return self.refused();
+            return self.refuse::<COUNT>();
         }
         let result = self.acquire_slow(start, false);
         if COUNT && result == Err(Error::Overload) {
@@ -1077,7 +1094,7 @@ impl Table {
     /// to know, since the walk never comes back to `start`.
     #[cold]
     fn acquire_slow(&self, start: usize, except_start: bool) -> Result<usize, Error> {
-        let words = self.full.words.len();
+        let words = self.full.len();
         let (first_word, first_bit) = (start / BITS, start % BITS);
         for step in 0..=words {
             let w = (first_word + step) % words;
@@ -1247,6 +1264,20 @@ impl Table {
         // shutdown may get either, and neither admits anything.
         if self.closed.load(Relaxed) {
             return Err(Error::Shutdown);
+        }
+        Err(Error::Overload)
+    }
+
+    /// [`refused`](Self::refused), counting an `Overload` if `COUNT`: the
+    /// fast refusal, one load of `closed` and the per-thread count.
+    #[inline]
+    fn refuse<const COUNT: bool>(&self) -> Result<usize, Error> {
+        // Relaxed: as in `refused`.
+        if self.closed.load(Relaxed) {
+            return Err(Error::Shutdown);
+        }
+        if COUNT {
+            self.count_refusal();
         }
         Err(Error::Overload)
     }
