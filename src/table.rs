@@ -239,7 +239,7 @@ impl Shard {
     /// [`try_take`](Self::try_take), stopping only at the flags in `stop`:
     /// `FLAGS` normally, `CLOSED` alone for a take made under the control
     /// lock for a waiter while the shards are gated.
-    #[inline]
+    #[inline(always)]
     fn try_take_masked(&self, stop: usize) -> Take {
         // Acquire: pairs with the Release of a resize's un-gating RMW, so
         // the limit read below is the one that resize stored (see
@@ -1046,7 +1046,11 @@ impl Table {
 
     /// [`acquire_at`](Self::acquire_at), counting an `Overload` only if
     /// `COUNT` (not for a caller that may wait instead).
-    #[inline]
+    // inline(always), like the release steps below: this is the hot path,
+    // and left to itself the compiler kept it out of line once the cold
+    // paths (gated, waiting) grew around it, a call that cost 5 to 10 % of
+    // an acquire + release (benches/admission.rs against the earlier code).
+    #[inline(always)]
     fn try_at<const COUNT: bool>(&self, start: usize) -> Result<usize, Error> {
         debug_assert!(start < self.shards.len());
         let word = self.full.word(start / BITS);
@@ -1380,7 +1384,7 @@ impl Table {
 
     /// Gives back one unit taken from shard `i` (steps 2 and 3 of the
     /// protocol in the module docs).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn release(&self, i: usize, panicked: bool) {
         match self.room.as_deref() {
             None => self.give_back(i, panicked),
@@ -1393,7 +1397,7 @@ impl Table {
     /// Relaxed loads: the first only picks the path (the hand-off re-checks
     /// under the lock); the second is ordered after a waiter's count store
     /// by the RMW on `given` in `give_back` (see there).
-    #[inline]
+    #[inline(always)]
     fn release_to_room(&self, room: &Room, i: usize, panicked: bool) {
         if room.count.load(Relaxed) > 0 && self.hand_off(room, i, panicked) {
             return;
@@ -1509,7 +1513,7 @@ impl Table {
     }
 
     /// The unit of shard `i` back in the table, with the full-set steps.
-    #[inline]
+    #[inline(always)]
     fn give_back(&self, i: usize, panicked: bool) {
         // Step 2: unmark *before* the unit comes back. If this thread is
         // descheduled between the two, the shard is still full, so the
