@@ -989,7 +989,7 @@ impl Table {
     /// [`acquire_at`](Self::acquire_at) without counting a refusal: for a
     /// caller that may wait instead.
     #[inline]
-    fn try_at(&self, start: usize) -> Result<usize, Error> {
+    pub(crate) fn try_at(&self, start: usize) -> Result<usize, Error> {
         debug_assert!(start < self.shards.len());
         let word = self.full.word(start / BITS);
         let marked = word & (1 << (start % BITS)) != 0;
