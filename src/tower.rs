@@ -50,7 +50,7 @@
 //! handlers run at once, not how many responses are still being sent. A
 //! handler that builds its whole body before returning (the usual axum
 //! handler) is covered in full. To bound streaming too, move an
-//! [`OwnedPermit`](crate::OwnedPermit) into the body stream yourself.
+//! [`OwnedPermit`] into the body stream yourself.
 //!
 //! # Waiting
 //!
@@ -248,6 +248,7 @@ impl LimitLayer<Reject, Wait> {
     /// use std::sync::Arc;
     /// use std::time::Duration;
     /// use axum::http::StatusCode;
+    /// use axum::response::IntoResponse;
     /// use axum::{routing::post, Router};
     /// use sidejob::{tower::LimitLayer, Error, Limiter};
     ///
@@ -256,9 +257,12 @@ impl LimitLayer<Reject, Wait> {
     ///     .max_waiters(20)
     ///     .max_wait(Duration::from_secs(10))
     ///     .build()?;
-    /// let layer = LimitLayer::waiting(Arc::new(limiter)).on_overload(|e: Error| match e {
-    ///     Error::Timeout => StatusCode::SERVICE_UNAVAILABLE, // waited 10 s
-    ///     _ => StatusCode::TOO_MANY_REQUESTS,                // the queue is full
+    /// let layer = LimitLayer::waiting(Arc::new(limiter)).on_overload(|e: Error| {
+    ///     match e {
+    ///         Error::Timeout => StatusCode::SERVICE_UNAVAILABLE, // waited 10 s
+    ///         _ => StatusCode::TOO_MANY_REQUESTS,                // the queue is full
+    ///     }
+    ///     .into_response()
     /// });
     /// let app: Router = Router::new().route("/facet", post(|| async { "called" }).layer(layer));
     /// # let _ = app;
