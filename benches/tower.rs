@@ -5,7 +5,10 @@
 //! One op = `poll_ready` + `call` + polling the response future to
 //! completion, with a no-op waker (no runtime in the loop). The capacity
 //! is never reached, so both sides admit every request: this is the
-//! overhead a request pays to pass the limit. After the criterion groups a
+//! overhead a request pays to pass the limit. The 1-thread table also
+//! times `LimitLayer::waiting` over a limiter with a waiting room, whose
+//! requests find a unit free: the cost of the waiting mode when nobody
+//! has to wait. After the criterion groups a
 //! plain interleaved timing prints the ratios (as `benches/admission.rs`
 //! does: on a small shared machine a ratio measured side by side is the
 //! figure).
@@ -36,6 +39,19 @@ fn inner() -> Inner {
 fn ours() -> impl Service<u64, Response = u64, Error = tower::BoxError> + Clone + Send {
     ServiceBuilder::new()
         .layer(LimitLayer::new(Arc::new(Limiter::new(BIG).unwrap())))
+        .service(inner())
+}
+
+/// The waiting mode over a limiter with a waiting room: with a unit free,
+/// a request is admitted in `call` as in the fail-fast mode.
+fn ours_waiting() -> impl Service<u64, Response = u64, Error = tower::BoxError> + Clone + Send {
+    let limiter = Limiter::builder()
+        .capacity(BIG)
+        .max_waiters(64)
+        .build()
+        .unwrap();
+    ServiceBuilder::new()
+        .layer(LimitLayer::waiting(Arc::new(limiter)))
         .service(inner())
 }
 
@@ -130,20 +146,26 @@ fn ratio_table() {
     const ROUNDS: usize = 7;
     println!();
     println!("== side-by-side ratios (min of {ROUNDS} interleaved runs, {ITERS} requests each) ==");
-    let (mut a, mut b) = (ours(), theirs());
+    let (mut a, mut b, mut w) = (ours(), theirs(), ours_waiting());
     let ns = best_of(
         ROUNDS,
-        &mut [&mut || loop_ns(&mut a, ITERS), &mut || {
-            loop_ns(&mut b, ITERS)
-        }],
+        &mut [
+            &mut || loop_ns(&mut a, ITERS),
+            &mut || loop_ns(&mut b, ITERS),
+            &mut || loop_ns(&mut w, ITERS),
+        ],
     );
     println!(
-        "1 thread, ns per request: sidejob LimitLayer {:.2}, tower LoadShed+ConcurrencyLimit {:.2}",
-        ns[0], ns[1]
+        "1 thread, ns per request: sidejob LimitLayer {:.2}, tower LoadShed+ConcurrencyLimit {:.2}, sidejob LimitLayer::waiting (unit free) {:.2}",
+        ns[0], ns[1], ns[2]
     );
     println!(
         "ratio 1thread ours/tower cost = {:.2}   (target <= 0.50)",
         ns[0] / ns[1]
+    );
+    println!(
+        "ratio 1thread waiting/fail-fast cost, unit free = {:.2}",
+        ns[2] / ns[0]
     );
 
     let (a, b) = (ours(), theirs());

@@ -1,6 +1,8 @@
-//! Serves `/metrics` for Prometheus: a limited axum route, a `Reporter`
-//! exporting the limiter's figures every second, the tower layer's
-//! time-in-limit histogram, and a health alarm.
+//! Serves `/metrics` for Prometheus: a limited axum route with a waiting
+//! room, a `Reporter` exporting the limiter's figures every second
+//! (`sidejob_waiting`, `sidejob_waited_total`, ... included), the tower
+//! layer's time-in-limit histogram, and two health alarms (usage near the
+//! capacity, requests queueing).
 //!
 //! ```text
 //! cargo run --release --features tower,metrics --example prometheus -- [--addr 127.0.0.1:3000] [--self-test]
@@ -20,7 +22,7 @@ use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use sidejob::tower::LimitLayer;
-use sidejob::{Alarm, AlarmState, Limiter, Reporter};
+use sidejob::{Alarm, AlarmState, Error, Limiter, Reporter, Watched};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -42,7 +44,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // their handles with the recorder in force when they are built.
     let prometheus = PrometheusBuilder::new().install_recorder()?;
 
-    let limiter = Arc::new(Limiter::new(16)?);
+    // 16 at once, 32 more may wait up to 2 s.
+    let limiter = Arc::new(
+        Limiter::builder()
+            .capacity(16)
+            .max_waiters(32)
+            .max_wait(Duration::from_secs(2))
+            .build()?,
+    );
     let alarm = Alarm::builder()
         .name("near_capacity")
         .threshold(12)
@@ -54,20 +63,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             AlarmState::Clear => eprintln!("alarm cleared"),
         })
         .build()?;
+    // Anyone waiting for 10 s on end: a standing queue, not a burst.
+    let queueing = Alarm::builder()
+        .watch(Watched::Waiting)
+        .threshold(0)
+        .raise_after(Duration::from_secs(10))
+        .build()?;
     let reporter = Reporter::builder()
         .name("api")
         .alarm(alarm)
+        .alarm(queueing)
         .build(&limiter)?
         .spawn()?;
 
-    let layer = LimitLayer::new(Arc::clone(&limiter))
+    let layer = LimitLayer::waiting(Arc::clone(&limiter))
         .record_time("api")
-        .on_overload(|_| {
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                [(header::RETRY_AFTER, "1")],
-            )
-                .into_response()
+        .on_overload(|error: Error| {
+            let status = match error {
+                Error::Overload => StatusCode::TOO_MANY_REQUESTS, // the room is full
+                _ => StatusCode::SERVICE_UNAVAILABLE,             // waited 2 s
+            };
+            (status, [(header::RETRY_AFTER, "1")]).into_response()
         });
     let app = Router::new()
         .route(

@@ -36,6 +36,28 @@ pub enum Watched {
     /// Units admitted and not yet released ([`Stats::usage`](crate::Stats::usage)).
     #[default]
     Usage,
+    /// Callers waiting for a unit ([`Stats::waiting`](crate::Stats::waiting)):
+    /// with a waiting room, usage sits at the capacity whenever anyone
+    /// waits, so the queue is the figure that tells a burst from a
+    /// standing overload. Always 0 without a waiting room.
+    ///
+    /// # Examples
+    ///
+    /// Raised when requests have been queueing for a minute:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sidejob::{Alarm, Watched};
+    ///
+    /// let alarm = Alarm::builder()
+    ///     .watch(Watched::Waiting)
+    ///     .threshold(0)
+    ///     .raise_after(Duration::from_secs(60))
+    ///     .build()?;
+    /// assert_eq!(alarm.name(), "waiting");
+    /// # Ok::<(), sidejob::ConfigError>(())
+    /// ```
+    Waiting,
 }
 
 /// An alarm's state; see [`Alarm::state`].
@@ -70,7 +92,8 @@ pub struct AlarmEvent {
 
 type Callback = Arc<dyn Fn(&AlarmEvent) + Send + Sync>;
 
-/// A health watch over one figure of a front-end (its usage): raised when
+/// A health watch over one figure of a front-end (its usage, or how many
+/// wait: [`Watched`]): raised when
 /// the figure stays above `threshold` for longer than `raise_after`,
 /// cleared when it stays at or below it for `clear_after` (0 by default:
 /// the first sample back down clears it).
@@ -311,7 +334,7 @@ pub struct AlarmBuilder {
 
 impl AlarmBuilder {
     /// The alarm's name, for its gauge's `alarm` label. Defaults to the
-    /// watched figure: `usage`.
+    /// watched figure: `usage` or `waiting`.
     pub fn name(&mut self, name: impl Into<String>) -> &mut Self {
         self.name = Some(name.into());
         self
@@ -368,6 +391,7 @@ impl AlarmBuilder {
             .ok_or(ConfigError::missing("raise_after"))?;
         let name = self.name.clone().unwrap_or_else(|| match self.watched {
             Watched::Usage => "usage".to_string(),
+            Watched::Waiting => "waiting".to_string(),
         });
         if name.contains('\0') {
             return Err(ConfigError::nul("name"));

@@ -185,12 +185,15 @@
 //!   ([`Supervisor::wait_idle_async`] needs no feature: it runs on any
 //!   executor.)
 //! * `tower`: `sidejob::tower::LimitLayer`, tower middleware (axum, tonic,
-//!   hyper) that admits each request through a [`Limiter`] and answers
-//!   refusals with an error or a response of yours (`503`, `429`).
+//!   hyper) that admits each request through a [`Limiter`], failing fast
+//!   or (`LimitLayer::waiting`) waiting in the limiter's waiting room, and
+//!   answers refusals with an error or a response of yours (`429` when the
+//!   room is full, `503` after `max_wait`).
 //! * `metrics`: a [`Reporter`] also exports the [`Stats`] through the
 //!   [`metrics`](https://docs.rs/metrics) facade (`sidejob_in_flight`,
-//!   `sidejob_rejected_total`, ...; names in `sidejob::metrics`), for any
-//!   exporter. Without it, a reporter only feeds its health [`Alarm`]s.
+//!   `sidejob_rejected_total`, `sidejob_waiting`, ...; names in
+//!   `sidejob::metrics`), for any exporter. Without it, a reporter only
+//!   feeds its health [`Alarm`]s.
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

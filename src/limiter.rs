@@ -446,6 +446,15 @@ impl Limiter {
         self.table.acquire()
     }
 
+    /// [`take_unit`](Self::take_unit) without counting an `Overload`: for
+    /// the waiting tower layer, which counts a refusal only once its
+    /// request is refused for good (by the waiting room).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    #[inline]
+    pub(crate) fn take_unit_uncounted(&self) -> Result<usize, Error> {
+        self.table.probe()
+    }
+
     // Inline: a permit's drop is half of the hot path, and it is called from
     // the user's crate, where it would otherwise be a call through the GOT.
     #[inline]
@@ -666,6 +675,16 @@ impl OwnedPermit {
     /// The limiter this permit belongs to.
     pub fn limiter(&self) -> &Arc<Limiter> {
         &self.limiter
+    }
+
+    /// Disarms the permit and returns its shard: the unit stays taken, and
+    /// the caller now owes its release (the tower layer's `Unit`).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) fn into_shard(mut self) -> usize {
+        let shard = self.shard;
+        // The sentinel makes `Drop` skip the release; the `Arc` drops.
+        self.shard = FORGOTTEN;
+        shard
     }
 }
 

@@ -10,7 +10,12 @@
 //! are totals since the front-end was built.
 //!
 //! Names follow Prometheus conventions: a `sidejob_` prefix, `_total` on
-//! counters, base units (seconds) in the name. Every series carries the
+//! counters, base units (seconds) in the name. Two figures of [`Stats`]
+//! are left out on purpose: `peak_usage` and `peak_waiting` are highs
+//! since the front-end was built, never reset, so after the first burst
+//! they say nothing; `max_over_time(sidejob_waiting[5m])` is the
+//! Prometheus way, and a burst between two scrapes still shows in
+//! [`WAITED`] and [`TIMED_OUT`]. Every series carries the
 //! labels `name` (the front-end's name) and `kind` (`limiter`, `pool` or
 //! `supervisor`).
 
@@ -30,6 +35,22 @@ pub const REJECTED: &str = "sidejob_rejected_total";
 pub const COMPLETED: &str = "sidejob_completed_total";
 /// Counter: units released by a panic ([`Stats::panicked`]).
 pub const PANICKED: &str = "sidejob_panicked_total";
+/// Gauge: callers waiting for a unit now ([`Stats::waiting`]).
+pub const WAITING: &str = "sidejob_waiting";
+/// Counter: callers that waited and were admitted ([`Stats::waited`]).
+pub const WAITED: &str = "sidejob_waited_total";
+/// Counter: callers that waited and gave up ([`Stats::timed_out`]).
+pub const TIMED_OUT: &str = "sidejob_timed_out_total";
+/// The seconds admitted waiters waited, added up ([`Stats::waited_time`]):
+/// `rate(sidejob_waited_seconds_total) / rate(sidejob_waited_total)` is
+/// the mean wait.
+///
+/// Exported as a *gauge* that only grows, not a counter: the `metrics`
+/// facade's counters hold whole numbers, and whole seconds would read 0
+/// for a service whose waits are milliseconds. PromQL's `rate` treats it
+/// as the counter it is (a fall reads as a reset); only the `# TYPE`
+/// line says gauge.
+pub const WAITED_SECONDS: &str = "sidejob_waited_seconds_total";
 /// Histogram: seconds from admission to release, where recorded (the
 /// tower layer's [`record_time`](crate::tower::LimitLayer::record_time)).
 pub const TIME_IN_POOL: &str = "sidejob_time_in_pool_seconds";
@@ -62,6 +83,18 @@ fn describe() {
         Unit::Seconds,
         "Time from admission to release"
     );
+    ::metrics::describe_gauge!(WAITING, Unit::Count, "Callers waiting for a unit now");
+    ::metrics::describe_counter!(WAITED, Unit::Count, "Callers that waited and were admitted");
+    ::metrics::describe_counter!(
+        TIMED_OUT,
+        Unit::Count,
+        "Callers that waited and gave up (max_wait or the queue's target)"
+    );
+    ::metrics::describe_gauge!(
+        WAITED_SECONDS,
+        Unit::Seconds,
+        "Seconds admitted waiters waited, added up (only grows)"
+    );
     ::metrics::describe_gauge!(ALARM, Unit::Count, "1 while the health alarm is raised");
 }
 
@@ -75,6 +108,10 @@ pub(crate) struct Handles {
     rejected: Counter,
     completed: Counter,
     panicked: Counter,
+    waiting: Gauge,
+    waited: Counter,
+    timed_out: Counter,
+    waited_seconds: Gauge,
 }
 
 impl Handles {
@@ -88,6 +125,10 @@ impl Handles {
             rejected: ::metrics::counter!(REJECTED, labels.clone()),
             completed: ::metrics::counter!(COMPLETED, labels.clone()),
             panicked: ::metrics::counter!(PANICKED, labels.clone()),
+            waiting: ::metrics::gauge!(WAITING, labels.clone()),
+            waited: ::metrics::counter!(WAITED, labels.clone()),
+            timed_out: ::metrics::counter!(TIMED_OUT, labels.clone()),
+            waited_seconds: ::metrics::gauge!(WAITED_SECONDS, labels.clone()),
         }
     }
 
@@ -99,6 +140,10 @@ impl Handles {
         self.rejected.absolute(stats.rejected);
         self.completed.absolute(stats.completed);
         self.panicked.absolute(stats.panicked);
+        self.waiting.set(stats.waiting as f64);
+        self.waited.absolute(stats.waited);
+        self.timed_out.absolute(stats.timed_out);
+        self.waited_seconds.set(stats.waited_time.as_secs_f64());
     }
 }
 

@@ -107,12 +107,17 @@ impl Observe for Supervisor {}
 /// | `sidejob_rejected_total` | counter | [`Stats::rejected`] |
 /// | `sidejob_completed_total` | counter | [`Stats::completed`] |
 /// | `sidejob_panicked_total` | counter | [`Stats::panicked`] |
+/// | `sidejob_waiting` | gauge | [`Stats::waiting`] |
+/// | `sidejob_waited_total` | counter | [`Stats::waited`] |
+/// | `sidejob_timed_out_total` | counter | [`Stats::timed_out`] |
+/// | `sidejob_waited_seconds_total` | gauge (only grows) | [`Stats::waited_time`], in seconds |
 /// | `sidejob_alarm` (+ label `alarm`) | gauge | 1 while an alarm is raised |
 ///
 /// The handles are registered when the reporter is built, with the
-/// recorder installed then: install your exporter first. (A
-/// `sidejob_waiting` gauge will join them when waiting exists; the time
-/// histogram `sidejob_time_in_pool_seconds` comes from the tower layer's
+/// recorder installed then: install your exporter first. (The seconds
+/// waited are a gauge because the `metrics` facade's counters hold whole
+/// numbers; `rate()` reads it as a counter. The time histogram
+/// `sidejob_time_in_pool_seconds` comes from the tower layer's
 /// `record_time`, which can afford a clock read per request.)
 ///
 /// The reporter holds its front-end weakly: once the front-end is gone,
@@ -194,6 +199,7 @@ impl Reporter {
         for watched in &self.alarms {
             let value = match watched.alarm.watched() {
                 Watched::Usage => stats.usage,
+                Watched::Waiting => stats.waiting,
             };
             watched.alarm.observe(value, now);
             #[cfg(feature = "metrics")]

@@ -1,5 +1,6 @@
 //! [`LimitLayer`]: tower middleware that admits each request through a
-//! [`Limiter`], failing fast with [`Error::Overload`] when it is full.
+//! [`Limiter`], failing fast with [`Error::Overload`] when it is full, or
+//! waiting in the limiter's waiting room.
 //!
 //! Most Rust services that need load shedding are tower services (axum,
 //! tonic, hyper). Wrap the handlers you want bounded in a [`LimitLayer`]:
@@ -49,15 +50,50 @@
 //! handlers run at once, not how many responses are still being sent. A
 //! handler that builds its whole body before returning (the usual axum
 //! handler) is covered in full. To bound streaming too, move an
-//! [`OwnedPermit`](crate::OwnedPermit) into the body stream yourself.
+//! [`OwnedPermit`] into the body stream yourself.
 //!
 //! # Waiting
 //!
-//! This layer fails fast. A waiting mode (queue up to `max_waiters` for up
-//! to `max_wait`) will come as its own constructor with its own response
-//! future, so the types here keep their meaning; the refusal function
-//! already receives the [`Error`], so it will tell `Overload` (no room in
-//! the queue either) from `Timeout` (waited too long).
+//! [`LimitLayer::new`] fails fast. [`LimitLayer::waiting`] makes a layer
+//! that, when every unit is out, queues the request in the limiter's
+//! waiting room ([`max_waiters`](crate::LimiterBuilder::max_waiters),
+//! [`max_wait`](crate::LimiterBuilder::max_wait),
+//! [`queue_order`](crate::LimiterBuilder::queue_order)) and calls the inner
+//! service once a unit is handed to it: the Unisave worker's setup, 10 at
+//! once, 20 more waiting, `429` past that. The refusal function receives
+//! the [`Error`], so it can answer [`Error::Overload`] (the waiting room
+//! is full too: `429`) and [`Error::Timeout`] (waited `max_wait`: `503`)
+//! differently.
+//!
+//! The wait happens inside the response future, never in `poll_ready`
+//! (which stays non-reserving and non-blocking, for the reasons above).
+//! Dropping the response future (a client that hung up) leaves the queue
+//! at once; a unit handed to it meanwhile goes to the next waiter. A unit
+//! free at `call` is taken there, as in the fail-fast layer, and the inner
+//! service is called at once; only a request that must wait pays for it:
+//! one clone of the inner service (tower's idiom for calling a service
+//! later: the clone polled ready goes with the request, a fresh clone
+//! stays behind for the next `poll_ready`) and one allocation for the
+//! wait.
+//!
+//! Why a constructor of its own rather than "wait whenever the limiter has
+//! a waiting room":
+//!
+//! * A layer is a call site, like [`Limiter::try_acquire`] (never waits)
+//!   and [`Limiter::acquire`] (waits under the policy). One limiter can
+//!   bound an API route that must fail fast and a batch route that may
+//!   queue, sharing one capacity; deciding by the limiter alone would make
+//!   that impossible.
+//! * Waiting needs the inner service to be `Clone` (it is called later,
+//!   from the response future) and a response future that carries the
+//!   request. The fail-fast layer needs neither, so it keeps working on
+//!   services that are not `Clone`, and its future stays the small one it
+//!   was: its cost is unchanged (`benches/tower.rs`).
+//!
+//! A waiting layer over a limiter with no waiting room (`max_waiters` 0,
+//! the default) refuses as the fail-fast layer does, only later (when its
+//! response future is first polled) and at the price of the clone and the
+//! allocation: build the limiter with a room.
 //!
 //! # tonic
 //!
@@ -95,10 +131,10 @@ use std::task::{Context, Poll};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::error::Error;
 use crossbeam_utils::CachePadded;
 
-use crate::limiter::Limiter;
+use crate::error::Error;
+use crate::limiter::{Limiter, OwnedPermit};
 use crate::sync::Arc;
 
 /// tower's boxed error (the same type as `tower::BoxError`), the error of a
@@ -141,12 +177,23 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// # Ok(())
 /// # }
 /// ```
-pub struct LimitLayer<R = Reject> {
+pub struct LimitLayer<R = Reject, M = FailFast> {
     limiter: Arc<Limiter>,
     anchors: Anchors,
     refusal: R,
     timer: TimerSpec,
+    mode: M,
 }
+
+/// The mode of a [`LimitLayer`] made by [`LimitLayer::new`]: a request
+/// that finds every unit out is refused at once.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FailFast;
+
+/// The mode of a [`LimitLayer`] made by [`LimitLayer::waiting`]: a request
+/// that finds every unit out waits in the limiter's waiting room.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Wait;
 
 impl LimitLayer<Reject> {
     /// A layer admitting requests through `limiter`; refusals are
@@ -168,16 +215,110 @@ impl LimitLayer<Reject> {
             limiter,
             refusal: Reject,
             timer: TimerSpec::default(),
+            mode: FailFast,
         }
     }
 }
 
-impl<R> LimitLayer<R> {
+impl LimitLayer<Reject, Wait> {
+    /// A layer admitting requests through `limiter`, waiting under its
+    /// waiting policy when every unit is out; refusals are an [`Error`] in
+    /// a [`BoxError`]. See [Waiting](self#waiting).
+    ///
+    /// A request that finds a unit free is admitted in `call`, as with
+    /// [`new`](LimitLayer::new). Otherwise its response future waits, as
+    /// [`Limiter::acquire_owned_async`] does, and calls the inner service
+    /// once a unit is handed to it. The refusals:
+    ///
+    /// * [`Error::Overload`] at once when the waiting room is full (or the
+    ///   limiter has none), counted in [`Stats::rejected`](crate::Stats::rejected);
+    /// * [`Error::Timeout`] after [`max_wait`](crate::LimiterBuilder::max_wait),
+    ///   counted in [`Stats::timed_out`](crate::Stats::timed_out);
+    /// * [`Error::Shutdown`] once the limiter is closed.
+    ///
+    /// The inner service must be `Clone`: a request that waits is sent to
+    /// it later, from its response future.
+    ///
+    /// # Examples
+    ///
+    /// The Unisave worker's limit: 10 requests at once, up to 20 more wait
+    /// (for at most 10 s), `429 Too Many Requests` past that:
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use axum::http::StatusCode;
+    /// use axum::response::IntoResponse;
+    /// use axum::{routing::post, Router};
+    /// use sidejob::{tower::LimitLayer, Error, Limiter};
+    ///
+    /// let limiter = Limiter::builder()
+    ///     .capacity(10)
+    ///     .max_waiters(20)
+    ///     .max_wait(Duration::from_secs(10))
+    ///     .build()?;
+    /// let layer = LimitLayer::waiting(Arc::new(limiter)).on_overload(|e: Error| {
+    ///     match e {
+    ///         Error::Timeout => StatusCode::SERVICE_UNAVAILABLE, // waited 10 s
+    ///         _ => StatusCode::TOO_MANY_REQUESTS,                // the queue is full
+    ///     }
+    ///     .into_response()
+    /// });
+    /// let app: Router = Router::new().route("/facet", post(|| async { "called" }).layer(layer));
+    /// # let _ = app;
+    /// # Ok::<(), sidejob::ConfigError>(())
+    /// ```
+    ///
+    /// In-process, a request waits for the unit a finished one frees:
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use sidejob::{tower::LimitLayer, Error, Limiter};
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// let limiter = Arc::new(Limiter::builder().capacity(1).max_waiters(1).build()?);
+    /// let mut service = LimitLayer::waiting(Arc::clone(&limiter))
+    ///     .layer(service_fn(|n: u32| async move { Ok::<_, std::convert::Infallible>(n * 2) }));
+    ///
+    /// let first = service.ready().await?.call(1); // holds the only unit
+    /// let second = tokio::spawn(service.ready().await?.call(2)); // will wait
+    /// while limiter.waiting() == 0 {
+    ///     tokio::task::yield_now().await;
+    /// }
+    /// // The room is full: the third is refused at once.
+    /// let third = service.ready().await?.call(3).await.unwrap_err();
+    /// assert_eq!(third.downcast_ref::<Error>(), Some(&Error::Overload));
+    ///
+    /// assert_eq!(first.await?, 2); // frees the unit: handed to the second
+    /// assert_eq!(second.await??, 4);
+    /// let stats = limiter.stats();
+    /// assert_eq!((stats.accepted, stats.waited, stats.rejected), (2, 1, 1));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn waiting(limiter: Arc<Limiter>) -> Self {
+        LimitLayer {
+            anchors: anchors(&limiter),
+            limiter,
+            refusal: Reject,
+            timer: TimerSpec::default(),
+            mode: Wait,
+        }
+    }
+}
+
+impl<R, M> LimitLayer<R, M> {
     /// Answers refused requests with `respond(error)` instead of an error;
     /// the service then keeps the inner service's error type (for axum:
     /// `Infallible`, so the layer goes on a route as it is).
     ///
-    /// `error` is [`Error::Overload`] for a fail-fast layer.
+    /// `error` is [`Error::Overload`] when every unit is out (for a
+    /// [waiting](LimitLayer::waiting) layer: and the waiting room is full),
+    /// [`Error::Timeout`] when a waiting request waited its `max_wait`,
+    /// and [`Error::Shutdown`] once the limiter is
+    /// [closed](Limiter::close).
     ///
     /// # Examples
     ///
@@ -200,12 +341,13 @@ impl<R> LimitLayer<R> {
     /// # let _ = app;
     /// # Ok::<(), sidejob::ConfigError>(())
     /// ```
-    pub fn on_overload<F>(self, respond: F) -> LimitLayer<RespondWith<F>> {
+    pub fn on_overload<F>(self, respond: F) -> LimitLayer<RespondWith<F>, M> {
         LimitLayer {
             limiter: self.limiter,
             anchors: self.anchors,
             refusal: RespondWith(respond),
             timer: self.timer,
+            mode: self.mode,
         }
     }
 
@@ -242,35 +384,38 @@ impl<R> LimitLayer<R> {
     }
 }
 
-impl<S, R: Clone> Layer<S> for LimitLayer<R> {
-    type Service = Limit<S, R>;
+impl<S, R: Clone, M: Clone> Layer<S> for LimitLayer<R, M> {
+    type Service = Limit<S, R, M>;
 
-    fn layer(&self, inner: S) -> Limit<S, R> {
+    fn layer(&self, inner: S) -> Limit<S, R, M> {
         Limit {
             inner,
             limiter: Arc::clone(&self.limiter),
             anchors: Arc::clone(&self.anchors),
             refusal: self.refusal.clone(),
             timer: self.timer.clone(),
+            mode: self.mode.clone(),
         }
     }
 }
 
-impl<R: Clone> Clone for LimitLayer<R> {
+impl<R: Clone, M: Clone> Clone for LimitLayer<R, M> {
     fn clone(&self) -> Self {
         LimitLayer {
             limiter: Arc::clone(&self.limiter),
             anchors: Arc::clone(&self.anchors),
             refusal: self.refusal.clone(),
             timer: self.timer.clone(),
+            mode: self.mode.clone(),
         }
     }
 }
 
-impl<R> fmt::Debug for LimitLayer<R> {
+impl<R, M: fmt::Debug> fmt::Debug for LimitLayer<R, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LimitLayer")
             .field("limiter", &self.limiter)
+            .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
 }
@@ -285,17 +430,21 @@ impl<R> fmt::Debug for LimitLayer<R> {
 ///   (or is dropped). Refused, it does not call the inner service and
 ///   returns a future that is ready at once with the refusal (see
 ///   [`Reject`] and [`RespondWith`]).
+/// * In [`Wait`] mode ([`LimitLayer::waiting`]), a request that finds no
+///   unit free gets a [`WaitResponseFuture`] that waits in the limiter's
+///   waiting room, then calls (a clone of) the inner service.
 ///
 /// Clones share the limiter.
-pub struct Limit<S, R = Reject> {
+pub struct Limit<S, R = Reject, M = FailFast> {
     inner: S,
     limiter: Arc<Limiter>,
     anchors: Anchors,
     refusal: R,
     timer: TimerSpec,
+    mode: M,
 }
 
-impl<S, R> Limit<S, R> {
+impl<S, R, M> Limit<S, R, M> {
     /// The limiter requests are admitted through.
     pub fn limiter(&self) -> &Arc<Limiter> {
         &self.limiter
@@ -312,7 +461,7 @@ impl<S, R> Limit<S, R> {
     }
 }
 
-impl<S, R, Request> Service<Request> for Limit<S, R>
+impl<S, R, Request> Service<Request> for Limit<S, R, FailFast>
 where
     S: Service<Request>,
     R: Refusal<S::Response, S::Error>,
@@ -351,7 +500,84 @@ where
     }
 }
 
-impl<S: Clone, R: Clone> Clone for Limit<S, R> {
+impl<S, R, Request> Service<Request> for Limit<S, R, Wait>
+where
+    S: Service<Request> + Clone,
+    R: Refusal<S::Response, S::Error>,
+    S::Error: Into<R::Error>,
+{
+    type Response = S::Response;
+    type Error = R::Error;
+    type Future = WaitResponseFuture<S, Request, R>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // As the fail-fast mode: nothing reserved, no wait for capacity.
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    #[inline]
+    fn call(&mut self, request: Request) -> Self::Future {
+        // Uncounted: a request that goes on to wait is not a refusal; the
+        // waiting room counts one if it is refused for good.
+        let response = match self.limiter.take_unit_uncounted() {
+            Ok(shard) => ResponseFuture {
+                state: State::Admitted {
+                    timer: start_timer(&self.timer),
+                    future: self.inner.call(request),
+                    permit: Some(Unit {
+                        anchor: Arc::clone(&self.anchors[shard]),
+                        shard,
+                    }),
+                },
+            },
+            Err(Error::Overload) => return self.wait(request),
+            Err(error) => ResponseFuture {
+                state: State::Refused {
+                    answer: Some(self.refusal.refuse(error)),
+                },
+            },
+        };
+        WaitResponseFuture {
+            state: WaitState::Called { response },
+        }
+    }
+}
+
+impl<S, R> Limit<S, R, Wait> {
+    /// The response future of a request that must wait: the wait, then the
+    /// call. Cold: only requests that found every unit out come here.
+    #[cold]
+    fn wait<Request>(&mut self, request: Request) -> WaitResponseFuture<S, Request, R>
+    where
+        S: Service<Request> + Clone,
+        R: Refusal<S::Response, S::Error>,
+    {
+        // tower's idiom for calling a service later: the clone that was
+        // polled ready goes with the request, a fresh clone stays here and
+        // is polled ready before the next call. (Polling the fresh clone
+        // in the response future instead would hold a unit while the inner
+        // service is not ready.)
+        let fresh = self.inner.clone();
+        let service = std::mem::replace(&mut self.inner, fresh);
+        WaitResponseFuture {
+            state: WaitState::Queued {
+                // Boxed: `acquire_owned_async`'s future has no name to
+                // store it under. One allocation, for a request that waits.
+                acquire: Box::pin(Arc::clone(&self.limiter).acquire_owned_async()),
+                call: Some(Deferred {
+                    service,
+                    request,
+                    refusal: self.refusal.clone(),
+                    anchors: Arc::clone(&self.anchors),
+                    timer: self.timer.clone(),
+                }),
+            },
+        }
+    }
+}
+
+impl<S: Clone, R: Clone, M: Clone> Clone for Limit<S, R, M> {
     fn clone(&self) -> Self {
         Limit {
             inner: self.inner.clone(),
@@ -359,15 +585,17 @@ impl<S: Clone, R: Clone> Clone for Limit<S, R> {
             anchors: Arc::clone(&self.anchors),
             refusal: self.refusal.clone(),
             timer: self.timer.clone(),
+            mode: self.mode.clone(),
         }
     }
 }
 
-impl<S: fmt::Debug, R> fmt::Debug for Limit<S, R> {
+impl<S: fmt::Debug, R, M: fmt::Debug> fmt::Debug for Limit<S, R, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limit")
             .field("inner", &self.inner)
             .field("limiter", &self.limiter)
+            .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
 }
@@ -382,8 +610,10 @@ pub trait Refusal<T, E>: Clone {
     /// The error type of the [`Limit`] service.
     type Error;
 
-    /// The answer to a request refused with `error` (for a fail-fast limit,
-    /// always [`Error::Overload`]).
+    /// The answer to a request refused with `error`: [`Error::Overload`]
+    /// (no unit, no room to wait), [`Error::Timeout`] (a waiting request
+    /// waited its `max_wait`) or [`Error::Shutdown`] (the limiter is
+    /// closed).
     fn refuse(&self, error: Error) -> Result<T, Self::Error>;
 }
 
@@ -480,6 +710,146 @@ where
                 None => Poll::Pending,
             },
         }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The response future of a [`Limit`] in [`Wait`] mode: a request
+    /// admitted or refused in `call`, as [`ResponseFuture`]; or a request
+    /// waiting in the limiter's waiting room, which calls the inner
+    /// service once a unit is handed to it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping it while it waits leaves the queue at once: the limiter's
+    /// [`waiting`](Limiter::waiting) count drops, and a unit handed to it
+    /// meanwhile goes to the next waiter (or back to the limiter). Dropping
+    /// it after admission gives the unit back, as [`ResponseFuture`] does.
+    #[must_use = "futures do nothing unless polled; a waiting request waits only while this is polled"]
+    pub struct WaitResponseFuture<S, Request, R>
+    where
+        S: Service<Request>,
+        R: Refusal<S::Response, S::Error>,
+    {
+        #[pin]
+        state: WaitState<S, Request, R>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = WaitStateProj]
+    enum WaitState<S, Request, R>
+    where
+        S: Service<Request>,
+        R: Refusal<S::Response, S::Error>,
+    {
+        Queued {
+            acquire: Acquire,
+            call: Option<Deferred<S, Request, R>>,
+        },
+        Called {
+            #[pin]
+            response: ResponseFuture<S::Future, S::Response, R::Error>,
+        },
+    }
+}
+
+/// The wait for a unit (`Limiter::acquire_owned_async`).
+type Acquire = Pin<Box<dyn Future<Output = Result<OwnedPermit, Error>> + Send>>;
+
+/// What a waiting request needs once its wait ends: the service to call
+/// and the request, or the refusal to answer with.
+struct Deferred<S, Request, R> {
+    service: S,
+    request: Request,
+    refusal: R,
+    anchors: Anchors,
+    timer: TimerSpec,
+}
+
+impl<S, Request, R> Deferred<S, Request, R>
+where
+    S: Service<Request>,
+    R: Refusal<S::Response, S::Error>,
+{
+    /// The wait ended with `admitted`: call the inner service on the unit,
+    /// or answer the refusal.
+    fn run(
+        mut self,
+        admitted: Result<OwnedPermit, Error>,
+    ) -> ResponseFuture<S::Future, S::Response, R::Error> {
+        match admitted {
+            Ok(permit) => {
+                // The unit moves from the permit (and its `Arc` of the
+                // limiter) to the shard's anchor before the inner service
+                // runs, so a panic in `call` still gives it back.
+                let shard = permit.into_shard();
+                let permit = Unit {
+                    anchor: Arc::clone(&self.anchors[shard]),
+                    shard,
+                };
+                ResponseFuture {
+                    state: State::Admitted {
+                        timer: start_timer(&self.timer),
+                        future: self.service.call(self.request),
+                        permit: Some(permit),
+                    },
+                }
+            }
+            Err(error) => ResponseFuture {
+                state: State::Refused {
+                    answer: Some(self.refusal.refuse(error)),
+                },
+            },
+        }
+    }
+}
+
+impl<S, Request, R, Fe> Future for WaitResponseFuture<S, Request, R>
+where
+    S: Service<Request, Error = Fe>,
+    R: Refusal<S::Response, Fe>,
+    Fe: Into<R::Error>,
+{
+    type Output = Result<S::Response, R::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.project().state;
+        loop {
+            match state.as_mut().project() {
+                WaitStateProj::Queued { acquire, call } => {
+                    let admitted = std::task::ready!(acquire.as_mut().poll(cx));
+                    let Some(call) = call.take() else {
+                        // Unreachable: the state moves on below. Pending
+                        // rather than a panic, as `ResponseFuture`.
+                        return Poll::Pending;
+                    };
+                    let response = call.run(admitted);
+                    // The finished wait (and its box) is dropped here.
+                    state.set(WaitState::Called { response });
+                }
+                WaitStateProj::Called { response } => return response.poll(cx),
+            }
+        }
+    }
+}
+
+impl<S, Request, R> fmt::Debug for WaitResponseFuture<S, Request, R>
+where
+    S: Service<Request>,
+    R: Refusal<S::Response, S::Error>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            WaitState::Queued { .. } => "waiting",
+            WaitState::Called { response } => match response.state {
+                State::Admitted { .. } => "admitted",
+                State::Refused { .. } => "refused",
+            },
+        };
+        f.debug_struct("WaitResponseFuture")
+            .field("state", &state)
+            .finish()
     }
 }
 

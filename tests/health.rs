@@ -1,10 +1,12 @@
 //! Health alarms, driven through a reporter's ticks with made-up instants:
 //! no sleeps, no real clock.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
-use sidejob::{Alarm, AlarmEvent, AlarmState, Limiter, Reporter};
+use sidejob::{Alarm, AlarmEvent, AlarmState, Limiter, Reporter, Watched};
 
 /// An alarm on usage above 2 held for 30 s, cleared after 5 s back down,
 /// recording its events; and a reporter on a limiter of 4 feeding it.
@@ -143,4 +145,71 @@ fn builders_name_the_bad_field() {
         err.to_string(),
         "invalid `interval`: must be longer than zero"
     );
+}
+
+#[test]
+fn a_waiting_alarm_watches_the_queue_not_the_usage() {
+    // Capacity 1, room for 4: usage sits at 1 whenever anyone waits, so
+    // only the queue tells a standing overload from a busy moment.
+    let limiter = Arc::new(
+        Limiter::builder()
+            .capacity(1)
+            .max_waiters(4)
+            .max_wait(Duration::from_secs(3600))
+            .build()
+            .unwrap(),
+    );
+    let alarm = Alarm::builder()
+        .watch(Watched::Waiting)
+        .threshold(1)
+        .raise_after(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    assert_eq!(
+        (alarm.name(), alarm.watched()),
+        ("waiting", Watched::Waiting)
+    );
+    let mut reporter = Reporter::builder()
+        .alarm(alarm.clone())
+        .build(&limiter)
+        .unwrap();
+    let t0 = Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+
+    // Waiters are futures polled once by hand: queued, never woken here.
+    let waker = noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    let held = limiter.try_acquire().unwrap();
+    let mut queue: Vec<_> = (0..2).map(|_| Box::pin(limiter.acquire_async())).collect();
+    for waiter in &mut queue {
+        assert!(waiter.as_mut().poll(&mut cx).is_pending());
+    }
+    assert_eq!(limiter.waiting(), 2);
+    reporter.tick(at(0));
+    reporter.tick(at(9));
+    assert_eq!(alarm.state(), AlarmState::Clear, "9 s above");
+    reporter.tick(at(10));
+    assert_eq!(alarm.state(), AlarmState::Raised, "10 s above");
+
+    // One waiter gives up (its future dropped): 1 waiting, at the threshold.
+    queue.pop();
+    assert_eq!(limiter.waiting(), 1);
+    reporter.tick(at(11));
+    assert_eq!(alarm.state(), AlarmState::Clear);
+    assert_eq!(limiter.usage(), 1, "usage never moved");
+
+    // A usage alarm at the same threshold would never have fired: usage
+    // is 1 throughout, not above 1.
+    drop(queue);
+    drop(held);
+    assert_eq!((limiter.usage(), limiter.waiting()), (0, 0));
+}
+
+/// A waker that does nothing (`Waker::noop` is newer than our MSRV).
+fn noop_waker() -> Waker {
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    Waker::from(Arc::new(Noop))
 }

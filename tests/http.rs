@@ -1,6 +1,8 @@
 //! A real HTTP flood of the axum example on 127.0.0.1: the limit holds,
 //! every refusal is a `503` with `Retry-After`, nothing is lost, and the
-//! unlimited route answers while the limited one is full.
+//! unlimited route answers while the limited one is full. With a waiting
+//! room, a burst that fits in capacity + waiting room is all served, and
+//! the next request is a `429`.
 
 #[path = "../examples/axum_server.rs"]
 mod axum_server;
@@ -177,5 +179,93 @@ async fn flood() {
     assert!(stats.peak_usage <= CAPACITY);
     assert!(probes >= 1);
     eprintln!("sent {sent}: {ok} ok, {refused} refused (503); {probes} health probes all 200");
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_within_the_waiting_room_is_all_served_then_429() {
+    tokio::time::timeout(Duration::from_secs(60), burst())
+        .await
+        .expect("the burst finishes within a minute");
+}
+
+async fn burst() {
+    const WAITERS: usize = 8;
+    let limiter = Arc::new(
+        Limiter::builder()
+            .capacity(CAPACITY)
+            .max_waiters(WAITERS)
+            .max_wait(Duration::from_secs(3600))
+            .build()
+            .unwrap(),
+    );
+    let inside = Arc::new(Inside::default());
+    // Closed until the burst is in: the first CAPACITY stay inside, the
+    // next WAITERS stay queued.
+    let gate = Arc::new(Semaphore::new(0));
+    let work = {
+        let (inside, gate) = (Arc::clone(&inside), Arc::clone(&gate));
+        move || {
+            let (inside, gate) = (Arc::clone(&inside), Arc::clone(&gate));
+            async move {
+                let now = inside.now.fetch_add(1, SeqCst) + 1;
+                inside.peak.fetch_max(now, SeqCst);
+                gate.acquire().await.unwrap().forget();
+                gate.add_permits(1);
+                inside.now.fetch_sub(1, SeqCst);
+                "done\n".to_string()
+            }
+        }
+    };
+    let router = axum_server::queued_app(Arc::clone(&limiter), work);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    let work_url = format!("http://{addr}/work");
+
+    // The burst: capacity + max_waiters requests at once.
+    let burst: Vec<_> = (0..CAPACITY + WAITERS)
+        .map(|_| {
+            let (client, url) = (client.clone(), work_url.clone());
+            tokio::spawn(async move { get(&client, &url).await })
+        })
+        .collect();
+    while limiter.usage() < CAPACITY || limiter.waiting() < WAITERS {
+        tokio::task::yield_now().await;
+    }
+    // Past the waiting room: 429 at once, while the gate is still closed.
+    let (status, retry_after, body) = get(&client, &work_url).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(retry_after.as_deref(), Some("1"));
+    assert_eq!(body, "queue full, retry later\n");
+    let (status, _, body) = get(&client, &format!("http://{addr}/health")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        body,
+        format!("ok usage={CAPACITY} capacity={CAPACITY} waiting={WAITERS}\n")
+    );
+
+    // Open the gate: every request of the burst is served, none refused.
+    gate.add_permits(1);
+    for request in burst {
+        let (status, _, body) = request.await.unwrap();
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "done\n"));
+    }
+    assert_eq!(inside.peak.load(SeqCst), CAPACITY);
+    let stats = limiter.stats();
+    assert_eq!(
+        (
+            stats.accepted,
+            stats.waited,
+            stats.rejected,
+            stats.timed_out
+        ),
+        ((CAPACITY + WAITERS) as u64, WAITERS as u64, 1, 0)
+    );
+    assert_eq!(
+        (stats.usage, stats.waiting, stats.peak_waiting),
+        (0, 0, WAITERS)
+    );
     server.abort();
 }

@@ -1,8 +1,10 @@
 //! The reporter's metrics, read back through metrics-util's debugging
 //! recorder: after a known sequence they equal `stats()`.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use metrics::{SharedString, Unit};
@@ -56,6 +58,16 @@ fn assert_exported(snapshotter: &Snapshotter, labels: &[(&str, &str)], stats: &S
         stats.completed
     );
     assert_eq!(counter(s, "sidejob_panicked_total", labels), stats.panicked);
+    assert_eq!(gauge(s, "sidejob_waiting", labels), stats.waiting as f64);
+    assert_eq!(counter(s, "sidejob_waited_total", labels), stats.waited);
+    assert_eq!(
+        counter(s, "sidejob_timed_out_total", labels),
+        stats.timed_out
+    );
+    assert_eq!(
+        gauge(s, "sidejob_waited_seconds_total", labels),
+        stats.waited_time.as_secs_f64()
+    );
 }
 
 #[test]
@@ -106,6 +118,77 @@ fn a_tick_exports_exactly_the_stats_of_a_limiter() {
         &[("name", "api"), ("kind", "limiter")],
         &stats,
     );
+}
+
+#[test]
+fn the_waiting_figures_are_exported_exactly() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    // One shard, one unit, room for one waiter, who waits 20 ms at most.
+    let limiter = Arc::new(
+        Limiter::builder()
+            .capacity(1)
+            .shards(1)
+            .max_waiters(1)
+            .max_wait(Duration::from_millis(20))
+            .build()
+            .unwrap(),
+    );
+    let mut reporter = metrics::with_local_recorder(&recorder, || {
+        Reporter::builder().name("queue").build(&limiter)
+    })
+    .unwrap();
+    let labels = [("name", "queue"), ("kind", "limiter")];
+
+    let held = limiter.try_acquire().unwrap();
+    // A blocking waiter times out: the unit stays held throughout, so its
+    // own deadline is the only way out.
+    assert_eq!(limiter.acquire().unwrap_err(), Error::Timeout);
+
+    // A waiter polled by hand: queued on its first poll.
+    let waker = noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    let mut waiter = Box::pin(limiter.acquire_async());
+    assert!(waiter.as_mut().poll(&mut cx).is_pending());
+    // The room is full: the next one is refused at once.
+    let mut refused = Box::pin(limiter.acquire_async());
+    assert!(matches!(
+        refused.as_mut().poll(&mut cx),
+        Poll::Ready(Err(Error::Overload))
+    ));
+    let stats = reporter.tick(Instant::now()).unwrap();
+    assert_eq!(
+        (stats.waiting, stats.timed_out, stats.waited, stats.rejected),
+        (1, 1, 0, 1)
+    );
+    assert_exported(&snapshotter, &labels, &stats);
+
+    // The held unit is handed to the waiter; a granted waiter is admitted
+    // even if its deadline has passed by the time it is polled.
+    drop(held);
+    let permit = match waiter.as_mut().poll(&mut cx) {
+        Poll::Ready(Ok(permit)) => permit,
+        other => panic!("expected the handed-over unit, got {other:?}"),
+    };
+    drop(permit);
+    let stats = reporter.tick(Instant::now()).unwrap();
+    assert_eq!(stats, limiter.stats());
+    assert_eq!(
+        (stats.waiting, stats.timed_out, stats.waited, stats.rejected),
+        (0, 1, 1, 1)
+    );
+    assert_eq!((stats.accepted, stats.completed, stats.usage), (2, 2, 0));
+    assert!(stats.waited_time > Duration::ZERO);
+    assert_exported(&snapshotter, &labels, &stats);
+}
+
+/// A waker that does nothing (`Waker::noop` is newer than our MSRV).
+fn noop_waker() -> Waker {
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    Waker::from(Arc::new(Noop))
 }
 
 struct Echo;
@@ -235,6 +318,6 @@ fn an_alarm_gauge_follows_the_alarm() {
             .iter()
             .filter(|(key, ..)| key.kind() == MetricKind::Counter)
             .count(),
-        4
+        6
     );
 }

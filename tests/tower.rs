@@ -208,3 +208,314 @@ fn noop_waker() -> Waker {
     }
     Waker::from(Arc::new(Noop))
 }
+
+// ---- Waiting mode (`LimitLayer::waiting`) ----
+
+/// A request of the recording service: its id, and when to answer.
+type Job = (u32, oneshot::Receiver<u32>);
+
+/// An inner service that records the order it is called in (a call
+/// happens at admission) and answers each job when its sender says.
+fn recording() -> (
+    impl Service<Job, Response = u32, Error = Infallible, Future: Unpin + Send> + Clone + Send,
+    Arc<std::sync::Mutex<Vec<u32>>>,
+) {
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&order);
+    let service = service_fn(move |(id, rx): Job| {
+        seen.lock().unwrap().push(id);
+        Box::pin(async move { Ok::<_, Infallible>(rx.await.unwrap_or(0)) })
+    });
+    (BoxCloneService::new(service), order)
+}
+
+/// A limiter with a waiting room.
+fn with_room(capacity: usize, waiters: usize, max_wait: std::time::Duration) -> Arc<Limiter> {
+    Arc::new(
+        Limiter::builder()
+            .capacity(capacity)
+            .max_waiters(waiters)
+            .max_wait(max_wait)
+            .build()
+            .unwrap(),
+    )
+}
+
+const LONG: std::time::Duration = std::time::Duration::from_secs(3600);
+
+#[test]
+fn waiting_requests_are_served_in_fifo_order_as_units_free() {
+    let limiter = with_room(2, 3, LONG);
+    let (inner, order) = recording();
+    let mut service = LimitLayer::waiting(Arc::clone(&limiter)).layer(inner);
+    let job = |id| {
+        let (tx, rx) = oneshot::channel();
+        (tx, (id, rx))
+    };
+
+    // Two admitted in `call`, three queued on their first poll.
+    let (tx_a, a) = job(1);
+    let (tx_b, b) = job(2);
+    let mut a = service.call(a);
+    let mut b = service.call(b);
+    let mut waiting: Vec<_> = (3..=5)
+        .map(|id| {
+            let (tx, j) = job(id);
+            let mut response = service.call(j);
+            assert!(poll_once(&mut response).is_pending());
+            (tx, response)
+        })
+        .collect();
+    assert_eq!((limiter.usage(), limiter.waiting()), (2, 3));
+    assert_eq!(*order.lock().unwrap(), [1, 2], "waiters are not called yet");
+
+    // Polled newest first: polling order does not decide who goes next.
+    for (_, response) in waiting.iter_mut().rev() {
+        assert!(poll_once(response).is_pending());
+    }
+
+    // Each finished request hands its unit to the oldest waiter.
+    tx_a.send(10).unwrap();
+    assert!(matches!(poll_once(&mut a), Poll::Ready(Ok(10))));
+    for (_, response) in waiting.iter_mut().rev() {
+        let _ = poll_once(response);
+    }
+    assert_eq!(*order.lock().unwrap(), [1, 2, 3]);
+    tx_b.send(20).unwrap();
+    assert!(matches!(poll_once(&mut b), Poll::Ready(Ok(20))));
+    for (_, response) in waiting.iter_mut().rev() {
+        let _ = poll_once(response);
+    }
+    assert_eq!(*order.lock().unwrap(), [1, 2, 3, 4]);
+    assert_eq!((limiter.usage(), limiter.waiting()), (2, 1));
+
+    // Finish the waiters in order; the last one gets the first's unit.
+    let mut answers = Vec::new();
+    for (i, (tx, mut response)) in waiting.into_iter().enumerate() {
+        tx.send(100 + i as u32).unwrap();
+        match poll_once(&mut response) {
+            Poll::Ready(Ok(n)) => answers.push(n),
+            other => panic!(
+                "waiter {i}: {:?}",
+                other.map(|r| r.map_err(|e| e.to_string()))
+            ),
+        }
+        drop(response);
+    }
+    assert_eq!(answers, [100, 101, 102]);
+    assert_eq!(*order.lock().unwrap(), [1, 2, 3, 4, 5]);
+    let stats = limiter.stats();
+    assert_eq!(
+        (
+            stats.accepted,
+            stats.completed,
+            stats.waited,
+            stats.rejected
+        ),
+        (5, 5, 3, 0)
+    );
+    assert_eq!((stats.usage, stats.waiting, stats.timed_out), (0, 0, 0));
+}
+
+#[test]
+fn the_request_past_the_waiting_room_is_refused_at_once() {
+    const CAPACITY: usize = 2;
+    const WAITERS: usize = 3;
+    let limiter = with_room(CAPACITY, WAITERS, LONG);
+    let (inner, order) = recording();
+    let mut service = LimitLayer::waiting(Arc::clone(&limiter))
+        .on_overload(|e: Error| match e {
+            Error::Overload => 429,
+            Error::Timeout => 503,
+            _ => 500,
+        })
+        .layer(inner);
+    let mut senders = Vec::new();
+    let mut inside = Vec::new();
+    for id in 0..(CAPACITY + WAITERS) as u32 {
+        let (tx, rx) = oneshot::channel();
+        senders.push(tx);
+        let mut response = service.call((id, rx));
+        assert!(poll_once(&mut response).is_pending());
+        inside.push(response);
+    }
+    assert_eq!((limiter.usage(), limiter.waiting()), (CAPACITY, WAITERS));
+
+    // The (capacity + max_waiters + 1)-th: answered on its first poll,
+    // without calling the inner service.
+    let (_tx, rx) = oneshot::channel();
+    let mut refused = service.call((99, rx));
+    assert!(matches!(poll_once(&mut refused), Poll::Ready(Ok(429))));
+    assert_eq!(order.lock().unwrap().len(), CAPACITY);
+    let stats = limiter.stats();
+    assert_eq!((stats.rejected, stats.waiting), (1, WAITERS));
+
+    // Everyone inside is still served.
+    for (tx, mut response) in senders.into_iter().zip(inside) {
+        tx.send(200).unwrap();
+        assert!(matches!(poll_once(&mut response), Poll::Ready(Ok(200))));
+    }
+    let stats = limiter.stats();
+    assert_eq!((stats.accepted, stats.waited, stats.usage), (5, 3, 0));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_waiting_request_times_out_with_the_configured_response() {
+    // max_wait 20 ms: the waiter's own deadline ends its wait (the unit is
+    // held throughout, so nothing else can). Nothing here is timed.
+    let limiter = with_room(1, 4, std::time::Duration::from_millis(20));
+    let (inner, order) = recording();
+    let mut service = LimitLayer::waiting(Arc::clone(&limiter))
+        .on_overload(|e: Error| match e {
+            Error::Overload => 429,
+            Error::Timeout => 503,
+            _ => 500,
+        })
+        .layer(inner);
+    let (tx, rx) = oneshot::channel();
+    let mut held = service.call((1, rx));
+    let (_tx2, rx2) = oneshot::channel();
+    let answer = service.ready().await.unwrap().call((2, rx2)).await;
+    assert_eq!(answer.unwrap(), 503);
+    assert_eq!(
+        *order.lock().unwrap(),
+        [1],
+        "the inner service never saw it"
+    );
+    let stats = limiter.stats();
+    assert_eq!((stats.timed_out, stats.waiting, stats.usage), (1, 0, 1));
+    assert_eq!((stats.rejected, stats.waited), (0, 0));
+
+    // A refusal by default is the error itself, boxed.
+    let mut plain = LimitLayer::waiting(Arc::clone(&limiter)).layer(recording().0);
+    let (_tx3, rx3) = oneshot::channel();
+    let err = plain
+        .ready()
+        .await
+        .unwrap()
+        .call((3, rx3))
+        .await
+        .unwrap_err();
+    assert_eq!(err.downcast_ref::<Error>(), Some(&Error::Timeout));
+
+    tx.send(1).unwrap();
+    assert!(matches!(poll_once(&mut held), Poll::Ready(Ok(1))));
+    assert_eq!(limiter.stats().timed_out, 2);
+    assert_eq!(limiter.usage(), 0);
+}
+
+#[test]
+fn a_dropped_waiting_response_future_leaves_the_queue_and_loses_no_unit() {
+    let limiter = with_room(1, 2, LONG);
+    let (inner, order) = recording();
+    let mut service = LimitLayer::waiting(Arc::clone(&limiter)).layer(inner);
+    let (tx, rx) = oneshot::channel();
+    let mut held = service.call((1, rx));
+
+    // Dropped while queued: leaves the queue at once.
+    let (_tx2, rx2) = oneshot::channel();
+    let mut gone = service.call((2, rx2));
+    assert!(poll_once(&mut gone).is_pending());
+    assert_eq!(limiter.waiting(), 1);
+    drop(gone);
+    assert_eq!(limiter.waiting(), 0);
+
+    // Dropped after a unit was handed to it, before it was polled again:
+    // the unit goes back, nobody called.
+    let (_tx3, rx3) = oneshot::channel();
+    let mut handed = service.call((3, rx3));
+    assert!(poll_once(&mut handed).is_pending());
+    tx.send(1).unwrap();
+    assert!(matches!(poll_once(&mut held), Poll::Ready(Ok(1))));
+    assert_eq!((limiter.usage(), limiter.waiting()), (1, 0), "handed over");
+    drop(handed);
+    assert_eq!((limiter.usage(), limiter.waiting()), (0, 0));
+    assert_eq!(*order.lock().unwrap(), [1]);
+
+    // The unit is there for the next request, at once.
+    let (tx4, rx4) = oneshot::channel();
+    let mut next = service.call((4, rx4));
+    assert_eq!(limiter.usage(), 1, "admitted in call");
+    tx4.send(4).unwrap();
+    assert!(matches!(poll_once(&mut next), Poll::Ready(Ok(4))));
+    assert_eq!(limiter.available(), 1);
+    let stats = limiter.stats();
+    assert_eq!((stats.usage, stats.waiting, stats.timed_out), (0, 0, 0));
+}
+
+#[test]
+fn a_waiting_layer_over_a_limiter_without_a_room_fails_fast_and_counts_once() {
+    let limiter = Arc::new(Limiter::new(1).unwrap());
+    let (inner, _) = recording();
+    let mut service = LimitLayer::waiting(Arc::clone(&limiter)).layer(inner);
+    let (_tx, rx) = oneshot::channel();
+    let _held = service.call((1, rx));
+    let (_tx2, rx2) = oneshot::channel();
+    let mut refused = service.call((2, rx2));
+    match poll_once(&mut refused) {
+        Poll::Ready(Err(e)) => assert_eq!(e.downcast_ref::<Error>(), Some(&Error::Overload)),
+        _ => panic!("expected Overload on the first poll"),
+    }
+    assert_eq!(limiter.stats().rejected, 1);
+}
+
+#[test]
+fn waiting_futures_are_send_and_static() {
+    fn send_static<T: Send + 'static>(_: &T) {}
+    let limiter = with_room(1, 1, LONG);
+    let (inner, _) = recording();
+    let mut service = LimitLayer::waiting(limiter).layer(inner);
+    let (_tx, rx) = oneshot::channel();
+    let response = service.call((1, rx));
+    send_static(&response);
+    send_static(&service);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_room_for_everyone_nothing_is_refused_and_the_bound_holds() {
+    const CAPACITY: usize = 4;
+    const TASKS: usize = 16;
+    // Room for every task: each has at most one request out.
+    let limiter = with_room(CAPACITY, TASKS, LONG);
+    let inside = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let service = LimitLayer::waiting(Arc::clone(&limiter)).layer(service_fn({
+        let (inside, peak) = (Arc::clone(&inside), Arc::clone(&peak));
+        move |_: ()| {
+            let (inside, peak) = (Arc::clone(&inside), Arc::clone(&peak));
+            async move {
+                let now = inside.fetch_add(1, SeqCst) + 1;
+                peak.fetch_max(now, SeqCst);
+                tokio::task::yield_now().await;
+                inside.fetch_sub(1, SeqCst);
+                Ok::<_, Infallible>(())
+            }
+        }
+    }));
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let mut service = service.clone();
+            tokio::spawn(async move {
+                for _ in 0..300 {
+                    service.ready().await.unwrap().call(()).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(peak.load(SeqCst) <= CAPACITY);
+    let stats = limiter.stats();
+    assert_eq!(
+        (
+            stats.accepted,
+            stats.rejected,
+            stats.timed_out,
+            stats.usage,
+            stats.waiting
+        ),
+        ((TASKS * 300) as u64, 0, 0, 0, 0)
+    );
+    assert!(stats.peak_waiting <= TASKS - CAPACITY);
+}
