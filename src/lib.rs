@@ -203,30 +203,35 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+// The layout shows the architecture: the engine every front-end drives,
+// one folder per front-end that has more than one file, the integrations
+// behind their features. The `use` lines keep the engine's modules at
+// `crate::table`, `crate::probe`... so a path names the idea, not the
+// folder.
+mod engine;
 mod error;
-mod health;
+mod integrations;
 mod limiter;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod loom_api;
-#[cfg(feature = "metrics")]
-#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-pub mod metrics;
 mod pool;
-mod probe;
-mod reporter;
-mod split;
 mod stats;
 mod supervisor;
 mod sync;
-mod table;
 #[cfg(all(test, not(loom)))]
 mod tests;
+
+use engine::{probe, split, table, waiters};
+use integrations::{health, reporter};
+use pool::worker;
+
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub use integrations::metrics;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
-pub mod tower;
-mod waiters;
-mod worker;
+pub use integrations::tower;
 
 pub use error::{ConfigError, Error, Refused, TryCallError};
 pub use health::{Alarm, AlarmBuilder, AlarmEvent, AlarmState, Watched};

@@ -2,7 +2,7 @@
 //! [`Stats`] snapshot that reads them.
 //!
 //! Most figures fall out of the shard words themselves: a shard counts the
-//! units it has ever handed out and ever taken back (`table.rs`), so
+//! units it has ever handed out and ever taken back (`engine/table.rs`), so
 //! *accepted*, *completed* and *usage* need no counter of their own. The two
 //! that remain live apart from the admission word:
 //!

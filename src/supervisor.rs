@@ -2,7 +2,7 @@
 //! holding a [`ChildGuard`]) are alive at once, and a registry that says
 //! which.
 //!
-//! One child is one unit of the shard table (`table.rs`). Around it sits the
+//! One child is one unit of the shard table (`engine/table.rs`). Around it sits the
 //! registry of live children, sharded like the counters and lock-free:
 //! registry shard `i` holds exactly the children admitted on table shard
 //! `i`, in an array of exactly `limit_i` slots, one atomic word each. A

@@ -135,7 +135,7 @@ fn six_threads_capacity_4_over_4_shards() {
 ///
 /// With one shard every refusal would be a bug. With several, a caller
 /// whose own shard is full may still be refused by another shard's bit in
-/// that moment (the documented window, see `table.rs`), so there every
+/// that moment (the documented window, see `src/engine/table.rs`), so there every
 /// shard's limit covers all threads and no shard can fill.
 fn never_refused_with_room(threads: usize, shards: usize) {
     let limiter = Arc::new(

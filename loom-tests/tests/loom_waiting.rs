@@ -1,4 +1,4 @@
-//! Loom models of the waiting room (`src/waiters.rs`).
+//! Loom models of the waiting room (`src/engine/waiters.rs`).
 //!
 //! What they show, under every interleaving loom explores:
 //!

@@ -2,6 +2,8 @@
 //! table: `call`, `call_timeout`, `call_async`, `cast`, their `try_` forms
 //! that hand a refused value back, shutdown, and [`WeakPool`] handles.
 
+pub(crate) mod worker;
+
 use std::fmt;
 use std::future::Future;
 use std::time::{Duration, Instant};

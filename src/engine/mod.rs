@@ -1,0 +1,14 @@
+//! The engine: the sharded admission table every front-end drives, and the
+//! pieces it is made of.
+//!
+//! * `table`: shards, the full-shard bitmap, probe, CAS and release; the
+//!   gate of a resize and the control lock. The hot path is here, in
+//!   `Table::try_at`, `Shard::try_take` and `Table::release`.
+//! * `split`: how a capacity is split over the shards.
+//! * `waiters`: the bounded waiting room.
+//! * `probe`: where a caller starts (its thread's index or its CPU).
+
+pub(crate) mod probe;
+pub(crate) mod split;
+pub(crate) mod table;
+pub(crate) mod waiters;
