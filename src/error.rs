@@ -420,6 +420,16 @@ impl ConfigError {
         }
     }
 
+    /// A front-end's name: `name`, or `"sidejob"` if unset; refused if it
+    /// holds a NUL byte (thread names cannot).
+    pub(crate) fn check_name(name: Option<&str>) -> Result<&str, ConfigError> {
+        let name = name.unwrap_or("sidejob");
+        if name.contains('\0') {
+            return Err(ConfigError::nul("name"));
+        }
+        Ok(name)
+    }
+
     pub(crate) fn nul(field: &'static str) -> Self {
         ConfigError {
             field,

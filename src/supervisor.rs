@@ -1594,10 +1594,7 @@ impl SupervisorBuilder {
     /// `shards` is 0 or too large, or `name` contains a NUL byte
     /// (thread names cannot).
     pub fn build(&self) -> Result<Supervisor, ConfigError> {
-        let name = self.name.clone().unwrap_or_else(|| "sidejob".to_owned());
-        if name.contains('\0') {
-            return Err(ConfigError::nul("name"));
-        }
+        let name = ConfigError::check_name(self.name.as_deref())?.to_owned();
         let capacity = self.capacity.ok_or(ConfigError::missing("capacity"))?;
         if capacity > MAX_CHILDREN {
             return Err(ConfigError::too_large("capacity", MAX_CHILDREN));

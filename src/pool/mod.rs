@@ -1201,10 +1201,7 @@ impl PoolBuilder {
         W: Worker,
         F: Fn(usize) -> W + Send + Sync + 'static,
     {
-        let name: Arc<str> = Arc::from(self.name.as_deref().unwrap_or("sidejob"));
-        if name.contains('\0') {
-            return Err(ConfigError::nul("name"));
-        }
+        let name: Arc<str> = Arc::from(ConfigError::check_name(self.name.as_deref())?);
         let capacity = self.capacity.ok_or(ConfigError::missing("capacity"))?;
         let spin = self.spin_wait.unwrap_or(DEFAULT_SPIN_WAIT);
         if spin > MAX_SPIN_WAIT {
