@@ -455,6 +455,19 @@ impl Limiter {
         self.table.probe()
     }
 
+    /// True if the limiter has a waiting room (`max_waiters > 0`).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) fn has_room(&self) -> bool {
+        self.table.has_room()
+    }
+
+    /// Counts an `Overload` answered without going through the table (a
+    /// refusal decided after an uncounted probe).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) fn count_refusal(&self) {
+        self.table.count_refused()
+    }
+
     // Inline: a permit's drop is half of the hot path, and it is called from
     // the user's crate, where it would otherwise be a call through the GOT.
     #[inline]

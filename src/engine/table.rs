@@ -820,6 +820,12 @@ impl Table {
         Ok(self)
     }
 
+    /// Counts one `Overload` that a caller answered after an uncounted
+    /// [`probe`](Self::probe).
+    pub(crate) fn count_refused(&self) {
+        self.count_refusal();
+    }
+
     /// True if the table has a waiting room.
     pub(crate) fn has_room(&self) -> bool {
         self.room.is_some()

@@ -91,9 +91,8 @@
 //!   was: its cost is unchanged (`benches/tower.rs`).
 //!
 //! A waiting layer over a limiter with no waiting room (`max_waiters` 0,
-//! the default) refuses as the fail-fast layer does, only later (when its
-//! response future is first polled) and at the price of the clone and the
-//! allocation: build the limiter with a room.
+//! the default) refuses at once in `call`, as the fail-fast layer does:
+//! build the limiter with a room for it to wait.
 //!
 //! # tonic
 //!
@@ -531,12 +530,19 @@ where
                     }),
                 },
             },
-            Err(Error::Overload) => return self.wait(request),
-            Err(error) => ResponseFuture {
-                state: State::Refused {
-                    answer: Some(self.refusal.refuse(error)),
-                },
-            },
+            // A limiter without a waiting room refuses here, counted,
+            // without the clone and allocation of a wait.
+            Err(Error::Overload) if self.limiter.has_room() => return self.wait(request),
+            Err(error) => {
+                if error == Error::Overload {
+                    self.limiter.count_refusal();
+                }
+                ResponseFuture {
+                    state: State::Refused {
+                        answer: Some(self.refusal.refuse(error)),
+                    },
+                }
+            }
         };
         WaitResponseFuture {
             state: WaitState::Called { response },
