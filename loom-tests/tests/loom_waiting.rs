@@ -10,7 +10,9 @@
 //!   dropped after one poll) and a newcomer's probe; the unit ends with
 //!   exactly one owner or back in the table, and nobody is left queued;
 //! * growing the capacity wakes a blocked waiter with the new room;
-//! * closing the table wakes a blocked waiter with `Shutdown`.
+//! * closing the table wakes a blocked waiter with `Shutdown`;
+//! * a waiter queued during a shrink's debt is served once releases repay
+//!   it.
 //!
 //! Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p loom-tests --release --test loom_waiting`
@@ -152,4 +154,30 @@ fn close_wakes_a_blocked_waiter() {
 /// A waker that does nothing: the models poll by hand.
 fn futures_noop_waker() -> std::task::Waker {
     std::task::Waker::noop().clone()
+}
+
+/// A waiter queued during a shrink's debt is served once releases repay
+/// it, with no new admission to settle the debt for it.
+#[test]
+fn a_waiter_in_a_debt_is_served_once_it_is_repaid() {
+    loom::model(|| {
+        let table = Arc::new(Table::with_waiters(2, 1, 1));
+        let a = table.acquire_at(0).expect("unit a");
+        let b = table.acquire_at(0).expect("unit b");
+        table.set_capacity(1); // two held: a debt of one
+        let releaser = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || {
+                table.release(a);
+                table.release(b);
+            })
+        };
+        let got = table
+            .acquire_waiting()
+            .expect("served once the debt is repaid");
+        releaser.join().unwrap();
+        assert_eq!(table.usage(), 1);
+        assert_eq!(table.acquire_at(0), Err(Error::Overload));
+        table.release(got);
+    });
 }

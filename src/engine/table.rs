@@ -1462,6 +1462,15 @@ impl Table {
         let Some(room) = self.room.as_deref() else {
             return woken;
         };
+        // In a debt, the waiters' only hope is that the releases repaid it:
+        // settle it here (a release with waiters comes here), or they would
+        // sleep to their deadline with room free, since only an admission
+        // settles a debt otherwise. Settling un-gates and grants the
+        // waiters itself (`apply`).
+        if control.debt {
+            self.settle(control);
+            return woken;
+        }
         while control.queue.len() > 0 && !control.debt {
             let Some(shard) = self.take_any(CLOSED) else {
                 break;
