@@ -42,9 +42,12 @@ pub enum Error {
     /// never by a shard whose release it has already seen (through any
     /// synchronization: a channel, a join, a permit's drop).
     Overload,
+    /// A wait ran out. Either a caller waited for capacity for its full
+    /// `max_wait` (or its own deadline) in a waiting room and got no unit:
+    /// nothing was admitted, nothing was sent. Or
     /// [`Pool::call_timeout`](crate::Pool::call_timeout) waited its full
-    /// duration without a reply. The request was admitted and may still run;
-    /// its unit is released when it does.
+    /// duration without a reply: the request was admitted and may still
+    /// run; its unit is released when it does.
     Timeout,
     /// The pool was shut down (or its last handle dropped) before the request
     /// was admitted, or the reply can no longer come; or the
@@ -147,7 +150,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Overload => f.write_str("overloaded: every shard is at its limit"),
-            Error::Timeout => f.write_str("timed out waiting for the reply"),
+            Error::Timeout => f.write_str("timed out waiting for a unit or a reply"),
             Error::Shutdown => f.write_str("shut down"),
             Error::WorkerPanicked => f.write_str("the worker panicked handling the request"),
             Error::Spawn(kind) => write!(f, "could not start the child: {kind}"),

@@ -7,10 +7,11 @@
 //!
 //! # Implementation details
 //!
-//! **Layout.** Capacity `C` is split over `M` shards (if `C < M`, only `C`
-//! shards exist: a shard that can never admit would only lengthen walks).
-//! Shard `i` may hold `limit_i` units; the limits are `C / M`, the first
-//! `C % M` one more, and add up to exactly `C`. Each shard is one 128-byte
+//! **Layout.** Capacity `C` is split over `M` shards. Shard `i` may hold
+//! `limit_i` units; the limits are `C / M`, the first `C % M` one more, and
+//! add up to exactly `C` (with `C < M` the last shards' limit is 0: they
+//! are marked full from the start, and kept so that a resize can grow into
+//! them). Each shard is one 128-byte
 //! padded line holding two counters:
 //!
 //! | word    | bits                     | changed by                        |
@@ -1421,7 +1422,7 @@ impl Table {
     fn hand_off(&self, room: &Room, i: usize, panicked: bool) -> bool {
         let mut woken = Vec::new();
         let mut control = self.control.lock();
-        let handed = !control.debt && control.queue.grant(i, room.policy.order, now(), &mut woken);
+        let handed = !control.debt && control.queue.grant(i, room.policy.order, now, &mut woken);
         room.set_count(control.queue.len());
         if handed {
             let shard = &self.shards[i];
@@ -1477,7 +1478,7 @@ impl Table {
             };
             if !control
                 .queue
-                .grant(shard, room.policy.order, now(), &mut woken)
+                .grant(shard, room.policy.order, now, &mut woken)
             {
                 // The adaptive order expired the last waiters: nobody took
                 // it. Not an admission: give it back unseen.
