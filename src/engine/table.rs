@@ -624,9 +624,8 @@ impl std::future::Future for WaitUnit<'_> {
                     }
                 };
                 drop(control);
-                // The re-check after the count is out (`waiters.rs`).
-                if let Some(shard) = table.take_any(FLAGS) {
-                    return Poll::Ready(Ok(table.leave_with(room, key, shard)));
+                if let Some(shard) = table.recheck(room, key) {
+                    return Poll::Ready(Ok(shard));
                 }
                 this.key = Some(key);
                 #[cfg(not(loom))]
@@ -681,6 +680,16 @@ impl Drop for WaitUnit<'_> {
             table.release(shard, false);
         }
     }
+}
+
+/// What [`Table::take_any`] found.
+enum Found {
+    /// A unit of this shard, taken.
+    Unit(usize),
+    /// No room on an open shard, but a gated one was passed over.
+    Gated,
+    /// No room, or the table is closed.
+    Nothing,
 }
 
 /// What the control lock guards.
@@ -946,9 +955,8 @@ impl Table {
             }
         };
         drop(control);
-        // The re-check after the count is out (`waiters.rs`, "Wake-up").
-        if let Some(shard) = self.take_any(FLAGS) {
-            return Ok(self.leave_with(room, key, shard));
+        if let Some(shard) = self.recheck(room, key) {
+            return Ok(shard);
         }
         let mut control = self.control.lock();
         loop {
@@ -1473,7 +1481,9 @@ impl Table {
             return woken;
         }
         while control.queue.len() > 0 && !control.debt {
-            let Some(shard) = self.take_any(CLOSED) else {
+            // Under the lock, with no debt: nothing is gated but by the
+            // resize calling this, whose gate `CLOSED` alone ignores.
+            let Found::Unit(shard) = self.take_any(CLOSED) else {
                 break;
             };
             if !control
@@ -1492,11 +1502,11 @@ impl Table {
 
     /// One unit from any shard that has room, read through an RMW on each
     /// shard's `given` (so a release ordered before it is seen), stopping
-    /// at the flags in `stop`. `None` if no shard has room, or the table is
-    /// closed.
-    fn take_any(&self, stop: usize) -> Option<usize> {
+    /// at the flags in `stop`.
+    fn take_any(&self, stop: usize) -> Found {
         let start = self.home_shard();
         let count = self.shards.len();
+        let mut found = Found::Nothing;
         for step in 0..count {
             let i = (start + step) % count;
             let shard = &self.shards[i];
@@ -1508,15 +1518,31 @@ impl Table {
                     if now_full {
                         self.mark_full(i);
                     }
-                    return Some(i);
+                    return Found::Unit(i);
                 }
                 Take::Full => self.mark_full(i),
-                Take::Closed => return None,
-                // A resize or a debt: it grants the waiters itself.
-                Take::Gated => {}
+                Take::Closed => return Found::Nothing,
+                Take::Gated => found = Found::Gated,
             }
         }
-        None
+        found
+    }
+
+    /// A new waiter's re-check, after its count is out (`waiters.rs`,
+    /// "Wake-up"): a unit from the table (leaving the queue), or nothing.
+    /// A gated shard is a resize (which grants the waiters itself before
+    /// it un-gates) or a debt, which nobody else may come to settle if the
+    /// releases that repaid it came before this waiter was counted: so the
+    /// waiter settles it, and is granted with the others, under the lock.
+    fn recheck(&self, room: &Room, key: usize) -> Option<usize> {
+        match self.take_any(FLAGS) {
+            Found::Unit(shard) => Some(self.leave_with(room, key, shard)),
+            Found::Gated => {
+                self.grant_from_table(room);
+                None
+            }
+            Found::Nothing => None,
+        }
     }
 
     /// Gives back a unit taken for a waiter that left before it got it:
