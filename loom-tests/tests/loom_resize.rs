@@ -4,10 +4,11 @@
 //!
 //! * once `set_capacity(n)` has returned, nothing is admitted while `n` or
 //!   more units are held, including by a taker that read the old limit
-//!   before the resize gated its shard and tries its CAS after the shard
-//!   was un-gated: un-gating changes the word (it adds a unit, given back
-//!   first), so that CAS fails and the taker reads the new limit (this
-//!   model fails with an un-gate that only clears the bit);
+//!   before the resize gated its shard and made its CAS after the shard was
+//!   un-gated again (the word back to the very value it expected): the take
+//!   reads the limit again after its CAS and undoes itself above it (this
+//!   model fails without that second read, and with the CAS's Acquire
+//!   weakened);
 //! * a shrink below what is held leaves a debt: nothing is admitted until
 //!   enough units are back, then admission resumes, and no unit is lost;
 //! * a grow makes its new room available to a taker that happens-after it.

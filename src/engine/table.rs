@@ -100,14 +100,16 @@
 //!    the capacity, so `sum(max(held, limit)) = capacity` and nothing is
 //!    admitted while that many are held.
 //! 3. **Store** the limits, hand new room to waiters while still gated (no
-//!    newcomer can take it first), and **un-gate**: give one unit back on
-//!    `given`, then add one unit to `taken` as GATED is cleared (bit 1 set
-//!    plus 2 carries into the units). The word never returns to a value it
-//!    had before the gate, so a taker that read it, and the old limit,
-//!    before the gate cannot succeed with that stale value; its next round
-//!    reads `taken` with Acquire, which pairs with the un-gate's Release,
-//!    and then the new limit. (An un-gate that only cleared the bit would
-//!    let exactly such a taker through: `loom_resize.rs` fails then.)
+//!    newcomer can take it first), and **un-gate** (clear the bit, Release).
+//!    A taker that read the word and the old limit before the gate finds
+//!    the same value again and its CAS succeeds; so every take reads the
+//!    limit again after its CAS (an Acquire that pairs with the un-gate,
+//!    one load of the line it just wrote) and undoes itself above it
+//!    (`Take::Over`, given back, counted nowhere). Without that second
+//!    read, `loom_resize.rs` fails. (Changing the word instead, with a
+//!    phantom unit added and given back, was tried: a reader then saw one
+//!    unit fewer than is held, and an empty shard that is not, which a
+//!    pool worker's drain rule or `wait_idle` would take at its word.)
 //!
 //! If more units are held than the new capacity, no split works: the table
 //! is in *debt*. The shards stay gated, so every admission goes through the
@@ -174,6 +176,9 @@ pub(crate) enum Take {
     Closed,
     /// The shard is gated: take through [`Table::acquire_gated`].
     Gated,
+    /// A unit was taken above a limit that a racing resize lowered: give
+    /// it back with [`Table::undo`] and treat the shard as full.
+    Over,
 }
 
 /// One shard: its limit and its two counters, on a line of its own.
@@ -196,10 +201,10 @@ pub(crate) struct Shard {
     /// Units handed from a release straight to a waiter: each is one more
     /// admission and one more release than `taken` and `given` count.
     handed: AtomicUsize,
-    /// Units that nobody held: one per un-gating (which adds a unit to
-    /// `taken` so that the word changes, and gives it back through `given`
-    /// first), and one per unit taken for a waiter that left meanwhile.
-    /// Left out of the stats.
+    /// Units that nobody held: takes undone because a racing resize
+    /// lowered the limit under them, and units taken for a waiter that left
+    /// meanwhile. Each is counted once in `taken` and once in `given`, and
+    /// left out of the stats.
     phantom: AtomicUsize,
 }
 
@@ -242,11 +247,9 @@ impl Shard {
     /// lock for a waiter while the shards are gated.
     #[inline(always)]
     fn try_take_masked(&self, stop: usize) -> Take {
-        // Acquire: pairs with the Release of a resize's un-gating RMW, so
-        // the limit read below is the one that resize stored (see
-        // `Table::apply`). The CAS re-checks this exact value, and every
-        // resize changes it, so a limit read before one cannot be used.
-        let mut taken = self.taken.load(Acquire);
+        // Relaxed: the CAS below re-checks this exact value, and the limit
+        // is checked again after it (see there).
+        let mut taken = self.taken.load(Relaxed);
         // Acquire: pairs with the AcqRel RMW in `give_back`, so work done
         // under a released unit happens-before work under the unit that
         // replaces it.
@@ -285,17 +288,28 @@ impl Shard {
             // Release on success: publishes the releases this taker read,
             // so a reader that reads `taken` and then `given` with Acquire
             // (`Shard::counts`) never computes a usage above the limit.
-            // Acquire on failure: the next round's limit read must follow
-            // the value it read, as for the first load. The bound needs no
-            // more: this RMW succeeds only against the value the check
-            // used (a resize in between changed it: gate, then an un-gate
-            // that adds a unit), and `given` can only have grown since.
+            // Acquire on success: pairs with the Release of a resize's
+            // un-gating RMW on this word, for the limit read below.
+            // Relaxed on failure: the loop re-reads. Against a fixed limit
+            // the bound needs no ordering: this RMW succeeds only against
+            // the value the check used, and `given` can only have grown.
             match self
                 .taken
-                .compare_exchange_weak(taken, taken + UNIT, Release, Acquire)
+                .compare_exchange_weak(taken, taken + UNIT, AcqRel, Relaxed)
             {
                 Ok(_) => {
                     let now = usage + 1;
+                    // The limit may have been lowered since it was checked:
+                    // a resize gated this word, stored a new limit and
+                    // un-gated it, leaving the very value this CAS expected.
+                    // The CAS read that un-gating RMW (or a later one), so
+                    // this read sees the new limit. Over it, the take is
+                    // undone (`Table::undo`): nobody ever held it. One load
+                    // of a line this CAS just wrote.
+                    let limit = self.limit();
+                    if now > limit {
+                        return Take::Over;
+                    }
                     // Relaxed: a statistic.
                     if now > self.peak.load(Relaxed) {
                         self.peak.fetch_max(now, Relaxed);
@@ -475,8 +489,8 @@ impl Shard {
         // Acquire, and before `given`: pairs with the Release in `give_back`
         // (every panic counted here has its unit counted in `given`).
         let panicked = self.panicked.load(Acquire);
-        // Relaxed: phantom units are counted under the control lock; a
-        // snapshot taken meanwhile counts one in `accepted` and `completed`.
+        // Relaxed: a phantom is counted after its unit is back; a snapshot
+        // taken between the two counts one in `accepted` and `completed`.
         let phantom = self.phantom.load(Relaxed);
         // Relaxed: counted under the control lock; a snapshot may miss the
         // last hand-off in both `accepted` and `completed`.
@@ -1085,6 +1099,7 @@ impl Table {
                     return Ok(start);
                 }
                 Take::Full => self.mark_full(start),
+                Take::Over => self.undo(start),
                 Take::Closed => return Err(Error::Shutdown),
                 Take::Gated => {
                     let result = self.acquire_gated(start, false);
@@ -1139,6 +1154,7 @@ impl Table {
                         return Ok(i);
                     }
                     Take::Full => self.mark_full(i),
+                    Take::Over => self.undo(i),
                     Take::Closed => return Err(Error::Shutdown),
                     Take::Gated => return self.acquire_gated(start, except_start),
                 }
@@ -1245,24 +1261,16 @@ impl Table {
             let woken = self.grant_waiting(control);
             waiters::wake_all(woken);
             for shard in self.shards.iter() {
-                // Un-gating must change the word, or a taker that read it
-                // before the gate (and the old limit) would find its value
-                // back and its CAS would succeed. So it adds a unit as it
-                // clears GATED (bit 1 set, plus 2, carries into the units),
-                // and that unit is given back first, while the shard is
-                // still gated (no taker can use the room meanwhile; a
-                // reader sees one unit fewer, a low reading). Counted as a
-                // phantom, outside the stats.
-                //
-                // AcqRel: the phantom's give pairs like any release
-                // (`give_back`).
-                shard.given.fetch_add(UNIT, AcqRel);
-                // Relaxed: a count for `stats`.
-                shard.phantom.fetch_add(1, Relaxed);
-                // Release: pairs with the Acquire loads of `taken` in
-                // `try_take`, so a taker that reads this value (or a later
-                // one in its release sequence) reads the limit stored above.
-                shard.taken.fetch_add(UNIT - GATED, Release);
+                // Release: pairs with the AcqRel CAS in `try_take` that
+                // reads this value (or a later one in its release
+                // sequence), so that take's second limit read sees the
+                // store above. (This leaves the word as it was before the
+                // gate, so a taker that read it then can still succeed with
+                // a stale limit: that second read is what catches it. Making
+                // the word change instead, with a phantom unit, would let a
+                // reader see a unit fewer than is held, an empty shard that
+                // is not: a pool worker could then think itself drained.)
+                shard.taken.fetch_and(!GATED, Release);
             }
         }
         for i in 0..self.shards.len() {
@@ -1521,6 +1529,7 @@ impl Table {
                     return Found::Unit(i);
                 }
                 Take::Full => self.mark_full(i),
+                Take::Over => self.undo(i),
                 Take::Closed => return Found::Nothing,
                 Take::Gated => found = Found::Gated,
             }
@@ -1545,13 +1554,16 @@ impl Table {
         }
     }
 
-    /// Gives back a unit taken for a waiter that left before it got it:
-    /// nobody held it, so it is left out of the stats.
+    /// Gives back a unit nobody held: a take above a limit a racing resize
+    /// lowered under it (`Take::Over`), or a unit taken for a waiter that
+    /// left before it got it. Left out of the stats; the shard is full (or
+    /// near it) after an over-take, so it is marked as a filler would.
     #[cold]
     fn undo(&self, i: usize) {
         self.give_back(i, false);
         // Relaxed: a count, read by `stats` only.
         self.shards[i].phantom.fetch_add(1, Relaxed);
+        self.mark_full(i);
     }
 
     /// The unit of shard `i` back in the table, with the full-set steps.
