@@ -109,7 +109,11 @@
 //!    read, `loom_resize.rs` fails. (Changing the word instead, with a
 //!    phantom unit added and given back, was tried: a reader then saw one
 //!    unit fewer than is held, and an empty shard that is not, which a
-//!    pool worker's drain rule or `wait_idle` would take at its word.)
+//!    pool worker's drain rule or `wait_idle` would take at its word. An
+//!    over-take errs the other way: for the moment before its undo, a
+//!    reader sees one unit more than is held, and a `wait_idle` that reads
+//!    it then waits for the next child to leave, or its timeout. After a
+//!    close, no take lands, so a pool's drain rule is exact.)
 //!
 //! If more units are held than the new capacity, no split works: the table
 //! is in *debt*. The shards stay gated, so every admission goes through the
