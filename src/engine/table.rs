@@ -128,7 +128,10 @@
 //! A table may have a waiting room (`waiters.rs`): its queue lives in the
 //! control lock beside the debt, and a release reads one more word, the
 //! number waiting, before and after it gives its unit back. The protocol is
-//! in `waiters.rs`.
+//! in `waiters.rs`. The control lock and the room sit behind `Arc`s so
+//! that the room's alarm (`RoomAlarm`) can reach them: the process-wide
+//! deadline watcher (`alarm.rs`) holds that alarm weakly and rings it to
+//! time out async waiters, which therefore arm no timer of their own.
 
 use crossbeam_utils::CachePadded;
 

@@ -28,12 +28,29 @@
 //!   synchronizes with the waiter's, sees the count, and takes a unit from
 //!   the table for the next waiter (`Table::grant_from_table`). A waiter
 //!   never sleeps through a release.
-//! * **Cancellation.** A waiter that gives up (deadline, dropped future)
-//!   takes its node out under the lock. If a unit was handed to it first,
-//!   it keeps it (a blocking waiter) or releases it (a dropped future), and
-//!   that release hands it to the next waiter or back to the table: a unit
-//!   is never stranded on a waiter that is gone (the loss Netflix's
-//!   concurrency-limits had, their PR #179).
+//! * **Deadline.** A blocked thread times its own condition-variable wait.
+//!   An async waiter's node carries its deadline (the earlier of its
+//!   caller's and `max_wait`), and the room keeps one instant *armed* with
+//!   the process-wide deadline watcher (`alarm.rs`): the earliest deadline
+//!   among its async waiters. A newcomer registers only if its deadline is
+//!   earlier (`Queue::arm`); with FIFO and one `max_wait` that is only the
+//!   first waiter after a ring. The watcher rings the room under the
+//!   control lock (`Queue::expire`): every node past its deadline becomes
+//!   `Expired` and is woken, and the room re-arms for the earliest left.
+//!   A grant and an expiry of one node are both under the lock, so a
+//!   waiter is either handed a unit or timed out, never both; either way
+//!   it finishes in its own poll (`Table::finish_wait`, which counts the
+//!   `Timeout`). The count the releases read is republished under the same
+//!   lock, so no atomic ordering beyond the lock's is involved.
+//! * **Cancellation.** A waiter that gives up (a blocked thread's deadline,
+//!   a dropped future) takes its node out under the lock; an async waiter
+//!   expired by the watcher finds its node already out. If a unit was
+//!   handed to it first, it keeps it (a blocking waiter, or any waiter in
+//!   its final poll) or releases it (a dropped future), and that release
+//!   hands it to the next waiter or back to the table: a unit is never
+//!   stranded on a waiter that is gone (the loss Netflix's
+//!   concurrency-limits had, their PR #179). A dropped future leaves the
+//!   room's armed instant as it is: the watcher's ring re-derives it.
 //! * **Shutdown** (`close`) wakes every waiter with `Error::Shutdown`.
 //!
 //! # Order
