@@ -27,6 +27,12 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering
 /// never keeps it alive).
 pub(crate) use std::sync::{Arc, Weak};
 
+/// A cell set once, for the one process-wide deadline watcher
+/// (`engine/alarm.rs`). Not under loom: the watcher is not built there
+/// (loom has no clock).
+#[cfg(not(loom))]
+pub(crate) use std::sync::OnceLock;
+
 /// `thread_local!` with a constant initializer: std's `const { }` form
 /// normally (no lazy-initialisation check on each access, which matters on
 /// the admission path), loom's plain form in a model (loom's macro does not
@@ -46,6 +52,8 @@ pub(crate) use const_thread_local;
 /// loom cannot see.
 pub(crate) mod os_thread {
     pub(crate) use std::thread::{current, panicking, Builder, JoinHandle, Result, ThreadId};
+    #[cfg(test)]
+    pub(crate) use std::thread::{park, Thread};
 }
 
 /// A non-poisoning mutual-exclusion lock: parking_lot's normally, loom's in a
@@ -284,6 +292,14 @@ impl Condvar {
             guard = self.inner.wait(guard).unwrap();
             (guard, false)
         }
+    }
+
+    /// Releases `guard`'s lock and waits for a notification with no
+    /// deadline, then locks again. May wake early.
+    #[cfg(not(loom))]
+    pub(crate) fn wait<'a, T>(&self, mut guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+        self.inner.wait(&mut guard);
+        guard
     }
 
     /// Wakes every waiter.

@@ -169,6 +169,106 @@ fn a_waiter_gets_timeout_after_max_wait() {
     every_unit_is_there(&limiter);
 }
 
+/// Runs `future` on this thread, parking between polls; the waker unparks
+/// it and counts its wake-ups. No runtime, so no timer of a runtime's:
+/// whatever wakes the future is the crate's own doing.
+fn block_on_parked<F: Future + Unpin>(mut future: F) -> (F::Output, usize) {
+    struct Unpark(thread::Thread, AtomicUsize);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.1.fetch_add(1, SeqCst);
+            self.0.unpark();
+        }
+    }
+    let unpark = Arc::new(Unpark(thread::current(), AtomicUsize::new(0)));
+    let waker = Waker::from(Arc::clone(&unpark));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(output) = Pin::new(&mut future).poll(&mut cx) {
+            return (output, unpark.1.load(SeqCst));
+        }
+        // A spurious return only polls again.
+        thread::park();
+    }
+}
+
+#[test]
+fn an_async_waiter_times_out_with_nothing_but_the_watcher_to_wake_it() {
+    // No release, no newcomer, no runtime: only the room's deadline
+    // watcher can wake the waiter, and it must, with `Timeout`.
+    for order in [
+        QueueOrder::Fifo,
+        QueueOrder::Lifo,
+        QueueOrder::adaptive_lifo(),
+    ] {
+        let limiter = room(1, 1, 4, SHORT, order);
+        let held = fill(&limiter);
+        let (result, wakes) = block_on_parked(Box::pin(limiter.acquire_async()));
+        assert_eq!(result.unwrap_err(), Error::Timeout);
+        assert!(wakes >= 1, "the watcher woke the waiter");
+        assert_eq!(limiter.waiting(), 0);
+        let stats = limiter.stats();
+        assert_eq!((stats.timed_out, stats.waited, stats.rejected), (1, 0, 0));
+        // Again, on the same room: the watcher re-arms after it rang.
+        let (result, _) = block_on_parked(Box::pin(limiter.acquire_async()));
+        assert_eq!(result.unwrap_err(), Error::Timeout);
+        assert_eq!((limiter.waiting(), limiter.stats().timed_out), (0, 2));
+        assert_eq!(limiter.usage(), 1);
+        drop(held);
+        every_unit_is_there(&limiter);
+    }
+}
+
+#[test]
+fn many_async_waiters_on_several_limiters_time_out() {
+    // Rooms with different `max_wait`s share the one watcher; in each,
+    // the waiters that are not served time out, none is lost, and every
+    // room ends empty with its units all there.
+    const WAITERS: usize = 16;
+    let limiters: Vec<_> = [1u64, 7, 13, 20]
+        .iter()
+        .zip([
+            QueueOrder::Fifo,
+            QueueOrder::Lifo,
+            QueueOrder::Fifo,
+            QueueOrder::adaptive_lifo(),
+        ])
+        .map(|(&ms, order)| room(2, 2, WAITERS, Duration::from_millis(ms), order))
+        .collect();
+    let held: Vec<_> = limiters.iter().map(fill).collect();
+    let rt = runtime();
+    let results = rt.block_on(async {
+        let tasks: Vec<_> = limiters
+            .iter()
+            .flat_map(|limiter| {
+                (0..WAITERS).map(move |_| {
+                    let limiter = Arc::clone(limiter);
+                    tokio::spawn(async move { limiter.acquire_owned_async().await.map(drop) })
+                })
+            })
+            .collect();
+        let mut results = Vec::new();
+        for task in tasks {
+            results.push(task.await.unwrap());
+        }
+        results
+    });
+    assert_eq!(results.len(), WAITERS * limiters.len());
+    assert!(results.iter().all(|result| *result == Err(Error::Timeout)));
+    for limiter in &limiters {
+        let stats = limiter.stats();
+        assert_eq!(stats.timed_out, WAITERS as u64);
+        assert_eq!((stats.waiting, stats.waited, stats.rejected), (0, 0, 0));
+    }
+    drop(held);
+    for limiter in &limiters {
+        every_unit_is_there(limiter);
+    }
+}
+
 #[test]
 fn a_full_room_refuses_at_once_with_overload_counted() {
     // A refused caller that waited instead would get `Timeout` (or hang

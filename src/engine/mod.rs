@@ -6,8 +6,11 @@
 //!   `Table::try_at`, `Shard::try_take` and `Table::release`.
 //! * `split`: how a capacity is split over the shards.
 //! * `waiters`: the bounded waiting room.
+//! * `alarm`: the one deadline watcher that times out async waiters.
 //! * `probe`: where a caller starts (its thread's index or its CPU).
 
+#[cfg(not(loom))]
+pub(crate) mod alarm;
 pub(crate) mod probe;
 pub(crate) mod split;
 pub(crate) mod table;

@@ -128,7 +128,10 @@
 //! A table may have a waiting room (`waiters.rs`): its queue lives in the
 //! control lock beside the debt, and a release reads one more word, the
 //! number waiting, before and after it gives its unit back. The protocol is
-//! in `waiters.rs`.
+//! in `waiters.rs`. The control lock and the room sit behind `Arc`s so
+//! that the room's alarm (`RoomAlarm`) can reach them: the process-wide
+//! deadline watcher (`alarm.rs`) holds that alarm weakly and rings it to
+//! time out async waiters, which therefore arm no timer of their own.
 
 use crossbeam_utils::CachePadded;
 
@@ -589,11 +592,9 @@ pub(crate) struct WaitUnit<'a> {
     table: &'a Table,
     /// The caller's own deadline, if any; `max_wait` bounds it too.
     deadline: Option<Instant>,
-    /// The waiter's node, while it is queued.
+    /// The waiter's node, while it is queued. Its deadline is the room's
+    /// watcher's business (`alarm.rs`): the future arms no timer.
     key: Option<usize>,
-    /// Fires at the deadline (set when the waiter is queued).
-    #[cfg(not(loom))]
-    delay: Option<futures_timer::Delay>,
 }
 
 impl std::fmt::Debug for WaitUnit<'_> {
@@ -629,10 +630,15 @@ impl std::future::Future for WaitUnit<'_> {
                 };
                 let now = now();
                 let deadline = table.wait_deadline(room, this.deadline, now);
+                // Already past (a zero `max_wait`, a caller's deadline gone
+                // by): queue without one, re-check once, then time out
+                // below, as a timer armed for zero would.
+                let overdue = deadline.is_some_and(|deadline| deadline <= now);
+                let watched = deadline.filter(|_| !overdue);
                 let mut control = table.control.lock();
                 let wake = Wake::Task(cx.waker().clone());
-                let key = match table.enter_room(room, &mut control, wake) {
-                    Ok(key) => key,
+                let (key, arm) = match table.enter_room(room, &mut control, wake, now, watched) {
+                    Ok(entered) => entered,
                     Err(err) => {
                         drop(control);
                         if err == Error::Overload {
@@ -642,38 +648,34 @@ impl std::future::Future for WaitUnit<'_> {
                     }
                 };
                 drop(control);
+                if arm {
+                    // Before the re-check, even if it finds a unit: the
+                    // queue now counts on a registration at this instant
+                    // (`Queue::arm`'s invariant).
+                    table.arm(watched);
+                }
                 if let Some(shard) = table.recheck(room, key) {
                     return Poll::Ready(Ok(shard));
                 }
-                this.key = Some(key);
-                #[cfg(not(loom))]
-                {
-                    this.delay = deadline.map(|deadline| {
-                        futures_timer::Delay::new(deadline.saturating_duration_since(now))
-                    });
+                if overdue {
+                    let mut control = table.control.lock();
+                    return Poll::Ready(table.finish_wait(room, &mut control, key));
                 }
-                #[cfg(loom)]
-                let _ = deadline;
+                this.key = Some(key);
                 key
             }
         };
         let Some(room) = table.room.as_deref() else {
             unreachable!("a queued waiter's table has a room");
         };
-        // The deadline, polled outside the lock (it takes the timer's own).
-        #[cfg(not(loom))]
-        let expired = this
-            .delay
-            .as_mut()
-            .is_some_and(|delay| std::pin::Pin::new(delay).poll(cx).is_ready());
-        #[cfg(loom)]
-        let expired = false;
+        // Granted, closed, or expired by the watcher (its deadline), all
+        // under this lock; or still waiting, to be woken by the same.
         let mut control = table.control.lock();
-        if control.queue.state(key) != State::Waiting || expired {
+        if control.queue.state(key) != State::Waiting {
             this.key = None;
             return Poll::Ready(table.finish_wait(room, &mut control, key));
         }
-        control.queue.set_wake(key, Wake::Task(cx.waker().clone()));
+        control.queue.set_waker(key, cx.waker());
         Poll::Pending
     }
 }
@@ -710,6 +712,33 @@ enum Found {
     Nothing,
 }
 
+/// What the deadline watcher rings (`alarm.rs`): a table's control lock and
+/// room, shared with the table. The watcher holds it weakly, and the table
+/// holds the only strong handle, so a dropped table is never rung.
+#[cfg(not(loom))]
+#[derive(Debug)]
+struct RoomAlarm {
+    control: Arc<Mutex<Control>>,
+    room: Arc<Room>,
+}
+
+#[cfg(not(loom))]
+impl crate::engine::alarm::Alarm for RoomAlarm {
+    /// Expires the waiters whose deadline passed, under the control lock,
+    /// and wakes them after it: each then finishes with `Timeout` (counted)
+    /// in its poll. A grant and an expiry of one node are both under the
+    /// lock, so a waiter is either handed a unit or timed out, never both.
+    fn ring(&self, now: Instant) -> Option<Instant> {
+        let mut woken = Vec::new();
+        let mut control = self.control.lock();
+        let next = control.queue.expire(now, &mut woken);
+        self.room.set_count(control.queue.len());
+        drop(control);
+        waiters::wake_all(woken);
+        next
+    }
+}
+
 /// What the control lock guards.
 #[derive(Debug, Default)]
 struct Control {
@@ -743,10 +772,15 @@ pub(crate) struct Table {
     capacity: AtomicUsize,
     /// Each shard's largest limit, if bounded (the supervisor's slots).
     caps: Option<Box<[usize]>>,
-    /// Serializes resizes, the gated path and the waiting room.
-    control: Mutex<Control>,
+    /// Serializes resizes, the gated path and the waiting room. In an
+    /// `Arc` so that the room's alarm can reach it.
+    control: Arc<Mutex<Control>>,
     /// The waiting room, if the front-end's builder asked for one.
-    room: Option<Box<Room>>,
+    room: Option<Arc<Room>>,
+    /// What the deadline watcher rings for this room's async waiters; the
+    /// watcher holds it weakly.
+    #[cfg(not(loom))]
+    alarm: Option<Arc<RoomAlarm>>,
     probe: Probe,
     rejected: RejectCounter,
     /// Set once shutdown begins; read only to tell `Shutdown` from
@@ -822,8 +856,10 @@ impl Table {
             shards,
             capacity: AtomicUsize::new(capacity),
             caps,
-            control: Mutex::new(Control::default()),
+            control: Arc::new(Mutex::new(Control::default())),
             room: None,
+            #[cfg(not(loom))]
+            alarm: None,
             probe,
             rejected: RejectCounter::new(slots),
             closed: AtomicBool::new(false),
@@ -845,6 +881,15 @@ impl Table {
     /// [`ConfigError`] naming `max_waiters` or `queue_order`.
     pub(crate) fn with_policy(mut self, policy: &Policy) -> Result<Self, ConfigError> {
         self.room = policy.room()?;
+        #[cfg(not(loom))]
+        {
+            self.alarm = self.room.as_ref().map(|room| {
+                Arc::new(RoomAlarm {
+                    control: Arc::clone(&self.control),
+                    room: Arc::clone(room),
+                })
+            });
+        }
         Ok(self)
     }
 
@@ -905,17 +950,41 @@ impl Table {
     }
 
     /// Queues the caller, if the room has space and the table is open; its
-    /// key. `Overload` is not counted here.
-    fn enter_room(&self, room: &Room, control: &mut Control, wake: Wake) -> Result<usize, Error> {
+    /// key, and whether the caller must [`arm`](Self::arm) the watcher for
+    /// `deadline` once it lets the lock go. `deadline` is an async waiter's
+    /// (the watcher expires it); a blocked thread passes `None` and times
+    /// itself. `Overload` is not counted here.
+    fn enter_room(
+        &self,
+        room: &Room,
+        control: &mut Control,
+        wake: Wake,
+        now: Instant,
+        deadline: Option<Instant>,
+    ) -> Result<(usize, bool), Error> {
         if self.is_closed() {
             return Err(Error::Shutdown);
         }
         if control.queue.len() >= room.policy.max_waiters {
             return Err(Error::Overload);
         }
-        let key = control.queue.push(wake, now());
+        let key = control.queue.push(wake, now, deadline);
+        let arm = deadline.is_some_and(|deadline| control.queue.arm(deadline));
         room.set_count(control.queue.len());
-        Ok(key)
+        Ok((key, arm))
+    }
+
+    /// Registers the room with the deadline watcher for `deadline` (which
+    /// `enter_room` armed). Never under the control lock (`alarm.rs`, "Lock
+    /// order"). Under loom, nothing: there is no watcher, and models set no
+    /// deadline.
+    fn arm(&self, deadline: Option<Instant>) {
+        #[cfg(not(loom))]
+        if let (Some(deadline), Some(alarm)) = (deadline, &self.alarm) {
+            crate::engine::alarm::arm(deadline, Arc::downgrade(alarm) as _);
+        }
+        #[cfg(loom)]
+        let _ = deadline;
     }
 
     /// After queuing, the caller took `shard` from the table itself (its
@@ -959,11 +1028,14 @@ impl Table {
 
     #[cold]
     fn wait_blocking(&self, room: &Room, deadline: Option<Instant>) -> Result<usize, Error> {
-        let deadline = self.wait_deadline(room, deadline, now());
+        let start = now();
+        let deadline = self.wait_deadline(room, deadline, start);
         let condvar = Arc::new(Condvar::new());
         let mut control = self.control.lock();
-        let key = match self.enter_room(room, &mut control, Wake::Thread(Arc::clone(&condvar))) {
-            Ok(key) => key,
+        let wake = Wake::Thread(Arc::clone(&condvar));
+        // No deadline in the node: this thread times its own wait below.
+        let key = match self.enter_room(room, &mut control, wake, start, None) {
+            Ok((key, _)) => key,
             Err(err) => {
                 drop(control);
                 if err == Error::Overload {
@@ -1001,8 +1073,6 @@ impl Table {
             table: self,
             deadline,
             key: None,
-            #[cfg(not(loom))]
-            delay: None,
         }
     }
 
@@ -1650,6 +1720,58 @@ mod tests {
 
     fn limits(table: &Table) -> Vec<usize> {
         table.shards.iter().map(|s| s.limit()).collect()
+    }
+
+    /// Polls `future` on this thread, parking between polls; the waker
+    /// unparks it. No runtime: only the crate's own watcher can time out.
+    fn block_on_parked<F: std::future::Future + Unpin>(mut future: F) -> F::Output {
+        struct Unpark(crate::sync::os_thread::Thread);
+        impl std::task::Wake for Unpark {
+            fn wake(self: Arc<Self>) {
+                self.0.unpark();
+            }
+        }
+        let waker = std::task::Waker::from(Arc::new(Unpark(crate::sync::os_thread::current())));
+        let mut cx = std::task::Context::from_waker(&waker);
+        loop {
+            if let std::task::Poll::Ready(output) = std::pin::Pin::new(&mut future).poll(&mut cx) {
+                return output;
+            }
+            crate::sync::os_thread::park();
+        }
+    }
+
+    #[test]
+    fn an_async_waiter_times_out_at_its_callers_deadline_before_max_wait() {
+        let policy = Policy {
+            max_waiters: 4,
+            max_wait: std::time::Duration::from_secs(3600),
+            ..Policy::default()
+        };
+        let table = Table::new(1, 1, Probe::Thread)
+            .unwrap()
+            .with_policy(&policy)
+            .unwrap();
+        let held = table.acquire().unwrap();
+        let room = table.room.as_deref().unwrap();
+        // The caller's deadline, far earlier than `max_wait`: the watcher
+        // must ring for it, the only thing that can wake this waiter.
+        for wait_ms in [5, 1, 0] {
+            let deadline = now() + std::time::Duration::from_millis(wait_ms);
+            let result = block_on_parked(table.acquire_async(Some(deadline)));
+            assert_eq!(result, Err(Error::Timeout));
+            assert!(now() >= deadline);
+            assert_eq!(table.waiting(), 0);
+        }
+        // A deadline already past times out after one re-check, unqueued.
+        let past = now();
+        assert_eq!(
+            block_on_parked(table.acquire_async(Some(past))),
+            Err(Error::Timeout)
+        );
+        assert_eq!(room.stats().timed_out, 4);
+        table.release(held, false);
+        assert_eq!(table.usage(), 0);
     }
 
     #[test]

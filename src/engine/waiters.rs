@@ -28,12 +28,29 @@
 //!   synchronizes with the waiter's, sees the count, and takes a unit from
 //!   the table for the next waiter (`Table::grant_from_table`). A waiter
 //!   never sleeps through a release.
-//! * **Cancellation.** A waiter that gives up (deadline, dropped future)
-//!   takes its node out under the lock. If a unit was handed to it first,
-//!   it keeps it (a blocking waiter) or releases it (a dropped future), and
-//!   that release hands it to the next waiter or back to the table: a unit
-//!   is never stranded on a waiter that is gone (the loss Netflix's
-//!   concurrency-limits had, their PR #179).
+//! * **Deadline.** A blocked thread times its own condition-variable wait.
+//!   An async waiter's node carries its deadline (the earlier of its
+//!   caller's and `max_wait`), and the room keeps one instant *armed* with
+//!   the process-wide deadline watcher (`alarm.rs`): the earliest deadline
+//!   among its async waiters. A newcomer registers only if its deadline is
+//!   earlier (`Queue::arm`); with FIFO and one `max_wait` that is only the
+//!   first waiter after a ring. The watcher rings the room under the
+//!   control lock (`Queue::expire`): every node past its deadline becomes
+//!   `Expired` and is woken, and the room re-arms for the earliest left.
+//!   A grant and an expiry of one node are both under the lock, so a
+//!   waiter is either handed a unit or timed out, never both; either way
+//!   it finishes in its own poll (`Table::finish_wait`, which counts the
+//!   `Timeout`). The count the releases read is republished under the same
+//!   lock, so no atomic ordering beyond the lock's is involved.
+//! * **Cancellation.** A waiter that gives up (a blocked thread's deadline,
+//!   a dropped future) takes its node out under the lock; an async waiter
+//!   expired by the watcher finds its node already out. If a unit was
+//!   handed to it first, it keeps it (a blocking waiter, or any waiter in
+//!   its final poll) or releases it (a dropped future), and that release
+//!   hands it to the next waiter or back to the table: a unit is never
+//!   stranded on a waiter that is gone (the loss Netflix's
+//!   concurrency-limits had, their PR #179). A dropped future leaves the
+//!   room's armed instant as it is: the watcher's ring re-derives it.
 //! * **Shutdown** (`close`) wakes every waiter with `Error::Shutdown`.
 //!
 //! # Order
@@ -139,7 +156,7 @@ impl Default for Policy {
 
 impl Policy {
     /// Checks the settings; the room to build, if any.
-    pub(crate) fn room(&self) -> Result<Option<Box<Room>>, ConfigError> {
+    pub(crate) fn room(&self) -> Result<Option<Arc<Room>>, ConfigError> {
         if self.max_waiters > MAX_WAITERS {
             return Err(ConfigError::too_large("max_waiters", MAX_WAITERS));
         }
@@ -148,7 +165,7 @@ impl Policy {
                 return Err(ConfigError::zero_duration("queue_order"));
             }
         }
-        Ok((self.max_waiters > 0).then(|| Box::new(Room::new(*self))))
+        Ok((self.max_waiters > 0).then(|| Arc::new(Room::new(*self))))
     }
 }
 
@@ -240,7 +257,8 @@ pub(crate) enum State {
     Waiting,
     /// A unit of this shard was handed over: the waiter owns it.
     Granted(usize),
-    /// Timed out by the adaptive order's target.
+    /// Timed out: by its deadline (the watcher rang the room, see
+    /// [`Queue::expire`]), or by the adaptive order's target.
     Expired,
     /// The table was closed.
     Closed,
@@ -270,6 +288,9 @@ struct Node {
     state: State,
     wake: Option<Wake>,
     since: Instant,
+    /// When the deadline watcher expires it: set for async waiters only
+    /// (a blocked thread times its own condition-variable wait).
+    deadline: Option<Instant>,
 }
 
 /// The queue of waiters, in the table's control lock. A waiter holds its
@@ -282,6 +303,11 @@ pub(crate) struct Queue {
     order: VecDeque<usize>,
     /// Since when the queue has been non-empty without a break.
     standing_since: Option<Instant>,
+    /// The instant the room is registered with the deadline watcher for
+    /// (`alarm.rs`), if any. Invariant: every waiting node's deadline is at
+    /// or after it, and a registration at it is pending (or ringing now),
+    /// so no node outlives its deadline by more than the watcher's lag.
+    armed: Option<Instant>,
 }
 
 impl Queue {
@@ -290,12 +316,15 @@ impl Queue {
         self.order.len()
     }
 
-    /// Queues a waiter; its key.
-    pub(crate) fn push(&mut self, wake: Wake, now: Instant) -> usize {
+    /// Queues a waiter, to be expired at `deadline` by the watcher (async
+    /// waiters; `None` for a blocked thread, or no deadline); its key.
+    /// Call [`arm`](Self::arm) with the deadline next.
+    pub(crate) fn push(&mut self, wake: Wake, now: Instant, deadline: Option<Instant>) -> usize {
         let node = Node {
             state: State::Waiting,
             wake: Some(wake),
             since: now,
+            deadline,
         };
         let key = match self.free.pop() {
             Some(key) => {
@@ -324,9 +353,70 @@ impl Queue {
         self.node(key).since
     }
 
-    /// Replaces how to wake a waiter (a task polled with a new waker).
-    pub(crate) fn set_wake(&mut self, key: usize, wake: Wake) {
-        self.node_mut(key).wake = Some(wake);
+    /// Points a queued task at `waker`, cloning it only if it would wake
+    /// another task than the one stored (a re-poll usually brings the same).
+    pub(crate) fn set_waker(&mut self, key: usize, waker: &Waker) {
+        let node = self.node_mut(key);
+        if let Some(Wake::Task(stored)) = &node.wake {
+            if stored.will_wake(waker) {
+                return;
+            }
+        }
+        node.wake = Some(Wake::Task(waker.clone()));
+    }
+
+    /// Arms the room for a new waiter's `deadline`: true if the caller must
+    /// register it with the deadline watcher (it is earlier than the
+    /// instant armed, or none is), after letting the control lock go.
+    /// With FIFO and a fixed `max_wait`, deadlines only grow: only the
+    /// first waiter after a ring arms.
+    pub(crate) fn arm(&mut self, deadline: Instant) -> bool {
+        if self.armed.is_some_and(|armed| armed <= deadline) {
+            return false;
+        }
+        self.armed = Some(deadline);
+        true
+    }
+
+    /// The watcher rang at `now`: expires every waiting node whose deadline
+    /// has passed (pushing what to wake onto `woken`; each finishes with
+    /// `Timeout` through `Table::finish_wait`), and answers the instant the
+    /// watcher must ring again, if it must.
+    ///
+    /// It must not if no node waits with a deadline, or if a registration
+    /// later than `now` (so not the one ringing: the watcher took every
+    /// entry up to `now`) is pending at or before the earliest deadline
+    /// left: that one will ring in time. Linear in the queue: once per
+    /// ring, on the watcher's thread.
+    pub(crate) fn expire(&mut self, now: Instant, woken: &mut Vec<Wake>) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        let nodes = &mut self.nodes;
+        self.order.retain(|&key| {
+            let Some(node) = nodes[key].as_mut() else {
+                debug_assert!(false, "a queued key has a node");
+                return false;
+            };
+            match node.deadline {
+                Some(deadline) if deadline <= now => {
+                    node.state = State::Expired;
+                    woken.extend(node.wake.take());
+                    false
+                }
+                Some(deadline) => {
+                    next = Some(next.map_or(deadline, |next| next.min(deadline)));
+                    true
+                }
+                None => true,
+            }
+        });
+        self.settle_standing();
+        match (self.armed, next) {
+            (Some(armed), next) if armed > now && next.map_or(true, |next| armed <= next) => None,
+            (_, next) => {
+                self.armed = next;
+                next
+            }
+        }
     }
 
     /// Takes a still-waiting node out of the queue (its waiter gives up);
@@ -444,7 +534,7 @@ mod tests {
         let now = Instant::now();
         for (order, expected) in [(QueueOrder::Fifo, [0, 1, 2]), (QueueOrder::Lifo, [2, 1, 0])] {
             let mut queue = Queue::default();
-            let keys: Vec<usize> = (0..3).map(|_| queue.push(waker(), now)).collect();
+            let keys: Vec<usize> = (0..3).map(|_| queue.push(waker(), now, None)).collect();
             let mut woken = Vec::new();
             for (i, &want) in expected.iter().enumerate() {
                 assert!(queue.grant(i, order, || now, &mut woken));
@@ -463,16 +553,16 @@ mod tests {
         };
         let t0 = Instant::now();
         let mut queue = Queue::default();
-        let a = queue.push(waker(), t0);
-        let b = queue.push(waker(), t0 + Duration::from_millis(50));
+        let a = queue.push(waker(), t0, None);
+        let b = queue.push(waker(), t0 + Duration::from_millis(50), None);
         let mut woken = Vec::new();
         // Not standing yet: FIFO.
         assert!(queue.grant(0, order, || t0 + Duration::from_millis(60), &mut woken));
         assert_eq!(queue.state(a), State::Granted(0));
         // Standing since t0 (never empty): b is older than the target and
         // expires; the fresh c is served.
-        let c = queue.push(waker(), t0 + Duration::from_millis(199));
-        let d = queue.push(waker(), t0 + Duration::from_millis(200));
+        let c = queue.push(waker(), t0 + Duration::from_millis(199), None);
+        let d = queue.push(waker(), t0 + Duration::from_millis(200), None);
         assert!(queue.grant(1, order, || t0 + Duration::from_millis(201), &mut woken));
         assert_eq!(queue.state(b), State::Expired);
         assert_eq!(queue.state(d), State::Granted(1));
@@ -486,11 +576,52 @@ mod tests {
     }
 
     #[test]
+    fn arm_registers_only_earlier_deadlines_and_expire_rearms() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut queue = Queue::default();
+        let blocked = queue.push(waker(), t0, None);
+        let a = queue.push(waker(), t0, Some(ms(10)));
+        assert!(queue.arm(ms(10)));
+        // FIFO with one `max_wait`: later deadlines register nothing.
+        let b = queue.push(waker(), t0, Some(ms(20)));
+        assert!(!queue.arm(ms(20)));
+        let c = queue.push(waker(), t0, Some(ms(30)));
+        assert!(!queue.arm(ms(30)));
+        // A caller's earlier deadline does.
+        let d = queue.push(waker(), t0, Some(ms(5)));
+        assert!(queue.arm(ms(5)));
+        let mut woken = Vec::new();
+        // The ring at 5 ms: d expires. `armed` is 5, the ring's own, so the
+        // earliest left (10) is registered: a duplicate of a's entry, which
+        // the queue no longer knows of (`alarm.rs`, "Duplicates").
+        assert_eq!(queue.expire(ms(5), &mut woken), Some(ms(10)));
+        assert_eq!((queue.state(d), woken.len()), (State::Expired, 1));
+        // A stale ring (its node was served): nothing expires, and the
+        // registration at 10 ms is still pending, so nothing new.
+        queue.cancel(a);
+        assert_eq!(queue.expire(ms(7), &mut woken), None);
+        // The ring at 20 ms expires a and b, keeps the blocked thread
+        // (it times itself), and asks for 30.
+        queue.push(waker(), t0, None);
+        assert_eq!(queue.expire(ms(20), &mut woken), Some(ms(30)));
+        assert_eq!(queue.state(b), State::Expired);
+        assert_eq!(queue.state(c), State::Waiting);
+        assert_eq!(queue.state(blocked), State::Waiting);
+        assert_eq!(queue.expire(ms(30), &mut woken), None);
+        assert_eq!(queue.state(c), State::Expired);
+        assert_eq!(queue.len(), 2);
+        // Nothing armed any more: the next deadline registers.
+        queue.push(waker(), t0, Some(ms(40)));
+        assert!(queue.arm(ms(40)));
+    }
+
+    #[test]
     fn cancel_and_close() {
         let now = Instant::now();
         let mut queue = Queue::default();
-        let a = queue.push(waker(), now);
-        let b = queue.push(waker(), now);
+        let a = queue.push(waker(), now, None);
+        let b = queue.push(waker(), now, None);
         queue.cancel(a);
         assert_eq!(queue.len(), 1);
         let mut woken = Vec::new();
@@ -500,7 +631,7 @@ mod tests {
         queue.leave(a);
         queue.leave(b);
         // Keys are reused.
-        assert!([a, b].contains(&queue.push(waker(), now)));
+        assert!([a, b].contains(&queue.push(waker(), now, None)));
     }
 
     #[test]
