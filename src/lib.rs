@@ -212,6 +212,7 @@ pub mod metrics;
 mod pool;
 mod probe;
 mod reporter;
+mod shepherd;
 mod split;
 mod stats;
 mod supervisor;
@@ -231,6 +232,10 @@ pub use limiter::{Limiter, LimiterBuilder, OwnedPermit, Permit};
 pub use pool::{Pool, PoolBuilder, WeakPool, DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT};
 pub use probe::Probe;
 pub use reporter::{Observe, Reporter, ReporterBuilder, ReporterHandle, DEFAULT_INTERVAL};
+pub use shepherd::{
+    Completion, Failure, Handler, Jitter, LastAttempt, ManualClock, Reason, Recovery, RetryBudget,
+    RetryPolicy, Shepherd, ShepherdBuilder, ShepherdStats, MAX_WORKERS,
+};
 pub use stats::{Rates, ShardStats, Stats};
 #[cfg(feature = "tokio")]
 pub use supervisor::Task;
