@@ -471,6 +471,9 @@ impl<H: Handler> Shepherd<H> {
         let deadline = now().checked_add(timeout);
         let mut core = shared.core.lock();
         loop {
+            // What became due (a clock move the timer has not acted on
+            // yet) is not idle.
+            shared.promote(&mut core, shared.clock.now());
             if Shared::is_idle(&core) {
                 return true;
             }
