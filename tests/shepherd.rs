@@ -7,7 +7,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Waker};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -19,12 +19,15 @@ use sidejob::{
 /// A guard for waits that must end: a test fails instead of hanging.
 const PATIENCE: Duration = Duration::from_secs(20);
 
+/// Every attempt's op, number and clock time.
+type Seen = Arc<Mutex<Vec<(u32, u32, Option<Instant>)>>>;
+
 /// Fails attempts before `succeed_at`, then answers the op; records every
 /// attempt's number and clock time; counts builds.
 struct Script {
     succeed_at: u32,
     clock: Option<ManualClock>,
-    seen: Arc<Mutex<Vec<(u32, u32, Option<Instant>)>>>,
+    seen: Seen,
 }
 
 impl Handler for Script {
@@ -45,10 +48,7 @@ impl Handler for Script {
 fn script(
     succeed_at: u32,
     clock: Option<ManualClock>,
-) -> (
-    impl Fn(usize) -> Script + Send + Sync,
-    Arc<Mutex<Vec<(u32, u32, Option<Instant>)>>>,
-) {
+) -> (impl Fn(usize) -> Script + Send + Sync, Seen) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let shared = Arc::clone(&seen);
     let factory = move |_| Script {
@@ -180,7 +180,7 @@ fn final_failure_carries_the_last_error_and_the_attempt_count() {
 }
 
 /// Fails with a permanent error; asks to be rebuilt after each failure.
-struct Permanent(Arc<AtomicUsize>);
+struct Permanent;
 
 impl Handler for Permanent {
     type Op = ();
@@ -207,7 +207,7 @@ fn an_error_the_handler_calls_final_is_not_retried_and_recovery_rebuilds() {
         .retry(no_backoff(5))
         .build(move |_| {
             counted.fetch_add(1, Ordering::SeqCst);
-            Permanent(Arc::clone(&counted))
+            Permanent
         })
         .unwrap();
     let failure = shepherd.submit(()).unwrap().wait().unwrap_err();
@@ -391,12 +391,15 @@ impl Handler for Gated {
     }
 }
 
+/// Each attempt's op and number, as it starts.
+type Starts = mpsc::Receiver<(u32, u32)>;
+
 fn gated(
     fail_first: bool,
 ) -> (
     impl Fn(usize) -> Gated + Send + Sync,
     mpsc::Sender<()>,
-    mpsc::Receiver<(u32, u32)>,
+    Starts,
 ) {
     let (open, gate) = mpsc::channel();
     let gate = Arc::new(Mutex::new(gate));

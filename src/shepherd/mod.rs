@@ -57,6 +57,11 @@ use self::state::{Core, Factory, Record, Shared, Unit};
 use self::stats::Counters;
 use self::worker::{run_timer, WorkerLoop};
 
+/// What `submit` returns: the operation's completion, or the operation
+/// back with the reason it was refused.
+type Submitted<H> =
+    Result<Completion<<H as Handler>::Output, <H as Handler>::Error>, Refused<<H as Handler>::Op>>;
+
 /// The most workers a shepherd runs: each is an OS thread owning a
 /// resource; far beyond any sensible count.
 pub const MAX_WORKERS: usize = 4096;
@@ -248,7 +253,7 @@ impl<H: Handler> Shepherd<H> {
     /// assert!(held.wait().unwrap_err().is_shutdown());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn submit(&self, op: H::Op) -> Result<Completion<H::Output, H::Error>, Refused<H::Op>> {
+    pub fn submit(&self, op: H::Op) -> Submitted<H> {
         self.admit(op, Duration::ZERO, true)
     }
 
@@ -278,11 +283,7 @@ impl<H: Handler> Shepherd<H> {
     /// assert_eq!(done.wait(), Ok(9));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn submit_after(
-        &self,
-        op: H::Op,
-        delay: Duration,
-    ) -> Result<Completion<H::Output, H::Error>, Refused<H::Op>> {
+    pub fn submit_after(&self, op: H::Op, delay: Duration) -> Submitted<H> {
         self.admit(op, delay, true)
     }
 
@@ -293,16 +294,11 @@ impl<H: Handler> Shepherd<H> {
     ///
     /// [`Refused`] holding the operation: [`Error::Overload`] or
     /// [`Error::Shutdown`].
-    pub fn try_submit(&self, op: H::Op) -> Result<Completion<H::Output, H::Error>, Refused<H::Op>> {
+    pub fn try_submit(&self, op: H::Op) -> Submitted<H> {
         self.admit(op, Duration::ZERO, false)
     }
 
-    fn admit(
-        &self,
-        op: H::Op,
-        delay: Duration,
-        may_wait: bool,
-    ) -> Result<Completion<H::Output, H::Error>, Refused<H::Op>> {
+    fn admit(&self, op: H::Op, delay: Duration, may_wait: bool) -> Submitted<H> {
         let shared = &*self.inner.shared;
         let table = &shared.table;
         // A handler waiting for its own shepherd's capacity could wait for
