@@ -57,7 +57,7 @@
 //!
 //! # Choosing a front-end
 //!
-//! All three share one engine, the sharded admission table, and one
+//! All of them share one engine, the sharded admission table, and one
 //! [`Stats`] snapshot type.
 //!
 //! | you want to bound | use | one unit is | released when |
@@ -65,6 +65,7 @@
 //! | work on the caller's own thread | [`Limiter`] | a [`Permit`] / [`OwnedPermit`] | the permit drops |
 //! | requests to stateful workers (gen_server style) | [`Pool`] | a `call` or `cast` | the worker has *finished* handling it |
 //! | spawned children: threads, tokio tasks, anything | [`Supervisor`] | a [`Child`], [`ChildGuard`] or `Task` | the child ends, normally or by panic |
+//! | idempotent operations that may fail, retried and delayed on one worker per resource | [`Shepherd`] | an operation, from `submit` | its final outcome, after every retry |
 //! | an HTTP or gRPC route (feature `tower`) | `tower::LimitLayer` over a [`Limiter`] | a request | its response is ready |
 //!
 //! # Fail fast, or wait a little
@@ -216,6 +217,7 @@ mod limiter;
 #[doc(hidden)]
 pub mod loom_api;
 mod pool;
+mod shepherd;
 mod stats;
 mod supervisor;
 mod sync;
@@ -239,6 +241,10 @@ pub use limiter::{Limiter, LimiterBuilder, OwnedPermit, Permit};
 pub use pool::{Pool, PoolBuilder, WeakPool, DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT};
 pub use probe::Probe;
 pub use reporter::{Observe, Reporter, ReporterBuilder, ReporterHandle, DEFAULT_INTERVAL};
+pub use shepherd::{
+    Completion, Failure, Handler, Jitter, LastAttempt, ManualClock, Reason, Recovery, RetryBudget,
+    RetryPolicy, Shepherd, ShepherdBuilder, ShepherdStats, MAX_WORKERS,
+};
 pub use stats::{Rates, ShardStats, Stats};
 #[cfg(feature = "tokio")]
 pub use supervisor::Task;

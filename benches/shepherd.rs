@@ -1,0 +1,326 @@
+//! The shepherd beside its peers, in one run: the submit → completion
+//! round trip against `Pool::call` doing the same work; throughput with 10 %
+//! of attempts failing once against a hand-written crossbeam channel with a
+//! retry loop on the same number of workers (what a user writes today, and
+//! how far its queue grows); and a delayed-operation heap of 100k pending
+//! operations (submit cost, due cost, and the CPU an idle shepherd burns).
+//! After criterion's group, a ratio table is printed from side-by-side
+//! timings taken in this same process.
+
+use std::collections::VecDeque;
+use std::hint::black_box;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, BenchmarkId, Criterion};
+use crossbeam_channel::unbounded;
+use sidejob::{Completion, Handler, ManualClock, Pool, RetryPolicy, Shepherd, Worker};
+
+/// A little work per operation, the same for every contender.
+fn work(n: u64, rounds: u32) -> u64 {
+    let mut x = n;
+    for _ in 0..rounds {
+        x = black_box(
+            x.wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407),
+        );
+    }
+    x
+}
+
+/// Answers at once.
+struct Echo;
+
+impl Worker for Echo {
+    type Request = u64;
+    type Reply = u64;
+    type Message = ();
+    fn handle_call(&mut self, n: u64) -> u64 {
+        n + 1
+    }
+    fn handle_cast(&mut self, _: ()) {}
+}
+
+impl Handler for Echo {
+    type Op = u64;
+    type Output = u64;
+    type Error = ();
+    fn handle(&mut self, n: &u64, _: u32) -> Result<u64, ()> {
+        Ok(n + 1)
+    }
+}
+
+/// Every tenth operation fails its first attempt; each attempt does
+/// `ROUNDS` of work.
+struct TenPercent;
+
+const ROUNDS: u32 = 200;
+
+fn ten_percent(op: u64, attempt: u32) -> Result<u64, ()> {
+    let x = work(op, ROUNDS);
+    if op % 10 == 0 && attempt == 1 {
+        Err(())
+    } else {
+        Ok(x)
+    }
+}
+
+impl Handler for TenPercent {
+    type Op = u64;
+    type Output = u64;
+    type Error = ();
+    fn handle(&mut self, op: &u64, attempt: u32) -> Result<u64, ()> {
+        ten_percent(*op, attempt)
+    }
+}
+
+fn echo_shepherd() -> Shepherd<Echo> {
+    Shepherd::builder()
+        .name("bench")
+        .capacity(1024)
+        .workers(1)
+        .build(|_| Echo)
+        .unwrap()
+}
+
+fn echo_pool() -> Pool<Echo> {
+    Pool::builder()
+        .name("bench")
+        .capacity(1024)
+        .workers(1)
+        .build(|_| Echo)
+        .unwrap()
+}
+
+fn round_trip(c: &mut Criterion) {
+    let mut group = c.benchmark_group("round_trip_1worker");
+    let shepherd = echo_shepherd();
+    group.bench_function(BenchmarkId::new("shepherd_submit_wait", 1), |b| {
+        b.iter(|| shepherd.submit(black_box(1)).unwrap().wait().unwrap())
+    });
+    drop(shepherd);
+    let pool = echo_pool();
+    group.bench_function(BenchmarkId::new("pool_call", 1), |b| {
+        b.iter(|| pool.call(black_box(1)).unwrap())
+    });
+    group.finish();
+}
+
+/// ns per operation: the best of several timed runs of `iters`.
+fn ns_per_op(iters: u64, mut op: impl FnMut()) -> f64 {
+    (0..7)
+        .map(|_| {
+            let began = Instant::now();
+            for _ in 0..iters {
+                op();
+            }
+            began.elapsed().as_nanos() as f64 / iters as f64
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Operations per second through the shepherd, from one submitter that
+/// keeps the shepherd full: on `Overload` it waits for its oldest handle.
+fn shepherd_throughput(ops: u64, workers: usize, capacity: usize) -> f64 {
+    let shepherd = Shepherd::builder()
+        .name("bench")
+        .capacity(capacity)
+        .workers(workers)
+        .retry(
+            RetryPolicy::new()
+                .max_attempts(3)
+                .backoff(Duration::ZERO, Duration::ZERO)
+                .budget(None),
+        )
+        .build(|_| TenPercent)
+        .unwrap();
+    let began = Instant::now();
+    let mut pending: VecDeque<Completion<u64, ()>> = VecDeque::with_capacity(capacity);
+    for op in 0..ops {
+        let mut op = op;
+        loop {
+            match shepherd.submit(op) {
+                Ok(done) => {
+                    pending.push_back(done);
+                    break;
+                }
+                Err(refused) => {
+                    op = refused.into_inner();
+                    if let Some(done) = pending.pop_front() {
+                        done.wait().unwrap();
+                    }
+                }
+            }
+        }
+    }
+    for done in pending {
+        done.wait().unwrap();
+    }
+    ops as f64 / began.elapsed().as_secs_f64()
+}
+
+/// The same workload by hand: an unbounded crossbeam channel, `workers`
+/// threads each with a retry loop, a oneshot reply per operation. Returns
+/// operations per second and the longest the channel grew.
+fn hand_written_throughput(ops: u64, workers: usize) -> (f64, usize) {
+    let (jobs, inbox) = unbounded::<(u64, oneshot::Sender<u64>)>();
+    let threads: Vec<_> = (0..workers)
+        .map(|_| {
+            let inbox = inbox.clone();
+            thread::spawn(move || {
+                for (op, reply) in inbox {
+                    for attempt in 1..=3 {
+                        if let Ok(value) = ten_percent(op, attempt) {
+                            let _ = reply.send(value);
+                            break;
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    let began = Instant::now();
+    let mut replies = Vec::with_capacity(ops as usize);
+    let mut longest = 0;
+    for op in 0..ops {
+        let (reply, answer) = oneshot::channel();
+        jobs.send((op, reply)).unwrap();
+        replies.push(answer);
+        longest = longest.max(jobs.len());
+    }
+    for answer in replies {
+        answer.recv().unwrap();
+    }
+    let rate = ops as f64 / began.elapsed().as_secs_f64();
+    drop(jobs);
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    (rate, longest)
+}
+
+/// Process CPU time (user + system) so far, from /proc/self/stat.
+fn cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux
+}
+
+const PENDING: usize = 100_000;
+
+/// The delayed heap: ns per `submit_after` into a heap growing to 100k,
+/// and ns per operation to make all of them due and complete them.
+fn delayed_heap() -> (f64, f64) {
+    let clock = ManualClock::new();
+    let shepherd = Shepherd::builder()
+        .name("bench")
+        .capacity(PENDING)
+        .workers(2)
+        .clock(clock.clone())
+        .build(|_| Echo)
+        .unwrap();
+    let began = Instant::now();
+    let mut handles = Vec::with_capacity(PENDING);
+    for i in 0..PENDING as u64 {
+        // Spread over 100 s, in no order.
+        let delay = Duration::from_millis(i.wrapping_mul(7919) % 100_000 + 1);
+        handles.push(shepherd.submit_after(i, delay).unwrap());
+    }
+    let submit = began.elapsed().as_nanos() as f64 / PENDING as f64;
+    assert_eq!(shepherd.stats().delayed, PENDING);
+    let began = Instant::now();
+    clock.advance(Duration::from_secs(101));
+    assert!(shepherd.wait_idle(Duration::from_secs(120)));
+    let due = began.elapsed().as_nanos() as f64 / PENDING as f64;
+    assert_eq!(shepherd.stats().succeeded, PENDING as u64);
+    drop(handles);
+    (submit, due)
+}
+
+fn ratio_table() {
+    println!("\n== shepherd: ratios measured side by side in this run ==");
+    let shepherd = echo_shepherd();
+    let ours = ns_per_op(50_000, || {
+        shepherd.submit(black_box(1)).unwrap().wait().unwrap();
+    });
+    drop(shepherd);
+    let pool = echo_pool();
+    let peer = ns_per_op(50_000, || {
+        pool.call(black_box(1)).unwrap();
+    });
+    drop(pool);
+    println!("submit -> completion round trip, 1 worker: shepherd {ours:.0} ns | Pool::call {peer:.0} ns");
+    println!(
+        "  ratio shepherd/pool = {:.2}  (target <= 1.3)",
+        ours / peer
+    );
+
+    const OPS: u64 = 100_000;
+    let mut ours = 0f64;
+    let mut hand = 0f64;
+    let mut longest = 0;
+    for _ in 0..3 {
+        ours = ours.max(shepherd_throughput(OPS, 2, 1024));
+        let (rate, grew) = hand_written_throughput(OPS, 2);
+        hand = hand.max(rate);
+        longest = longest.max(grew);
+    }
+    println!(
+        "throughput, 2 workers, 10% of ops fail once ({ROUNDS} rounds of work per attempt): shepherd {:.0}k ops/s (capacity 1024: at most 1024 held) | hand-written channel + retry loop {:.0}k ops/s (queue grew to {longest})",
+        ours / 1e3,
+        hand / 1e3
+    );
+    println!(
+        "  ratio shepherd/hand-written = {:.2}  (target >= 1)",
+        ours / hand
+    );
+
+    let (submit, due) = delayed_heap();
+    println!(
+        "delayed heap, {PENDING} pending: submit_after {submit:.0} ns/op | due + complete {due:.0} ns/op (2 workers)"
+    );
+    let clock_free = Shepherd::builder()
+        .name("bench")
+        .capacity(PENDING)
+        .workers(2)
+        .build(|_| Echo)
+        .unwrap();
+    let handles: Vec<_> = (0..PENDING as u64)
+        .map(|i| {
+            clock_free
+                .submit_after(i, Duration::from_secs(3600))
+                .unwrap()
+        })
+        .collect();
+    if let Some(before) = cpu_time() {
+        thread::sleep(Duration::from_secs(1));
+        if let Some(after) = cpu_time() {
+            println!(
+                "idle shepherd (2 workers, {PENDING} delayed for an hour) for 1 s: {} ms of CPU (resolution 10 ms)",
+                (after - before).as_millis()
+            );
+        }
+    }
+    drop(clock_free);
+    drop(handles);
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(20)
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = round_trip
+}
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    ratio_table();
+}

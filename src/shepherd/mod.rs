@@ -1,0 +1,881 @@
+//! [`Shepherd`]: retried and delayed operations on a fixed set of workers,
+//! each owning one limited resource, with a completion handle per
+//! operation: the fourth front-end on the admission table.
+//!
+//! The pattern is the seed's "pooled workers and a shepherd": a queue of
+//! independent, idempotent operations; one worker per resource instance (a
+//! database connection, a CPU); and a shepherd that hands each due
+//! operation to whichever worker is free, retries a failed one after a
+//! delay until too many attempts were made, completes the caller's handle
+//! with the final result, and recovers failed workers. Compared with a
+//! classic pool that lends out resources (HikariCP), callers never hold a
+//! resource while doing something else, cannot deadlock across pools, and
+//! do not each re-implement error handling. Compared with dispatching work
+//! to a worker at request time, an operation waits in one queue and goes to
+//! the first worker free, so a slow worker delays nothing queued behind it.
+//!
+//! Files: `handler.rs` (the [`Handler`] trait), `policy.rs` (retries,
+//! backoff, jitter, budget), `queue.rs` (the due-time-ordered store behind
+//! a seam), `state.rs` (the shared state and the retry decision),
+//! `worker.rs` (the worker and timer loops, and what a late attempt does),
+//! `handle.rs` ([`Completion`], [`Failure`]), `clock.rs` ([`ManualClock`]),
+//! `stats.rs` ([`ShepherdStats`]).
+
+mod clock;
+mod handle;
+mod handler;
+mod policy;
+mod queue;
+mod state;
+mod stats;
+mod worker;
+
+pub use clock::ManualClock;
+pub use handle::{Completion, Failure, LastAttempt, Reason};
+pub use handler::{Handler, Recovery};
+pub use policy::{Jitter, RetryBudget, RetryPolicy};
+pub use stats::ShepherdStats;
+
+use std::collections::hash_map::RandomState;
+use std::collections::BinaryHeap;
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::time::{Duration, Instant};
+
+use crate::error::{ConfigError, Error, Refused};
+use crate::health::{Alarm, AlarmEvent};
+use crate::pool::{DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT};
+use crate::probe::Probe;
+use crate::sync::{now, os_thread, Arc, AtomicUsize, Condvar, Mutex};
+use crate::table::Table;
+use crate::waiters::{Policy, QueueOrder};
+
+use self::clock::Clock;
+use self::policy::{Budget, Rng};
+use self::queue::{InMemory, Store};
+use self::state::{Core, Factory, Record, Shared, Unit};
+use self::stats::Counters;
+use self::worker::{run_timer, WorkerLoop};
+
+/// What `submit` returns: the operation's completion, or the operation
+/// back with the reason it was refused.
+type Submitted<H> =
+    Result<Completion<<H as Handler>::Output, <H as Handler>::Error>, Refused<<H as Handler>::Op>>;
+
+/// The most workers a shepherd runs: each is an OS thread owning a
+/// resource; far beyond any sensible count.
+pub const MAX_WORKERS: usize = 4096;
+
+/// Retries and delays idempotent operations on a fixed set of workers, one
+/// per limited resource, and completes each caller's [`Completion`] with
+/// the final result.
+///
+/// Each worker thread owns a [`Handler`] built by the factory (a database
+/// connection, say) and takes one due operation at a time from a shared
+/// queue: whichever worker is free runs the next one. A failed attempt (an
+/// `Err`, a panic, or a run past the
+/// [`attempt_timeout`](ShepherdBuilder::attempt_timeout)) is retried after
+/// a backoff, as the [`RetryPolicy`] allows, until it succeeds or the
+/// shepherd gives up; the caller's handle then gets the output or a
+/// [`Failure`] carrying the last error and the attempt count.
+///
+/// Admission goes through the same sharded table as the other front-ends:
+/// an operation takes one unit of `capacity` when submitted and holds it
+/// until its *final* outcome, delays and retries included. So `capacity`
+/// bounds everything the shepherd holds (due, delayed, running): nothing
+/// queues without limit behind it, and a full shepherd answers
+/// [`Error::Overload`] at once (or lets the caller wait, with a waiting
+/// room: [`max_waiters`](ShepherdBuilder::max_waiters)).
+///
+/// `Shepherd` is a handle: clone it, send it to other threads. Dropping the
+/// last handle shuts it down ([`shutdown`](Self::shutdown)).
+///
+/// # Semantics
+///
+/// * **Exact capacity.** Operations admitted and not completed never
+///   exceed the capacity in force.
+/// * **A delayed operation occupies no worker.** Workers sleep until an
+///   operation is due; one timer thread sleeps until the earliest due time
+///   or attempt deadline. Nothing polls: an idle shepherd uses no CPU,
+///   whatever it holds for later.
+/// * **Every handle resolves, once.** With the output, or a [`Failure`]:
+///   attempts exhausted, an error the handler calls final
+///   ([`Handler::is_retryable`]), the retry budget spent, or shutdown.
+/// * **Released before completed.** The unit goes back before the handle
+///   resolves, so a caller that gets its result and submits again never
+///   meets its own stale unit.
+/// * **Panics** fail the attempt, rebuild the worker's handler with the
+///   factory, and are retried like errors unless the policy says not to.
+/// * **A late attempt** (past `attempt_timeout`) cannot be killed: its
+///   caller is answered (retry or failure) at the deadline, its result is
+///   dropped when it returns, and its worker is waited for (not replaced)
+///   and then rebuilt, so a hanging resource never makes the shepherd hold
+///   more resources than it has workers.
+/// * **Shutdown** refuses new operations, still runs every operation that
+///   is due, and completes every one that is not yet due (a delay or a
+///   retry's backoff) with [`Reason::Shutdown`] at once rather than wait
+///   for it or run it early: from then on, a failed attempt is final.
+///
+/// # Memory ordering
+///
+/// Everything a caller did before `submit` happens-before each attempt of
+/// the operation (the queue is under a lock); everything the attempt that
+/// completed it did happens-before the handle resolves (the reply slot).
+///
+/// # Examples
+///
+/// Retry a flaky resource; the caller sees only the final result:
+///
+/// ```
+/// use std::time::Duration;
+/// use sidejob::{Handler, RetryPolicy, Shepherd};
+///
+/// /// Fails the first two attempts of every operation, then succeeds.
+/// struct Flaky;
+///
+/// impl Handler for Flaky {
+///     type Op = String;
+///     type Output = usize;
+///     type Error = &'static str;
+///     fn handle(&mut self, op: &String, attempt: u32) -> Result<usize, &'static str> {
+///         if attempt < 3 { Err("busy, try later") } else { Ok(op.len()) }
+///     }
+/// }
+///
+/// let shepherd = Shepherd::builder()
+///     .name("db")
+///     .capacity(100) // operations held: due, delayed or running
+///     .workers(2)    // two connections
+///     .retry(RetryPolicy::new().max_attempts(5).backoff(Duration::from_millis(1), Duration::from_millis(10)))
+///     .build(|_worker| Flaky)?;
+///
+/// let done = shepherd.submit("hello".to_string())?;
+/// assert_eq!(done.wait(), Ok(5));
+/// assert_eq!(shepherd.stats().attempts, 3);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Watch the seed's health figure: alarm when the due count stays above the
+/// worker count for too long.
+///
+/// ```
+/// use std::time::Duration;
+/// use sidejob::{Alarm, Handler, Shepherd};
+/// # struct Echo;
+/// # impl Handler for Echo {
+/// #     type Op = u8; type Output = u8; type Error = ();
+/// #     fn handle(&mut self, n: &u8, _: u32) -> Result<u8, ()> { Ok(*n) }
+/// # }
+///
+/// let shepherd = Shepherd::builder().capacity(64).workers(4).build(|_| Echo)?;
+/// let behind = Alarm::builder()
+///     .name("shepherd_behind")
+///     .threshold(shepherd.workers())
+///     .raise_after(Duration::from_secs(60))
+///     .build()?;
+/// // On your timer (a reporter's tick, a runtime interval):
+/// assert_eq!(shepherd.observe_due(&behind), None);
+/// assert!(!behind.is_raised());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Shepherd<H: Handler> {
+    inner: Arc<Inner<H>>,
+}
+
+struct Inner<H: Handler> {
+    shared: Arc<Shared<H>>,
+    /// Taken (and joined) by the first shutdown.
+    threads: Mutex<Vec<os_thread::JoinHandle<()>>>,
+    /// The workers and the timer: none of them may wait for itself.
+    thread_ids: Box<[os_thread::ThreadId]>,
+    name: Arc<str>,
+    workers: usize,
+    /// Wakes the timer when a manual clock moves; the clock holds it
+    /// weakly.
+    _listener: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+impl Shepherd<Unbuilt> {
+    /// A builder; the only way to make a shepherd. The handler type is
+    /// fixed by the factory given to [`ShepherdBuilder::build`].
+    pub fn builder() -> ShepherdBuilder {
+        ShepherdBuilder::default()
+    }
+}
+
+/// Names no handler: it only lets `Shepherd::builder()` be written without
+/// a type argument. It has no values, so no `Shepherd<Unbuilt>` exists.
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum Unbuilt {}
+
+impl Handler for Unbuilt {
+    type Op = ();
+    type Output = ();
+    type Error = ();
+    fn handle(&mut self, _: &(), _: u32) -> Result<(), ()> {
+        match *self {}
+    }
+}
+
+impl<H: Handler> Shepherd<H> {
+    /// Submits an operation to be attempted as soon as a worker is free,
+    /// and retried as the policy says; its [`Completion`].
+    ///
+    /// If the shepherd is full, the operation is refused at once, unless
+    /// it has a waiting room ([`ShepherdBuilder::max_waiters`]): then the
+    /// caller waits for a unit, for up to
+    /// [`max_wait`](ShepherdBuilder::max_wait). Called from one of this
+    /// shepherd's own handlers, it never waits.
+    ///
+    /// # Errors
+    ///
+    /// [`Refused`] holding the operation: [`Error::Overload`] when every
+    /// unit is held (and the waiting room, if any, is full),
+    /// [`Error::Timeout`] when it waited `max_wait` in vain,
+    /// [`Error::Shutdown`] once shut down. `?` turns it into an [`Error`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{Error, Handler, Shepherd};
+    /// # struct Echo;
+    /// # impl Handler for Echo {
+    /// #     type Op = u8; type Output = u8; type Error = ();
+    /// #     fn handle(&mut self, n: &u8, _: u32) -> Result<u8, ()> { Ok(*n) }
+    /// # }
+    /// let shepherd = Shepherd::builder().capacity(1).build(|_| Echo)?;
+    /// let held = shepherd.submit_after(1, std::time::Duration::from_secs(60))?;
+    /// let refused = shepherd.submit(2).unwrap_err(); // the delayed one holds the unit
+    /// assert_eq!(refused.error(), Error::Overload);
+    /// assert_eq!(refused.into_inner(), 2);
+    /// shepherd.shutdown();
+    /// assert!(held.wait().unwrap_err().is_shutdown());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn submit(&self, op: H::Op) -> Submitted<H> {
+        self.admit(op, Duration::ZERO, true)
+    }
+
+    /// Like [`submit`](Self::submit), but the operation becomes due only
+    /// after `delay` (on the shepherd's clock): the seed's delayed enqueue.
+    /// Until then it holds its unit of capacity and no worker.
+    ///
+    /// # Errors
+    ///
+    /// As [`submit`](Self::submit).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sidejob::{Handler, ManualClock, Shepherd};
+    /// # struct Echo;
+    /// # impl Handler for Echo {
+    /// #     type Op = u8; type Output = u8; type Error = ();
+    /// #     fn handle(&mut self, n: &u8, _: u32) -> Result<u8, ()> { Ok(*n) }
+    /// # }
+    /// let clock = ManualClock::new();
+    /// let shepherd = Shepherd::builder().capacity(8).clock(clock.clone()).build(|_| Echo)?;
+    /// let done = shepherd.submit_after(9, Duration::from_secs(5))?;
+    /// assert_eq!(shepherd.stats().delayed, 1);
+    /// clock.advance(Duration::from_secs(5));
+    /// assert_eq!(done.wait(), Ok(9));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn submit_after(&self, op: H::Op, delay: Duration) -> Submitted<H> {
+        self.admit(op, delay, true)
+    }
+
+    /// Like [`submit`](Self::submit), but never waits for capacity,
+    /// whatever the waiting policy.
+    ///
+    /// # Errors
+    ///
+    /// [`Refused`] holding the operation: [`Error::Overload`] or
+    /// [`Error::Shutdown`].
+    pub fn try_submit(&self, op: H::Op) -> Submitted<H> {
+        self.admit(op, Duration::ZERO, false)
+    }
+
+    fn admit(&self, op: H::Op, delay: Duration, may_wait: bool) -> Submitted<H> {
+        let shared = &*self.inner.shared;
+        let table = &shared.table;
+        // A handler waiting for its own shepherd's capacity could wait for
+        // the very unit it holds; it is refused instead.
+        let wait = may_wait && table.has_room() && !self.inner.on_own_thread();
+        let admitted = if wait {
+            table.acquire_waiting(None)
+        } else {
+            table.acquire()
+        };
+        let shard = match admitted {
+            Ok(shard) => shard,
+            Err(error) => return Err(Refused::new(error, op)),
+        };
+        let unit = Unit::new(Arc::clone(table), shard);
+        let now = shared.clock.now();
+        let due = now.checked_add(delay).unwrap_or_else(|| far_future(now));
+        let mut core = shared.core.lock();
+        if core.closing {
+            // Admitted just before the table closed, but shutdown has
+            // drained the queue: hand the operation back.
+            drop(core);
+            drop(unit);
+            return Err(Refused::new(Error::Shutdown, op));
+        }
+        if let Some(budget) = core.budget.as_mut() {
+            budget.deposit(now);
+        }
+        let (reply, receiver) = oneshot::channel();
+        let record = Record {
+            op: Arc::new(op),
+            attempts: 0,
+            last: LastAttempt::None,
+            reply,
+            unit,
+            submitted: now,
+        };
+        shared.schedule(&mut core, record, due, now);
+        drop(core);
+        Ok(Completion::new(receiver, shared.spin))
+    }
+
+    /// Operations held now: due, delayed or running.
+    pub fn usage(&self) -> usize {
+        self.inner.shared.table.usage()
+    }
+
+    /// The most operations it may hold at once.
+    pub fn capacity(&self) -> usize {
+        self.inner.shared.table.capacity()
+    }
+
+    /// Operations that could be admitted now; a reading, not a
+    /// reservation.
+    pub fn available(&self) -> usize {
+        self.inner.shared.table.available()
+    }
+
+    /// Changes the capacity while it runs (see
+    /// [`Limiter::set_capacity`](crate::Limiter::set_capacity)): a shrink
+    /// drops nothing held, and admits nothing until the holdings fit.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming `capacity` if it is too large to count.
+    pub fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
+        self.inner.shared.table.set_capacity(capacity)
+    }
+
+    /// Callers waiting for capacity now (0 without a waiting room).
+    pub fn waiting(&self) -> usize {
+        self.inner.shared.table.waiting()
+    }
+
+    /// Worker threads (one handler, one resource each).
+    pub fn workers(&self) -> usize {
+        self.inner.workers
+    }
+
+    /// The shepherd's name; threads are `{name}-{index}` and
+    /// `{name}-timer`.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Operations due now and waiting for a worker: the seed's health
+    /// figure, which should routinely drop below [`workers`](Self::workers).
+    pub fn due(&self) -> usize {
+        let shared = &*self.inner.shared;
+        let mut core = shared.core.lock();
+        shared.promote(&mut core, shared.clock.now());
+        core.queue.due()
+    }
+
+    /// Feeds `alarm` the [`due`](Self::due) count, at the shepherd's clock
+    /// time; the change it caused, if any. Call it on a timer (a
+    /// [`Reporter`](crate::Reporter) feeds only the [`Stats`](crate::Stats)
+    /// figures; this is the shepherd's own). See the example on
+    /// [`Shepherd`].
+    pub fn observe_due(&self, alarm: &Alarm) -> Option<AlarmEvent> {
+        let due = self.due();
+        alarm.observe(due, self.inner.shared.clock.now())
+    }
+
+    /// A snapshot of the figures; see [`ShepherdStats`].
+    pub fn stats(&self) -> ShepherdStats {
+        let shared = &*self.inner.shared;
+        let (due, delayed, running, busy, next_due) = {
+            let mut core = shared.core.lock();
+            shared.promote(&mut core, shared.clock.now());
+            (
+                core.queue.due(),
+                core.queue.delayed(),
+                core.running,
+                core.busy,
+                core.queue.next_due(),
+            )
+        };
+        let workers = self.inner.workers;
+        let mut stats = ShepherdStats {
+            due,
+            delayed,
+            running,
+            busy,
+            idle: workers.saturating_sub(busy),
+            workers,
+            next_due,
+            attempts: 0,
+            retries: 0,
+            panicked: 0,
+            timed_out: 0,
+            budget_refused: 0,
+            succeeded: 0,
+            failed: 0,
+            processed: 0,
+            processing_time: Duration::ZERO,
+            turnaround_time: Duration::ZERO,
+            admission: shared.table.stats(),
+        };
+        shared.counters.read_into(&mut stats);
+        stats
+    }
+
+    /// Waits up to `timeout` (real time) until nothing is due and no
+    /// attempt runs: every operation is completed or delayed. True if it
+    /// got there. For tests and graceful drains.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # use sidejob::{Handler, Shepherd};
+    /// # struct Echo;
+    /// # impl Handler for Echo {
+    /// #     type Op = u8; type Output = u8; type Error = ();
+    /// #     fn handle(&mut self, n: &u8, _: u32) -> Result<u8, ()> { Ok(*n) }
+    /// # }
+    /// let shepherd = Shepherd::builder().capacity(8).build(|_| Echo)?;
+    /// let _ = shepherd.submit(1)?; // handle dropped: it still runs
+    /// assert!(shepherd.wait_idle(Duration::from_secs(60)));
+    /// assert_eq!(shepherd.stats().succeeded, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let shared = &*self.inner.shared;
+        let deadline = now().checked_add(timeout);
+        let mut core = shared.core.lock();
+        loop {
+            // What became due (a clock move the timer has not acted on
+            // yet) is not idle.
+            shared.promote(&mut core, shared.clock.now());
+            if Shared::is_idle(&core) {
+                return true;
+            }
+            let at = now();
+            if deadline.is_some_and(|deadline| at >= deadline) {
+                return false;
+            }
+            let until = deadline.unwrap_or(at + Duration::from_secs(3600));
+            (core, _) = shared.idle.wait_until(core, until);
+        }
+    }
+
+    /// True once [`shutdown`](Self::shutdown) has begun.
+    pub fn is_shutdown(&self) -> bool {
+        self.inner.shared.table.is_closed()
+    }
+
+    /// Stops the shepherd: refuses new operations with
+    /// [`Error::Shutdown`]; completes every operation not yet due (waiting
+    /// for its delay or a retry) with a [`Failure`] of
+    /// [`Reason::Shutdown`], carrying its last error and attempt count;
+    /// runs every operation already due, whose failures are then final
+    /// (no more delays); runs each handler's
+    /// [`terminate`](Handler::terminate); and joins the threads. Every
+    /// handle resolves.
+    ///
+    /// Idempotent. Called from a handler (a thread cannot join itself), it
+    /// begins the shutdown and returns. A handler that never returns keeps
+    /// it waiting, as it would a [`Pool`](crate::Pool)'s.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sidejob::{Error, Handler, Reason, Shepherd};
+    /// # struct Echo;
+    /// # impl Handler for Echo {
+    /// #     type Op = u8; type Output = u8; type Error = ();
+    /// #     fn handle(&mut self, n: &u8, _: u32) -> Result<u8, ()> { Ok(*n) }
+    /// # }
+    /// let shepherd = Shepherd::builder().capacity(8).build(|_| Echo)?;
+    /// let now = shepherd.submit(1)?;
+    /// let later = shepherd.submit_after(2, Duration::from_secs(3600))?;
+    /// shepherd.shutdown();
+    /// assert_eq!(now.wait(), Ok(1));
+    /// let failure = later.wait().unwrap_err();
+    /// assert_eq!((failure.reason(), failure.attempts()), (Reason::Shutdown, 0));
+    /// assert_eq!(shepherd.submit(3).unwrap_err().error(), Error::Shutdown);
+    /// assert_eq!(shepherd.usage(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+}
+
+impl<H: Handler> Inner<H> {
+    fn on_own_thread(&self) -> bool {
+        self.thread_ids.contains(&os_thread::current().id())
+    }
+
+    fn shutdown(&self) {
+        let shared = &*self.shared;
+        // 1. No new admission: a take either came before this (and finds
+        //    `closing` below, or was queued before it) or is refused.
+        shared.table.close();
+        // 2. No more delays: what waits for its time is completed now.
+        let drained = {
+            let mut core = shared.core.lock();
+            let drained = if core.closing {
+                Vec::new()
+            } else {
+                core.closing = true;
+                core.queue.drain_delayed()
+            };
+            for worker in shared.work.iter() {
+                worker.notify_all();
+            }
+            shared.timer.notify_all();
+            shared.idle.notify_all();
+            drained
+        };
+        for mut record in drained {
+            let last = std::mem::replace(&mut record.last, LastAttempt::None);
+            let failure = Failure::new(Reason::Shutdown, last, record.attempts);
+            shared.finish(record, Err(failure));
+        }
+        // 3. Join, unless this is one of the shepherd's own threads.
+        if self.on_own_thread() {
+            return;
+        }
+        let mut threads = self.threads.lock();
+        for thread in threads.drain(..) {
+            // The loops catch every user panic; a join error would be a
+            // bug there, and shutdown must not panic on it.
+            let _ = thread.join();
+        }
+    }
+}
+
+impl<H: Handler> Drop for Inner<H> {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl<H: Handler> Clone for Shepherd<H> {
+    fn clone(&self) -> Self {
+        Shepherd {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<H: Handler> fmt::Debug for Shepherd<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shepherd")
+            .field("name", &self.name())
+            .field("capacity", &self.capacity())
+            .field("workers", &self.workers())
+            .field("usage", &self.usage())
+            .field("shutdown", &self.is_shutdown())
+            .finish()
+    }
+}
+
+/// The latest representable instant not too far past `now`, for a delay
+/// too long for an `Instant`: a century, or a year.
+fn far_future(now: Instant) -> Instant {
+    const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+    now.checked_add(YEAR * 100)
+        .or_else(|| now.checked_add(YEAR))
+        .unwrap_or(now)
+}
+
+/// Configures a [`Shepherd`]; made by [`Shepherd::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use sidejob::{Jitter, RetryPolicy, Shepherd};
+/// # use sidejob::Handler;
+/// # struct Echo;
+/// # impl Handler for Echo {
+/// #     type Op = u8; type Output = u8; type Error = ();
+/// #     fn handle(&mut self, n: &u8, _: u32) -> Result<u8, ()> { Ok(*n) }
+/// # }
+/// let shepherd = Shepherd::builder()
+///     .name("mailer")
+///     .capacity(10_000)
+///     .workers(4)
+///     .retry(RetryPolicy::new().max_attempts(6).jitter(Jitter::Full))
+///     .attempt_timeout(Duration::from_secs(30))
+///     .build(|_| Echo)?;
+/// assert_eq!((shepherd.capacity(), shepherd.workers()), (10_000, 4));
+///
+/// let err = Shepherd::builder().capacity(1).retry(RetryPolicy::new().max_attempts(0))
+///     .build(|_| Echo).unwrap_err();
+/// assert_eq!(err.to_string(), "invalid `max_attempts`: must be at least 1");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ShepherdBuilder {
+    name: Option<String>,
+    capacity: Option<usize>,
+    workers: Option<usize>,
+    shards: Option<usize>,
+    probe: Probe,
+    policy: Policy,
+    retry: RetryPolicy,
+    attempt_timeout: Option<Duration>,
+    spin_wait: Option<Duration>,
+    clock: Clock,
+    seed: Option<u64>,
+}
+
+impl ShepherdBuilder {
+    /// The name of its threads (`{name}-{index}`, `{name}-timer`).
+    /// Defaults to `"shepherd"`; must not contain a NUL byte.
+    pub fn name(&mut self, name: impl Into<String>) -> &mut Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// How many operations it may hold at once, due, delayed or running.
+    /// Required; at least 1.
+    pub fn capacity(&mut self, capacity: usize) -> &mut Self {
+        self.capacity = Some(capacity);
+        self
+    }
+
+    /// How many workers, one handler (one resource) each. Defaults to the
+    /// number of CPUs; for CPU-bound work the seed advises one fewer.
+    pub fn workers(&mut self, workers: usize) -> &mut Self {
+        self.workers = Some(workers);
+        self
+    }
+
+    /// Shards of the admission table; defaults to the number of CPUs.
+    pub fn shards(&mut self, shards: usize) -> &mut Self {
+        self.shards = Some(shards);
+        self
+    }
+
+    /// Where a submitter starts probing the table; see [`Probe`].
+    pub fn probe(&mut self, probe: Probe) -> &mut Self {
+        self.probe = probe;
+        self
+    }
+
+    /// How many submitters may wait for capacity when it is full; 0 (the
+    /// default) refuses at once. See [`PoolBuilder::max_waiters`](crate::PoolBuilder::max_waiters).
+    pub fn max_waiters(&mut self, waiters: usize) -> &mut Self {
+        self.policy.max_waiters = waiters;
+        self
+    }
+
+    /// How long one submitter may wait for capacity.
+    pub fn max_wait(&mut self, wait: Duration) -> &mut Self {
+        self.policy.max_wait = wait;
+        self
+    }
+
+    /// Which waiting submitter a freed unit goes to; see [`QueueOrder`].
+    pub fn queue_order(&mut self, order: QueueOrder) -> &mut Self {
+        self.policy.order = order;
+        self
+    }
+
+    /// The retry policy; [`RetryPolicy::default`] by default.
+    pub fn retry(&mut self, policy: RetryPolicy) -> &mut Self {
+        self.retry = policy;
+        self
+    }
+
+    /// The longest one attempt may take before it counts as failed (and
+    /// is retried or failed, as the policy says); none by default. The late
+    /// attempt itself cannot be stopped; see [`Shepherd`] ("A late
+    /// attempt").
+    pub fn attempt_timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.attempt_timeout = Some(timeout);
+        self
+    }
+
+    /// How long an idle worker, and a waiting [`Completion::wait`], poll
+    /// before they sleep; [`DEFAULT_SPIN_WAIT`] by default, at most
+    /// [`MAX_SPIN_WAIT`]. See [`PoolBuilder::spin_wait`](crate::PoolBuilder::spin_wait).
+    pub fn spin_wait(&mut self, spin: Duration) -> &mut Self {
+        self.spin_wait = Some(spin);
+        self
+    }
+
+    /// Runs the shepherd's time (delays, backoff, attempt timeouts, the
+    /// retry budget) on `clock` instead of the real one: for tests.
+    pub fn clock(&mut self, clock: ManualClock) -> &mut Self {
+        self.clock = Clock::Manual(clock);
+        self
+    }
+
+    /// Seeds the jitter's random draws, so a test sees the same delays
+    /// every run; by default a random seed.
+    pub fn seed(&mut self, seed: u64) -> &mut Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Starts the workers, each with the handler `factory(index)` returns,
+    /// and the timer thread.
+    ///
+    /// The factory runs on the worker's own thread, at start and after
+    /// every panic or [`Recovery::Rebuild`] (a restart).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the field when `capacity` is unset, 0 or too
+    /// large; `workers` is 0 or above [`MAX_WORKERS`]; `shards` is 0 or too
+    /// large; `spin_wait` is above [`MAX_SPIN_WAIT`]; `attempt_timeout` is
+    /// zero; `name` has a NUL byte; the retry policy is invalid
+    /// (`max_attempts` 0, `backoff` initial above max, `budget` out of
+    /// range); or the waiting settings are (`max_waiters`, `queue_order`).
+    /// Naming `workers` if the OS refused a thread (those started are shut
+    /// down first).
+    pub fn build<H, F>(&self, factory: F) -> Result<Shepherd<H>, ConfigError>
+    where
+        H: Handler,
+        F: Fn(usize) -> H + Send + Sync + 'static,
+    {
+        let name: Arc<str> = Arc::from(self.name.as_deref().unwrap_or("shepherd"));
+        if name.contains('\0') {
+            return Err(ConfigError::nul("name"));
+        }
+        let capacity = self.capacity.ok_or(ConfigError::missing("capacity"))?;
+        let workers = self.workers.unwrap_or_else(num_cpus::get);
+        if workers == 0 {
+            return Err(ConfigError::zero("workers"));
+        }
+        if workers > MAX_WORKERS {
+            return Err(ConfigError::too_large("workers", MAX_WORKERS));
+        }
+        let spin = self.spin_wait.unwrap_or(DEFAULT_SPIN_WAIT);
+        if spin > MAX_SPIN_WAIT {
+            return Err(ConfigError::too_long("spin_wait", MAX_SPIN_WAIT));
+        }
+        if self.attempt_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(ConfigError::zero_duration("attempt_timeout"));
+        }
+        self.retry.check()?;
+        let shards = self.shards.unwrap_or_else(num_cpus::get);
+        let table = Table::new(capacity, shards, self.probe)?.with_policy(&self.policy)?;
+        let seed = self.seed.unwrap_or_else(|| {
+            // A per-process random key from std; no clock, no dependency.
+            RandomState::new().build_hasher().finish()
+        });
+        let start = self.clock.now();
+        let shared = Arc::new(Shared {
+            table: Arc::new(table),
+            core: Mutex::new(Core {
+                queue: InMemory::new(),
+                budget: self.retry.retry_budget().map(|b| Budget::new(b, start)),
+                rng: Rng::new(seed),
+                deadlines: BinaryHeap::new(),
+                closing: false,
+                running: 0,
+                busy: 0,
+                alive: workers,
+                sleepers: Vec::with_capacity(workers),
+                timer_wake: None,
+                next_token: 0,
+            }),
+            work: (0..workers).map(|_| Condvar::new()).collect(),
+            timer: Condvar::new(),
+            idle: Condvar::new(),
+            slots: (0..workers).map(|_| Mutex::new(None)).collect(),
+            due_hint: AtomicUsize::new(0),
+            counters: Counters::default(),
+            policy: self.retry,
+            attempt_timeout: self.attempt_timeout,
+            clock: self.clock.clone(),
+            spin,
+            factory: Arc::new(factory) as Arc<Factory<H>>,
+        });
+        let listener = match &self.clock {
+            Clock::System => None,
+            Clock::Manual(clock) => {
+                let weak = Arc::downgrade(&shared);
+                let listener: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+                    if let Some(shared) = weak.upgrade() {
+                        // Under the lock: the timer reads the clock under
+                        // it, so it either sees the move or is asleep and
+                        // gets this notification.
+                        let _core = shared.core.lock();
+                        shared.timer.notify_all();
+                    }
+                });
+                clock.listen(&listener);
+                Some(listener)
+            }
+        };
+
+        let mut threads = Vec::with_capacity(workers + 1);
+        let mut spawn_error = None;
+        for index in 0..workers {
+            let worker = WorkerLoop {
+                index,
+                shared: Arc::clone(&shared),
+            };
+            match os_thread::Builder::new()
+                .name(format!("{name}-{index}"))
+                .spawn(move || worker.run())
+            {
+                Ok(thread) => threads.push(thread),
+                Err(err) => {
+                    spawn_error = Some(err.kind());
+                    // The workers that never started never leave.
+                    shared.core.lock().alive -= workers - index;
+                    break;
+                }
+            }
+        }
+        if spawn_error.is_none() {
+            let timer = Arc::clone(&shared);
+            match os_thread::Builder::new()
+                .name(format!("{name}-timer"))
+                .spawn(move || run_timer(&timer))
+            {
+                Ok(thread) => threads.push(thread),
+                Err(err) => spawn_error = Some(err.kind()),
+            }
+        }
+        let thread_ids = threads.iter().map(|t| t.thread().id()).collect();
+        let inner = Inner {
+            shared,
+            threads: Mutex::new(threads),
+            thread_ids,
+            name,
+            workers,
+            _listener: listener,
+        };
+        if let Some(kind) = spawn_error {
+            // Dropping `inner` shuts down and joins what started.
+            drop(inner);
+            return Err(ConfigError::spawn("workers", kind));
+        }
+        Ok(Shepherd {
+            inner: Arc::new(inner),
+        })
+    }
+}

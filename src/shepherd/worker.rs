@@ -1,0 +1,344 @@
+//! The worker loop (take a due operation, attempt it under `catch_unwind`,
+//! complete it or hand it to the retry decision, recover the handler) and
+//! the timer loop (promote what became due, expire late attempts, sleep
+//! until the next time).
+//!
+//! # A late attempt
+//!
+//! An attempt past the shepherd's `attempt_timeout` cannot be stopped: Rust
+//! has no safe way to kill a thread. At the deadline the timer takes the
+//! record from the worker's slot, so the operation is retried (by another
+//! worker) or failed at once, and its caller does not wait for the stuck
+//! thread. The worker is *waited for*, not replaced: it stays busy until
+//! the late attempt returns, its result is dropped, and its handler is
+//! rebuilt (a timed-out resource is suspect). Replacing it would start a
+//! second handler, and so a second connection, while the first still holds
+//! its resource: the shepherd exists to bound exactly those, and a
+//! resource that hangs would make it open one more per timeout, without
+//! limit. The cost is visible instead: `busy` counts the stuck worker, and
+//! if every worker hangs nothing more runs until one returns.
+
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+use super::handle::LastAttempt;
+use super::handler::{Handler, Recovery};
+use super::state::{Core, Record, Shared};
+use crate::sync::{spin_poll, Arc, Ordering::Relaxed};
+
+/// How long a sleeper waits when it has no deadline: it re-checks after a
+/// spurious wake-up anyway.
+const LONG: Duration = Duration::from_secs(3600);
+
+/// One attempt handed to a worker.
+struct Job<Op> {
+    token: u64,
+    op: Arc<Op>,
+    attempt: u32,
+}
+
+/// What the worker knows of its previous attempt, accounted on its next
+/// trip through `Core`.
+#[derive(Clone, Copy)]
+struct Ended {
+    /// The record was still in the slot (the timer did not take it).
+    had_record: bool,
+}
+
+/// One worker thread's loop.
+pub(crate) struct WorkerLoop<H: Handler> {
+    pub(crate) index: usize,
+    pub(crate) shared: Arc<Shared<H>>,
+}
+
+impl<H: Handler> WorkerLoop<H> {
+    pub(crate) fn run(self) {
+        let mut state = self.build();
+        let mut ended = None;
+        while let Some(job) = self.next(ended.take()) {
+            // Nothing one attempt does may end the loop: a dead worker
+            // would strand its slot. Handlers and user drops are caught
+            // inside `attempt`; this is the backstop.
+            match catch_unwind(AssertUnwindSafe(|| self.attempt(&mut state, job))) {
+                Ok(had_record) => ended = Some(Ended { had_record }),
+                Err(payload) => {
+                    drop_payload(payload);
+                    ended = Some(Ended { had_record: true });
+                }
+            }
+        }
+        if let Some(mut handler) = state {
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| handler.terminate())) {
+                drop_payload(payload);
+            }
+            drop_quietly(handler);
+        }
+    }
+
+    /// The next attempt: accounts the previous one, then takes a due
+    /// record, spinning for a while before sleeping. `None` once shutdown
+    /// has begun and nothing is due.
+    fn next(&self, ended: Option<Ended>) -> Option<Job<H::Op>> {
+        let shared = &*self.shared;
+        let mut core = shared.core.lock();
+        if let Some(ended) = ended {
+            self.account(&mut core, ended);
+        }
+        if let Some(job) = self.take(&mut core) {
+            return Some(job);
+        }
+        if !core.closing && !shared.spin.is_zero() {
+            drop(core);
+            // Relaxed: a hint (see `Shared::set_due_hint`); the take
+            // itself is under `Core`.
+            let polled = spin_poll(shared.spin, || {
+                if shared.due_hint.load(Relaxed) == 0 {
+                    return None;
+                }
+                let mut core = shared.core.lock();
+                self.take(&mut core)
+            });
+            if polled.is_some() {
+                return polled;
+            }
+            core = shared.core.lock();
+        }
+        loop {
+            if let Some(job) = self.take(&mut core) {
+                return Some(job);
+            }
+            if core.closing {
+                core.alive -= 1;
+                shared.timer.notify_all();
+                shared.idle.notify_all();
+                return None;
+            }
+            // Registered under `Core` and asleep in one step: a submit
+            // that pops this worker notifies it while it waits.
+            core.sleepers.push(self.index);
+            (core, _) = shared.work[self.index].wait_until(core, crate::sync::now() + LONG);
+            // Woken by a submit (already popped), by shutdown, or
+            // spuriously (still listed).
+            if let Some(at) = core.sleepers.iter().position(|&i| i == self.index) {
+                core.sleepers.swap_remove(at);
+            }
+        }
+    }
+
+    /// The previous attempt ended: it no longer runs (unless the timer
+    /// already counted it out) and the worker is free. Under `Core`.
+    fn account(&self, core: &mut Core<H>, ended: Ended) {
+        if ended.had_record {
+            core.running -= 1;
+        }
+        core.busy -= 1;
+        if Shared::is_idle(core) {
+            self.shared.idle.notify_all();
+        }
+    }
+
+    /// Takes the oldest due record into this worker's slot. Under `Core`.
+    fn take(&self, core: &mut Core<H>) -> Option<Job<H::Op>> {
+        let shared = &*self.shared;
+        let mut record: Record<H> = super::queue::Store::pop_due(&mut core.queue)?;
+        shared.set_due_hint(core);
+        record.attempts += 1;
+        let job = Job {
+            token: core.next_token,
+            op: Arc::clone(&record.op),
+            attempt: record.attempts,
+        };
+        core.next_token += 1;
+        core.running += 1;
+        core.busy += 1;
+        shared.counters.attempt();
+        if let Some(timeout) = shared.attempt_timeout {
+            let now = shared.clock.now();
+            if let Some(deadline) = now.checked_add(timeout) {
+                core.deadlines
+                    .push(std::cmp::Reverse((deadline, self.index, job.token)));
+                if core.timer_wake.map_or(true, |wake| deadline < wake) {
+                    shared.timer.notify_all();
+                }
+            }
+        }
+        *shared.slots[self.index].lock() = Some((job.token, record));
+        Some(job)
+    }
+
+    /// Runs one attempt and deals with its outcome; whether the record was
+    /// still in the slot when it returned.
+    fn attempt(&self, state: &mut Option<H>, job: Job<H::Op>) -> bool {
+        let shared = &*self.shared;
+        if state.is_none() {
+            *state = self.build();
+        }
+        let started = shared.clock.now();
+        let result = match state.as_mut() {
+            Some(handler) => {
+                catch_unwind(AssertUnwindSafe(|| handler.handle(&job.op, job.attempt)))
+            }
+            // The factory panicked: this attempt fails as a panic would.
+            None => Err(Box::new("the factory panicked") as Box<dyn Any + Send>),
+        };
+        shared
+            .counters
+            .processed(shared.clock.now().saturating_duration_since(started));
+        let taken = take_running(&mut shared.slots[self.index].lock(), job.token);
+        let Some((_, record)) = taken else {
+            // Timed out: the timer has dealt with the operation. The late
+            // result is dropped, and the handler rebuilt (module docs).
+            if let Err(payload) = result {
+                drop_payload(payload);
+            } else {
+                drop_quietly(result);
+            }
+            self.rebuild(state);
+            return false;
+        };
+        match result {
+            Ok(Ok(output)) => shared.finish(record, Ok(output)),
+            Ok(Err(error)) => {
+                let handler = state.as_mut();
+                let verdict = catch_unwind(AssertUnwindSafe(|| {
+                    handler.map(|h| (h.is_retryable(&error), h.recover(&error)))
+                }));
+                let (retryable, recovery) = match verdict {
+                    Ok(Some(verdict)) => verdict,
+                    Ok(None) => (true, Recovery::Rebuild),
+                    Err(payload) => {
+                        drop_payload(payload);
+                        (true, Recovery::Rebuild)
+                    }
+                };
+                if recovery == Recovery::Rebuild {
+                    self.rebuild(state);
+                }
+                self.failed(record, LastAttempt::Error(error), retryable);
+            }
+            Err(payload) => {
+                drop_payload(payload);
+                shared.counters.panicked();
+                self.rebuild(state);
+                let retryable = shared.policy.retries_panics();
+                self.failed(record, LastAttempt::Panicked, retryable);
+            }
+        }
+        true
+    }
+
+    /// A failed attempt: retry or finish, as [`Shared::decide`] says.
+    fn failed(&self, record: Record<H>, last: LastAttempt<H::Error>, retryable: bool) {
+        let shared = &*self.shared;
+        let now = shared.clock.now();
+        let final_ = {
+            let mut core = shared.core.lock();
+            shared.decide(&mut core, record, last, retryable, now)
+        };
+        if let Some((record, failure)) = final_ {
+            shared.finish(record, Err(failure));
+        }
+    }
+
+    /// Drops the handler (a restart) and builds a fresh one.
+    fn rebuild(&self, state: &mut Option<H>) {
+        drop_quietly(state.take());
+        *state = self.build();
+    }
+
+    /// Calls the factory; `None` if it panicked (tried again before the
+    /// next attempt, which fails as a panic if it panics again).
+    fn build(&self) -> Option<H> {
+        match catch_unwind(AssertUnwindSafe(|| (self.shared.factory)(self.index))) {
+            Ok(handler) => Some(handler),
+            Err(payload) => {
+                drop_payload(payload);
+                None
+            }
+        }
+    }
+}
+
+/// The timer loop: promotes delayed records as they become due, expires
+/// attempts past their deadline, and sleeps until the next of those times
+/// (or until the clock moves, for a manual clock). Ends once shutdown has
+/// begun and every worker has left.
+pub(crate) fn run_timer<H: Handler>(shared: &Shared<H>) {
+    let mut core = shared.core.lock();
+    loop {
+        let now = shared.clock.now();
+        shared.promote(&mut core, now);
+        let mut finals = Vec::new();
+        while let Some(&std::cmp::Reverse((deadline, worker, token))) = core.deadlines.peek() {
+            if deadline > now {
+                break;
+            }
+            core.deadlines.pop();
+            let taken = take_running(&mut shared.slots[worker].lock(), token);
+            if let Some((_, record)) = taken {
+                core.running -= 1;
+                shared.counters.timed_out();
+                let retryable = shared.policy.retries_timeouts();
+                if let Some(last) =
+                    shared.decide(&mut core, record, LastAttempt::TimedOut, retryable, now)
+                {
+                    finals.push(last);
+                }
+                if Shared::is_idle(&core) {
+                    shared.idle.notify_all();
+                }
+            }
+        }
+        if !finals.is_empty() {
+            drop(core);
+            for (record, failure) in finals {
+                shared.finish(record, Err(failure));
+            }
+            core = shared.core.lock();
+            continue;
+        }
+        if core.closing && core.alive == 0 {
+            return;
+        }
+        let next = [
+            super::queue::Store::next_due(&core.queue),
+            core.deadlines.peek().map(|entry| entry.0 .0),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        core.timer_wake = next;
+        let until = next
+            .and_then(|next| shared.clock.wake_at(next))
+            .unwrap_or_else(|| crate::sync::now() + LONG);
+        (core, _) = shared.timer.wait_until(core, until);
+        core.timer_wake = None;
+    }
+}
+
+/// The record of attempt `token` out of its slot, if it is still there
+/// (`Option::take_if`, which needs Rust 1.80).
+fn take_running<R>(slot: &mut Option<(u64, R)>, token: u64) -> Option<(u64, R)> {
+    match slot {
+        Some((running, _)) if *running == token => slot.take(),
+        _ => None,
+    }
+}
+
+/// Drops `value`, catching a panic from its `Drop`.
+fn drop_quietly<T>(value: T) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
+        drop_payload(payload);
+    }
+}
+
+/// Drops a caught panic's payload, whose own `Drop` may panic (see
+/// `crate::worker::drop_payload`, the pool's twin).
+fn drop_payload(payload: Box<dyn Any + Send>) {
+    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        if let Err(third) = catch_unwind(AssertUnwindSafe(move || drop(again))) {
+            std::mem::forget(third);
+        }
+    }
+}
