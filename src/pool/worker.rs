@@ -312,7 +312,7 @@ impl Drop for Unit<'_> {
 }
 
 /// Drops `value`, catching a panic from its `Drop`.
-fn drop_quietly<T>(value: T) {
+pub(crate) fn drop_quietly<T>(value: T) {
     if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
         drop_payload(payload);
     }
@@ -320,7 +320,7 @@ fn drop_quietly<T>(value: T) {
 
 /// Drops a caught panic's payload, which is user data (`panic_any`) and
 /// whose `Drop` may panic in turn.
-fn drop_payload(payload: Box<dyn Any + Send>) {
+pub(crate) fn drop_payload(payload: Box<dyn Any + Send>) {
     if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
         // The payload's drop panicked, and the new payload may be just as
         // hostile: dropping it could panic again, and so on without end. One

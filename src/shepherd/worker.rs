@@ -20,6 +20,8 @@
 
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::worker::{drop_payload, drop_quietly};
 use std::time::Duration;
 
 use super::handle::LastAttempt;
@@ -323,22 +325,5 @@ fn take_running<R>(slot: &mut Option<(u64, R)>, token: u64) -> Option<(u64, R)> 
     match slot {
         Some((running, _)) if *running == token => slot.take(),
         _ => None,
-    }
-}
-
-/// Drops `value`, catching a panic from its `Drop`.
-fn drop_quietly<T>(value: T) {
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
-        drop_payload(payload);
-    }
-}
-
-/// Drops a caught panic's payload, whose own `Drop` may panic (see
-/// `crate::worker::drop_payload`, the pool's twin).
-fn drop_payload(payload: Box<dyn Any + Send>) {
-    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
-        if let Err(third) = catch_unwind(AssertUnwindSafe(move || drop(again))) {
-            std::mem::forget(third);
-        }
     }
 }
