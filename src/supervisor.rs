@@ -1437,7 +1437,9 @@ impl Inner {
         Ok(self.register(shard, kind))
     }
 
-    /// Registers a child on `shard`, whose unit the caller holds.
+    /// Registers a child on `shard`, whose unit the caller holds. Inlined
+    /// always, as `enter` is (see there).
+    #[inline(always)]
     fn register(&self, shard: usize, kind: ChildKind) -> ChildGuard {
         let occupant = occupant(self.clock.ticks(), kind);
         let registry = &self.registry[shard];

@@ -921,11 +921,20 @@ impl Table {
     ///
     /// `Overload` (counted) when there is no room or it is full,
     /// `Timeout` when the wait ran out, `Shutdown` once closed.
+    // inline(always): `Supervisor::reserve`, `Pool::call` and `cast` come
+    // here on every admission; out of line it cost the supervisor's
+    // reserve + drop a third (benches/supervisor.rs).
+    #[inline(always)]
     pub(crate) fn acquire_waiting(&self, deadline: Option<Instant>) -> Result<usize, Error> {
         match self.try_at::<false>(self.home_shard()) {
-            Err(Error::Overload) => {}
-            other => return other,
+            Err(Error::Overload) => self.acquire_or_wait(deadline),
+            other => other,
         }
+    }
+
+    /// Every shard was full: wait in the room, or `Overload` (counted).
+    #[cold]
+    fn acquire_or_wait(&self, deadline: Option<Instant>) -> Result<usize, Error> {
         match &self.room {
             Some(room) => self.wait_blocking(room, deadline),
             None => {
