@@ -77,6 +77,15 @@ use crate::sync::{
 ///
 /// Set with `queue_order` on the limiter, pool and supervisor builders.
 ///
+/// Under a standing queue (arrivals faster than service for a while;
+/// `benches/waiting.rs`), FIFO serves every admitted request after almost
+/// its whole `max_wait` and, with the queue full, refuses newcomers at
+/// once; LIFO serves fresh requests within about one service time and lets
+/// the oldest time out; adaptive LIFO behaves as FIFO until the queue has
+/// stood for its interval, then as LIFO with its short target. Pick FIFO
+/// when every waiter's caller waits as long as `max_wait`; LIFO or adaptive
+/// LIFO when callers give up sooner and a fresh request is worth more.
+///
 /// # Examples
 ///
 /// ```
