@@ -298,7 +298,9 @@ struct Node {
     wake: Option<Wake>,
     since: Instant,
     /// When the deadline watcher expires it: set for async waiters only
-    /// (a blocked thread times its own condition-variable wait).
+    /// (a blocked thread times its own condition-variable wait). The
+    /// watcher does not run under loom (no clock there), hence the allow.
+    #[cfg_attr(loom, allow(dead_code))]
     deadline: Option<Instant>,
 }
 
@@ -397,6 +399,7 @@ impl Queue {
     /// entry up to `now`) is pending at or before the earliest deadline
     /// left: that one will ring in time. Linear in the queue: once per
     /// ring, on the watcher's thread.
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn expire(&mut self, now: Instant, woken: &mut Vec<Wake>) -> Option<Instant> {
         let mut next: Option<Instant> = None;
         let nodes = &mut self.nodes;
