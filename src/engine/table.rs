@@ -697,7 +697,7 @@ impl Drop for WaitUnit<'_> {
         if let State::Granted(shard) = state {
             // Handed over as the caller gave up: to the next waiter, or
             // back to the table. Never stranded.
-            table.release(shard, false);
+            table.return_unused(shard);
         }
     }
 }
@@ -1009,9 +1009,19 @@ impl Table {
         room.record_wait(since, now());
         if let State::Granted(second) = state {
             // Goes to the next waiter, or back to the table.
-            self.release(second, false);
+            self.return_unused(second);
         }
         shard
+    }
+
+    /// Gives back a unit a waiter was handed but never used (it gave up,
+    /// or took another itself): released as usual, so the next waiter gets
+    /// it, and counted as a phantom, so that its admission, which nobody
+    /// used, is not counted in `accepted` (nor its return in `completed`).
+    fn return_unused(&self, shard: usize) {
+        self.release(shard, false);
+        // Relaxed: a count for `stats`.
+        self.shards[shard].phantom.fetch_add(1, Relaxed);
     }
 
     /// Ends a wait whose node is in `state`: the result, and the node gone.
