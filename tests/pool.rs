@@ -22,11 +22,16 @@ enum Go {
 struct Gated {
     gate: Receiver<Go>,
     handled: Arc<Mutex<Vec<u64>>>,
+    /// Jobs whose handler has started, in order: a test that needs a job
+    /// to be in its worker's hands (not merely admitted: admission comes
+    /// before the mailbox send) waits on this.
+    started: Arc<Mutex<Vec<u64>>>,
     terminated: Arc<AtomicUsize>,
 }
 
 impl Gated {
     fn run(&mut self, id: u64) -> u64 {
+        self.started.lock().unwrap().push(id);
         let go = self.gate.recv().expect("test dropped the gate");
         if go == Go::Panic {
             panic!("job {id} told to panic");
@@ -58,6 +63,7 @@ struct GatedPool {
     pool: Pool<Gated>,
     gates: Vec<Sender<Go>>,
     handled: Arc<Mutex<Vec<u64>>>,
+    started: Arc<Mutex<Vec<u64>>>,
     terminated: Arc<AtomicUsize>,
     builds: Arc<AtomicUsize>,
 }
@@ -65,10 +71,16 @@ struct GatedPool {
 fn gated(capacity: usize, workers: usize) -> GatedPool {
     let (gates, receivers): (Vec<_>, Vec<_>) = (0..workers).map(|_| unbounded()).unzip();
     let handled = Arc::new(Mutex::new(Vec::new()));
+    let started = Arc::new(Mutex::new(Vec::new()));
     let terminated = Arc::new(AtomicUsize::new(0));
     let builds = Arc::new(AtomicUsize::new(0));
     let pool = {
-        let (handled, terminated, builds) = (handled.clone(), terminated.clone(), builds.clone());
+        let (handled, started, terminated, builds) = (
+            handled.clone(),
+            started.clone(),
+            terminated.clone(),
+            builds.clone(),
+        );
         Pool::builder()
             .name("gated")
             .capacity(capacity)
@@ -78,6 +90,7 @@ fn gated(capacity: usize, workers: usize) -> GatedPool {
                 Gated {
                     gate: receivers[index].clone(),
                     handled: handled.clone(),
+                    started: started.clone(),
                     terminated: terminated.clone(),
                 }
             })
@@ -87,6 +100,7 @@ fn gated(capacity: usize, workers: usize) -> GatedPool {
         pool,
         gates,
         handled,
+        started,
         terminated,
         builds,
     }
@@ -213,8 +227,10 @@ fn a_panic_fails_only_its_request_and_the_queue_behind_it_is_handled() {
         let pool = p.pool.clone();
         thread::spawn(move || pool.call(1))
     };
-    // Wait until the doomed call is admitted before queueing behind it.
-    while p.pool.usage() < 1 {
+    // Wait until the doomed call is in its worker's hands (admitted is not
+    // enough: admission comes before the mailbox send, and a cast sent now
+    // could reach the mailbox first) before queueing behind it.
+    while p.started.lock().unwrap().is_empty() {
         thread::yield_now();
     }
     for id in 2..5 {
