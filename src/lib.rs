@@ -164,10 +164,11 @@
 //! # Performance
 //!
 //! Measured against peers in the same run (`benches/`; ratios in the
-//! README): admission costs about 1.1x a bare atomic CAS loop, a rejection
-//! under overload about 2x tokio's failed `try_acquire` whatever the shard
-//! count, and a `call` round trip about half a raw crossbeam channel plus
-//! oneshot reply, because callers and workers spin briefly before they park.
+//! README): an acquire + release costs about 1.25x a bare atomic CAS loop
+//! (1.07-1.10x the engine before waiting and resize existed), a rejection
+//! under overload 2-3x tokio's failed `try_acquire` at any shard count,
+//! and a `call` round trip about 1.2x two raw channels whose ends both
+//! spin, because callers and workers spin briefly before they park.
 //!
 //! # Feature flags
 //!
