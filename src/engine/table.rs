@@ -205,9 +205,6 @@ pub(crate) struct Shard {
     panicked: AtomicUsize,
     /// Units whose holder gave them up for good (`Permit::forget`).
     forgotten: AtomicUsize,
-    /// Units handed from a release straight to a waiter: each is one more
-    /// admission and one more release than `taken` and `given` count.
-    handed: AtomicUsize,
     /// Units that nobody held: takes undone because a racing resize
     /// lowered the limit under them, and units taken for a waiter that left
     /// meanwhile. Each is counted once in `taken` and once in `given`, and
@@ -224,7 +221,6 @@ impl Shard {
             panicked: AtomicUsize::new(0),
             forgotten: AtomicUsize::new(0),
             phantom: AtomicUsize::new(0),
-            handed: AtomicUsize::new(0),
             limit: AtomicUsize::new(limit),
         }
     }
@@ -492,16 +488,17 @@ impl Shard {
         taken.wrapping_sub(given) / UNIT
     }
 
-    fn stats(&self) -> ShardStats {
+    /// The shard's figures; `handed` is its count of units handed from a
+    /// release straight to a waiter (kept under the control lock): each is
+    /// one more admission and one more release than `taken` and `given`
+    /// count.
+    fn stats(&self, handed: usize) -> ShardStats {
         // Acquire, and before `given`: pairs with the Release in `give_back`
         // (every panic counted here has its unit counted in `given`).
         let panicked = self.panicked.load(Acquire);
         // Relaxed: a phantom is counted after its unit is back; a snapshot
         // taken between the two counts one in `accepted` and `completed`.
         let phantom = self.phantom.load(Relaxed);
-        // Relaxed: counted under the control lock; a snapshot may miss the
-        // last hand-off in both `accepted` and `completed`.
-        let handed = self.handed.load(Relaxed);
         let (usage, taken, given) = self.counts();
         ShardStats {
             limit: self.limit(),
@@ -745,6 +742,9 @@ struct Control {
     debt: bool,
     /// The waiters, if the table has a waiting room (`waiters.rs`).
     queue: Queue,
+    /// Per shard, the units handed from a release straight to a waiter
+    /// (see `Shard::stats`). Empty until the first hand-off.
+    handed: Vec<usize>,
 }
 
 /// The admission table shared by every front-end.
@@ -1002,13 +1002,18 @@ impl Table {
     /// Takes a waiter's node out of the queue if its wait has not ended
     /// yet; the state its ticket had under the lock (`Waiting` if the node
     /// was taken out here, else the outcome someone else gave it).
-    fn withdraw(&self, room: &Room, queued: &Queued) -> State {
+    /// `took_own`: the waiter took a unit from the table itself, an
+    /// admission after waiting that no grant counted: counted here.
+    fn withdraw(&self, room: &Room, queued: &Queued, took_own: bool) -> State {
         let mut control = self.control.lock();
         // Under the lock, the state is settled: only a holder of the lock
         // ends a wait.
         let state = queued.ticket.state();
         if state == State::Waiting {
             control.queue.cancel(room, queued.key);
+            if took_own {
+                control.queue.count_waited(true);
+            }
         }
         state
     }
@@ -1017,11 +1022,11 @@ impl Table {
     /// re-check): leave the queue, and give back a second unit if one was
     /// handed over meanwhile.
     fn leave_with(&self, room: &Room, queued: &Queued, shard: usize) -> usize {
-        match self.withdraw(room, queued) {
+        match self.withdraw(room, queued, true) {
             // A second unit, handed over meanwhile: its grant counted this
             // wait; the unit goes to the next waiter, or back to the table.
             State::Granted(second) => self.return_unused(second),
-            _ => room.record_wait(queued.since, now()),
+            _ => room.add_waited_time(queued.since, now()),
         }
         shard
     }
@@ -1055,7 +1060,7 @@ impl Table {
     /// The waiter's own deadline passed: `Timeout`, unless its wait ended
     /// meanwhile (then that outcome: a unit handed over just now is kept).
     fn give_up(&self, room: &Room, queued: Queued) -> Result<usize, Error> {
-        let state = self.withdraw(room, &queued);
+        let state = self.withdraw(room, &queued, false);
         self.finished(room, state)
     }
 
@@ -1068,11 +1073,11 @@ impl Table {
         };
         let mut state = queued.ticket.state();
         if state == State::Waiting {
-            state = self.withdraw(room, &queued);
+            state = self.withdraw(room, &queued, false);
         }
         if let State::Granted(shard) = state {
             // The grant counted a wait that admitted nobody.
-            room.uncount_wait();
+            self.control.lock().queue.count_waited(false);
             self.return_unused(shard);
         }
     }
@@ -1553,18 +1558,26 @@ impl Table {
     fn hand_off(&self, room: &Room, i: usize, panicked: bool) -> bool {
         let mut woken = Woken::default();
         let mut control = self.control.lock();
-        let shard = &self.shards[i];
+        let shards = self.shards.len();
+        let Control {
+            debt,
+            queue,
+            handed,
+        } = &mut *control;
         let counted = || {
-            // Relaxed: counts for `stats`, which reads them without
-            // ordering (a snapshot may miss this hand-off in both
-            // `accepted` and `completed`); the waiter sees them through its
-            // ticket, which is written after this.
-            shard.handed.fetch_add(1, Relaxed);
+            // Under the lock, which `stats` takes: a waiter's own `stats()`
+            // after its wait returns includes this hand-off.
+            if handed.is_empty() {
+                handed.resize(shards, 0);
+            }
+            handed[i] += 1;
             if panicked {
-                shard.panicked.fetch_add(1, Relaxed);
+                // Relaxed: a count for `stats`; the waiter sees it through
+                // its ticket, written after this.
+                self.shards[i].panicked.fetch_add(1, Relaxed);
             }
         };
-        let handed = !control.debt && control.queue.grant(room, i, now, counted, &mut woken);
+        let handed = !*debt && queue.grant(room, i, now, counted, &mut woken);
         drop(control);
         woken.wake_all(room);
         handed
@@ -1726,12 +1739,25 @@ impl Table {
     }
 
     pub(crate) fn stats(&self) -> Stats {
-        let shards: Vec<ShardStats> = self.shards.iter().map(|shard| shard.stats()).collect();
-        let room = self
-            .room
-            .as_ref()
-            .map(|room| room.stats())
-            .unwrap_or_default();
+        // The figures kept under the control lock, if there is a room (no
+        // hand-off happens without one).
+        let (handed, counts) = match &self.room {
+            Some(_) => {
+                let control = self.control.lock();
+                (control.handed.clone(), Some(control.queue.counts()))
+            }
+            None => (Vec::new(), None),
+        };
+        let shards: Vec<ShardStats> = self
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(i, shard)| shard.stats(handed.get(i).copied().unwrap_or(0)))
+            .collect();
+        let room = match (&self.room, counts) {
+            (Some(room), Some(counts)) => room.stats(counts),
+            _ => Default::default(),
+        };
         Stats {
             capacity: self.capacity(),
             usage: shards.iter().map(|s| s.usage).sum(),
@@ -1790,7 +1816,6 @@ mod tests {
             .with_policy(&policy)
             .unwrap();
         let held = table.acquire().unwrap();
-        let room = table.room.as_deref().unwrap();
         // The caller's deadline, far earlier than `max_wait`: the watcher
         // must ring for it, the only thing that can wake this waiter.
         for wait_ms in [5, 1, 0] {
@@ -1806,7 +1831,7 @@ mod tests {
             block_on_parked(table.acquire_async(Some(past))),
             Err(Error::Timeout)
         );
-        assert_eq!(room.stats().timed_out, 4);
+        assert_eq!(table.stats().timed_out, 4);
         table.release(held, false);
         assert_eq!(table.usage(), 0);
     }

@@ -198,10 +198,12 @@ pub(crate) struct Room {
     /// release (see the module docs for the ordering).
     pub(crate) count: CachePadded<AtomicUsize>,
     pub(crate) policy: Policy,
-    peak: AtomicUsize,
+    /// Counted by each waiter that gives up, on its own path.
     timed_out: AtomicU64,
+    /// Added after the wake-up (`Woken::wake_all`), off the lock. The
+    /// counts that must be exact when a wait returns are in the [`Queue`],
+    /// under the lock.
     waited_nanos: AtomicU64,
-    waited: AtomicU64,
 }
 
 /// The waiting figures of a [`Stats`](crate::Stats) snapshot.
@@ -214,15 +216,23 @@ pub(crate) struct RoomStats {
     pub(crate) waited_time: Duration,
 }
 
+/// The waiting figures kept under the control lock, where the grants that
+/// change them already are: plain integers, no locked instruction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct QueueCounts {
+    /// The most that ever waited at once.
+    pub(crate) peak: usize,
+    /// Waits that ended in an admission.
+    pub(crate) waited: u64,
+}
+
 impl Room {
     fn new(policy: Policy) -> Room {
         Room {
             count: CachePadded::new(AtomicUsize::new(0)),
             policy,
-            peak: AtomicUsize::new(0),
             timed_out: AtomicU64::new(0),
             waited_nanos: AtomicU64::new(0),
-            waited: AtomicU64::new(0),
         }
     }
 
@@ -234,12 +244,6 @@ impl Room {
         // hand off to nobody (they re-check under the lock) or go past a
         // waiter who re-checks the table after this store.
         self.count.store(waiting, Relaxed);
-        // Relaxed: a statistic. Read first: only a push can raise the
-        // peak, and an RMW on every grant would cost a release a locked
-        // instruction for nothing.
-        if waiting > self.peak.load(Relaxed) {
-            self.peak.fetch_max(waiting, Relaxed);
-        }
     }
 
     /// How many wait now.
@@ -254,34 +258,22 @@ impl Room {
         self.timed_out.fetch_add(1, Relaxed);
     }
 
-    /// A waiter that took its own unit (its re-check) counts its wait.
-    pub(crate) fn record_wait(&self, since: Instant, now: Instant) {
-        self.add_waited_time(since, now);
-        // Relaxed: a count, read by `stats` only.
-        self.waited.fetch_add(1, Relaxed);
-    }
-
-    fn add_waited_time(&self, since: Instant, now: Instant) {
+    /// Adds a wait's time (its count is the queue's, under the lock).
+    pub(crate) fn add_waited_time(&self, since: Instant, now: Instant) {
         let nanos = now.saturating_duration_since(since).as_nanos();
         // Relaxed: a sum, read by `stats` only.
         self.waited_nanos
             .fetch_add(u64::try_from(nanos).unwrap_or(u64::MAX), Relaxed);
     }
 
-    /// A waiter dropped its future the moment a unit was handed to it: the
-    /// grant counted it as waited (`Queue::end`); it was not admitted.
-    pub(crate) fn uncount_wait(&self) {
-        // Relaxed: a count, read by `stats` only.
-        self.waited.fetch_sub(1, Relaxed);
-    }
-
-    pub(crate) fn stats(&self) -> RoomStats {
+    /// The figures, with the queue's `counts` (read under the lock).
+    pub(crate) fn stats(&self, counts: QueueCounts) -> RoomStats {
         // Relaxed: a snapshot of counters, each exact on its own.
         RoomStats {
             waiting: self.waiting(),
-            peak_waiting: self.peak.load(Relaxed),
+            peak_waiting: counts.peak,
             timed_out: self.timed_out.load(Relaxed),
-            waited: self.waited.load(Relaxed),
+            waited: counts.waited,
             waited_time: Duration::from_nanos(self.waited_nanos.load(Relaxed)),
         }
     }
@@ -454,6 +446,8 @@ pub(crate) struct Queue {
     /// or after it, and a registration at it is pending (or ringing now),
     /// so no node outlives its deadline by more than the watcher's lag.
     armed: Option<Instant>,
+    /// The figures kept here, under the lock.
+    counts: QueueCounts,
 }
 
 impl Queue {
@@ -494,6 +488,7 @@ impl Queue {
         }
         self.order.push_back(key);
         room.set_count(self.len());
+        self.counts.peak = self.counts.peak.max(self.len());
         (key, ticket)
     }
 
@@ -561,7 +556,7 @@ impl Queue {
         self.settle_standing();
         room.set_count(self.len());
         for key in ended {
-            self.end(room, key, State::Expired, woken);
+            self.end(key, State::Expired, woken);
         }
         match (self.armed, next) {
             (Some(armed), next) if armed > now && next.map_or(true, |next| armed <= next) => None,
@@ -569,6 +564,22 @@ impl Queue {
                 self.armed = next;
                 next
             }
+        }
+    }
+
+    /// The figures kept under the lock.
+    pub(crate) fn counts(&self) -> QueueCounts {
+        self.counts
+    }
+
+    /// A wait ended in an admission that no grant counted (the waiter took
+    /// its own unit), or a granted one that admitted nobody after all (its
+    /// future was dropped as the unit came): `waited` moves by one.
+    pub(crate) fn count_waited(&mut self, admitted: bool) {
+        if admitted {
+            self.counts.waited += 1;
+        } else {
+            self.counts.waited -= 1;
         }
     }
 
@@ -629,13 +640,13 @@ impl Queue {
         self.settle_standing();
         room.set_count(self.len());
         for oldest in expired {
-            self.end(room, oldest, State::Expired, woken);
+            self.end(oldest, State::Expired, woken);
         }
         let Some(key) = key else {
             return false;
         };
         counted();
-        self.end(room, key, State::Granted(shard), woken);
+        self.end(key, State::Granted(shard), woken);
         true
     }
 
@@ -645,7 +656,7 @@ impl Queue {
         self.standing_since = None;
         room.set_count(0);
         for key in closed {
-            self.end(room, key, State::Closed, woken);
+            self.end(key, State::Closed, woken);
         }
     }
 
@@ -656,19 +667,17 @@ impl Queue {
     /// The count first: a waiter that reads its outcome (Acquire) then
     /// sees a count that no longer includes it, as `waiting()` after an
     /// admission should.
-    fn end(&mut self, room: &Room, key: usize, state: State, woken: &mut Woken) {
+    fn end(&mut self, key: usize, state: State, woken: &mut Woken) {
         let Some(node) = self.free_node(key) else {
             debug_assert!(false, "an ended key has a node");
             return;
         };
         let granted = matches!(state, State::Granted(_));
         if granted {
-            // Counted before the ticket says so, so that the waiter's
-            // `stats()` includes its own wait; its time follows the
-            // wake-up (`Woken::wake_all`).
-            // Relaxed: a count, read by `stats` only; the waiter sees it
-            // through the ticket's Release store below.
-            room.waited.fetch_add(1, Relaxed);
+            // Counted before the lock is let go, so that the waiter's
+            // `stats()` (which takes the lock) includes its own wait; its
+            // time follows the wake-up (`Woken::wake_all`).
+            self.counts.waited += 1;
         }
         node.ticket.end(state);
         woken.push(Ended {
