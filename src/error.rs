@@ -385,6 +385,7 @@ enum Problem {
     TooLong(Duration),
     Nul,
     Spawn(io::ErrorKind),
+    NoRuntime,
 }
 
 impl ConfigError {
@@ -447,6 +448,15 @@ impl ConfigError {
         }
     }
 
+    /// Async workers asked for outside a tokio runtime.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn no_runtime(field: &'static str) -> Self {
+        ConfigError {
+            field,
+            problem: Problem::NoRuntime,
+        }
+    }
+
     /// The same problem, reported against another field name.
     pub(crate) fn with_field(self, field: &'static str) -> Self {
         ConfigError { field, ..self }
@@ -477,6 +487,10 @@ impl fmt::Display for ConfigError {
             Problem::Spawn(kind) => write!(
                 f,
                 "cannot start the `{field}`: the OS refused a thread ({kind})"
+            ),
+            Problem::NoRuntime => write!(
+                f,
+                "cannot start the `{field}`: no tokio runtime here (build inside one, or name one with `build_async_on`)"
             ),
         }
     }
