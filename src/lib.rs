@@ -239,6 +239,11 @@ pub use integrations::tower;
 pub use error::{ConfigError, Error, Refused, TryCallError};
 pub use health::{Alarm, AlarmBuilder, AlarmEvent, AlarmState, Watched};
 pub use limiter::{Limiter, LimiterBuilder, OwnedPermit, Permit};
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub use pool::asynchronous::{
+    worker::AsyncWorker, AsyncPool, WeakAsyncPool, MAX_DEFAULT_ASYNC_WORKERS,
+};
 pub use pool::{Pool, PoolBuilder, WeakPool, DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT};
 pub use probe::Probe;
 pub use reporter::{Observe, Reporter, ReporterBuilder, ReporterHandle, DEFAULT_INTERVAL};
