@@ -2,6 +2,8 @@
 //! table: `call`, `call_timeout`, `call_async`, `cast`, their `try_` forms
 //! that hand a refused value back, shutdown, and [`WeakPool`] handles.
 
+#[cfg(feature = "tokio")]
+pub(crate) mod asynchronous;
 pub(crate) mod worker;
 
 use std::fmt;
