@@ -351,9 +351,11 @@ const IO_CAPACITY: usize = 256;
 const IO_CALLERS: usize = 256;
 const IO_SPAN: Duration = Duration::from_secs(2);
 
-/// 256 callers call in a loop for `IO_SPAN`; requests/s, p50 and p99 of
-/// the admitted calls, and how many were refused.
-fn io_load<F, Fut>(rt: &Runtime, call: F) -> (f64, Duration, Duration, u64)
+/// Requests/s, p50 and p99 of the admitted calls, and how many were refused.
+type Load = (f64, Duration, Duration, u64);
+
+/// 256 callers call in a loop for `IO_SPAN`; what they saw.
+fn io_load<F, Fut>(rt: &Runtime, call: F) -> Load
 where
     F: Fn() -> Fut + Send + Sync + Clone + 'static,
     Fut: std::future::Future<Output = Result<(), Error>> + Send,
@@ -478,7 +480,7 @@ fn main() {
         "{:<34} {:>8} {:>12} {:>10} {:>10} {:>9}",
         "pool", "workers", "requests/s", "p50", "p99", "refused"
     );
-    let rows: Vec<(String, usize, (f64, Duration, Duration, u64))> = vec![
+    let rows: Vec<(String, usize, Load)> = vec![
         {
             let pool = async_pool.clone();
             let result = io_load(&rt, move || {
