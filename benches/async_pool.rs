@@ -274,7 +274,8 @@ fn cast_case() -> Case {
             "async_pool_try_cast",
             Box::new(move |iters| {
                 let pool = pool.clone();
-                rt1.block_on(async move {
+                // The producer is a task of the runtime, as the worker is.
+                let producer = rt1.spawn(async move {
                     let start = Instant::now();
                     for i in 0..iters {
                         let mut message = i;
@@ -287,14 +288,15 @@ fn cast_case() -> Case {
                     // The worker handles in order: this call comes last.
                     call_async_pool(&pool, 0).await;
                     start.elapsed()
-                })
+                });
+                rt1.block_on(producer).unwrap()
             }),
         ),
         peers: vec![(
             "tokio_actor_try_send",
             Box::new(move |iters| {
                 let actors = actors.clone();
-                rt2.block_on(async move {
+                let producer = rt2.spawn(async move {
                     let sender = &actors.senders[0];
                     let start = Instant::now();
                     for i in 0..iters {
@@ -309,7 +311,8 @@ fn cast_case() -> Case {
                     }
                     actors.call(0, 0).await;
                     start.elapsed()
-                })
+                });
+                rt2.block_on(producer).unwrap()
             }),
         )],
         round: 200_000,
