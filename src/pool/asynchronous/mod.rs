@@ -563,7 +563,6 @@ impl<W: AsyncWorker> AsyncPool<W> {
 
     /// Reads the stats while the table lives, without keeping the pool
     /// alive: for a [`Reporter`](crate::Reporter).
-    #[allow(dead_code)]
     pub(crate) fn weak_stats(&self) -> impl Fn() -> Option<Stats> + Send + 'static {
         let table = Arc::downgrade(&self.inner.table);
         move || table.upgrade().map(|table| table.stats())
