@@ -472,7 +472,8 @@ fn a_dropped_runtime_gives_back_the_units_of_what_its_workers_had_not_done() {
         for call in pending {
             assert_eq!(call.await, Err(Error::Shutdown));
         }
-        // The pool is useless now, but says so instead of hanging.
+        // The pool shut down with its runtime, and says so.
+        assert!(f.pool.is_shutdown());
         assert_eq!(f.pool.call_async(Job::Echo(1)).await, Err(Error::Shutdown));
         assert_eq!(f.pool.usage(), 0);
     });

@@ -74,9 +74,9 @@ pub const MAX_DEFAULT_ASYNC_WORKERS: usize = 256;
 ///   delivers the reply.
 /// * **Nothing lost.** Every request admitted is handled exactly once, even
 ///   across a shutdown; a caller never waits for a reply that cannot come.
-///   If the runtime itself shuts down first, the requests its workers had
-///   not started are dropped, their units given back, and their callers
-///   told [`Error::Shutdown`].
+///   If the runtime itself shuts down first, the pool shuts down with it:
+///   the requests its workers had not finished are dropped, their units
+///   given back, and their callers told [`Error::Shutdown`].
 /// * **Panics.** A handler whose future panics gives its caller
 ///   [`Error::WorkerPanicked`]; the worker is rebuilt with the factory and
 ///   keeps its mailbox.
@@ -902,6 +902,7 @@ impl PoolBuilder {
                 inbox,
                 factory: Arc::clone(&factory),
                 _alive: alive.clone(),
+                ended: false,
             };
             // Detached: `done` says when it ends.
             drop(handle.spawn(as_worker(&table, index, worker.run())));

@@ -116,6 +116,9 @@ pub(crate) struct TaskLoop<W: AsyncWorker> {
     /// Dropped when the loop ends (or the runtime drops the task): the
     /// pool's `shutdown_async` waits for every worker's.
     pub(crate) _alive: tokio::sync::watch::Receiver<()>,
+    /// Set when the loop ends on its own; a loop dropped before (by its
+    /// runtime) shuts the pool down.
+    pub(crate) ended: bool,
 }
 
 impl<W: AsyncWorker> TaskLoop<W> {
@@ -164,6 +167,7 @@ impl<W: AsyncWorker> TaskLoop<W> {
             }
             drop_quietly(worker);
         }
+        self.ended = true;
     }
 
     /// Runs one handler to its end. On a panic the state is dropped, to be
@@ -219,10 +223,20 @@ impl<W: AsyncWorker> TaskLoop<W> {
 impl<W: AsyncWorker> Drop for TaskLoop<W> {
     /// A loop that ends normally leaves nothing queued (its shard is
     /// drained, or every sender is gone). One dropped early, by a runtime
-    /// shutting down, gives back the unit of every envelope still queued:
-    /// their callers see `Shutdown` (the reply slot is dropped), and the
-    /// pool's count stays exact.
+    /// shutting down, shuts the pool down and gives back the unit of every
+    /// envelope still queued: their callers see `Shutdown` (the reply slot
+    /// is dropped), and the pool's count stays exact. (A send racing with
+    /// this drain, one that passed the channel's closed check before
+    /// `close` and pushes after the last `try_recv`, is dropped with the
+    /// channel and keeps its unit: `usage` of a pool whose runtime is gone
+    /// may read one high per such race.)
     fn drop(&mut self) {
+        if !self.ended {
+            // The runtime is dropping this worker (it is shutting down):
+            // the pool cannot serve any more. Closing the table refuses
+            // new requests with `Shutdown` at once and wakes every waiter.
+            self.table.close();
+        }
         let (table, index) = (&self.table, self.index);
         self.inbox.close_and_drain(|envelope| {
             if envelope.holds_unit() {
