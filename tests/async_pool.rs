@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use sidejob::{AsyncPool, AsyncWorker, Error, Pool, WeakAsyncPool};
+use sidejob::{AsyncPool, AsyncWorker, Error, Pool, Reporter, WeakAsyncPool};
 use tokio::sync::{mpsc, Notify};
 
 /// What one request asks the worker to do.
@@ -570,4 +570,32 @@ fn handles_and_futures_are_send_and_sync() {
     send(&f.pool.cast(Job::Echo(1)));
     send(&f.pool.try_call(Job::Echo(1)));
     send(&f.pool.shutdown_async());
+}
+
+#[test]
+fn a_reporter_reads_an_async_pool_without_keeping_it_alive() {
+    let rt = runtime();
+    let guard = rt.enter();
+    let mut f = probe_pool(4, 2, 0);
+    drop(guard);
+    let mut reporter = Reporter::builder().build(&f.pool).unwrap();
+    assert_eq!((reporter.kind(), reporter.name()), ("async_pool", "probe"));
+    rt.block_on(async {
+        f.pool.cast(Job::Park(1)).await.unwrap();
+        f.started.recv().await.unwrap();
+    });
+    let stats = reporter.tick(std::time::Instant::now()).unwrap();
+    assert_eq!((stats.usage, stats.capacity), (1, 4));
+    f.shared.open();
+    drop(f.pool);
+    // The reporter's handle is weak: the pool's table outlives the pool
+    // only while its workers drain; once they have, nothing is read.
+    rt.block_on(async {
+        while f.shared.terminated.load(SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
+    });
+    // Every worker task (and its handle on the table) is gone with it.
+    drop(rt);
+    assert!(reporter.tick(std::time::Instant::now()).is_none());
 }

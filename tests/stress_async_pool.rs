@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use sidejob::{AsyncWorker, Error, Pool};
 
-const TASKS: usize = 2_000;
-const PER_TASK: usize = 10;
+const TASKS: usize = 4_000;
+const PER_TASK: usize = 20;
 
 /// Marks each request id it handles (a second mark fails the test), after
 /// yielding a few times so handlers interleave with callers.

@@ -149,13 +149,13 @@ enum Pending<W: AsyncWorker, T> {
     Sent(T),
     /// Every shard was full and the pool has a waiting room: the future
     /// waits for a unit, then sends.
-    Wait(Arc<Inner<W>>, Job<W>),
+    Wait(Arc<Inner<W>>, Unsent<W>),
     /// Refused at once.
     Refused(Error),
 }
 
 /// A request or message waiting for a unit.
-enum Job<W: AsyncWorker> {
+enum Unsent<W: AsyncWorker> {
     Call(W::Request),
     Cast(W::Message),
 }
@@ -365,7 +365,7 @@ impl<W: AsyncWorker> AsyncPool<W> {
             Ok(()) => Pending::Sent(()),
             Err(refused) if can_wait && refused.error() == Error::Overload => {
                 let (_, message) = refused.into_parts();
-                Pending::Wait(Arc::clone(&self.inner), Job::Cast(message))
+                Pending::Wait(Arc::clone(&self.inner), Unsent::Cast(message))
             }
             Err(refused) => Pending::Refused(refused.error()),
         };
@@ -458,6 +458,28 @@ impl<W: AsyncWorker> AsyncPool<W> {
     }
 
     /// A [`WeakAsyncPool`]: a handle that does not keep the pool alive.
+    /// Give one to the pool's own workers: a strong handle in a worker's
+    /// state would keep the pool alive forever.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{AsyncWorker, Pool};
+    /// # struct Sink;
+    /// # impl AsyncWorker for Sink {
+    /// #     type Request = (); type Reply = (); type Message = ();
+    /// #     async fn handle_call(&mut self, _: ()) {}
+    /// #     async fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    /// let _guard = runtime.enter();
+    /// let pool = Pool::builder().capacity(2).build_async(|_| Sink)?;
+    /// let weak = pool.downgrade();
+    /// let again = weak.upgrade().expect("a handle is alive");
+    /// drop((pool, again)); // the last strong handle: shut down
+    /// assert!(weak.upgrade().is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn downgrade(&self) -> WeakAsyncPool<W> {
         WeakAsyncPool {
             inner: Arc::downgrade(&self.inner),
@@ -487,6 +509,29 @@ impl<W: AsyncWorker> AsyncPool<W> {
     ///
     /// [`ConfigError`] naming `capacity` if it is above the largest
     /// capacity the pool can count.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{AsyncWorker, Error, Pool};
+    /// # struct Echo;
+    /// # impl AsyncWorker for Echo {
+    /// #     type Request = u8; type Reply = u8; type Message = ();
+    /// #     async fn handle_call(&mut self, n: u8) -> u8 { n }
+    /// #     async fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    /// runtime.block_on(async {
+    ///     let pool = Pool::builder().capacity(4).workers(2).build_async(|_| Echo)?;
+    ///     pool.set_capacity(0)?;
+    ///     assert_eq!(pool.call_async(1).await, Err(Error::Overload));
+    ///     pool.set_capacity(100)?;
+    ///     assert_eq!(pool.call_async(1).await, Ok(1));
+    ///     assert_eq!((pool.capacity(), pool.available(), pool.workers()), (100, 100, 2));
+    ///     Ok::<(), Box<dyn std::error::Error>>(())
+    /// })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
         self.inner.table.set_capacity(capacity)
     }
@@ -507,6 +552,28 @@ impl<W: AsyncWorker> AsyncPool<W> {
     }
 
     /// A snapshot of the counters, one [`Stats::shards`] entry per worker.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{AsyncWorker, Pool};
+    /// # struct Echo;
+    /// # impl AsyncWorker for Echo {
+    /// #     type Request = u8; type Reply = u8; type Message = ();
+    /// #     async fn handle_call(&mut self, n: u8) -> u8 { n }
+    /// #     async fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    /// runtime.block_on(async {
+    ///     let pool = Pool::builder().name("echo").capacity(4).workers(2).build_async(|_| Echo)?;
+    ///     pool.call_async(1).await?;
+    ///     let stats = pool.stats();
+    ///     assert_eq!((stats.accepted, stats.completed, stats.shards.len()), (1, 1, 2));
+    ///     assert_eq!((pool.name(), pool.usage(), pool.waiting()), ("echo", 0, 0));
+    ///     Ok::<(), Box<dyn std::error::Error>>(())
+    /// })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn stats(&self) -> Stats {
         self.inner.table.stats()
     }
@@ -521,6 +588,28 @@ impl<W: AsyncWorker> AsyncPool<W> {
     /// before, run [`terminate`](AsyncWorker::terminate) and end.
     /// Idempotent. [`shutdown_async`](Self::shutdown_async) also waits for
     /// them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{AsyncWorker, Error, Pool};
+    /// # struct Echo;
+    /// # impl AsyncWorker for Echo {
+    /// #     type Request = u8; type Reply = u8; type Message = ();
+    /// #     async fn handle_call(&mut self, n: u8) -> u8 { n }
+    /// #     async fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    /// runtime.block_on(async {
+    ///     let pool = Pool::builder().capacity(4).build_async(|_| Echo)?;
+    ///     let other = pool.clone();
+    ///     pool.shutdown();
+    ///     assert!(other.is_shutdown());
+    ///     assert_eq!(other.call_async(1).await, Err(Error::Shutdown));
+    ///     Ok::<(), Box<dyn std::error::Error>>(())
+    /// })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn shutdown(&self) {
         self.inner.shutdown();
     }
@@ -588,7 +677,7 @@ impl<W: AsyncWorker> AsyncPool<W> {
             Ok(reply) => Pending::Sent(reply),
             Err(refused) if can_wait && refused.error() == Error::Overload => {
                 let (_, request) = refused.into_parts();
-                Pending::Wait(Arc::clone(&self.inner), Job::Call(request))
+                Pending::Wait(Arc::clone(&self.inner), Unsent::Call(request))
             }
             // A refused request is dropped now, not kept in the future.
             Err(refused) => Pending::Refused(refused.error()),
@@ -668,16 +757,16 @@ impl<W: AsyncWorker> Inner<W> {
     /// then sends `job`; the reply's receiver for a call.
     async fn wait_and_send(
         &self,
-        job: Job<W>,
+        job: Unsent<W>,
         deadline: Option<Instant>,
     ) -> Result<Option<ReplyReceiver<W>>, Error> {
         let shard = self.table.acquire_async(deadline).await?;
         let (envelope, receiver) = match job {
-            Job::Call(request) => {
+            Unsent::Call(request) => {
                 let (reply, receiver) = oneshot::channel();
                 (Envelope::Call(request, reply), Some(receiver))
             }
-            Job::Cast(message) => (Envelope::Cast(message), None),
+            Unsent::Cast(message) => (Envelope::Cast(message), None),
         };
         match self.deliver(shard, envelope) {
             Ok(()) => Ok(receiver),
@@ -688,7 +777,7 @@ impl<W: AsyncWorker> Inner<W> {
     /// [`wait_and_send`](Self::wait_and_send) for a call.
     async fn wait_and_call(
         &self,
-        job: Job<W>,
+        job: Unsent<W>,
         deadline: Option<Instant>,
     ) -> Result<ReplyReceiver<W>, Error> {
         // A call's job always gives a receiver; `None` cannot come.
