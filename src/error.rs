@@ -385,6 +385,7 @@ enum Problem {
     TooLong(Duration),
     Nul,
     Spawn(io::ErrorKind),
+    #[cfg(feature = "tokio")]
     NoRuntime,
 }
 
@@ -488,6 +489,7 @@ impl fmt::Display for ConfigError {
                 f,
                 "cannot start the `{field}`: the OS refused a thread ({kind})"
             ),
+            #[cfg(feature = "tokio")]
             Problem::NoRuntime => write!(
                 f,
                 "cannot start the `{field}`: no tokio runtime here (build inside one, or name one with `build_async_on`)"
