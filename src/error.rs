@@ -468,7 +468,8 @@ impl ConfigError {
     /// `"max_waiters"` or `"queue_order"`; from the reporter and alarm
     /// builders also `"interval"`, `"threshold"` or `"raise_after"`.
     /// (`"workers"` also when the OS refused to
-    /// start a worker thread: the message then says so.)
+    /// start a worker thread, or an async pool was built outside a tokio
+    /// runtime: the message then says so.)
     pub fn field(&self) -> &'static str {
         self.field
     }
