@@ -79,6 +79,7 @@ struct Shared {
 
 struct State {
     stop: bool,
+    crash: bool,
     nudged: bool,
     stats: KeeperStats,
     released: Option<u64>,
@@ -160,6 +161,7 @@ impl Budget {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 stop: false,
+                crash: false,
                 nudged: false,
                 stats: KeeperStats {
                     node,
@@ -274,6 +276,14 @@ impl Keeper {
         self.stop()
     }
 
+    /// Test hook: stops the keeper as a crashed process would, touching
+    /// neither the front-end nor the store (the lease lapses in Redis).
+    #[doc(hidden)]
+    pub fn crash(mut self) {
+        self.shared.state.lock().crash = true;
+        self.stop();
+    }
+
     fn stop(&mut self) -> Option<u64> {
         self.shared.state.lock().stop = true;
         self.shared.changed.notify_all();
@@ -367,6 +377,12 @@ impl<S: LeaseStore, T: Resizable> Run<S, T> {
                 s = self.shared.changed.wait_timeout(s, wait);
             }
             s.nudged = false;
+            if s.stop && s.crash {
+                s.done = true;
+                drop(s);
+                self.shared.changed.notify_all();
+                return;
+            }
             if s.stop {
                 drop(s);
                 self.shut_down();
