@@ -13,6 +13,9 @@
 //!   success, `valid_until = t_send + T(1−2ρ) − ε` and
 //!   `admit_until = valid_until − H`. A late reply only shortens the window.
 //!   At `admit_until` the leased part of the local capacity drops to 0.
+//! * **Blocking calls.** The keeper blocks in a store call for up to the
+//!   renew timeout, so before each call it drops the leased capacity if
+//!   `admit_until` falls within that timeout ([`Core::guard_call`]).
 //! * **Grow**: Redis records the larger grant (the reply); only then does
 //!   the local capacity rise ([`Core::on_renew`]).
 //! * **Shrink**: the local capacity drops first ([`Core::prepare`]); the
@@ -68,6 +71,7 @@ pub struct Core {
     pause_margin: Duration,
     max_hold: Duration,
     early_gap: Duration,
+    renew_timeout: Duration,
     min_block: u64,
     max_block: u64,
     headroom: f64,
@@ -151,6 +155,7 @@ impl Core {
             pause_margin: budget.pause_margin,
             max_hold: budget.max_hold,
             early_gap: budget.early_grow_gap,
+            renew_timeout: budget.renew_timeout,
             min_block: budget.min_block,
             max_block: (leased_cap / 8).max(budget.min_block),
             headroom: budget.headroom,
@@ -215,6 +220,18 @@ impl Core {
             }
         }
         if self.leased > 0 && self.admit_until.is_some_and(|a| now >= a) {
+            self.leased = 0;
+            return Some(self.local_capacity());
+        }
+        None
+    }
+
+    /// Before a store call, which blocks the keeper for up to the renew
+    /// timeout: if the admission window could end while it is blocked, the
+    /// leased capacity drops now rather than up to a timeout late. Returns
+    /// the new local capacity if it changed.
+    pub fn guard_call(&mut self, now: Duration) -> Option<usize> {
+        if self.leased > 0 && self.admit_until.is_some_and(|a| now + self.renew_timeout >= a) {
             self.leased = 0;
             return Some(self.local_capacity());
         }

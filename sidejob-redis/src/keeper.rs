@@ -346,7 +346,12 @@ impl<S: LeaseStore, T: Resizable> Run<S, T> {
             self.core.sample(&reading);
             let lowered = self.core.expire(now, &reading);
             self.apply(lowered);
-            match self.core.due(now, &reading) {
+            let due = self.core.due(now, &reading);
+            if due != Due::Nothing {
+                let lowered = self.core.guard_call(now);
+                self.apply(lowered);
+            }
+            match due {
                 Due::Nothing => {}
                 Due::Init => {
                     let ok = self.store.init(&self.init).is_ok();

@@ -5,3 +5,4 @@
 pub mod proxy;
 pub mod redis;
 pub mod oracle;
+pub mod sim;
