@@ -55,7 +55,8 @@ if has < g then
   g = has
 end
 
--- Max-min fair share over reported needs (water-filling), leftover split evenly.
+-- Max-min fair share over reported needs (water-filling), leftover in
+-- proportion to need.
 local needs = {need}
 for _, n in ipairs(redis.call('ZRANGE', exp, 0, -1)) do
   if n ~= node then needs[#needs + 1] = num(redis.call('HGET', info, n .. ':need')) or 0 end
@@ -70,7 +71,16 @@ for i = 1, k do
   end
   remaining = remaining - needs[i]
 end
-if fair == nil then fair = need + math.floor(remaining / k) end
+if fair == nil then
+  -- Nobody is constrained: the leftover goes out in proportion to need.
+  local total = 0
+  for i = 1, k do total = total + needs[i] end
+  if total > 0 then
+    fair = need + math.floor(remaining * need / total)
+  else
+    fair = math.floor(remaining / k)
+  end
+end
 
 -- 8. Grow only from free capacity, only outside learning mode, and only up
 -- to the fair share while another node is starved.

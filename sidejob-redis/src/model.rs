@@ -206,7 +206,7 @@ impl Model {
             granted -= g - has;
             g = has;
         }
-        // Fair share: water-filling over needs, leftover split evenly.
+        // Fair share: water-filling over needs, leftover in proportion to need.
         let mut needs = vec![need];
         needs.extend(
             self.exp
@@ -225,7 +225,12 @@ impl Model {
             }
             remaining -= n;
         }
-        let fair = fair.unwrap_or_else(|| need + remaining.div_euclid(k));
+        let total: i64 = needs.iter().sum();
+        let fair = fair.unwrap_or(if total > 0 {
+            need + (remaining * need).div_euclid(total)
+        } else {
+            remaining.div_euclid(k)
+        });
         let mut others = self.starve.values().filter(|&&s| s > now).count() as i64;
         if self.starve.get(node).is_some_and(|&s| s > now) {
             others -= 1;

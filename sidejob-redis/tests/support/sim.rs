@@ -9,7 +9,7 @@
 //! Faults: node crash (its work dies with it), partitions, Redis restart
 //! with or without data. Workload: Poisson arrivals per node with Zipf
 //! weights, optionally a hot spot that moves, holds exponential and capped
-//! at `H` (one in twenty uniform in [H/5, H]). The invariant `Σ in-flight ≤ C` is checked at every event; the
+//! at `H` (a fraction, 5 % by default, uniform in [H/5, H]). The invariant `Σ in-flight ≤ C` is checked at every event; the
 //! same arrivals run through an ideal global semaphore for utilisation.
 #![allow(dead_code)]
 
@@ -55,6 +55,10 @@ pub struct SimConfig {
     /// the store's clock steps forward by G, or while the store is wiped.
     pub adversarial: bool,
     pub mutant: Mutant,
+    /// Baseline: a static C/N split, no keeper (Riak-style).
+    pub static_split: bool,
+    /// Fraction of holds uniform in [H/5, H] (the rest exponential).
+    pub long_holds: f64,
 }
 
 impl SimConfig {
@@ -71,6 +75,8 @@ impl SimConfig {
             faults: false,
             adversarial: false,
             mutant: Mutant::None,
+            static_split: false,
+            long_holds: 0.05,
         }
     }
 }
@@ -232,7 +238,10 @@ pub fn run(cfg: &SimConfig) -> SimResult {
     // Zipf weights; the hot spot is node 0 unless it moves.
     let weights: Vec<f64> = (1..=cfg.nodes).map(|i| 1.0 / (i as f64).powf(cfg.skew)).collect();
     let wsum: f64 = weights.iter().sum();
-    let total_rate = cfg.load * cfg.capacity as f64 / (cfg.mean_hold_ms / 1000.0); // per second
+    // The mean hold of the mix below: exponential, or uniform in [H/5, H].
+    let lh = cfg.long_holds;
+    let mean_hold_s = ((1.0 - lh) * cfg.mean_hold_ms + lh * 0.6 * H_MS as f64) / 1000.0;
+    let total_rate = cfg.load * cfg.capacity as f64 / mean_hold_s; // per second
     let mut nodes: Vec<Node> = (0..cfg.nodes)
         .map(|i| Node {
             core: Core::new(format!("n{i}"), &budget),
@@ -276,8 +285,8 @@ pub fn run(cfg: &SimConfig) -> SimResult {
                 if t >= seg_end as f64 {
                     break;
                 }
-                // Mostly short holds, one in twenty long (up to H, as A3 allows).
-                let hold = if rng.unit() < 0.05 {
+                // Mostly short holds, some long (up to H, as A3 allows).
+                let hold = if rng.unit() < lh {
                     rng.range(H_MS * 200, H_MS * 1000)
                 } else {
                     rng.exp(cfg.mean_hold_ms * 1000.0) as u64
@@ -295,12 +304,17 @@ pub fn run(cfg: &SimConfig) -> SimResult {
     for &(t, node, hold) in &trace {
         push(&mut heap, &mut evs, t, Ev::Arrival { node, hold });
     }
-    for (i, n) in nodes.iter().enumerate() {
-        push(&mut heap, &mut evs, rng.range(0, 20_000), Ev::Wake { node: i, life: n.life });
+    for (i, n) in nodes.iter_mut().enumerate() {
+        if cfg.static_split {
+            n.capacity = cfg.capacity / cfg.nodes as u64;
+        } else {
+            push(&mut heap, &mut evs, rng.range(0, 20_000), Ev::Wake { node: i, life: n.life });
+        }
     }
 
     // Faults.
     let mut crash_at: Vec<(usize, u64)> = Vec::new();
+    let mut stepped = false;
     if cfg.faults {
         let count = rng.range(1, 4);
         for _ in 0..count {
@@ -322,11 +336,14 @@ pub fn run(cfg: &SimConfig) -> SimResult {
                     res.faults.push(format!("store restart keep={keep} at {at}us"));
                     push(&mut heap, &mut evs, at, Ev::StoreRestart { keep });
                 }
-                3 => {
+                3 if !stepped && !cfg.adversarial => {
+                    // A2: the store's clock steps forward by at most G in all.
+                    stepped = true;
                     let ms = rng.range(G_MS / 2, G_MS + 1) as i64;
                     res.faults.push(format!("store clock step +{ms}ms at {at}us"));
                     push(&mut heap, &mut evs, at, Ev::ClockStep { ms });
                 }
+                3 => {}
                 _ => {
                     // A partition of the hot node, the case that matters most.
                     let len = rng.range(2_000_000, 8_000_000);
