@@ -30,9 +30,22 @@ impl Drop for Server {
 }
 
 fn redis_server() -> Option<Server> {
-    let port = TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .ok()?
+        .local_addr()
+        .ok()?
+        .port();
     let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -145,7 +158,8 @@ fn renew_cost(url: &str) {
             .map(|c| {
                 let url = url.to_string();
                 std::thread::spawn(move || {
-                    let mut store = RedisStore::new(&url, "bench-renew", Duration::from_secs(1)).expect("store");
+                    let mut store = RedisStore::new(&url, "bench-renew", Duration::from_secs(1))
+                        .expect("store");
                     let mut calls = 0u64;
                     while Instant::now() < stop {
                         calls += 1;
@@ -175,7 +189,9 @@ fn renew_cost(url: &str) {
 
 fn main() {
     let Some(server) = redis_server() else {
-        eprintln!("!!!!!!!! SKIPPED: redis-server is not installed: the keeper bench needs one !!!!!!!!");
+        eprintln!(
+            "!!!!!!!! SKIPPED: redis-server is not installed: the keeper bench needs one !!!!!!!!"
+        );
         return;
     };
     let url = format!("redis://127.0.0.1:{}/", server.1);
@@ -192,7 +208,10 @@ fn main() {
     if std::env::args().any(|a| a == "--bench") {
         side_by_side(&plain, &kept);
         let s = keeper.stats();
-        println!("(keeper during the bench: {} renewals, {} failures, lease {})", s.renewals, s.failures, s.leased);
+        println!(
+            "(keeper during the bench: {} renewals, {} failures, lease {})",
+            s.renewals, s.failures, s.leased
+        );
         renew_cost(&url);
     }
     drop(keeper);

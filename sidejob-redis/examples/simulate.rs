@@ -11,8 +11,13 @@ mod sim;
 use sim::{run, Mutant, SimConfig};
 
 fn main() {
-    let runs: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(10_000);
-    println!("utilisation vs an ideal global semaphore (5 nodes, C = 200, Zipf 1.2, 20 s, 5 seeds)");
+    let runs: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(10_000);
+    println!(
+        "utilisation vs an ideal global semaphore (5 nodes, C = 200, Zipf 1.2, 20 s, 5 seeds)"
+    );
     println!("{:<28} {:>8} {:>8}", "scenario", "leases", "static");
     for (name, load, moving) in [
         ("80 % load, steady", 0.8, None),
@@ -32,7 +37,8 @@ fn main() {
         println!("{name:<28} {lease:>8.3} {stat:>8.3}");
     }
 
-    let (mut violations, mut bad_runs, mut peak, mut back, mut calls) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut violations, mut bad_runs, mut peak, mut back, mut calls) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut store_bad = 0;
     let mut seconds = 0.0;
     for seed in 0..runs {
@@ -54,7 +60,10 @@ fn main() {
         calls += r.store_calls;
         seconds += cfg.seconds;
         if r.violations > 0 {
-            println!("seed {seed}: {} violations, peak {}; faults {:?}", r.violations, r.peak, r.faults);
+            println!(
+                "seed {seed}: {} violations, peak {}; faults {:?}",
+                r.violations, r.peak, r.faults
+            );
         }
     }
     println!(
@@ -88,6 +97,9 @@ fn main() {
             events += r.violations;
             peak = peak.max(r.peak);
         }
-        println!("{:<20} {caught:>4}/200 runs, {events} violating events, peak {peak} of 200", format!("{mutant:?}"));
+        println!(
+            "{:<20} {caught:>4}/200 runs, {events} violating events, peak {peak} of 200",
+            format!("{mutant:?}")
+        );
     }
 }

@@ -16,9 +16,22 @@ use sidejob_redis::Budget;
 const C: usize = 30;
 
 fn start_redis() -> (Child, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -59,7 +72,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let keeper = budget.attach(limiter.clone())?;
         let on = Arc::new(AtomicBool::new(false));
         for t in 0..12 {
-            let (limiter, on, stop, inflight) = (limiter.clone(), on.clone(), stop.clone(), inflight.clone());
+            let (limiter, on, stop, inflight) =
+                (limiter.clone(), on.clone(), stop.clone(), inflight.clone());
             std::thread::spawn(move || {
                 let mut x = t as u64 + 1;
                 while !stop.load(SeqCst) {
@@ -101,17 +115,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             for (i, (limiter, keeper, _)) in nodes.iter().enumerate() {
                 let s = keeper.stats();
                 total += s.leased;
-                line += &format!("  {}: {:>2} ({:>2}) / {:>2}", ["A", "B", "C"][i], s.leased, s.grant, limiter.usage());
+                line += &format!(
+                    "  {}: {:>2} ({:>2}) / {:>2}",
+                    ["A", "B", "C"][i],
+                    s.leased,
+                    s.grant,
+                    limiter.usage()
+                );
             }
             let status = budget.status()?.map_or(0, |s| s.granted);
-            println!("{line}   fleet: leased {total:>2}, granted in Redis {status:>2}, in flight {:>2}", inflight.load(SeqCst));
+            println!(
+                "{line}   fleet: leased {total:>2}, granted in Redis {status:>2}, in flight {:>2}",
+                inflight.load(SeqCst)
+            );
         }
     }
     stop.store(true, SeqCst);
     for (_, keeper, _) in nodes {
         keeper.shutdown();
     }
-    println!("after shutdown: granted in Redis {}", budget.status()?.map_or(0, |s| s.granted));
+    println!(
+        "after shutdown: granted in Redis {}",
+        budget.status()?.map_or(0, |s| s.granted)
+    );
     if let Some(c) = child.as_mut() {
         c.kill()?;
         c.wait()?;

@@ -401,9 +401,12 @@ impl BudgetBuilder {
                 format!("must be in [0, 0.25], not {}", self.clock_margin),
             ));
         }
-        let max_hold = self
-            .max_hold
-            .ok_or_else(|| ConfigError::new("max_hold", "required (for example the database's statement timeout)"))?;
+        let max_hold = self.max_hold.ok_or_else(|| {
+            ConfigError::new(
+                "max_hold",
+                "required (for example the database's statement timeout)",
+            )
+        })?;
         let renew_timeout = self
             .renew_timeout
             .unwrap_or_else(|| (self.renew_every / 2).min(Duration::from_secs(1)));
@@ -414,7 +417,11 @@ impl BudgetBuilder {
         if !(self.headroom >= 0.0 && self.headroom.is_finite()) {
             return Err(ConfigError::new("headroom", "must be a finite number ≥ 0"));
         }
-        if let Fallback::ReservedFloor { per_node, max_nodes } = self.fallback {
+        if let Fallback::ReservedFloor {
+            per_node,
+            max_nodes,
+        } = self.fallback
+        {
             if per_node.saturating_mul(max_nodes) >= capacity {
                 return Err(ConfigError::new(
                     "fallback",

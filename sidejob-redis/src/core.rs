@@ -231,7 +231,11 @@ impl Core {
     /// leased capacity drops now rather than up to a timeout late. Returns
     /// the new local capacity if it changed.
     pub fn guard_call(&mut self, now: Duration) -> Option<usize> {
-        if self.leased > 0 && self.admit_until.is_some_and(|a| now + self.renew_timeout >= a) {
+        if self.leased > 0
+            && self
+                .admit_until
+                .is_some_and(|a| now + self.renew_timeout >= a)
+        {
             self.leased = 0;
             return Some(self.local_capacity());
         }
@@ -241,7 +245,11 @@ impl Core {
     /// Which call is due now, if any.
     pub fn due(&self, now: Duration, r: &Reading) -> Due {
         if self.need_init {
-            return if now >= self.next_call { Due::Init } else { Due::Nothing };
+            return if now >= self.next_call {
+                Due::Init
+            } else {
+                Due::Nothing
+            };
         }
         if now >= self.next_call {
             return Due::Renew;
@@ -254,8 +262,8 @@ impl Core {
         // grant all that was asked last time (held to a fair share, asking
         // at once would mostly be told no again).
         let starved_gap = self.early_gap.max(self.renew_every / 4);
-        let grow_ok = self.grant >= self.want
-            || self.last_call.map_or(true, |t| now >= t + starved_gap);
+        let grow_ok =
+            self.grant >= self.want || self.last_call.map_or(true, |t| now >= t + starved_gap);
         if gap_ok && grow_ok && r.rejected > self.rej0 && !self.learning {
             return Due::Renew; // early grow
         }

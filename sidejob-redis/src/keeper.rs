@@ -108,11 +108,13 @@ struct State {
 ///     .build()?;
 /// let limiter = Arc::new(Limiter::new(1)?);
 /// let keeper = budget.attach_store(MemoryStore::new(), limiter.clone());
-/// // Refusals make the keeper grow the lease early.
+/// // Callers hold what they get; refusals make the keeper grow the lease.
+/// let mut held = Vec::new();
 /// while !keeper.wait_for(ms(20), |s| s.leased >= 4) {
-///     let _ = limiter.try_acquire();
+///     held.extend(limiter.try_acquire());
 /// }
 /// assert!(limiter.capacity() >= 4 && limiter.capacity() <= 8);
+/// drop(held);
 /// // Nothing is out: the grant goes back to the store at once.
 /// let granted = keeper.stats().grant;
 /// assert_eq!(keeper.shutdown(), Some(granted));
@@ -126,7 +128,9 @@ pub struct Keeper {
 
 impl std::fmt::Debug for Keeper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Keeper").field("stats", &self.stats()).finish()
+        f.debug_struct("Keeper")
+            .field("stats", &self.stats())
+            .finish()
     }
 }
 

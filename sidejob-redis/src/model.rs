@@ -236,7 +236,11 @@ impl Model {
             others -= 1;
         }
         if now >= learn_until && want > g && granted < cap {
-            let limit = if others > 0 { want.min(g.max(fair)) } else { want };
+            let limit = if others > 0 {
+                want.min(g.max(fair))
+            } else {
+                want
+            };
             let add = (limit - g).min(cap - granted);
             if add > 0 {
                 g += add;
@@ -252,7 +256,15 @@ impl Model {
         seq += 1;
         self.held.insert(node.to_string(), g);
         self.exp.insert(node.to_string(), now + ttl);
-        self.info.insert(node.to_string(), Info { want, need, ver: seq, req });
+        self.info.insert(
+            node.to_string(),
+            Info {
+                want,
+                need,
+                ver: seq,
+                req,
+            },
+        );
         save(self, granted, seq, learn_until, losses);
         RenewReply::Ok(Grant {
             grant: u(g),

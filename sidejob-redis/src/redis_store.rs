@@ -77,7 +77,8 @@ impl RedisStore {
     ///
     /// If the URL does not parse.
     pub fn new(url: &str, name: &str, timeout: Duration) -> Result<Self, StoreError> {
-        let client = Client::open(url).map_err(|e| StoreError(format!("bad Redis URL {url:?}: {e}")))?;
+        let client =
+            Client::open(url).map_err(|e| StoreError(format!("bad Redis URL {url:?}: {e}")))?;
         let tag = format!("{{sj:{name}}}");
         let script = |n| Script::new(&script_source(n).expect("known script"));
         Ok(RedisStore {
@@ -105,7 +106,10 @@ impl RedisStore {
                 .map_err(err)?;
             conn.set_read_timeout(Some(self.timeout)).map_err(err)?;
             conn.set_write_timeout(Some(self.timeout)).map_err(err)?;
-            let info: String = redis::cmd("INFO").arg("server").query(&mut conn).map_err(err)?;
+            let info: String = redis::cmd("INFO")
+                .arg("server")
+                .query(&mut conn)
+                .map_err(err)?;
             let run_id = info
                 .lines()
                 .find_map(|l| l.strip_prefix("run_id:"))

@@ -13,10 +13,26 @@ use sidejob_redis::{InitArgs, LeaseStore, Model, RedisStore, RenewArgs, RenewRep
 
 #[derive(Debug, Clone)]
 enum Op {
-    Init { capacity: u64, fresh: bool },
-    Renew { node: usize, old_req: bool, honest: bool, has: u64, need: u64, extra: u64, bad_epoch: bool, ver_ahead: bool },
-    Release { node: usize },
-    Advance { ms: i64 },
+    Init {
+        capacity: u64,
+        fresh: bool,
+    },
+    Renew {
+        node: usize,
+        old_req: bool,
+        honest: bool,
+        has: u64,
+        need: u64,
+        extra: u64,
+        bad_epoch: bool,
+        ver_ahead: bool,
+    },
+    Release {
+        node: usize,
+    },
+    Advance {
+        ms: i64,
+    },
     /// Redis loses everything (a restart without persistence).
     Wipe,
 }
@@ -48,18 +64,31 @@ struct NodeView {
 
 fn run_id(conn: &mut redis::Connection) -> String {
     let info: String = redis::cmd("INFO").arg("server").query(conn).unwrap();
-    info.lines().find_map(|l| l.strip_prefix("run_id:")).unwrap().trim().to_string()
+    info.lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .unwrap()
+        .trim()
+        .to_string()
 }
 
 #[test]
 fn lua_scripts_match_the_rust_model() {
-    let Some(redis) = support::redis::start(false) else { return };
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
     let mut admin = redis.conn();
     let rid = run_id(&mut admin);
     let store = RedisStore::new(&redis.url(), "diff", Duration::from_secs(2)).unwrap();
     let meta_key = store.keys()[0].clone();
-    let (admin, store) = (std::cell::RefCell::new(admin), std::cell::RefCell::new(store));
-    let cfg = ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() };
+    let (admin, store) = (
+        std::cell::RefCell::new(admin),
+        std::cell::RefCell::new(store),
+    );
+    let cfg = ProptestConfig {
+        cases: 64,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
     let grows = std::cell::Cell::new(0u64);
     let targets = std::cell::Cell::new(0u64);
     proptest!(cfg, |(first_init in init(), rest in prop::collection::vec(op(), 1..40))| {
@@ -133,5 +162,10 @@ fn lua_scripts_match_the_rust_model() {
         }
     });
     // The sequences reached the interesting branches.
-    assert!(grows.get() > 40 && targets.get() > 10, "grows {} targets {}", grows.get(), targets.get());
+    assert!(
+        grows.get() > 40 && targets.get() > 10,
+        "grows {} targets {}",
+        grows.get(),
+        targets.get()
+    );
 }

@@ -53,8 +53,21 @@ impl Node {
         let keeper = budget.attach(limiter.clone()).expect("attach");
         let on = Arc::new(AtomicBool::new(loaded));
         let stop = Arc::new(AtomicBool::new(false));
-        let threads = load(limiter.clone(), resource.clone(), on.clone(), stop.clone(), 8, HOLD_MS);
-        Node { limiter, keeper: Some(keeper), on, stop, threads }
+        let threads = load(
+            limiter.clone(),
+            resource.clone(),
+            on.clone(),
+            stop.clone(),
+            8,
+            HOLD_MS,
+        );
+        Node {
+            limiter,
+            keeper: Some(keeper),
+            on,
+            stop,
+            threads,
+        }
     }
 
     fn keeper(&self) -> &Keeper {
@@ -95,20 +108,35 @@ fn wait(node: &Node, secs: u64, what: &str, pred: impl FnMut(&sidejob_redis::Kee
 }
 
 fn assert_bound(resource: &Resource) {
-    assert!(resource.high() <= C, "{} units in flight, capacity {C}", resource.high());
+    assert!(
+        resource.high() <= C,
+        "{} units in flight, capacity {C}",
+        resource.high()
+    );
 }
 
 #[test]
 fn fleet_shares_one_bound_and_load_moves() {
-    let Some(redis) = support::redis::start(false) else { return };
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
     let budget = budget(&redis.url(), "share");
     let resource = Arc::new(Resource::default());
-    let nodes: Vec<Node> = (0..3).map(|i| Node::start(&budget, &resource, i == 0)).collect();
-    wait(&nodes[0], 5, "node 0 grows into the idle fleet's capacity", |s| s.leased as usize >= C - 2);
+    let nodes: Vec<Node> = (0..3)
+        .map(|i| Node::start(&budget, &resource, i == 0))
+        .collect();
+    wait(
+        &nodes[0],
+        5,
+        "node 0 grows into the idle fleet's capacity",
+        |s| s.leased as usize >= C - 2,
+    );
     // The load moves to node 1: node 0 gives back, node 1 grows.
     nodes[0].set_load(false);
     nodes[1].set_load(true);
-    wait(&nodes[1], 8, "node 1 takes over", |s| s.leased as usize >= C - 2);
+    wait(&nodes[1], 8, "node 1 takes over", |s| {
+        s.leased as usize >= C - 2
+    });
     // All three loaded: each gets a share, and the fleet never exceeds C.
     nodes[0].set_load(true);
     nodes[2].set_load(true);
@@ -125,7 +153,9 @@ fn fleet_shares_one_bound_and_load_moves() {
 
 #[test]
 fn clean_shutdown_returns_units_at_once() {
-    let Some(redis) = support::redis::start(false) else { return };
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
     let budget = budget(&redis.url(), "shutdown");
     let resource = Arc::new(Resource::default());
     let mut a = Node::start(&budget, &resource, true);
@@ -149,7 +179,9 @@ fn clean_shutdown_returns_units_at_once() {
 
 #[test]
 fn crashed_node_units_come_back_after_ttl_plus_grace() {
-    let Some(redis) = support::redis::start(false) else { return };
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
     let budget = budget(&redis.url(), "crash");
     let resource = Arc::new(Resource::default());
     let a = Node::start(&budget, &resource, true);
@@ -163,18 +195,29 @@ fn crashed_node_units_come_back_after_ttl_plus_grace() {
     // Redis keeps a's record (its units) until its expiry + G.
     std::thread::sleep(ms(500)); // within T of a's last renewal
     let status = budget.status().unwrap().unwrap();
-    assert_eq!(status.nodes.iter().map(|n| n.held as usize).max(), Some(a_grant), "{status:?}");
+    assert_eq!(
+        status.nodes.iter().map(|n| n.held as usize).max(),
+        Some(a_grant),
+        "{status:?}"
+    );
     assert!(b.keeper().stats().grant as usize <= C - a_grant);
-    wait(&b, 4, "b gets the crashed node's units after T + G", |s| s.leased as usize >= C - 1);
+    wait(&b, 4, "b gets the crashed node's units after T + G", |s| {
+        s.leased as usize >= C - 1
+    });
     let back = crashed.elapsed();
-    assert!(back >= ms(900), "units reused after {back:?}, before T + G (a had renewed {a_renewals} times)");
+    assert!(
+        back >= ms(900),
+        "units reused after {back:?}, before T + G (a had renewed {a_renewals} times)"
+    );
     drop(b);
     assert_bound(&resource);
 }
 
 #[test]
 fn partitioned_node_stops_before_its_share_is_reused() {
-    let Some(redis) = support::redis::start(false) else { return };
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
     let proxy = Proxy::start(redis.port);
     let resource = Arc::new(Resource::default());
     let a = Node::start(&budget(&proxy.url(), "partition"), &resource, true);
@@ -184,22 +227,34 @@ fn partitioned_node_stops_before_its_share_is_reused() {
     proxy.set(BLACKHOLE);
     let cut = Instant::now();
     wait(&a, 3, "a stops admitting at admit_until", |s| s.leased == 0);
-    assert!(cut.elapsed() <= ms(1000), "a stopped only after {:?}", cut.elapsed());
-    wait(&b, 4, "b grows into a's share after a's expiry + G", |s| s.leased as usize >= C - 1);
+    assert!(
+        cut.elapsed() <= ms(1000),
+        "a stopped only after {:?}",
+        cut.elapsed()
+    );
+    wait(&b, 4, "b grows into a's share after a's expiry + G", |s| {
+        s.leased as usize >= C - 1
+    });
     assert_bound(&resource);
     // Healed: a renews again, from whatever Redis has left for it.
     let before = a.keeper().stats().renewals;
     proxy.set(PASS);
-    wait(&a, 5, "a renews after the partition heals", |s| s.renewals > before);
+    wait(&a, 5, "a renews after the partition heals", |s| {
+        s.renewals > before
+    });
     drop((a, b));
     assert_bound(&resource);
 }
 
 fn paused(freeze: bool) {
-    let Some(redis) = support::redis::start(false) else { return };
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
     let budget = budget(&redis.url(), "pause");
     let resource = Arc::new(Resource::default());
-    let nodes: Vec<Node> = (0..2).map(|_| Node::start(&budget, &resource, true)).collect();
+    let nodes: Vec<Node> = (0..2)
+        .map(|_| Node::start(&budget, &resource, true))
+        .collect();
     for n in &nodes {
         wait(n, 5, "loaded nodes get shares", |s| s.leased >= 2);
     }
@@ -207,7 +262,12 @@ fn paused(freeze: bool) {
     if freeze {
         redis.freeze();
     } else {
-        let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(1500).arg("WRITE").query(&mut admin).unwrap();
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(1500)
+            .arg("WRITE")
+            .query(&mut admin)
+            .unwrap();
     }
     for n in &nodes {
         wait(n, 3, "nodes drain while Redis is away", |s| s.leased == 0);
@@ -236,21 +296,32 @@ fn redis_frozen_with_sigstop() {
 
 #[test]
 fn redis_restarted_empty_enters_learning_mode() {
-    let Some(mut redis) = support::redis::start(false) else { return };
+    let Some(mut redis) = support::redis::start(false) else {
+        return;
+    };
     let budget = budget(&redis.url(), "restart");
     let resource = Arc::new(Resource::default());
-    let nodes: Vec<Node> = (0..2).map(|_| Node::start(&budget, &resource, true)).collect();
+    let nodes: Vec<Node> = (0..2)
+        .map(|_| Node::start(&budget, &resource, true))
+        .collect();
     for n in &nodes {
         wait(n, 5, "loaded nodes get shares", |s| s.leased >= 2);
     }
     redis.restart();
     // The budget is gone: a node re-creates it (never fresh) and it starts in
     // learning mode; holders are re-adopted, nobody grows meanwhile.
-    wait(&nodes[0], 3, "learning mode after the restart", |s| s.learning);
+    wait(&nodes[0], 3, "learning mode after the restart", |s| {
+        s.learning
+    });
     let status = budget.status().unwrap().unwrap();
-    assert!(status.learn_remaining_ms > 0 && status.granted as usize <= C, "{status:?}");
+    assert!(
+        status.learn_remaining_ms > 0 && status.granted as usize <= C,
+        "{status:?}"
+    );
     for n in &nodes {
-        wait(n, 6, "out of learning mode, shares again", |s| !s.learning && s.leased >= 2);
+        wait(n, 6, "out of learning mode, shares again", |s| {
+            !s.learning && s.leased >= 2
+        });
     }
     drop(nodes);
     assert_bound(&resource);
@@ -258,15 +329,21 @@ fn redis_restarted_empty_enters_learning_mode() {
 
 #[test]
 fn redis_restarted_with_data_counts_a_loss() {
-    let Some(mut redis) = support::redis::start(true) else { return };
+    let Some(mut redis) = support::redis::start(true) else {
+        return;
+    };
     let budget = budget(&redis.url(), "persist");
     let resource = Arc::new(Resource::default());
-    let nodes: Vec<Node> = (0..2).map(|_| Node::start(&budget, &resource, true)).collect();
+    let nodes: Vec<Node> = (0..2)
+        .map(|_| Node::start(&budget, &resource, true))
+        .collect();
     for n in &nodes {
         wait(n, 5, "loaded nodes get shares", |s| s.leased >= 2);
     }
     redis.restart(); // the AOF brings the budget back under a new run_id
-    wait(&nodes[0], 3, "learning mode after the restart", |s| s.learning);
+    wait(&nodes[0], 3, "learning mode after the restart", |s| {
+        s.learning
+    });
     let status = budget.status().unwrap().unwrap();
     assert!(status.losses >= 1, "{status:?}");
     for n in &nodes {
@@ -278,14 +355,21 @@ fn redis_restarted_with_data_counts_a_loss() {
 
 #[test]
 fn script_flush_is_survived_without_a_failed_renewal() {
-    let Some(redis) = support::redis::start(false) else { return };
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
     let budget = budget(&redis.url(), "flush");
     let resource = Arc::new(Resource::default());
     let node = Node::start(&budget, &resource, true);
     wait(&node, 5, "share", |s| s.leased >= 2);
     let before = node.keeper().stats();
-    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut redis.conn()).unwrap();
-    wait(&node, 3, "renews after the flush", |s| s.renewals >= before.renewals + 3);
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut redis.conn())
+        .unwrap();
+    wait(&node, 3, "renews after the flush", |s| {
+        s.renewals >= before.renewals + 3
+    });
     assert_eq!(node.keeper().stats().failures, before.failures);
     drop(node);
     assert_bound(&resource);
@@ -293,21 +377,38 @@ fn script_flush_is_survived_without_a_failed_renewal() {
 
 #[test]
 fn stale_and_reordered_requests_change_nothing() {
-    let Some(redis) = support::redis::start(false) else { return };
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
     let mut store = RedisStore::new(&redis.url(), "stale", ms(1000)).unwrap();
     let init = sidejob_redis::InitArgs {
-        capacity: 10, ttl_ms: 1000, grace_ms: 300, epoch: "e".into(),
-        fresh: true, test: false, debug_now: None,
+        capacity: 10,
+        ttl_ms: 1000,
+        grace_ms: 300,
+        epoch: "e".into(),
+        fresh: true,
+        test: false,
+        debug_now: None,
     };
     store.init(&init).unwrap();
     let args = |req, has, want| RenewArgs {
-        node: "n".into(), req, epoch_seen: "e".into(), ver_seen: 0, has, need: want, want,
+        node: "n".into(),
+        req,
+        epoch_seen: "e".into(),
+        ver_seen: 0,
+        has,
+        need: want,
+        want,
     };
-    let RenewReply::Ok(first) = store.renew(&args(5, 0, 4)).unwrap() else { panic!() };
+    let RenewReply::Ok(first) = store.renew(&args(5, 0, 4)).unwrap() else {
+        panic!()
+    };
     assert_eq!(first.grant, 4);
     // An old request (sent on a dead connection, say) arrives late, on another connection.
     let mut other = RedisStore::new(&redis.url(), "stale", ms(1000)).unwrap();
-    let RenewReply::Stale(stale) = other.renew(&args(3, 0, 9)).unwrap() else { panic!() };
+    let RenewReply::Stale(stale) = other.renew(&args(3, 0, 9)).unwrap() else {
+        panic!()
+    };
     assert_eq!(stale.grant, 4);
     let status = store.status().unwrap().unwrap();
     assert_eq!((status.granted, status.seq), (4, 1));

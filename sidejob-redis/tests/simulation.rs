@@ -20,7 +20,10 @@ fn no_violation_with_faults_over_seeds() {
         assert!(r.peak <= cfg.capacity);
         if let Some(back) = r.crash_back_ms {
             // T + G after the last renewal, and a reap runs at the next renewal.
-            assert!(back <= 3000 + 1000 + 500, "seed {seed}: crash back after {back} ms");
+            assert!(
+                back <= 3000 + 1000 + 500,
+                "seed {seed}: crash back after {back} ms"
+            );
         }
     }
 }

@@ -2,7 +2,7 @@
 //! the in-flight oracle.
 #![allow(dead_code)]
 
+pub mod oracle;
 pub mod proxy;
 pub mod redis;
-pub mod oracle;
 pub mod sim;

@@ -40,7 +40,8 @@ pub fn load(
 ) -> Vec<std::thread::JoinHandle<()>> {
     (0..threads)
         .map(|i| {
-            let (limiter, resource, on, stop) = (limiter.clone(), resource.clone(), on.clone(), stop.clone());
+            let (limiter, resource, on, stop) =
+                (limiter.clone(), resource.clone(), on.clone(), stop.clone());
             std::thread::spawn(move || {
                 let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (i as u64 + 1);
                 while !stop.load(SeqCst) {

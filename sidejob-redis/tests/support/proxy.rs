@@ -32,9 +32,14 @@ impl Proxy {
                         if m.load(SeqCst) == CUT {
                             continue; // dropped: refused
                         }
-                        let Ok(up) = TcpStream::connect(("127.0.0.1", upstream)) else { continue };
+                        let Ok(up) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                            continue;
+                        };
                         down.set_nonblocking(false).expect("blocking");
-                        for (from, to) in [(down.try_clone().unwrap(), up.try_clone().unwrap()), (up, down)] {
+                        for (from, to) in [
+                            (down.try_clone().unwrap(), up.try_clone().unwrap()),
+                            (up, down),
+                        ] {
                             let (m, s) = (m.clone(), s.clone());
                             std::thread::spawn(move || pump(from, to, &m, &s));
                         }
@@ -56,7 +61,8 @@ impl Proxy {
 }
 
 fn pump(mut from: TcpStream, mut to: TcpStream, mode: &AtomicU8, stop: &AtomicBool) {
-    from.set_read_timeout(Some(Duration::from_millis(10))).expect("timeout");
+    from.set_read_timeout(Some(Duration::from_millis(10)))
+        .expect("timeout");
     let mut buf = [0u8; 16 * 1024];
     loop {
         if stop.load(SeqCst) || mode.load(SeqCst) == CUT {
@@ -74,7 +80,11 @@ fn pump(mut from: TcpStream, mut to: TcpStream, mode: &AtomicU8, stop: &AtomicBo
                     return;
                 }
             }
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
             Err(_) => {
                 let _ = to.shutdown(Shutdown::Both);
                 return;

@@ -25,7 +25,11 @@ pub struct Server {
 /// Starts a server, or `None` with a loud message if redis-server is not
 /// installed (a failure instead under `CI=true`).
 pub fn start(persist: bool) -> Option<Server> {
-    if Command::new("redis-server").arg("--version").output().is_err() {
+    if Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
             panic!("redis-server is not installed, and CI=true: .ci/run installs it");
         }
@@ -38,7 +42,12 @@ pub fn start(persist: bool) -> Option<Server> {
         free_port()
     ));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let mut s = Server { child: None, port: free_port(), dir, persist };
+    let mut s = Server {
+        child: None,
+        port: free_port(),
+        dir,
+        persist,
+    };
     s.spawn();
     Some(s)
 }
@@ -69,12 +78,19 @@ impl Server {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Ok(mut c) = self.client().get_connection_with_timeout(Duration::from_millis(200)) {
+            if let Ok(mut c) = self
+                .client()
+                .get_connection_with_timeout(Duration::from_millis(200))
+            {
                 if redis::cmd("PING").query::<String>(&mut c).is_ok() {
                     return;
                 }
             }
-            assert!(Instant::now() < deadline, "redis-server did not answer PING on port {}", self.port);
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not answer PING on port {}",
+                self.port
+            );
             std::thread::sleep(Duration::from_millis(20)); // polling a child process's start-up
         }
     }
@@ -88,8 +104,12 @@ impl Server {
     }
 
     pub fn conn(&self) -> redis::Connection {
-        let c = self.client().get_connection_with_timeout(Duration::from_secs(2)).expect("connect");
-        c.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+        let c = self
+            .client()
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .expect("connect");
+        c.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
         c
     }
 

@@ -155,16 +155,50 @@ impl Rng {
 
 #[derive(Debug, Clone)]
 enum Ev {
-    Arrival { node: usize, hold: u64 },
-    Done { node: usize, life: u32 },
-    Wake { node: usize, life: u32 },
-    AtStore { node: usize, life: u32, call: Call, t_send: Duration },
-    Reply { node: usize, life: u32, req: u64, t_send: Duration, reply: Option<StoreReply> },
-    Timeout { node: usize, life: u32, req: u64, t_send: Duration },
-    Crash { node: usize },
-    Partition { node: usize, on: bool },
-    StoreRestart { keep: bool },
-    ClockStep { ms: i64 },
+    Arrival {
+        node: usize,
+        hold: u64,
+    },
+    Done {
+        node: usize,
+        life: u32,
+    },
+    Wake {
+        node: usize,
+        life: u32,
+    },
+    AtStore {
+        node: usize,
+        life: u32,
+        call: Call,
+        t_send: Duration,
+    },
+    Reply {
+        node: usize,
+        life: u32,
+        req: u64,
+        t_send: Duration,
+        reply: Option<StoreReply>,
+    },
+    Timeout {
+        node: usize,
+        life: u32,
+        req: u64,
+        t_send: Duration,
+    },
+    Crash {
+        node: usize,
+    },
+    Partition {
+        node: usize,
+        on: bool,
+    },
+    StoreRestart {
+        keep: bool,
+    },
+    ClockStep {
+        ms: i64,
+    },
     Move,
 }
 
@@ -217,26 +251,34 @@ impl Node {
 pub fn run(cfg: &SimConfig) -> SimResult {
     let mut rng = Rng::new(cfg.seed);
     let budget = budget(cfg);
-    let grace = if matches!(cfg.mutant, Mutant::NoGrace | Mutant::MarginsAndGrace) { 0 } else { G_MS };
+    let grace = if matches!(cfg.mutant, Mutant::NoGrace | Mutant::MarginsAndGrace) {
+        0
+    } else {
+        G_MS
+    };
     let end = (cfg.seconds * 1e6) as u64;
     let mut res = SimResult::default();
     let mut heap: BinaryHeap<Reverse<(u64, u64, usize)>> = BinaryHeap::new();
     let mut evs: Vec<Ev> = Vec::new();
     let mut seq = 0u64;
-    let mut push = |heap: &mut BinaryHeap<Reverse<(u64, u64, usize)>>, evs: &mut Vec<Ev>, at: u64, ev: Ev| {
-        seq += 1;
-        evs.push(ev);
-        heap.push(Reverse((at, seq, evs.len() - 1)));
-    };
+    let mut push =
+        |heap: &mut BinaryHeap<Reverse<(u64, u64, usize)>>, evs: &mut Vec<Ev>, at: u64, ev: Ev| {
+            seq += 1;
+            evs.push(ev);
+            heap.push(Reverse((at, seq, evs.len() - 1)));
+        };
     let mut model = Model::default();
     let mut run_id = String::from("r0");
     let store_rate = 1.0 + (rng.unit() * 2.0 - 1.0) * RHO;
     let mut store_step: i64 = 0;
     let store_base: i64 = 1_700_000_000_000;
-    let store_now = |real: u64, step: i64| store_base + (real as f64 / 1000.0 * store_rate) as i64 + step;
+    let store_now =
+        |real: u64, step: i64| store_base + (real as f64 / 1000.0 * store_rate) as i64 + step;
 
     // Zipf weights; the hot spot is node 0 unless it moves.
-    let weights: Vec<f64> = (1..=cfg.nodes).map(|i| 1.0 / (i as f64).powf(cfg.skew)).collect();
+    let weights: Vec<f64> = (1..=cfg.nodes)
+        .map(|i| 1.0 / (i as f64).powf(cfg.skew))
+        .collect();
     let wsum: f64 = weights.iter().sum();
     // The mean hold of the mix below: exponential, or uniform in [H/5, H].
     let lh = cfg.long_holds;
@@ -308,7 +350,15 @@ pub fn run(cfg: &SimConfig) -> SimResult {
         if cfg.static_split {
             n.capacity = cfg.capacity / cfg.nodes as u64;
         } else {
-            push(&mut heap, &mut evs, rng.range(0, 20_000), Ev::Wake { node: i, life: n.life });
+            push(
+                &mut heap,
+                &mut evs,
+                rng.range(0, 20_000),
+                Ev::Wake {
+                    node: i,
+                    life: n.life,
+                },
+            );
         }
     }
 
@@ -329,18 +379,25 @@ pub fn run(cfg: &SimConfig) -> SimResult {
                     let len = rng.range(500_000, 6_000_000);
                     res.faults.push(format!("partition n{node} {at}+{len}us"));
                     push(&mut heap, &mut evs, at, Ev::Partition { node, on: true });
-                    push(&mut heap, &mut evs, at + len, Ev::Partition { node, on: false });
+                    push(
+                        &mut heap,
+                        &mut evs,
+                        at + len,
+                        Ev::Partition { node, on: false },
+                    );
                 }
                 2 => {
                     let keep = rng.unit() < 0.5;
-                    res.faults.push(format!("store restart keep={keep} at {at}us"));
+                    res.faults
+                        .push(format!("store restart keep={keep} at {at}us"));
                     push(&mut heap, &mut evs, at, Ev::StoreRestart { keep });
                 }
                 3 if !stepped && !cfg.adversarial => {
                     // A2: the store's clock steps forward by at most G in all.
                     stepped = true;
                     let ms = rng.range(G_MS / 2, G_MS + 1) as i64;
-                    res.faults.push(format!("store clock step +{ms}ms at {at}us"));
+                    res.faults
+                        .push(format!("store clock step +{ms}ms at {at}us"));
                     push(&mut heap, &mut evs, at, Ev::ClockStep { ms });
                 }
                 3 => {}
@@ -349,7 +406,12 @@ pub fn run(cfg: &SimConfig) -> SimResult {
                     let len = rng.range(2_000_000, 8_000_000);
                     res.faults.push(format!("partition n0 {at}+{len}us"));
                     push(&mut heap, &mut evs, at, Ev::Partition { node: 0, on: true });
-                    push(&mut heap, &mut evs, at + len, Ev::Partition { node: 0, on: false });
+                    push(
+                        &mut heap,
+                        &mut evs,
+                        at + len,
+                        Ev::Partition { node: 0, on: false },
+                    );
                 }
             }
         }
@@ -359,13 +421,25 @@ pub fn run(cfg: &SimConfig) -> SimResult {
         let len = rng.range(4_000_000, 7_000_000);
         res.faults.push(format!("partition n0 {at}+{len}us"));
         push(&mut heap, &mut evs, at, Ev::Partition { node: 0, on: true });
-        push(&mut heap, &mut evs, at + len, Ev::Partition { node: 0, on: false });
+        push(
+            &mut heap,
+            &mut evs,
+            at + len,
+            Ev::Partition { node: 0, on: false },
+        );
         let later = at + rng.range(0, 1_000_000);
         if rng.unit() < 0.5 {
-            res.faults.push(format!("store clock step +{G_MS}ms at {later}us"));
-            push(&mut heap, &mut evs, later, Ev::ClockStep { ms: G_MS as i64 });
+            res.faults
+                .push(format!("store clock step +{G_MS}ms at {later}us"));
+            push(
+                &mut heap,
+                &mut evs,
+                later,
+                Ev::ClockStep { ms: G_MS as i64 },
+            );
         } else {
-            res.faults.push(format!("store restart keep=false at {later}us"));
+            res.faults
+                .push(format!("store restart keep=false at {later}us"));
             push(&mut heap, &mut evs, later, Ev::StoreRestart { keep: false });
         }
     }
@@ -437,16 +511,41 @@ pub fn run(cfg: &SimConfig) -> SimResult {
                     let life = n.life;
                     if !n.partitioned {
                         let lat = latency(&mut rng);
-                        push(&mut heap, &mut evs, now + lat, Ev::AtStore { node, life, call, t_send });
+                        push(
+                            &mut heap,
+                            &mut evs,
+                            now + lat,
+                            Ev::AtStore {
+                                node,
+                                life,
+                                call,
+                                t_send,
+                            },
+                        );
                     }
-                    push(&mut heap, &mut evs, now + timeout_us, Ev::Timeout { node, life, req, t_send });
+                    push(
+                        &mut heap,
+                        &mut evs,
+                        now + timeout_us,
+                        Ev::Timeout {
+                            node,
+                            life,
+                            req,
+                            t_send,
+                        },
+                    );
                 } else {
                     let wake = n.core.next_wake(local);
                     let at = n.real(wake).max(now + 1);
                     push(&mut heap, &mut evs, at, Ev::Wake { node, life });
                 }
             }
-            Ev::AtStore { node, life, call, t_send } => {
+            Ev::AtStore {
+                node,
+                life,
+                call,
+                t_send,
+            } => {
                 let snow = store_now(now, store_step);
                 let reply = match call {
                     Call::Init(a) => {
@@ -479,7 +578,9 @@ pub fn run(cfg: &SimConfig) -> SimResult {
                 if !crash_at.is_empty() {
                     let status = model.status(snow);
                     crash_at.retain(|&(c, at)| {
-                        let present = status.as_ref().is_some_and(|s| s.nodes.iter().any(|l| l.node == format!("n{c}")));
+                        let present = status
+                            .as_ref()
+                            .is_some_and(|s| s.nodes.iter().any(|l| l.node == format!("n{c}")));
                         if !present {
                             let back = (now - at) / 1000;
                             res.crash_back_ms = Some(res.crash_back_ms.unwrap_or(0).max(back));
@@ -491,10 +592,27 @@ pub fn run(cfg: &SimConfig) -> SimResult {
                 if !n.partitioned {
                     let lat = latency(&mut rng);
                     let req = n.busy.unwrap_or(0);
-                    push(&mut heap, &mut evs, now + lat, Ev::Reply { node, life, req, t_send, reply: Some(reply) });
+                    push(
+                        &mut heap,
+                        &mut evs,
+                        now + lat,
+                        Ev::Reply {
+                            node,
+                            life,
+                            req,
+                            t_send,
+                            reply: Some(reply),
+                        },
+                    );
                 }
             }
-            Ev::Reply { node, life, req, t_send, reply } => {
+            Ev::Reply {
+                node,
+                life,
+                req,
+                t_send,
+                reply,
+            } => {
                 let n = &mut nodes[node];
                 if !n.alive || n.life != life || n.busy != Some(req) {
                     continue; // late: the keeper gave up on it
@@ -526,7 +644,12 @@ pub fn run(cfg: &SimConfig) -> SimResult {
                 let life = n.life;
                 push(&mut heap, &mut evs, now + 1, Ev::Wake { node, life });
             }
-            Ev::Timeout { node, life, req, t_send } => {
+            Ev::Timeout {
+                node,
+                life,
+                req,
+                t_send,
+            } => {
                 let n = &mut nodes[node];
                 if !n.alive || n.life != life || n.busy != Some(req) {
                     continue;
