@@ -257,13 +257,13 @@ impl Core {
         if self.failing {
             return Due::Nothing; // no early calls while the store is failing
         }
-        let gap_ok = self.last_call.map_or(true, |t| now >= t + self.early_gap);
+        let gap_ok = self.last_call.is_none_or(|t| now >= t + self.early_gap);
         // Early grow: at most every gap, or every R/4 if the store did not
         // grant all that was asked last time (held to a fair share, asking
         // at once would mostly be told no again).
         let starved_gap = self.early_gap.max(self.renew_every / 4);
         let grow_ok =
-            self.grant >= self.want || self.last_call.map_or(true, |t| now >= t + starved_gap);
+            self.grant >= self.want || self.last_call.is_none_or(|t| now >= t + starved_gap);
         if gap_ok && grow_ok && r.rejected > self.rej0 && !self.learning {
             return Due::Renew; // early grow
         }

@@ -149,9 +149,9 @@ fn lua_scripts_match_the_rust_model() {
                 }
             }
             // Pin the scripts' clock to the test's `now` (test-mode budgets only).
-            if !first && model.meta.is_some() {
+            if let (false, Some(meta)) = (first, model.meta.as_mut()) {
                 let _: () = redis::cmd("HSET").arg(&meta_key).arg("debug_now").arg(now).query(&mut *admin).unwrap();
-                model.meta.as_mut().unwrap().debug_now = Some(now);
+                meta.debug_now = Some(now);
             }
             let lua = store.status().unwrap();
             let rust = model.status(now);

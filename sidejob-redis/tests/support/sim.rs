@@ -31,8 +31,7 @@ pub enum Mutant {
     GrowBeforeRecord,
     /// 4. no learning mode after state loss.
     NoLearning,
-    /// 5. the node judges expiry by its own wall clock against the store's
-    /// expiry timestamp.
+    /// 5. expiry judged on the node's wall clock (against the store's stamp).
     NodeClockExpiry,
     /// 1 + 2.
     MarginsAndGrace,
