@@ -82,10 +82,17 @@ fn kept(url: &str) -> (Arc<Limiter>, Keeper) {
         .expect("budget");
     let limiter = Arc::new(Limiter::new(1).expect("limiter"));
     let keeper = budget.attach(limiter.clone()).expect("attach");
-    // Make it ask: refusals trigger early grows until the lease is large.
+    // Make it ask: hold what is granted; refusals trigger early grows until
+    // the lease is large enough for the bench.
+    let mut held = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
     while !keeper.wait_for(ms(20), |s| s.leased as usize >= CAP / 4) {
-        let _ = limiter.try_acquire();
+        while let Ok(p) = limiter.try_acquire_owned() {
+            held.push(p);
+        }
+        assert!(Instant::now() < deadline, "the lease did not grow: {:?}", keeper.stats());
     }
+    drop(held);
     (limiter, keeper)
 }
 
@@ -95,7 +102,7 @@ fn once(limiter: &Limiter) {
     black_box(&permit);
 }
 
-fn side_by_side(plain: &Limiter, kept: &Limiter) {
+fn side_by_side(plain: &Limiter, resized: &Limiter, kept: &Limiter) {
     const ITERS: u64 = 2_000_000;
     const ROUNDS: usize = 7;
     let time = |l: &Limiter| {
@@ -105,19 +112,23 @@ fn side_by_side(plain: &Limiter, kept: &Limiter) {
         }
         t.elapsed().as_nanos() as f64 / ITERS as f64
     };
-    let (mut p, mut k) = (f64::MAX, f64::MAX);
+    let (mut p, mut r, mut k) = (f64::MAX, f64::MAX, f64::MAX);
     for _ in 0..ROUNDS {
         p = p.min(time(plain));
+        r = r.min(time(resized));
         k = k.min(time(kept));
     }
     println!("== side-by-side (min of {ROUNDS} interleaved runs, {ITERS} ops each) ==");
     println!("plain Limiter try_acquire+drop          {p:.2} ns");
+    println!("plain Limiter resized by hand           {r:.2} ns");
     println!("Limiter driven by a keeper (on Redis)   {k:.2} ns");
-    println!("ratio kept/plain = {:.3}   (target <= 1.05)", k / p);
+    println!("ratio kept/plain   = {:.3}   (target <= 1.05)", k / p);
+    println!("ratio kept/resized = {:.3}   (the keeper's own cost)", k / r);
 }
 
-fn renew_cost(url: &str) {
-    let mut store = RedisStore::new(url, "bench-renew", Duration::from_secs(1)).expect("store");
+fn renew_cost(url: &str, nodes: u64) {
+    let name = format!("bench-renew-{nodes}");
+    let mut store = RedisStore::new(url, &name, Duration::from_secs(1)).expect("store");
     store
         .init(&InitArgs {
             capacity: 100_000,
@@ -129,11 +140,10 @@ fn renew_cost(url: &str) {
             debug_now: None,
         })
         .expect("init");
-    const NODES: u64 = 300;
-    let mut req = vec![0u64; NODES as usize];
+    let mut req = vec![0u64; nodes as usize];
     let mut lat = Vec::with_capacity(20_000);
     for i in 0..20_000u64 {
-        let n = (i % NODES) as usize;
+        let n = (i % nodes) as usize;
         req[n] += 1;
         let args = RenewArgs {
             node: format!("node{n}"),
@@ -150,7 +160,7 @@ fn renew_cost(url: &str) {
     }
     lat.sort();
     let p = |q: f64| lat[((lat.len() as f64 * q) as usize).min(lat.len() - 1)];
-    println!("\n== renew script on loopback (one connection, {NODES} nodes, 20000 calls) ==");
+    println!("\n== renew script on loopback (one connection, {nodes} nodes, 20000 calls) ==");
     println!("p50 {:?}   p99 {:?}   max {:?}", p(0.50), p(0.99), p(1.0));
     for clients in [1usize, 8] {
         let stop = Instant::now() + Duration::from_secs(2);
@@ -164,7 +174,8 @@ fn renew_cost(url: &str) {
                     while Instant::now() < stop {
                         calls += 1;
                         let args = RenewArgs {
-                            node: format!("c{c}-node{}", calls % 300),
+                            // Each client renews its own nodes, `nodes` in all.
+                            node: format!("c{c}-node{}", calls % (nodes / clients as u64).max(1)),
                             req: calls,
                             epoch_seen: "e".into(),
                             ver_seen: 0,
@@ -197,22 +208,28 @@ fn main() {
     let url = format!("redis://127.0.0.1:{}/", server.1);
     let plain = Limiter::new(CAP).expect("limiter");
     let (kept, keeper) = kept(&url);
+    // The same history of resizes without a keeper: built at 1, grown.
+    let resized = Limiter::new(1).expect("limiter");
+    resized.set_capacity(kept.capacity()).expect("resize");
     let mut c = Criterion::default().configure_from_args();
     {
         let mut g = c.benchmark_group("admission");
         g.bench_function("plain Limiter", |b| b.iter(|| once(&plain)));
+        g.bench_function("plain Limiter resized by hand", |b| b.iter(|| once(&resized)));
         g.bench_function("Limiter driven by a keeper", |b| b.iter(|| once(&kept)));
         g.finish();
     }
     c.final_summary();
     if std::env::args().any(|a| a == "--bench") {
-        side_by_side(&plain, &kept);
+        side_by_side(&plain, &resized, &kept);
         let s = keeper.stats();
         println!(
             "(keeper during the bench: {} renewals, {} failures, lease {})",
             s.renewals, s.failures, s.leased
         );
-        renew_cost(&url);
+        for nodes in [10, 300] {
+            renew_cost(&url, nodes);
+        }
     }
     drop(keeper);
 }
