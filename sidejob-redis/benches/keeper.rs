@@ -90,7 +90,11 @@ fn kept(url: &str) -> (Arc<Limiter>, Keeper) {
         while let Ok(p) = limiter.try_acquire_owned() {
             held.push(p);
         }
-        assert!(Instant::now() < deadline, "the lease did not grow: {:?}", keeper.stats());
+        assert!(
+            Instant::now() < deadline,
+            "the lease did not grow: {:?}",
+            keeper.stats()
+        );
     }
     drop(held);
     (limiter, keeper)
@@ -123,7 +127,10 @@ fn side_by_side(plain: &Limiter, resized: &Limiter, kept: &Limiter) {
     println!("plain Limiter resized by hand           {r:.2} ns");
     println!("Limiter driven by a keeper (on Redis)   {k:.2} ns");
     println!("ratio kept/plain   = {:.3}   (target <= 1.05)", k / p);
-    println!("ratio kept/resized = {:.3}   (the keeper's own cost)", k / r);
+    println!(
+        "ratio kept/resized = {:.3}   (the keeper's own cost)",
+        k / r
+    );
 }
 
 fn renew_cost(url: &str, nodes: u64) {
@@ -215,7 +222,9 @@ fn main() {
     {
         let mut g = c.benchmark_group("admission");
         g.bench_function("plain Limiter", |b| b.iter(|| once(&plain)));
-        g.bench_function("plain Limiter resized by hand", |b| b.iter(|| once(&resized)));
+        g.bench_function("plain Limiter resized by hand", |b| {
+            b.iter(|| once(&resized))
+        });
         g.bench_function("Limiter driven by a keeper", |b| b.iter(|| once(&kept)));
         g.finish();
     }

@@ -37,28 +37,46 @@ fn main() {
         println!("{name:<28} {lease:>8.3} {stat:>8.3}");
     }
 
+    // The seeded fault runs, split over two threads (deterministic per seed).
+    let results: Vec<(u64, sim::SimResult, f64)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..2u64)
+            .map(|w| {
+                s.spawn(move || {
+                    (0..runs)
+                        .filter(|seed| seed % 2 == w)
+                        .map(|seed| {
+                            let mut cfg = SimConfig::new(seed);
+                            cfg.faults = true;
+                            cfg.adversarial = seed % 2 == 0;
+                            // Adversarial runs: 300 % load and 30 % long holds, so the
+                            // others fill a lost node's share at once and its units linger.
+                            cfg.load = if cfg.adversarial { 3.0 } else { 1.5 };
+                            cfg.long_holds = if cfg.adversarial { 0.3 } else { 0.05 };
+                            cfg.seconds = 15.0;
+                            cfg.move_every = (seed % 3 == 0).then_some(5.0);
+                            (seed, run(&cfg), cfg.seconds)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("worker"))
+            .collect()
+    });
     let (mut violations, mut bad_runs, mut peak, mut back, mut calls) =
         (0u64, 0u64, 0u64, 0u64, 0u64);
-    let mut store_bad = 0;
-    let mut seconds = 0.0;
-    for seed in 0..runs {
-        let mut cfg = SimConfig::new(seed);
-        cfg.faults = true;
-        cfg.adversarial = seed % 2 == 0;
-        // Adversarial runs: 300 % load and 30 % long holds, so the others
-        // fill a lost node's share at once and its units linger.
-        cfg.load = if cfg.adversarial { 3.0 } else { 1.5 };
-        cfg.long_holds = if cfg.adversarial { 0.3 } else { 0.05 };
-        cfg.seconds = 15.0;
-        cfg.move_every = (seed % 3 == 0).then_some(5.0);
-        let r = run(&cfg);
+    let (mut store_bad, mut seconds, mut crashes) = (0, 0.0, 0u64);
+    for (seed, r, secs) in &results {
         violations += r.violations;
         bad_runs += u64::from(r.violations > 0);
         store_bad += r.store_violations;
         peak = peak.max(r.peak);
         back = back.max(r.crash_back_ms.unwrap_or(0));
+        crashes += u64::from(r.crash_back_ms.is_some());
         calls += r.store_calls;
-        seconds += cfg.seconds;
+        seconds += secs;
         if r.violations > 0 {
             println!(
                 "seed {seed}: {} violations, peak {}; faults {:?}",
@@ -69,7 +87,7 @@ fn main() {
     println!(
         "\n{runs} seeded runs with faults (150 % or 300 % load): {violations} violating events in {bad_runs} runs, \
          {store_bad} store inconsistencies, peak in flight {peak} of 200, crashed share back within {back} ms \
-         (T + G = {} ms), {:.1} store calls per node-second",
+         in {crashes} runs with a crash (T + G = {} ms; the reap runs at the next renewal), {:.1} store calls per node-second",
         sim::T_MS + sim::G_MS,
         calls as f64 / (seconds * 5.0)
     );
