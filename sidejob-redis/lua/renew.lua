@@ -57,9 +57,15 @@ end
 
 -- Max-min fair share over reported needs (water-filling), leftover in
 -- proportion to need.
+-- One HMGET per 1000 nodes rather than one HGET per node.
 local needs = {need}
+local fields = {}
 for _, n in ipairs(redis.call('ZRANGE', exp, 0, -1)) do
-  if n ~= node then needs[#needs + 1] = num(redis.call('HGET', info, n .. ':need')) or 0 end
+  if n ~= node then fields[#fields + 1] = n .. ':need' end
+end
+for i = 1, #fields, 1000 do
+  local vals = redis.call('HMGET', info, unpack(fields, i, math.min(i + 999, #fields)))
+  for _, v in ipairs(vals) do needs[#needs + 1] = num(v) or 0 end
 end
 table.sort(needs)
 local remaining, k, fair = cap, #needs, nil
