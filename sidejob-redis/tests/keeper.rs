@@ -179,3 +179,15 @@ fn config_errors_name_the_field() {
         .unwrap_err();
     assert_eq!(no_url.field(), "url");
 }
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<sidejob_redis::Keeper>();
+    send_sync::<Budget>();
+    send_sync::<MemoryStore>();
+    send_sync::<sidejob_redis::ConfigError>();
+    send::<sidejob_redis::RedisStore>();
+    send::<sidejob_redis::Core>();
+}
