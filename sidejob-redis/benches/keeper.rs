@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use sidejob::Limiter;
-use sidejob_redis::{Budget, InitArgs, Keeper, LeaseStore, RedisStore, RenewArgs};
+use sidejob_redis::{Budget, InitArgs, Keeper, LeaseStore, RedisStore, RenewArgs, RenewReply};
 
 struct Server(Child, u16);
 
@@ -133,9 +133,8 @@ fn side_by_side(plain: &Limiter, resized: &Limiter, kept: &Limiter) {
     );
 }
 
-fn renew_cost(url: &str, nodes: u64) {
-    let name = format!("bench-renew-{nodes}");
-    let mut store = RedisStore::new(url, &name, Duration::from_secs(1)).expect("store");
+fn budget_store(url: &str, name: &str) -> RedisStore {
+    let mut store = RedisStore::new(url, name, Duration::from_secs(1)).expect("store");
     store
         .init(&InitArgs {
             capacity: 100_000,
@@ -147,6 +146,12 @@ fn renew_cost(url: &str, nodes: u64) {
             debug_now: None,
         })
         .expect("init");
+    store
+}
+
+fn renew_cost(url: &str, nodes: u64) {
+    let name = format!("bench-renew-{nodes}");
+    let mut store = budget_store(url, &name);
     let mut req = vec![0u64; nodes as usize];
     let mut lat = Vec::with_capacity(20_000);
     for i in 0..20_000u64 {
@@ -162,8 +167,9 @@ fn renew_cost(url: &str, nodes: u64) {
             want: 120,
         };
         let t = Instant::now();
-        store.renew(&args).expect("renew");
+        let reply = store.renew(&args).expect("renew");
         lat.push(t.elapsed());
+        assert!(matches!(reply, RenewReply::Ok(_)), "{reply:?}");
     }
     lat.sort();
     let p = |q: f64| lat[((lat.len() as f64 * q) as usize).min(lat.len() - 1)];
@@ -174,15 +180,19 @@ fn renew_cost(url: &str, nodes: u64) {
         let handles: Vec<_> = (0..clients)
             .map(|c| {
                 let url = url.to_string();
+                // A budget of its own per phase: `nodes` nodes in it, no more.
+                let name = format!("bench-rate-{nodes}-{clients}");
                 std::thread::spawn(move || {
-                    let mut store = RedisStore::new(&url, "bench-renew", Duration::from_secs(1))
-                        .expect("store");
+                    let mut store = budget_store(&url, &name);
                     let mut calls = 0u64;
                     while Instant::now() < stop {
                         calls += 1;
                         let args = RenewArgs {
                             // Each client renews its own nodes, `nodes` in all.
-                            node: format!("c{c}-node{}", calls % (nodes / clients as u64).max(1)),
+                            node: format!(
+                                "c{clients}-{c}-node{}",
+                                calls % (nodes / clients as u64).max(1)
+                            ),
                             req: calls,
                             epoch_seen: "e".into(),
                             ver_seen: 0,
@@ -190,7 +200,8 @@ fn renew_cost(url: &str, nodes: u64) {
                             need: 10,
                             want: 12,
                         };
-                        store.renew(&args).expect("renew");
+                        let reply = store.renew(&args).expect("renew");
+                        assert!(matches!(reply, RenewReply::Ok(_)), "{reply:?}");
                     }
                     calls
                 })
@@ -199,8 +210,10 @@ fn renew_cost(url: &str, nodes: u64) {
         let total: u64 = handles.into_iter().map(|h| h.join().expect("client")).sum();
         let rate = total as f64 / 2.0;
         println!(
-            "{clients} client(s): {rate:.0} renew scripts/s  => {:.0} nodes at R = 2 s",
-            rate * 2.0
+            "{clients} client(s): {rate:.0} renew scripts/s with {nodes} nodes in the budget; \
+             {nodes} nodes at R = 2 s need {:.0}/s, {:.1} % of that",
+            nodes as f64 / 2.0,
+            100.0 * nodes as f64 / 2.0 / rate
         );
     }
 }
