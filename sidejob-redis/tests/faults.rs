@@ -406,3 +406,53 @@ fn stale_and_reordered_requests_change_nothing() {
     let status = store.status().unwrap().unwrap();
     assert_eq!((status.granted, status.seq), (4, 1));
 }
+
+#[test]
+fn redis_clock_step_within_grace_reaps_no_live_lease() {
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
+    let budget = Budget::builder()
+        .url(redis.url())
+        .name("step")
+        .capacity(C)
+        .fresh(true)
+        .test_mode(true) // honours debug_offset
+        .ttl(ms(1000))
+        .renew_every(ms(200))
+        .grace(ms(300))
+        .max_hold(ms(200))
+        .pause_margin(ms(50))
+        .build()
+        .unwrap();
+    let resource = Arc::new(Resource::default());
+    let nodes: Vec<Node> = (0..2)
+        .map(|_| Node::start(&budget, &resource, true))
+        .collect();
+    for n in &nodes {
+        wait(n, 5, "loaded nodes get shares", |s| s.leased >= 2);
+    }
+    // Redis's clock jumps forward by G (A2 allows up to G).
+    let meta = RedisStore::new(&redis.url(), "step", ms(1000))
+        .unwrap()
+        .keys()[0]
+        .clone();
+    let _: () = redis::cmd("HSET")
+        .arg(&meta)
+        .arg("debug_offset")
+        .arg(300)
+        .query(&mut redis.conn())
+        .unwrap();
+    for n in &nodes {
+        let r = n.keeper().stats().renewals;
+        wait(n, 5, "renewals go on", |s| s.renewals >= r + 5);
+    }
+    let status = budget.status().unwrap().unwrap();
+    assert_eq!(status.nodes.len(), 2, "a live lease was reaped: {status:?}");
+    assert_eq!(status.losses, 0);
+    for n in &nodes {
+        assert!(n.keeper().stats().leased >= 2);
+    }
+    drop(nodes);
+    assert_bound(&resource);
+}
