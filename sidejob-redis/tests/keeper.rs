@@ -30,7 +30,6 @@ fn refusals_grow_the_lease_and_shutdown_gives_it_back() {
     let store = MemoryStore::new();
     let limiter = Arc::new(Limiter::new(1).unwrap());
     let keeper = budget(8).attach_store(store.clone(), limiter.clone());
-    assert_eq!(limiter.capacity(), 0, "fail closed until Redis grants");
     // Callers hold what they get; refusals make the keeper grow early.
     let (mut tries, mut held) = (0, Vec::new());
     while !keeper.wait_for(ms(20), |s| s.leased >= 4) {
@@ -45,6 +44,28 @@ fn refusals_grow_the_lease_and_shutdown_gives_it_back() {
     assert_eq!(keeper.shutdown(), Some(granted));
     assert_eq!(limiter.capacity(), 0);
     assert_eq!(store.clone().status().unwrap().unwrap().granted, 0);
+}
+
+#[test]
+fn fail_closed_without_a_store() {
+    let limiter = Arc::new(Limiter::new(5).unwrap());
+    let mut b = Budget::builder();
+    b.url("redis://127.0.0.1:1/") // nothing listens on port 1
+        .name("closed")
+        .capacity(10)
+        .max_hold(ms(200))
+        .ttl(ms(1000))
+        .renew_every(ms(200))
+        .pause_margin(ms(50));
+    let keeper = b.build().unwrap().attach(limiter.clone()).unwrap();
+    assert!(keeper.wait_for(ms(5000), |s| s.failures >= 2));
+    assert_eq!(limiter.capacity(), 0, "no lease, no admission");
+    assert!(limiter.try_acquire().is_err());
+    assert_eq!(
+        keeper.shutdown(),
+        None,
+        "nothing to release: the store is unreachable"
+    );
 }
 
 #[test]
@@ -66,10 +87,33 @@ fn a_reserved_floor_is_local_and_redis_manages_the_rest() {
         .build()
         .unwrap();
     assert_eq!((budget.floor(), budget.leased_capacity()), (2, 4));
+    // Redis unreachable (nothing listens on port 1): the floor stays local.
+    let cut_off = Arc::new(Limiter::new(1).unwrap());
+    let keeper = Budget::builder()
+        .url("redis://127.0.0.1:1/")
+        .name("floor")
+        .capacity(10)
+        .fallback(Fallback::ReservedFloor {
+            per_node: 2,
+            max_nodes: 3,
+        })
+        .max_hold(ms(200))
+        .ttl(ms(1000))
+        .renew_every(ms(200))
+        .pause_margin(ms(50))
+        .build()
+        .unwrap()
+        .attach(cut_off.clone())
+        .unwrap();
+    assert!(keeper.wait_for(ms(5000), |s| s.failures >= 2));
+    assert_eq!(cut_off.capacity(), 2, "the floor needs no Redis");
+    drop(keeper);
+    assert_eq!(cut_off.capacity(), 2);
+
     let limiter = Arc::new(Limiter::new(1).unwrap());
     let keeper = budget.attach_store(store.clone(), limiter.clone());
-    assert_eq!(limiter.capacity(), 2, "the floor needs no Redis");
     assert!(keeper.wait_for(ms(5000), |s| s.renewals > 0));
+    assert!(limiter.capacity() >= 2);
     assert_eq!(store.clone().status().unwrap().unwrap().capacity, 4);
     drop(keeper);
     assert_eq!(limiter.capacity(), 2, "shutdown keeps the floor");
