@@ -186,20 +186,22 @@ fn crashed_node_units_come_back_after_ttl_plus_grace() {
     let a = Node::start(&budget, &resource, true);
     let b = Node::start(&budget, &resource, false);
     wait(&a, 5, "a grows", |s| s.leased as usize >= C - 2);
-    let a_grant = a.keeper().stats().grant as usize;
+    let a_node = a.keeper().stats().node;
     let a_renewals = a.keeper().stats().renewals;
     let crashed = Instant::now();
     a.crash();
     b.set_load(true);
-    // Redis keeps a's record (its units) until its expiry + G.
-    std::thread::sleep(ms(500)); // within T of a's last renewal
+    // Redis keeps a's record (its units) until its expiry + G; meanwhile b
+    // grows only from what is free.
     let status = budget.status().unwrap().unwrap();
-    assert_eq!(
-        status.nodes.iter().map(|n| n.held as usize).max(),
-        Some(a_grant),
-        "{status:?}"
-    );
-    assert!(b.keeper().stats().grant as usize <= C - a_grant);
+    let a_held = status
+        .nodes
+        .iter()
+        .find(|n| n.node == a_node)
+        .map(|n| n.held as usize)
+        .expect("a's record outlives a");
+    assert!(a_held >= C - 2, "{status:?}");
+    assert!(b.keeper().stats().grant as usize <= C - a_held);
     wait(&b, 4, "b gets the crashed node's units after T + G", |s| {
         s.leased as usize >= C - 1
     });
