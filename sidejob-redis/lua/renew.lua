@@ -1,0 +1,122 @@
+-- renew(node, req, epoch_seen, ver_seen, has, need, want, run_id)
+-- Heartbeat, grow and shrink in one atomic step (CLUSTER.md section 2.4).
+if redis.call('EXISTS', meta) == 0 then return {'NOBUDGET'} end
+local now = clock()
+local node = ARGV[1]
+local req, epoch_seen, ver_seen = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local has, need, want = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local run_id = ARGV[8]
+local m = redis.call('HMGET', meta, 'capacity', 'ttl', 'grace', 'epoch', 'granted', 'seq',
+  'learn_until', 'run_id', 'losses')
+local cap, ttl, grace, epoch = tonumber(m[1]), tonumber(m[2]), tonumber(m[3]), m[4]
+local granted, seq, learn_until = tonumber(m[5]), tonumber(m[6]), tonumber(m[7])
+local losses = tonumber(m[9])
+
+-- Learning mode: no grant grows until every forgotten holder has drained.
+local function lose()
+  if now + ttl + grace > learn_until then learn_until = now + ttl + grace end
+  losses = losses + 1
+end
+local function save_meta()
+  redis.call('HSET', meta, 'granted', fmt(granted), 'seq', fmt(seq),
+    'learn_until', fmt(learn_until), 'run_id', run_id, 'losses', fmt(losses))
+end
+
+-- 2. Identity: another Redis process wrote last (restart, failover).
+if run_id ~= m[8] then lose() end
+
+-- 3. Reap leases lapsed for longer than the grace.
+local lapsed = redis.call('ZRANGEBYSCORE', exp, '-inf', fmt(now - grace), 'LIMIT', 0, 100)
+for _, n in ipairs(lapsed) do
+  granted = granted - (num(redis.call('HGET', held, n)) or 0)
+  forget(n)
+end
+
+local rec = num(redis.call('HGET', held, node))
+local ver = num(redis.call('HGET', info, node .. ':ver')) or 0
+
+-- 4. Deduplicate: an old or repeated request changes nothing.
+if req <= (num(redis.call('HGET', info, node .. ':req')) or 0) then
+  save_meta()
+  return {'STALE', rec or 0, ttl, ver, epoch, -1, math.max(0, learn_until - now), now}
+end
+
+-- 5. The store forgot something this node holds.
+if has > 0 and (epoch_seen ~= epoch or rec == nil or ver_seen > ver) then lose() end
+
+-- 6. Re-adopt (never more than it has, never more than is free), 7. shrink.
+local g = rec or 0
+if rec == nil and has > 0 then
+  g = math.min(has, math.max(cap - granted, 0))
+  granted = granted + g
+end
+if has < g then
+  granted = granted - (g - has)
+  g = has
+end
+
+-- Max-min fair share over reported needs (water-filling), leftover in
+-- proportion to need.
+-- One HMGET per 1000 nodes rather than one HGET per node.
+local needs = {need}
+local fields = {}
+for _, n in ipairs(redis.call('ZRANGE', exp, 0, -1)) do
+  if n ~= node then fields[#fields + 1] = n .. ':need' end
+end
+for i = 1, #fields, 1000 do
+  local vals = redis.call('HMGET', info, unpack(fields, i, math.min(i + 999, #fields)))
+  for _, v in ipairs(vals) do needs[#needs + 1] = num(v) or 0 end
+end
+table.sort(needs)
+local remaining, k, fair = cap, #needs, nil
+for i = 1, k do
+  local share = math.floor(remaining / (k - i + 1))
+  if needs[i] > share then
+    if need >= needs[i] then fair = share else fair = need end
+    break
+  end
+  remaining = remaining - needs[i]
+end
+if fair == nil then
+  -- Nobody is constrained: the leftover goes out in proportion to need.
+  local total = 0
+  for i = 1, k do total = total + needs[i] end
+  if total > 0 then
+    fair = need + math.floor(remaining * need / total)
+  else
+    fair = math.floor(remaining / k)
+  end
+end
+
+-- 8. Grow only from free capacity, only outside learning mode, and only up
+-- to the fair share while another node is starved.
+local others = redis.call('ZCOUNT', starve, '(' .. fmt(now), '+inf')
+local mine = num(redis.call('ZSCORE', starve, node))
+if mine and mine > now then others = others - 1 end
+if now >= learn_until and want > g and granted < cap then
+  local limit = want
+  if others > 0 then limit = math.min(want, math.max(g, fair)) end
+  local add = math.min(limit - g, cap - granted)
+  if add > 0 then
+    g = g + add
+    granted = granted + add
+  end
+end
+
+-- 9. Starvation and shrink targets.
+if want > g then
+  redis.call('ZADD', starve, fmt(now + ttl), node)
+else
+  redis.call('ZREM', starve, node)
+end
+local target = -1
+if (others > 0 or granted > cap) and g * 10 > fair * 11 then target = fair end
+
+-- 10. Record, 11. answer.
+seq = seq + 1
+redis.call('HSET', held, node, fmt(g))
+redis.call('ZADD', exp, fmt(now + ttl), node)
+redis.call('HSET', info, node .. ':want', fmt(want), node .. ':need', fmt(need),
+  node .. ':ver', fmt(seq), node .. ':req', fmt(req))
+save_meta()
+return {'OK', g, ttl, seq, epoch, target, math.max(0, learn_until - now), now}

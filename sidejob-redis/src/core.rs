@@ -1,0 +1,453 @@
+//! The keeper's decisions as a sans-IO state machine.
+//!
+//! [`Core`] holds one node's view of its lease and decides, from the
+//! node's monotonic time and readings of the local front-end, when to call
+//! the store, what to report, and what the local capacity becomes. It does
+//! no I/O and reads no clock: the keeper thread feeds it real time and a
+//! real store, the simulation virtual time and the Rust model, so both run
+//! the same decisions.
+//!
+//! # Protocol (CLUSTER.md §2.5)
+//!
+//! * **Deadlines.** `t_send` is taken just before a renewal is sent. On
+//!   success, `valid_until = t_send + T(1−2ρ) − ε` and
+//!   `admit_until = valid_until − H`. A late reply only shortens the window.
+//!   At `admit_until` the leased part of the local capacity drops to 0.
+//! * **Blocking calls.** The keeper blocks in a store call for up to the
+//!   renew timeout, so before each call it drops the leased capacity if
+//!   `admit_until` falls within that timeout ([`Core::guard_call`]).
+//! * **Grow**: Redis records the larger grant (the reply); only then does
+//!   the local capacity rise ([`Core::on_renew`]).
+//! * **Shrink**: the local capacity drops first ([`Core::prepare`]); the
+//!   node then reports `has = max(limit, usage)` read after the resize, and
+//!   only then does Redis lower the grant.
+//! * **Demand.** Per window between calls: `need = max(peak, ⌈mean usage ×
+//!   offered / accepted⌉)` (Little's law on the offered load, so a node at
+//!   its limit still shows what it would use), `want = ⌈need(1+h)⌉ +
+//!   block`; `block` doubles on windows with refusals and halves on others,
+//!   within `[min_block, C/8]`.
+//! * **Early grow**: a refusal seen since the last call triggers a call at
+//!   once, at most every `early_grow_gap`.
+//! * **Give-back**: a shrink target, or a grant above `want` for three
+//!   windows, lowers the local capacity; the node reports as soon as its
+//!   usage fits.
+
+use std::time::Duration;
+
+use crate::config::Budget;
+use crate::store::{RenewArgs, RenewReply};
+
+/// A reading of the local front-end, taken by the keeper.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reading {
+    /// Its capacity in force.
+    pub capacity: usize,
+    /// Units held now.
+    pub usage: usize,
+    /// Admissions so far (a counter).
+    pub accepted: u64,
+    /// Refusals so far (a counter).
+    pub rejected: u64,
+}
+
+/// What the store call the keeper should make next is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Due {
+    /// Nothing yet.
+    Nothing,
+    /// `init` (the budget is missing or this node just started).
+    Init,
+    /// `renew`.
+    Renew,
+}
+
+/// One node's lease state and decisions; see the module docs.
+#[derive(Debug, Clone)]
+pub struct Core {
+    node: String,
+    // Settings.
+    renew_every: Duration,
+    valid_window_factor: f64,
+    pause_margin: Duration,
+    max_hold: Duration,
+    early_gap: Duration,
+    renew_timeout: Duration,
+    min_block: u64,
+    max_block: u64,
+    headroom: f64,
+    /// Units the floor keeps local.
+    pub floor: u64,
+    // Lease.
+    req: u64,
+    epoch: String,
+    ver: u64,
+    grant: u64,
+    leased: u64,
+    target: Option<u64>,
+    valid_until: Option<Duration>,
+    admit_until: Option<Duration>,
+    next_call: Duration,
+    last_call: Option<Duration>,
+    need_init: bool,
+    learning: bool,
+    failing: bool,
+    give_back: bool,
+    // Demand window.
+    acc0: u64,
+    rej0: u64,
+    usage_sum: u64,
+    samples: u64,
+    peak: u64,
+    block: u64,
+    idle_windows: u32,
+    need: u64,
+    want: u64,
+    // Counters.
+    renewals: u64,
+    failures: u64,
+    early_grows: u64,
+    overruns: u64,
+    overrun_checked: bool,
+}
+
+/// A snapshot of a keeper's view, for tests and operators.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeeperStats {
+    /// The node id.
+    pub node: String,
+    /// Units Redis recorded for this node at the last reply.
+    pub grant: u64,
+    /// The leased part of the local capacity in force (local capacity is
+    /// this plus the floor).
+    pub leased: u64,
+    /// Time left until the node stops admitting under its lease, if any.
+    pub admit_for: Option<Duration>,
+    /// Time left until the lease's units must all be back.
+    pub valid_for: Option<Duration>,
+    /// Successful renewals.
+    pub renewals: u64,
+    /// Store calls that failed (timeouts, connection errors, stale replies).
+    pub failures: u64,
+    /// Renewals made early because the front-end refused a request.
+    pub early_grows: u64,
+    /// The last reply said the budget is in learning mode.
+    pub learning: bool,
+    /// Times units were still in flight after `valid_until` (the one case
+    /// where the bound can be exceeded: a hold longer than `max_hold` while
+    /// Redis was unreachable).
+    pub overruns: u64,
+    /// The last demand estimate.
+    pub need: u64,
+    /// The last request.
+    pub want: u64,
+    /// A shrink target from Redis in force.
+    pub target: Option<u64>,
+}
+
+impl Core {
+    /// A core for node `node` under `budget`, at monotonic time 0.
+    pub fn new(node: impl Into<String>, budget: &Budget) -> Self {
+        let leased_cap = budget.leased_capacity() as u64;
+        Core {
+            node: node.into(),
+            renew_every: budget.renew_every,
+            valid_window_factor: 1.0 - 2.0 * budget.clock_margin,
+            pause_margin: budget.pause_margin,
+            max_hold: budget.max_hold,
+            early_gap: budget.early_grow_gap,
+            renew_timeout: budget.renew_timeout,
+            min_block: budget.min_block,
+            max_block: (leased_cap / 8).max(budget.min_block),
+            headroom: budget.headroom,
+            floor: budget.floor() as u64,
+            req: 0,
+            epoch: String::new(),
+            ver: 0,
+            grant: 0,
+            leased: 0,
+            target: None,
+            valid_until: None,
+            admit_until: None,
+            next_call: Duration::ZERO,
+            last_call: None,
+            need_init: true,
+            learning: false,
+            failing: false,
+            give_back: false,
+            acc0: 0,
+            rej0: 0,
+            usage_sum: 0,
+            samples: 0,
+            peak: 0,
+            block: budget.min_block,
+            idle_windows: 0,
+            need: 0,
+            want: 0,
+            renewals: 0,
+            failures: 0,
+            early_grows: 0,
+            overruns: 0,
+            overrun_checked: true,
+        }
+    }
+
+    /// The node id.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The local capacity the front-end should have: floor + leased.
+    pub fn local_capacity(&self) -> usize {
+        (self.floor + self.leased) as usize
+    }
+
+    /// Records a reading (every wake) for the demand estimate.
+    pub fn sample(&mut self, r: &Reading) {
+        let used = (r.usage as u64).saturating_sub(self.floor);
+        self.usage_sum += used;
+        self.samples += 1;
+        self.peak = self.peak.max(used);
+    }
+
+    /// At `admit_until` the leased capacity drops to 0: returns the new
+    /// local capacity if it changed. Also counts an overrun if units are
+    /// still out past `valid_until` without a renewal.
+    pub fn expire(&mut self, now: Duration, r: &Reading) -> Option<usize> {
+        if !self.overrun_checked && self.valid_until.is_some_and(|v| now >= v) {
+            self.overrun_checked = true;
+            if r.usage as u64 > self.floor {
+                self.overruns += 1;
+            }
+        }
+        if self.leased > 0 && self.admit_until.is_some_and(|a| now >= a) {
+            self.leased = 0;
+            return Some(self.local_capacity());
+        }
+        None
+    }
+
+    /// Before a store call, which blocks the keeper for up to the renew
+    /// timeout: if the admission window could end while it is blocked, the
+    /// leased capacity drops now rather than up to a timeout late. Returns
+    /// the new local capacity if it changed.
+    pub fn guard_call(&mut self, now: Duration) -> Option<usize> {
+        if self.leased > 0
+            && self
+                .admit_until
+                .is_some_and(|a| now + self.renew_timeout >= a)
+        {
+            self.leased = 0;
+            return Some(self.local_capacity());
+        }
+        None
+    }
+
+    /// Which call is due now, if any.
+    pub fn due(&self, now: Duration, r: &Reading) -> Due {
+        if self.need_init {
+            return if now >= self.next_call {
+                Due::Init
+            } else {
+                Due::Nothing
+            };
+        }
+        if now >= self.next_call {
+            return Due::Renew;
+        }
+        if self.failing {
+            return Due::Nothing; // no early calls while the store is failing
+        }
+        let gap_ok = self.last_call.is_none_or(|t| now >= t + self.early_gap);
+        // Early grow: at most every gap, or every R/4 if the store did not
+        // grant all that was asked last time (held to a fair share, asking
+        // at once would mostly be told no again).
+        let starved_gap = self.early_gap.max(self.renew_every / 4);
+        let grow_ok =
+            self.grant >= self.want || self.last_call.is_none_or(|t| now >= t + starved_gap);
+        if gap_ok && grow_ok && r.rejected > self.rej0 && !self.learning {
+            return Due::Renew; // early grow
+        }
+        if gap_ok && self.give_back && (r.usage as u64) <= self.local_capacity() as u64 {
+            return Due::Renew; // give-back: usage fits under the lowered limit
+        }
+        Due::Nothing
+    }
+
+    /// When the keeper should look again (it also polls every early-grow gap).
+    pub fn next_wake(&self, now: Duration) -> Duration {
+        let mut at = self.next_call.min(now + self.early_gap);
+        for t in [self.admit_until, self.valid_until].into_iter().flatten() {
+            if t > now {
+                at = at.min(t);
+            }
+        }
+        at.max(now)
+    }
+
+    /// Closes the demand window before a renewal and applies shrinks (a
+    /// target, or an idle grant): returns the lowered local capacity to set
+    /// *before* the call.
+    pub fn prepare(&mut self, now: Duration, r: &Reading) -> Option<usize> {
+        if now < self.next_call {
+            self.early_grows += u64::from(r.rejected > self.rej0);
+        }
+        let (acc, rej) = (r.accepted - self.acc0, r.rejected - self.rej0);
+        self.acc0 = r.accepted;
+        self.rej0 = r.rejected;
+        let mean = if self.samples > 0 {
+            self.usage_sum as f64 / self.samples as f64
+        } else {
+            0.0
+        };
+        let mut need = self.peak;
+        if acc > 0 {
+            need = need.max((mean * (acc + rej) as f64 / acc as f64).ceil() as u64);
+        } else if rej > 0 {
+            need = need.max(self.leased + self.block);
+        }
+        self.block = if rej > 0 {
+            (self.block * 2).min(self.max_block)
+        } else {
+            (self.block / 2).max(self.min_block)
+        };
+        self.need = need;
+        self.want = (need as f64 * (1.0 + self.headroom)).ceil() as u64 + self.block;
+        self.usage_sum = 0;
+        self.samples = 0;
+        self.peak = 0;
+        // Idle give-back: three windows with the grant well above need.
+        if self.grant > need && self.grant - need > self.min_block.max(self.grant / 4) {
+            self.idle_windows += 1;
+        } else {
+            self.idle_windows = 0;
+        }
+        let mut lower = self.leased;
+        if let Some(t) = self.target {
+            lower = lower.min(t);
+        }
+        if self.idle_windows >= 3 {
+            lower = lower.min(self.want);
+        }
+        if lower < self.leased {
+            self.leased = lower;
+            self.give_back = true;
+            return Some(self.local_capacity());
+        }
+        None
+    }
+
+    /// The renewal to send at `t_send`, reporting `has` (the most units
+    /// the leased part may hold, read after any shrink).
+    pub fn renew_args(&mut self, t_send: Duration, has: u64) -> RenewArgs {
+        self.req += 1;
+        self.last_call = Some(t_send);
+        self.next_call = t_send + self.renew_every;
+        RenewArgs {
+            node: self.node.clone(),
+            req: self.req,
+            epoch_seen: self.epoch.clone(),
+            ver_seen: self.ver,
+            has,
+            need: self.need,
+            want: self.want,
+        }
+    }
+
+    /// `init` succeeded (`Ok`) or failed; at `now`.
+    pub fn on_init(&mut self, now: Duration, ok: bool) {
+        if ok {
+            self.need_init = false;
+            self.next_call = now;
+        } else {
+            self.failures += 1;
+            self.failing = true;
+            self.next_call = now + self.renew_every / 2;
+        }
+    }
+
+    /// The renewal sent at `t_send` answered (`None`: it failed) at `now`:
+    /// returns the new local capacity if it changed (a grow happens only
+    /// here, after Redis recorded it).
+    pub fn on_renew(
+        &mut self,
+        t_send: Duration,
+        now: Duration,
+        reply: Option<RenewReply>,
+    ) -> Option<usize> {
+        let grant = match reply {
+            Some(RenewReply::Ok(g)) => g,
+            Some(RenewReply::NoBudget) => {
+                self.need_init = true;
+                self.next_call = now;
+                return None;
+            }
+            Some(RenewReply::Stale(_)) | None => {
+                self.failures += 1;
+                self.failing = true;
+                self.next_call = now + self.renew_every / 2;
+                return None;
+            }
+        };
+        self.renewals += 1;
+        self.failing = false;
+        self.epoch = grant.epoch;
+        self.ver = grant.ver;
+        self.grant = grant.grant;
+        self.learning = grant.learn_remaining_ms > 0;
+        self.target = grant.target;
+        let valid = t_send
+            + Duration::from_millis(grant.ttl_ms)
+                .mul_f64(self.valid_window_factor)
+                .saturating_sub(self.pause_margin);
+        let admit = valid.saturating_sub(self.max_hold);
+        self.valid_until = Some(valid);
+        self.admit_until = Some(admit);
+        self.overrun_checked = false;
+        let before = self.leased;
+        self.leased = if now < admit {
+            self.grant.min(self.target.unwrap_or(u64::MAX))
+        } else {
+            0
+        };
+        self.give_back = self.leased < self.grant;
+        (self.leased != before).then(|| self.local_capacity())
+    }
+
+    /// The lease's units are all back and released: forget the lease.
+    pub fn on_release(&mut self) {
+        self.grant = 0;
+        self.leased = 0;
+        self.valid_until = None;
+        self.admit_until = None;
+    }
+
+    /// The next request number to use (release shares the counter).
+    pub fn next_req(&mut self) -> u64 {
+        self.req += 1;
+        self.req
+    }
+
+    /// When this node's units must all be back, on its monotonic clock.
+    pub fn valid_until(&self) -> Option<Duration> {
+        self.valid_until
+    }
+
+    /// A snapshot at `now`.
+    pub fn stats(&self, now: Duration) -> KeeperStats {
+        KeeperStats {
+            node: self.node.clone(),
+            grant: self.grant,
+            leased: self.leased,
+            admit_for: self.admit_until.map(|a| a.saturating_sub(now)),
+            valid_for: self.valid_until.map(|v| v.saturating_sub(now)),
+            renewals: self.renewals,
+            failures: self.failures,
+            early_grows: self.early_grows,
+            learning: self.learning,
+            overruns: self.overruns,
+            need: self.need,
+            want: self.want,
+            target: self.target,
+        }
+    }
+}

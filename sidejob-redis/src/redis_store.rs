@@ -1,0 +1,296 @@
+//! The lease store on Redis: the Lua scripts over one blocking connection.
+//!
+//! Each call runs one script with `EVALSHA` (redis-rs `Script`, which
+//! reloads it after `NOSCRIPT`, so a `SCRIPT FLUSH` or a restart costs one
+//! extra round trip). The connection has read and write timeouts of the
+//! renew timeout; any error drops it, and the next call reconnects and
+//! fetches the server's `run_id` once, which the scripts compare with the
+//! one that last wrote the budget (a restart or failover enters learning
+//! mode).
+
+use std::time::Duration;
+
+use redis::{Client, Connection, Script, Value};
+
+use crate::store::{
+    Grant, InitArgs, InitReply, LeaseStore, NodeLease, RenewArgs, RenewReply, Status, StoreError,
+};
+
+const PRELUDE: &str = include_str!("../lua/prelude.lua");
+
+/// The scripts' source, prelude included, for reading or for loading as a
+/// Redis Function library by hand.
+pub fn script_source(name: &str) -> Option<String> {
+    let body = match name {
+        "init" => include_str!("../lua/init.lua"),
+        "renew" => include_str!("../lua/renew.lua"),
+        "release" => include_str!("../lua/release.lua"),
+        "status" => include_str!("../lua/status.lua"),
+        _ => return None,
+    };
+    Some(format!("{PRELUDE}\n{body}"))
+}
+
+/// A [`LeaseStore`] on one Redis (or Valkey) server, one budget.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use sidejob_redis::{LeaseStore, RedisStore};
+///
+/// let mut store = RedisStore::new("redis://127.0.0.1:6379/", "orders-db", Duration::from_secs(1))?;
+/// if let Some(status) = store.status()? {
+///     println!("{} of {} granted", status.granted, status.capacity);
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct RedisStore {
+    client: Client,
+    conn: Option<(Connection, String)>,
+    timeout: Duration,
+    keys: [String; 5],
+    init: Script,
+    renew: Script,
+    release: Script,
+    status: Script,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("budget", &self.keys[0])
+            .field("connected", &self.conn.is_some())
+            .finish()
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> StoreError {
+    StoreError(e.to_string())
+}
+
+impl RedisStore {
+    /// A store for budget `name` at `url`; connects lazily, with `timeout`
+    /// on connecting, reading and writing.
+    ///
+    /// # Errors
+    ///
+    /// If the URL does not parse.
+    pub fn new(url: &str, name: &str, timeout: Duration) -> Result<Self, StoreError> {
+        let client =
+            Client::open(url).map_err(|e| StoreError(format!("bad Redis URL {url:?}: {e}")))?;
+        let tag = format!("{{sj:{name}}}");
+        let script = |n| Script::new(&script_source(n).expect("known script"));
+        Ok(RedisStore {
+            client,
+            conn: None,
+            timeout,
+            keys: ["meta", "held", "exp", "info", "starve"].map(|k| format!("{tag}:{k}")),
+            init: script("init"),
+            renew: script("renew"),
+            release: script("release"),
+            status: script("status"),
+        })
+    }
+
+    /// The budget's five keys: meta, held, exp, info, starve.
+    pub fn keys(&self) -> &[String; 5] {
+        &self.keys
+    }
+
+    fn connection(&mut self) -> Result<&mut (Connection, String), StoreError> {
+        if self.conn.is_none() {
+            let mut conn = self
+                .client
+                .get_connection_with_timeout(self.timeout)
+                .map_err(err)?;
+            conn.set_read_timeout(Some(self.timeout)).map_err(err)?;
+            conn.set_write_timeout(Some(self.timeout)).map_err(err)?;
+            let info: String = redis::cmd("INFO")
+                .arg("server")
+                .query(&mut conn)
+                .map_err(err)?;
+            let run_id = info
+                .lines()
+                .find_map(|l| l.strip_prefix("run_id:"))
+                .map(|s| s.trim().to_string())
+                .ok_or_else(|| StoreError("INFO server has no run_id".into()))?;
+            self.conn = Some((conn, run_id));
+        }
+        Ok(self.conn.as_mut().expect("just set"))
+    }
+
+    fn run(&mut self, which: Which, args: Vec<String>) -> Result<Value, StoreError> {
+        let keys = self.keys.clone();
+        let script = match which {
+            Which::Renew => self.renew.clone(),
+            Which::Release => self.release.clone(),
+            Which::Status => self.status.clone(),
+        };
+        let (conn, run_id) = self.connection()?;
+        let mut inv = script.prepare_invoke();
+        for k in &keys {
+            inv.key(k);
+        }
+        for a in &args {
+            inv.arg(a);
+        }
+        if matches!(which, Which::Renew) {
+            inv.arg(run_id.as_str());
+        }
+        let result = inv.invoke::<Value>(conn);
+        if result.is_err() {
+            self.conn = None; // reconnect (and re-read run_id) next time
+        }
+        result.map_err(err)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Which {
+    Renew,
+    Release,
+    Status,
+}
+
+fn items(v: Value) -> Result<Vec<Value>, StoreError> {
+    match v {
+        Value::Array(a) => Ok(a),
+        other => Err(StoreError(format!("unexpected script reply {other:?}"))),
+    }
+}
+
+fn text(v: &Value) -> Result<String, StoreError> {
+    match v {
+        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Ok(s.clone()),
+        Value::Int(i) => Ok(i.to_string()),
+        other => Err(StoreError(format!("expected a string, got {other:?}"))),
+    }
+}
+
+fn int(v: &Value) -> Result<i64, StoreError> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        other => text(other)?
+            .parse()
+            .map_err(|_| StoreError(format!("expected an integer, got {other:?}"))),
+    }
+}
+
+fn grant(a: &[Value]) -> Result<Grant, StoreError> {
+    if a.len() < 8 {
+        return Err(StoreError(format!("short renew reply {a:?}")));
+    }
+    let target = int(&a[5])?;
+    Ok(Grant {
+        grant: int(&a[1])?.max(0) as u64,
+        ttl_ms: int(&a[2])?.max(0) as u64,
+        ver: int(&a[3])?.max(0) as u64,
+        epoch: text(&a[4])?,
+        target: (target >= 0).then_some(target as u64),
+        learn_remaining_ms: int(&a[6])?.max(0) as u64,
+        now_ms: int(&a[7])?,
+    })
+}
+
+impl LeaseStore for RedisStore {
+    fn init(&mut self, a: &InitArgs) -> Result<InitReply, StoreError> {
+        let args = vec![
+            a.capacity.to_string(),
+            a.ttl_ms.to_string(),
+            a.grace_ms.to_string(),
+            a.epoch.clone(),
+            if a.fresh { "1" } else { "0" }.to_string(),
+        ];
+        self.run_init(args, a)
+    }
+
+    fn renew(&mut self, a: &RenewArgs) -> Result<RenewReply, StoreError> {
+        let args = vec![
+            a.node.clone(),
+            a.req.to_string(),
+            a.epoch_seen.clone(),
+            a.ver_seen.to_string(),
+            a.has.to_string(),
+            a.need.to_string(),
+            a.want.to_string(),
+        ];
+        let reply = items(self.run(Which::Renew, args)?)?;
+        match reply.first().map(text).transpose()?.as_deref() {
+            Some("OK") => Ok(RenewReply::Ok(grant(&reply)?)),
+            Some("STALE") => Ok(RenewReply::Stale(grant(&reply)?)),
+            Some("NOBUDGET") => Ok(RenewReply::NoBudget),
+            _ => Err(StoreError(format!("unexpected renew reply {reply:?}"))),
+        }
+    }
+
+    fn release(&mut self, node: &str, req: u64) -> Result<u64, StoreError> {
+        let v = self.run(Which::Release, vec![node.to_string(), req.to_string()])?;
+        Ok(int(&v)?.max(0) as u64)
+    }
+
+    fn status(&mut self) -> Result<Option<Status>, StoreError> {
+        let a = items(self.run(Which::Status, Vec::new())?)?;
+        if a.first().map(text).transpose()?.as_deref() == Some("NOBUDGET") {
+            return Ok(None);
+        }
+        if a.len() < 9 {
+            return Err(StoreError(format!("short status reply {a:?}")));
+        }
+        let mut nodes = Vec::new();
+        for n in items(a[8].clone())? {
+            let n = items(n)?;
+            if n.len() < 5 {
+                return Err(StoreError(format!("short lease entry {n:?}")));
+            }
+            nodes.push(NodeLease {
+                node: text(&n[0])?,
+                held: int(&n[1])?.max(0) as u64,
+                expires_ms: int(&n[2])?,
+                want: int(&n[3])?.max(0) as u64,
+                need: int(&n[4])?.max(0) as u64,
+            });
+        }
+        Ok(Some(Status {
+            capacity: int(&a[1])?.max(0) as u64,
+            granted: int(&a[2])?.max(0) as u64,
+            learn_remaining_ms: int(&a[3])?.max(0) as u64,
+            losses: int(&a[4])?.max(0) as u64,
+            epoch: text(&a[5])?,
+            seq: int(&a[6])?.max(0) as u64,
+            now_ms: int(&a[7])?,
+            nodes,
+        }))
+    }
+}
+
+impl RedisStore {
+    fn run_init(&mut self, args: Vec<String>, a: &InitArgs) -> Result<InitReply, StoreError> {
+        // ARGV: capacity, ttl, grace, epoch, fresh, run_id, test, debug_now.
+        let keys = self.keys.clone();
+        let script = self.init.clone();
+        let (conn, run_id) = self.connection()?;
+        let mut inv = script.prepare_invoke();
+        for k in &keys {
+            inv.key(k);
+        }
+        for x in &args {
+            inv.arg(x);
+        }
+        inv.arg(run_id.as_str())
+            .arg(if a.test { "1" } else { "0" })
+            .arg(a.debug_now.map(|n| n.to_string()).unwrap_or_default());
+        let result = inv.invoke::<Value>(conn);
+        if result.is_err() {
+            self.conn = None;
+        }
+        let v = items(result.map_err(err)?)?;
+        let epoch = v.get(1).map(text).transpose()?.unwrap_or_default();
+        match v.first().map(text).transpose()?.as_deref() {
+            Some("CREATED") => Ok(InitReply::Created(epoch)),
+            Some("EXISTS") => Ok(InitReply::Exists(epoch)),
+            _ => Err(StoreError(format!("unexpected init reply {v:?}"))),
+        }
+    }
+}

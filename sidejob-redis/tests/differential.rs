@@ -1,0 +1,171 @@
+//! Differential test (CLUSTER.md §3.3): random sequences of `init`, `renew`,
+//! `release`, `status`, clock moves and state loss, applied both to the Lua
+//! scripts on a real redis-server and to the Rust `Model`; every answer and
+//! every status must agree.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use sidejob_redis::{InitArgs, LeaseStore, Model, RedisStore, RenewArgs, RenewReply};
+
+#[derive(Debug, Clone)]
+enum Op {
+    Init {
+        capacity: u64,
+        fresh: bool,
+    },
+    Renew {
+        node: usize,
+        old_req: bool,
+        honest: bool,
+        has: u64,
+        need: u64,
+        extra: u64,
+        bad_epoch: bool,
+        ver_ahead: bool,
+    },
+    Release {
+        node: usize,
+    },
+    Advance {
+        ms: i64,
+    },
+    /// Redis loses everything (a restart without persistence).
+    Wipe,
+}
+
+fn init() -> impl Strategy<Value = Op> {
+    (1u64..16, prop::bool::weighted(0.7)).prop_map(|(capacity, fresh)| Op::Init { capacity, fresh })
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        1 => init(),
+        8 => (0usize..4, prop::bool::weighted(0.1), prop::bool::weighted(0.85), 0u64..12, 0u64..10, 0u64..6,
+              prop::bool::weighted(0.05), prop::bool::weighted(0.05))
+            .prop_map(|(node, old_req, honest, has, need, extra, bad_epoch, ver_ahead)|
+                Op::Renew { node, old_req, honest, has, need, extra, bad_epoch, ver_ahead }),
+        1 => (0usize..4).prop_map(|node| Op::Release { node }),
+        3 => (0i64..1500).prop_map(|ms| Op::Advance { ms }),
+        1 => Just(Op::Wipe),
+    ]
+}
+
+#[derive(Default, Clone)]
+struct NodeView {
+    req: u64,
+    grant: u64,
+    epoch: String,
+    ver: u64,
+}
+
+fn run_id(conn: &mut redis::Connection) -> String {
+    let info: String = redis::cmd("INFO").arg("server").query(conn).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn lua_scripts_match_the_rust_model() {
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
+    let mut admin = redis.conn();
+    let rid = run_id(&mut admin);
+    let store = RedisStore::new(&redis.url(), "diff", Duration::from_secs(2)).unwrap();
+    let meta_key = store.keys()[0].clone();
+    let (admin, store) = (
+        std::cell::RefCell::new(admin),
+        std::cell::RefCell::new(store),
+    );
+    let cfg = ProptestConfig {
+        cases: 64,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let grows = std::cell::Cell::new(0u64);
+    let targets = std::cell::Cell::new(0u64);
+    proptest!(cfg, |(first_init in init(), rest in prop::collection::vec(op(), 1..40))| {
+        let ops: Vec<Op> = std::iter::once(first_init).chain(rest).collect();
+        let (mut admin, mut store) = (admin.borrow_mut(), store.borrow_mut());
+        let _: () = redis::cmd("FLUSHALL").query(&mut *admin).unwrap();
+        let mut model = Model::default();
+        let mut now: i64 = 1_700_000_000_000;
+        let mut views: HashMap<usize, NodeView> = HashMap::new();
+        let ttl = 1000;
+        let mut first = true;
+        for op in ops.iter().cloned() {
+            match op {
+                Op::Init { capacity, fresh } => {
+                    let args = InitArgs {
+                        capacity, ttl_ms: ttl, grace_ms: 300, epoch: format!("ep{now}"),
+                        fresh, test: true, debug_now: Some(now),
+                    };
+                    let lua = store.init(&args).unwrap();
+                    let rust = model.init(now, &rid, &args);
+                    prop_assert_eq!(lua, rust, "init {:?}", args);
+                    first = false;
+                }
+                Op::Renew { node, old_req, honest, has, need, extra, bad_epoch, ver_ahead } => {
+                    let v = views.entry(node).or_default();
+                    // Usually the node reports what it was granted (or less).
+                    let has = if honest { has.min(v.grant) } else { has };
+                    let req = if old_req && v.req > 0 { v.req } else { v.req + 1 };
+                    v.req = v.req.max(req);
+                    let args = RenewArgs {
+                        node: format!("node{node}"), req,
+                        epoch_seen: if bad_epoch { "other".into() } else { v.epoch.clone() },
+                        ver_seen: v.ver + u64::from(ver_ahead) * 5,
+                        has, need, want: need + extra,
+                    };
+                    let lua = store.renew(&args).unwrap();
+                    let rust = model.renew(now, &rid, &args);
+                    prop_assert_eq!(&lua, &rust, "renew {:?}", args);
+                    if let RenewReply::Ok(g) = lua {
+                        grows.set(grows.get() + u64::from(g.grant > has));
+                        targets.set(targets.get() + u64::from(g.target.is_some()));
+                        v.grant = g.grant;
+                        v.epoch = g.epoch;
+                        v.ver = g.ver;
+                    }
+                }
+                Op::Release { node } => {
+                    let v = views.entry(node).or_default();
+                    v.req += 1;
+                    let name = format!("node{node}");
+                    let lua = store.release(&name, v.req).unwrap();
+                    prop_assert_eq!(lua, model.release(&name, v.req), "release {}", name);
+                }
+                Op::Advance { ms } => now += ms,
+                Op::Wipe => {
+                    let _: () = redis::cmd("FLUSHALL").query(&mut *admin).unwrap();
+                    model.wipe();
+                }
+            }
+            // Pin the scripts' clock to the test's `now` (test-mode budgets only).
+            if let (false, Some(meta)) = (first, model.meta.as_mut()) {
+                let _: () = redis::cmd("HSET").arg(&meta_key).arg("debug_now").arg(now).query(&mut *admin).unwrap();
+                meta.debug_now = Some(now);
+            }
+            let lua = store.status().unwrap();
+            let rust = model.status(now);
+            prop_assert_eq!(&lua, &rust, "status after {:?}", op);
+            if let Some(s) = lua {
+                prop_assert_eq!(s.granted, s.nodes.iter().map(|n| n.held).sum::<u64>());
+            }
+        }
+    });
+    // The sequences reached the interesting branches.
+    assert!(
+        grows.get() > 40 && targets.get() > 10,
+        "grows {} targets {}",
+        grows.get(),
+        targets.get()
+    );
+}

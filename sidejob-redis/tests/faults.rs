@@ -1,0 +1,460 @@
+//! The fault matrix of CLUSTER.md §3.2 against a real redis-server: in
+//! every test the real in-flight units across all nodes never exceed `C`.
+//!
+//! Timing is scaled down (T = 1 s, R = 200 ms, G = 300 ms, H = 200 ms,
+//! ε = 50 ms, holds ≤ 40 ms). Safety is asserted strictly; liveness
+//! ("recovers within T + G") with slack.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use sidejob::Limiter;
+use sidejob_redis::{Budget, Keeper, LeaseStore, RedisStore, RenewArgs, RenewReply};
+use support::oracle::{load, Resource};
+use support::proxy::{Proxy, BLACKHOLE, PASS};
+
+const C: usize = 12;
+const HOLD_MS: u64 = 40;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn budget(url: &str, name: &str) -> Budget {
+    Budget::builder()
+        .url(url)
+        .name(name)
+        .capacity(C)
+        .fresh(true)
+        .ttl(ms(1000))
+        .renew_every(ms(200))
+        .grace(ms(300))
+        .max_hold(ms(200))
+        .pause_margin(ms(50))
+        .build()
+        .expect("valid budget")
+}
+
+struct Node {
+    limiter: Arc<Limiter>,
+    keeper: Option<Keeper>,
+    on: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Node {
+    fn start(budget: &Budget, resource: &Arc<Resource>, loaded: bool) -> Node {
+        let limiter = Arc::new(Limiter::new(1).expect("limiter"));
+        let keeper = budget.attach(limiter.clone()).expect("attach");
+        let on = Arc::new(AtomicBool::new(loaded));
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = load(
+            limiter.clone(),
+            resource.clone(),
+            on.clone(),
+            stop.clone(),
+            8,
+            HOLD_MS,
+        );
+        Node {
+            limiter,
+            keeper: Some(keeper),
+            on,
+            stop,
+            threads,
+        }
+    }
+
+    fn keeper(&self) -> &Keeper {
+        self.keeper.as_ref().expect("running")
+    }
+
+    fn set_load(&self, on: bool) {
+        self.on.store(on, SeqCst);
+    }
+
+    /// Stops the load threads (their in-flight work finishes first).
+    fn stop_load(&mut self) {
+        self.stop.store(true, SeqCst);
+        for t in self.threads.drain(..) {
+            t.join().expect("load thread");
+        }
+    }
+
+    /// The process dies: its work stops, the keeper vanishes without a release.
+    fn crash(mut self) {
+        self.stop_load();
+        self.keeper.take().expect("running").crash();
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.stop_load();
+    }
+}
+
+fn wait(node: &Node, secs: u64, what: &str, pred: impl FnMut(&sidejob_redis::KeeperStats) -> bool) {
+    assert!(
+        node.keeper().wait_for(Duration::from_secs(secs), pred),
+        "{what}: {:?}",
+        node.keeper().stats()
+    );
+}
+
+fn assert_bound(resource: &Resource) {
+    assert!(
+        resource.high() <= C,
+        "{} units in flight, capacity {C}",
+        resource.high()
+    );
+}
+
+#[test]
+fn fleet_shares_one_bound_and_load_moves() {
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
+    let budget = budget(&redis.url(), "share");
+    let resource = Arc::new(Resource::default());
+    let nodes: Vec<Node> = (0..3)
+        .map(|i| Node::start(&budget, &resource, i == 0))
+        .collect();
+    wait(
+        &nodes[0],
+        5,
+        "node 0 grows into the idle fleet's capacity",
+        |s| s.leased as usize >= C - 2,
+    );
+    // The load moves to node 1: node 0 gives back, node 1 grows.
+    nodes[0].set_load(false);
+    nodes[1].set_load(true);
+    wait(&nodes[1], 8, "node 1 takes over", |s| {
+        s.leased as usize >= C - 2
+    });
+    // All three loaded: each gets a share, and the fleet never exceeds C.
+    nodes[0].set_load(true);
+    nodes[2].set_load(true);
+    for n in &nodes {
+        wait(n, 8, "every loaded node gets a share", |s| s.leased >= 2);
+    }
+    let status = budget.status().expect("status").expect("budget exists");
+    assert!(status.granted as usize <= C, "{status:?}");
+    assert_eq!(status.nodes.len(), 3);
+    assert!(resource.served.load(SeqCst) > 0);
+    drop(nodes);
+    assert_bound(&resource);
+}
+
+#[test]
+fn clean_shutdown_returns_units_at_once() {
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
+    let budget = budget(&redis.url(), "shutdown");
+    let resource = Arc::new(Resource::default());
+    let mut a = Node::start(&budget, &resource, true);
+    let b = Node::start(&budget, &resource, false);
+    wait(&a, 5, "a grows", |s| s.leased as usize >= C - 2);
+    a.stop_load();
+    let held = a.keeper().stats().grant;
+    let released = a.keeper.take().expect("running").shutdown();
+    assert_eq!(released, Some(held));
+    assert_eq!(a.limiter.capacity(), 0);
+    let status = budget.status().unwrap().unwrap();
+    assert_eq!(status.granted, b.keeper().stats().grant, "{status:?}");
+    // a's record is gone at once (the status above), so b grows into it
+    // without waiting for a lapsed lease to be reaped.
+    b.set_load(true);
+    wait(&b, 5, "b grows", |s| s.leased as usize >= C - 2);
+    drop((a, b));
+    assert_bound(&resource);
+}
+
+#[test]
+fn crashed_node_units_come_back_after_ttl_plus_grace() {
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
+    let budget = budget(&redis.url(), "crash");
+    let resource = Arc::new(Resource::default());
+    let a = Node::start(&budget, &resource, true);
+    let b = Node::start(&budget, &resource, false);
+    wait(&a, 5, "a grows", |s| s.leased as usize >= C - 2);
+    let a_node = a.keeper().stats().node;
+    let a_renewals = a.keeper().stats().renewals;
+    let crashed = Instant::now();
+    a.crash();
+    b.set_load(true);
+    // Redis keeps a's record (its units) until its expiry + G; meanwhile b
+    // grows only from what is free.
+    let status = budget.status().unwrap().unwrap();
+    let a_held = status
+        .nodes
+        .iter()
+        .find(|n| n.node == a_node)
+        .map(|n| n.held as usize)
+        .expect("a's record outlives a");
+    assert!(a_held >= C - 2, "{status:?}");
+    assert!(b.keeper().stats().grant as usize <= C - a_held);
+    wait(&b, 4, "b gets the crashed node's units after T + G", |s| {
+        s.leased as usize >= C - 1
+    });
+    let back = crashed.elapsed();
+    assert!(
+        back >= ms(900),
+        "units reused after {back:?}, before T + G (a had renewed {a_renewals} times)"
+    );
+    drop(b);
+    assert_bound(&resource);
+}
+
+#[test]
+fn partitioned_node_stops_before_its_share_is_reused() {
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
+    let proxy = Proxy::start(redis.port);
+    let resource = Arc::new(Resource::default());
+    let a = Node::start(&budget(&proxy.url(), "partition"), &resource, true);
+    let b = Node::start(&budget(&redis.url(), "partition"), &resource, false);
+    wait(&a, 5, "a grows", |s| s.leased as usize >= C - 2);
+    b.set_load(true);
+    proxy.set(BLACKHOLE);
+    wait(&a, 3, "a stops admitting at admit_until", |s| s.leased == 0);
+    wait(&b, 4, "b grows into a's share after a's expiry + G", |s| {
+        s.leased as usize >= C - 1
+    });
+    assert_bound(&resource);
+    // Healed: a renews again, from whatever Redis has left for it.
+    let before = a.keeper().stats().renewals;
+    proxy.set(PASS);
+    wait(&a, 5, "a renews after the partition heals", |s| {
+        s.renewals > before
+    });
+    drop((a, b));
+    assert_bound(&resource);
+}
+
+fn paused(freeze: bool) {
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
+    let budget = budget(&redis.url(), "pause");
+    let resource = Arc::new(Resource::default());
+    let nodes: Vec<Node> = (0..2)
+        .map(|_| Node::start(&budget, &resource, true))
+        .collect();
+    for n in &nodes {
+        wait(n, 5, "loaded nodes get shares", |s| s.leased >= 2);
+    }
+    let mut admin = redis.conn();
+    if freeze {
+        redis.freeze();
+    } else {
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(1500)
+            .arg("WRITE")
+            .query(&mut admin)
+            .unwrap();
+    }
+    for n in &nodes {
+        wait(n, 3, "nodes drain while Redis is away", |s| s.leased == 0);
+    }
+    if freeze {
+        std::thread::sleep(ms(600)); // keep it frozen past every lease's expiry + G
+        redis.thaw();
+    }
+    for n in &nodes {
+        let r = n.keeper().stats().renewals;
+        wait(n, 5, "nodes recover", |s| s.renewals > r && s.leased >= 1);
+    }
+    drop(nodes);
+    assert_bound(&resource);
+}
+
+#[test]
+fn redis_paused_with_client_pause() {
+    paused(false);
+}
+
+#[test]
+fn redis_frozen_with_sigstop() {
+    paused(true);
+}
+
+#[test]
+fn redis_restarted_empty_enters_learning_mode() {
+    let Some(mut redis) = support::redis::start(false) else {
+        return;
+    };
+    let budget = budget(&redis.url(), "restart");
+    let resource = Arc::new(Resource::default());
+    let nodes: Vec<Node> = (0..2)
+        .map(|_| Node::start(&budget, &resource, true))
+        .collect();
+    for n in &nodes {
+        wait(n, 5, "loaded nodes get shares", |s| s.leased >= 2);
+    }
+    redis.restart();
+    // The budget is gone: a node re-creates it (never fresh) and it starts in
+    // learning mode; holders are re-adopted, nobody grows meanwhile.
+    wait(&nodes[0], 3, "learning mode after the restart", |s| {
+        s.learning
+    });
+    let status = budget.status().unwrap().unwrap();
+    assert!(
+        status.learn_remaining_ms > 0 && status.granted as usize <= C,
+        "{status:?}"
+    );
+    for n in &nodes {
+        wait(n, 6, "out of learning mode, shares again", |s| {
+            !s.learning && s.leased >= 2
+        });
+    }
+    drop(nodes);
+    assert_bound(&resource);
+}
+
+#[test]
+fn redis_restarted_with_data_counts_a_loss() {
+    let Some(mut redis) = support::redis::start(true) else {
+        return;
+    };
+    let budget = budget(&redis.url(), "persist");
+    let resource = Arc::new(Resource::default());
+    let nodes: Vec<Node> = (0..2)
+        .map(|_| Node::start(&budget, &resource, true))
+        .collect();
+    for n in &nodes {
+        wait(n, 5, "loaded nodes get shares", |s| s.leased >= 2);
+    }
+    redis.restart(); // the AOF brings the budget back under a new run_id
+    wait(&nodes[0], 3, "learning mode after the restart", |s| {
+        s.learning
+    });
+    let status = budget.status().unwrap().unwrap();
+    assert!(status.losses >= 1, "{status:?}");
+    for n in &nodes {
+        wait(n, 6, "shares again", |s| !s.learning && s.leased >= 2);
+    }
+    drop(nodes);
+    assert_bound(&resource);
+}
+
+#[test]
+fn script_flush_is_survived_without_a_failed_renewal() {
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
+    let budget = budget(&redis.url(), "flush");
+    let resource = Arc::new(Resource::default());
+    let node = Node::start(&budget, &resource, true);
+    wait(&node, 5, "share", |s| s.leased >= 2);
+    let before = node.keeper().stats();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut redis.conn())
+        .unwrap();
+    wait(&node, 3, "renews after the flush", |s| {
+        s.renewals >= before.renewals + 3
+    });
+    assert_eq!(node.keeper().stats().failures, before.failures);
+    drop(node);
+    assert_bound(&resource);
+}
+
+#[test]
+fn stale_and_reordered_requests_change_nothing() {
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
+    let mut store = RedisStore::new(&redis.url(), "stale", ms(1000)).unwrap();
+    let init = sidejob_redis::InitArgs {
+        capacity: 10,
+        ttl_ms: 1000,
+        grace_ms: 300,
+        epoch: "e".into(),
+        fresh: true,
+        test: false,
+        debug_now: None,
+    };
+    store.init(&init).unwrap();
+    let args = |req, has, want| RenewArgs {
+        node: "n".into(),
+        req,
+        epoch_seen: "e".into(),
+        ver_seen: 0,
+        has,
+        need: want,
+        want,
+    };
+    let RenewReply::Ok(first) = store.renew(&args(5, 0, 4)).unwrap() else {
+        panic!()
+    };
+    assert_eq!(first.grant, 4);
+    // An old request (sent on a dead connection, say) arrives late, on another connection.
+    let mut other = RedisStore::new(&redis.url(), "stale", ms(1000)).unwrap();
+    let RenewReply::Stale(stale) = other.renew(&args(3, 0, 9)).unwrap() else {
+        panic!()
+    };
+    assert_eq!(stale.grant, 4);
+    let status = store.status().unwrap().unwrap();
+    assert_eq!((status.granted, status.seq), (4, 1));
+}
+
+#[test]
+fn redis_clock_step_within_grace_reaps_no_live_lease() {
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
+    let budget = Budget::builder()
+        .url(redis.url())
+        .name("step")
+        .capacity(C)
+        .fresh(true)
+        .test_mode(true) // honours debug_offset
+        .ttl(ms(1000))
+        .renew_every(ms(200))
+        .grace(ms(300))
+        .max_hold(ms(200))
+        .pause_margin(ms(50))
+        .build()
+        .unwrap();
+    let resource = Arc::new(Resource::default());
+    let nodes: Vec<Node> = (0..2)
+        .map(|_| Node::start(&budget, &resource, true))
+        .collect();
+    for n in &nodes {
+        wait(n, 5, "loaded nodes get shares", |s| s.leased >= 2);
+    }
+    // Redis's clock jumps forward by G (A2 allows up to G).
+    let meta = RedisStore::new(&redis.url(), "step", ms(1000))
+        .unwrap()
+        .keys()[0]
+        .clone();
+    let _: () = redis::cmd("HSET")
+        .arg(&meta)
+        .arg("debug_offset")
+        .arg(300)
+        .query(&mut redis.conn())
+        .unwrap();
+    for n in &nodes {
+        let r = n.keeper().stats().renewals;
+        wait(n, 5, "renewals go on", |s| s.renewals >= r + 5);
+    }
+    let status = budget.status().unwrap().unwrap();
+    assert_eq!(status.nodes.len(), 2, "a live lease was reaped: {status:?}");
+    assert_eq!(status.losses, 0);
+    for n in &nodes {
+        assert!(n.keeper().stats().leased >= 2);
+    }
+    drop(nodes);
+    assert_bound(&resource);
+}

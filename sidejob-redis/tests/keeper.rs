@@ -1,0 +1,237 @@
+//! The keeper against the in-memory store: growth on refusals, shutdown,
+//! config errors. No Redis needed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sidejob::Limiter;
+use sidejob_redis::{Budget, Fallback, LeaseStore, MemoryStore};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn budget(capacity: usize) -> Budget {
+    Budget::builder()
+        .name("mem")
+        .capacity(capacity)
+        .fresh(true)
+        .ttl(ms(1000))
+        .renew_every(ms(200))
+        .grace(ms(300))
+        .max_hold(ms(200))
+        .pause_margin(ms(50))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn refusals_grow_the_lease_and_shutdown_gives_it_back() {
+    let store = MemoryStore::new();
+    let limiter = Arc::new(Limiter::new(1).unwrap());
+    let keeper = budget(8).attach_store(store.clone(), limiter.clone());
+    // Callers hold what they get; refusals make the keeper grow early.
+    let (mut tries, mut held) = (0, Vec::new());
+    while !keeper.wait_for(ms(20), |s| s.leased >= 4) {
+        held.extend(limiter.try_acquire());
+        tries += 1;
+        assert!(tries < 500, "no growth: {:?}", keeper.stats());
+    }
+    assert!(limiter.capacity() >= 4 && limiter.capacity() <= 8);
+    assert!(keeper.stats().early_grows > 0, "{:?}", keeper.stats());
+    drop(held);
+    let granted = keeper.stats().grant;
+    assert_eq!(keeper.shutdown(), Some(granted));
+    assert_eq!(limiter.capacity(), 0);
+    assert_eq!(store.clone().status().unwrap().unwrap().granted, 0);
+}
+
+#[test]
+fn fail_closed_without_a_store() {
+    let limiter = Arc::new(Limiter::new(5).unwrap());
+    let mut b = Budget::builder();
+    b.url("redis://127.0.0.1:1/") // nothing listens on port 1
+        .name("closed")
+        .capacity(10)
+        .max_hold(ms(200))
+        .ttl(ms(1000))
+        .renew_every(ms(200))
+        .pause_margin(ms(50));
+    let keeper = b.build().unwrap().attach(limiter.clone()).unwrap();
+    assert!(keeper.wait_for(ms(5000), |s| s.failures >= 2));
+    assert_eq!(limiter.capacity(), 0, "no lease, no admission");
+    assert!(limiter.try_acquire().is_err());
+    assert_eq!(
+        keeper.shutdown(),
+        None,
+        "nothing to release: the store is unreachable"
+    );
+}
+
+#[test]
+fn a_reserved_floor_is_local_and_redis_manages_the_rest() {
+    let store = MemoryStore::new();
+    let budget = Budget::builder()
+        .name("floor")
+        .capacity(10)
+        .fresh(true)
+        .fallback(Fallback::ReservedFloor {
+            per_node: 2,
+            max_nodes: 3,
+        })
+        .ttl(ms(1000))
+        .renew_every(ms(200))
+        .grace(ms(300))
+        .max_hold(ms(200))
+        .pause_margin(ms(50))
+        .build()
+        .unwrap();
+    assert_eq!((budget.floor(), budget.leased_capacity()), (2, 4));
+    // Redis unreachable (nothing listens on port 1): the floor stays local.
+    let cut_off = Arc::new(Limiter::new(1).unwrap());
+    let keeper = Budget::builder()
+        .url("redis://127.0.0.1:1/")
+        .name("floor")
+        .capacity(10)
+        .fallback(Fallback::ReservedFloor {
+            per_node: 2,
+            max_nodes: 3,
+        })
+        .max_hold(ms(200))
+        .ttl(ms(1000))
+        .renew_every(ms(200))
+        .pause_margin(ms(50))
+        .build()
+        .unwrap()
+        .attach(cut_off.clone())
+        .unwrap();
+    assert!(keeper.wait_for(ms(5000), |s| s.failures >= 2));
+    assert_eq!(cut_off.capacity(), 2, "the floor needs no Redis");
+    drop(keeper);
+    assert_eq!(cut_off.capacity(), 2);
+
+    let limiter = Arc::new(Limiter::new(1).unwrap());
+    let keeper = budget.attach_store(store.clone(), limiter.clone());
+    assert!(keeper.wait_for(ms(5000), |s| s.renewals > 0));
+    assert!(limiter.capacity() >= 2);
+    assert_eq!(store.clone().status().unwrap().unwrap().capacity, 4);
+    drop(keeper);
+    assert_eq!(limiter.capacity(), 2, "shutdown keeps the floor");
+}
+
+#[test]
+fn config_errors_name_the_field() {
+    let ok = || {
+        let mut b = Budget::builder();
+        b.name("n")
+            .capacity(10)
+            .max_hold(ms(200))
+            .ttl(ms(1000))
+            .renew_every(ms(200))
+            .pause_margin(ms(50));
+        b
+    };
+    assert!(ok().build().is_ok());
+    let cases: Vec<(&str, sidejob_redis::BudgetBuilder)> = vec![
+        ("name", {
+            let mut b = Budget::builder();
+            b.capacity(1).max_hold(ms(1));
+            b
+        }),
+        ("name", {
+            let mut b = ok();
+            b.name("a{b}");
+            b
+        }),
+        ("capacity", {
+            let mut b = Budget::builder();
+            b.name("n").max_hold(ms(1));
+            b
+        }),
+        ("capacity", {
+            let mut b = ok();
+            b.capacity(0);
+            b
+        }),
+        ("ttl", {
+            let mut b = ok();
+            b.ttl(Duration::ZERO);
+            b
+        }),
+        ("renew_every", {
+            let mut b = ok();
+            b.renew_every(Duration::ZERO);
+            b
+        }),
+        ("clock_margin", {
+            let mut b = ok();
+            b.clock_margin(0.5);
+            b
+        }),
+        ("max_hold", {
+            let mut b = Budget::builder();
+            b.name("n").capacity(1);
+            b
+        }),
+        ("renew_timeout", {
+            let mut b = ok();
+            b.renew_timeout(Duration::ZERO);
+            b
+        }),
+        ("min_block", {
+            let mut b = ok();
+            b.min_block(0);
+            b
+        }),
+        ("headroom", {
+            let mut b = ok();
+            b.headroom(f64::NAN);
+            b
+        }),
+        ("fallback", {
+            let mut b = ok();
+            b.fallback(Fallback::ReservedFloor {
+                per_node: 5,
+                max_nodes: 2,
+            });
+            b
+        }),
+        // The safety inequality: T(1−2ρ) − ε − H must exceed R + timeout.
+        ("ttl", {
+            let mut b = ok();
+            b.max_hold(ms(700));
+            b
+        }),
+        ("ttl", {
+            let mut b = ok();
+            b.renew_every(ms(700));
+            b
+        }),
+    ];
+    for (field, b) in cases {
+        let err = b.build().unwrap_err();
+        assert_eq!(err.field(), field, "{err}");
+        assert!(
+            err.to_string().starts_with(&format!("invalid `{field}`")),
+            "{err}"
+        );
+    }
+    let no_url = ok()
+        .build()
+        .unwrap()
+        .attach(Arc::new(Limiter::new(1).unwrap()))
+        .unwrap_err();
+    assert_eq!(no_url.field(), "url");
+}
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<sidejob_redis::Keeper>();
+    send_sync::<Budget>();
+    send_sync::<MemoryStore>();
+    send_sync::<sidejob_redis::ConfigError>();
+    send::<sidejob_redis::RedisStore>();
+    send::<sidejob_redis::Core>();
+}
