@@ -465,7 +465,7 @@ impl Limiter {
     /// refusal decided after an uncounted probe).
     #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     pub(crate) fn count_refusal(&self) {
-        self.table.count_refused()
+        self.table.count_refusal()
     }
 
     // Inline: a permit's drop is half of the hot path, and it is called from

@@ -890,12 +890,6 @@ impl Table {
         Ok(self)
     }
 
-    /// Counts one `Overload` that a caller answered after an uncounted
-    /// [`probe`](Self::probe).
-    pub(crate) fn count_refused(&self) {
-        self.count_refusal();
-    }
-
     /// True if the table has a waiting room.
     pub(crate) fn has_room(&self) -> bool {
         self.room.is_some()
@@ -1429,9 +1423,10 @@ impl Table {
         Err(Error::Overload)
     }
 
-    /// Counts one `Overload` answered to the calling thread.
+    /// Counts one `Overload` answered to the calling thread (also for a
+    /// caller that answered it after an uncounted [`probe`](Self::probe)).
     #[inline]
-    fn count_refusal(&self) {
+    pub(crate) fn count_refusal(&self) {
         self.rejected.record(thread_index());
     }
 
