@@ -24,6 +24,7 @@
 mod clock;
 mod handle;
 mod handler;
+pub(crate) mod line;
 mod policy;
 mod queue;
 mod state;
@@ -46,11 +47,14 @@ use crate::error::{ConfigError, Error, Refused};
 use crate::health::{Alarm, AlarmEvent};
 use crate::pool::{DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT};
 use crate::probe::Probe;
-use crate::sync::{now, os_thread, Arc, AtomicUsize, Condvar, Mutex};
+use crate::sync::{
+    now, os_thread, Arc, AtomicUsize, Condvar, Mutex, Ordering::Relaxed, Ordering::SeqCst,
+};
 use crate::table::Table;
 use crate::waiters::{Policy, QueueOrder};
 
 use self::clock::Clock;
+use self::line::Line;
 use self::policy::{Budget, Rng};
 use self::queue::{InMemory, Store};
 use self::state::{Core, Factory, Record, Shared, Unit};
@@ -315,18 +319,36 @@ impl<H: Handler> Shepherd<H> {
         };
         let unit = Unit::new(Arc::clone(table), shard);
         let now = shared.clock.now();
+        if delay.is_zero() {
+            // Due at once: straight to the line, no lock (state.rs).
+            if !shared.line.reserve() {
+                // Admitted just before the table closed, but the line has
+                // closed since: hand the operation back.
+                drop(unit);
+                return Err(Refused::new(Error::Shutdown, op));
+            }
+            shared.deposit(now);
+            let (reply, receiver) = oneshot::channel();
+            shared.line.publish(Record {
+                op: Arc::new(op),
+                attempts: 0,
+                last: LastAttempt::None,
+                reply,
+                unit,
+                submitted: now,
+            });
+            return Ok(Completion::new(receiver, shared.spin));
+        }
         let due = now.checked_add(delay).unwrap_or_else(|| far_future(now));
         let mut core = shared.core.lock();
         if core.closing {
             // Admitted just before the table closed, but shutdown has
-            // drained the queue: hand the operation back.
+            // drained the delay heap: hand the operation back.
             drop(core);
             drop(unit);
             return Err(Refused::new(Error::Shutdown, op));
         }
-        if let Some(budget) = core.budget.as_mut() {
-            budget.deposit(now);
-        }
+        shared.deposit(now);
         let (reply, receiver) = oneshot::channel();
         let record = Record {
             op: Arc::new(op),
@@ -336,7 +358,7 @@ impl<H: Handler> Shepherd<H> {
             unit,
             submitted: now,
         };
-        shared.schedule(&mut core, record, due, now);
+        shared.delay(&mut core, record, due);
         drop(core);
         Ok(Completion::new(receiver, shared.spin))
     }
@@ -390,7 +412,7 @@ impl<H: Handler> Shepherd<H> {
         let shared = &*self.inner.shared;
         let mut core = shared.core.lock();
         shared.promote(&mut core, shared.clock.now());
-        core.queue.due()
+        shared.line.due()
     }
 
     /// Feeds `alarm` the [`due`](Self::due) count, at the shepherd's clock
@@ -410,10 +432,12 @@ impl<H: Handler> Shepherd<H> {
             let mut core = shared.core.lock();
             shared.promote(&mut core, shared.clock.now());
             (
-                core.queue.due(),
+                shared.line.due(),
                 core.queue.delayed(),
-                core.running,
-                core.busy,
+                // SeqCst: as the idle check reads it (state.rs, "Counts").
+                shared.running.load(SeqCst),
+                // Relaxed: a figure only.
+                shared.busy.load(Relaxed),
                 core.queue.next_due(),
             )
         };
@@ -466,20 +490,27 @@ impl<H: Handler> Shepherd<H> {
         let shared = &*self.inner.shared;
         let deadline = now().checked_add(timeout);
         let mut core = shared.core.lock();
-        loop {
+        // SeqCst: before the idle checks below; a worker that makes the
+        // shepherd idle sees it and notifies (`Shared::notify_if_idle`).
+        shared.idle_waiters.fetch_add(1, SeqCst);
+        let idle = loop {
             // What became due (a clock move the timer has not acted on
             // yet) is not idle.
             shared.promote(&mut core, shared.clock.now());
-            if Shared::is_idle(&core) {
-                return true;
+            if shared.is_idle() {
+                break true;
             }
             let at = now();
             if deadline.is_some_and(|deadline| at >= deadline) {
-                return false;
+                break false;
             }
             let until = deadline.unwrap_or(at + Duration::from_secs(3600));
             (core, _) = shared.idle.wait_until(core, until);
-        }
+        };
+        // Relaxed: a count of waiters; a worker that reads it late only
+        // takes `Core` for nothing.
+        shared.idle_waiters.fetch_sub(1, Relaxed);
+        idle
     }
 
     /// True once [`shutdown`](Self::shutdown) has begun.
@@ -543,19 +574,20 @@ impl<H: Handler> Inner<H> {
                 Vec::new()
             } else {
                 core.closing = true;
+                // Under `Core`, with `closing`: no retry or promotion
+                // meets a closed line (state.rs). Wakes every sleeper.
+                shared.line.close();
                 core.queue.drain_delayed()
             };
-            for worker in shared.work.iter() {
-                worker.notify_all();
-            }
             shared.timer.notify_all();
             shared.idle.notify_all();
             drained
         };
+        let at = shared.clock.now();
         for mut record in drained {
             let last = std::mem::replace(&mut record.last, LastAttempt::None);
             let failure = Failure::new(Reason::Shutdown, last, record.attempts);
-            shared.finish(record, Err(failure));
+            shared.finish(record, Err(failure), at);
         }
         // 3. Join, unless this is one of the shepherd's own threads.
         if self.on_own_thread() {
@@ -787,24 +819,25 @@ impl ShepherdBuilder {
         let start = self.clock.now();
         let shared = Arc::new(Shared {
             table: Arc::new(table),
+            line: Line::new(workers),
             core: Mutex::new(Core {
                 queue: InMemory::new(),
-                budget: self.retry.retry_budget().map(|b| Budget::new(b, start)),
                 rng: Rng::new(seed),
                 deadlines: BinaryHeap::new(),
                 closing: false,
-                running: 0,
-                busy: 0,
                 alive: workers,
-                sleepers: Vec::with_capacity(workers),
                 timer_wake: None,
-                next_token: 0,
             }),
-            work: (0..workers).map(|_| Condvar::new()).collect(),
+            budget: self
+                .retry
+                .retry_budget()
+                .map(|b| Mutex::new(Budget::new(b, start))),
+            running: AtomicUsize::new(0),
+            busy: AtomicUsize::new(0),
             timer: Condvar::new(),
             idle: Condvar::new(),
+            idle_waiters: AtomicUsize::new(0),
             slots: (0..workers).map(|_| Mutex::new(None)).collect(),
-            due_hint: AtomicUsize::new(0),
             counters: Counters::default(),
             policy: self.retry,
             attempt_timeout: self.attempt_timeout,

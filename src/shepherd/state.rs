@@ -14,21 +14,30 @@
 //! release its unit (the guard's `Drop`) and resolve its handle
 //! (`Reason::Shutdown`, from the dropped sender).
 //!
-//! **Locks.** One lock, [`Core`], guards the queue, the retry budget, the
-//! jitter RNG, the attempt deadlines and the counts of running attempts and
-//! busy workers. Each worker's slot has a lock of its own, taken under
-//! `Core` (to install a record, or by the timer to take a timed-out one)
-//! or alone (by its worker, after the attempt); never the other way round.
-//! The admission table is called with or without `Core` held; it never
-//! calls back. A success takes `Core` once (the worker's next pop, which
-//! also accounts the attempt that ended); the submit takes it once.
+//! **Where it waits.** An operation due now waits on the lock-free due
+//! [`Line`] (`line.rs`, which also holds the workers' sleep/wake
+//! protocol); one not yet due waits in the delay heap under [`Core`], and
+//! the timer moves it to the line when its time comes. A submit and a
+//! worker's take touch only the line and atomics: an operation that
+//! succeeds at once takes no lock but its worker's slot (uncontended).
 //!
-//! **Time** comes only from the shepherd's [`Clock`]. Workers never wait
-//! for a time: they sleep on [`Shared::work`] until a record is due. The
-//! timer thread sleeps until the earliest due time or attempt deadline
-//! (the seed's `NoWorkUntil(deadline)` / `WakeAt`), promotes what is due,
-//! expires late attempts, and sleeps again: nothing polls.
-
+//! **Locks.** [`Core`] guards the delay heap, the jitter RNG, the attempt
+//! deadlines and the shutdown flag; the retry budget has a small lock of
+//! its own (each submit deposits, each retry withdraws under `Core`: the
+//! order is always `Core`, then budget). Each worker's slot has a lock of
+//! its own, taken by its worker alone or by the timer under `Core`; never
+//! the other way round. The line's sleepers lock is taken under `Core`
+//! (a retry or promotion that wakes a worker) or alone, and takes no other
+//! lock. The admission table is called with or without `Core` held; it
+//! never calls back.
+//!
+//! **Counts.** `running` (records in a slot) and `busy` (workers inside a
+//! handler) are atomics. A worker counts a record as running *before* the
+//! line counts it out, and requeues a failed one *before* it counts it
+//! out of running, so an operation is never between the two counts;
+//! [`Shared::is_idle`] reads both with `SeqCst`, and whoever makes both
+//! zero notifies `idle` under `Core`, where `wait_idle` checks and sleeps.
+//!
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
@@ -36,10 +45,11 @@ use std::time::{Duration, Instant};
 use super::clock::Clock;
 use super::handle::{Failure, LastAttempt, Outcome, Reason};
 use super::handler::Handler;
+use super::line::Line;
 use super::policy::{Budget, RetryPolicy, Rng};
 use super::queue::{InMemory, Store};
 use super::stats::Counters;
-use crate::sync::{Arc, AtomicUsize, Condvar, Mutex, Ordering::Relaxed};
+use crate::sync::{Arc, AtomicUsize, Condvar, Mutex, Ordering::SeqCst};
 use crate::table::Table;
 
 /// Builds a worker's handler; shared by every worker thread.
@@ -95,44 +105,42 @@ pub(crate) type Slot<H> = Option<(u64, Record<H>)>;
 
 /// What `Core` guards.
 pub(crate) struct Core<H: Handler> {
+    /// Operations not yet due (a delay or a retry's backoff).
     pub(crate) queue: InMemory<Record<H>>,
-    pub(crate) budget: Option<Budget>,
     pub(crate) rng: Rng,
     /// `(deadline, worker, token)` of attempts with a timeout, earliest on
     /// top. Entries of attempts that ended in time are skipped when they
     /// come up (their token no longer matches the slot).
     pub(crate) deadlines: BinaryHeap<Reverse<(Instant, usize, u64)>>,
-    /// Shutdown has begun: no more delays (see `Shepherd::shutdown`).
+    /// Shutdown has begun: no more delays (see `Shepherd::shutdown`). Set
+    /// together with closing the line, under this lock.
     pub(crate) closing: bool,
-    /// Attempts whose record is in a slot.
-    pub(crate) running: usize,
-    /// Workers inside a handler, late attempts included.
-    pub(crate) busy: usize,
     /// Worker threads still looping.
     pub(crate) alive: usize,
-    /// Workers asleep on their own condition variable, most recent last.
-    pub(crate) sleepers: Vec<usize>,
     /// The clock time the timer sleeps until, if it sleeps with one.
     pub(crate) timer_wake: Option<Instant>,
-    pub(crate) next_token: u64,
 }
 
 /// Everything the front-end, the workers and the timer share.
 pub(crate) struct Shared<H: Handler> {
     pub(crate) table: Arc<Table>,
+    /// The operations due now, and the workers' sleep/wake protocol.
+    pub(crate) line: Line<Record<H>>,
     pub(crate) core: Mutex<Core<H>>,
-    /// Worker `i` sleeps on `work[i]` until a record is due. One each, so
-    /// a submit wakes one sleeper (`Shared::wake_workers`), not all: the
-    /// shim's condition variable only notifies all.
-    pub(crate) work: Box<[Condvar]>,
+    /// The retry budget, if the policy has one.
+    pub(crate) budget: Option<Mutex<Budget>>,
+    /// Attempts whose record is in a slot (module docs, "Counts").
+    pub(crate) running: AtomicUsize,
+    /// Workers inside a handler, late attempts included.
+    pub(crate) busy: AtomicUsize,
     /// The timer waits here for an earlier time, a clock move or the end.
     pub(crate) timer: Condvar,
     /// `wait_idle` callers wait here.
     pub(crate) idle: Condvar,
+    /// `wait_idle` callers checking or asleep: only then does a worker
+    /// that leaves the shepherd idle take `Core` to notify them.
+    pub(crate) idle_waiters: AtomicUsize,
     pub(crate) slots: Box<[Mutex<Slot<H>>]>,
-    /// Records in the due line, for workers that spin before they sleep.
-    /// Written under `Core`.
-    pub(crate) due_hint: AtomicUsize,
     pub(crate) counters: Counters,
     pub(crate) policy: RetryPolicy,
     pub(crate) attempt_timeout: Option<Duration>,
@@ -142,9 +150,14 @@ pub(crate) struct Shared<H: Handler> {
 }
 
 impl<H: Handler> Shared<H> {
-    /// Completes `record` with `outcome`: the unit goes back first, then
-    /// the caller hears. Never under `Core`.
-    pub(crate) fn finish(&self, record: Record<H>, outcome: Outcome<H::Output, H::Error>) {
+    /// Completes `record` with `outcome` at clock time `now`: the unit
+    /// goes back first, then the caller hears. Never under `Core`.
+    pub(crate) fn finish(
+        &self,
+        record: Record<H>,
+        outcome: Outcome<H::Output, H::Error>,
+        now: Instant,
+    ) {
         let Record {
             unit,
             reply,
@@ -154,12 +167,17 @@ impl<H: Handler> Shared<H> {
         let panicked = matches!(&outcome, Err(f) if matches!(f.last(), LastAttempt::Panicked));
         let succeeded = outcome.is_ok();
         unit.release(panicked);
-        self.counters.resolved(
-            succeeded,
-            self.clock.now().saturating_duration_since(submitted),
-        );
+        self.counters
+            .resolved(succeeded, now.saturating_duration_since(submitted));
         // A caller that dropped its handle is owed nothing more.
         let _ = reply.send(outcome);
+    }
+
+    /// A first attempt was submitted at `now`: a deposit in the budget.
+    pub(crate) fn deposit(&self, now: Instant) {
+        if let Some(budget) = &self.budget {
+            budget.lock().deposit(now);
+        }
     }
 
     /// After a failed attempt whose record is back in hand: schedules the
@@ -180,10 +198,10 @@ impl<H: Handler> Shared<H> {
         } else if core.closing {
             // No more delays once shutdown has begun.
             Some(Reason::Shutdown)
-        } else if !core
+        } else if !self
             .budget
-            .as_mut()
-            .map_or(true, |budget| budget.withdraw(now))
+            .as_ref()
+            .map_or(true, |budget| budget.lock().withdraw(now))
         {
             self.counters.budget_refused();
             Some(Reason::BudgetExhausted)
@@ -197,60 +215,82 @@ impl<H: Handler> Shared<H> {
         record.last = last;
         let delay = self.policy.delay(record.attempts, &mut core.rng);
         self.counters.retry();
-        self.schedule(core, record, now.checked_add(delay).unwrap_or(now), now);
-        None
+        let due = now.checked_add(delay).unwrap_or(now);
+        match self.schedule(core, record, due, now) {
+            Ok(()) => None,
+            Err(mut record) => {
+                // Not reached: the line closes with `closing`, checked
+                // above under the same lock.
+                let last = std::mem::replace(&mut record.last, LastAttempt::None);
+                let attempts = record.attempts;
+                Some((record, Failure::new(Reason::Shutdown, last, attempts)))
+            }
+        }
     }
 
-    /// Queues `record`, due at `due`, and wakes whoever must act: a worker
-    /// if it is due now, the timer if it is due before the timer wakes.
+    /// Queues `record`, due at `due`: on the line (waking a worker) if it
+    /// is due by `now`, else in the delay heap (waking the timer if it is
+    /// due before the timer wakes). Under `Core`. The record back if the
+    /// line is closed.
     pub(crate) fn schedule(
         &self,
         core: &mut Core<H>,
         record: Record<H>,
         due: Instant,
         now: Instant,
-    ) {
-        core.queue.push(record, due, now);
+    ) -> Result<(), Record<H>> {
         if due <= now {
-            self.set_due_hint(core);
-            self.wake_workers(core, 1);
-        } else if core.timer_wake.map_or(true, |wake| due < wake) {
+            return self.line.push(record);
+        }
+        self.delay(core, record, due);
+        Ok(())
+    }
+
+    /// Puts `record` in the delay heap, due at `due`, and wakes the timer
+    /// if it is due before the timer wakes. Under `Core`.
+    pub(crate) fn delay(&self, core: &mut Core<H>, record: Record<H>, due: Instant) {
+        core.queue.push(record, due);
+        if core.timer_wake.map_or(true, |wake| due < wake) {
             self.timer.notify_all();
         }
     }
 
-    /// Publishes the due count to spinning workers. Under `Core`.
-    pub(crate) fn set_due_hint(&self, core: &Core<H>) {
-        // Relaxed: a hint only; a worker that reads it non-zero takes
-        // `Core`, which orders the queue itself.
-        self.due_hint.store(core.queue.due(), Relaxed);
-    }
-
-    /// Moves what is due by `now` to the due line and wakes a worker per
-    /// record moved. Under `Core`.
+    /// Moves what is due by `now` from the delay heap to the line (each
+    /// push wakes a sleeping worker). Under `Core`.
     pub(crate) fn promote(&self, core: &mut Core<H>, now: Instant) {
-        let moved = core.queue.promote(now);
-        if moved > 0 {
-            self.set_due_hint(core);
-            self.wake_workers(core, moved);
-        }
-    }
-
-    /// Wakes up to `count` sleeping workers, the most recent sleepers first
-    /// (their caches are warmest). Under `Core`: a worker registers as a
-    /// sleeper and waits under it, so none sleeps through its wake-up.
-    pub(crate) fn wake_workers(&self, core: &mut Core<H>, count: usize) {
-        for _ in 0..count {
-            let Some(worker) = core.sleepers.pop() else {
-                return;
-            };
-            self.work[worker].notify_all();
+        while let Some(record) = core.queue.pop_due(now) {
+            if let Err(record) = self.line.push(record) {
+                // Not reached: shutdown empties the heap as it closes the
+                // line, under `Core`. Dropped, the record still releases
+                // its unit and resolves its handle (module docs).
+                debug_assert!(false, "a promotion after shutdown");
+                drop(record);
+            }
         }
     }
 
     /// True when nothing is due and no attempt runs (delayed records may
-    /// wait). Under `Core`.
-    pub(crate) fn is_idle(core: &Core<H>) -> bool {
-        core.queue.due() == 0 && core.running == 0
+    /// wait); see the module docs, "Counts".
+    pub(crate) fn is_idle(&self) -> bool {
+        // SeqCst: read in one order with the SeqCst count changes of
+        // `Line::pop` and the worker's (module docs, "Counts"), and after
+        // `wait_idle`'s increment (see `notify_if_idle`).
+        self.running.load(SeqCst) == 0 && self.line.due() == 0
+    }
+
+    /// Notifies `wait_idle` callers if there are any and the shepherd is
+    /// idle now. Call it after a change that may have made it so (a
+    /// `SeqCst` decrement of `running`), not under `Core`.
+    pub(crate) fn notify_if_idle(&self) {
+        // SeqCst: a store→load pair with `wait_idle` (its SeqCst increment
+        // of `idle_waiters`, then its `is_idle` loads): in the single order
+        // of SeqCst operations, either this load sees the waiter, or the
+        // waiter's loads come after the caller's decrement.
+        if self.idle_waiters.load(SeqCst) > 0 && self.is_idle() {
+            // Under `Core`: `wait_idle` checks and sleeps under it, so it
+            // either sees this change or is asleep for this notification.
+            let _core = self.core.lock();
+            self.idle.notify_all();
+        }
     }
 }

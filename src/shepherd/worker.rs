@@ -19,17 +19,18 @@
 //! if every worker hangs nothing more runs until one returns.
 
 use std::any::Any;
+use std::cmp::Reverse;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-
-use crate::worker::{drop_payload, drop_quietly};
 use std::time::Duration;
 
 use super::handle::LastAttempt;
 use super::handler::{Handler, Recovery};
-use super::state::{Core, Record, Shared};
-use crate::sync::{spin_poll, Arc, Ordering::Relaxed};
+use super::queue::Store;
+use super::state::Shared;
+use crate::sync::{Arc, Ordering::Relaxed, Ordering::SeqCst};
+use crate::worker::{drop_payload, drop_quietly};
 
-/// How long a sleeper waits when it has no deadline: it re-checks after a
+/// How long the timer waits when it has no deadline: it re-checks after a
 /// spurious wake-up anyway.
 const LONG: Duration = Duration::from_secs(3600);
 
@@ -40,14 +41,6 @@ struct Job<Op> {
     attempt: u32,
 }
 
-/// What the worker knows of its previous attempt, accounted on its next
-/// trip through `Core`.
-#[derive(Clone, Copy)]
-struct Ended {
-    /// The record was still in the slot (the timer did not take it).
-    had_record: bool,
-}
-
 /// One worker thread's loop.
 pub(crate) struct WorkerLoop<H: Handler> {
     pub(crate) index: usize,
@@ -56,19 +49,37 @@ pub(crate) struct WorkerLoop<H: Handler> {
 
 impl<H: Handler> WorkerLoop<H> {
     pub(crate) fn run(self) {
+        let shared = &*self.shared;
         let mut state = self.build();
-        let mut ended = None;
-        while let Some(job) = self.next(ended.take()) {
+        let mut token = 0;
+        while let Some(job) = self.next(&mut token) {
             // Nothing one attempt does may end the loop: a dead worker
             // would strand its slot. Handlers and user drops are caught
             // inside `attempt`; this is the backstop.
-            match catch_unwind(AssertUnwindSafe(|| self.attempt(&mut state, job))) {
-                Ok(had_record) => ended = Some(Ended { had_record }),
+            let had_record = match catch_unwind(AssertUnwindSafe(|| self.attempt(&mut state, job)))
+            {
+                Ok(had_record) => had_record,
                 Err(payload) => {
                     drop_payload(payload);
-                    ended = Some(Ended { had_record: true });
+                    true
                 }
+            };
+            // The record is completed or requeued by now (so never counted
+            // in neither place: state.rs, "Counts").
+            if had_record {
+                // SeqCst: read with the line's count by the idle check
+                // (state.rs, "Counts"; `Shared::notify_if_idle`).
+                shared.running.fetch_sub(1, SeqCst);
             }
+            // Relaxed: a figure only.
+            shared.busy.fetch_sub(1, Relaxed);
+            shared.notify_if_idle();
+        }
+        {
+            let mut core = shared.core.lock();
+            core.alive -= 1;
+            shared.timer.notify_all();
+            shared.idle.notify_all();
         }
         if let Some(mut handler) = state {
             if let Err(payload) = catch_unwind(AssertUnwindSafe(|| handler.terminate())) {
@@ -78,94 +89,42 @@ impl<H: Handler> WorkerLoop<H> {
         }
     }
 
-    /// The next attempt: accounts the previous one, then takes a due
-    /// record, spinning for a while before sleeping. `None` once shutdown
+    /// The next attempt, from the due line (which spins, then sleeps, when
+    /// it is empty), installed in this worker's slot. `None` once shutdown
     /// has begun and nothing is due.
-    fn next(&self, ended: Option<Ended>) -> Option<Job<H::Op>> {
+    fn next(&self, token: &mut u64) -> Option<Job<H::Op>> {
         let shared = &*self.shared;
-        let mut core = shared.core.lock();
-        if let Some(ended) = ended {
-            self.account(&mut core, ended);
-        }
-        if let Some(job) = self.take(&mut core) {
-            return Some(job);
-        }
-        if !core.closing && !shared.spin.is_zero() {
-            drop(core);
-            // Relaxed: a hint (see `Shared::set_due_hint`); the take
-            // itself is under `Core`.
-            let polled = spin_poll(shared.spin, || {
-                if shared.due_hint.load(Relaxed) == 0 {
-                    return None;
-                }
-                let mut core = shared.core.lock();
-                self.take(&mut core)
-            });
-            if polled.is_some() {
-                return polled;
-            }
-            core = shared.core.lock();
-        }
-        loop {
-            if let Some(job) = self.take(&mut core) {
-                return Some(job);
-            }
-            if core.closing {
-                core.alive -= 1;
-                shared.timer.notify_all();
-                shared.idle.notify_all();
-                return None;
-            }
-            // Registered under `Core` and asleep in one step: a submit
-            // that pops this worker notifies it while it waits.
-            core.sleepers.push(self.index);
-            (core, _) = shared.work[self.index].wait_until(core, crate::sync::now() + LONG);
-            // Woken by a submit (already popped), by shutdown, or
-            // spuriously (still listed).
-            if let Some(at) = core.sleepers.iter().position(|&i| i == self.index) {
-                core.sleepers.swap_remove(at);
-            }
-        }
-    }
-
-    /// The previous attempt ended: it no longer runs (unless the timer
-    /// already counted it out) and the worker is free. Under `Core`.
-    fn account(&self, core: &mut Core<H>, ended: Ended) {
-        if ended.had_record {
-            core.running -= 1;
-        }
-        core.busy -= 1;
-        if Shared::is_idle(core) {
-            self.shared.idle.notify_all();
-        }
-    }
-
-    /// Takes the oldest due record into this worker's slot. Under `Core`.
-    fn take(&self, core: &mut Core<H>) -> Option<Job<H::Op>> {
-        let shared = &*self.shared;
-        let mut record: Record<H> = super::queue::Store::pop_due(&mut core.queue)?;
-        shared.set_due_hint(core);
+        let mut record = shared.line.take(self.index, shared.spin, || {
+            // SeqCst: counted in as running before the line counts it out
+            // (state.rs, "Counts").
+            shared.running.fetch_add(1, SeqCst);
+        })?;
+        // Relaxed: a figure only.
+        shared.busy.fetch_add(1, Relaxed);
+        shared.counters.attempt();
         record.attempts += 1;
+        *token += 1;
         let job = Job {
-            token: core.next_token,
+            token: *token,
             op: Arc::clone(&record.op),
             attempt: record.attempts,
         };
-        core.next_token += 1;
-        core.running += 1;
-        core.busy += 1;
-        shared.counters.attempt();
-        if let Some(timeout) = shared.attempt_timeout {
-            let now = shared.clock.now();
-            if let Some(deadline) = now.checked_add(timeout) {
-                core.deadlines
-                    .push(std::cmp::Reverse((deadline, self.index, job.token)));
-                if core.timer_wake.map_or(true, |wake| deadline < wake) {
-                    shared.timer.notify_all();
-                }
+        let deadline = shared
+            .attempt_timeout
+            .and_then(|timeout| shared.clock.now().checked_add(timeout));
+        if let Some(deadline) = deadline {
+            // The deadline and the slot together under `Core`, where the
+            // timer looks for both.
+            let mut core = shared.core.lock();
+            core.deadlines
+                .push(Reverse((deadline, self.index, job.token)));
+            if core.timer_wake.map_or(true, |wake| deadline < wake) {
+                shared.timer.notify_all();
             }
+            *shared.slots[self.index].lock() = Some((job.token, record));
+        } else {
+            *shared.slots[self.index].lock() = Some((job.token, record));
         }
-        *shared.slots[self.index].lock() = Some((job.token, record));
         Some(job)
     }
 
@@ -184,9 +143,10 @@ impl<H: Handler> WorkerLoop<H> {
             // The factory panicked: this attempt fails as a panic would.
             None => Err(Box::new("the factory panicked") as Box<dyn Any + Send>),
         };
+        let ended = shared.clock.now();
         shared
             .counters
-            .processed(shared.clock.now().saturating_duration_since(started));
+            .processed(ended.saturating_duration_since(started));
         let taken = take_running(&mut shared.slots[self.index].lock(), job.token);
         let Some((_, record)) = taken else {
             // Timed out: the timer has dealt with the operation. The late
@@ -200,7 +160,7 @@ impl<H: Handler> WorkerLoop<H> {
             return false;
         };
         match result {
-            Ok(Ok(output)) => shared.finish(record, Ok(output)),
+            Ok(Ok(output)) => shared.finish(record, Ok(output), ended),
             Ok(Err(error)) => {
                 let handler = state.as_mut();
                 let verdict = catch_unwind(AssertUnwindSafe(|| {
@@ -231,7 +191,12 @@ impl<H: Handler> WorkerLoop<H> {
     }
 
     /// A failed attempt: retry or finish, as [`Shared::decide`] says.
-    fn failed(&self, record: Record<H>, last: LastAttempt<H::Error>, retryable: bool) {
+    fn failed(
+        &self,
+        record: super::state::Record<H>,
+        last: LastAttempt<H::Error>,
+        retryable: bool,
+    ) {
         let shared = &*self.shared;
         let now = shared.clock.now();
         let final_ = {
@@ -239,7 +204,7 @@ impl<H: Handler> WorkerLoop<H> {
             shared.decide(&mut core, record, last, retryable, now)
         };
         if let Some((record, failure)) = final_ {
-            shared.finish(record, Err(failure));
+            shared.finish(record, Err(failure), now);
         }
     }
 
@@ -279,7 +244,6 @@ pub(crate) fn run_timer<H: Handler>(shared: &Shared<H>) {
             core.deadlines.pop();
             let taken = take_running(&mut shared.slots[worker].lock(), token);
             if let Some((_, record)) = taken {
-                core.running -= 1;
                 shared.counters.timed_out();
                 let retryable = shared.policy.retries_timeouts();
                 if let Some(last) =
@@ -287,7 +251,11 @@ pub(crate) fn run_timer<H: Handler>(shared: &Shared<H>) {
                 {
                     finals.push(last);
                 }
-                if Shared::is_idle(&core) {
+                // SeqCst: after the requeue, as the worker's (state.rs,
+                // "Counts").
+                shared.running.fetch_sub(1, SeqCst);
+                if shared.is_idle() {
+                    // Under `Core`, where `wait_idle` checks and sleeps.
                     shared.idle.notify_all();
                 }
             }
@@ -295,7 +263,7 @@ pub(crate) fn run_timer<H: Handler>(shared: &Shared<H>) {
         if !finals.is_empty() {
             drop(core);
             for (record, failure) in finals {
-                shared.finish(record, Err(failure));
+                shared.finish(record, Err(failure), now);
             }
             core = shared.core.lock();
             continue;
@@ -304,7 +272,7 @@ pub(crate) fn run_timer<H: Handler>(shared: &Shared<H>) {
             return;
         }
         let next = [
-            super::queue::Store::next_due(&core.queue),
+            core.queue.next_due(),
             core.deadlines.peek().map(|entry| entry.0 .0),
         ]
         .into_iter()
