@@ -427,43 +427,15 @@ impl<H: Handler> Shepherd<H> {
 
     /// A snapshot of the figures; see [`ShepherdStats`].
     pub fn stats(&self) -> ShepherdStats {
-        let shared = &*self.inner.shared;
-        let (due, delayed, running, busy, next_due) = {
-            let mut core = shared.core.lock();
-            shared.promote(&mut core, shared.clock.now());
-            (
-                shared.line.due(),
-                core.queue.delayed(),
-                // SeqCst: as the idle check reads it (state.rs, "Counts").
-                shared.running.load(SeqCst),
-                // Relaxed: a figure only.
-                shared.busy.load(Relaxed),
-                core.queue.next_due(),
-            )
-        };
+        read_stats(&self.inner.shared, self.inner.workers)
+    }
+
+    /// Reads the figures while the shepherd's state lives, without keeping
+    /// it alive: for a [`Reporter`](crate::Reporter).
+    pub(crate) fn weak_stats(&self) -> impl Fn() -> Option<ShepherdStats> + Send + 'static {
+        let shared = Arc::downgrade(&self.inner.shared);
         let workers = self.inner.workers;
-        let mut stats = ShepherdStats {
-            due,
-            delayed,
-            running,
-            busy,
-            idle: workers.saturating_sub(busy),
-            workers,
-            next_due,
-            attempts: 0,
-            retries: 0,
-            panicked: 0,
-            timed_out: 0,
-            budget_refused: 0,
-            succeeded: 0,
-            failed: 0,
-            processed: 0,
-            processing_time: Duration::ZERO,
-            turnaround_time: Duration::ZERO,
-            admission: shared.table.stats(),
-        };
-        shared.counters.read_into(&mut stats);
-        stats
+        move || shared.upgrade().map(|shared| read_stats(&shared, workers))
     }
 
     /// Waits up to `timeout` (real time) until nothing is due and no
@@ -626,6 +598,46 @@ impl<H: Handler> fmt::Debug for Shepherd<H> {
             .field("shutdown", &self.is_shutdown())
             .finish()
     }
+}
+
+/// The figures of the shepherd whose state is `shared`, with `workers`
+/// workers.
+fn read_stats<H: Handler>(shared: &Shared<H>, workers: usize) -> ShepherdStats {
+    let (due, delayed, running, busy, next_due) = {
+        let mut core = shared.core.lock();
+        shared.promote(&mut core, shared.clock.now());
+        (
+            shared.line.due(),
+            core.queue.delayed(),
+            // SeqCst: as the idle check reads it (state.rs, "Counts").
+            shared.running.load(SeqCst),
+            // Relaxed: a figure only.
+            shared.busy.load(Relaxed),
+            core.queue.next_due(),
+        )
+    };
+    let mut stats = ShepherdStats {
+        due,
+        delayed,
+        running,
+        busy,
+        idle: workers.saturating_sub(busy),
+        workers,
+        next_due,
+        attempts: 0,
+        retries: 0,
+        panicked: 0,
+        timed_out: 0,
+        budget_refused: 0,
+        succeeded: 0,
+        failed: 0,
+        processed: 0,
+        processing_time: Duration::ZERO,
+        turnaround_time: Duration::ZERO,
+        admission: shared.table.stats(),
+    };
+    shared.counters.read_into(&mut stats);
+    stats
 }
 
 /// The latest representable instant not too far past `now`, for a delay

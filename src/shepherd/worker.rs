@@ -64,6 +64,10 @@ impl<H: Handler> WorkerLoop<H> {
                     true
                 }
             };
+            // Relaxed: a figure only; published by the SeqCst decrement
+            // below, so whoever sees the shepherd idle sees this worker
+            // free (`wait_idle`, then `stats`).
+            shared.busy.fetch_sub(1, Relaxed);
             // The record is completed or requeued by now (so never counted
             // in neither place: state.rs, "Counts").
             if had_record {
@@ -71,8 +75,6 @@ impl<H: Handler> WorkerLoop<H> {
                 // (state.rs, "Counts"; `Shared::notify_if_idle`).
                 shared.running.fetch_sub(1, SeqCst);
             }
-            // Relaxed: a figure only.
-            shared.busy.fetch_sub(1, Relaxed);
             shared.notify_if_idle();
         }
         {
