@@ -153,8 +153,7 @@ impl DueLine {
     /// loom), then sleeps until a push or the close. `None` once closed
     /// and empty.
     pub fn take(&self, worker: usize) -> Option<usize> {
-        self.0
-            .take(worker, std::time::Duration::from_nanos(1), || {})
+        self.0.take(worker, std::time::Duration::from_nanos(1))
     }
 
     /// Shutdown: later pushes fail, every sleeper wakes.

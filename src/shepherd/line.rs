@@ -158,7 +158,8 @@ impl<T> Line<T> {
     }
 
     /// Reserves and publishes in one step; the record back if the line is
-    /// closed.
+    /// closed. (The shepherd reserves through its own count first.)
+    #[cfg_attr(not(any(loom, test)), allow(dead_code))]
     pub(crate) fn push(&self, record: T) -> Result<(), T> {
         if self.reserve() {
             self.publish(record);
@@ -168,12 +169,10 @@ impl<T> Line<T> {
         }
     }
 
-    /// The oldest record, if one is on the line now; `claim` runs before
-    /// it is counted out (the shepherd counts it as running there, so a
-    /// record is never in neither count).
+    /// The oldest record, if one is on the line now.
     #[inline]
-    fn pop(&self, claim: impl FnOnce()) -> Option<T> {
-        let (record, drained) = self.pop_quiet(claim);
+    fn pop(&self) -> Option<T> {
+        let (record, drained) = self.pop_quiet();
         if drained {
             self.wake_all();
         }
@@ -184,7 +183,7 @@ impl<T> Line<T> {
     /// emptied a closed line (the caller then wakes every sleeper, outside
     /// the sleepers lock).
     #[inline]
-    fn pop_quiet(&self, claim: impl FnOnce()) -> (Option<T>, bool) {
+    fn pop_quiet(&self) -> (Option<T>, bool) {
         #[cfg(not(loom))]
         let record = self.receiver.try_recv().ok();
         #[cfg(loom)]
@@ -192,12 +191,11 @@ impl<T> Line<T> {
         if record.is_none() {
             return (None, false);
         }
-        claim();
-        // SeqCst: the due count and the shepherd's running count are read
-        // together by its idle check (`Shared::is_idle`); the record itself
-        // came through the FIFO's own synchronization, and the count was
-        // raised before the push (so this never underflows).
-        let old = self.state.fetch_sub(ONE, Ordering::SeqCst);
+        // Relaxed: a count; the record itself came through the FIFO's own
+        // synchronization, the count was raised before the push (so this
+        // never underflows), and every change is an RMW on this one word,
+        // so the decrement that leaves it exactly `CLOSED` is the last.
+        let old = self.state.fetch_sub(ONE, Ordering::Relaxed);
         (record, old == CLOSED + ONE)
     }
 
@@ -212,17 +210,17 @@ impl<T> Line<T> {
 
     /// Records reserved and not yet taken: the due count.
     pub(crate) fn due(&self) -> usize {
-        // SeqCst: read with the running count by the idle check (see
-        // `pop_quiet`).
-        self.state.load(Ordering::SeqCst) / ONE
+        // Relaxed: a reading for figures; decisions read the word in
+        // `sleep`.
+        self.state.load(Ordering::Relaxed) / ONE
     }
 
     /// The next record for worker `index`: taken at once if there is one,
     /// else polled for up to `spin`, else slept for (woken by a publish or
     /// the close). `None` once the line is closed and empty: the worker
     /// should leave.
-    pub(crate) fn take(&self, index: usize, spin: Duration, claim: impl Fn()) -> Option<T> {
-        if let Some(record) = self.pop(&claim) {
+    pub(crate) fn take(&self, index: usize, spin: Duration) -> Option<T> {
+        if let Some(record) = self.pop() {
             return Some(record);
         }
         // Once closed, what is left is drained and nothing more comes: no
@@ -231,7 +229,7 @@ impl<T> Line<T> {
             // Relaxed: a hint; `pop` is the real look.
             let polled = spin_poll(spin, || {
                 if self.state.load(Ordering::Relaxed) >= ONE {
-                    self.pop(&claim)
+                    self.pop()
                 } else {
                     None
                 }
@@ -241,10 +239,10 @@ impl<T> Line<T> {
             }
         }
         loop {
-            if let Some(record) = self.pop(&claim) {
+            if let Some(record) = self.pop() {
                 return Some(record);
             }
-            match self.sleep(index, &claim) {
+            match self.sleep(index) {
                 Woke::Took(record) => return Some(record),
                 Woke::Look => {}
                 Woke::Closed => return None,
@@ -255,7 +253,7 @@ impl<T> Line<T> {
     /// Registers worker `index` as asleep and sleeps, unless the line is
     /// closed and empty, or a record turns up once it is registered.
     #[cold]
-    fn sleep(&self, index: usize, claim: impl FnOnce()) -> Woke<T> {
+    fn sleep(&self, index: usize) -> Woke<T> {
         let mut sleepers = self.sleepers.lock();
         sleepers.push(index);
         // Relaxed: written under the sleepers lock; the fence below orders
@@ -277,7 +275,7 @@ impl<T> Line<T> {
             // once more, registered: if it is not there yet, its producer's
             // fence comes after ours, so its `asleep` load sees this
             // registration and it wakes a sleeper (module docs).
-            let (record, drained) = self.pop_quiet(claim);
+            let (record, drained) = self.pop_quiet();
             if let Some(record) = record {
                 self.unregister(&mut sleepers, index);
                 drop(sleepers);
@@ -365,14 +363,14 @@ mod tests {
         assert!(line.reserve());
         assert_eq!(line.due(), 2);
         line.publish(2);
-        assert_eq!(line.pop(|| {}), Some(1));
+        assert_eq!(line.pop(), Some(1));
         line.close();
         assert!(line.is_closed());
         assert_eq!(line.push(3), Err(3));
         // Closed, but what was reserved before is still taken.
-        assert_eq!(line.take(0, Duration::ZERO, || {}), Some(2));
+        assert_eq!(line.take(0, Duration::ZERO), Some(2));
         assert_eq!(line.due(), 0);
-        assert_eq!(line.take(0, Duration::ZERO, || {}), None);
+        assert_eq!(line.take(0, Duration::ZERO), None);
     }
 
     #[test]
@@ -384,8 +382,8 @@ mod tests {
             let line = std::sync::Arc::clone(&line);
             std::thread::spawn(move || {
                 ready.send(()).unwrap();
-                took.send(line.take(0, Duration::ZERO, || {})).unwrap();
-                line.take(0, Duration::ZERO, || {})
+                took.send(line.take(0, Duration::ZERO)).unwrap();
+                line.take(0, Duration::ZERO)
             })
         };
         seen.recv().unwrap();

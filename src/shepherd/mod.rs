@@ -43,6 +43,8 @@ use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
+
 use crate::error::{ConfigError, Error, Refused};
 use crate::health::{Alarm, AlarmEvent};
 use crate::pool::{DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT};
@@ -321,7 +323,7 @@ impl<H: Handler> Shepherd<H> {
         let now = shared.clock.now();
         if delay.is_zero() {
             // Due at once: straight to the line, no lock (state.rs).
-            if !shared.line.reserve() {
+            if !shared.reserve() {
                 // Admitted just before the table closed, but the line has
                 // closed since: hand the operation back.
                 drop(unit);
@@ -556,10 +558,11 @@ impl<H: Handler> Inner<H> {
             drained
         };
         let at = shared.clock.now();
+        let cell = shared.counters.shared_cell();
         for mut record in drained {
             let last = std::mem::replace(&mut record.last, LastAttempt::None);
             let failure = Failure::new(Reason::Shutdown, last, record.attempts);
-            shared.finish(record, Err(failure), at);
+            shared.finish(record, Err(failure), at, cell);
         }
         // 3. Join, unless this is one of the shepherd's own threads.
         if self.on_own_thread() {
@@ -603,19 +606,16 @@ impl<H: Handler> fmt::Debug for Shepherd<H> {
 /// The figures of the shepherd whose state is `shared`, with `workers`
 /// workers.
 fn read_stats<H: Handler>(shared: &Shared<H>, workers: usize) -> ShepherdStats {
-    let (due, delayed, running, busy, next_due) = {
+    let (due, delayed, next_due) = {
         let mut core = shared.core.lock();
         shared.promote(&mut core, shared.clock.now());
         (
             shared.line.due(),
             core.queue.delayed(),
-            // SeqCst: as the idle check reads it (state.rs, "Counts").
-            shared.running.load(SeqCst),
-            // Relaxed: a figure only.
-            shared.busy.load(Relaxed),
             core.queue.next_due(),
         )
     };
+    let (running, busy) = shared.counters.running_busy();
     let mut stats = ShepherdStats {
         due,
         delayed,
@@ -844,13 +844,12 @@ impl ShepherdBuilder {
                 .retry
                 .retry_budget()
                 .map(|b| Mutex::new(Budget::new(b, start))),
-            running: AtomicUsize::new(0),
-            busy: AtomicUsize::new(0),
+            work: CachePadded::new(AtomicUsize::new(0)),
             timer: Condvar::new(),
             idle: Condvar::new(),
             idle_waiters: AtomicUsize::new(0),
             slots: (0..workers).map(|_| Mutex::new(None)).collect(),
-            counters: Counters::default(),
+            counters: Counters::new(workers),
             policy: self.retry,
             attempt_timeout: self.attempt_timeout,
             clock: self.clock.clone(),

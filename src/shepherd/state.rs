@@ -31,12 +31,16 @@
 //! lock. The admission table is called with or without `Core` held; it
 //! never calls back.
 //!
-//! **Counts.** `running` (records in a slot) and `busy` (workers inside a
-//! handler) are atomics. A worker counts a record as running *before* the
-//! line counts it out, and requeues a failed one *before* it counts it
-//! out of running, so an operation is never between the two counts;
-//! [`Shared::is_idle`] reads both with `SeqCst`, and whoever makes both
-//! zero notifies `idle` under `Core`, where `wait_idle` checks and sleeps.
+//! **Counts.** `work` counts the records on the line or in a slot: it
+//! goes up before a record is put on the line (a submit, a retry due at
+//! once, a promotion) and down once a record leaves a slot for anywhere
+//! but the line (completed, or delayed) or is requeued (after the new
+//! count is in). Moving from the line to a slot changes nothing. So `work`
+//! is zero exactly when nothing is due and no attempt runs, one word read
+//! by [`Shared::is_idle`], and whoever brings it to zero notifies `idle`
+//! under `Core`, where `wait_idle` checks and sleeps. The figures
+//! `running` and `busy` are per-worker counts in [`Counters`], read
+//! without ordering.
 //!
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -49,6 +53,8 @@ use super::line::Line;
 use super::policy::{Budget, RetryPolicy, Rng};
 use super::queue::{InMemory, Store};
 use super::stats::Counters;
+use crossbeam_utils::CachePadded;
+
 use crate::sync::{Arc, AtomicUsize, Condvar, Mutex, Ordering::SeqCst};
 use crate::table::Table;
 
@@ -129,10 +135,9 @@ pub(crate) struct Shared<H: Handler> {
     pub(crate) core: Mutex<Core<H>>,
     /// The retry budget, if the policy has one.
     pub(crate) budget: Option<Mutex<Budget>>,
-    /// Attempts whose record is in a slot (module docs, "Counts").
-    pub(crate) running: AtomicUsize,
-    /// Workers inside a handler, late attempts included.
-    pub(crate) busy: AtomicUsize,
+    /// Records on the line or in a slot (module docs, "Counts"), on a
+    /// cache line of its own.
+    pub(crate) work: CachePadded<AtomicUsize>,
     /// The timer waits here for an earlier time, a clock move or the end.
     pub(crate) timer: Condvar,
     /// `wait_idle` callers wait here.
@@ -150,13 +155,15 @@ pub(crate) struct Shared<H: Handler> {
 }
 
 impl<H: Handler> Shared<H> {
-    /// Completes `record` with `outcome` at clock time `now`: the unit
-    /// goes back first, then the caller hears. Never under `Core`.
+    /// Completes `record` with `outcome` at clock time `now`, counted in
+    /// counter cell `cell`: the unit goes back first, then the caller
+    /// hears. Never under `Core`.
     pub(crate) fn finish(
         &self,
         record: Record<H>,
         outcome: Outcome<H::Output, H::Error>,
         now: Instant,
+        cell: usize,
     ) {
         let Record {
             unit,
@@ -168,7 +175,7 @@ impl<H: Handler> Shared<H> {
         let succeeded = outcome.is_ok();
         unit.release(panicked);
         self.counters
-            .resolved(succeeded, now.saturating_duration_since(submitted));
+            .resolved(cell, succeeded, now.saturating_duration_since(submitted));
         // A caller that dropped its handle is owed nothing more.
         let _ = reply.send(outcome);
     }
@@ -182,7 +189,8 @@ impl<H: Handler> Shared<H> {
 
     /// After a failed attempt whose record is back in hand: schedules the
     /// retry, or returns the record and its final failure for
-    /// [`finish`](Self::finish) (outside the lock). Under `Core`.
+    /// [`finish`](Self::finish) (outside the lock). Under `Core`; counted
+    /// in counter cell `cell`.
     pub(crate) fn decide(
         &self,
         core: &mut Core<H>,
@@ -190,6 +198,7 @@ impl<H: Handler> Shared<H> {
         last: LastAttempt<H::Error>,
         retryable: bool,
         now: Instant,
+        cell: usize,
     ) -> Option<(Record<H>, Failure<H::Error>)> {
         let reason = if !retryable {
             Some(Reason::NotRetryable)
@@ -203,7 +212,7 @@ impl<H: Handler> Shared<H> {
             .as_ref()
             .map_or(true, |budget| budget.lock().withdraw(now))
         {
-            self.counters.budget_refused();
+            self.counters.budget_refused(cell);
             Some(Reason::BudgetExhausted)
         } else {
             None
@@ -214,7 +223,7 @@ impl<H: Handler> Shared<H> {
         }
         record.last = last;
         let delay = self.policy.delay(record.attempts, &mut core.rng);
-        self.counters.retry();
+        self.counters.retry(cell);
         let due = now.checked_add(delay).unwrap_or(now);
         match self.schedule(core, record, due, now) {
             Ok(()) => None,
@@ -240,10 +249,50 @@ impl<H: Handler> Shared<H> {
         now: Instant,
     ) -> Result<(), Record<H>> {
         if due <= now {
-            return self.line.push(record);
+            return self.enqueue(record);
         }
         self.delay(core, record, due);
         Ok(())
+    }
+
+    /// Counts a record into `work`, then puts it on the line; the record
+    /// back (and nothing counted) if the line is closed.
+    pub(crate) fn enqueue(&self, record: Record<H>) -> Result<(), Record<H>> {
+        if !self.reserve() {
+            return Err(record);
+        }
+        self.line.publish(record);
+        Ok(())
+    }
+
+    /// Counts one record into `work` and reserves its place on the line;
+    /// false (nothing counted) if the line is closed. It never is for a
+    /// caller under `Core` (the line closes under `Core`, with `closing`,
+    /// which those callers check), so only the submit, which does not hold
+    /// `Core`, can meet the failure and its notification.
+    #[inline]
+    pub(crate) fn reserve(&self) -> bool {
+        // SeqCst: before the record can be taken, so `work` never reads
+        // zero while it is on the line or in a slot (module docs, "Counts").
+        self.work.fetch_add(1, SeqCst);
+        if self.line.reserve() {
+            true
+        } else {
+            self.work_done();
+            false
+        }
+    }
+
+    /// A record left the line and the slots for good (completed, or
+    /// delayed), or was requeued after its new count went in: counts it
+    /// out of `work`, and notifies `wait_idle` if that made the shepherd
+    /// idle. Not under `Core`.
+    pub(crate) fn work_done(&self) {
+        // SeqCst: one order with `wait_idle`'s increment of `idle_waiters`
+        // and its read of `work` (see `notify_if_idle`).
+        if self.work.fetch_sub(1, SeqCst) == 1 {
+            self.notify_if_idle();
+        }
     }
 
     /// Puts `record` in the delay heap, due at `due`, and wakes the timer
@@ -259,7 +308,7 @@ impl<H: Handler> Shared<H> {
     /// push wakes a sleeping worker). Under `Core`.
     pub(crate) fn promote(&self, core: &mut Core<H>, now: Instant) {
         while let Some(record) = core.queue.pop_due(now) {
-            if let Err(record) = self.line.push(record) {
+            if let Err(record) = self.enqueue(record) {
                 // Not reached: shutdown empties the heap as it closes the
                 // line, under `Core`. Dropped, the record still releases
                 // its unit and resolves its handle (module docs).
@@ -269,23 +318,31 @@ impl<H: Handler> Shared<H> {
         }
     }
 
+    /// [`work_done`](Self::work_done) for a caller holding `Core`.
+    pub(crate) fn work_done_locked(&self) {
+        // SeqCst: as in `work_done`.
+        if self.work.fetch_sub(1, SeqCst) == 1 {
+            // `Core` is held: `wait_idle` is checking or asleep.
+            self.idle.notify_all();
+        }
+    }
+
     /// True when nothing is due and no attempt runs (delayed records may
     /// wait); see the module docs, "Counts".
     pub(crate) fn is_idle(&self) -> bool {
-        // SeqCst: read in one order with the SeqCst count changes of
-        // `Line::pop` and the worker's (module docs, "Counts"), and after
-        // `wait_idle`'s increment (see `notify_if_idle`).
-        self.running.load(SeqCst) == 0 && self.line.due() == 0
+        // SeqCst: read in one order with the SeqCst changes of `work`, and
+        // after `wait_idle`'s increment (see `notify_if_idle`).
+        self.work.load(SeqCst) == 0
     }
 
     /// Notifies `wait_idle` callers if there are any and the shepherd is
     /// idle now. Call it after a change that may have made it so (a
-    /// `SeqCst` decrement of `running`), not under `Core`.
+    /// `SeqCst` decrement of `work`), not under `Core`.
     pub(crate) fn notify_if_idle(&self) {
         // SeqCst: a store→load pair with `wait_idle` (its SeqCst increment
-        // of `idle_waiters`, then its `is_idle` loads): in the single order
+        // of `idle_waiters`, then its `is_idle` load): in the single order
         // of SeqCst operations, either this load sees the waiter, or the
-        // waiter's loads come after the caller's decrement.
+        // waiter's load comes after the caller's decrement.
         if self.idle_waiters.load(SeqCst) > 0 && self.is_idle() {
             // Under `Core`: `wait_idle` checks and sleeps under it, so it
             // either sees this change or is asleep for this notification.

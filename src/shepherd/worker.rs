@@ -27,7 +27,7 @@ use super::handle::LastAttempt;
 use super::handler::{Handler, Recovery};
 use super::queue::Store;
 use super::state::Shared;
-use crate::sync::{Arc, Ordering::Relaxed, Ordering::SeqCst};
+use crate::sync::Arc;
 use crate::worker::{drop_payload, drop_quietly};
 
 /// How long the timer waits when it has no deadline: it re-checks after a
@@ -64,18 +64,14 @@ impl<H: Handler> WorkerLoop<H> {
                     true
                 }
             };
-            // Relaxed: a figure only; published by the SeqCst decrement
-            // below, so whoever sees the shepherd idle sees this worker
-            // free (`wait_idle`, then `stats`).
-            shared.busy.fetch_sub(1, Relaxed);
-            // The record is completed or requeued by now (so never counted
-            // in neither place: state.rs, "Counts").
+            shared.counters.free(self.index);
             if had_record {
-                // SeqCst: read with the line's count by the idle check
-                // (state.rs, "Counts"; `Shared::notify_if_idle`).
-                shared.running.fetch_sub(1, SeqCst);
+                shared.counters.stopped(self.index);
+                // The record is completed, delayed or requeued by now
+                // (state.rs, "Counts"). Its SeqCst decrement also publishes
+                // the figures above to whoever sees the shepherd idle.
+                shared.work_done();
             }
-            shared.notify_if_idle();
         }
         {
             let mut core = shared.core.lock();
@@ -96,14 +92,8 @@ impl<H: Handler> WorkerLoop<H> {
     /// has begun and nothing is due.
     fn next(&self, token: &mut u64) -> Option<Job<H::Op>> {
         let shared = &*self.shared;
-        let mut record = shared.line.take(self.index, shared.spin, || {
-            // SeqCst: counted in as running before the line counts it out
-            // (state.rs, "Counts").
-            shared.running.fetch_add(1, SeqCst);
-        })?;
-        // Relaxed: a figure only.
-        shared.busy.fetch_add(1, Relaxed);
-        shared.counters.attempt();
+        let mut record = shared.line.take(self.index, shared.spin)?;
+        shared.counters.attempt(self.index);
         record.attempts += 1;
         *token += 1;
         let job = Job {
@@ -148,7 +138,7 @@ impl<H: Handler> WorkerLoop<H> {
         let ended = shared.clock.now();
         shared
             .counters
-            .processed(ended.saturating_duration_since(started));
+            .processed(self.index, ended.saturating_duration_since(started));
         let taken = take_running(&mut shared.slots[self.index].lock(), job.token);
         let Some((_, record)) = taken else {
             // Timed out: the timer has dealt with the operation. The late
@@ -162,7 +152,7 @@ impl<H: Handler> WorkerLoop<H> {
             return false;
         };
         match result {
-            Ok(Ok(output)) => shared.finish(record, Ok(output), ended),
+            Ok(Ok(output)) => shared.finish(record, Ok(output), ended, self.index),
             Ok(Err(error)) => {
                 let handler = state.as_mut();
                 let verdict = catch_unwind(AssertUnwindSafe(|| {
@@ -183,7 +173,7 @@ impl<H: Handler> WorkerLoop<H> {
             }
             Err(payload) => {
                 drop_payload(payload);
-                shared.counters.panicked();
+                shared.counters.panicked(self.index);
                 self.rebuild(state);
                 let retryable = shared.policy.retries_panics();
                 self.failed(record, LastAttempt::Panicked, retryable);
@@ -203,10 +193,10 @@ impl<H: Handler> WorkerLoop<H> {
         let now = shared.clock.now();
         let final_ = {
             let mut core = shared.core.lock();
-            shared.decide(&mut core, record, last, retryable, now)
+            shared.decide(&mut core, record, last, retryable, now, self.index)
         };
         if let Some((record, failure)) = final_ {
-            shared.finish(record, Err(failure), now);
+            shared.finish(record, Err(failure), now, self.index);
         }
     }
 
@@ -246,26 +236,33 @@ pub(crate) fn run_timer<H: Handler>(shared: &Shared<H>) {
             core.deadlines.pop();
             let taken = take_running(&mut shared.slots[worker].lock(), token);
             if let Some((_, record)) = taken {
-                shared.counters.timed_out();
+                let cell = shared.counters.shared_cell();
+                shared.counters.timed_out(cell);
+                shared.counters.stopped(worker);
                 let retryable = shared.policy.retries_timeouts();
-                if let Some(last) =
-                    shared.decide(&mut core, record, LastAttempt::TimedOut, retryable, now)
-                {
+                if let Some(last) = shared.decide(
+                    &mut core,
+                    record,
+                    LastAttempt::TimedOut,
+                    retryable,
+                    now,
+                    cell,
+                ) {
                     finals.push(last);
                 }
-                // SeqCst: after the requeue, as the worker's (state.rs,
-                // "Counts").
-                shared.running.fetch_sub(1, SeqCst);
-                if shared.is_idle() {
-                    // Under `Core`, where `wait_idle` checks and sleeps.
-                    shared.idle.notify_all();
-                }
+                // Out of the slot, after the requeue if any (state.rs,
+                // "Counts"). A final failure is completed below, after
+                // `work` fell: its caller may see `wait_idle` answer a
+                // moment before its handle resolves, as with any
+                // completion.
+                shared.work_done_locked();
             }
         }
         if !finals.is_empty() {
             drop(core);
+            let cell = shared.counters.shared_cell();
             for (record, failure) in finals {
-                shared.finish(record, Err(failure), now);
+                shared.finish(record, Err(failure), now, cell);
             }
             core = shared.core.lock();
             continue;
