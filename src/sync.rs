@@ -223,6 +223,14 @@ impl CoarseClock {
         }
     }
 
+    /// The time now, to a tick's resolution, as an
+    /// [`Instant`](std::time::Instant) on this clock's base (comparable with
+    /// other readings of this clock, not with `Instant::now()`).
+    #[inline]
+    pub(crate) fn coarse_now(&self) -> std::time::Instant {
+        self.base + std::time::Duration::from_nanos(self.ticks())
+    }
+
     /// The [`Instant`](std::time::Instant) a reading of [`ticks`](Self::ticks)
     /// stands for, never later than `now`.
     pub(crate) fn instant(&self, ticks: u64, now: std::time::Instant) -> std::time::Instant {

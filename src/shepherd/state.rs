@@ -46,7 +46,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
-use super::clock::Clock;
+use super::clock::{Clock, Stamps};
 use super::handle::{Failure, LastAttempt, Outcome, Reason};
 use super::handler::Handler;
 use super::line::Line;
@@ -102,6 +102,7 @@ pub(crate) struct Record<H: Handler> {
     pub(crate) last: LastAttempt<H::Error>,
     pub(crate) reply: oneshot::Sender<Outcome<H::Output, H::Error>>,
     pub(crate) unit: Unit,
+    /// When it was submitted, on [`Shared::stamps`].
     pub(crate) submitted: Instant,
 }
 
@@ -150,19 +151,20 @@ pub(crate) struct Shared<H: Handler> {
     pub(crate) policy: RetryPolicy,
     pub(crate) attempt_timeout: Option<Duration>,
     pub(crate) clock: Clock,
+    /// The time stamps of the turnaround and processing figures (see
+    /// [`Stamps`]).
+    pub(crate) stamps: Stamps,
     pub(crate) spin: Duration,
     pub(crate) factory: Arc<Factory<H>>,
 }
 
 impl<H: Handler> Shared<H> {
-    /// Completes `record` with `outcome` at clock time `now`, counted in
-    /// counter cell `cell`: the unit goes back first, then the caller
-    /// hears. Never under `Core`.
+    /// Completes `record` with `outcome`, counted in counter cell `cell`:
+    /// the unit goes back first, then the caller hears. Never under `Core`.
     pub(crate) fn finish(
         &self,
         record: Record<H>,
         outcome: Outcome<H::Output, H::Error>,
-        now: Instant,
         cell: usize,
     ) {
         let Record {
@@ -174,8 +176,8 @@ impl<H: Handler> Shared<H> {
         let panicked = matches!(&outcome, Err(f) if matches!(f.last(), LastAttempt::Panicked));
         let succeeded = outcome.is_ok();
         unit.release(panicked);
-        self.counters
-            .resolved(cell, succeeded, now.saturating_duration_since(submitted));
+        let took = self.stamps.now().saturating_duration_since(submitted);
+        self.counters.resolved(cell, succeeded, took);
         // A caller that dropped its handle is owed nothing more.
         let _ = reply.send(outcome);
     }

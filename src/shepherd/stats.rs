@@ -73,10 +73,15 @@ pub struct ShepherdStats {
     /// Attempts that returned (with a value, an error or a panic).
     pub processed: u64,
     /// Their time inside the handler, added up: `processing_time /
-    /// processed` is the mean attempt.
+    /// processed` is the mean attempt. Read on the same clock as
+    /// `turnaround_time`: the sum is right, one short attempt's share of it
+    /// is not.
     pub processing_time: Duration,
     /// Submission to final outcome, added up over the `succeeded + failed`
-    /// operations: delays and retries included.
+    /// operations: delays and retries included. On the system clock both
+    /// ends are read on the scheduler tick's clock (a few nanoseconds a
+    /// reading, off by up to a tick, 1–4 ms): the sum over many operations
+    /// is right, one short operation's share of it is not.
     pub turnaround_time: Duration,
     /// The admission table's figures: `usage` counts every operation the
     /// shepherd holds (due, delayed, running), `rejected` the `Overload`s.

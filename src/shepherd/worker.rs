@@ -127,7 +127,9 @@ impl<H: Handler> WorkerLoop<H> {
         if state.is_none() {
             *state = self.build();
         }
-        let started = shared.clock.now();
+        // Stamps, not the precise clock: the figure is a sum (see `Stamps`),
+        // and two precise reads would be a good part of a short attempt.
+        let started = shared.stamps.now();
         let result = match state.as_mut() {
             Some(handler) => {
                 catch_unwind(AssertUnwindSafe(|| handler.handle(&job.op, job.attempt)))
@@ -135,7 +137,7 @@ impl<H: Handler> WorkerLoop<H> {
             // The factory panicked: this attempt fails as a panic would.
             None => Err(Box::new("the factory panicked") as Box<dyn Any + Send>),
         };
-        let ended = shared.clock.now();
+        let ended = shared.stamps.now();
         shared
             .counters
             .processed(self.index, ended.saturating_duration_since(started));
@@ -152,7 +154,7 @@ impl<H: Handler> WorkerLoop<H> {
             return false;
         };
         match result {
-            Ok(Ok(output)) => shared.finish(record, Ok(output), ended, self.index),
+            Ok(Ok(output)) => shared.finish(record, Ok(output), self.index),
             Ok(Err(error)) => {
                 let handler = state.as_mut();
                 let verdict = catch_unwind(AssertUnwindSafe(|| {
@@ -196,7 +198,7 @@ impl<H: Handler> WorkerLoop<H> {
             shared.decide(&mut core, record, last, retryable, now, self.index)
         };
         if let Some((record, failure)) = final_ {
-            shared.finish(record, Err(failure), now, self.index);
+            shared.finish(record, Err(failure), self.index);
         }
     }
 
@@ -262,7 +264,7 @@ pub(crate) fn run_timer<H: Handler>(shared: &Shared<H>) {
             drop(core);
             let cell = shared.counters.shared_cell();
             for (record, failure) in finals {
-                shared.finish(record, Err(failure), now, cell);
+                shared.finish(record, Err(failure), cell);
             }
             core = shared.core.lock();
             continue;
