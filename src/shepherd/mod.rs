@@ -59,7 +59,7 @@ use self::clock::{Clock, Stamps};
 use self::line::Line;
 use self::policy::{Budget, Rng};
 use self::queue::{InMemory, Store};
-use self::state::{Core, Factory, Record, Shared, Unit};
+use self::state::{Core, Factory, OpBox, Record, Shared, Unit};
 use self::stats::Counters;
 use self::worker::{run_timer, WorkerLoop};
 
@@ -339,7 +339,7 @@ impl<H: Handler> Shepherd<H> {
             shared.deposit(stamp);
             let (reply, receiver) = oneshot::channel();
             shared.line.publish(Record {
-                op: Arc::new(op),
+                op: OpBox::Owned(op),
                 attempts: 0,
                 last: LastAttempt::None,
                 reply,
@@ -361,7 +361,7 @@ impl<H: Handler> Shepherd<H> {
         shared.deposit(stamp);
         let (reply, receiver) = oneshot::channel();
         let record = Record {
-            op: Arc::new(op),
+            op: OpBox::Owned(op),
             attempts: 0,
             last: LastAttempt::None,
             reply,

@@ -94,9 +94,38 @@ impl Drop for Unit {
     }
 }
 
+/// An operation as its record holds it: owned, or shared with the worker
+/// running it once an attempt timeout may hand the record to the timer
+/// while the attempt still reads the operation. Without a timeout no
+/// attempt outlives its worker's hold on the record, so the common case
+/// allocates nothing for it.
+pub(crate) enum OpBox<T> {
+    Owned(T),
+    Shared(Arc<T>),
+}
+
+impl<T> OpBox<T> {
+    pub(crate) fn get(&self) -> &T {
+        match self {
+            OpBox::Owned(op) => op,
+            OpBox::Shared(op) => op,
+        }
+    }
+
+    /// The operation behind an `Arc` (made on the first call), and the box
+    /// that now shares it.
+    pub(crate) fn share(self) -> (Self, Arc<T>) {
+        let shared = match self {
+            OpBox::Owned(op) => Arc::new(op),
+            OpBox::Shared(op) => op,
+        };
+        (OpBox::Shared(Arc::clone(&shared)), shared)
+    }
+}
+
 /// An admitted operation and everything the shepherd keeps about it.
 pub(crate) struct Record<H: Handler> {
-    pub(crate) op: Arc<H::Op>,
+    pub(crate) op: OpBox<H::Op>,
     /// Attempts started so far.
     pub(crate) attempts: u32,
     pub(crate) last: LastAttempt<H::Error>,

@@ -26,7 +26,7 @@ use std::time::Duration;
 use super::handle::LastAttempt;
 use super::handler::{Handler, Recovery};
 use super::queue::Store;
-use super::state::Shared;
+use super::state::{Record, Shared};
 use crate::sync::Arc;
 use crate::worker::{drop_payload, drop_quietly};
 
@@ -34,11 +34,16 @@ use crate::worker::{drop_payload, drop_quietly};
 /// spurious wake-up anyway.
 const LONG: Duration = Duration::from_secs(3600);
 
-/// One attempt handed to a worker.
-struct Job<Op> {
-    token: u64,
-    op: Arc<Op>,
-    attempt: u32,
+/// One attempt handed to a worker: its record in hand, or (with an
+/// attempt timeout) in the worker's slot, where the timer may take it, and
+/// the operation shared.
+enum Job<H: Handler> {
+    InHand(Record<H>),
+    InSlot {
+        token: u64,
+        op: Arc<H::Op>,
+        attempt: u32,
+    },
 }
 
 /// One worker thread's loop.
@@ -88,52 +93,57 @@ impl<H: Handler> WorkerLoop<H> {
     }
 
     /// The next attempt, from the due line (which spins, then sleeps, when
-    /// it is empty), installed in this worker's slot. `None` once shutdown
-    /// has begun and nothing is due.
-    fn next(&self, token: &mut u64) -> Option<Job<H::Op>> {
+    /// it is empty); with an attempt timeout, installed in this worker's
+    /// slot. `None` once shutdown has begun and nothing is due.
+    fn next(&self, token: &mut u64) -> Option<Job<H>> {
         let shared = &*self.shared;
         let mut record = shared.line.take(self.index, shared.spin)?;
         shared.counters.attempt(self.index);
         record.attempts += 1;
+        let Some(timeout) = shared.attempt_timeout else {
+            return Some(Job::InHand(record));
+        };
         *token += 1;
-        let job = Job {
+        let (op, shared_op) = record.op.share();
+        record.op = op;
+        let job = Job::InSlot {
             token: *token,
-            op: Arc::clone(&record.op),
+            op: shared_op,
             attempt: record.attempts,
         };
-        let deadline = shared
-            .attempt_timeout
-            .and_then(|timeout| shared.clock.now().checked_add(timeout));
-        if let Some(deadline) = deadline {
-            // The deadline and the slot together under `Core`, where the
-            // timer looks for both.
-            let mut core = shared.core.lock();
-            core.deadlines
-                .push(Reverse((deadline, self.index, job.token)));
-            if core.timer_wake.map_or(true, |wake| deadline < wake) {
-                shared.timer.notify_all();
+        match shared.clock.now().checked_add(timeout) {
+            Some(deadline) => {
+                // The deadline and the slot together under `Core`, where
+                // the timer looks for both.
+                let mut core = shared.core.lock();
+                core.deadlines.push(Reverse((deadline, self.index, *token)));
+                if core.timer_wake.map_or(true, |wake| deadline < wake) {
+                    shared.timer.notify_all();
+                }
+                *shared.slots[self.index].lock() = Some((*token, record));
             }
-            *shared.slots[self.index].lock() = Some((job.token, record));
-        } else {
-            *shared.slots[self.index].lock() = Some((job.token, record));
+            // A timeout past what an `Instant` holds: none, in effect.
+            None => *shared.slots[self.index].lock() = Some((*token, record)),
         }
         Some(job)
     }
 
     /// Runs one attempt and deals with its outcome; whether the record was
     /// still in the slot when it returned.
-    fn attempt(&self, state: &mut Option<H>, job: Job<H::Op>) -> bool {
+    fn attempt(&self, state: &mut Option<H>, job: Job<H>) -> bool {
         let shared = &*self.shared;
         if state.is_none() {
             *state = self.build();
         }
+        let (op, attempt) = match &job {
+            Job::InHand(record) => (record.op.get(), record.attempts),
+            Job::InSlot { op, attempt, .. } => (&**op, *attempt),
+        };
         // Stamps, not the precise clock: the figure is a sum (see `Stamps`),
         // and two precise reads would be a good part of a short attempt.
         let started = shared.stamps.now();
         let result = match state.as_mut() {
-            Some(handler) => {
-                catch_unwind(AssertUnwindSafe(|| handler.handle(&job.op, job.attempt)))
-            }
+            Some(handler) => catch_unwind(AssertUnwindSafe(|| handler.handle(op, attempt))),
             // The factory panicked: this attempt fails as a panic would.
             None => Err(Box::new("the factory panicked") as Box<dyn Any + Send>),
         };
@@ -141,8 +151,13 @@ impl<H: Handler> WorkerLoop<H> {
         shared
             .counters
             .processed(self.index, ended.saturating_duration_since(started));
-        let taken = take_running(&mut shared.slots[self.index].lock(), job.token);
-        let Some((_, record)) = taken else {
+        let taken = match job {
+            Job::InHand(record) => Some(record),
+            Job::InSlot { token, .. } => {
+                take_running(&mut shared.slots[self.index].lock(), token).map(|(_, record)| record)
+            }
+        };
+        let Some(record) = taken else {
             // Timed out: the timer has dealt with the operation. The late
             // result is dropped, and the handler rebuilt (module docs).
             if let Err(payload) = result {
