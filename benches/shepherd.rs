@@ -13,6 +13,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, BenchmarkId, Criterion};
+
+mod common;
+use common::{best_of, time_loop};
 use crossbeam_channel::unbounded;
 use sidejob::{Completion, Handler, ManualClock, Pool, RetryPolicy, Shepherd, Worker};
 
@@ -104,19 +107,6 @@ fn round_trip(c: &mut Criterion) {
         b.iter(|| pool.call(black_box(1)).unwrap())
     });
     group.finish();
-}
-
-/// ns per operation: the best of several timed runs of `iters`.
-fn ns_per_op(iters: u64, mut op: impl FnMut()) -> f64 {
-    (0..7)
-        .map(|_| {
-            let began = Instant::now();
-            for _ in 0..iters {
-                op();
-            }
-            began.elapsed().as_nanos() as f64 / iters as f64
-        })
-        .fold(f64::INFINITY, f64::min)
 }
 
 /// Operations per second through the shepherd, from one submitter that
@@ -248,17 +238,28 @@ fn delayed_heap() -> (f64, f64) {
 
 fn ratio_table() {
     println!("\n== shepherd: ratios measured side by side in this run ==");
+    // Both alive, run interleaved: the machine's noise falls on both alike.
     let shepherd = echo_shepherd();
-    let ours = ns_per_op(50_000, || {
-        shepherd.submit(black_box(1)).unwrap().wait().unwrap();
-    });
-    drop(shepherd);
     let pool = echo_pool();
-    let peer = ns_per_op(50_000, || {
-        pool.call(black_box(1)).unwrap();
-    });
+    let ns = best_of(
+        7,
+        &mut [
+            &mut || {
+                time_loop(50_000, || {
+                    shepherd.submit(black_box(1)).unwrap().wait().unwrap();
+                })
+            },
+            &mut || {
+                time_loop(50_000, || {
+                    pool.call(black_box(1)).unwrap();
+                })
+            },
+        ],
+    );
+    let (ours, peer) = (ns[0], ns[1]);
+    drop(shepherd);
     drop(pool);
-    println!("submit -> completion round trip, 1 worker: shepherd {ours:.0} ns | Pool::call {peer:.0} ns");
+    println!("submit -> completion round trip, 1 worker (best of 7 interleaved runs): shepherd {ours:.0} ns | Pool::call {peer:.0} ns");
     println!(
         "  ratio shepherd/pool = {:.2}  (target <= 1.3)",
         ours / peer
