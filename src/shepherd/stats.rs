@@ -114,7 +114,7 @@ struct Cell {
     turnaround_nanos: AtomicU64,
     /// Attempts of this worker whose record is in its slot (0 or 1).
     running: AtomicUsize,
-    /// This worker is inside a handler (0 or 1).
+    /// This worker is inside a handler (0 or 1; its worker alone writes it).
     busy: AtomicUsize,
 }
 
@@ -144,66 +144,76 @@ impl Counters {
             .unwrap_or(&self.cells[self.cells.len() - 1])
     }
 
+    /// Adds `n` to `field` of cell `cell`. A worker's cell has one writer
+    /// (its worker), so a plain load and store do, without the locked
+    /// instruction of an RMW; the shared cell has several and gets an RMW.
+    #[inline]
+    fn add(&self, cell: usize, n: u64, field: impl Fn(&Cell) -> &AtomicU64) {
+        let shared = cell >= self.shared_cell();
+        let counter = field(self.cell(cell));
+        if shared {
+            // Relaxed: a count (see the type's docs); several writers.
+            counter.fetch_add(n, Relaxed);
+        } else {
+            // Relaxed: a count with one writer, this worker; readers see
+            // one value or the next.
+            counter.store(counter.load(Relaxed).wrapping_add(n), Relaxed);
+        }
+    }
+
     /// Worker `cell` starts an attempt.
     pub(crate) fn attempt(&self, cell: usize) {
+        self.add(cell, 1, |c| &c.attempts);
         let cell = self.cell(cell);
-        // Relaxed: counts (see the type's docs).
-        cell.attempts.fetch_add(1, Relaxed);
+        // Relaxed: counts. `running` is an RMW: the timer also takes a
+        // timed-out record out of it. `busy` has one writer.
         cell.running.fetch_add(1, Relaxed);
-        cell.busy.fetch_add(1, Relaxed);
+        cell.busy.store(1, Relaxed);
     }
 
     /// Worker `cell`'s attempt no longer runs (it returned, or the timer
     /// took its record).
     pub(crate) fn stopped(&self, cell: usize) {
-        // Relaxed: a count.
+        // Relaxed: a count; an RMW (see `attempt`).
         self.cell(cell).running.fetch_sub(1, Relaxed);
     }
 
     /// Worker `cell` is out of the handler.
     pub(crate) fn free(&self, cell: usize) {
-        // Relaxed: a count.
-        self.cell(cell).busy.fetch_sub(1, Relaxed);
+        // Relaxed: a flag with one writer, this worker.
+        self.cell(cell).busy.store(0, Relaxed);
     }
 
     pub(crate) fn retry(&self, cell: usize) {
-        // Relaxed: a count.
-        self.cell(cell).retries.fetch_add(1, Relaxed);
+        self.add(cell, 1, |c| &c.retries);
     }
 
     pub(crate) fn panicked(&self, cell: usize) {
-        // Relaxed: a count.
-        self.cell(cell).panicked.fetch_add(1, Relaxed);
+        self.add(cell, 1, |c| &c.panicked);
     }
 
     pub(crate) fn timed_out(&self, cell: usize) {
-        // Relaxed: a count.
-        self.cell(cell).timed_out.fetch_add(1, Relaxed);
+        self.add(cell, 1, |c| &c.timed_out);
     }
 
     pub(crate) fn budget_refused(&self, cell: usize) {
-        // Relaxed: a count.
-        self.cell(cell).budget_refused.fetch_add(1, Relaxed);
+        self.add(cell, 1, |c| &c.budget_refused);
     }
 
     /// An attempt returned after `took` in the handler.
     pub(crate) fn processed(&self, cell: usize, took: Duration) {
-        let cell = self.cell(cell);
-        // Relaxed: counts.
-        cell.processed.fetch_add(1, Relaxed);
-        cell.processing_nanos.fetch_add(nanos(took), Relaxed);
+        self.add(cell, 1, |c| &c.processed);
+        self.add(cell, nanos(took), |c| &c.processing_nanos);
     }
 
     /// An operation was completed, `took` after its submission.
     pub(crate) fn resolved(&self, cell: usize, succeeded: bool, took: Duration) {
-        let cell = self.cell(cell);
-        // Relaxed: counts.
         if succeeded {
-            cell.succeeded.fetch_add(1, Relaxed);
+            self.add(cell, 1, |c| &c.succeeded);
         } else {
-            cell.failed.fetch_add(1, Relaxed);
+            self.add(cell, 1, |c| &c.failed);
         }
-        cell.turnaround_nanos.fetch_add(nanos(took), Relaxed);
+        self.add(cell, nanos(took), |c| &c.turnaround_nanos);
     }
 
     /// Attempts running and workers busy, over every cell.
