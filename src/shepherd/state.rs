@@ -5,9 +5,10 @@
 //!
 //! **Where an operation is.** Every admitted operation is a [`Record`] that
 //! owns its unit of capacity ([`Unit`]) and the sender of its completion.
-//! At any moment a record is in exactly one place: the queue (due or
-//! delayed), a worker's [`Slot`] while an attempt runs, or the hands of the
-//! thread resolving it. A record leaves the system only through
+//! At any moment a record is in exactly one place: the due line, the delay
+//! heap, a worker's hands while an attempt runs (its [`Slot`] instead when
+//! an attempt timeout lets the timer take it), or the hands of the thread
+//! resolving it. A record leaves the system only through
 //! [`Shared::finish`], which releases the unit and *then* sends the
 //! outcome, so a caller that gets its result and submits again never meets
 //! its own stale unit. A record dropped any other way (none is) would still
@@ -19,7 +20,8 @@
 //! protocol); one not yet due waits in the delay heap under [`Core`], and
 //! the timer moves it to the line when its time comes. A submit and a
 //! worker's take touch only the line and atomics: an operation that
-//! succeeds at once takes no lock but its worker's slot (uncontended).
+//! succeeds at once takes no lock (its worker's slot lock, uncontended, only
+//! with an attempt timeout).
 //!
 //! **Locks.** [`Core`] guards the delay heap, the jitter RNG, the attempt
 //! deadlines and the shutdown flag; the retry budget has a small lock of
