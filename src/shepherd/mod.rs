@@ -47,7 +47,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::error::{ConfigError, Error, Refused};
 use crate::health::{Alarm, AlarmEvent};
-use crate::pool::MAX_SPIN_WAIT;
+use crate::pool::{DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT};
 use crate::probe::Probe;
 use crate::sync::{
     now, os_thread, Arc, AtomicUsize, Condvar, Mutex, Ordering::Relaxed, Ordering::SeqCst,
@@ -67,10 +67,6 @@ use self::worker::{run_timer, WorkerLoop};
 /// back with the reason it was refused.
 type Submitted<H> =
     Result<Completion<<H as Handler>::Output, <H as Handler>::Error>, Refused<<H as Handler>::Op>>;
-
-/// How long idle workers and waiting completions poll by default (see
-/// [`ShepherdBuilder::spin_wait`]).
-const DEFAULT_SHEPHERD_SPIN: Duration = Duration::from_micros(5);
 
 /// The most workers a shepherd runs: each is an OS thread owning a
 /// resource; far beyond any sensible count.
@@ -346,7 +342,15 @@ impl<H: Handler> Shepherd<H> {
                 unit,
                 submitted: stamp,
             });
-            return Ok(Completion::new(receiver, shared.spin));
+            // Spin in `wait` only if a worker should take it at once (see
+            // `ShepherdBuilder::spin_wait`): one Relaxed read of the word
+            // the reservation just wrote.
+            let spin = if shared.line.due() <= self.inner.workers {
+                shared.spin
+            } else {
+                Duration::ZERO
+            };
+            return Ok(Completion::new(receiver, spin));
         }
         let now = shared.clock.now();
         let due = now.checked_add(delay).unwrap_or_else(|| far_future(now));
@@ -370,7 +374,8 @@ impl<H: Handler> Shepherd<H> {
         };
         shared.delay(&mut core, record, due);
         drop(core);
-        Ok(Completion::new(receiver, shared.spin))
+        // Not due yet: nothing to spin for.
+        Ok(Completion::new(receiver, Duration::ZERO))
     }
 
     /// Operations held now: due, delayed or running.
@@ -767,16 +772,16 @@ impl ShepherdBuilder {
     }
 
     /// How long an idle worker, and a waiting [`Completion::wait`], poll
-    /// before they sleep; 5 µs by default (a tenth of a pool's
-    /// [`DEFAULT_SPIN_WAIT`](crate::DEFAULT_SPIN_WAIT)), at most [`MAX_SPIN_WAIT`]. See
+    /// before they sleep; [`DEFAULT_SPIN_WAIT`](crate::DEFAULT_SPIN_WAIT)
+    /// by default, at most [`MAX_SPIN_WAIT`]. See
     /// [`PoolBuilder::spin_wait`](crate::PoolBuilder::spin_wait).
     ///
-    /// Shorter than a pool's because a shepherd's callers usually hold many
-    /// operations and wait for the oldest: a waiter that spins for long
-    /// takes a core the workers need whenever threads outnumber cores
-    /// (measured on 2 cores, a submitter and 2 workers: 50 µs gave about
-    /// two thirds of the throughput 5 µs gave), while 5 µs still covers a
-    /// round trip to a worker that was running.
+    /// A completion spins only if its operation was among the first
+    /// `workers` due when it was submitted: one with more ahead of it waits
+    /// at least an attempt's time, and a waiter that spins that long takes
+    /// a core the workers need whenever threads outnumber cores (a
+    /// submitter holding many operations and waiting for the oldest, on 2
+    /// cores with 2 workers, lost a third of its throughput to it).
     pub fn spin_wait(&mut self, spin: Duration) -> &mut Self {
         self.spin_wait = Some(spin);
         self
@@ -829,7 +834,7 @@ impl ShepherdBuilder {
         if workers > MAX_WORKERS {
             return Err(ConfigError::too_large("workers", MAX_WORKERS));
         }
-        let spin = self.spin_wait.unwrap_or(DEFAULT_SHEPHERD_SPIN);
+        let spin = self.spin_wait.unwrap_or(DEFAULT_SPIN_WAIT);
         if spin > MAX_SPIN_WAIT {
             return Err(ConfigError::too_long("spin_wait", MAX_SPIN_WAIT));
         }
