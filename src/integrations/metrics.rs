@@ -17,7 +17,7 @@
 //! Prometheus way, and a burst between two scrapes still shows in
 //! [`WAITED`] and [`TIMED_OUT`]. Every series carries the
 //! labels `name` (the front-end's name) and `kind` (`limiter`, `pool`,
-//! `supervisor` or `shepherd`). A [`Shepherd`](crate::Shepherd) also
+//! `async_pool`, `supervisor` or `shepherd`). A [`Shepherd`](crate::Shepherd) also
 //! exports its own figures ([`ShepherdStats`]) under `sidejob_shepherd_*`.
 
 use ::metrics::{Counter, Gauge, Histogram, Label, Unit};

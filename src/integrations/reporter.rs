@@ -70,7 +70,7 @@ mod sealed {
 use sealed::{Reading, Source};
 
 /// A front-end a [`Reporter`] can watch: `Arc<Limiter>`, [`Pool`],
-/// [`Supervisor`] or [`Shepherd`]. Sealed.
+/// `AsyncPool` (feature `tokio`), [`Supervisor`] or [`Shepherd`]. Sealed.
 pub trait Observe: sealed::Sealed {}
 
 impl sealed::Sealed for Arc<Limiter> {
@@ -100,6 +100,20 @@ impl<W: Worker> sealed::Sealed for Pool<W> {
     }
 }
 impl<W: Worker> Observe for Pool<W> {}
+
+#[cfg(feature = "tokio")]
+impl<W: crate::AsyncWorker> sealed::Sealed for crate::AsyncPool<W> {
+    fn source(&self) -> Source {
+        let read = self.weak_stats();
+        Source {
+            kind: "async_pool",
+            name: self.name().to_string(),
+            read: Box::new(move || read().map(Reading::plain)),
+        }
+    }
+}
+#[cfg(feature = "tokio")]
+impl<W: crate::AsyncWorker> Observe for crate::AsyncPool<W> {}
 
 impl sealed::Sealed for Supervisor {
     fn source(&self) -> Source {
@@ -137,7 +151,7 @@ impl<H: Handler> Observe for Shepherd<H> {}
 /// everything, per shard, and the reporter only reads those counts. With
 /// the `metrics` feature, each tick sets these series, labelled
 /// `name` (the front-end's name, or the builder's) and `kind` (`limiter`,
-/// `pool`, `supervisor`, `shepherd`):
+/// `pool`, `async_pool`, `supervisor`, `shepherd`):
 ///
 /// | series | type | from |
 /// |---|---|---|
@@ -310,8 +324,8 @@ impl Reporter {
         &self.name
     }
 
-    /// `limiter`, `pool`, `supervisor` or `shepherd`: the `kind` label of
-    /// its series.
+    /// `limiter`, `pool`, `async_pool`, `supervisor` or `shepherd`: the
+    /// `kind` label of its series.
     pub fn kind(&self) -> &'static str {
         self.source.kind
     }
@@ -492,8 +506,8 @@ impl ReporterBuilder {
     }
 
     /// Builds a reporter for `front_end` (`&Arc<Limiter>`, `&Pool<W>`,
-    /// `&Supervisor` or `&Shepherd<H>`), registering its metric handles
-    /// now.
+    /// `&AsyncPool<W>`, `&Supervisor` or `&Shepherd<H>`), registering its
+    /// metric handles now.
     ///
     /// # Errors
     ///
