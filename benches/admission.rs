@@ -15,6 +15,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
+
+mod common;
+use common::{best_of, time_loop};
 use parking_lot::Mutex;
 use sidejob::{Limiter, Permit, Probe};
 use tokio::sync::Semaphore;
@@ -285,27 +288,6 @@ fn num_cpus_default() -> usize {
 }
 
 // ---- the ratio table -------------------------------------------------------
-
-/// ns per op of `f` over `iters` calls.
-fn time_loop(iters: u64, mut f: impl FnMut()) -> f64 {
-    let began = Instant::now();
-    for _ in 0..iters {
-        f();
-    }
-    began.elapsed().as_nanos() as f64 / iters as f64
-}
-
-/// Runs every contender `rounds` times, interleaved, and keeps each one's
-/// best (lowest) figure.
-fn best_of(rounds: usize, contenders: &mut [&mut dyn FnMut() -> f64]) -> Vec<f64> {
-    let mut best = vec![f64::INFINITY; contenders.len()];
-    for _ in 0..rounds {
-        for (b, run) in best.iter_mut().zip(contenders.iter_mut()) {
-            *b = b.min(run());
-        }
-    }
-    best
-}
 
 fn ratio_table() {
     const ITERS: u64 = 2_000_000;

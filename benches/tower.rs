@@ -23,6 +23,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion, Throughput};
+
+mod common;
+use common::best_of;
 use sidejob::tower::LimitLayer;
 use sidejob::Limiter;
 use tower::{service_fn, Service, ServiceBuilder};
@@ -129,16 +132,6 @@ fn one_thread(c: &mut Criterion) {
         b.iter(|| once(&mut s, &mut cx))
     });
     group.finish();
-}
-
-fn best_of(rounds: usize, contenders: &mut [&mut dyn FnMut() -> f64]) -> Vec<f64> {
-    let mut best = vec![f64::INFINITY; contenders.len()];
-    for _ in 0..rounds {
-        for (b, run) in best.iter_mut().zip(contenders.iter_mut()) {
-            *b = b.min(run());
-        }
-    }
-    best
 }
 
 fn ratio_table() {

@@ -120,3 +120,55 @@ impl Table {
         self.0.usage()
     }
 }
+
+/// The shepherd's due line (`shepherd/line.rs`): the lock-free FIFO of
+/// operations due now and the workers' sleep/wake protocol, carrying
+/// `usize` stand-ins for records. A submit and the timer's promotion of a
+/// delayed operation both reach the workers through [`push`](Self::push).
+pub struct DueLine(crate::shepherd::line::Line<usize>);
+
+impl std::fmt::Debug for DueLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DueLine").field("due", &self.due()).finish()
+    }
+}
+
+impl DueLine {
+    /// An empty, open line for `workers` workers.
+    pub fn new(workers: usize) -> DueLine {
+        DueLine(crate::shepherd::line::Line::new(workers))
+    }
+
+    /// A submit or a promotion: reserve, then publish; false (nothing
+    /// queued) once closed.
+    pub fn push(&self, record: usize) -> bool {
+        self.0.push(record).is_ok()
+    }
+
+    /// The first half of a submit: counts a record in; false once closed.
+    pub fn reserve(&self) -> bool {
+        self.0.reserve()
+    }
+
+    /// The second half: queues the reserved record and wakes a sleeper.
+    pub fn publish(&self, record: usize) {
+        self.0.publish(record)
+    }
+
+    /// A worker's take: polls once, yields, polls again (the spin under
+    /// loom), then sleeps until a push or the close. `None` once closed
+    /// and empty.
+    pub fn take(&self, worker: usize) -> Option<usize> {
+        self.0.take(worker, std::time::Duration::from_nanos(1))
+    }
+
+    /// Shutdown: later pushes fail, every sleeper wakes.
+    pub fn close(&self) {
+        self.0.close()
+    }
+
+    /// Records reserved and not yet taken.
+    pub fn due(&self) -> usize {
+        self.0.due()
+    }
+}

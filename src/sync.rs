@@ -14,10 +14,10 @@
 //! (see `crate::loom_api`), never a whole `Pool`.
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// `Arc` is always std's: it appears in the public API
 /// (`Limiter::try_acquire_owned` takes `Arc<Limiter>`), and loom only needs
@@ -254,6 +254,14 @@ impl CoarseClock {
         {
             self.base.elapsed().as_nanos() as u64
         }
+    }
+
+    /// The time now, to a tick's resolution, as an
+    /// [`Instant`](std::time::Instant) on this clock's base (comparable with
+    /// other readings of this clock, not with `Instant::now()`).
+    #[inline]
+    pub(crate) fn coarse_now(&self) -> std::time::Instant {
+        self.base + std::time::Duration::from_nanos(self.ticks())
     }
 
     /// The [`Instant`](std::time::Instant) a reading of [`ticks`](Self::ticks)

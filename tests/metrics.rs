@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 use metrics::{SharedString, Unit};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::{CompositeKey, MetricKind};
-use sidejob::{Alarm, Error, Limiter, Pool, Reporter, Stats, Supervisor, Worker};
+use sidejob::{
+    Alarm, Error, Handler, Limiter, Pool, Reporter, RetryPolicy, Shepherd, Stats, Supervisor,
+    Worker,
+};
 
 /// One snapshot: the debugging recorder's snapshots drain the values, so
 /// each check takes one and reads every series from it.
@@ -320,4 +323,110 @@ fn an_alarm_gauge_follows_the_alarm() {
             .count(),
         6
     );
+}
+
+/// Fails the first attempt of every even operation; operation 9 always
+/// fails.
+struct FlakyEven;
+
+impl Handler for FlakyEven {
+    type Op = u32;
+    type Output = u32;
+    type Error = &'static str;
+    fn handle(&mut self, op: &u32, attempt: u32) -> Result<u32, &'static str> {
+        match (*op, attempt) {
+            (9, _) => Err("down"),
+            (n, 1) if n % 2 == 0 => Err("busy"),
+            (n, _) => Ok(n),
+        }
+    }
+}
+
+#[test]
+fn a_tick_exports_a_shepherds_own_figures() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let shepherd = Shepherd::builder()
+        .name("mailer")
+        .capacity(8)
+        .workers(2)
+        .retry(
+            RetryPolicy::new()
+                .max_attempts(3)
+                .backoff(Duration::ZERO, Duration::ZERO)
+                .budget(None),
+        )
+        .build(|_| FlakyEven)
+        .unwrap();
+    let mut reporter =
+        metrics::with_local_recorder(&recorder, || Reporter::builder().build(&shepherd)).unwrap();
+    assert_eq!((reporter.name(), reporter.kind()), ("mailer", "shepherd"));
+
+    // A known sequence: 1 and 3 succeed at once, 2 and 4 on the second
+    // attempt, 9 fails three times; one more waits an hour.
+    for op in [1, 2, 3, 4] {
+        assert_eq!(shepherd.submit(op).unwrap().wait(), Ok(op));
+    }
+    assert_eq!(
+        shepherd.submit(9).unwrap().wait().unwrap_err().attempts(),
+        3
+    );
+    let _later = shepherd.submit_after(5, Duration::from_secs(3600)).unwrap();
+    assert!(shepherd.wait_idle(Duration::from_secs(60)));
+
+    let ticked = reporter.tick(Instant::now()).unwrap();
+    let stats = shepherd.stats();
+    assert_eq!(ticked, stats.admission);
+    assert_eq!(
+        (
+            stats.due,
+            stats.delayed,
+            stats.running,
+            stats.busy,
+            stats.idle
+        ),
+        (0, 1, 0, 0, 2)
+    );
+    assert_eq!(
+        (stats.attempts, stats.retries, stats.failed, stats.processed),
+        (9, 4, 1, 9)
+    );
+    let labels = &[("name", "mailer"), ("kind", "shepherd")];
+    let s = &snap(&snapshotter);
+    assert_eq!(gauge(s, "sidejob_shepherd_due", labels), 0.0);
+    assert_eq!(gauge(s, "sidejob_shepherd_delayed", labels), 1.0);
+    assert_eq!(gauge(s, "sidejob_shepherd_running", labels), 0.0);
+    assert_eq!(gauge(s, "sidejob_shepherd_busy_workers", labels), 0.0);
+    assert_eq!(gauge(s, "sidejob_shepherd_idle_workers", labels), 2.0);
+    assert_eq!(counter(s, "sidejob_shepherd_attempts_total", labels), 9);
+    assert_eq!(counter(s, "sidejob_shepherd_retries_total", labels), 4);
+    assert_eq!(counter(s, "sidejob_shepherd_failures_total", labels), 1);
+    assert_eq!(counter(s, "sidejob_shepherd_processed_total", labels), 9);
+    assert_eq!(
+        gauge(s, "sidejob_shepherd_processing_seconds_total", labels),
+        stats.processing_time.as_secs_f64()
+    );
+    // The admission series are there too, under the same labels: the
+    // delayed operation holds its unit.
+    assert_eq!(gauge(s, "sidejob_in_flight", labels), 1.0);
+    assert_eq!(counter(s, "sidejob_accepted_total", labels), 6);
+
+    // Held weakly: once the shepherd is gone, nothing more is read.
+    drop(shepherd);
+    assert!(reporter.tick(Instant::now()).is_none());
+}
+
+#[test]
+fn only_a_shepherd_gets_the_shepherd_series() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let limiter = Arc::new(Limiter::new(2).unwrap());
+    let mut reporter =
+        metrics::with_local_recorder(&recorder, || Reporter::builder().build(&limiter)).unwrap();
+    reporter.tick(Instant::now()).unwrap();
+    let s = &snap(&snapshotter);
+    assert!(s
+        .iter()
+        .all(|(key, _, _, _)| !key.key().name().starts_with("sidejob_shepherd_")));
+    assert!(value(s, "sidejob_capacity", &[("kind", "limiter")]).is_some());
 }

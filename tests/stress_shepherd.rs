@@ -67,6 +67,18 @@ impl Handler for Chaos {
 
 #[test]
 fn random_failures_every_handle_resolves_once_and_the_bound_holds() {
+    run(None);
+}
+
+/// The same with an attempt timeout far beyond any attempt: the workers
+/// then keep each record in their slot, where the timer could take it, and
+/// share the operation (the other path of `worker.rs`).
+#[test]
+fn with_an_attempt_timeout_the_slot_path_holds_too() {
+    run(Some(Duration::from_secs(3600)));
+}
+
+fn run(attempt_timeout: Option<Duration>) {
     // The handlers' panics are expected; keep the output readable.
     std::panic::set_hook(Box::new(|_| {}));
     let ledger = Arc::new(Ledger {
@@ -75,7 +87,11 @@ fn random_failures_every_handle_resolves_once_and_the_bound_holds() {
     });
     let shepherd = {
         let ledger = Arc::clone(&ledger);
-        Shepherd::builder()
+        let mut builder = Shepherd::builder();
+        if let Some(timeout) = attempt_timeout {
+            builder.attempt_timeout(timeout);
+        }
+        builder
             .capacity(CAPACITY)
             .workers(3)
             .shards(2)

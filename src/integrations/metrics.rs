@@ -16,11 +16,13 @@
 //! they say nothing; `max_over_time(sidejob_waiting[5m])` is the
 //! Prometheus way, and a burst between two scrapes still shows in
 //! [`WAITED`] and [`TIMED_OUT`]. Every series carries the
-//! labels `name` (the front-end's name) and `kind` (`limiter`, `pool` or
-//! `supervisor`).
+//! labels `name` (the front-end's name) and `kind` (`limiter`, `pool`,
+//! `async_pool`, `supervisor` or `shepherd`). A [`Shepherd`](crate::Shepherd) also
+//! exports its own figures ([`ShepherdStats`]) under `sidejob_shepherd_*`.
 
 use ::metrics::{Counter, Gauge, Histogram, Label, Unit};
 
+use crate::shepherd::ShepherdStats;
 use crate::stats::Stats;
 
 /// Gauge: the configured capacity.
@@ -57,6 +59,36 @@ pub const TIME_IN_POOL: &str = "sidejob_time_in_pool_seconds";
 /// Gauge: 1 while an [`Alarm`](crate::Alarm) is raised, else 0; labelled
 /// also with `alarm`, the alarm's name.
 pub const ALARM: &str = "sidejob_alarm";
+
+/// Gauge: shepherd operations due and waiting for a worker
+/// ([`ShepherdStats::due`]): the seed's health figure.
+pub const SHEPHERD_DUE: &str = "sidejob_shepherd_due";
+/// Gauge: shepherd operations waiting for their time, a delay or a
+/// retry's backoff ([`ShepherdStats::delayed`]).
+pub const SHEPHERD_DELAYED: &str = "sidejob_shepherd_delayed";
+/// Gauge: shepherd operations with an attempt running
+/// ([`ShepherdStats::running`]).
+pub const SHEPHERD_RUNNING: &str = "sidejob_shepherd_running";
+/// Gauge: shepherd workers inside a handler ([`ShepherdStats::busy`]).
+pub const SHEPHERD_BUSY: &str = "sidejob_shepherd_busy_workers";
+/// Gauge: shepherd workers waiting for work ([`ShepherdStats::idle`]).
+pub const SHEPHERD_IDLE: &str = "sidejob_shepherd_idle_workers";
+/// Counter: attempts started, first ones and retries
+/// ([`ShepherdStats::attempts`]).
+pub const SHEPHERD_ATTEMPTS: &str = "sidejob_shepherd_attempts_total";
+/// Counter: retries scheduled ([`ShepherdStats::retries`]).
+pub const SHEPHERD_RETRIES: &str = "sidejob_shepherd_retries_total";
+/// Counter: operations completed with a final failure
+/// ([`ShepherdStats::failed`]).
+pub const SHEPHERD_FAILURES: &str = "sidejob_shepherd_failures_total";
+/// Counter: attempts that returned, the count of the processing time
+/// ([`ShepherdStats::processed`]).
+pub const SHEPHERD_PROCESSED: &str = "sidejob_shepherd_processed_total";
+/// The seconds attempts spent in the handler, added up
+/// ([`ShepherdStats::processing_time`]): `rate(sidejob_shepherd_processing_seconds_total)
+/// / rate(sidejob_shepherd_processed_total)` is the mean attempt. A gauge
+/// that only grows, as [`WAITED_SECONDS`] is, and for the same reason.
+pub const SHEPHERD_PROCESSING_SECONDS: &str = "sidejob_shepherd_processing_seconds_total";
 
 /// The labels of every series of one front-end.
 fn labels(name: &str, kind: &'static str) -> Vec<Label> {
@@ -96,6 +128,48 @@ fn describe() {
         "Seconds admitted waiters waited, added up (only grows)"
     );
     ::metrics::describe_gauge!(ALARM, Unit::Count, "1 while the health alarm is raised");
+}
+
+/// Describes the shepherd's metrics once.
+fn describe_shepherd() {
+    ::metrics::describe_gauge!(
+        SHEPHERD_DUE,
+        Unit::Count,
+        "Operations due and waiting for a worker"
+    );
+    ::metrics::describe_gauge!(
+        SHEPHERD_DELAYED,
+        Unit::Count,
+        "Operations waiting for a delay or a retry's backoff"
+    );
+    ::metrics::describe_gauge!(
+        SHEPHERD_RUNNING,
+        Unit::Count,
+        "Operations with an attempt running"
+    );
+    ::metrics::describe_gauge!(SHEPHERD_BUSY, Unit::Count, "Workers inside a handler");
+    ::metrics::describe_gauge!(SHEPHERD_IDLE, Unit::Count, "Workers waiting for work");
+    ::metrics::describe_counter!(
+        SHEPHERD_ATTEMPTS,
+        Unit::Count,
+        "Attempts started, first ones and retries"
+    );
+    ::metrics::describe_counter!(SHEPHERD_RETRIES, Unit::Count, "Retries scheduled");
+    ::metrics::describe_counter!(
+        SHEPHERD_FAILURES,
+        Unit::Count,
+        "Operations completed with a final failure"
+    );
+    ::metrics::describe_counter!(
+        SHEPHERD_PROCESSED,
+        Unit::Count,
+        "Attempts that returned (a value, an error or a panic)"
+    );
+    ::metrics::describe_gauge!(
+        SHEPHERD_PROCESSING_SECONDS,
+        Unit::Seconds,
+        "Seconds attempts spent in the handler, added up (only grows)"
+    );
 }
 
 /// The handles of one front-end's series, registered once with the
@@ -144,6 +218,55 @@ impl Handles {
         self.waited.absolute(stats.waited);
         self.timed_out.absolute(stats.timed_out);
         self.waited_seconds.set(stats.waited_time.as_secs_f64());
+    }
+}
+
+/// The handles of a shepherd's own series.
+#[derive(Debug)]
+pub(crate) struct ShepherdHandles {
+    due: Gauge,
+    delayed: Gauge,
+    running: Gauge,
+    busy: Gauge,
+    idle: Gauge,
+    attempts: Counter,
+    retries: Counter,
+    failures: Counter,
+    processed: Counter,
+    processing_seconds: Gauge,
+}
+
+impl ShepherdHandles {
+    pub(crate) fn register(name: &str, kind: &'static str) -> Self {
+        describe_shepherd();
+        let labels = labels(name, kind);
+        ShepherdHandles {
+            due: ::metrics::gauge!(SHEPHERD_DUE, labels.clone()),
+            delayed: ::metrics::gauge!(SHEPHERD_DELAYED, labels.clone()),
+            running: ::metrics::gauge!(SHEPHERD_RUNNING, labels.clone()),
+            busy: ::metrics::gauge!(SHEPHERD_BUSY, labels.clone()),
+            idle: ::metrics::gauge!(SHEPHERD_IDLE, labels.clone()),
+            attempts: ::metrics::counter!(SHEPHERD_ATTEMPTS, labels.clone()),
+            retries: ::metrics::counter!(SHEPHERD_RETRIES, labels.clone()),
+            failures: ::metrics::counter!(SHEPHERD_FAILURES, labels.clone()),
+            processed: ::metrics::counter!(SHEPHERD_PROCESSED, labels.clone()),
+            processing_seconds: ::metrics::gauge!(SHEPHERD_PROCESSING_SECONDS, labels),
+        }
+    }
+
+    /// Sets every series to `stats`.
+    pub(crate) fn export(&self, stats: &ShepherdStats) {
+        self.due.set(stats.due as f64);
+        self.delayed.set(stats.delayed as f64);
+        self.running.set(stats.running as f64);
+        self.busy.set(stats.busy as f64);
+        self.idle.set(stats.idle as f64);
+        self.attempts.absolute(stats.attempts);
+        self.retries.absolute(stats.retries);
+        self.failures.absolute(stats.failed);
+        self.processed.absolute(stats.processed);
+        self.processing_seconds
+            .set(stats.processing_time.as_secs_f64());
     }
 }
 

@@ -1,9 +1,9 @@
-//! [`Reporter`]: reads a front-end's [`Stats`] on a tick, exports them as
-//! metrics (feature `metrics`) and feeds its health [`Alarm`]s, off the
-//! admission path.
+//! [`Reporter`]: reads a front-end's [`Stats`] (and a shepherd's
+//! [`ShepherdStats`](crate::ShepherdStats)) on a tick, exports them as metrics (feature
+//! `metrics`) and feeds its health [`Alarm`]s, off the admission path.
 //!
-//! A reporter holds its front-end weakly: it never keeps a limiter, pool or
-//! supervisor alive. Tick it yourself ([`Reporter::tick`], from any
+//! A reporter holds its front-end weakly: it never keeps a limiter, pool,
+//! supervisor or shepherd alive. Tick it yourself ([`Reporter::tick`], from any
 //! runtime's timer) or let it run on a thread of its own
 //! ([`Reporter::spawn`]), which you stop with [`ReporterHandle::stop`]; the
 //! thread reports one last time before it exits, so the final figures are
@@ -16,6 +16,7 @@ use crate::error::{ConfigError, Error};
 use crate::health::{Alarm, Watched};
 use crate::limiter::Limiter;
 use crate::pool::Pool;
+use crate::shepherd::{Handler, Shepherd};
 use crate::stats::Stats;
 use crate::supervisor::Supervisor;
 use crate::sync::{now, os_thread, Arc, Condvar, Mutex, Weak};
@@ -25,14 +26,31 @@ use crate::worker::Worker;
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 
 mod sealed {
+    use crate::shepherd::ShepherdStats;
     use crate::stats::Stats;
 
+    /// One reading of a front-end: its admission stats, and a shepherd's
+    /// own figures.
+    pub struct Reading {
+        pub(crate) stats: Stats,
+        pub(crate) shepherd: Option<ShepherdStats>,
+    }
+
+    impl Reading {
+        pub(crate) fn plain(stats: Stats) -> Self {
+            Reading {
+                stats,
+                shepherd: None,
+            }
+        }
+    }
+
     /// How a reporter reads a front-end: its kind, default name, and a
-    /// weak read of its stats (`None` once it is gone).
+    /// weak read of its figures (`None` once it is gone).
     pub struct Source {
         pub(crate) kind: &'static str,
         pub(crate) name: String,
-        pub(crate) read: Box<dyn Fn() -> Option<Stats> + Send>,
+        pub(crate) read: Box<dyn Fn() -> Option<Reading> + Send>,
     }
 
     impl std::fmt::Debug for Source {
@@ -49,10 +67,10 @@ mod sealed {
     }
 }
 
-use sealed::Source;
+use sealed::{Reading, Source};
 
-/// A front-end a [`Reporter`] can watch: `Arc<Limiter>`, [`Pool`] or
-/// [`Supervisor`]. Sealed.
+/// A front-end a [`Reporter`] can watch: `Arc<Limiter>`, [`Pool`],
+/// `AsyncPool` (feature `tokio`), [`Supervisor`] or [`Shepherd`]. Sealed.
 pub trait Observe: sealed::Sealed {}
 
 impl sealed::Sealed for Arc<Limiter> {
@@ -62,7 +80,10 @@ impl sealed::Sealed for Arc<Limiter> {
             kind: "limiter",
             // A limiter has no name of its own.
             name: "sidejob".to_string(),
-            read: Box::new(move || weak.upgrade().map(|limiter| limiter.stats())),
+            read: Box::new(move || {
+                weak.upgrade()
+                    .map(|limiter| Reading::plain(limiter.stats()))
+            }),
         }
     }
 }
@@ -70,10 +91,11 @@ impl Observe for Arc<Limiter> {}
 
 impl<W: Worker> sealed::Sealed for Pool<W> {
     fn source(&self) -> Source {
+        let read = self.weak_stats();
         Source {
             kind: "pool",
             name: self.name().to_string(),
-            read: Box::new(self.weak_stats()),
+            read: Box::new(move || read().map(Reading::plain)),
         }
     }
 }
@@ -82,10 +104,11 @@ impl<W: Worker> Observe for Pool<W> {}
 #[cfg(feature = "tokio")]
 impl<W: crate::AsyncWorker> sealed::Sealed for crate::AsyncPool<W> {
     fn source(&self) -> Source {
+        let read = self.weak_stats();
         Source {
             kind: "async_pool",
             name: self.name().to_string(),
-            read: Box::new(self.weak_stats()),
+            read: Box::new(move || read().map(Reading::plain)),
         }
     }
 }
@@ -94,14 +117,32 @@ impl<W: crate::AsyncWorker> Observe for crate::AsyncPool<W> {}
 
 impl sealed::Sealed for Supervisor {
     fn source(&self) -> Source {
+        let read = self.weak_stats();
         Source {
             kind: "supervisor",
             name: self.name().to_string(),
-            read: Box::new(self.weak_stats()),
+            read: Box::new(move || read().map(Reading::plain)),
         }
     }
 }
 impl Observe for Supervisor {}
+
+impl<H: Handler> sealed::Sealed for Shepherd<H> {
+    fn source(&self) -> Source {
+        let read = self.weak_stats();
+        Source {
+            kind: "shepherd",
+            name: self.name().to_string(),
+            read: Box::new(move || {
+                read().map(|shepherd| Reading {
+                    stats: shepherd.admission.clone(),
+                    shepherd: Some(shepherd),
+                })
+            }),
+        }
+    }
+}
+impl<H: Handler> Observe for Shepherd<H> {}
 
 /// Reads a front-end's [`Stats`] every tick, exports them through the
 /// `metrics` facade (feature `metrics`) and feeds its [`Alarm`]s.
@@ -110,7 +151,7 @@ impl Observe for Supervisor {}
 /// everything, per shard, and the reporter only reads those counts. With
 /// the `metrics` feature, each tick sets these series, labelled
 /// `name` (the front-end's name, or the builder's) and `kind` (`limiter`,
-/// `pool`, `async_pool`, `supervisor`):
+/// `pool`, `async_pool`, `supervisor`, `shepherd`):
 ///
 /// | series | type | from |
 /// |---|---|---|
@@ -125,6 +166,21 @@ impl Observe for Supervisor {}
 /// | `sidejob_timed_out_total` | counter | [`Stats::timed_out`] |
 /// | `sidejob_waited_seconds_total` | gauge (only grows) | [`Stats::waited_time`], in seconds |
 /// | `sidejob_alarm` (+ label `alarm`) | gauge | 1 while an alarm is raised |
+///
+/// and for a [`Shepherd`], its own figures ([`ShepherdStats`](crate::ShepherdStats)) as well:
+///
+/// | series | type | from |
+/// |---|---|---|
+/// | `sidejob_shepherd_due` | gauge | [`ShepherdStats::due`](crate::ShepherdStats::due) |
+/// | `sidejob_shepherd_delayed` | gauge | [`ShepherdStats::delayed`](crate::ShepherdStats::delayed) |
+/// | `sidejob_shepherd_running` | gauge | [`ShepherdStats::running`](crate::ShepherdStats::running) |
+/// | `sidejob_shepherd_busy_workers` | gauge | [`ShepherdStats::busy`](crate::ShepherdStats::busy) |
+/// | `sidejob_shepherd_idle_workers` | gauge | [`ShepherdStats::idle`](crate::ShepherdStats::idle) |
+/// | `sidejob_shepherd_attempts_total` | counter | [`ShepherdStats::attempts`](crate::ShepherdStats::attempts) |
+/// | `sidejob_shepherd_retries_total` | counter | [`ShepherdStats::retries`](crate::ShepherdStats::retries) |
+/// | `sidejob_shepherd_failures_total` | counter | [`ShepherdStats::failed`](crate::ShepherdStats::failed) (final failures) |
+/// | `sidejob_shepherd_processed_total` | counter | [`ShepherdStats::processed`](crate::ShepherdStats::processed) |
+/// | `sidejob_shepherd_processing_seconds_total` | gauge (only grows) | [`ShepherdStats::processing_time`](crate::ShepherdStats::processing_time), in seconds |
 ///
 /// The handles are registered when the reporter is built, with the
 /// recorder installed then: install your exporter first. (The seconds
@@ -181,6 +237,9 @@ pub struct Reporter {
     interval: Duration,
     #[cfg(feature = "metrics")]
     handles: Option<crate::metrics::Handles>,
+    /// A shepherd's own series.
+    #[cfg(feature = "metrics")]
+    shepherd_handles: Option<crate::metrics::ShepherdHandles>,
     alarms: Vec<WatchedAlarm>,
 }
 
@@ -204,11 +263,17 @@ impl Reporter {
     /// `now` is the only clock the alarms see: pass `Instant::now()`, or
     /// made-up instants in a test.
     pub fn tick(&mut self, now: Instant) -> Option<Stats> {
-        let stats = (self.source.read)()?;
+        let Reading { stats, shepherd } = (self.source.read)()?;
         #[cfg(feature = "metrics")]
         if let Some(handles) = &self.handles {
             handles.export(&stats);
         }
+        #[cfg(feature = "metrics")]
+        if let (Some(handles), Some(shepherd)) = (&self.shepherd_handles, &shepherd) {
+            handles.export(shepherd);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = shepherd;
         for watched in &self.alarms {
             let value = match watched.alarm.watched() {
                 Watched::Usage => stats.usage,
@@ -259,7 +324,8 @@ impl Reporter {
         &self.name
     }
 
-    /// `limiter`, `pool` or `supervisor`: the `kind` label of its series.
+    /// `limiter`, `pool`, `async_pool`, `supervisor` or `shepherd`: the
+    /// `kind` label of its series.
     pub fn kind(&self) -> &'static str {
         self.source.kind
     }
@@ -439,8 +505,9 @@ impl ReporterBuilder {
         self
     }
 
-    /// Builds a reporter for `front_end` (`&Arc<Limiter>`, `&Pool<W>` or
-    /// `&Supervisor`), registering its metric handles now.
+    /// Builds a reporter for `front_end` (`&Arc<Limiter>`, `&Pool<W>`,
+    /// `&AsyncPool<W>`, `&Supervisor` or `&Shepherd<H>`), registering its
+    /// metric handles now.
     ///
     /// # Errors
     ///
@@ -471,6 +538,9 @@ impl ReporterBuilder {
             handles: self
                 .export_metrics
                 .then(|| crate::metrics::Handles::register(&name, source.kind)),
+            #[cfg(feature = "metrics")]
+            shepherd_handles: (self.export_metrics && source.kind == "shepherd")
+                .then(|| crate::metrics::ShepherdHandles::register(&name, source.kind)),
             source,
             name,
             interval: self.interval,

@@ -24,6 +24,7 @@
 mod clock;
 mod handle;
 mod handler;
+pub(crate) mod line;
 mod policy;
 mod queue;
 mod state;
@@ -42,18 +43,23 @@ use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
+
 use crate::error::{ConfigError, Error, Refused};
 use crate::health::{Alarm, AlarmEvent};
 use crate::pool::{DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT};
 use crate::probe::Probe;
-use crate::sync::{now, os_thread, Arc, AtomicUsize, Condvar, Mutex};
+use crate::sync::{
+    now, os_thread, Arc, AtomicUsize, Condvar, Mutex, Ordering::Relaxed, Ordering::SeqCst,
+};
 use crate::table::Table;
 use crate::waiters::{Policy, QueueOrder};
 
-use self::clock::Clock;
+use self::clock::{Clock, Stamps};
+use self::line::Line;
 use self::policy::{Budget, Rng};
 use self::queue::{InMemory, Store};
-use self::state::{Core, Factory, Record, Shared, Unit};
+use self::state::{Core, Factory, OpBox, Record, Shared, Unit};
 use self::stats::Counters;
 use self::worker::{run_timer, WorkerLoop};
 
@@ -314,31 +320,62 @@ impl<H: Handler> Shepherd<H> {
             Err(error) => return Err(Refused::new(error, op)),
         };
         let unit = Unit::new(Arc::clone(table), shard);
+        // A coarse stamp (see `Stamps`): the budget's window and the
+        // turnaround need no more, and a precise read is a good part of a
+        // submit's cost. A delay is measured on the shepherd's clock.
+        let stamp = shared.stamps.now();
+        if delay.is_zero() {
+            // Due at once: straight to the line, no lock (state.rs).
+            if !shared.reserve() {
+                // Admitted just before the table closed, but the line has
+                // closed since: hand the operation back.
+                drop(unit);
+                return Err(Refused::new(Error::Shutdown, op));
+            }
+            shared.deposit(stamp);
+            let (reply, receiver) = oneshot::channel();
+            shared.line.publish(Record {
+                op: OpBox::Owned(op),
+                attempts: 0,
+                last: LastAttempt::None,
+                reply,
+                unit,
+                submitted: stamp,
+            });
+            // Spin in `wait` only if a worker should take it at once (see
+            // `ShepherdBuilder::spin_wait`): one Relaxed read of the word
+            // the reservation just wrote.
+            let spin = if shared.line.due() <= self.inner.workers {
+                shared.spin
+            } else {
+                Duration::ZERO
+            };
+            return Ok(Completion::new(receiver, spin));
+        }
         let now = shared.clock.now();
         let due = now.checked_add(delay).unwrap_or_else(|| far_future(now));
         let mut core = shared.core.lock();
         if core.closing {
             // Admitted just before the table closed, but shutdown has
-            // drained the queue: hand the operation back.
+            // drained the delay heap: hand the operation back.
             drop(core);
             drop(unit);
             return Err(Refused::new(Error::Shutdown, op));
         }
-        if let Some(budget) = core.budget.as_mut() {
-            budget.deposit(now);
-        }
+        shared.deposit(stamp);
         let (reply, receiver) = oneshot::channel();
         let record = Record {
-            op: Arc::new(op),
+            op: OpBox::Owned(op),
             attempts: 0,
             last: LastAttempt::None,
             reply,
             unit,
-            submitted: now,
+            submitted: stamp,
         };
-        shared.schedule(&mut core, record, due, now);
+        shared.delay(&mut core, record, due);
         drop(core);
-        Ok(Completion::new(receiver, shared.spin))
+        // Not due yet: nothing to spin for.
+        Ok(Completion::new(receiver, Duration::ZERO))
     }
 
     /// Operations held now: due, delayed or running.
@@ -390,7 +427,7 @@ impl<H: Handler> Shepherd<H> {
         let shared = &*self.inner.shared;
         let mut core = shared.core.lock();
         shared.promote(&mut core, shared.clock.now());
-        core.queue.due()
+        shared.line.due()
     }
 
     /// Feeds `alarm` the [`due`](Self::due) count, at the shepherd's clock
@@ -405,41 +442,15 @@ impl<H: Handler> Shepherd<H> {
 
     /// A snapshot of the figures; see [`ShepherdStats`].
     pub fn stats(&self) -> ShepherdStats {
-        let shared = &*self.inner.shared;
-        let (due, delayed, running, busy, next_due) = {
-            let mut core = shared.core.lock();
-            shared.promote(&mut core, shared.clock.now());
-            (
-                core.queue.due(),
-                core.queue.delayed(),
-                core.running,
-                core.busy,
-                core.queue.next_due(),
-            )
-        };
+        read_stats(&self.inner.shared, self.inner.workers)
+    }
+
+    /// Reads the figures while the shepherd's state lives, without keeping
+    /// it alive: for a [`Reporter`](crate::Reporter).
+    pub(crate) fn weak_stats(&self) -> impl Fn() -> Option<ShepherdStats> + Send + 'static {
+        let shared = Arc::downgrade(&self.inner.shared);
         let workers = self.inner.workers;
-        let mut stats = ShepherdStats {
-            due,
-            delayed,
-            running,
-            busy,
-            idle: workers.saturating_sub(busy),
-            workers,
-            next_due,
-            attempts: 0,
-            retries: 0,
-            panicked: 0,
-            timed_out: 0,
-            budget_refused: 0,
-            succeeded: 0,
-            failed: 0,
-            processed: 0,
-            processing_time: Duration::ZERO,
-            turnaround_time: Duration::ZERO,
-            admission: shared.table.stats(),
-        };
-        shared.counters.read_into(&mut stats);
-        stats
+        move || shared.upgrade().map(|shared| read_stats(&shared, workers))
     }
 
     /// Waits up to `timeout` (real time) until nothing is due and no
@@ -466,20 +477,27 @@ impl<H: Handler> Shepherd<H> {
         let shared = &*self.inner.shared;
         let deadline = now().checked_add(timeout);
         let mut core = shared.core.lock();
-        loop {
+        // SeqCst: before the idle checks below; a worker that makes the
+        // shepherd idle sees it and notifies (`Shared::notify_if_idle`).
+        shared.idle_waiters.fetch_add(1, SeqCst);
+        let idle = loop {
             // What became due (a clock move the timer has not acted on
             // yet) is not idle.
             shared.promote(&mut core, shared.clock.now());
-            if Shared::is_idle(&core) {
-                return true;
+            if shared.is_idle() {
+                break true;
             }
             let at = now();
             if deadline.is_some_and(|deadline| at >= deadline) {
-                return false;
+                break false;
             }
             let until = deadline.unwrap_or(at + Duration::from_secs(3600));
             (core, _) = shared.idle.wait_until(core, until);
-        }
+        };
+        // Relaxed: a count of waiters; a worker that reads it late only
+        // takes `Core` for nothing.
+        shared.idle_waiters.fetch_sub(1, Relaxed);
+        idle
     }
 
     /// True once [`shutdown`](Self::shutdown) has begun.
@@ -543,19 +561,20 @@ impl<H: Handler> Inner<H> {
                 Vec::new()
             } else {
                 core.closing = true;
+                // Under `Core`, with `closing`: no retry or promotion
+                // meets a closed line (state.rs). Wakes every sleeper.
+                shared.line.close();
                 core.queue.drain_delayed()
             };
-            for worker in shared.work.iter() {
-                worker.notify_all();
-            }
             shared.timer.notify_all();
             shared.idle.notify_all();
             drained
         };
+        let cell = shared.counters.shared_cell();
         for mut record in drained {
             let last = std::mem::replace(&mut record.last, LastAttempt::None);
             let failure = Failure::new(Reason::Shutdown, last, record.attempts);
-            shared.finish(record, Err(failure));
+            shared.finish(record, Err(failure), cell);
         }
         // 3. Join, unless this is one of the shepherd's own threads.
         if self.on_own_thread() {
@@ -594,6 +613,43 @@ impl<H: Handler> fmt::Debug for Shepherd<H> {
             .field("shutdown", &self.is_shutdown())
             .finish()
     }
+}
+
+/// The figures of the shepherd whose state is `shared`, with `workers`
+/// workers.
+fn read_stats<H: Handler>(shared: &Shared<H>, workers: usize) -> ShepherdStats {
+    let (due, delayed, next_due) = {
+        let mut core = shared.core.lock();
+        shared.promote(&mut core, shared.clock.now());
+        (
+            shared.line.due(),
+            core.queue.delayed(),
+            core.queue.next_due(),
+        )
+    };
+    let (running, busy) = shared.counters.running_busy();
+    let mut stats = ShepherdStats {
+        due,
+        delayed,
+        running,
+        busy,
+        idle: workers.saturating_sub(busy),
+        workers,
+        next_due,
+        attempts: 0,
+        retries: 0,
+        panicked: 0,
+        timed_out: 0,
+        budget_refused: 0,
+        succeeded: 0,
+        failed: 0,
+        processed: 0,
+        processing_time: Duration::ZERO,
+        turnaround_time: Duration::ZERO,
+        admission: shared.table.stats(),
+    };
+    shared.counters.read_into(&mut stats);
+    stats
 }
 
 /// The latest representable instant not too far past `now`, for a delay
@@ -716,8 +772,16 @@ impl ShepherdBuilder {
     }
 
     /// How long an idle worker, and a waiting [`Completion::wait`], poll
-    /// before they sleep; [`DEFAULT_SPIN_WAIT`] by default, at most
-    /// [`MAX_SPIN_WAIT`]. See [`PoolBuilder::spin_wait`](crate::PoolBuilder::spin_wait).
+    /// before they sleep; [`DEFAULT_SPIN_WAIT`](crate::DEFAULT_SPIN_WAIT)
+    /// by default, at most [`MAX_SPIN_WAIT`]. See
+    /// [`PoolBuilder::spin_wait`](crate::PoolBuilder::spin_wait).
+    ///
+    /// A completion spins only if its operation was among the first
+    /// `workers` due when it was submitted: one with more ahead of it waits
+    /// at least an attempt's time, and a waiter that spins that long takes
+    /// a core the workers need whenever threads outnumber cores (a
+    /// submitter holding many operations and waiting for the oldest, on 2
+    /// cores with 2 workers, lost a third of its throughput to it).
     pub fn spin_wait(&mut self, spin: Duration) -> &mut Self {
         self.spin_wait = Some(spin);
         self
@@ -787,27 +851,28 @@ impl ShepherdBuilder {
         let start = self.clock.now();
         let shared = Arc::new(Shared {
             table: Arc::new(table),
+            line: Line::new(workers),
             core: Mutex::new(Core {
                 queue: InMemory::new(),
-                budget: self.retry.retry_budget().map(|b| Budget::new(b, start)),
                 rng: Rng::new(seed),
                 deadlines: BinaryHeap::new(),
                 closing: false,
-                running: 0,
-                busy: 0,
                 alive: workers,
-                sleepers: Vec::with_capacity(workers),
                 timer_wake: None,
-                next_token: 0,
             }),
-            work: (0..workers).map(|_| Condvar::new()).collect(),
+            budget: self
+                .retry
+                .retry_budget()
+                .map(|b| Mutex::new(Budget::new(b, start))),
+            work: CachePadded::new(AtomicUsize::new(0)),
             timer: Condvar::new(),
             idle: Condvar::new(),
+            idle_waiters: AtomicUsize::new(0),
             slots: (0..workers).map(|_| Mutex::new(None)).collect(),
-            due_hint: AtomicUsize::new(0),
-            counters: Counters::default(),
+            counters: Counters::new(workers),
             policy: self.retry,
             attempt_timeout: self.attempt_timeout,
+            stamps: Stamps::new(&self.clock),
             clock: self.clock.clone(),
             spin,
             factory: Arc::new(factory) as Arc<Factory<H>>,

@@ -5,41 +5,59 @@
 //!
 //! **Where an operation is.** Every admitted operation is a [`Record`] that
 //! owns its unit of capacity ([`Unit`]) and the sender of its completion.
-//! At any moment a record is in exactly one place: the queue (due or
-//! delayed), a worker's [`Slot`] while an attempt runs, or the hands of the
-//! thread resolving it. A record leaves the system only through
+//! At any moment a record is in exactly one place: the due line, the delay
+//! heap, a worker's hands while an attempt runs (its [`Slot`] instead when
+//! an attempt timeout lets the timer take it), or the hands of the thread
+//! resolving it. A record leaves the system only through
 //! [`Shared::finish`], which releases the unit and *then* sends the
 //! outcome, so a caller that gets its result and submits again never meets
 //! its own stale unit. A record dropped any other way (none is) would still
 //! release its unit (the guard's `Drop`) and resolve its handle
 //! (`Reason::Shutdown`, from the dropped sender).
 //!
-//! **Locks.** One lock, [`Core`], guards the queue, the retry budget, the
-//! jitter RNG, the attempt deadlines and the counts of running attempts and
-//! busy workers. Each worker's slot has a lock of its own, taken under
-//! `Core` (to install a record, or by the timer to take a timed-out one)
-//! or alone (by its worker, after the attempt); never the other way round.
-//! The admission table is called with or without `Core` held; it never
-//! calls back. A success takes `Core` once (the worker's next pop, which
-//! also accounts the attempt that ended); the submit takes it once.
+//! **Where it waits.** An operation due now waits on the lock-free due
+//! [`Line`] (`line.rs`, which also holds the workers' sleep/wake
+//! protocol); one not yet due waits in the delay heap under [`Core`], and
+//! the timer moves it to the line when its time comes. A submit and a
+//! worker's take touch only the line and atomics: an operation that
+//! succeeds at once takes no lock (its worker's slot lock, uncontended, only
+//! with an attempt timeout).
 //!
-//! **Time** comes only from the shepherd's [`Clock`]. Workers never wait
-//! for a time: they sleep on [`Shared::work`] until a record is due. The
-//! timer thread sleeps until the earliest due time or attempt deadline
-//! (the seed's `NoWorkUntil(deadline)` / `WakeAt`), promotes what is due,
-//! expires late attempts, and sleeps again: nothing polls.
-
+//! **Locks.** [`Core`] guards the delay heap, the jitter RNG, the attempt
+//! deadlines and the shutdown flag; the retry budget has a small lock of
+//! its own (each submit deposits, each retry withdraws under `Core`: the
+//! order is always `Core`, then budget). Each worker's slot has a lock of
+//! its own, taken by its worker alone or by the timer under `Core`; never
+//! the other way round. The line's sleepers lock is taken under `Core`
+//! (a retry or promotion that wakes a worker) or alone, and takes no other
+//! lock. The admission table is called with or without `Core` held; it
+//! never calls back.
+//!
+//! **Counts.** `work` counts the records on the line or in a slot: it
+//! goes up before a record is put on the line (a submit, a retry due at
+//! once, a promotion) and down once a record leaves a slot for anywhere
+//! but the line (completed, or delayed) or is requeued (after the new
+//! count is in). Moving from the line to a slot changes nothing. So `work`
+//! is zero exactly when nothing is due and no attempt runs, one word read
+//! by [`Shared::is_idle`], and whoever brings it to zero notifies `idle`
+//! under `Core`, where `wait_idle` checks and sleeps. The figures
+//! `running` and `busy` are per-worker counts in [`Counters`], read
+//! without ordering.
+//!
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
-use super::clock::Clock;
+use super::clock::{Clock, Stamps};
 use super::handle::{Failure, LastAttempt, Outcome, Reason};
 use super::handler::Handler;
+use super::line::Line;
 use super::policy::{Budget, RetryPolicy, Rng};
 use super::queue::{InMemory, Store};
 use super::stats::Counters;
-use crate::sync::{Arc, AtomicUsize, Condvar, Mutex, Ordering::Relaxed};
+use crossbeam_utils::CachePadded;
+
+use crate::sync::{Arc, AtomicUsize, Condvar, Mutex, Ordering::SeqCst};
 use crate::table::Table;
 
 /// Builds a worker's handler; shared by every worker thread.
@@ -78,14 +96,44 @@ impl Drop for Unit {
     }
 }
 
+/// An operation as its record holds it: owned, or shared with the worker
+/// running it once an attempt timeout may hand the record to the timer
+/// while the attempt still reads the operation. Without a timeout no
+/// attempt outlives its worker's hold on the record, so the common case
+/// allocates nothing for it.
+pub(crate) enum OpBox<T> {
+    Owned(T),
+    Shared(Arc<T>),
+}
+
+impl<T> OpBox<T> {
+    pub(crate) fn get(&self) -> &T {
+        match self {
+            OpBox::Owned(op) => op,
+            OpBox::Shared(op) => op,
+        }
+    }
+
+    /// The operation behind an `Arc` (made on the first call), and the box
+    /// that now shares it.
+    pub(crate) fn share(self) -> (Self, Arc<T>) {
+        let shared = match self {
+            OpBox::Owned(op) => Arc::new(op),
+            OpBox::Shared(op) => op,
+        };
+        (OpBox::Shared(Arc::clone(&shared)), shared)
+    }
+}
+
 /// An admitted operation and everything the shepherd keeps about it.
 pub(crate) struct Record<H: Handler> {
-    pub(crate) op: Arc<H::Op>,
+    pub(crate) op: OpBox<H::Op>,
     /// Attempts started so far.
     pub(crate) attempts: u32,
     pub(crate) last: LastAttempt<H::Error>,
     pub(crate) reply: oneshot::Sender<Outcome<H::Output, H::Error>>,
     pub(crate) unit: Unit,
+    /// When it was submitted, on [`Shared::stamps`].
     pub(crate) submitted: Instant,
 }
 
@@ -95,56 +143,61 @@ pub(crate) type Slot<H> = Option<(u64, Record<H>)>;
 
 /// What `Core` guards.
 pub(crate) struct Core<H: Handler> {
+    /// Operations not yet due (a delay or a retry's backoff).
     pub(crate) queue: InMemory<Record<H>>,
-    pub(crate) budget: Option<Budget>,
     pub(crate) rng: Rng,
     /// `(deadline, worker, token)` of attempts with a timeout, earliest on
     /// top. Entries of attempts that ended in time are skipped when they
     /// come up (their token no longer matches the slot).
     pub(crate) deadlines: BinaryHeap<Reverse<(Instant, usize, u64)>>,
-    /// Shutdown has begun: no more delays (see `Shepherd::shutdown`).
+    /// Shutdown has begun: no more delays (see `Shepherd::shutdown`). Set
+    /// together with closing the line, under this lock.
     pub(crate) closing: bool,
-    /// Attempts whose record is in a slot.
-    pub(crate) running: usize,
-    /// Workers inside a handler, late attempts included.
-    pub(crate) busy: usize,
     /// Worker threads still looping.
     pub(crate) alive: usize,
-    /// Workers asleep on their own condition variable, most recent last.
-    pub(crate) sleepers: Vec<usize>,
     /// The clock time the timer sleeps until, if it sleeps with one.
     pub(crate) timer_wake: Option<Instant>,
-    pub(crate) next_token: u64,
 }
 
 /// Everything the front-end, the workers and the timer share.
 pub(crate) struct Shared<H: Handler> {
     pub(crate) table: Arc<Table>,
+    /// The operations due now, and the workers' sleep/wake protocol.
+    pub(crate) line: Line<Record<H>>,
     pub(crate) core: Mutex<Core<H>>,
-    /// Worker `i` sleeps on `work[i]` until a record is due. One each, so
-    /// a submit wakes one sleeper (`Shared::wake_workers`), not all: the
-    /// shim's condition variable only notifies all.
-    pub(crate) work: Box<[Condvar]>,
+    /// The retry budget, if the policy has one.
+    pub(crate) budget: Option<Mutex<Budget>>,
+    /// Records on the line or in a slot (module docs, "Counts"), on a
+    /// cache line of its own.
+    pub(crate) work: CachePadded<AtomicUsize>,
     /// The timer waits here for an earlier time, a clock move or the end.
     pub(crate) timer: Condvar,
     /// `wait_idle` callers wait here.
     pub(crate) idle: Condvar,
+    /// `wait_idle` callers checking or asleep: only then does a worker
+    /// that leaves the shepherd idle take `Core` to notify them.
+    pub(crate) idle_waiters: AtomicUsize,
     pub(crate) slots: Box<[Mutex<Slot<H>>]>,
-    /// Records in the due line, for workers that spin before they sleep.
-    /// Written under `Core`.
-    pub(crate) due_hint: AtomicUsize,
     pub(crate) counters: Counters,
     pub(crate) policy: RetryPolicy,
     pub(crate) attempt_timeout: Option<Duration>,
     pub(crate) clock: Clock,
+    /// The time stamps of the turnaround and processing figures (see
+    /// [`Stamps`]).
+    pub(crate) stamps: Stamps,
     pub(crate) spin: Duration,
     pub(crate) factory: Arc<Factory<H>>,
 }
 
 impl<H: Handler> Shared<H> {
-    /// Completes `record` with `outcome`: the unit goes back first, then
-    /// the caller hears. Never under `Core`.
-    pub(crate) fn finish(&self, record: Record<H>, outcome: Outcome<H::Output, H::Error>) {
+    /// Completes `record` with `outcome`, counted in counter cell `cell`:
+    /// the unit goes back first, then the caller hears. Never under `Core`.
+    pub(crate) fn finish(
+        &self,
+        record: Record<H>,
+        outcome: Outcome<H::Output, H::Error>,
+        cell: usize,
+    ) {
         let Record {
             unit,
             reply,
@@ -154,17 +207,23 @@ impl<H: Handler> Shared<H> {
         let panicked = matches!(&outcome, Err(f) if matches!(f.last(), LastAttempt::Panicked));
         let succeeded = outcome.is_ok();
         unit.release(panicked);
-        self.counters.resolved(
-            succeeded,
-            self.clock.now().saturating_duration_since(submitted),
-        );
+        let took = self.stamps.now().saturating_duration_since(submitted);
+        self.counters.resolved(cell, succeeded, took);
         // A caller that dropped its handle is owed nothing more.
         let _ = reply.send(outcome);
     }
 
+    /// A first attempt was submitted at `now`: a deposit in the budget.
+    pub(crate) fn deposit(&self, now: Instant) {
+        if let Some(budget) = &self.budget {
+            budget.lock().deposit(now);
+        }
+    }
+
     /// After a failed attempt whose record is back in hand: schedules the
     /// retry, or returns the record and its final failure for
-    /// [`finish`](Self::finish) (outside the lock). Under `Core`.
+    /// [`finish`](Self::finish) (outside the lock). Under `Core`; counted
+    /// in counter cell `cell`.
     pub(crate) fn decide(
         &self,
         core: &mut Core<H>,
@@ -172,6 +231,7 @@ impl<H: Handler> Shared<H> {
         last: LastAttempt<H::Error>,
         retryable: bool,
         now: Instant,
+        cell: usize,
     ) -> Option<(Record<H>, Failure<H::Error>)> {
         let reason = if !retryable {
             Some(Reason::NotRetryable)
@@ -180,12 +240,12 @@ impl<H: Handler> Shared<H> {
         } else if core.closing {
             // No more delays once shutdown has begun.
             Some(Reason::Shutdown)
-        } else if !core
+        } else if !self
             .budget
-            .as_mut()
-            .map_or(true, |budget| budget.withdraw(now))
+            .as_ref()
+            .map_or(true, |budget| budget.lock().withdraw(now))
         {
-            self.counters.budget_refused();
+            self.counters.budget_refused(cell);
             Some(Reason::BudgetExhausted)
         } else {
             None
@@ -196,61 +256,131 @@ impl<H: Handler> Shared<H> {
         }
         record.last = last;
         let delay = self.policy.delay(record.attempts, &mut core.rng);
-        self.counters.retry();
-        self.schedule(core, record, now.checked_add(delay).unwrap_or(now), now);
-        None
+        self.counters.retry(cell);
+        let due = now.checked_add(delay).unwrap_or(now);
+        match self.schedule(core, record, due, now) {
+            Ok(()) => None,
+            Err(mut record) => {
+                // Not reached: the line closes with `closing`, checked
+                // above under the same lock.
+                let last = std::mem::replace(&mut record.last, LastAttempt::None);
+                let attempts = record.attempts;
+                Some((record, Failure::new(Reason::Shutdown, last, attempts)))
+            }
+        }
     }
 
-    /// Queues `record`, due at `due`, and wakes whoever must act: a worker
-    /// if it is due now, the timer if it is due before the timer wakes.
+    /// Queues `record`, due at `due`: on the line (waking a worker) if it
+    /// is due by `now`, else in the delay heap (waking the timer if it is
+    /// due before the timer wakes). Under `Core`. The record back if the
+    /// line is closed.
     pub(crate) fn schedule(
         &self,
         core: &mut Core<H>,
         record: Record<H>,
         due: Instant,
         now: Instant,
-    ) {
-        core.queue.push(record, due, now);
+    ) -> Result<(), Record<H>> {
         if due <= now {
-            self.set_due_hint(core);
-            self.wake_workers(core, 1);
-        } else if core.timer_wake.map_or(true, |wake| due < wake) {
+            return self.enqueue(record);
+        }
+        self.delay(core, record, due);
+        Ok(())
+    }
+
+    /// Counts a record into `work`, then puts it on the line; the record
+    /// back (and nothing counted) if the line is closed.
+    pub(crate) fn enqueue(&self, record: Record<H>) -> Result<(), Record<H>> {
+        if !self.reserve() {
+            return Err(record);
+        }
+        self.line.publish(record);
+        Ok(())
+    }
+
+    /// Counts one record into `work` and reserves its place on the line;
+    /// false (nothing counted) if the line is closed. It never is for a
+    /// caller under `Core` (the line closes under `Core`, with `closing`,
+    /// which those callers check), so only the submit, which does not hold
+    /// `Core`, can meet the failure and its notification.
+    #[inline]
+    pub(crate) fn reserve(&self) -> bool {
+        // SeqCst: before the record can be taken, so `work` never reads
+        // zero while it is on the line or in a slot (module docs, "Counts").
+        self.work.fetch_add(1, SeqCst);
+        if self.line.reserve() {
+            true
+        } else {
+            self.work_done();
+            false
+        }
+    }
+
+    /// A record left the line and the slots for good (completed, or
+    /// delayed), or was requeued after its new count went in: counts it
+    /// out of `work`, and notifies `wait_idle` if that made the shepherd
+    /// idle. Not under `Core`.
+    pub(crate) fn work_done(&self) {
+        // SeqCst: one order with `wait_idle`'s increment of `idle_waiters`
+        // and its read of `work` (see `notify_if_idle`).
+        if self.work.fetch_sub(1, SeqCst) == 1 {
+            self.notify_if_idle();
+        }
+    }
+
+    /// Puts `record` in the delay heap, due at `due`, and wakes the timer
+    /// if it is due before the timer wakes. Under `Core`.
+    pub(crate) fn delay(&self, core: &mut Core<H>, record: Record<H>, due: Instant) {
+        core.queue.push(record, due);
+        if core.timer_wake.map_or(true, |wake| due < wake) {
             self.timer.notify_all();
         }
     }
 
-    /// Publishes the due count to spinning workers. Under `Core`.
-    pub(crate) fn set_due_hint(&self, core: &Core<H>) {
-        // Relaxed: a hint only; a worker that reads it non-zero takes
-        // `Core`, which orders the queue itself.
-        self.due_hint.store(core.queue.due(), Relaxed);
-    }
-
-    /// Moves what is due by `now` to the due line and wakes a worker per
-    /// record moved. Under `Core`.
+    /// Moves what is due by `now` from the delay heap to the line (each
+    /// push wakes a sleeping worker). Under `Core`.
     pub(crate) fn promote(&self, core: &mut Core<H>, now: Instant) {
-        let moved = core.queue.promote(now);
-        if moved > 0 {
-            self.set_due_hint(core);
-            self.wake_workers(core, moved);
+        while let Some(record) = core.queue.pop_due(now) {
+            if let Err(record) = self.enqueue(record) {
+                // Not reached: shutdown empties the heap as it closes the
+                // line, under `Core`. Dropped, the record still releases
+                // its unit and resolves its handle (module docs).
+                debug_assert!(false, "a promotion after shutdown");
+                drop(record);
+            }
         }
     }
 
-    /// Wakes up to `count` sleeping workers, the most recent sleepers first
-    /// (their caches are warmest). Under `Core`: a worker registers as a
-    /// sleeper and waits under it, so none sleeps through its wake-up.
-    pub(crate) fn wake_workers(&self, core: &mut Core<H>, count: usize) {
-        for _ in 0..count {
-            let Some(worker) = core.sleepers.pop() else {
-                return;
-            };
-            self.work[worker].notify_all();
+    /// [`work_done`](Self::work_done) for a caller holding `Core`.
+    pub(crate) fn work_done_locked(&self) {
+        // SeqCst: as in `work_done`.
+        if self.work.fetch_sub(1, SeqCst) == 1 {
+            // `Core` is held: `wait_idle` is checking or asleep.
+            self.idle.notify_all();
         }
     }
 
     /// True when nothing is due and no attempt runs (delayed records may
-    /// wait). Under `Core`.
-    pub(crate) fn is_idle(core: &Core<H>) -> bool {
-        core.queue.due() == 0 && core.running == 0
+    /// wait); see the module docs, "Counts".
+    pub(crate) fn is_idle(&self) -> bool {
+        // SeqCst: read in one order with the SeqCst changes of `work`, and
+        // after `wait_idle`'s increment (see `notify_if_idle`).
+        self.work.load(SeqCst) == 0
+    }
+
+    /// Notifies `wait_idle` callers if there are any and the shepherd is
+    /// idle now. Call it after a change that may have made it so (a
+    /// `SeqCst` decrement of `work`), not under `Core`.
+    pub(crate) fn notify_if_idle(&self) {
+        // SeqCst: a store→load pair with `wait_idle` (its SeqCst increment
+        // of `idle_waiters`, then its `is_idle` load): in the single order
+        // of SeqCst operations, either this load sees the waiter, or the
+        // waiter's load comes after the caller's decrement.
+        if self.idle_waiters.load(SeqCst) > 0 && self.is_idle() {
+            // Under `Core`: `wait_idle` checks and sleeps under it, so it
+            // either sees this change or is asleep for this notification.
+            let _core = self.core.lock();
+            self.idle.notify_all();
+        }
     }
 }

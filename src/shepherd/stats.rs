@@ -4,7 +4,9 @@
 use std::time::{Duration, Instant};
 
 use crate::stats::Stats;
-use crate::sync::{AtomicU64, Ordering::Relaxed};
+use crossbeam_utils::CachePadded;
+
+use crate::sync::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 /// A point-in-time reading of a [`Shepherd`](crate::Shepherd): the seed's
 /// monitoring figures (operations due, workers busy and asleep, processing
@@ -71,20 +73,35 @@ pub struct ShepherdStats {
     /// Attempts that returned (with a value, an error or a panic).
     pub processed: u64,
     /// Their time inside the handler, added up: `processing_time /
-    /// processed` is the mean attempt.
+    /// processed` is the mean attempt. Read on the same clock as
+    /// `turnaround_time`: the sum is right, one short attempt's share of it
+    /// is not.
     pub processing_time: Duration,
     /// Submission to final outcome, added up over the `succeeded + failed`
-    /// operations: delays and retries included.
+    /// operations: delays and retries included. On the system clock both
+    /// ends are read on the scheduler tick's clock (a few nanoseconds a
+    /// reading, off by up to a tick, 1–4 ms): the sum over many operations
+    /// is right, one short operation's share of it is not.
     pub turnaround_time: Duration,
     /// The admission table's figures: `usage` counts every operation the
     /// shepherd holds (due, delayed, running), `rejected` the `Overload`s.
     pub admission: Stats,
 }
 
-/// The counters; `Relaxed` throughout: each is a count only, read without
+/// The counters, one cell per worker (and one more for the timer and the
+/// threads that shut down or submit), each on its own cache line: the
+/// workers count every attempt, and a shared line bouncing between them
+/// on every count would cost more than the counting. `stats` adds the
+/// cells up. `Relaxed` throughout: each is a count only, read without
 /// ordering by `stats`, and no decision depends on one.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Counters {
+    cells: Box<[CachePadded<Cell>]>,
+}
+
+/// One thread's counts.
+#[derive(Debug, Default)]
+struct Cell {
     attempts: AtomicU64,
     retries: AtomicU64,
     panicked: AtomicU64,
@@ -95,6 +112,10 @@ pub(crate) struct Counters {
     processed: AtomicU64,
     processing_nanos: AtomicU64,
     turnaround_nanos: AtomicU64,
+    /// Attempts of this worker whose record is in its slot (0 or 1).
+    running: AtomicUsize,
+    /// This worker is inside a handler (0 or 1; its worker alone writes it).
+    busy: AtomicUsize,
 }
 
 /// A duration in nanoseconds for a counter (584 years saturate).
@@ -103,61 +124,126 @@ fn nanos(duration: Duration) -> u64 {
 }
 
 impl Counters {
-    pub(crate) fn attempt(&self) {
-        // Relaxed: a count (see the type's docs).
-        self.attempts.fetch_add(1, Relaxed);
+    /// Cells for `workers` workers, and the shared one.
+    pub(crate) fn new(workers: usize) -> Self {
+        Counters {
+            cells: (0..=workers).map(|_| CachePadded::default()).collect(),
+        }
     }
 
-    pub(crate) fn retry(&self) {
-        // Relaxed: a count.
-        self.retries.fetch_add(1, Relaxed);
+    /// The cell of threads that are not workers.
+    pub(crate) fn shared_cell(&self) -> usize {
+        self.cells.len() - 1
     }
 
-    pub(crate) fn panicked(&self) {
-        // Relaxed: a count.
-        self.panicked.fetch_add(1, Relaxed);
+    fn cell(&self, cell: usize) -> &Cell {
+        // Callers pass a worker index or `shared_cell`; anything else is
+        // counted in the shared cell rather than panic.
+        self.cells
+            .get(cell)
+            .unwrap_or(&self.cells[self.cells.len() - 1])
     }
 
-    pub(crate) fn timed_out(&self) {
-        // Relaxed: a count.
-        self.timed_out.fetch_add(1, Relaxed);
+    /// Adds `n` to `field` of cell `cell`. A worker's cell has one writer
+    /// (its worker), so a plain load and store do, without the locked
+    /// instruction of an RMW; the shared cell has several and gets an RMW.
+    #[inline]
+    fn add(&self, cell: usize, n: u64, field: impl Fn(&Cell) -> &AtomicU64) {
+        let shared = cell >= self.shared_cell();
+        let counter = field(self.cell(cell));
+        if shared {
+            // Relaxed: a count (see the type's docs); several writers.
+            counter.fetch_add(n, Relaxed);
+        } else {
+            // Relaxed: a count with one writer, this worker; readers see
+            // one value or the next.
+            counter.store(counter.load(Relaxed).wrapping_add(n), Relaxed);
+        }
     }
 
-    pub(crate) fn budget_refused(&self) {
-        // Relaxed: a count.
-        self.budget_refused.fetch_add(1, Relaxed);
+    /// Worker `cell` starts an attempt.
+    pub(crate) fn attempt(&self, cell: usize) {
+        self.add(cell, 1, |c| &c.attempts);
+        let cell = self.cell(cell);
+        // Relaxed: counts. `running` is an RMW: the timer also takes a
+        // timed-out record out of it. `busy` has one writer.
+        cell.running.fetch_add(1, Relaxed);
+        cell.busy.store(1, Relaxed);
+    }
+
+    /// Worker `cell`'s attempt no longer runs (it returned, or the timer
+    /// took its record).
+    pub(crate) fn stopped(&self, cell: usize) {
+        // Relaxed: a count; an RMW (see `attempt`).
+        self.cell(cell).running.fetch_sub(1, Relaxed);
+    }
+
+    /// Worker `cell` is out of the handler.
+    pub(crate) fn free(&self, cell: usize) {
+        // Relaxed: a flag with one writer, this worker.
+        self.cell(cell).busy.store(0, Relaxed);
+    }
+
+    pub(crate) fn retry(&self, cell: usize) {
+        self.add(cell, 1, |c| &c.retries);
+    }
+
+    pub(crate) fn panicked(&self, cell: usize) {
+        self.add(cell, 1, |c| &c.panicked);
+    }
+
+    pub(crate) fn timed_out(&self, cell: usize) {
+        self.add(cell, 1, |c| &c.timed_out);
+    }
+
+    pub(crate) fn budget_refused(&self, cell: usize) {
+        self.add(cell, 1, |c| &c.budget_refused);
     }
 
     /// An attempt returned after `took` in the handler.
-    pub(crate) fn processed(&self, took: Duration) {
-        // Relaxed: counts.
-        self.processed.fetch_add(1, Relaxed);
-        self.processing_nanos.fetch_add(nanos(took), Relaxed);
+    pub(crate) fn processed(&self, cell: usize, took: Duration) {
+        self.add(cell, 1, |c| &c.processed);
+        self.add(cell, nanos(took), |c| &c.processing_nanos);
     }
 
     /// An operation was completed, `took` after its submission.
-    pub(crate) fn resolved(&self, succeeded: bool, took: Duration) {
-        // Relaxed: counts.
+    pub(crate) fn resolved(&self, cell: usize, succeeded: bool, took: Duration) {
         if succeeded {
-            self.succeeded.fetch_add(1, Relaxed);
+            self.add(cell, 1, |c| &c.succeeded);
         } else {
-            self.failed.fetch_add(1, Relaxed);
+            self.add(cell, 1, |c| &c.failed);
         }
-        self.turnaround_nanos.fetch_add(nanos(took), Relaxed);
+        self.add(cell, nanos(took), |c| &c.turnaround_nanos);
+    }
+
+    /// Attempts running and workers busy, over every cell.
+    pub(crate) fn running_busy(&self) -> (usize, usize) {
+        // Relaxed: counts.
+        self.cells.iter().fold((0, 0), |(running, busy), cell| {
+            (
+                running + cell.running.load(Relaxed),
+                busy + cell.busy.load(Relaxed),
+            )
+        })
     }
 
     /// Fills the counter fields of `stats`.
     pub(crate) fn read_into(&self, stats: &mut ShepherdStats) {
-        // Relaxed: counts (see the type's docs).
-        stats.attempts = self.attempts.load(Relaxed);
-        stats.retries = self.retries.load(Relaxed);
-        stats.panicked = self.panicked.load(Relaxed);
-        stats.timed_out = self.timed_out.load(Relaxed);
-        stats.budget_refused = self.budget_refused.load(Relaxed);
-        stats.succeeded = self.succeeded.load(Relaxed);
-        stats.failed = self.failed.load(Relaxed);
-        stats.processed = self.processed.load(Relaxed);
-        stats.processing_time = Duration::from_nanos(self.processing_nanos.load(Relaxed));
-        stats.turnaround_time = Duration::from_nanos(self.turnaround_nanos.load(Relaxed));
+        let mut nanos = (0u64, 0u64);
+        for cell in self.cells.iter() {
+            // Relaxed: counts (see the type's docs).
+            stats.attempts += cell.attempts.load(Relaxed);
+            stats.retries += cell.retries.load(Relaxed);
+            stats.panicked += cell.panicked.load(Relaxed);
+            stats.timed_out += cell.timed_out.load(Relaxed);
+            stats.budget_refused += cell.budget_refused.load(Relaxed);
+            stats.succeeded += cell.succeeded.load(Relaxed);
+            stats.failed += cell.failed.load(Relaxed);
+            stats.processed += cell.processed.load(Relaxed);
+            nanos.0 = nanos.0.saturating_add(cell.processing_nanos.load(Relaxed));
+            nanos.1 = nanos.1.saturating_add(cell.turnaround_nanos.load(Relaxed));
+        }
+        stats.processing_time = Duration::from_nanos(nanos.0);
+        stats.turnaround_time = Duration::from_nanos(nanos.1);
     }
 }

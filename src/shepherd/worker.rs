@@ -19,33 +19,31 @@
 //! if every worker hangs nothing more runs until one returns.
 
 use std::any::Any;
+use std::cmp::Reverse;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-
-use crate::worker::{drop_payload, drop_quietly};
 use std::time::Duration;
 
 use super::handle::LastAttempt;
 use super::handler::{Handler, Recovery};
-use super::state::{Core, Record, Shared};
-use crate::sync::{spin_poll, Arc, Ordering::Relaxed};
+use super::queue::Store;
+use super::state::{Record, Shared};
+use crate::sync::Arc;
+use crate::worker::{drop_payload, drop_quietly};
 
-/// How long a sleeper waits when it has no deadline: it re-checks after a
+/// How long the timer waits when it has no deadline: it re-checks after a
 /// spurious wake-up anyway.
 const LONG: Duration = Duration::from_secs(3600);
 
-/// One attempt handed to a worker.
-struct Job<Op> {
-    token: u64,
-    op: Arc<Op>,
-    attempt: u32,
-}
-
-/// What the worker knows of its previous attempt, accounted on its next
-/// trip through `Core`.
-#[derive(Clone, Copy)]
-struct Ended {
-    /// The record was still in the slot (the timer did not take it).
-    had_record: bool,
+/// One attempt handed to a worker: its record in hand, or (with an
+/// attempt timeout) in the worker's slot, where the timer may take it, and
+/// the operation shared.
+enum Job<H: Handler> {
+    InHand(Record<H>),
+    InSlot {
+        token: u64,
+        op: Arc<H::Op>,
+        attempt: u32,
+    },
 }
 
 /// One worker thread's loop.
@@ -56,19 +54,35 @@ pub(crate) struct WorkerLoop<H: Handler> {
 
 impl<H: Handler> WorkerLoop<H> {
     pub(crate) fn run(self) {
+        let shared = &*self.shared;
         let mut state = self.build();
-        let mut ended = None;
-        while let Some(job) = self.next(ended.take()) {
+        let mut token = 0;
+        while let Some(job) = self.next(&mut token) {
             // Nothing one attempt does may end the loop: a dead worker
             // would strand its slot. Handlers and user drops are caught
             // inside `attempt`; this is the backstop.
-            match catch_unwind(AssertUnwindSafe(|| self.attempt(&mut state, job))) {
-                Ok(had_record) => ended = Some(Ended { had_record }),
+            let had_record = match catch_unwind(AssertUnwindSafe(|| self.attempt(&mut state, job)))
+            {
+                Ok(had_record) => had_record,
                 Err(payload) => {
                     drop_payload(payload);
-                    ended = Some(Ended { had_record: true });
+                    true
                 }
+            };
+            shared.counters.free(self.index);
+            if had_record {
+                shared.counters.stopped(self.index);
+                // The record is completed, delayed or requeued by now
+                // (state.rs, "Counts"). Its SeqCst decrement also publishes
+                // the figures above to whoever sees the shepherd idle.
+                shared.work_done();
             }
+        }
+        {
+            let mut core = shared.core.lock();
+            core.alive -= 1;
+            shared.timer.notify_all();
+            shared.idle.notify_all();
         }
         if let Some(mut handler) = state {
             if let Err(payload) = catch_unwind(AssertUnwindSafe(|| handler.terminate())) {
@@ -78,117 +92,72 @@ impl<H: Handler> WorkerLoop<H> {
         }
     }
 
-    /// The next attempt: accounts the previous one, then takes a due
-    /// record, spinning for a while before sleeping. `None` once shutdown
-    /// has begun and nothing is due.
-    fn next(&self, ended: Option<Ended>) -> Option<Job<H::Op>> {
+    /// The next attempt, from the due line (which spins, then sleeps, when
+    /// it is empty); with an attempt timeout, installed in this worker's
+    /// slot. `None` once shutdown has begun and nothing is due.
+    fn next(&self, token: &mut u64) -> Option<Job<H>> {
         let shared = &*self.shared;
-        let mut core = shared.core.lock();
-        if let Some(ended) = ended {
-            self.account(&mut core, ended);
-        }
-        if let Some(job) = self.take(&mut core) {
-            return Some(job);
-        }
-        if !core.closing && !shared.spin.is_zero() {
-            drop(core);
-            // Relaxed: a hint (see `Shared::set_due_hint`); the take
-            // itself is under `Core`.
-            let polled = spin_poll(shared.spin, || {
-                if shared.due_hint.load(Relaxed) == 0 {
-                    return None;
-                }
-                let mut core = shared.core.lock();
-                self.take(&mut core)
-            });
-            if polled.is_some() {
-                return polled;
-            }
-            core = shared.core.lock();
-        }
-        loop {
-            if let Some(job) = self.take(&mut core) {
-                return Some(job);
-            }
-            if core.closing {
-                core.alive -= 1;
-                shared.timer.notify_all();
-                shared.idle.notify_all();
-                return None;
-            }
-            // Registered under `Core` and asleep in one step: a submit
-            // that pops this worker notifies it while it waits.
-            core.sleepers.push(self.index);
-            (core, _) = shared.work[self.index].wait_until(core, crate::sync::now() + LONG);
-            // Woken by a submit (already popped), by shutdown, or
-            // spuriously (still listed).
-            if let Some(at) = core.sleepers.iter().position(|&i| i == self.index) {
-                core.sleepers.swap_remove(at);
-            }
-        }
-    }
-
-    /// The previous attempt ended: it no longer runs (unless the timer
-    /// already counted it out) and the worker is free. Under `Core`.
-    fn account(&self, core: &mut Core<H>, ended: Ended) {
-        if ended.had_record {
-            core.running -= 1;
-        }
-        core.busy -= 1;
-        if Shared::is_idle(core) {
-            self.shared.idle.notify_all();
-        }
-    }
-
-    /// Takes the oldest due record into this worker's slot. Under `Core`.
-    fn take(&self, core: &mut Core<H>) -> Option<Job<H::Op>> {
-        let shared = &*self.shared;
-        let mut record: Record<H> = super::queue::Store::pop_due(&mut core.queue)?;
-        shared.set_due_hint(core);
+        let mut record = shared.line.take(self.index, shared.spin)?;
+        shared.counters.attempt(self.index);
         record.attempts += 1;
-        let job = Job {
-            token: core.next_token,
-            op: Arc::clone(&record.op),
+        let Some(timeout) = shared.attempt_timeout else {
+            return Some(Job::InHand(record));
+        };
+        *token += 1;
+        let (op, shared_op) = record.op.share();
+        record.op = op;
+        let job = Job::InSlot {
+            token: *token,
+            op: shared_op,
             attempt: record.attempts,
         };
-        core.next_token += 1;
-        core.running += 1;
-        core.busy += 1;
-        shared.counters.attempt();
-        if let Some(timeout) = shared.attempt_timeout {
-            let now = shared.clock.now();
-            if let Some(deadline) = now.checked_add(timeout) {
-                core.deadlines
-                    .push(std::cmp::Reverse((deadline, self.index, job.token)));
+        match shared.clock.now().checked_add(timeout) {
+            Some(deadline) => {
+                // The deadline and the slot together under `Core`, where
+                // the timer looks for both.
+                let mut core = shared.core.lock();
+                core.deadlines.push(Reverse((deadline, self.index, *token)));
                 if core.timer_wake.map_or(true, |wake| deadline < wake) {
                     shared.timer.notify_all();
                 }
+                *shared.slots[self.index].lock() = Some((*token, record));
             }
+            // A timeout past what an `Instant` holds: none, in effect.
+            None => *shared.slots[self.index].lock() = Some((*token, record)),
         }
-        *shared.slots[self.index].lock() = Some((job.token, record));
         Some(job)
     }
 
     /// Runs one attempt and deals with its outcome; whether the record was
     /// still in the slot when it returned.
-    fn attempt(&self, state: &mut Option<H>, job: Job<H::Op>) -> bool {
+    fn attempt(&self, state: &mut Option<H>, job: Job<H>) -> bool {
         let shared = &*self.shared;
         if state.is_none() {
             *state = self.build();
         }
-        let started = shared.clock.now();
+        let (op, attempt) = match &job {
+            Job::InHand(record) => (record.op.get(), record.attempts),
+            Job::InSlot { op, attempt, .. } => (&**op, *attempt),
+        };
+        // Stamps, not the precise clock: the figure is a sum (see `Stamps`),
+        // and two precise reads would be a good part of a short attempt.
+        let started = shared.stamps.now();
         let result = match state.as_mut() {
-            Some(handler) => {
-                catch_unwind(AssertUnwindSafe(|| handler.handle(&job.op, job.attempt)))
-            }
+            Some(handler) => catch_unwind(AssertUnwindSafe(|| handler.handle(op, attempt))),
             // The factory panicked: this attempt fails as a panic would.
             None => Err(Box::new("the factory panicked") as Box<dyn Any + Send>),
         };
+        let ended = shared.stamps.now();
         shared
             .counters
-            .processed(shared.clock.now().saturating_duration_since(started));
-        let taken = take_running(&mut shared.slots[self.index].lock(), job.token);
-        let Some((_, record)) = taken else {
+            .processed(self.index, ended.saturating_duration_since(started));
+        let taken = match job {
+            Job::InHand(record) => Some(record),
+            Job::InSlot { token, .. } => {
+                take_running(&mut shared.slots[self.index].lock(), token).map(|(_, record)| record)
+            }
+        };
+        let Some(record) = taken else {
             // Timed out: the timer has dealt with the operation. The late
             // result is dropped, and the handler rebuilt (module docs).
             if let Err(payload) = result {
@@ -200,7 +169,7 @@ impl<H: Handler> WorkerLoop<H> {
             return false;
         };
         match result {
-            Ok(Ok(output)) => shared.finish(record, Ok(output)),
+            Ok(Ok(output)) => shared.finish(record, Ok(output), self.index),
             Ok(Err(error)) => {
                 let handler = state.as_mut();
                 let verdict = catch_unwind(AssertUnwindSafe(|| {
@@ -221,7 +190,7 @@ impl<H: Handler> WorkerLoop<H> {
             }
             Err(payload) => {
                 drop_payload(payload);
-                shared.counters.panicked();
+                shared.counters.panicked(self.index);
                 self.rebuild(state);
                 let retryable = shared.policy.retries_panics();
                 self.failed(record, LastAttempt::Panicked, retryable);
@@ -231,15 +200,20 @@ impl<H: Handler> WorkerLoop<H> {
     }
 
     /// A failed attempt: retry or finish, as [`Shared::decide`] says.
-    fn failed(&self, record: Record<H>, last: LastAttempt<H::Error>, retryable: bool) {
+    fn failed(
+        &self,
+        record: super::state::Record<H>,
+        last: LastAttempt<H::Error>,
+        retryable: bool,
+    ) {
         let shared = &*self.shared;
         let now = shared.clock.now();
         let final_ = {
             let mut core = shared.core.lock();
-            shared.decide(&mut core, record, last, retryable, now)
+            shared.decide(&mut core, record, last, retryable, now, self.index)
         };
         if let Some((record, failure)) = final_ {
-            shared.finish(record, Err(failure));
+            shared.finish(record, Err(failure), self.index);
         }
     }
 
@@ -279,23 +253,33 @@ pub(crate) fn run_timer<H: Handler>(shared: &Shared<H>) {
             core.deadlines.pop();
             let taken = take_running(&mut shared.slots[worker].lock(), token);
             if let Some((_, record)) = taken {
-                core.running -= 1;
-                shared.counters.timed_out();
+                let cell = shared.counters.shared_cell();
+                shared.counters.timed_out(cell);
+                shared.counters.stopped(worker);
                 let retryable = shared.policy.retries_timeouts();
-                if let Some(last) =
-                    shared.decide(&mut core, record, LastAttempt::TimedOut, retryable, now)
-                {
+                if let Some(last) = shared.decide(
+                    &mut core,
+                    record,
+                    LastAttempt::TimedOut,
+                    retryable,
+                    now,
+                    cell,
+                ) {
                     finals.push(last);
                 }
-                if Shared::is_idle(&core) {
-                    shared.idle.notify_all();
-                }
+                // Out of the slot, after the requeue if any (state.rs,
+                // "Counts"). A final failure is completed below, after
+                // `work` fell: its caller may see `wait_idle` answer a
+                // moment before its handle resolves, as with any
+                // completion.
+                shared.work_done_locked();
             }
         }
         if !finals.is_empty() {
             drop(core);
+            let cell = shared.counters.shared_cell();
             for (record, failure) in finals {
-                shared.finish(record, Err(failure));
+                shared.finish(record, Err(failure), cell);
             }
             core = shared.core.lock();
             continue;
@@ -304,7 +288,7 @@ pub(crate) fn run_timer<H: Handler>(shared: &Shared<H>) {
             return;
         }
         let next = [
-            super::queue::Store::next_due(&core.queue),
+            core.queue.next_due(),
             core.deadlines.peek().map(|entry| entry.0 .0),
         ]
         .into_iter()

@@ -1,0 +1,109 @@
+//! Loom models of the shepherd's due line and its workers' sleep/wake
+//! protocol (`src/shepherd/line.rs`).
+//!
+//! What they show, under every interleaving loom explores:
+//!
+//! * a worker never sleeps through a submit: a worker that found the line
+//!   empty and a submitter that reserves and publishes meet, whichever
+//!   order the worker's registration and the submitter's push take (a lost
+//!   wake-up leaves the model deadlocked, which loom reports);
+//! * two pushes, a submit and the timer's promotion of a delayed operation
+//!   that became due, each reach a worker while two workers sleep: one
+//!   wake per record, none lost;
+//! * shutdown wakes every sleeping worker, and a submit racing it is either
+//!   refused or taken by a worker before the workers leave (nothing is
+//!   stranded on a closed line).
+//!
+//! The records are `usize` stand-ins: the completion (a oneshot, which
+//! loom cannot see) stays out of the model; the line is the protocol.
+//!
+//! Run with
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p loom-tests --release --test loom_shepherd`
+//! (CI uses 2).
+#![cfg(loom)]
+
+use std::sync::Arc;
+
+use loom::thread;
+use sidejob::loom_api::DueLine;
+
+/// One worker, one submit: the worker's take ends with the record.
+#[test]
+fn a_worker_never_sleeps_through_a_submit() {
+    loom::model(|| {
+        let line = Arc::new(DueLine::new(1));
+        let submitter = {
+            let line = Arc::clone(&line);
+            thread::spawn(move || {
+                assert!(line.reserve(), "the line is open");
+                line.publish(7);
+            })
+        };
+        assert_eq!(line.take(0), Some(7));
+        submitter.join().unwrap();
+        assert_eq!(line.due(), 0);
+        line.close();
+        assert_eq!(line.take(0), None);
+    });
+}
+
+/// Two workers each wait for one record; a submitter and the timer (the
+/// main thread, promoting a delayed operation) push one each. Both workers
+/// must wake: the two records go to two different takes.
+#[test]
+fn a_submit_and_a_promotion_wake_two_sleepers() {
+    loom::model(|| {
+        let line = Arc::new(DueLine::new(2));
+        let workers: Vec<_> = (0..2)
+            .map(|index| {
+                let line = Arc::clone(&line);
+                thread::spawn(move || line.take(index))
+            })
+            .collect();
+        let submitter = {
+            let line = Arc::clone(&line);
+            thread::spawn(move || assert!(line.push(1)))
+        };
+        assert!(line.push(2), "the timer's promotion");
+        submitter.join().unwrap();
+        let mut taken: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        taken.sort_unstable();
+        assert_eq!(taken, [Some(1), Some(2)]);
+        assert_eq!(line.due(), 0);
+    });
+}
+
+/// Shutdown with two workers asleep (or about to be) and a submit racing
+/// it: every worker leaves, and the submit was refused or taken.
+#[test]
+fn shutdown_wakes_every_worker_and_strands_nothing() {
+    let mut builder = loom::model::Builder::new();
+    // Four threads; a bound keeps CI's run short (3 locally is within it).
+    builder.preemption_bound.get_or_insert(3);
+    builder.check(|| {
+        let line = Arc::new(DueLine::new(2));
+        let workers: Vec<_> = (0..2)
+            .map(|index| {
+                let line = Arc::clone(&line);
+                thread::spawn(move || {
+                    let mut took = 0;
+                    while let Some(record) = line.take(index) {
+                        assert_eq!(record, 5);
+                        took += 1;
+                    }
+                    took
+                })
+            })
+            .collect();
+        let submitter = {
+            let line = Arc::clone(&line);
+            thread::spawn(move || line.push(5))
+        };
+        line.close();
+        let accepted = submitter.join().unwrap();
+        let took: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
+        assert_eq!(took, usize::from(accepted), "a record taken iff accepted");
+        assert_eq!(line.due(), 0);
+        assert!(!line.push(6), "closed");
+    });
+}
