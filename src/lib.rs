@@ -250,7 +250,7 @@ pub use stats::{Rates, ShardStats, Stats};
 #[cfg(feature = "tokio")]
 pub use supervisor::Task;
 pub use supervisor::{
-    Child, ChildGuard, ChildId, ChildInfo, ChildKind, KeyedGuard, Supervisor, SupervisorBuilder,
+    Child, ChildGuard, ChildId, ChildInfo, ChildKind, Supervisor, SupervisorBuilder,
 };
 pub use waiters::{QueueOrder, DEFAULT_MAX_WAIT, MAX_WAITERS};
 pub use worker::Worker;

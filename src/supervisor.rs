@@ -230,8 +230,6 @@ struct Inner {
     common: Arc<Common>,
     /// Registry shard `i` holds the children admitted on table shard `i`.
     registry: Box<[Arc<RegistryShard>]>,
-    /// The busy keys of keyed children (`reserve_keyed` and friends).
-    keys: KeySet,
     clock: CoarseClock,
     name: String,
     /// `{name}-child`: the name of every spawned thread.
@@ -485,14 +483,14 @@ impl Supervisor {
     /// assert_eq!(sup.busy_keys(), 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn reserve_keyed<K: Hash + ?Sized>(&self, key: &K) -> Result<KeyedGuard, Error> {
-        let keys = &self.inner.keys;
+    pub fn reserve_keyed<K: Hash + ?Sized>(&self, key: &K) -> Result<ChildGuard, Error> {
+        let keys = &self.inner.common.keys;
         let hash = keys.hash(key);
         match keys.try_enter(hash) {
             Ok(key) => {
                 // `key` is dropped (released) if the capacity refuses.
                 let child = self.inner.enter(Admit::Wait, ChildKind::Reserved)?;
-                Ok(KeyedGuard { child, key })
+                Ok(child.with_key(key))
             }
             Err(Error::KeyBusy) if keys.can_wait() => self.reserve_keyed_slow(hash),
             Err(err) => Err(err),
@@ -502,13 +500,15 @@ impl Supervisor {
     /// The key was busy: wait for it, then for capacity, within one
     /// deadline.
     #[cold]
-    fn reserve_keyed_slow(&self, hash: u64) -> Result<KeyedGuard, Error> {
-        let keys = &self.inner.keys;
+    fn reserve_keyed_slow(&self, hash: u64) -> Result<ChildGuard, Error> {
+        let keys = &self.inner.common.keys;
         let deadline = keys.deadline(None);
         let key = keys.wait_blocking(hash, deadline)?;
         let shard = self.inner.common.table.acquire_waiting(deadline)?;
-        let child = self.inner.register(shard, ChildKind::Reserved);
-        Ok(KeyedGuard { child, key })
+        Ok(self
+            .inner
+            .register(shard, ChildKind::Reserved)
+            .with_key(key))
     }
 
     /// [`reserve_keyed`](Self::reserve_keyed) that never waits, for the key
@@ -543,11 +543,11 @@ impl Supervisor {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[inline]
-    pub fn try_reserve_keyed<K: Hash + ?Sized>(&self, key: &K) -> Result<KeyedGuard, Error> {
-        let keys = &self.inner.keys;
+    pub fn try_reserve_keyed<K: Hash + ?Sized>(&self, key: &K) -> Result<ChildGuard, Error> {
+        let keys = &self.inner.common.keys;
         let key = keys.try_enter(keys.hash(key))?;
         let child = self.inner.enter(Admit::Try, ChildKind::Reserved)?;
-        Ok(KeyedGuard { child, key })
+        Ok(child.with_key(key))
     }
 
     /// [`reserve_keyed`](Self::reserve_keyed) as a future: waits for the
@@ -586,19 +586,21 @@ impl Supervisor {
     pub fn reserve_keyed_async<K: Hash + ?Sized>(
         &self,
         key: &K,
-    ) -> impl Future<Output = Result<KeyedGuard, Error>> + Send + '_ {
-        let hash = self.inner.keys.hash(key);
+    ) -> impl Future<Output = Result<ChildGuard, Error>> + Send + '_ {
+        let hash = self.inner.common.keys.hash(key);
         async move {
             let (key, shard) = self.keyed_unit_async(hash).await?;
-            let child = self.inner.register(shard, ChildKind::Reserved);
-            Ok(KeyedGuard { child, key })
+            Ok(self
+                .inner
+                .register(shard, ChildKind::Reserved)
+                .with_key(key))
         }
     }
 
     /// The key's slot, then a unit of capacity, waiting for each under the
     /// policy within one deadline. A refusal of the unit drops the slot.
-    async fn keyed_unit_async(&self, hash: u64) -> Result<(KeySlot, usize), Error> {
-        let keys = &self.inner.keys;
+    async fn keyed_unit_async(&self, hash: u64) -> Result<(KeySlot<'_>, usize), Error> {
+        let keys = &self.inner.common.keys;
         let deadline = if keys.can_wait() {
             keys.deadline(None)
         } else {
@@ -615,13 +617,13 @@ impl Supervisor {
     /// once every keyed child has ended. Read shard by shard while keys
     /// come and go.
     pub fn busy_keys(&self) -> usize {
-        self.inner.keys.busy_keys()
+        self.inner.common.keys.busy_keys()
     }
 
     /// How many callers wait for a busy key now (they are not in
     /// [`waiting`](Self::waiting), which counts waits for capacity).
     pub fn waiting_for_keys(&self) -> usize {
-        self.inner.keys.waiting()
+        self.inner.common.keys.waiting()
     }
 
     /// [`reserve`](Self::reserve), trying table shard `start` first (taken
@@ -723,7 +725,7 @@ impl Supervisor {
         // Never waits: this is a plain function called on a runtime's
         // thread, which must not block. `spawn_task_async` waits.
         let guard = self.inner.enter(Admit::Try, ChildKind::Task)?;
-        Ok(self.spawn_guarded(handle, guard, (), future))
+        Ok(self.spawn_guarded(handle, guard, future))
     }
 
     /// [`spawn_task`](Self::spawn_task) that waits for capacity under the
@@ -776,7 +778,7 @@ impl Supervisor {
             .map_err(|_| Error::Spawn(std::io::ErrorKind::NotFound))?;
         let shard = self.inner.common.table.acquire_async(None).await?;
         let guard = self.inner.register(shard, ChildKind::Task);
-        Ok(self.spawn_guarded(&handle, guard, (), future))
+        Ok(self.spawn_guarded(&handle, guard, future))
     }
 
     /// Spawns `future` on the current tokio runtime as a child of `key`
@@ -826,10 +828,10 @@ impl Supervisor {
     {
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::Spawn(std::io::ErrorKind::NotFound))?;
-        let keys = &self.inner.keys;
+        let keys = &self.inner.common.keys;
         let key = keys.try_enter(keys.hash(key))?;
         let guard = self.inner.enter(Admit::Try, ChildKind::Task)?;
-        Ok(self.spawn_guarded(&handle, guard, key, future))
+        Ok(self.spawn_guarded(&handle, guard.with_key(key), future))
     }
 
     /// [`spawn_task_keyed`](Self::spawn_task_keyed) that waits for the key
@@ -901,32 +903,28 @@ impl Supervisor {
     {
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::Spawn(std::io::ErrorKind::NotFound))?;
-        let hash = self.inner.keys.hash(key);
+        let hash = self.inner.common.keys.hash(key);
         let (key, shard) = self.keyed_unit_async(hash).await?;
-        let guard = self.inner.register(shard, ChildKind::Task);
-        Ok(self.spawn_guarded(&handle, guard, key, future))
+        let guard = self.inner.register(shard, ChildKind::Task).with_key(key);
+        Ok(self.spawn_guarded(&handle, guard, future))
     }
 
-    /// Spawns `future` on `handle` as the child `guard` stands for, holding
-    /// `key` (a key's slot, or `()`) until after the guard is dropped.
+    /// Spawns `future` on `handle` as the child `guard` stands for.
     #[cfg(feature = "tokio")]
-    fn spawn_guarded<F, H>(
+    fn spawn_guarded<F>(
         &self,
         handle: &tokio::runtime::Handle,
         mut guard: ChildGuard,
-        key: H,
         future: F,
     ) -> Task<F::Output>
     where
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
-        H: Send + 'static,
     {
         guard.task = true;
         let id = guard.id();
         let (registry, slot, free) = (id.shard(), guard.slot as usize, guard.free);
-        let held = Held { guard, key };
-        let handle = handle.spawn(supervised(held, future));
+        let handle = handle.spawn(supervised(guard, future));
         self.inner.registry[registry].register_task(slot, free, handle.abort_handle());
         Task { id, handle }
     }
@@ -1106,7 +1104,7 @@ impl Supervisor {
         self.inner.common.table.close();
         // After the table: a key waiter woken here that was granted its
         // key finds the capacity closed.
-        self.inner.keys.close();
+        self.inner.common.keys.close();
     }
 
     /// True once [`close`](Self::close) has been called on any handle.
@@ -1326,6 +1324,10 @@ impl Supervisor {
 /// What every registry shard (and so every child) shares.
 struct Common {
     table: Table,
+    /// The busy keys of keyed children (`reserve_keyed` and friends). Here,
+    /// where every guard reaches it through its registry shard, so a keyed
+    /// guard holds no reference count of its own.
+    keys: KeySet,
     /// How many `wait_idle` calls are waiting. Read (Relaxed) by every leave
     /// after its release; on a line of its own, written only by waiters, so
     /// the read is a hit in a shared line.
@@ -1780,6 +1782,8 @@ impl Inner {
             panicked: false,
             #[cfg(feature = "tokio")]
             task: false,
+            keyed: false,
+            key: 0,
         }
     }
 }
@@ -1959,7 +1963,14 @@ impl SupervisorBuilder {
         let shards = self.shards.unwrap_or_else(num_cpus::get);
         let table =
             Table::with_max(capacity, max, shards, self.probe)?.with_policy(&self.policy)?;
+        let keys = KeySet::new(
+            table.shard_count(),
+            per_key,
+            self.policy.max_waiters,
+            self.policy.max_wait,
+        );
         let common = Arc::new(Common {
+            keys,
             table,
             waiters: CachePadded::new(AtomicUsize::new(0)),
             idle: Mutex::new(Idle::default()),
@@ -1970,12 +1981,6 @@ impl SupervisorBuilder {
             .collect();
         Ok(Supervisor {
             inner: Arc::new(Inner {
-                keys: KeySet::new(
-                    common.table.shard_count(),
-                    per_key,
-                    self.policy.max_waiters,
-                    self.policy.max_wait,
-                ),
                 common,
                 registry,
                 clock: CoarseClock::new(),
@@ -2115,7 +2120,9 @@ impl<T> fmt::Debug for Child<T> {
 /// A live child's unit of a [`Supervisor`]'s capacity and its registration;
 /// dropping it is the child's exit.
 ///
-/// Made by [`Supervisor::reserve`]. It is `Send + 'static`: move it into the
+/// Made by [`Supervisor::reserve`] (and [`reserve_keyed`](Supervisor::reserve_keyed),
+/// whose guard also holds one slot of its key, given back right after the
+/// unit). It is `Send + 'static`: move it into the
 /// child. Dropped while its thread panics, the exit is counted in
 /// [`Stats::panicked`].
 #[must_use = "the child exits as soon as its guard is dropped"]
@@ -2135,6 +2142,10 @@ pub struct ChildGuard {
     /// guards reads nothing more.
     #[cfg(feature = "tokio")]
     task: bool,
+    /// Set for a keyed child: its exit also releases one slot of the key
+    /// whose hash is `key`, after the unit.
+    keyed: bool,
+    key: u64,
 }
 
 impl ChildGuard {
@@ -2142,6 +2153,15 @@ impl ChildGuard {
     pub fn id(&self) -> ChildId {
         // Computed, not stored: a smaller guard is a cheaper reserve + drop.
         self.shard.id(self.slot as usize, self.free)
+    }
+
+    /// This guard, now also holding the key's slot `key` (released on
+    /// exit, after the unit).
+    #[inline]
+    fn with_key(mut self, key: KeySlot<'_>) -> ChildGuard {
+        self.key = key.keep();
+        self.keyed = true;
+        self
     }
 }
 
@@ -2151,11 +2171,19 @@ impl Drop for ChildGuard {
         let panicked = self.panicked || os_thread::panicking();
         #[cfg(feature = "tokio")]
         if self.task {
-            return self
-                .shard
+            self.shard
                 .leave_task(self.slot as usize, self.free, panicked);
+        } else {
+            self.shard.leave(self.slot as usize, self.free, panicked);
         }
+        #[cfg(not(feature = "tokio"))]
         self.shard.leave(self.slot as usize, self.free, panicked);
+        // The unit went back first: a key never counts fewer live children
+        // than it has. Our `Arc` of the registry shard keeps the key set
+        // alive until here.
+        if self.keyed {
+            self.shard.common.keys.release(self.key);
+        }
     }
 }
 
@@ -2164,54 +2192,6 @@ impl fmt::Debug for ChildGuard {
         f.debug_struct("ChildGuard")
             .field("id", &self.id())
             .finish()
-    }
-}
-
-/// A live keyed child's unit of a [`Supervisor`]'s capacity, its
-/// registration, and one of its key's slots; dropping it is the child's
-/// exit.
-///
-/// Made by [`Supervisor::reserve_keyed`] and its siblings. It is
-/// `Send + 'static`: move it into the child. Dropping it gives the unit
-/// back first, then the key's slot, which goes straight to the key's
-/// oldest waiter if one waits. Dropped while its thread panics, the exit
-/// is counted in [`Stats::panicked`].
-///
-/// # Examples
-///
-/// ```
-/// use sidejob::{Error, Supervisor};
-///
-/// let sup = Supervisor::new(4)?;
-/// let guard = sup.reserve_keyed(&"tenant-9")?;
-/// assert_eq!(sup.which_children(), [guard.id()]);
-/// let job = std::thread::spawn(move || drop(guard)); // the child ends
-/// job.join().unwrap();
-/// assert_eq!((sup.count(), sup.busy_keys()), (0, 0));
-/// assert!(sup.try_reserve_keyed(&"tenant-9").is_ok());
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[must_use = "the child exits as soon as its guard is dropped"]
-#[clippy::has_significant_drop]
-pub struct KeyedGuard {
-    // Declaration order is drop order: the unit, then the key's slot.
-    child: ChildGuard,
-    key: KeySlot,
-}
-
-impl KeyedGuard {
-    /// The child's id, as [`Supervisor::which_children`] lists it.
-    pub fn id(&self) -> ChildId {
-        self.child.id()
-    }
-}
-
-impl fmt::Debug for KeyedGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let _ = &self.key;
-        f.debug_struct("KeyedGuard")
-            .field("id", &self.id())
-            .finish_non_exhaustive()
     }
 }
 
@@ -2281,24 +2261,13 @@ impl<T> fmt::Debug for Task<T> {
     }
 }
 
-/// What a supervised task holds: its guard, then what must be released
-/// after it (a key's slot). Fields drop in declaration order, so on every
-/// path (completion, panic, abort) the unit goes back before the key's
-/// slot, and a key never counts fewer live children than it has.
-#[cfg(feature = "tokio")]
-struct Held<H> {
-    guard: ChildGuard,
-    #[allow(dead_code)] // held for its drop
-    key: H,
-}
-
 /// `future`, holding `guard` until it completes or is dropped (aborted). A
 /// panic in `poll` is caught so the guard can be dropped as panicked, then
 /// resumed for tokio to report through the `JoinError`: tokio catches the
 /// panic outside the future and drops the future later, when
 /// `thread::panicking()` no longer says so.
 #[cfg(feature = "tokio")]
-async fn supervised<F: std::future::Future, H>(mut held: Held<H>, future: F) -> F::Output {
+async fn supervised<F: std::future::Future>(mut guard: ChildGuard, future: F) -> F::Output {
     use std::task::Poll;
 
     let mut future = std::pin::pin!(future);
@@ -2313,8 +2282,8 @@ async fn supervised<F: std::future::Future, H>(mut held: Held<H>, future: F) -> 
     match polled {
         Ok(output) => output,
         Err(payload) => {
-            held.guard.panicked = true;
-            drop(held);
+            guard.panicked = true;
+            drop(guard);
             panic::resume_unwind(payload)
         }
     }

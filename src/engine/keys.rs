@@ -41,7 +41,8 @@
 //!   `live < per_key`, `live += 1` and the caller holds a [`KeySlot`].
 //!   Else the key is busy: `KeyBusy`, or (waiting forms, if the policy has
 //!   room) queue a waiter at the back of the key's queue and sleep.
-//! * **Release** (a [`KeySlot`] dropped). Under the lock: if a waiter that
+//! * **Release** (a keyed child's guard dropped, after its unit went back;
+//!   or a [`KeySlot`] dropped by an admission that failed). Under the lock: if a waiter that
 //!   has not expired is queued, take it out of the queue: the slot is now
 //!   its own (`live` is unchanged), and it is woken after the lock is let
 //!   go. Else `live -= 1`, and an entry with no live children and no queue
@@ -165,16 +166,29 @@ impl Wake {
     }
 }
 
-/// One of a key's `per_key` slots; dropping it releases the slot (to the
-/// key's next waiter, if one waits).
-pub(crate) struct KeySlot {
-    shard: Arc<KeyShard>,
+/// One of a key's `per_key` slots while an admission is under way;
+/// dropping it releases the slot (to the key's next waiter, if one waits).
+/// [`keep`](Self::keep) hands it over to a child's guard, which releases it
+/// with [`KeySet::release`] (the guard reaches the set through the
+/// supervisor's shared state, so it holds no reference count of its own).
+pub(crate) struct KeySlot<'a> {
+    set: &'a KeySet,
     hash: u64,
 }
 
-impl Drop for KeySlot {
+impl KeySlot<'_> {
+    /// Hands the slot over: the caller must release `hash` once.
+    #[inline]
+    pub(crate) fn keep(self) -> u64 {
+        let hash = self.hash;
+        std::mem::forget(self);
+        hash
+    }
+}
+
+impl Drop for KeySlot<'_> {
     fn drop(&mut self) {
-        self.shard.release(self.hash);
+        self.set.release(self.hash);
     }
 }
 
@@ -219,6 +233,21 @@ impl KeySet {
         }
     }
 
+    /// The slot of `hash` whose `live` count the caller took under the
+    /// lock.
+    #[inline]
+    fn slot(&self, hash: u64) -> KeySlot<'_> {
+        KeySlot { set: self, hash }
+    }
+
+    /// Releases one slot of the key with this hash (module docs: hand it
+    /// over or forget the key). For a guard that [`kept`](KeySlot::keep)
+    /// the slot.
+    #[inline]
+    pub(crate) fn release(&self, hash: u64) {
+        self.shard(hash).release(hash);
+    }
+
     /// The 64-bit hash keys are told apart by.
     #[inline]
     pub(crate) fn hash<K: Hash + ?Sized>(&self, key: &K) -> u64 {
@@ -234,7 +263,7 @@ impl KeySet {
 
     /// Takes one of the key's slots, or `KeyBusy` at once.
     #[inline]
-    pub(crate) fn try_enter(&self, hash: u64) -> Result<KeySlot, Error> {
+    pub(crate) fn try_enter(&self, hash: u64) -> Result<KeySlot<'_>, Error> {
         let shard = self.shard(hash);
         let mut state = shard.state.lock();
         if state.closed {
@@ -244,10 +273,7 @@ impl KeySet {
         if entry.live < shard.per_key {
             entry.live += 1;
             drop(state);
-            return Ok(KeySlot {
-                shard: Arc::clone(shard),
-                hash,
-            });
+            return Ok(self.slot(hash));
         }
         // Busy: an entry with live children stays.
         Err(Error::KeyBusy)
@@ -294,7 +320,7 @@ impl KeySet {
         &self,
         hash: u64,
         deadline: Option<Instant>,
-    ) -> Result<KeySlot, Error> {
+    ) -> Result<KeySlot<'_>, Error> {
         if !self.join_waiters() {
             return Err(Error::KeyBusy);
         }
@@ -307,7 +333,7 @@ impl KeySet {
         &self,
         hash: u64,
         deadline: Option<Instant>,
-    ) -> Result<KeySlot, Error> {
+    ) -> Result<KeySlot<'_>, Error> {
         let shard = self.shard(hash);
         let condvar = Arc::new(Condvar::new());
         let mut state = shard.state.lock();
@@ -319,12 +345,12 @@ impl KeySet {
             None,
         ) {
             Ok(Some(ticket)) => ticket,
-            Ok(None) => return Ok(shard.slot(hash)),
+            Ok(None) => return Ok(self.slot(hash)),
             Err(err) => return Err(err),
         };
         loop {
             match state.standing(hash, ticket) {
-                Standing::Granted => return Ok(shard.slot(hash)),
+                Standing::Granted => return Ok(self.slot(hash)),
                 Standing::Expired => unreachable_expired(),
                 Standing::Queued => {}
             }
@@ -339,7 +365,7 @@ impl KeySet {
             if timed_out && deadline.is_some_and(|d| now() >= d) {
                 if let Standing::Granted = state.standing(hash, ticket) {
                     // Handed a slot just as time ran out: keep it.
-                    return Ok(shard.slot(hash));
+                    return Ok(self.slot(hash));
                 }
                 state.cancel(hash, ticket);
                 return Err(Error::Timeout);
@@ -412,15 +438,6 @@ fn unreachable_expired() {
 }
 
 impl KeyShard {
-    /// The slot a granted waiter (or a caller that found room) holds; its
-    /// `live` count was already taken under the lock.
-    fn slot(self: &Arc<Self>, hash: u64) -> KeySlot {
-        KeySlot {
-            shard: Arc::clone(self),
-            hash,
-        }
-    }
-
     /// Releases one slot of the key (module docs: hand over or forget).
     fn release(&self, hash: u64) {
         let mut state = self.state.lock();
@@ -596,8 +613,8 @@ pub(crate) struct WaitKey<'a> {
     done: bool,
 }
 
-impl std::future::Future for WaitKey<'_> {
-    type Output = Result<KeySlot, Error>;
+impl<'a> std::future::Future for WaitKey<'a> {
+    type Output = Result<KeySlot<'a>, Error>;
 
     fn poll(
         self: std::pin::Pin<&mut Self>,
@@ -640,7 +657,7 @@ impl std::future::Future for WaitKey<'_> {
                     drop(state);
                     set.leave_waiters();
                     this.done = true;
-                    return Poll::Ready(other.map(|_| shard.slot(hash)));
+                    return Poll::Ready(other.map(|_| set.slot(hash)));
                 }
             };
             this.ticket = Some(ticket);
@@ -672,7 +689,7 @@ impl std::future::Future for WaitKey<'_> {
         this.ticket = None;
         this.done = true;
         set.leave_waiters();
-        Poll::Ready(outcome.map(|()| shard.slot(hash)))
+        Poll::Ready(outcome.map(|()| set.slot(hash)))
     }
 }
 
@@ -691,7 +708,7 @@ impl Drop for WaitKey<'_> {
         self.set.leave_waiters();
         if granted {
             // Handed a slot we no longer want: pass it on.
-            drop(shard.slot(self.hash));
+            drop(self.set.slot(self.hash));
         }
     }
 }
