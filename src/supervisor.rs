@@ -635,6 +635,21 @@ impl Supervisor {
         self.inner.enter(Admit::At(start), ChildKind::Reserved)
     }
 
+    /// [`try_reserve_keyed`](Self::try_reserve_keyed), trying table shard
+    /// `start` first (modulo the shard count): the keyed model's seam.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn try_reserve_keyed_at<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        start: usize,
+    ) -> Result<ChildGuard, Error> {
+        let keys = &self.inner.common.keys;
+        let key = keys.try_enter(keys.hash(key))?;
+        let start = start % self.inner.common.table.shard_count();
+        let child = self.inner.enter(Admit::At(start), ChildKind::Reserved)?;
+        Ok(child.with_key(key))
+    }
+
     /// Spawns `future` on the current tokio runtime as a child; never waits
     /// for capacity, whatever the waiting policy (it is called on a
     /// runtime thread, which must not block: `spawn_task_async` waits).
