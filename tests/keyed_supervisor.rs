@@ -32,6 +32,9 @@ fn poll_once<F: Future + ?Sized>(future: Pin<&mut F>) -> Poll<F::Output> {
     future.poll(&mut Context::from_waker(&waker))
 }
 
+/// A waiting keyed admission, boxed to be kept in a list and dropped at will.
+type Waiting<'a> = Pin<Box<dyn Future<Output = Result<ChildGuard, Error>> + Send + 'a>>;
+
 /// Spins (yielding) until `cond` holds: for "this waiter is queued now",
 /// which no channel can say.
 fn until(cond: impl Fn() -> bool) {
@@ -273,9 +276,8 @@ fn async_waiters_of_a_key_are_served_in_order_and_dropped_ones_lose_nothing() {
         .build()
         .unwrap();
     let holder = sup.try_reserve_keyed("wf").unwrap();
-    let mut waiters: Vec<Pin<Box<dyn Future<Output = Result<ChildGuard, Error>> + Send + '_>>> = (0
-        ..4)
-        .map(|_| Box::pin(sup.reserve_keyed_async("wf")) as _)
+    let mut waiters: Vec<Waiting<'_>> = (0..4)
+        .map(|_| Box::pin(sup.reserve_keyed_async("wf")) as Waiting<'_>)
         .collect();
     for waiter in waiters.iter_mut() {
         assert!(poll_once(waiter.as_mut()).is_pending());
