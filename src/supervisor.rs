@@ -444,9 +444,9 @@ impl Supervisor {
     /// workflow id. The key's slot is taken first and released last (after
     /// the unit of capacity), so a key never has more than `per_key` live
     /// children; a refusal of either leaves neither held. Keys are told
-    /// apart by a 64-bit hash: two keys with the same hash (about one pair
-    /// in 2^32 among 2^32 live keys) count as one key, which only
-    /// serializes them.
+    /// apart by 44 bits of a per-process seeded hash: two keys that agree
+    /// on them (about one pair in 2^24 among 1,000 live keys) count as one
+    /// key, which only serializes them.
     ///
     /// A key waits in first-come-first-served order, whatever the
     /// [`queue_order`](SupervisorBuilder::queue_order) (which orders the
@@ -485,14 +485,14 @@ impl Supervisor {
     /// ```
     pub fn reserve_keyed<K: Hash + ?Sized>(&self, key: &K) -> Result<ChildGuard, Error> {
         let keys = &self.inner.common.keys;
-        let hash = keys.hash(key);
-        match keys.try_enter(hash) {
+        let id = keys.id(key);
+        match keys.try_enter(id) {
             Ok(key) => {
                 // `key` is dropped (released) if the capacity refuses.
                 let child = self.inner.enter(Admit::Wait, ChildKind::Reserved)?;
                 Ok(child.with_key(key))
             }
-            Err(Error::KeyBusy) if keys.can_wait() => self.reserve_keyed_slow(hash),
+            Err(Error::KeyBusy) if keys.can_wait() => self.reserve_keyed_slow(id),
             Err(err) => Err(err),
         }
     }
@@ -500,10 +500,10 @@ impl Supervisor {
     /// The key was busy: wait for it, then for capacity, within one
     /// deadline.
     #[cold]
-    fn reserve_keyed_slow(&self, hash: u64) -> Result<ChildGuard, Error> {
+    fn reserve_keyed_slow(&self, id: u64) -> Result<ChildGuard, Error> {
         let keys = &self.inner.common.keys;
         let deadline = keys.deadline(None);
-        let key = keys.wait_blocking(hash, deadline)?;
+        let key = keys.wait_blocking(id, deadline)?;
         let shard = self.inner.common.table.acquire_waiting(deadline)?;
         Ok(self
             .inner
@@ -545,7 +545,7 @@ impl Supervisor {
     #[inline]
     pub fn try_reserve_keyed<K: Hash + ?Sized>(&self, key: &K) -> Result<ChildGuard, Error> {
         let keys = &self.inner.common.keys;
-        let key = keys.try_enter(keys.hash(key))?;
+        let key = keys.try_enter(keys.id(key))?;
         let child = self.inner.enter(Admit::Try, ChildKind::Reserved)?;
         Ok(child.with_key(key))
     }
@@ -587,9 +587,9 @@ impl Supervisor {
         &self,
         key: &K,
     ) -> impl Future<Output = Result<ChildGuard, Error>> + Send + '_ {
-        let hash = self.inner.common.keys.hash(key);
+        let id = self.inner.common.keys.id(key);
         async move {
-            let (key, shard) = self.keyed_unit_async(hash).await?;
+            let (key, shard) = self.keyed_unit_async(id).await?;
             Ok(self
                 .inner
                 .register(shard, ChildKind::Reserved)
@@ -599,14 +599,14 @@ impl Supervisor {
 
     /// The key's slot, then a unit of capacity, waiting for each under the
     /// policy within one deadline. A refusal of the unit drops the slot.
-    async fn keyed_unit_async(&self, hash: u64) -> Result<(KeySlot<'_>, usize), Error> {
+    async fn keyed_unit_async(&self, id: u64) -> Result<(KeySlot<'_>, usize), Error> {
         let keys = &self.inner.common.keys;
         let deadline = if keys.can_wait() {
             keys.deadline(None)
         } else {
             None
         };
-        let key = keys.enter_async(hash, deadline).await?;
+        let key = keys.enter_async(id, deadline).await?;
         let shard = self.inner.common.table.acquire_async(deadline).await?;
         Ok((key, shard))
     }
@@ -644,7 +644,7 @@ impl Supervisor {
         start: usize,
     ) -> Result<ChildGuard, Error> {
         let keys = &self.inner.common.keys;
-        let key = keys.try_enter(keys.hash(key))?;
+        let key = keys.try_enter(keys.id(key))?;
         let start = start % self.inner.common.table.shard_count();
         let child = self.inner.enter(Admit::At(start), ChildKind::Reserved)?;
         Ok(child.with_key(key))
@@ -844,7 +844,7 @@ impl Supervisor {
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::Spawn(std::io::ErrorKind::NotFound))?;
         let keys = &self.inner.common.keys;
-        let key = keys.try_enter(keys.hash(key))?;
+        let key = keys.try_enter(keys.id(key))?;
         let guard = self.inner.enter(Admit::Try, ChildKind::Task)?;
         Ok(self.spawn_guarded(&handle, guard.with_key(key), future))
     }
@@ -918,8 +918,8 @@ impl Supervisor {
     {
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::Spawn(std::io::ErrorKind::NotFound))?;
-        let hash = self.inner.common.keys.hash(key);
-        let (key, shard) = self.keyed_unit_async(hash).await?;
+        let id = self.inner.common.keys.id(key);
+        let (key, shard) = self.keyed_unit_async(id).await?;
         let guard = self.inner.register(shard, ChildKind::Task).with_key(key);
         Ok(self.spawn_guarded(&handle, guard, future))
     }
@@ -1980,6 +1980,7 @@ impl SupervisorBuilder {
             Table::with_max(capacity, max, shards, self.probe)?.with_policy(&self.policy)?;
         let keys = KeySet::new(
             table.shard_count(),
+            max,
             per_key,
             self.policy.max_waiters,
             self.policy.max_wait,
@@ -2158,7 +2159,7 @@ pub struct ChildGuard {
     #[cfg(feature = "tokio")]
     task: bool,
     /// Set for a keyed child: its exit also releases one slot of the key
-    /// whose hash is `key`, after the unit.
+    /// whose id is `key`, after the unit.
     keyed: bool,
     key: u64,
 }

@@ -17,7 +17,11 @@
 //!   (`reserve_keyed_async` under loom's `block_on`, whose waker is a loom
 //!   notify) is too: under loom a condition variable never times out, so
 //!   a missed hand-off is a deadlock the model reports;
-//! * `close` racing a blocked waiter wakes it with `Shutdown`.
+//! * `close` racing a blocked waiter wakes it with `Shutdown`;
+//! * two keys sharing a resident slot (under loom every key shard has
+//!   one): the second is filed in the overflow map and pins the slot; a
+//!   key held in the map never also moves into the slot its neighbour
+//!   emptied, and once both are gone the slot is empty and unpinned.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p
 //! loom-tests --release --test loom_keys`.
@@ -169,5 +173,68 @@ fn close_wakes_a_blocked_key_waiter() {
             (sup.busy_keys(), sup.count(), sup.waiting_for_keys()),
             (0, 0, 0)
         );
+    });
+}
+
+/// Under loom a key shard has one resident slot, so "a" and "b" share it:
+/// the second is filed in the map and pins the slot. While "b" is held
+/// there, the slot emptied by "a" must never let another "b" move in.
+#[test]
+fn a_key_in_the_map_never_also_claims_the_emptied_slot() {
+    loom::model(|| {
+        let sup = supervisor(0);
+        let a = sup.try_reserve_keyed("a").unwrap();
+        let b = sup.try_reserve_keyed("b").unwrap();
+        let leaver = thread::spawn(move || drop(a));
+        let admitter = {
+            let sup = sup.clone();
+            thread::spawn(move || {
+                assert_eq!(sup.try_reserve_keyed("b").unwrap_err(), Error::KeyBusy);
+            })
+        };
+        leaver.join().unwrap();
+        admitter.join().unwrap();
+        assert_eq!(sup.busy_keys(), 1);
+        drop(b);
+        assert_eq!((sup.busy_keys(), sup.count()), (0, 0));
+        // Both keys free again (the slot unpinned and empty).
+        drop(sup.try_reserve_keyed("b").unwrap());
+        drop(sup.try_reserve_keyed("a").unwrap());
+        assert_eq!(sup.busy_keys(), 0);
+    });
+}
+
+/// Two keys sharing the slot come and go on two threads: each key's own
+/// live count never reads 2, and nothing is left behind.
+#[test]
+fn two_keys_sharing_a_slot_come_and_go() {
+    loom::model(|| {
+        let sup = supervisor(0);
+        let a = sup.try_reserve_keyed("a").unwrap();
+        let live_b = Arc::new(AtomicUsize::new(0));
+        let other = {
+            let (sup, live_b) = (sup.clone(), Arc::clone(&live_b));
+            thread::spawn(move || {
+                if let Ok(guard) = sup.try_reserve_keyed("b") {
+                    assert_eq!(live_b.fetch_add(1, SeqCst), 0);
+                    live_b.fetch_sub(1, SeqCst);
+                    drop(guard);
+                }
+            })
+        };
+        let again = {
+            let sup = sup.clone();
+            thread::spawn(move || {
+                drop(a);
+                match sup.try_reserve_keyed("a") {
+                    Ok(guard) => drop(guard),
+                    Err(err) => panic!("a was free: {err}"),
+                }
+            })
+        };
+        other.join().unwrap();
+        again.join().unwrap();
+        assert_eq!((sup.busy_keys(), sup.count()), (0, 0));
+        drop(sup.try_reserve_keyed("b").unwrap());
     });
 }
