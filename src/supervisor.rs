@@ -444,9 +444,9 @@ impl Supervisor {
     /// workflow id. The key's slot is taken first and released last (after
     /// the unit of capacity), so a key never has more than `per_key` live
     /// children; a refusal of either leaves neither held. Keys are told
-    /// apart by 44 bits of a per-process seeded hash: two keys that agree
-    /// on them (about one pair in 2^24 among 1,000 live keys) count as one
-    /// key, which only serializes them.
+    /// apart by 43 bits of a per-process seeded hash: two keys that agree
+    /// on them (a chance of about 2^-24 that any two of 1,000 live keys
+    /// do) count as one key, which only serializes them.
     ///
     /// A key waits in first-come-first-served order, whatever the
     /// [`queue_order`](SupervisorBuilder::queue_order) (which orders the

@@ -81,9 +81,9 @@
 //! A key is hashed once (foldhash, seeded per process, as hashbrown's own
 //! maps are) and known by its *id*: the hash's top 44 bits (bit 63 forced
 //! on, so no id is 0). Bits 32 and up pick the shard, 44 and up the slot.
-//! Two different keys with the same id (about one pair in 2^24 among 2^10
-//! live keys, one in 2^4 among 2^20; the seed keeps an adversary from
-//! choosing them) are treated as one key: they share its `per_key` limit
+//! Two different keys with the same id (the chance that any two of 1,000
+//! live keys agree is about 2^-24, of a million about 2^-4; the seed keeps
+//! an adversary from choosing them) are treated as one key: they share its `per_key` limit
 //! and its queue. That is safe, it only serializes more: no key ever has
 //! more than `per_key` live children, and every waiter is still served in
 //! its turn.
