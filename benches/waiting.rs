@@ -88,11 +88,19 @@ impl CondvarSemaphore {
         }
     }
 
-    fn acquire(&self) {
+    /// Takes a unit, waiting until `deadline` at most (`None`: forever;
+    /// the bench never reaches a deadline, but a timed wait is the work a
+    /// bounded waiter does: the kernel arms a timer for it).
+    fn acquire(&self, deadline: Option<Instant>) {
         let mut count = self.count.lock();
         while *count == 0 {
             self.waiting.fetch_add(1, SeqCst);
-            self.available.wait(&mut count);
+            match deadline {
+                Some(deadline) => {
+                    self.available.wait_until(&mut count, deadline);
+                }
+                None => self.available.wait(&mut count),
+            }
             self.waiting.fetch_sub(1, SeqCst);
         }
         *count -= 1;
@@ -165,8 +173,15 @@ fn ping_pong_threads<G>(
     })
 }
 
-fn handoff_ours_threads(rounds: usize) -> Vec<u64> {
-    let limiter = limiter(1, 1);
+/// Ours, with `max_wait` (`Duration::MAX`: untimed, as the peer's plain
+/// `wait`).
+fn handoff_ours_threads(rounds: usize, max_wait: Duration) -> Vec<u64> {
+    let limiter = Limiter::builder()
+        .capacity(1)
+        .max_waiters(1)
+        .max_wait(max_wait)
+        .build()
+        .unwrap();
     let latencies = ping_pong_threads(rounds, &|| limiter.acquire().unwrap(), &|| {
         limiter.waiting() == 1
     });
@@ -183,12 +198,14 @@ impl Drop for CondvarGuard<'_> {
     }
 }
 
-fn handoff_condvar_threads(rounds: usize) -> Vec<u64> {
+/// The peer, waiting with `wait_until(now + max_wait)` (`None`: plain
+/// `wait`).
+fn handoff_condvar_threads(rounds: usize, max_wait: Option<Duration>) -> Vec<u64> {
     let semaphore = CondvarSemaphore::new(1);
     ping_pong_threads(
         rounds,
         &|| {
-            semaphore.acquire();
+            semaphore.acquire(max_wait.map(|wait| Instant::now() + wait));
             CondvarGuard(&semaphore)
         },
         &|| semaphore.waiting.load(SeqCst) == 1,
@@ -575,12 +592,16 @@ fn ratio_table() {
     let rt = runtime();
     let mut ours_t = Vec::new();
     let mut condvar_t = Vec::new();
+    let mut ours_t_untimed = Vec::new();
+    let mut condvar_t_untimed = Vec::new();
     let mut ours_a = Vec::new();
     let mut ours_untimed = Vec::new();
     let mut tokio_a = Vec::new();
     for _ in 0..3 {
-        ours_t.extend(handoff_ours_threads(HANDOFFS / 6));
-        condvar_t.extend(handoff_condvar_threads(HANDOFFS / 6));
+        ours_t.extend(handoff_ours_threads(HANDOFFS / 6, FOREVER));
+        condvar_t.extend(handoff_condvar_threads(HANDOFFS / 6, Some(FOREVER)));
+        ours_t_untimed.extend(handoff_ours_threads(HANDOFFS / 6, Duration::MAX));
+        condvar_t_untimed.extend(handoff_condvar_threads(HANDOFFS / 6, None));
 
         let limiter = Arc::new(limiter(1, 1));
         ours_a.extend(rt.block_on(ping_pong_tasks(HANDOFFS / 6, {
@@ -608,16 +629,24 @@ fn ratio_table() {
     }
     let (ours_t50, ours_t99) = median_p99(ours_t);
     let (cv_50, cv_99) = median_p99(condvar_t);
+    let (ours_tu50, ours_tu99) = median_p99(ours_t_untimed);
+    let (cv_u50, cv_u99) = median_p99(condvar_t_untimed);
     let (ours_a50, ours_a99) = median_p99(ours_a);
     let (untimed_50, untimed_99) = median_p99(ours_untimed);
     let (tokio_50, tokio_99) = median_p99(tokio_a);
     println!("2. hand-off release -> waiter running, ns (median / p99, {HANDOFFS} hand-offs each, 3 interleaved runs):");
-    println!("   threads: sidejob acquire {ours_t50} / {ours_t99}, parking_lot Mutex+Condvar {cv_50} / {cv_99}");
+    println!("   threads, timed wait (max_wait 1 h / wait_until): sidejob acquire {ours_t50} / {ours_t99}, parking_lot Mutex+Condvar {cv_50} / {cv_99}");
+    println!("   threads, untimed (max_wait MAX / wait): sidejob acquire {ours_tu50} / {ours_tu99}, parking_lot Mutex+Condvar {cv_u50} / {cv_u99}");
     println!("   tasks:   sidejob acquire_async {ours_a50} / {ours_a99} (max_wait MAX, no timer: {untimed_50} / {untimed_99}), tokio Semaphore::acquire {tokio_50} / {tokio_99}");
     println!(
         "ratio hand-off threads ours/condvar median = {:.2}, p99 = {:.2}   (target <= 1)",
         ours_t50 as f64 / cv_50 as f64,
         ours_t99 as f64 / cv_99 as f64
+    );
+    println!(
+        "ratio hand-off threads untimed ours/condvar median = {:.2}, p99 = {:.2}   (target <= 1)",
+        ours_tu50 as f64 / cv_u50 as f64,
+        ours_tu99 as f64 / cv_u99 as f64
     );
     println!(
         "ratio hand-off tasks ours/tokio median     = {:.2}, p99 = {:.2}   (target <= 1)",

@@ -414,6 +414,8 @@ enum Problem {
     TooLong(Duration),
     Nul,
     Spawn(io::ErrorKind),
+    #[cfg(feature = "tokio")]
+    NoRuntime,
 }
 
 impl ConfigError {
@@ -476,6 +478,15 @@ impl ConfigError {
         }
     }
 
+    /// Async workers asked for outside a tokio runtime.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn no_runtime(field: &'static str) -> Self {
+        ConfigError {
+            field,
+            problem: Problem::NoRuntime,
+        }
+    }
+
     /// The same problem, reported against another field name.
     pub(crate) fn with_field(self, field: &'static str) -> Self {
         ConfigError { field, ..self }
@@ -486,7 +497,8 @@ impl ConfigError {
     /// `"max_waiters"` or `"queue_order"`; from the reporter and alarm
     /// builders also `"interval"`, `"threshold"` or `"raise_after"`.
     /// (`"workers"` also when the OS refused to
-    /// start a worker thread: the message then says so.)
+    /// start a worker thread, or an async pool was built outside a tokio
+    /// runtime: the message then says so.)
     pub fn field(&self) -> &'static str {
         self.field
     }
@@ -506,6 +518,11 @@ impl fmt::Display for ConfigError {
             Problem::Spawn(kind) => write!(
                 f,
                 "cannot start the `{field}`: the OS refused a thread ({kind})"
+            ),
+            #[cfg(feature = "tokio")]
+            Problem::NoRuntime => write!(
+                f,
+                "cannot start the `{field}`: no tokio runtime here (build inside one, or name one with `build_async_on`)"
             ),
         }
     }

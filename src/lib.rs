@@ -63,7 +63,8 @@
 //! | you want to bound | use | one unit is | released when |
 //! |---|---|---|---|
 //! | work on the caller's own thread | [`Limiter`] | a [`Permit`] / [`OwnedPermit`] | the permit drops |
-//! | requests to stateful workers (gen_server style) | [`Pool`] | a `call` or `cast` | the worker has *finished* handling it |
+//! | requests to stateful workers (gen_server style) whose handlers block or compute | [`Pool`] | a `call` or `cast` | the worker has *finished* handling it |
+//! | requests to stateful workers whose handlers await I/O (feature `tokio`) | `AsyncPool`, from [`PoolBuilder::build_async`](PoolBuilder) | a `call_async` or `cast` | the worker has *finished* handling it |
 //! | spawned children: threads, tokio tasks, anything | [`Supervisor`] | a [`Child`], [`ChildGuard`] or `Task` | the child ends, normally or by panic |
 //! | idempotent operations that may fail, retried and delayed on one worker per resource | [`Shepherd`] | an operation, from `submit` | its final outcome, after every retry |
 //! | an HTTP or gRPC route (feature `tower`) | `tower::LimitLayer` over a [`Limiter`] | a request | its response is ready |
@@ -192,7 +193,9 @@
     not(feature = "tokio"),
     doc = "* `tokio`: `Supervisor::spawn_task` and `spawn_task_on`,"
 )]
-//!   bounded tokio tasks, and `Supervisor::abort_all` to abort them.
+//!   bounded tokio tasks, and `Supervisor::abort_all` to abort them;
+//!   `PoolBuilder::build_async`, a pool of async workers (`AsyncPool`,
+//!   `AsyncWorker`), each a tokio task.
 //!   ([`Supervisor::wait_idle_async`] needs no feature: it runs on any
 //!   executor.)
 //! * `tower`: `sidejob::tower::LimitLayer`, tower middleware (axum, tonic,
@@ -248,6 +251,11 @@ pub use integrations::tower;
 pub use error::{ConfigError, Error, Refused, TryCallError};
 pub use health::{Alarm, AlarmBuilder, AlarmEvent, AlarmState, Watched};
 pub use limiter::{Limiter, LimiterBuilder, OwnedPermit, Permit};
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub use pool::asynchronous::{
+    worker::AsyncWorker, AsyncPool, WeakAsyncPool, MAX_DEFAULT_ASYNC_WORKERS,
+};
 pub use pool::{Pool, PoolBuilder, WeakPool, DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT};
 pub use probe::Probe;
 pub use reporter::{Observe, Reporter, ReporterBuilder, ReporterHandle, DEFAULT_INTERVAL};

@@ -60,6 +60,12 @@ impl Table {
         self.0.waiting()
     }
 
+    /// The `accepted` and `waited` counts of a stats snapshot.
+    pub fn accepted_and_waited(&self) -> (u64, u64) {
+        let stats = self.0.stats();
+        (stats.accepted, stats.waited)
+    }
+
     /// Admits one unit trying shard `start` first; the shard it came from.
     pub fn acquire_at(&self, start: usize) -> Result<usize, Error> {
         self.0.acquire_at(start)

@@ -84,10 +84,14 @@ pub struct Stats {
     /// out ([`Error::Timeout`](crate::Error::Timeout)), or the adaptive
     /// queue order timed them out.
     pub timed_out: u64,
-    /// Callers that waited and were admitted.
+    /// Callers that waited and were admitted. A waiter's admission is
+    /// counted before its wait returns, so its own `stats()` includes it.
     pub waited: u64,
     /// Their waits added up: `waited_time / waited` is the mean wait of an
-    /// admitted waiter.
+    /// admitted waiter. A wait that a release ended is added by that
+    /// release right after it wakes the waiter (so the waiter does not read
+    /// the clock), before the release returns: a reading taken by the
+    /// waiter itself at that instant may miss its own wait's time.
     pub waited_time: Duration,
     /// The same figures for each shard (for a pool, each worker), in order.
     pub shards: Vec<ShardStats>,

@@ -56,6 +56,39 @@ pub(crate) mod os_thread {
     pub(crate) use std::thread::{park, Thread};
 }
 
+/// Parking a thread that waits in a waiting room (`engine/waiters.rs`):
+/// std's park normally, loom's in a model (a loom thread parked with std's
+/// park would block the whole model).
+pub(crate) mod park {
+    #[cfg(loom)]
+    pub(crate) use loom::thread::{current, Thread};
+    #[cfg(not(loom))]
+    pub(crate) use std::thread::{current, Thread};
+
+    /// Parks the calling thread until it is unparked or `deadline` passes
+    /// (`None`: no deadline). May return early, as std's park may: callers
+    /// re-check their condition. Under loom there is no clock: a deadline is
+    /// ignored, so a protocol that could lose its wake-up shows up as a
+    /// deadlock the model reports instead of being papered over.
+    pub(crate) fn park_until(deadline: Option<std::time::Instant>) {
+        #[cfg(not(loom))]
+        match deadline {
+            Some(deadline) => {
+                let left = deadline.saturating_duration_since(super::now());
+                if !left.is_zero() {
+                    std::thread::park_timeout(left);
+                }
+            }
+            None => std::thread::park(),
+        }
+        #[cfg(loom)]
+        {
+            let _ = deadline;
+            loom::thread::park();
+        }
+    }
+}
+
 /// A non-poisoning mutual-exclusion lock: parking_lot's normally, loom's in a
 /// model. Both sides offer the same `lock()`.
 #[derive(Debug, Default)]

@@ -42,6 +42,12 @@ fn a_waiter_never_sleeps_through_a_release() {
         let got = table.acquire_waiting().expect("the released unit");
         assert_eq!(table.usage(), 1);
         assert_eq!(table.waiting(), 0);
+        // The waiter's own snapshot counts its admission, whether it was
+        // handed the unit (counted under the lock), took it on its
+        // re-check, or never had to wait.
+        let (accepted, waited) = table.accepted_and_waited();
+        assert_eq!(accepted, 2);
+        assert!(waited <= 1);
         releaser.join().unwrap();
         table.release(got);
         assert_eq!(table.usage(), 0);

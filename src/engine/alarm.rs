@@ -19,7 +19,7 @@
 //! the common path is one comparison under the control lock it already
 //! holds. When the watcher rings a room (`Alarm::ring`), the room expires
 //! every waiter whose deadline has passed, under its control lock, wakes
-//! them (they finish with `Timeout` through `Table::finish_wait`), and
+//! them (they finish with `Timeout` through `Table::finished`), and
 //! answers the next instant to ring at, if any.
 //!
 //! # Design

@@ -139,11 +139,11 @@ use crate::error::{ConfigError, Error};
 use crate::probe::{thread_index, Probe};
 use crate::split;
 use crate::stats::{RejectCounter, ShardStats, Stats};
-use crate::waiters::{self, Policy, Queue, Room, State, Wake};
+use crate::waiters::{Policy, Queue, Room, State, Ticket, Wake, Woken};
 use std::time::Instant;
 
 use crate::sync::{
-    now, Arc, AtomicBool, AtomicUsize, Condvar, Mutex,
+    now, park, Arc, AtomicBool, AtomicUsize, Mutex,
     Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
@@ -205,9 +205,6 @@ pub(crate) struct Shard {
     panicked: AtomicUsize,
     /// Units whose holder gave them up for good (`Permit::forget`).
     forgotten: AtomicUsize,
-    /// Units handed from a release straight to a waiter: each is one more
-    /// admission and one more release than `taken` and `given` count.
-    handed: AtomicUsize,
     /// Units that nobody held: takes undone because a racing resize
     /// lowered the limit under them, and units taken for a waiter that left
     /// meanwhile. Each is counted once in `taken` and once in `given`, and
@@ -224,7 +221,6 @@ impl Shard {
             panicked: AtomicUsize::new(0),
             forgotten: AtomicUsize::new(0),
             phantom: AtomicUsize::new(0),
-            handed: AtomicUsize::new(0),
             limit: AtomicUsize::new(limit),
         }
     }
@@ -492,16 +488,17 @@ impl Shard {
         taken.wrapping_sub(given) / UNIT
     }
 
-    fn stats(&self) -> ShardStats {
+    /// The shard's figures; `handed` is its count of units handed from a
+    /// release straight to a waiter (kept under the control lock): each is
+    /// one more admission and one more release than `taken` and `given`
+    /// count.
+    fn stats(&self, handed: usize) -> ShardStats {
         // Acquire, and before `given`: pairs with the Release in `give_back`
         // (every panic counted here has its unit counted in `given`).
         let panicked = self.panicked.load(Acquire);
         // Relaxed: a phantom is counted after its unit is back; a snapshot
         // taken between the two counts one in `accepted` and `completed`.
         let phantom = self.phantom.load(Relaxed);
-        // Relaxed: counted under the control lock; a snapshot may miss the
-        // last hand-off in both `accepted` and `completed`.
-        let handed = self.handed.load(Relaxed);
         let (usage, taken, given) = self.counts();
         ShardStats {
             limit: self.limit(),
@@ -592,15 +589,25 @@ pub(crate) struct WaitUnit<'a> {
     table: &'a Table,
     /// The caller's own deadline, if any; `max_wait` bounds it too.
     deadline: Option<Instant>,
-    /// The waiter's node, while it is queued. Its deadline is the room's
-    /// watcher's business (`alarm.rs`): the future arms no timer.
-    key: Option<usize>,
+    /// The waiter's node and ticket, while it is queued. Its deadline is
+    /// the room's watcher's business (`alarm.rs`): the future arms no
+    /// timer.
+    queued: Option<Queued>,
+}
+
+/// A queued waiter's hold on its place: the node's key (valid while the
+/// ticket says `Waiting`), the ticket, and when it arrived.
+#[derive(Debug)]
+struct Queued {
+    key: usize,
+    ticket: Arc<Ticket>,
+    since: Instant,
 }
 
 impl std::fmt::Debug for WaitUnit<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WaitUnit")
-            .field("queued", &self.key.is_some())
+            .field("queued", &self.queued.is_some())
             .finish()
     }
 }
@@ -616,89 +623,77 @@ impl std::future::Future for WaitUnit<'_> {
 
         let this = self.get_mut();
         let table = this.table;
-        let key = match this.key {
-            Some(key) => key,
-            None => {
-                // First poll: the fast path, then the queue.
-                match table.try_at::<false>(table.home_shard()) {
-                    Err(Error::Overload) => {}
-                    other => return Poll::Ready(other),
-                }
-                let Some(room) = table.room.as_deref() else {
-                    table.count_refusal();
-                    return Poll::Ready(Err(Error::Overload));
-                };
-                let now = now();
-                let deadline = table.wait_deadline(room, this.deadline, now);
-                // Already past (a zero `max_wait`, a caller's deadline gone
-                // by): queue without one, re-check once, then time out
-                // below, as a timer armed for zero would.
-                let overdue = deadline.is_some_and(|deadline| deadline <= now);
-                let watched = deadline.filter(|_| !overdue);
-                let mut control = table.control.lock();
-                let wake = Wake::Task(cx.waker().clone());
-                let (key, arm) = match table.enter_room(room, &mut control, wake, now, watched) {
-                    Ok(entered) => entered,
-                    Err(err) => {
-                        drop(control);
-                        if err == Error::Overload {
-                            table.count_refusal();
-                        }
-                        return Poll::Ready(Err(err));
-                    }
-                };
-                drop(control);
-                if arm {
-                    // Before the re-check, even if it finds a unit: the
-                    // queue now counts on a registration at this instant
-                    // (`Queue::arm`'s invariant).
-                    table.arm(watched);
-                }
-                if let Some(shard) = table.recheck(room, key) {
-                    return Poll::Ready(Ok(shard));
-                }
-                if overdue {
-                    let mut control = table.control.lock();
-                    return Poll::Ready(table.finish_wait(room, &mut control, key));
-                }
-                this.key = Some(key);
-                key
-            }
-        };
         let Some(room) = table.room.as_deref() else {
-            unreachable!("a queued waiter's table has a room");
+            // No room: the fast path alone.
+            return Poll::Ready(match table.try_at::<false>(table.home_shard()) {
+                Err(Error::Overload) => {
+                    table.count_refusal();
+                    Err(Error::Overload)
+                }
+                other => other,
+            });
         };
-        // Granted, closed, or expired by the watcher (its deadline), all
-        // under this lock; or still waiting, to be woken by the same.
-        let mut control = table.control.lock();
-        if control.queue.state(key) != State::Waiting {
-            this.key = None;
-            return Poll::Ready(table.finish_wait(room, &mut control, key));
+        if let Some(queued) = &this.queued {
+            // Granted, closed or expired: read without the lock (the
+            // ticket's Acquire load pairs with the Release store of whoever
+            // ended the wait, under the lock).
+            let state = queued.ticket.state();
+            if state != State::Waiting {
+                this.queued = None;
+                return Poll::Ready(table.finished(room, state));
+            }
+            // Still waiting: point the node at this waker, under the lock
+            // that a grant takes, so the grant wakes the right task.
+            let control = &mut *table.control.lock();
+            let state = queued.ticket.state();
+            if state != State::Waiting {
+                this.queued = None;
+                return Poll::Ready(table.finished(room, state));
+            }
+            control.queue.set_waker(queued.key, cx.waker());
+            return Poll::Pending;
         }
-        control.queue.set_waker(key, cx.waker());
+        // First poll: the fast path, then the queue.
+        match table.try_at::<false>(table.home_shard()) {
+            Err(Error::Overload) => {}
+            other => return Poll::Ready(other),
+        }
+        let now = now();
+        let deadline = table.wait_deadline(room, this.deadline, now);
+        // Already past (a zero `max_wait`, a caller's deadline gone by):
+        // queue without one, re-check once, then time out below, as a timer
+        // armed for zero would.
+        let overdue = deadline.is_some_and(|deadline| deadline <= now);
+        let watched = deadline.filter(|_| !overdue);
+        let wake = Wake::Task(cx.waker().clone());
+        let entered = table.enter_room(room, wake, now, watched);
+        let (queued, arm) = match entered {
+            Ok(entered) => entered,
+            Err(err) => return Poll::Ready(Err(err)),
+        };
+        if arm {
+            // Before the re-check, even if it finds a unit: the queue now
+            // counts on a registration at this instant (`Queue::arm`'s
+            // invariant).
+            table.arm(watched);
+        }
+        if let Some(shard) = table.recheck(room, &queued) {
+            return Poll::Ready(Ok(shard));
+        }
+        if overdue {
+            return Poll::Ready(table.give_up(room, queued));
+        }
+        this.queued = Some(queued);
         Poll::Pending
     }
 }
 
 impl Drop for WaitUnit<'_> {
     fn drop(&mut self) {
-        let Some(key) = self.key.take() else {
+        let Some(queued) = self.queued.take() else {
             return;
         };
-        let table = self.table;
-        let Some(room) = table.room.as_deref() else {
-            return;
-        };
-        let mut control = table.control.lock();
-        let state = control.queue.state(key);
-        control.queue.leave(key);
-        room.set_count(control.queue.len());
-        drop(control);
-        if let State::Granted(shard) = state {
-            // Handed over as the caller gave up: to the next waiter, or
-            // back to the table. Never stranded.
-            table.return_unused(shard);
-        }
+        self.table.abandon(queued);
     }
 }
 
@@ -729,12 +724,11 @@ impl crate::engine::alarm::Alarm for RoomAlarm {
     /// in its poll. A grant and an expiry of one node are both under the
     /// lock, so a waiter is either handed a unit or timed out, never both.
     fn ring(&self, now: Instant) -> Option<Instant> {
-        let mut woken = Vec::new();
+        let mut woken = Woken::default();
         let mut control = self.control.lock();
-        let next = control.queue.expire(now, &mut woken);
-        self.room.set_count(control.queue.len());
+        let next = control.queue.expire(&self.room, now, &mut woken);
         drop(control);
-        waiters::wake_all(woken);
+        woken.wake_all(&self.room);
         next
     }
 }
@@ -748,6 +742,9 @@ struct Control {
     debt: bool,
     /// The waiters, if the table has a waiting room (`waiters.rs`).
     queue: Queue,
+    /// Per shard, the units handed from a release straight to a waiter
+    /// (see `Shard::stats`). Empty until the first hand-off.
+    handed: Vec<usize>,
 }
 
 /// The admission table shared by every front-end.
@@ -958,29 +955,35 @@ impl Table {
         }
     }
 
-    /// Queues the caller, if the room has space and the table is open; its
-    /// key, and whether the caller must [`arm`](Self::arm) the watcher for
-    /// `deadline` once it lets the lock go. `deadline` is an async waiter's
-    /// (the watcher expires it); a blocked thread passes `None` and times
-    /// itself. `Overload` is not counted here.
+    /// Queues the caller, if the room has space and the table is open: its
+    /// hold on its place, and whether it must [`arm`](Self::arm) the
+    /// watcher for `deadline` next. `deadline` is an async waiter's (the
+    /// watcher expires it); a blocked thread passes `None` and times
+    /// itself. `Overload` (counted) when the room is full.
     fn enter_room(
         &self,
         room: &Room,
-        control: &mut Control,
         wake: Wake,
         now: Instant,
         deadline: Option<Instant>,
-    ) -> Result<(usize, bool), Error> {
+    ) -> Result<(Queued, bool), Error> {
+        let mut control = self.control.lock();
         if self.is_closed() {
             return Err(Error::Shutdown);
         }
         if control.queue.len() >= room.policy.max_waiters {
+            drop(control);
+            self.count_refusal();
             return Err(Error::Overload);
         }
-        let key = control.queue.push(wake, now, deadline);
+        let (key, ticket) = control.queue.push(room, wake, now, deadline);
         let arm = deadline.is_some_and(|deadline| control.queue.arm(deadline));
-        room.set_count(control.queue.len());
-        Ok((key, arm))
+        let queued = Queued {
+            key,
+            ticket,
+            since: now,
+        };
+        Ok((queued, arm))
     }
 
     /// Registers the room with the deadline watcher for `deadline` (which
@@ -996,20 +999,34 @@ impl Table {
         let _ = deadline;
     }
 
+    /// Takes a waiter's node out of the queue if its wait has not ended
+    /// yet; the state its ticket had under the lock (`Waiting` if the node
+    /// was taken out here, else the outcome someone else gave it).
+    /// `took_own`: the waiter took a unit from the table itself, an
+    /// admission after waiting that no grant counted: counted here.
+    fn withdraw(&self, room: &Room, queued: &Queued, took_own: bool) -> State {
+        let mut control = self.control.lock();
+        // Under the lock, the state is settled: only a holder of the lock
+        // ends a wait.
+        let state = queued.ticket.state();
+        if state == State::Waiting {
+            control.queue.cancel(room, queued.key);
+            if took_own {
+                control.queue.count_waited(true);
+            }
+        }
+        state
+    }
+
     /// After queuing, the caller took `shard` from the table itself (its
     /// re-check): leave the queue, and give back a second unit if one was
     /// handed over meanwhile.
-    fn leave_with(&self, room: &Room, key: usize, shard: usize) -> usize {
-        let mut control = self.control.lock();
-        let state = control.queue.state(key);
-        let since = control.queue.since(key);
-        control.queue.leave(key);
-        room.set_count(control.queue.len());
-        drop(control);
-        room.record_wait(since, now());
-        if let State::Granted(second) = state {
-            // Goes to the next waiter, or back to the table.
-            self.return_unused(second);
+    fn leave_with(&self, room: &Room, queued: &Queued, shard: usize) -> usize {
+        match self.withdraw(room, queued, true) {
+            // A second unit, handed over meanwhile: its grant counted this
+            // wait; the unit goes to the next waiter, or back to the table.
+            State::Granted(second) => self.return_unused(second),
+            _ => room.add_waited_time(queued.since, now()),
         }
         shard
     }
@@ -1024,19 +1041,14 @@ impl Table {
         self.shards[shard].phantom.fetch_add(1, Relaxed);
     }
 
-    /// Ends a wait whose node is in `state`: the result, and the node gone.
-    /// `Waiting` means the caller gives up (its deadline passed). Under the
-    /// control lock.
-    fn finish_wait(&self, room: &Room, control: &mut Control, key: usize) -> Result<usize, Error> {
-        let state = control.queue.state(key);
-        let since = control.queue.since(key);
-        control.queue.leave(key);
-        room.set_count(control.queue.len());
+    /// The result of a wait that ended in `state` (read from its ticket),
+    /// with its figures: the time waited, or a timeout.
+    fn finished(&self, room: &Room, state: State) -> Result<usize, Error> {
         match state {
-            State::Granted(shard) => {
-                room.record_wait(since, now());
-                Ok(shard)
-            }
+            // Counted by the grant (`Queue::end`), and its time by the
+            // releaser after the wake-up, so this waiter does not read the
+            // clock.
+            State::Granted(shard) => Ok(shard),
             State::Closed => Err(Error::Shutdown),
             State::Expired | State::Waiting => {
                 room.record_timeout();
@@ -1045,41 +1057,54 @@ impl Table {
         }
     }
 
+    /// The waiter's own deadline passed: `Timeout`, unless its wait ended
+    /// meanwhile (then that outcome: a unit handed over just now is kept).
+    fn give_up(&self, room: &Room, queued: Queued) -> Result<usize, Error> {
+        let state = self.withdraw(room, &queued, false);
+        self.finished(room, state)
+    }
+
+    /// A queued future was dropped: out of the queue, and a unit handed to
+    /// it meanwhile goes to the next waiter or back to the table. Never
+    /// stranded.
+    fn abandon(&self, queued: Queued) {
+        let Some(room) = self.room.as_deref() else {
+            return;
+        };
+        let mut state = queued.ticket.state();
+        if state == State::Waiting {
+            state = self.withdraw(room, &queued, false);
+        }
+        if let State::Granted(shard) = state {
+            // The grant counted a wait that admitted nobody.
+            self.control.lock().queue.count_waited(false);
+            self.return_unused(shard);
+        }
+    }
+
     #[cold]
     fn wait_blocking(&self, room: &Room, deadline: Option<Instant>) -> Result<usize, Error> {
         let start = now();
         let deadline = self.wait_deadline(room, deadline, start);
-        let condvar = Arc::new(Condvar::new());
-        let mut control = self.control.lock();
-        let wake = Wake::Thread(Arc::clone(&condvar));
         // No deadline in the node: this thread times its own wait below.
-        let key = match self.enter_room(room, &mut control, wake, start, None) {
-            Ok((key, _)) => key,
-            Err(err) => {
-                drop(control);
-                if err == Error::Overload {
-                    self.count_refusal();
-                }
-                return Err(err);
-            }
-        };
-        drop(control);
-        if let Some(shard) = self.recheck(room, key) {
+        let wake = Wake::Thread(park::current());
+        let (queued, _) = self.enter_room(room, wake, start, None)?;
+        if let Some(shard) = self.recheck(room, &queued) {
             return Ok(shard);
         }
-        let mut control = self.control.lock();
         loop {
-            if control.queue.state(key) != State::Waiting {
-                return self.finish_wait(room, &mut control, key);
+            // Acquire (in `state`): pairs with the Release store of whoever
+            // ended the wait; the unpark follows that store.
+            let state = queued.ticket.state();
+            if state != State::Waiting {
+                return self.finished(room, state);
             }
-            let now = now();
-            if deadline.is_some_and(|deadline| now >= deadline) {
-                return self.finish_wait(room, &mut control, key);
+            if deadline.is_some_and(|deadline| now() >= deadline) {
+                return self.give_up(room, queued);
             }
-            // No deadline: sleep in long steps (a spurious wake-up only
-            // re-checks).
-            let until = deadline.unwrap_or_else(|| now + std::time::Duration::from_secs(3600));
-            (control, _) = condvar.wait_until(control, until);
+            // An unpark that came before this park is not lost (std's park
+            // keeps a token); an early return only re-checks.
+            park::park_until(deadline);
         }
     }
 
@@ -1091,7 +1116,7 @@ impl Table {
         WaitUnit {
             table: self,
             deadline,
-            key: None,
+            queued: None,
         }
     }
 
@@ -1351,8 +1376,10 @@ impl Table {
         if ungate {
             // Growing hands the new room to waiters first: while the shards
             // are still gated, no newcomer can take it.
-            let woken = self.grant_waiting(control);
-            waiters::wake_all(woken);
+            if let Some(room) = self.room.as_deref() {
+                // Under the lock: a resize is not on anyone's hot path.
+                self.grant_waiting(control).wake_all(room);
+            }
             for shard in self.shards.iter() {
                 // Release: pairs with the AcqRel CAS in `try_take` that
                 // reads this value (or a later one in its release
@@ -1520,7 +1547,7 @@ impl Table {
         }
         self.give_back(i, panicked);
         if room.count.load(Relaxed) > 0 {
-            self.grant_from_table(room);
+            self.grant_from_table();
         }
     }
 
@@ -1529,22 +1556,30 @@ impl Table {
     /// would admit above the capacity).
     #[cold]
     fn hand_off(&self, room: &Room, i: usize, panicked: bool) -> bool {
-        let mut woken = Vec::new();
+        let mut woken = Woken::default();
         let mut control = self.control.lock();
-        let handed = !control.debt && control.queue.grant(i, room.policy.order, now, &mut woken);
-        room.set_count(control.queue.len());
-        if handed {
-            let shard = &self.shards[i];
-            // Relaxed: counts for `stats`, which reads them without
-            // ordering; a snapshot may miss this hand-off in both
-            // `accepted` and `completed`.
-            shard.handed.fetch_add(1, Relaxed);
-            if panicked {
-                shard.panicked.fetch_add(1, Relaxed);
+        let shards = self.shards.len();
+        let Control {
+            debt,
+            queue,
+            handed,
+        } = &mut *control;
+        let counted = || {
+            // Under the lock, which `stats` takes: a waiter's own `stats()`
+            // after its wait returns includes this hand-off.
+            if handed.is_empty() {
+                handed.resize(shards, 0);
             }
-        }
+            handed[i] += 1;
+            if panicked {
+                // Relaxed: a count for `stats`; the waiter sees it through
+                // its ticket, written after this.
+                self.shards[i].panicked.fetch_add(1, Relaxed);
+            }
+        };
+        let handed = !*debt && queue.grant(room, i, now, counted, &mut woken);
         drop(control);
-        waiters::wake_all(woken);
+        woken.wake_all(room);
         handed
     }
 
@@ -1552,14 +1587,14 @@ impl Table {
     /// from the table for the waiters while there are any (`waiters.rs`,
     /// "Wake-up").
     #[cold]
-    fn grant_from_table(&self, room: &Room) {
+    fn grant_from_table(&self) {
         let woken = {
             let mut control = self.control.lock();
-            let woken = self.grant_waiting(&mut control);
-            room.set_count(control.queue.len());
-            woken
+            self.grant_waiting(&mut control)
         };
-        waiters::wake_all(woken);
+        if let Some(room) = self.room.as_deref() {
+            woken.wake_all(room);
+        }
     }
 
     /// Takes units from the table for waiters, in the room's order, while
@@ -1567,8 +1602,8 @@ impl Table {
     /// is half-way: the shards are gated only by the resize that holds the
     /// lock and calls this before un-gating (its new room goes to waiters
     /// first), or by a debt, when nothing is granted.
-    fn grant_waiting(&self, control: &mut Control) -> Vec<Wake> {
-        let mut woken = Vec::new();
+    fn grant_waiting(&self, control: &mut Control) -> Woken {
+        let mut woken = Woken::default();
         let Some(room) = self.room.as_deref() else {
             return woken;
         };
@@ -1587,17 +1622,14 @@ impl Table {
             let Found::Unit(shard) = self.take_any(CLOSED) else {
                 break;
             };
-            if !control
-                .queue
-                .grant(shard, room.policy.order, now, &mut woken)
-            {
+            // The unit's take was counted by `take_any`.
+            if !control.queue.grant(room, shard, now, || {}, &mut woken) {
                 // The adaptive order expired the last waiters: nobody took
                 // it. Not an admission: give it back unseen.
                 self.undo(shard);
                 break;
             }
         }
-        room.set_count(control.queue.len());
         woken
     }
 
@@ -1636,11 +1668,11 @@ impl Table {
     /// it un-gates) or a debt, which nobody else may come to settle if the
     /// releases that repaid it came before this waiter was counted: so the
     /// waiter settles it, and is granted with the others, under the lock.
-    fn recheck(&self, room: &Room, key: usize) -> Option<usize> {
+    fn recheck(&self, room: &Room, queued: &Queued) -> Option<usize> {
         match self.take_any(FLAGS) {
-            Found::Unit(shard) => Some(self.leave_with(room, key, shard)),
+            Found::Unit(shard) => Some(self.leave_with(room, queued, shard)),
             Found::Gated => {
-                self.grant_from_table(room);
+                self.grant_from_table();
                 None
             }
             Found::Nothing => None,
@@ -1688,12 +1720,11 @@ impl Table {
             shard.close();
         }
         if let Some(room) = &self.room {
-            let mut woken = Vec::new();
+            let mut woken = Woken::default();
             let mut control = self.control.lock();
-            control.queue.close_all(&mut woken);
-            room.set_count(0);
+            control.queue.close_all(room, &mut woken);
             drop(control);
-            waiters::wake_all(woken);
+            woken.wake_all(room);
         }
     }
 
@@ -1708,12 +1739,25 @@ impl Table {
     }
 
     pub(crate) fn stats(&self) -> Stats {
-        let shards: Vec<ShardStats> = self.shards.iter().map(|shard| shard.stats()).collect();
-        let room = self
-            .room
-            .as_ref()
-            .map(|room| room.stats())
-            .unwrap_or_default();
+        // The figures kept under the control lock, if there is a room (no
+        // hand-off happens without one).
+        let (handed, counts) = match &self.room {
+            Some(_) => {
+                let control = self.control.lock();
+                (control.handed.clone(), Some(control.queue.counts()))
+            }
+            None => (Vec::new(), None),
+        };
+        let shards: Vec<ShardStats> = self
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(i, shard)| shard.stats(handed.get(i).copied().unwrap_or(0)))
+            .collect();
+        let room = match (&self.room, counts) {
+            (Some(room), Some(counts)) => room.stats(counts),
+            _ => Default::default(),
+        };
         Stats {
             capacity: self.capacity(),
             usage: shards.iter().map(|s| s.usage).sum(),
@@ -1772,7 +1816,6 @@ mod tests {
             .with_policy(&policy)
             .unwrap();
         let held = table.acquire().unwrap();
-        let room = table.room.as_deref().unwrap();
         // The caller's deadline, far earlier than `max_wait`: the watcher
         // must ring for it, the only thing that can wake this waiter.
         for wait_ms in [5, 1, 0] {
@@ -1788,7 +1831,7 @@ mod tests {
             block_on_parked(table.acquire_async(Some(past))),
             Err(Error::Timeout)
         );
-        assert_eq!(room.stats().timed_out, 4);
+        assert_eq!(table.stats().timed_out, 4);
         table.release(held, false);
         assert_eq!(table.usage(), 0);
     }

@@ -20,6 +20,16 @@
 //!   its unit back takes the lock and hands the unit to the next waiter
 //!   directly: the unit never returns to the table, so a newcomer probing
 //!   at that moment finds the table full and queues behind (no barging).
+//! * **Outcome.** Each waiter holds a [`Ticket`] beside its node. Whoever
+//!   ends a wait (a grant, the deadline watcher, a close) does it under the
+//!   lock: it publishes the new count, frees the node, then stores the
+//!   outcome in the ticket (Release) and wakes the waiter after letting
+//!   the lock go. The waiter reads its ticket without the lock (Acquire):
+//!   a granted waiter runs on with no lock between the release and its
+//!   work, and sees a count that no longer includes it. A waiter that
+//!   gives up takes the lock and reads its ticket again: under the lock the
+//!   outcome is settled, so either its node is still queued and it takes
+//!   it out, or the wait has ended and it has that outcome.
 //! * **Wake-up.** A waiter writes the count, then re-reads every shard
 //!   through an RMW on its `given` word (`Shard::usage_synced`) before it
 //!   sleeps; a release gives back through an RMW on `given`, then reads the
@@ -28,7 +38,7 @@
 //!   synchronizes with the waiter's, sees the count, and takes a unit from
 //!   the table for the next waiter (`Table::grant_from_table`). A waiter
 //!   never sleeps through a release.
-//! * **Deadline.** A blocked thread times its own condition-variable wait.
+//! * **Deadline.** A blocked thread times its own park.
 //!   An async waiter's node carries its deadline (the earlier of its
 //!   caller's and `max_wait`), and the room keeps one instant *armed* with
 //!   the process-wide deadline watcher (`alarm.rs`): the earliest deadline
@@ -43,10 +53,11 @@
 //!   `Timeout`). The count the releases read is republished under the same
 //!   lock, so no atomic ordering beyond the lock's is involved.
 //! * **Cancellation.** A waiter that gives up (a blocked thread's deadline,
-//!   a dropped future) takes its node out under the lock; an async waiter
-//!   expired by the watcher finds its node already out. If a unit was
-//!   handed to it first, it keeps it (a blocking waiter, or any waiter in
-//!   its final poll) or releases it (a dropped future), and that release
+//!   a dropped future) takes its node out under the lock if its ticket
+//!   still says it waits; an async waiter expired by the watcher finds its
+//!   node already gone. If a unit was handed to it first, it keeps it (a
+//!   blocking waiter, or any waiter in its final poll) or releases it (a
+//!   dropped future), and that release
 //!   hands it to the next waiter or back to the table: a unit is never
 //!   stranded on a waiter that is gone (the loss Netflix's
 //!   concurrency-limits had, their PR #179). A dropped future leaves the
@@ -69,8 +80,8 @@ use crossbeam_utils::CachePadded;
 
 use crate::error::ConfigError;
 use crate::sync::{
-    Arc, AtomicU64, AtomicUsize, Condvar,
-    Ordering::{Acquire, Relaxed},
+    park, Arc, AtomicU64, AtomicUsize,
+    Ordering::{Acquire, Relaxed, Release},
 };
 
 /// Which waiter a freed unit goes to, when several wait.
@@ -187,10 +198,12 @@ pub(crate) struct Room {
     /// release (see the module docs for the ordering).
     pub(crate) count: CachePadded<AtomicUsize>,
     pub(crate) policy: Policy,
-    peak: AtomicUsize,
+    /// Counted by each waiter that gives up, on its own path.
     timed_out: AtomicU64,
+    /// Added after the wake-up (`Woken::wake_all`), off the lock. The
+    /// counts that must be exact when a wait returns are in the [`Queue`],
+    /// under the lock.
     waited_nanos: AtomicU64,
-    waited: AtomicU64,
 }
 
 /// The waiting figures of a [`Stats`](crate::Stats) snapshot.
@@ -203,15 +216,23 @@ pub(crate) struct RoomStats {
     pub(crate) waited_time: Duration,
 }
 
+/// The waiting figures kept under the control lock, where the grants that
+/// change them already are: plain integers, no locked instruction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct QueueCounts {
+    /// The most that ever waited at once.
+    pub(crate) peak: usize,
+    /// Waits that ended in an admission.
+    pub(crate) waited: u64,
+}
+
 impl Room {
     fn new(policy: Policy) -> Room {
         Room {
             count: CachePadded::new(AtomicUsize::new(0)),
             policy,
-            peak: AtomicUsize::new(0),
             timed_out: AtomicU64::new(0),
             waited_nanos: AtomicU64::new(0),
-            waited: AtomicU64::new(0),
         }
     }
 
@@ -223,8 +244,6 @@ impl Room {
         // hand off to nobody (they re-check under the lock) or go past a
         // waiter who re-checks the table after this store.
         self.count.store(waiting, Relaxed);
-        // Relaxed: a statistic.
-        self.peak.fetch_max(waiting, Relaxed);
     }
 
     /// How many wait now.
@@ -239,21 +258,22 @@ impl Room {
         self.timed_out.fetch_add(1, Relaxed);
     }
 
-    pub(crate) fn record_wait(&self, since: Instant, now: Instant) {
+    /// Adds a wait's time (its count is the queue's, under the lock).
+    pub(crate) fn add_waited_time(&self, since: Instant, now: Instant) {
         let nanos = now.saturating_duration_since(since).as_nanos();
-        // Relaxed: counts, read together only by `stats`.
+        // Relaxed: a sum, read by `stats` only.
         self.waited_nanos
             .fetch_add(u64::try_from(nanos).unwrap_or(u64::MAX), Relaxed);
-        self.waited.fetch_add(1, Relaxed);
     }
 
-    pub(crate) fn stats(&self) -> RoomStats {
+    /// The figures, with the queue's `counts` (read under the lock).
+    pub(crate) fn stats(&self, counts: QueueCounts) -> RoomStats {
         // Relaxed: a snapshot of counters, each exact on its own.
         RoomStats {
             waiting: self.waiting(),
-            peak_waiting: self.peak.load(Relaxed),
+            peak_waiting: counts.peak,
             timed_out: self.timed_out.load(Relaxed),
-            waited: self.waited.load(Relaxed),
+            waited: counts.waited,
             waited_time: Duration::from_nanos(self.waited_nanos.load(Relaxed)),
         }
     }
@@ -273,12 +293,62 @@ pub(crate) enum State {
     Closed,
 }
 
+impl State {
+    const WAITING: usize = 0;
+    const EXPIRED: usize = 1;
+    const CLOSED: usize = 2;
+    /// `Granted(shard)` is `GRANTED + shard`.
+    const GRANTED: usize = 3;
+
+    fn encode(self) -> usize {
+        match self {
+            State::Waiting => State::WAITING,
+            State::Expired => State::EXPIRED,
+            State::Closed => State::CLOSED,
+            State::Granted(shard) => State::GRANTED + shard,
+        }
+    }
+
+    fn decode(word: usize) -> State {
+        match word {
+            State::WAITING => State::Waiting,
+            State::EXPIRED => State::Expired,
+            State::CLOSED => State::Closed,
+            shard => State::Granted(shard - State::GRANTED),
+        }
+    }
+}
+
+/// A waiter's outcome, shared by the waiter and its node: written once,
+/// under the control lock, by whoever ends the wait (a grant, the deadline
+/// watcher, a close); read by the waiter *without* the lock. So a granted
+/// waiter runs on at once, with no lock between the release and its work,
+/// which is what the hand-off latency is made of.
+#[derive(Debug, Default)]
+pub(crate) struct Ticket {
+    state: AtomicUsize,
+}
+
+impl Ticket {
+    /// The waiter's state. Acquire: pairs with the Release store in
+    /// [`Ticket::end`], so a granted waiter sees everything the granter
+    /// did before (the unit's take, the node's removal).
+    pub(crate) fn state(&self) -> State {
+        State::decode(self.state.load(Acquire))
+    }
+
+    /// Ends the wait with `state`. Under the control lock; Release: pairs
+    /// with the Acquire load in [`Ticket::state`].
+    fn end(&self, state: State) {
+        self.state.store(state.encode(), Release);
+    }
+}
+
 /// How to wake a waiter.
 #[derive(Debug)]
 pub(crate) enum Wake {
-    /// A blocked thread, asleep on its own condition variable under the
-    /// control lock.
-    Thread(Arc<Condvar>),
+    /// A blocked thread, parked until its ticket changes.
+    Thread(park::Thread),
     /// A task.
     Task(Waker),
 }
@@ -286,26 +356,83 @@ pub(crate) enum Wake {
 impl Wake {
     fn wake(self) {
         match self {
-            Wake::Thread(condvar) => condvar.notify_all(),
+            Wake::Thread(thread) => thread.unpark(),
             Wake::Task(waker) => waker.wake(),
+        }
+    }
+}
+
+/// The waiters to wake once the control lock is let go. A FIFO hand-off
+/// wakes exactly one, so the first is kept inline: a release allocates
+/// nothing.
+#[derive(Debug, Default)]
+pub(crate) struct Woken {
+    first: Option<Ended>,
+    more: Vec<Ended>,
+}
+
+/// A wait that ended: how to wake its waiter, when it arrived if it was
+/// granted (its wait's time is added after the wake-up), and the node's
+/// handle on its ticket, dropped only after the wake-up too (an RMW the
+/// waiter need not wait for).
+#[derive(Debug)]
+struct Ended {
+    wake: Option<Wake>,
+    granted_since: Option<Instant>,
+    _ticket: Arc<Ticket>,
+}
+
+impl Woken {
+    fn push(&mut self, ended: Ended) {
+        if self.first.is_none() {
+            self.first = Some(ended);
+        } else {
+            self.more.push(ended);
+        }
+    }
+
+    /// How many are to be woken.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.more.len()
+    }
+
+    /// Wakes them all, then adds the granted waits' time to `room`'s
+    /// figures: the clock is read here, by the releaser, after the wake-up,
+    /// so that a granted waiter runs on without reading it. After the lock
+    /// is let go, where the caller can: a woken waiter may take it next.
+    pub(crate) fn wake_all(mut self, room: &Room) {
+        for ended in self.first.iter_mut().chain(self.more.iter_mut()) {
+            if let Some(wake) = ended.wake.take() {
+                wake.wake();
+            }
+        }
+        let mut now = None;
+        for ended in self.first.iter().chain(&self.more) {
+            if let Some(since) = ended.granted_since {
+                let now = *now.get_or_insert_with(crate::sync::now);
+                room.add_waited_time(since, now);
+            }
         }
     }
 }
 
 #[derive(Debug)]
 struct Node {
-    state: State,
+    ticket: Arc<Ticket>,
     wake: Option<Wake>,
     since: Instant,
     /// When the deadline watcher expires it: set for async waiters only
-    /// (a blocked thread times its own condition-variable wait). The
-    /// watcher does not run under loom (no clock there), hence the allow.
+    /// (a blocked thread times its own wait). The watcher does not run
+    /// under loom (no clock there), hence the allow.
     #[cfg_attr(loom, allow(dead_code))]
     deadline: Option<Instant>,
 }
 
-/// The queue of waiters, in the table's control lock. A waiter holds its
-/// node's key from `push` until it calls `leave`; nobody else frees it.
+/// The queue of waiters, in the table's control lock. A node lives while
+/// its waiter waits: whoever ends the wait (a grant, an expiry, a close, or
+/// the waiter giving up through [`Queue::cancel`]) frees it, and the
+/// outcome lives on in the waiter's [`Ticket`].
 #[derive(Debug, Default)]
 pub(crate) struct Queue {
     nodes: Vec<Option<Node>>,
@@ -319,6 +446,8 @@ pub(crate) struct Queue {
     /// or after it, and a registration at it is pending (or ringing now),
     /// so no node outlives its deadline by more than the watcher's lag.
     armed: Option<Instant>,
+    /// The figures kept here, under the lock.
+    counts: QueueCounts,
 }
 
 impl Queue {
@@ -328,11 +457,18 @@ impl Queue {
     }
 
     /// Queues a waiter, to be expired at `deadline` by the watcher (async
-    /// waiters; `None` for a blocked thread, or no deadline); its key.
-    /// Call [`arm`](Self::arm) with the deadline next.
-    pub(crate) fn push(&mut self, wake: Wake, now: Instant, deadline: Option<Instant>) -> usize {
+    /// waiters; `None` for a blocked thread, or no deadline); its key and
+    /// its ticket. Call [`arm`](Self::arm) with the deadline next.
+    pub(crate) fn push(
+        &mut self,
+        room: &Room,
+        wake: Wake,
+        now: Instant,
+        deadline: Option<Instant>,
+    ) -> (usize, Arc<Ticket>) {
+        let ticket = Arc::new(Ticket::default());
         let node = Node {
-            state: State::Waiting,
+            ticket: Arc::clone(&ticket),
             wake: Some(wake),
             since: now,
             deadline,
@@ -351,17 +487,9 @@ impl Queue {
             self.standing_since = Some(now);
         }
         self.order.push_back(key);
-        key
-    }
-
-    /// The waiter's state.
-    pub(crate) fn state(&self, key: usize) -> State {
-        self.node(key).state
-    }
-
-    /// When the waiter arrived.
-    pub(crate) fn since(&self, key: usize) -> Instant {
-        self.node(key).since
+        room.set_count(self.len());
+        self.counts.peak = self.counts.peak.max(self.len());
+        (key, ticket)
     }
 
     /// Points a queued task at `waker`, cloning it only if it would wake
@@ -391,8 +519,8 @@ impl Queue {
 
     /// The watcher rang at `now`: expires every waiting node whose deadline
     /// has passed (pushing what to wake onto `woken`; each finishes with
-    /// `Timeout` through `Table::finish_wait`), and answers the instant the
-    /// watcher must ring again, if it must.
+    /// `Timeout` in its own poll), and answers the instant the watcher must
+    /// ring again, if it must.
     ///
     /// It must not if no node waits with a deadline, or if a registration
     /// later than `now` (so not the one ringing: the watcher took every
@@ -400,18 +528,22 @@ impl Queue {
     /// left: that one will ring in time. Linear in the queue: once per
     /// ring, on the watcher's thread.
     #[cfg_attr(loom, allow(dead_code))]
-    pub(crate) fn expire(&mut self, now: Instant, woken: &mut Vec<Wake>) -> Option<Instant> {
+    pub(crate) fn expire(
+        &mut self,
+        room: &Room,
+        now: Instant,
+        woken: &mut Woken,
+    ) -> Option<Instant> {
         let mut next: Option<Instant> = None;
-        let nodes = &mut self.nodes;
+        let mut ended = Vec::new();
         self.order.retain(|&key| {
-            let Some(node) = nodes[key].as_mut() else {
+            let Some(node) = self.nodes[key].as_ref() else {
                 debug_assert!(false, "a queued key has a node");
                 return false;
             };
             match node.deadline {
                 Some(deadline) if deadline <= now => {
-                    node.state = State::Expired;
-                    woken.extend(node.wake.take());
+                    ended.push(key);
                     false
                 }
                 Some(deadline) => {
@@ -422,6 +554,10 @@ impl Queue {
             }
         });
         self.settle_standing();
+        room.set_count(self.len());
+        for key in ended {
+            self.end(key, State::Expired, woken);
+        }
         match (self.armed, next) {
             (Some(armed), next) if armed > now && next.map_or(true, |next| armed <= next) => None,
             (_, next) => {
@@ -431,35 +567,51 @@ impl Queue {
         }
     }
 
-    /// Takes a still-waiting node out of the queue (its waiter gives up);
-    /// its state, whatever it is, stays for `leave`.
-    pub(crate) fn cancel(&mut self, key: usize) {
+    /// The figures kept under the lock.
+    pub(crate) fn counts(&self) -> QueueCounts {
+        self.counts
+    }
+
+    /// A wait ended in an admission that no grant counted (the waiter took
+    /// its own unit), or a granted one that admitted nobody after all (its
+    /// future was dropped as the unit came): `waited` moves by one.
+    pub(crate) fn count_waited(&mut self, admitted: bool) {
+        if admitted {
+            self.counts.waited += 1;
+        } else {
+            self.counts.waited -= 1;
+        }
+    }
+
+    /// The waiter of `key` gives up (its deadline passed, its future was
+    /// dropped, or it took a unit from the table itself) and found its
+    /// ticket still `Waiting` under the lock: its node goes.
+    pub(crate) fn cancel(&mut self, room: &Room, key: usize) {
         if let Some(pos) = self.order.iter().position(|&k| k == key) {
             self.order.remove(pos);
             self.settle_standing();
         }
+        room.set_count(self.len());
+        self.free_node(key);
     }
 
-    /// Frees the node once its waiter has seen its final state.
-    pub(crate) fn leave(&mut self, key: usize) {
-        self.cancel(key);
-        self.nodes[key] = None;
-        self.free.push(key);
-    }
-
-    /// Hands a unit of `shard` to the next waiter by `order`, pushing what
-    /// to wake once the lock is let go onto `woken` (with the waiters the
-    /// adaptive order expired on the way). False if nobody waits.
-    /// `now` is read only by the adaptive order (a clock read costs more
-    /// than the rest of a FIFO grant).
+    /// Hands a unit of `shard` to the next waiter by the room's order,
+    /// pushing what to wake once the lock is let go onto `woken` (with the
+    /// waiters the adaptive order expired on the way). False if nobody
+    /// waits. `now` is read only by the adaptive order (a clock read costs
+    /// more than the rest of a FIFO grant). `counted` runs just before the
+    /// waiter's ticket says it is granted, so what it counts is seen by the
+    /// waiter (through the ticket's Release store) when its wait returns.
     pub(crate) fn grant(
         &mut self,
+        room: &Room,
         shard: usize,
-        order: QueueOrder,
         now: impl FnOnce() -> Instant,
-        woken: &mut Vec<Wake>,
+        counted: impl FnOnce(),
+        woken: &mut Woken,
     ) -> bool {
-        let lifo = match order {
+        let mut expired = Vec::new();
+        let lifo = match room.policy.order {
             QueueOrder::Fifo => false,
             QueueOrder::Lifo => true,
             QueueOrder::AdaptiveLifo { interval, target } => {
@@ -474,9 +626,7 @@ impl Queue {
                             break;
                         }
                         self.order.pop_front();
-                        let node = self.node_mut(oldest);
-                        node.state = State::Expired;
-                        woken.extend(node.wake.take());
+                        expired.push(oldest);
                     }
                 }
                 standing
@@ -488,23 +638,61 @@ impl Queue {
             self.order.pop_front()
         };
         self.settle_standing();
+        room.set_count(self.len());
+        for oldest in expired {
+            self.end(oldest, State::Expired, woken);
+        }
         let Some(key) = key else {
             return false;
         };
-        let node = self.node_mut(key);
-        node.state = State::Granted(shard);
-        woken.extend(node.wake.take());
+        counted();
+        self.end(key, State::Granted(shard), woken);
         true
     }
 
     /// Wakes every waiter with `Closed`.
-    pub(crate) fn close_all(&mut self, woken: &mut Vec<Wake>) {
-        while let Some(key) = self.order.pop_front() {
-            let node = self.node_mut(key);
-            node.state = State::Closed;
-            woken.extend(node.wake.take());
-        }
+    pub(crate) fn close_all(&mut self, room: &Room, woken: &mut Woken) {
+        let closed = std::mem::take(&mut self.order);
         self.standing_since = None;
+        room.set_count(0);
+        for key in closed {
+            self.end(key, State::Closed, woken);
+        }
+    }
+
+    /// Ends the wait of `key` (already out of `order`, and the count the
+    /// releases read already published without it) with `state`: the
+    /// ticket says so, the node goes, and its waiter is to be woken.
+    ///
+    /// The count first: a waiter that reads its outcome (Acquire) then
+    /// sees a count that no longer includes it, as `waiting()` after an
+    /// admission should.
+    fn end(&mut self, key: usize, state: State, woken: &mut Woken) {
+        let Some(node) = self.free_node(key) else {
+            debug_assert!(false, "an ended key has a node");
+            return;
+        };
+        let granted = matches!(state, State::Granted(_));
+        if granted {
+            // Counted before the lock is let go, so that the waiter's
+            // `stats()` (which takes the lock) includes its own wait; its
+            // time follows the wake-up (`Woken::wake_all`).
+            self.counts.waited += 1;
+        }
+        node.ticket.end(state);
+        woken.push(Ended {
+            wake: node.wake,
+            granted_since: granted.then_some(node.since),
+            _ticket: node.ticket,
+        });
+    }
+
+    fn free_node(&mut self, key: usize) -> Option<Node> {
+        let node = self.nodes[key].take();
+        if node.is_some() {
+            self.free.push(key);
+        }
+        node
     }
 
     fn settle_standing(&mut self) {
@@ -514,22 +702,11 @@ impl Queue {
     }
 
     fn node(&self, key: usize) -> &Node {
-        self.nodes[key]
-            .as_ref()
-            .expect("a waiter's node lives until it leaves")
+        self.nodes[key].as_ref().expect("a waiting key has a node")
     }
 
     fn node_mut(&mut self, key: usize) -> &mut Node {
-        self.nodes[key]
-            .as_mut()
-            .expect("a waiter's node lives until it leaves")
-    }
-}
-
-/// Wakes what a grant or a close collected, after the lock is let go.
-pub(crate) fn wake_all(woken: Vec<Wake>) {
-    for wake in woken {
-        wake.wake();
+        self.nodes[key].as_mut().expect("a waiting key has a node")
     }
 }
 
@@ -538,22 +715,45 @@ mod tests {
     use super::*;
 
     fn waker() -> Wake {
-        Wake::Thread(Arc::new(Condvar::new()))
+        Wake::Thread(park::current())
+    }
+
+    fn room(order: QueueOrder) -> Room {
+        Room::new(Policy {
+            max_waiters: 16,
+            order,
+            ..Policy::default()
+        })
+    }
+
+    /// Queues a waiter; its key and ticket.
+    fn push(
+        queue: &mut Queue,
+        room: &Room,
+        now: Instant,
+        deadline: Option<Instant>,
+    ) -> (usize, Arc<Ticket>) {
+        queue.push(room, waker(), now, deadline)
     }
 
     #[test]
     fn fifo_and_lifo_grant_in_their_order() {
         let now = Instant::now();
         for (order, expected) in [(QueueOrder::Fifo, [0, 1, 2]), (QueueOrder::Lifo, [2, 1, 0])] {
+            let room = room(order);
             let mut queue = Queue::default();
-            let keys: Vec<usize> = (0..3).map(|_| queue.push(waker(), now, None)).collect();
-            let mut woken = Vec::new();
+            let tickets: Vec<_> = (0..3)
+                .map(|_| push(&mut queue, &room, now, None).1)
+                .collect();
+            let mut woken = Woken::default();
             for (i, &want) in expected.iter().enumerate() {
-                assert!(queue.grant(i, order, || now, &mut woken));
-                assert_eq!(queue.state(keys[want]), State::Granted(i));
+                assert!(queue.grant(&room, i, || now, || {}, &mut woken));
+                assert_eq!(tickets[want].state(), State::Granted(i));
             }
             assert_eq!(woken.len(), 3);
-            assert!(!queue.grant(9, order, || now, &mut woken));
+            assert!(!queue.grant(&room, 9, || now, || {}, &mut woken));
+            // Every node was freed by its grant, for reuse.
+            assert_eq!(queue.free.len(), 3);
         }
     }
 
@@ -564,26 +764,37 @@ mod tests {
             target: Duration::from_millis(5),
         };
         let t0 = Instant::now();
+        let room = room(order);
         let mut queue = Queue::default();
-        let a = queue.push(waker(), t0, None);
-        let b = queue.push(waker(), t0 + Duration::from_millis(50), None);
-        let mut woken = Vec::new();
+        let (_, a) = push(&mut queue, &room, t0, None);
+        let (_, b) = push(&mut queue, &room, t0 + Duration::from_millis(50), None);
+        let mut woken = Woken::default();
         // Not standing yet: FIFO.
-        assert!(queue.grant(0, order, || t0 + Duration::from_millis(60), &mut woken));
-        assert_eq!(queue.state(a), State::Granted(0));
+        assert!(queue.grant(
+            &room,
+            0,
+            || t0 + Duration::from_millis(60),
+            || {},
+            &mut woken
+        ));
+        assert_eq!(a.state(), State::Granted(0));
         // Standing since t0 (never empty): b is older than the target and
-        // expires; the fresh c is served.
-        let c = queue.push(waker(), t0 + Duration::from_millis(199), None);
-        let d = queue.push(waker(), t0 + Duration::from_millis(200), None);
-        assert!(queue.grant(1, order, || t0 + Duration::from_millis(201), &mut woken));
-        assert_eq!(queue.state(b), State::Expired);
-        assert_eq!(queue.state(d), State::Granted(1));
-        assert_eq!(queue.state(c), State::Waiting);
-        queue.leave(a);
-        queue.leave(b);
-        queue.leave(d);
-        queue.leave(c);
-        assert_eq!(queue.len(), 0);
+        // expires; the fresh d is served.
+        let (c_key, c) = push(&mut queue, &room, t0 + Duration::from_millis(199), None);
+        let (_, d) = push(&mut queue, &room, t0 + Duration::from_millis(200), None);
+        assert!(queue.grant(
+            &room,
+            1,
+            || t0 + Duration::from_millis(201),
+            || {},
+            &mut woken
+        ));
+        assert_eq!(b.state(), State::Expired);
+        assert_eq!(d.state(), State::Granted(1));
+        assert_eq!(c.state(), State::Waiting);
+        assert_eq!(woken.len(), 3);
+        queue.cancel(&room, c_key);
+        assert_eq!((queue.len(), room.waiting()), (0, 0));
         assert!(queue.standing_since.is_none());
     }
 
@@ -591,59 +802,73 @@ mod tests {
     fn arm_registers_only_earlier_deadlines_and_expire_rearms() {
         let t0 = Instant::now();
         let ms = |n| t0 + Duration::from_millis(n);
+        let room = room(QueueOrder::Fifo);
         let mut queue = Queue::default();
-        let blocked = queue.push(waker(), t0, None);
-        let a = queue.push(waker(), t0, Some(ms(10)));
+        let (_, blocked) = push(&mut queue, &room, t0, None);
+        let (a_key, a) = push(&mut queue, &room, t0, Some(ms(10)));
         assert!(queue.arm(ms(10)));
         // FIFO with one `max_wait`: later deadlines register nothing.
-        let b = queue.push(waker(), t0, Some(ms(20)));
+        let (_, b) = push(&mut queue, &room, t0, Some(ms(20)));
         assert!(!queue.arm(ms(20)));
-        let c = queue.push(waker(), t0, Some(ms(30)));
+        let (_, c) = push(&mut queue, &room, t0, Some(ms(30)));
         assert!(!queue.arm(ms(30)));
         // A caller's earlier deadline does.
-        let d = queue.push(waker(), t0, Some(ms(5)));
+        let (_, d) = push(&mut queue, &room, t0, Some(ms(5)));
         assert!(queue.arm(ms(5)));
-        let mut woken = Vec::new();
+        let mut woken = Woken::default();
         // The ring at 5 ms: d expires. `armed` is 5, the ring's own, so the
         // earliest left (10) is registered: a duplicate of a's entry, which
         // the queue no longer knows of (`alarm.rs`, "Duplicates").
-        assert_eq!(queue.expire(ms(5), &mut woken), Some(ms(10)));
-        assert_eq!((queue.state(d), woken.len()), (State::Expired, 1));
+        assert_eq!(queue.expire(&room, ms(5), &mut woken), Some(ms(10)));
+        assert_eq!((d.state(), woken.len()), (State::Expired, 1));
         // A stale ring (its node was served): nothing expires, and the
         // registration at 10 ms is still pending, so nothing new.
-        queue.cancel(a);
-        assert_eq!(queue.expire(ms(7), &mut woken), None);
-        // The ring at 20 ms expires a and b, keeps the blocked thread
-        // (it times itself), and asks for 30.
-        queue.push(waker(), t0, None);
-        assert_eq!(queue.expire(ms(20), &mut woken), Some(ms(30)));
-        assert_eq!(queue.state(b), State::Expired);
-        assert_eq!(queue.state(c), State::Waiting);
-        assert_eq!(queue.state(blocked), State::Waiting);
-        assert_eq!(queue.expire(ms(30), &mut woken), None);
-        assert_eq!(queue.state(c), State::Expired);
+        queue.cancel(&room, a_key);
+        assert_eq!(a.state(), State::Waiting, "a cancel leaves the ticket");
+        assert_eq!(queue.expire(&room, ms(7), &mut woken), None);
+        // The ring at 20 ms expires b, keeps the blocked thread (it times
+        // itself), and asks for 30.
+        push(&mut queue, &room, t0, None);
+        assert_eq!(queue.expire(&room, ms(20), &mut woken), Some(ms(30)));
+        assert_eq!(b.state(), State::Expired);
+        assert_eq!(c.state(), State::Waiting);
+        assert_eq!(blocked.state(), State::Waiting);
+        assert_eq!(queue.expire(&room, ms(30), &mut woken), None);
+        assert_eq!(c.state(), State::Expired);
         assert_eq!(queue.len(), 2);
         // Nothing armed any more: the next deadline registers.
-        queue.push(waker(), t0, Some(ms(40)));
+        push(&mut queue, &room, t0, Some(ms(40)));
         assert!(queue.arm(ms(40)));
     }
 
     #[test]
     fn cancel_and_close() {
         let now = Instant::now();
+        let room = room(QueueOrder::Fifo);
         let mut queue = Queue::default();
-        let a = queue.push(waker(), now, None);
-        let b = queue.push(waker(), now, None);
-        queue.cancel(a);
+        let (a_key, _) = push(&mut queue, &room, now, None);
+        let (b_key, b) = push(&mut queue, &room, now, None);
+        queue.cancel(&room, a_key);
         assert_eq!(queue.len(), 1);
-        let mut woken = Vec::new();
-        queue.close_all(&mut woken);
-        assert_eq!(queue.state(b), State::Closed);
-        assert_eq!(woken.len(), 1);
-        queue.leave(a);
-        queue.leave(b);
+        let mut woken = Woken::default();
+        queue.close_all(&room, &mut woken);
+        assert_eq!(b.state(), State::Closed);
+        assert_eq!((woken.len(), room.waiting()), (1, 0));
         // Keys are reused.
-        assert!([a, b].contains(&queue.push(waker(), now, None)));
+        assert!([a_key, b_key].contains(&push(&mut queue, &room, now, None).0));
+    }
+
+    #[test]
+    fn states_round_trip_through_the_ticket_word() {
+        for state in [
+            State::Waiting,
+            State::Expired,
+            State::Closed,
+            State::Granted(0),
+            State::Granted(65_535),
+        ] {
+            assert_eq!(State::decode(state.encode()), state);
+        }
     }
 
     #[test]

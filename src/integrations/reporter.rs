@@ -79,6 +79,19 @@ impl<W: Worker> sealed::Sealed for Pool<W> {
 }
 impl<W: Worker> Observe for Pool<W> {}
 
+#[cfg(feature = "tokio")]
+impl<W: crate::AsyncWorker> sealed::Sealed for crate::AsyncPool<W> {
+    fn source(&self) -> Source {
+        Source {
+            kind: "async_pool",
+            name: self.name().to_string(),
+            read: Box::new(self.weak_stats()),
+        }
+    }
+}
+#[cfg(feature = "tokio")]
+impl<W: crate::AsyncWorker> Observe for crate::AsyncPool<W> {}
+
 impl sealed::Sealed for Supervisor {
     fn source(&self) -> Source {
         Source {
@@ -97,7 +110,7 @@ impl Observe for Supervisor {}
 /// everything, per shard, and the reporter only reads those counts. With
 /// the `metrics` feature, each tick sets these series, labelled
 /// `name` (the front-end's name, or the builder's) and `kind` (`limiter`,
-/// `pool`, `supervisor`):
+/// `pool`, `async_pool`, `supervisor`):
 ///
 /// | series | type | from |
 /// |---|---|---|

@@ -2,6 +2,8 @@
 //! table: `call`, `call_timeout`, `call_async`, `cast`, their `try_` forms
 //! that hand a refused value back, shutdown, and [`WeakPool`] handles.
 
+#[cfg(feature = "tokio")]
+pub(crate) mod asynchronous;
 pub(crate) mod worker;
 
 use std::fmt;
@@ -1127,7 +1129,13 @@ impl PoolBuilder {
         self
     }
 
-    /// How many workers (one per shard). Defaults to the number of CPUs.
+    /// How many workers (one per shard). For a thread pool it defaults to
+    /// the number of CPUs: right for blocking or CPU-bound handlers, whose
+    /// work needs a core. An async pool (`build_async`, feature `tokio`)
+    /// defaults to one worker per unit of capacity, up to 256: its
+    /// handlers mostly wait for I/O, and a worker count of the CPU count
+    /// would cap it at `workers / latency` requests a second (2 workers
+    /// and a 1 ms round trip: 2,000 a second).
     /// All of them run whatever the capacity: with less capacity than
     /// workers, some workers' share is 0 and they idle (parked, no CPU)
     /// until [`Pool::set_capacity`] grows it.

@@ -1,0 +1,272 @@
+//! The [`AsyncWorker`] trait and the loop each async worker task runs:
+//! receive, handle under a panic catch, release the unit, reply; rebuild
+//! after a panic, keeping the mailbox; drain and `terminate` on shutdown.
+//! The thread pool's loop (`pool/worker.rs`), with `.await` where that one
+//! blocks.
+
+use std::future::Future;
+
+use super::mailbox::{Envelope, Inbox};
+use super::unwind::guarded;
+use crate::error::Error;
+use crate::sync::Arc;
+use crate::table::Table;
+use crate::worker::{drained, drop_payload, drop_quietly};
+
+/// The state and async handlers of one worker of an
+/// [`AsyncPool`](crate::AsyncPool), like an Erlang `gen_server` whose
+/// handlers may wait for I/O.
+///
+/// Each worker is a tokio task owning its `AsyncWorker` value and handling
+/// one request at a time, to the end of its future, before it takes the
+/// next: handlers take `&mut self` and never need a lock, and while one
+/// awaits a database or an HTTP reply its worker holds no thread, only its
+/// task. The request, reply and message types are those of
+/// [`Worker`](crate::Worker).
+///
+/// If a handler panics (in any poll of its future), the panic is caught:
+/// that request's caller gets [`Error::WorkerPanicked`], the worker is
+/// rebuilt by the pool's factory (fresh state), and the requests queued
+/// behind it are handled by the new value. `terminate` runs once when the
+/// pool shuts down, after the last admitted request.
+///
+/// # Blocking
+///
+/// A handler shares its runtime's threads with every other task. A handler
+/// that blocks (a synchronous database driver, `std::thread::sleep`, a long
+/// computation) stalls those threads and every task on them; use the
+/// thread [`Pool`](crate::Pool) for blocking or CPU-bound handlers. A
+/// handler future that is never woken holds its worker, and its unit,
+/// forever: that is a bug in the handler (give it a timeout of its own).
+///
+/// # Examples
+///
+/// ```
+/// use sidejob::{AsyncWorker, Pool};
+///
+/// /// Keeps a running total; an async handler could await I/O here.
+/// struct Counter(u64);
+///
+/// impl AsyncWorker for Counter {
+///     type Request = u64;
+///     type Reply = u64;
+///     type Message = u64;
+///
+///     async fn handle_call(&mut self, add: u64) -> u64 {
+///         tokio::task::yield_now().await; // stands for a database call
+///         self.0 += add;
+///         self.0
+///     }
+///
+///     async fn handle_cast(&mut self, add: u64) {
+///         self.0 += add;
+///     }
+/// }
+///
+/// let runtime = tokio::runtime::Runtime::new()?;
+/// runtime.block_on(async {
+///     let pool = Pool::builder().capacity(8).workers(1).build_async(|_index| Counter(0))?;
+///     pool.cast(5).await?;
+///     assert_eq!(pool.call_async(1).await?, 6); // one worker: the cast came first
+///     pool.shutdown_async().await;
+///     Ok::<(), Box<dyn std::error::Error>>(())
+/// })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait AsyncWorker: Send + 'static {
+    /// What [`AsyncPool::call_async`](crate::AsyncPool::call_async) sends.
+    type Request: Send + 'static;
+    /// What `handle_call` answers.
+    type Reply: Send + 'static;
+    /// What [`AsyncPool::cast`](crate::AsyncPool::cast) sends (no answer).
+    type Message: Send + 'static;
+
+    /// Handles one call and returns its reply.
+    fn handle_call(&mut self, request: Self::Request) -> impl Future<Output = Self::Reply> + Send;
+
+    /// Handles one cast.
+    fn handle_cast(&mut self, message: Self::Message) -> impl Future<Output = ()> + Send;
+
+    /// Runs once when the pool shuts down, after the worker has handled
+    /// every request admitted before the shutdown. A panic here is caught.
+    fn terminate(&mut self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+}
+
+/// The envelope of an async worker's mailbox.
+pub(crate) type AsyncEnvelope<W> =
+    Envelope<<W as AsyncWorker>::Request, <W as AsyncWorker>::Reply, <W as AsyncWorker>::Message>;
+
+/// Builds a worker's state; shared by every worker of a pool.
+pub(crate) type AsyncFactory<W> = dyn Fn(usize) -> W + Send + Sync;
+
+/// One request in a worker's hands.
+enum Job<W: AsyncWorker> {
+    Call(W::Request),
+    Cast(W::Message),
+}
+
+/// One async worker's loop and what it owns.
+pub(crate) struct TaskLoop<W: AsyncWorker> {
+    pub(crate) index: usize,
+    pub(crate) table: Arc<Table>,
+    pub(crate) inbox: Inbox<AsyncEnvelope<W>>,
+    pub(crate) factory: Arc<AsyncFactory<W>>,
+    /// Dropped when the loop ends (or the runtime drops the task): the
+    /// pool's `shutdown_async` waits for every worker's.
+    pub(crate) _alive: tokio::sync::watch::Receiver<()>,
+    /// Set when the loop ends on its own; a loop dropped before (by its
+    /// runtime) shuts the pool down.
+    pub(crate) ended: bool,
+}
+
+impl<W: AsyncWorker> TaskLoop<W> {
+    pub(crate) async fn run(mut self) {
+        let mut state = self.build();
+        while let Some(envelope) = self.inbox.recv().await {
+            let (job, reply) = match envelope {
+                Envelope::Call(request, reply) => (Job::Call(request), Some(reply)),
+                Envelope::Cast(message) => (Job::Cast(message), None),
+                Envelope::Wake => {
+                    if drained(self.table.shard(self.index)) {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            // Held until given back below; released by its `Drop` if the
+            // runtime drops this task while the handler runs.
+            let unit = Unit {
+                table: &self.table,
+                index: self.index,
+            };
+            let outcome = self.handle(&mut state, job).await;
+            let panicked = outcome.is_err();
+            // The unit goes back before the reply is delivered: a caller
+            // that gets its answer and calls again at once never meets its
+            // own stale unit.
+            unit.release(panicked);
+            if let Some(reply) = reply {
+                // A call's job always answers `Some`; `None` cannot come.
+                let outcome = outcome.and_then(|reply| reply.ok_or(Error::WorkerPanicked));
+                // A caller that timed out or dropped its future is gone;
+                // the request still ran. An unsent reply is dropped here,
+                // and its `Drop` may panic.
+                if let Err(unsent) = reply.send(outcome) {
+                    drop_quietly(unsent);
+                }
+            }
+            if drained(self.table.shard(self.index)) {
+                break;
+            }
+        }
+        if let Some(mut worker) = state {
+            if let Err(payload) = guarded(worker.terminate()).await {
+                drop_payload(payload);
+            }
+            drop_quietly(worker);
+        }
+        self.ended = true;
+    }
+
+    /// Runs one handler to its end. On a panic the state is dropped, to be
+    /// rebuilt by the factory, and the caller is told `WorkerPanicked`.
+    /// `Ok(Some(reply))` for a call, `Ok(None)` for a cast.
+    async fn handle(&self, state: &mut Option<W>, job: Job<W>) -> Result<Option<W::Reply>, Error> {
+        if state.is_none() {
+            *state = self.build();
+        }
+        let Some(worker) = state.as_mut() else {
+            // The factory itself panicked: this request cannot be served.
+            drop_quietly(job);
+            return Err(Error::WorkerPanicked);
+        };
+        // Creating the future is user code too: inside the guard.
+        let handled = guarded(async move {
+            match job {
+                Job::Call(request) => Some(worker.handle_call(request).await),
+                Job::Cast(message) => {
+                    worker.handle_cast(message).await;
+                    None
+                }
+            }
+        })
+        .await;
+        match handled {
+            Ok(reply) => Ok(reply),
+            Err(payload) => {
+                drop_payload(payload);
+                // A restart: the half-updated state is dropped, not reused;
+                // the mailbox stays, and the new state serves it.
+                drop_quietly(state.take());
+                *state = self.build();
+                Err(Error::WorkerPanicked)
+            }
+        }
+    }
+
+    /// Calls the factory; `None` if it panicked (retried on the next
+    /// request).
+    fn build(&self) -> Option<W> {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.factory)(self.index)))
+        {
+            Ok(worker) => Some(worker),
+            Err(payload) => {
+                drop_payload(payload);
+                None
+            }
+        }
+    }
+}
+
+impl<W: AsyncWorker> Drop for TaskLoop<W> {
+    /// A loop that ends normally leaves nothing queued (its shard is
+    /// drained, or every sender is gone). One dropped early, by a runtime
+    /// shutting down, shuts the pool down and gives back the unit of every
+    /// envelope still queued: their callers see `Shutdown` (the reply slot
+    /// is dropped), and the pool's count stays exact. (A send racing with
+    /// this drain, one that passed the channel's closed check before
+    /// `close` and pushes after the last `try_recv`, is dropped with the
+    /// channel and keeps its unit: `usage` of a pool whose runtime is gone
+    /// may read one high per such race.)
+    fn drop(&mut self) {
+        if !self.ended {
+            // The runtime is dropping this worker (it is shutting down):
+            // the pool cannot serve any more. Closing the table refuses
+            // new requests with `Shutdown` at once and wakes every waiter.
+            self.table.close();
+        }
+        let (table, index) = (&self.table, self.index);
+        self.inbox.close_and_drain(|envelope| {
+            if envelope.holds_unit() {
+                table.release(index, false);
+            }
+            drop_quietly(envelope);
+        });
+    }
+}
+
+/// One admitted unit of shard `index`, held while its envelope is handled:
+/// given back by [`release`](Self::release), or by `Drop` if the task is
+/// dropped first. Exactly once either way.
+#[must_use = "dropping the unit releases it at once"]
+struct Unit<'a> {
+    table: &'a Table,
+    index: usize,
+}
+
+impl Unit<'_> {
+    fn release(self, panicked: bool) {
+        // Forgetting `self` makes the release happen once: the guard's
+        // `Drop` is for the path where the task is dropped mid-handler.
+        let unit = std::mem::ManuallyDrop::new(self);
+        unit.table.release(unit.index, panicked);
+    }
+}
+
+impl Drop for Unit<'_> {
+    fn drop(&mut self) {
+        self.table.release(self.index, false);
+    }
+}
