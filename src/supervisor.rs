@@ -493,7 +493,19 @@ impl Supervisor {
                 Ok(child.with_key(key))
             }
             Err(Error::KeyBusy) if keys.can_wait() => self.reserve_keyed_slow(id),
-            Err(err) => Err(err),
+            Err(err) => Err(self.keyed_refusal(err)),
+        }
+    }
+
+    /// A refusal by the key set, as the caller sees it: the lock-free path
+    /// does not look at `close`, so a busy key of a closed supervisor
+    /// answers `Shutdown`, as everything else then does.
+    #[cold]
+    fn keyed_refusal(&self, err: Error) -> Error {
+        if err == Error::KeyBusy && self.is_closed() {
+            Error::Shutdown
+        } else {
+            err
         }
     }
 
@@ -545,7 +557,9 @@ impl Supervisor {
     #[inline]
     pub fn try_reserve_keyed<K: Hash + ?Sized>(&self, key: &K) -> Result<ChildGuard, Error> {
         let keys = &self.inner.common.keys;
-        let key = keys.try_enter(keys.id(key))?;
+        let key = keys
+            .try_enter(keys.id(key))
+            .map_err(|err| self.keyed_refusal(err))?;
         let child = self.inner.enter(Admit::Try, ChildKind::Reserved)?;
         Ok(child.with_key(key))
     }
@@ -606,7 +620,10 @@ impl Supervisor {
         } else {
             None
         };
-        let key = keys.enter_async(id, deadline).await?;
+        let key = keys
+            .enter_async(id, deadline)
+            .await
+            .map_err(|err| self.keyed_refusal(err))?;
         let shard = self.inner.common.table.acquire_async(deadline).await?;
         Ok((key, shard))
     }
@@ -644,7 +661,9 @@ impl Supervisor {
         start: usize,
     ) -> Result<ChildGuard, Error> {
         let keys = &self.inner.common.keys;
-        let key = keys.try_enter(keys.id(key))?;
+        let key = keys
+            .try_enter(keys.id(key))
+            .map_err(|err| self.keyed_refusal(err))?;
         let start = start % self.inner.common.table.shard_count();
         let child = self.inner.enter(Admit::At(start), ChildKind::Reserved)?;
         Ok(child.with_key(key))
@@ -844,7 +863,9 @@ impl Supervisor {
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::Spawn(std::io::ErrorKind::NotFound))?;
         let keys = &self.inner.common.keys;
-        let key = keys.try_enter(keys.id(key))?;
+        let key = keys
+            .try_enter(keys.id(key))
+            .map_err(|err| self.keyed_refusal(err))?;
         let guard = self.inner.enter(Admit::Try, ChildKind::Task)?;
         Ok(self.spawn_guarded(&handle, guard.with_key(key), future))
     }

@@ -405,6 +405,9 @@ fn close_wakes_key_waiters_with_shutdown() {
         Poll::Ready(Err(Error::Shutdown))
     ));
     assert_eq!(sup.try_reserve_keyed("x").unwrap_err(), Error::Shutdown);
+    // A busy key of a closed supervisor answers Shutdown too.
+    assert_eq!(sup.try_reserve_keyed("k").unwrap_err(), Error::Shutdown);
+    assert_eq!(sup.reserve_keyed("k").unwrap_err(), Error::Shutdown);
     drop(holder);
     assert_eq!(
         (sup.count(), sup.busy_keys(), sup.waiting_for_keys()),
