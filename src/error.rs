@@ -117,6 +117,29 @@ pub enum Error {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     CallingSelf,
+    /// The key already has as many live children as the supervisor allows
+    /// per key ([`per_key`](crate::SupervisorBuilder::per_key), 1 by
+    /// default): nothing was admitted and no unit of the capacity was
+    /// taken. From [`Supervisor::try_reserve_keyed`](crate::Supervisor::try_reserve_keyed)
+    /// and the keyed forms that do not wait. Skip the work for now (a task
+    /// worker leaves the task for a later claim) or wait for the key with
+    /// a waiting form.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{Error, Supervisor};
+    ///
+    /// let sup = Supervisor::new(8)?;
+    /// let _first = sup.try_reserve_keyed(&"workflow-7")?;
+    /// let refused = sup.try_reserve_keyed(&"workflow-7").unwrap_err();
+    /// assert_eq!(refused, Error::KeyBusy);
+    /// assert!(refused.is_key_busy());
+    /// assert_eq!(refused.to_string(), "the key already has its limit of live children");
+    /// assert!(sup.try_reserve_keyed(&"workflow-8").is_ok()); // other keys run
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    KeyBusy,
 }
 
 impl Error {
@@ -144,6 +167,11 @@ impl Error {
     pub fn is_calling_self(&self) -> bool {
         matches!(self, Error::CallingSelf)
     }
+
+    /// True for [`Error::KeyBusy`].
+    pub fn is_key_busy(&self) -> bool {
+        matches!(self, Error::KeyBusy)
+    }
 }
 
 impl fmt::Display for Error {
@@ -155,6 +183,7 @@ impl fmt::Display for Error {
             Error::WorkerPanicked => f.write_str("the worker panicked handling the request"),
             Error::Spawn(kind) => write!(f, "could not start the child: {kind}"),
             Error::CallingSelf => f.write_str("the call would wait for the calling worker itself"),
+            Error::KeyBusy => f.write_str("the key already has its limit of live children"),
         }
     }
 }

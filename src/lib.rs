@@ -88,6 +88,15 @@
 //! those above the new capacity drain first. `available()` says how many
 //! units are free, to size a batch of claims.
 //!
+//! # One at a time per key
+//!
+//! [`Supervisor::reserve_keyed`] and its siblings (`try_`, `_async`, and
+//! with feature `tokio` `spawn_task_keyed`) admit a child of a key: at most
+//! `per_key` live children per key (1 by default) on top of the capacity,
+//! so a workflow's tasks run one after another while different workflows
+//! run in parallel. A busy key answers [`Error::KeyBusy`] at once, or waits
+//! first come first served per key under the waiting policy.
+//!
 //! # How admission works
 //!
 //! Capacity `C` is split over `M` shards (by default one per CPU), each an
@@ -228,7 +237,7 @@ mod sync;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-use engine::{probe, split, table, waiters};
+use engine::{keys, probe, split, table, waiters};
 use integrations::{health, reporter};
 use pool::worker;
 

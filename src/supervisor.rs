@@ -109,6 +109,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::hash::Hash;
 use std::panic::{self, AssertUnwindSafe};
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
@@ -117,6 +118,7 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::CachePadded;
 
 use crate::error::{ConfigError, Error};
+use crate::keys::{KeySet, KeySlot};
 use crate::probe::Probe;
 use crate::stats::Stats;
 use crate::sync::{
@@ -430,6 +432,217 @@ impl Supervisor {
         self.inner.common.table.waiting()
     }
 
+    /// Admits a child of `key`: at most [`per_key`](SupervisorBuilder::per_key)
+    /// live children per key (1 by default), on top of the capacity. Waits
+    /// for the key, then for capacity, only under the supervisor's waiting
+    /// policy ([`max_waiters`](SupervisorBuilder::max_waiters); by default
+    /// it never does; [`try_reserve_keyed`](Self::try_reserve_keyed) never
+    /// does).
+    ///
+    /// This is the task worker's "tasks of one workflow run one after
+    /// another, different workflows in parallel": key the child by its
+    /// workflow id. The key's slot is taken first and released last (after
+    /// the unit of capacity), so a key never has more than `per_key` live
+    /// children; a refusal of either leaves neither held. Keys are told
+    /// apart by 43 bits of a per-process seeded hash: two keys that agree
+    /// on them (a chance of about 2^-24 that any two of 1,000 live keys
+    /// do) count as one key, which only serializes them.
+    ///
+    /// A key waits in first-come-first-served order, whatever the
+    /// [`queue_order`](SupervisorBuilder::queue_order) (which orders the
+    /// wait for capacity): when a child of the key ends, its slot goes to
+    /// the key's oldest waiter at once. Waiting for the key counts against
+    /// [`max_waiters`](SupervisorBuilder::max_waiters) separately from
+    /// waiting for capacity, and the two waits together last at most
+    /// [`max_wait`](SupervisorBuilder::max_wait).
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::KeyBusy`] when the key has `per_key` live children (or
+    ///   as many admissions of it in progress) and the caller may not wait
+    ///   for it (no waiting room, or `max_waiters` already wait for keys).
+    ///   No unit of capacity was taken; not counted in [`Stats::rejected`].
+    /// * [`Error::Overload`] when `capacity` children are alive (counted);
+    ///   the key's slot was given back.
+    /// * [`Error::Timeout`] when the wait ran out.
+    /// * [`Error::Shutdown`] once [`close`](Self::close) has been called.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{Error, Supervisor};
+    ///
+    /// let sup = Supervisor::builder().capacity(100).per_key(1).build()?;
+    /// let step1 = sup.reserve_keyed(&"order-17")?;
+    /// assert_eq!(sup.reserve_keyed(&"order-17").unwrap_err(), Error::KeyBusy);
+    /// let other = sup.reserve_keyed(&"order-18")?; // other keys run meanwhile
+    /// drop(step1);
+    /// let step2 = sup.reserve_keyed(&"order-17")?; // the next step, now
+    /// assert_eq!(sup.busy_keys(), 2);
+    /// drop((step2, other));
+    /// assert_eq!(sup.busy_keys(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve_keyed<K: Hash + ?Sized>(&self, key: &K) -> Result<ChildGuard, Error> {
+        let keys = &self.inner.common.keys;
+        let id = keys.id(key);
+        match keys.try_enter(id) {
+            Ok(key) => {
+                // `key` is dropped (released) if the capacity refuses.
+                let child = self.inner.enter(Admit::Wait, ChildKind::Reserved)?;
+                Ok(child.with_key(key))
+            }
+            Err(Error::KeyBusy) if keys.can_wait() => self.reserve_keyed_slow(id),
+            Err(err) => Err(self.keyed_refusal(err)),
+        }
+    }
+
+    /// A refusal by the key set, as the caller sees it: the lock-free path
+    /// does not look at `close`, so a busy key of a closed supervisor
+    /// answers `Shutdown`, as everything else then does.
+    #[cold]
+    fn keyed_refusal(&self, err: Error) -> Error {
+        if err == Error::KeyBusy && self.is_closed() {
+            Error::Shutdown
+        } else {
+            err
+        }
+    }
+
+    /// The key was busy: wait for it, then for capacity, within one
+    /// deadline.
+    #[cold]
+    fn reserve_keyed_slow(&self, id: u64) -> Result<ChildGuard, Error> {
+        let keys = &self.inner.common.keys;
+        let deadline = keys.deadline(None);
+        let key = keys.wait_blocking(id, deadline)?;
+        let shard = self.inner.common.table.acquire_waiting(deadline)?;
+        Ok(self
+            .inner
+            .register(shard, ChildKind::Reserved)
+            .with_key(key))
+    }
+
+    /// [`reserve_keyed`](Self::reserve_keyed) that never waits, for the key
+    /// or for capacity, whatever the supervisor's waiting policy: the
+    /// claim loop's "skip a task whose workflow is busy".
+    ///
+    /// # Errors
+    ///
+    /// [`Error::KeyBusy`] at once when the key has `per_key` live children;
+    /// [`Error::Overload`] at once when `capacity` children are alive;
+    /// [`Error::Shutdown`] once closed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{Error, Supervisor};
+    ///
+    /// let sup = Supervisor::builder().capacity(2).max_waiters(10).build()?;
+    /// let claimed = ["wf-1", "wf-2", "wf-1", "wf-3"];
+    /// let mut started = Vec::new();
+    /// let mut skipped = Vec::new();
+    /// for workflow in claimed {
+    ///     match sup.try_reserve_keyed(&workflow) {
+    ///         Ok(guard) => started.push((workflow, guard)),
+    ///         Err(Error::KeyBusy) => skipped.push(workflow), // its previous task runs
+    ///         Err(Error::Overload) => skipped.push(workflow), // no capacity left
+    ///         Err(other) => return Err(other.into()),
+    ///     }
+    /// }
+    /// assert_eq!(skipped, ["wf-1", "wf-3"]);
+    /// assert_eq!(started.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_reserve_keyed<K: Hash + ?Sized>(&self, key: &K) -> Result<ChildGuard, Error> {
+        let keys = &self.inner.common.keys;
+        let key = keys
+            .try_enter(keys.id(key))
+            .map_err(|err| self.keyed_refusal(err))?;
+        let child = self.inner.enter(Admit::Try, ChildKind::Reserved)?;
+        Ok(child.with_key(key))
+    }
+
+    /// [`reserve_keyed`](Self::reserve_keyed) as a future: waits for the
+    /// key, then for capacity (under the supervisor's waiting policy),
+    /// without blocking the executor. The future is `Send`; it borrows the
+    /// supervisor and the key is hashed at the call.
+    ///
+    /// # Errors
+    ///
+    /// As [`reserve_keyed`](Self::reserve_keyed).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future gives up the wait: it leaves the key's queue,
+    /// and a slot or unit handed to it meanwhile goes to the next waiter.
+    ///
+    /// # Examples
+    ///
+    /// One workflow's steps, each started the moment the previous ends:
+    ///
+    /// ```
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    /// # rt.block_on(async {
+    /// use sidejob::Supervisor;
+    ///
+    /// let sup = Supervisor::builder().capacity(10).max_waiters(100).build()?;
+    /// let step1 = sup.reserve_keyed_async(&42u64).await?;
+    /// let ended = tokio::spawn(async move { drop(step1) });
+    /// let step2 = sup.reserve_keyed_async(&42u64).await?; // waits for step 1
+    /// ended.await?;
+    /// assert_eq!(sup.which_children(), [step2.id()]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve_keyed_async<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+    ) -> impl Future<Output = Result<ChildGuard, Error>> + Send + '_ {
+        let id = self.inner.common.keys.id(key);
+        async move {
+            let (key, shard) = self.keyed_unit_async(id).await?;
+            Ok(self
+                .inner
+                .register(shard, ChildKind::Reserved)
+                .with_key(key))
+        }
+    }
+
+    /// The key's slot, then a unit of capacity, waiting for each under the
+    /// policy within one deadline. A refusal of the unit drops the slot.
+    async fn keyed_unit_async(&self, id: u64) -> Result<(KeySlot<'_>, usize), Error> {
+        let keys = &self.inner.common.keys;
+        let deadline = if keys.can_wait() {
+            keys.deadline(None)
+        } else {
+            None
+        };
+        let key = keys
+            .enter_async(id, deadline)
+            .await
+            .map_err(|err| self.keyed_refusal(err))?;
+        let shard = self.inner.common.table.acquire_async(deadline).await?;
+        Ok((key, shard))
+    }
+
+    /// How many keys have live children (or callers waiting for them) now:
+    /// the workflows in flight. The key set forgets a key when its last
+    /// child ends, so this is at most `capacity` plus the waiters, and 0
+    /// once every keyed child has ended. Read shard by shard while keys
+    /// come and go.
+    pub fn busy_keys(&self) -> usize {
+        self.inner.common.keys.busy_keys()
+    }
+
+    /// How many callers wait for a busy key now (they are not in
+    /// [`waiting`](Self::waiting), which counts waits for capacity).
+    pub fn waiting_for_keys(&self) -> usize {
+        self.inner.common.keys.waiting()
+    }
+
     /// [`reserve`](Self::reserve), trying table shard `start` first (taken
     /// modulo the shard count): the seam the model tests use in place of
     /// the caller's probe.
@@ -437,6 +650,23 @@ impl Supervisor {
     pub(crate) fn reserve_at(&self, start: usize) -> Result<ChildGuard, Error> {
         let start = start % self.inner.common.table.shard_count();
         self.inner.enter(Admit::At(start), ChildKind::Reserved)
+    }
+
+    /// [`try_reserve_keyed`](Self::try_reserve_keyed), trying table shard
+    /// `start` first (modulo the shard count): the keyed model's seam.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn try_reserve_keyed_at<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        start: usize,
+    ) -> Result<ChildGuard, Error> {
+        let keys = &self.inner.common.keys;
+        let key = keys
+            .try_enter(keys.id(key))
+            .map_err(|err| self.keyed_refusal(err))?;
+        let start = start % self.inner.common.table.shard_count();
+        let child = self.inner.enter(Admit::At(start), ChildKind::Reserved)?;
+        Ok(child.with_key(key))
     }
 
     /// Spawns `future` on the current tokio runtime as a child; never waits
@@ -582,6 +812,136 @@ impl Supervisor {
             .map_err(|_| Error::Spawn(std::io::ErrorKind::NotFound))?;
         let shard = self.inner.common.table.acquire_async(None).await?;
         let guard = self.inner.register(shard, ChildKind::Task);
+        Ok(self.spawn_guarded(&handle, guard, future))
+    }
+
+    /// Spawns `future` on the current tokio runtime as a child of `key`
+    /// (at most [`per_key`](SupervisorBuilder::per_key) live per key);
+    /// never waits, for the key or for capacity, whatever the waiting
+    /// policy. [`spawn_task_keyed_async`](Self::spawn_task_keyed_async)
+    /// waits.
+    ///
+    /// The key's slot and the unit are released when the task completes,
+    /// panics or is aborted, the unit first: the key's next task can start
+    /// as soon as the key is free.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_reserve_keyed`](Self::try_reserve_keyed) ([`Error::KeyBusy`],
+    /// [`Error::Overload`], [`Error::Shutdown`]), and [`Error::Spawn`]
+    /// outside a tokio runtime; `future` is dropped without being polled.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{Error, Supervisor};
+    ///
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    /// # rt.block_on(async {
+    /// let sup = Supervisor::new(100)?;
+    /// let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    /// let first = sup.spawn_task_keyed(&"wf-1", async move { rx.await.unwrap() })?;
+    /// let busy = sup.spawn_task_keyed(&"wf-1", async {}).unwrap_err();
+    /// assert_eq!(busy, Error::KeyBusy); // skip it: wf-1's task runs
+    /// let other = sup.spawn_task_keyed(&"wf-2", async {})?;
+    /// tx.send(()).unwrap();
+    /// first.await?;
+    /// other.await?;
+    /// assert!(sup.spawn_task_keyed(&"wf-1", async {}).is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub fn spawn_task_keyed<K, F>(&self, key: &K, future: F) -> Result<Task<F::Output>, Error>
+    where
+        K: Hash + ?Sized,
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|_| Error::Spawn(std::io::ErrorKind::NotFound))?;
+        let keys = &self.inner.common.keys;
+        let key = keys
+            .try_enter(keys.id(key))
+            .map_err(|err| self.keyed_refusal(err))?;
+        let guard = self.inner.enter(Admit::Try, ChildKind::Task)?;
+        Ok(self.spawn_guarded(&handle, guard.with_key(key), future))
+    }
+
+    /// [`spawn_task_keyed`](Self::spawn_task_keyed) that waits for the key
+    /// (first come first served per key), then for capacity, under the
+    /// supervisor's waiting policy, without blocking the executor; then
+    /// spawns `future` on the current runtime. The key is hashed at the
+    /// call.
+    ///
+    /// # Errors
+    ///
+    /// As [`reserve_keyed`](Self::reserve_keyed); [`Error::Spawn`] outside
+    /// a tokio runtime.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it resolves gives up the wait (a slot or
+    /// unit handed to it goes to the next waiter); `future` is dropped
+    /// without running.
+    ///
+    /// # Examples
+    ///
+    /// Three workflows of three steps each; a workflow's steps run in
+    /// order, one at a time:
+    ///
+    /// ```
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    /// # rt.block_on(async {
+    /// use std::sync::{Arc, Mutex};
+    /// use sidejob::Supervisor;
+    ///
+    /// let sup = Supervisor::builder().capacity(8).max_waiters(100).build()?;
+    /// let log = Arc::new(Mutex::new(Vec::new()));
+    /// let mut tasks = Vec::new();
+    /// for step in 0..3 {
+    ///     for workflow in ["a", "b", "c"] {
+    ///         let log = log.clone();
+    ///         let task = sup
+    ///             .spawn_task_keyed_async(&workflow, async move {
+    ///                 tokio::task::yield_now().await;
+    ///                 log.lock().unwrap().push((workflow, step));
+    ///             })
+    ///             .await?;
+    ///         tasks.push(task);
+    ///     }
+    /// }
+    /// for task in tasks {
+    ///     task.await?;
+    /// }
+    /// let log = log.lock().unwrap();
+    /// for workflow in ["a", "b", "c"] {
+    ///     let steps: Vec<_> = log.iter().filter(|(w, _)| *w == workflow).map(|(_, s)| *s).collect();
+    ///     assert_eq!(steps, [0, 1, 2]);
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub async fn spawn_task_keyed_async<K, F>(
+        &self,
+        key: &K,
+        future: F,
+    ) -> Result<Task<F::Output>, Error>
+    where
+        K: Hash + ?Sized,
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|_| Error::Spawn(std::io::ErrorKind::NotFound))?;
+        let id = self.inner.common.keys.id(key);
+        let (key, shard) = self.keyed_unit_async(id).await?;
+        let guard = self.inner.register(shard, ChildKind::Task).with_key(key);
         Ok(self.spawn_guarded(&handle, guard, future))
     }
 
@@ -778,6 +1138,9 @@ impl Supervisor {
     /// ```
     pub fn close(&self) {
         self.inner.common.table.close();
+        // After the table: a key waiter woken here that was granted its
+        // key finds the capacity closed.
+        self.inner.common.keys.close();
     }
 
     /// True once [`close`](Self::close) has been called on any handle.
@@ -997,6 +1360,10 @@ impl Supervisor {
 /// What every registry shard (and so every child) shares.
 struct Common {
     table: Table,
+    /// The busy keys of keyed children (`reserve_keyed` and friends). Here,
+    /// where every guard reaches it through its registry shard, so a keyed
+    /// guard holds no reference count of its own.
+    keys: KeySet,
     /// How many `wait_idle` calls are waiting. Read (Relaxed) by every leave
     /// after its release; on a line of its own, written only by waiters, so
     /// the read is a hit in a shared line.
@@ -1451,6 +1818,8 @@ impl Inner {
             panicked: false,
             #[cfg(feature = "tokio")]
             task: false,
+            keyed: false,
+            key: 0,
         }
     }
 }
@@ -1507,6 +1876,7 @@ pub struct SupervisorBuilder {
     probe: Probe,
     stack_size: Option<usize>,
     policy: Policy,
+    per_key: Option<usize>,
 }
 
 impl SupervisorBuilder {
@@ -1569,6 +1939,15 @@ impl SupervisorBuilder {
         self
     }
 
+    /// How many children of one key may be alive at once, for the keyed
+    /// forms ([`Supervisor::reserve_keyed`] and friends). Defaults to 1:
+    /// a key's children run one after another. At least 1; children
+    /// admitted without a key are not counted against any key.
+    pub fn per_key(&mut self, children: usize) -> &mut Self {
+        self.per_key = Some(children);
+        self
+    }
+
     /// The largest capacity [`Supervisor::set_capacity`] may set later.
     /// Defaults to `capacity`; at most 2^24. The registry's slots are
     /// allocated for it up front (8 bytes each), so a resize never
@@ -1593,8 +1972,15 @@ impl SupervisorBuilder {
     ///
     /// [`ConfigError`] naming the field when `capacity` is unset, 0 or
     /// above 2^24 (the registry allocates a slot per unit up front),
-    /// `shards` is 0 or too large, or `name` contains a NUL byte
-    /// (thread names cannot).
+    /// `shards` is 0 or too large, `per_key` is 0 or above 2^32 - 1, or
+    /// `name` contains a NUL byte (thread names cannot).
+    ///
+    /// ```
+    /// use sidejob::Supervisor;
+    ///
+    /// let err = Supervisor::builder().capacity(8).per_key(0).build().unwrap_err();
+    /// assert_eq!(err.field(), "per_key");
+    /// ```
     pub fn build(&self) -> Result<Supervisor, ConfigError> {
         let name = ConfigError::check_name(self.name.as_deref())?.to_owned();
         let capacity = self.capacity.ok_or(ConfigError::missing("capacity"))?;
@@ -1605,10 +1991,23 @@ impl SupervisorBuilder {
         if max > MAX_CHILDREN {
             return Err(ConfigError::too_large("max_capacity", MAX_CHILDREN));
         }
+        let per_key = match self.per_key.unwrap_or(1) {
+            0 => return Err(ConfigError::zero("per_key")),
+            n => u32::try_from(n)
+                .map_err(|_| ConfigError::too_large("per_key", u32::MAX as usize))?,
+        };
         let shards = self.shards.unwrap_or_else(num_cpus::get);
         let table =
             Table::with_max(capacity, max, shards, self.probe)?.with_policy(&self.policy)?;
+        let keys = KeySet::new(
+            table.shard_count(),
+            max,
+            per_key,
+            self.policy.max_waiters,
+            self.policy.max_wait,
+        );
         let common = Arc::new(Common {
+            keys,
             table,
             waiters: CachePadded::new(AtomicUsize::new(0)),
             idle: Mutex::new(Idle::default()),
@@ -1758,7 +2157,9 @@ impl<T> fmt::Debug for Child<T> {
 /// A live child's unit of a [`Supervisor`]'s capacity and its registration;
 /// dropping it is the child's exit.
 ///
-/// Made by [`Supervisor::reserve`]. It is `Send + 'static`: move it into the
+/// Made by [`Supervisor::reserve`] (and [`reserve_keyed`](Supervisor::reserve_keyed),
+/// whose guard also holds one slot of its key, given back right after the
+/// unit). It is `Send + 'static`: move it into the
 /// child. Dropped while its thread panics, the exit is counted in
 /// [`Stats::panicked`].
 #[must_use = "the child exits as soon as its guard is dropped"]
@@ -1778,6 +2179,10 @@ pub struct ChildGuard {
     /// guards reads nothing more.
     #[cfg(feature = "tokio")]
     task: bool,
+    /// Set for a keyed child: its exit also releases one slot of the key
+    /// whose id is `key`, after the unit.
+    keyed: bool,
+    key: u64,
 }
 
 impl ChildGuard {
@@ -1785,6 +2190,15 @@ impl ChildGuard {
     pub fn id(&self) -> ChildId {
         // Computed, not stored: a smaller guard is a cheaper reserve + drop.
         self.shard.id(self.slot as usize, self.free)
+    }
+
+    /// This guard, now also holding the key's slot `key` (released on
+    /// exit, after the unit).
+    #[inline]
+    fn with_key(mut self, key: KeySlot<'_>) -> ChildGuard {
+        self.key = key.keep();
+        self.keyed = true;
+        self
     }
 }
 
@@ -1794,11 +2208,19 @@ impl Drop for ChildGuard {
         let panicked = self.panicked || os_thread::panicking();
         #[cfg(feature = "tokio")]
         if self.task {
-            return self
-                .shard
+            self.shard
                 .leave_task(self.slot as usize, self.free, panicked);
+        } else {
+            self.shard.leave(self.slot as usize, self.free, panicked);
         }
+        #[cfg(not(feature = "tokio"))]
         self.shard.leave(self.slot as usize, self.free, panicked);
+        // The unit went back first: a key never counts fewer live children
+        // than it has. Our `Arc` of the registry shard keeps the key set
+        // alive until here.
+        if self.keyed {
+            self.shard.common.keys.release(self.key);
+        }
     }
 }
 

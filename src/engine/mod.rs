@@ -8,9 +8,13 @@
 //! * `waiters`: the bounded waiting room.
 //! * `alarm`: the one deadline watcher that times out async waiters.
 //! * `probe`: where a caller starts (its thread's index or its CPU).
+//! * `keys`: the set of busy keys, for keyed admission on the supervisor.
+//! * `jump`: the jump consistent hash, a key to one of `n` buckets.
 
 #[cfg(not(loom))]
 pub(crate) mod alarm;
+pub(crate) mod jump;
+pub(crate) mod keys;
 pub(crate) mod probe;
 pub(crate) mod split;
 pub(crate) mod table;

@@ -1,6 +1,7 @@
 //! Crate-private protocol tests: proptest models that drive the engine
 //! through seams the public API does not expose.
 
+mod keyed_model;
 mod limiter_model;
 mod pool_model;
 mod supervisor_model;
