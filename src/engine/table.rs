@@ -596,12 +596,13 @@ pub(crate) struct WaitUnit<'a> {
 }
 
 /// A queued waiter's hold on its place: the node's key (valid while the
-/// ticket says `Waiting`), the ticket, and when it arrived.
+/// ticket says `Waiting`), the ticket, and when it arrived on the room's
+/// clock (`Room::ticks`).
 #[derive(Debug)]
 struct Queued {
     key: usize,
     ticket: Arc<Ticket>,
-    since: Instant,
+    since_ticks: u64,
 }
 
 impl std::fmt::Debug for WaitUnit<'_> {
@@ -970,12 +971,12 @@ impl Table {
             self.count_refusal();
             return Err(Error::Overload);
         }
-        let (key, ticket) = control.queue.push(room, wake, now, deadline);
+        let (key, ticket, since_ticks) = control.queue.push(room, wake, now, deadline);
         let arm = deadline.is_some_and(|deadline| control.queue.arm(deadline));
         let queued = Queued {
             key,
             ticket,
-            since: now,
+            since_ticks,
         };
         Ok((queued, arm))
     }
@@ -1020,7 +1021,7 @@ impl Table {
             // A second unit, handed over meanwhile: its grant counted this
             // wait; the unit goes to the next waiter, or back to the table.
             State::Granted(second) => self.return_unused(second),
-            _ => room.add_waited_time(queued.since, now()),
+            _ => room.add_waited_time(queued.since_ticks, room.ticks()),
         }
         shard
     }
