@@ -127,13 +127,15 @@ fn a_tick_exports_exactly_the_stats_of_a_limiter() {
 fn the_waiting_figures_are_exported_exactly() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    // One shard, one unit, room for one waiter, who waits 20 ms at most.
+    // One shard, one unit, room for one waiter, who waits 200 ms at most
+    // (the second waiter below is handed its unit after 10 ms: ample room
+    // on a loaded machine).
     let limiter = Arc::new(
         Limiter::builder()
             .capacity(1)
             .shards(1)
             .max_waiters(1)
-            .max_wait(Duration::from_millis(20))
+            .max_wait(Duration::from_millis(200))
             .build()
             .unwrap(),
     );
@@ -166,8 +168,10 @@ fn the_waiting_figures_are_exported_exactly() {
     );
     assert_exported(&snapshotter, &labels, &stats);
 
-    // The held unit is handed to the waiter; a granted waiter is admitted
-    // even if its deadline has passed by the time it is polled.
+    // The held unit is handed to the waiter after 10 ms: waits are timed
+    // on the coarse clock (ticks of 1 to 4 ms), so a wait this long counts
+    // at least 6 ms whatever the tick.
+    std::thread::sleep(Duration::from_millis(10));
     drop(held);
     let permit = match waiter.as_mut().poll(&mut cx) {
         Poll::Ready(Ok(permit)) => permit,
@@ -181,7 +185,7 @@ fn the_waiting_figures_are_exported_exactly() {
         (0, 1, 1, 1)
     );
     assert_eq!((stats.accepted, stats.completed, stats.usage), (2, 2, 0));
-    assert!(stats.waited_time > Duration::ZERO);
+    assert!(stats.waited_time >= Duration::from_millis(6), "{stats:?}");
     assert_exported(&snapshotter, &labels, &stats);
 }
 

@@ -596,12 +596,13 @@ pub(crate) struct WaitUnit<'a> {
 }
 
 /// A queued waiter's hold on its place: the node's key (valid while the
-/// ticket says `Waiting`), the ticket, and when it arrived.
+/// ticket says `Waiting`), the ticket, and when it arrived on the room's
+/// clock (`Room::ticks`).
 #[derive(Debug)]
 struct Queued {
     key: usize,
     ticket: Arc<Ticket>,
-    since: Instant,
+    since_ticks: u64,
 }
 
 impl std::fmt::Debug for WaitUnit<'_> {
@@ -970,12 +971,12 @@ impl Table {
             self.count_refusal();
             return Err(Error::Overload);
         }
-        let (key, ticket) = control.queue.push(room, wake, now, deadline);
+        let (key, ticket, since_ticks) = control.queue.push(room, wake, now, deadline);
         let arm = deadline.is_some_and(|deadline| control.queue.arm(deadline));
         let queued = Queued {
             key,
             ticket,
-            since: now,
+            since_ticks,
         };
         Ok((queued, arm))
     }
@@ -1020,7 +1021,7 @@ impl Table {
             // A second unit, handed over meanwhile: its grant counted this
             // wait; the unit goes to the next waiter, or back to the table.
             State::Granted(second) => self.return_unused(second),
-            _ => room.add_waited_time(queued.since, now()),
+            _ => room.add_waited_time(queued.since_ticks, room.ticks()),
         }
         shard
     }
@@ -1729,8 +1730,43 @@ impl Table {
     }
 
     /// Units held now, summed over the shards.
+    ///
+    /// Read as one snapshot: the shards' `given` words, their `taken`
+    /// words, then `given` again, until no release landed in between. A sum
+    /// of per-shard readings taken one after the other could count a unit
+    /// twice, on the shard it was released from and on the shard it was
+    /// taken again at, and read one more than the capacity. With no release
+    /// during the read, each shard's reading is exact when its `taken` is
+    /// read and only grows after it: the sum is at most what is held at the
+    /// end of the read, and at least what was held at its start.
     pub(crate) fn usage(&self) -> usize {
+        for _ in 0..CONSISTENT_READ_TRIES {
+            let before = self.given_total();
+            let taken = self
+                .shards
+                .iter()
+                // Acquire: as in `Shard::counts`; the flag bits are masked
+                // off so that they cannot carry into the units.
+                .fold(0usize, |sum, shard| {
+                    sum.wrapping_add(shard.taken.load(Acquire) & !FLAGS)
+                });
+            // Every `given` only grows (by a unit per release), so an equal
+            // total means no shard's changed.
+            if self.given_total() == before {
+                return taken.wrapping_sub(before) / UNIT;
+            }
+        }
+        // Releases kept landing: each shard's own consistent reading.
         self.shards.iter().map(|shard| shard.usage()).sum()
+    }
+
+    /// The sum of the shards' `given` words.
+    fn given_total(&self) -> usize {
+        self.shards.iter().fold(0usize, |sum, shard| {
+            // Acquire: pairs with the AcqRel RMW in `give_back`, as in
+            // `Shard::counts`.
+            sum.wrapping_add(shard.given.load(Acquire))
+        })
     }
 
     pub(crate) fn stats(&self) -> Stats {

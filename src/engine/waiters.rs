@@ -80,7 +80,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::error::ConfigError;
 use crate::sync::{
-    park, Arc, AtomicU64, AtomicUsize,
+    park, Arc, AtomicU64, AtomicUsize, CoarseClock,
     Ordering::{Acquire, Relaxed, Release},
 };
 
@@ -155,6 +155,9 @@ pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(1);
 /// keeps a cancellation's linear search short.
 pub const MAX_WAITERS: usize = 1 << 20;
 
+/// How many tickets of ended waits a queue keeps for reuse.
+const SPARE_TICKETS: usize = 64;
+
 /// The waiting settings a builder collects; `max_waiters == 0` means no
 /// waiting room at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,6 +207,8 @@ pub(crate) struct Room {
     /// counts that must be exact when a wait returns are in the [`Queue`],
     /// under the lock.
     waited_nanos: AtomicU64,
+    /// The clock waits are timed on (see [`Room::ticks`]).
+    clock: CoarseClock,
 }
 
 /// The waiting figures of a [`Stats`](crate::Stats) snapshot.
@@ -233,6 +238,7 @@ impl Room {
             policy,
             timed_out: AtomicU64::new(0),
             waited_nanos: AtomicU64::new(0),
+            clock: CoarseClock::new(),
         }
     }
 
@@ -258,12 +264,26 @@ impl Room {
         self.timed_out.fetch_add(1, Relaxed);
     }
 
-    /// Adds a wait's time (its count is the queue's, under the lock).
-    pub(crate) fn add_waited_time(&self, since: Instant, now: Instant) {
-        let nanos = now.saturating_duration_since(since).as_nanos();
+    /// A reading of the clock waits are timed on, for `waited_time`: the
+    /// coarse clock (`CLOCK_MONOTONIC_COARSE`, a few nanoseconds where
+    /// `Instant::now()` costs 20 to 50 on a VM), read at both ends of a
+    /// wait. A wait then counts a whole number of ticks (1 to 4 ms each):
+    /// 0 or 1 for a short one, whose expected value is its true length,
+    /// since where the wait falls between two ticks is as good as random.
+    /// So the sum over many waits is right, and a single short wait is
+    /// not. The end is read on the release's path, which a granted task
+    /// often waits behind on its runtime thread: a precise read there cost
+    /// the hand-off a sixth of its latency.
+    pub(crate) fn ticks(&self) -> u64 {
+        self.clock.ticks()
+    }
+
+    /// Adds a wait's time, from two readings of [`ticks`](Self::ticks)
+    /// (its count is the queue's, under the lock).
+    pub(crate) fn add_waited_time(&self, since: u64, now: u64) {
         // Relaxed: a sum, read by `stats` only.
         self.waited_nanos
-            .fetch_add(u64::try_from(nanos).unwrap_or(u64::MAX), Relaxed);
+            .fetch_add(now.saturating_sub(since), Relaxed);
     }
 
     /// The figures, with the queue's `counts` (read under the lock).
@@ -371,15 +391,12 @@ pub(crate) struct Woken {
     more: Vec<Ended>,
 }
 
-/// A wait that ended: how to wake its waiter, when it arrived if it was
-/// granted (its wait's time is added after the wake-up), and the node's
-/// handle on its ticket, dropped only after the wake-up too (an RMW the
-/// waiter need not wait for).
+/// A wait that ended: how to wake its waiter, and when it arrived if it
+/// was granted (its wait's time is added after the wake-up).
 #[derive(Debug)]
 struct Ended {
     wake: Option<Wake>,
-    granted_since: Option<Instant>,
-    _ticket: Arc<Ticket>,
+    granted_since: Option<u64>,
 }
 
 impl Woken {
@@ -410,7 +427,7 @@ impl Woken {
         let mut now = None;
         for ended in self.first.iter().chain(&self.more) {
             if let Some(since) = ended.granted_since {
-                let now = *now.get_or_insert_with(crate::sync::now);
+                let now = *now.get_or_insert_with(|| room.ticks());
                 room.add_waited_time(since, now);
             }
         }
@@ -422,6 +439,8 @@ struct Node {
     ticket: Arc<Ticket>,
     wake: Option<Wake>,
     since: Instant,
+    /// `since` on the room's clock, for `waited_time` (see [`Room::ticks`]).
+    since_ticks: u64,
     /// When the deadline watcher expires it: set for async waiters only
     /// (a blocked thread times its own wait). The watcher does not run
     /// under loom (no clock there), hence the allow.
@@ -437,6 +456,10 @@ struct Node {
 pub(crate) struct Queue {
     nodes: Vec<Option<Node>>,
     free: Vec<usize>,
+    /// Tickets of ended waits, reused once their waiter has let go of
+    /// them ([`Queue::ticket`]): a wait then allocates nothing, and neither
+    /// its end nor its waiter frees anything. At most [`SPARE_TICKETS`].
+    spare: Vec<Arc<Ticket>>,
     /// Keys of the nodes still waiting, oldest first.
     order: VecDeque<usize>,
     /// Since when the queue has been non-empty without a break.
@@ -457,20 +480,23 @@ impl Queue {
     }
 
     /// Queues a waiter, to be expired at `deadline` by the watcher (async
-    /// waiters; `None` for a blocked thread, or no deadline); its key and
-    /// its ticket. Call [`arm`](Self::arm) with the deadline next.
+    /// waiters; `None` for a blocked thread, or no deadline); its key, its
+    /// ticket and its arrival on the room's clock ([`Room::ticks`]). Call
+    /// [`arm`](Self::arm) with the deadline next.
     pub(crate) fn push(
         &mut self,
         room: &Room,
         wake: Wake,
         now: Instant,
         deadline: Option<Instant>,
-    ) -> (usize, Arc<Ticket>) {
-        let ticket = Arc::new(Ticket::default());
+    ) -> (usize, Arc<Ticket>, u64) {
+        let ticket = self.ticket();
+        let since_ticks = room.ticks();
         let node = Node {
             ticket: Arc::clone(&ticket),
             wake: Some(wake),
             since: now,
+            since_ticks,
             deadline,
         };
         let key = match self.free.pop() {
@@ -489,7 +515,27 @@ impl Queue {
         self.order.push_back(key);
         room.set_count(self.len());
         self.counts.peak = self.counts.peak.max(self.len());
-        (key, ticket)
+        (key, ticket, since_ticks)
+    }
+
+    /// A ticket for a new wait: a spare one whose waiter has let go of it,
+    /// or a new one. The oldest spares are tried first (their waiters are
+    /// the likeliest to be done), a few at most.
+    fn ticket(&mut self) -> Arc<Ticket> {
+        for i in 0..self.spare.len().min(4) {
+            // `get_mut` answers only if nobody else holds the ticket, and
+            // synchronizes with the waiter's drop of its handle (Release
+            // there, Acquire here): the waiter's last read of the state
+            // came before the reset below.
+            if Arc::get_mut(&mut self.spare[i]).is_some() {
+                let ticket = self.spare.swap_remove(i);
+                // Relaxed: nobody else holds it; its next waiter gets it
+                // through the control lock.
+                ticket.state.store(State::WAITING, Relaxed);
+                return ticket;
+            }
+        }
+        Arc::new(Ticket::default())
     }
 
     /// Points a queued task at `waker`, cloning it only if it would wake
@@ -680,10 +726,12 @@ impl Queue {
             self.counts.waited += 1;
         }
         node.ticket.end(state);
+        if self.spare.len() < SPARE_TICKETS {
+            self.spare.push(node.ticket);
+        }
         woken.push(Ended {
             wake: node.wake,
-            granted_since: granted.then_some(node.since),
-            _ticket: node.ticket,
+            granted_since: granted.then_some(node.since_ticks),
         });
     }
 
@@ -733,7 +781,8 @@ mod tests {
         now: Instant,
         deadline: Option<Instant>,
     ) -> (usize, Arc<Ticket>) {
-        queue.push(room, waker(), now, deadline)
+        let (key, ticket, _) = queue.push(room, waker(), now, deadline);
+        (key, ticket)
     }
 
     #[test]
