@@ -14,10 +14,10 @@
 //! (see `crate::loom_api`), never a whole `Pool`.
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// `Arc` is always std's: it appears in the public API
 /// (`Limiter::try_acquire_owned` takes `Arc<Limiter>`), and loom only needs
@@ -329,10 +329,23 @@ impl Condvar {
 
     /// Releases `guard`'s lock and waits for a notification with no
     /// deadline, then locks again. May wake early.
-    #[cfg(not(loom))]
     pub(crate) fn wait<'a, T>(&self, mut guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
-        self.inner.wait(&mut guard);
-        guard
+        #[cfg(not(loom))]
+        {
+            self.inner.wait(&mut guard);
+            guard
+        }
+        #[cfg(loom)]
+        {
+            // As in `wait_until`: a poisoned lock is a model bug.
+            guard = self.inner.wait(guard).unwrap();
+            guard
+        }
+    }
+
+    /// Wakes one waiter.
+    pub(crate) fn notify_one(&self) {
+        self.inner.notify_one();
     }
 
     /// Wakes every waiter.
