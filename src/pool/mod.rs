@@ -1030,7 +1030,7 @@ fn poll_reply<T>(
 }
 
 /// Whether a [`Pool`] steals unless [`PoolBuilder::steal`] says otherwise.
-pub const DEFAULT_STEAL: bool = false;
+pub(crate) const DEFAULT_STEAL: bool = false;
 
 /// How long a waiting caller or an idle worker polls before parking, unless
 /// [`PoolBuilder::spin_wait`] says otherwise.
@@ -1212,7 +1212,8 @@ impl PoolBuilder {
     }
 
     /// Whether a free worker takes requests queued at another worker
-    /// (stealing). Defaults to [`DEFAULT_STEAL`].
+    /// (stealing). Defaults to off. A pool of one worker never steals
+    /// (there is nobody to steal from).
     ///
     /// A request is admitted on one shard and queued at that shard's
     /// worker. Without stealing it runs there, so one slow request holds up
@@ -1302,7 +1303,9 @@ impl PoolBuilder {
         // second, redundant check.
         let (mailboxes, receivers): (Vec<_>, Vec<_>) =
             (0..count).map(|_| crossbeam_channel::unbounded()).unzip();
-        let idle = self.steal.unwrap_or(DEFAULT_STEAL).then(|| Arc::new(Idle::new()));
+        // With one worker there is nobody to steal from: the plain loop.
+        let steal = self.steal.unwrap_or(DEFAULT_STEAL) && count > 1;
+        let idle = steal.then(|| Arc::new(Idle::new()));
         let mut threads = Vec::with_capacity(count);
         let mut spawn_error = None;
         for (index, receiver) in receivers.iter().enumerate() {
