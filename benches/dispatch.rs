@@ -255,9 +255,10 @@ fn worker_loop(c: &mut Criterion) {
         });
     }
     let consumer = BoundedConsumer::start();
-    group.bench_function(BenchmarkId::new("crossbeam_bounded_send", LOOP_CAPACITY), |b| {
-        b.iter_custom(|iters| consumer.run(iters))
-    });
+    group.bench_function(
+        BenchmarkId::new("crossbeam_bounded_send", LOOP_CAPACITY),
+        |b| b.iter_custom(|iters| consumer.run(iters)),
+    );
     group.finish();
 }
 

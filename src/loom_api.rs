@@ -120,3 +120,81 @@ impl Table {
         self.0.usage()
     }
 }
+
+/// The room where a stealing pool's free workers sleep (`pool/steal.rs`).
+#[derive(Debug, Default)]
+pub struct Idle(crate::pool::steal::Idle);
+
+impl Idle {
+    /// An empty room.
+    pub fn new() -> Idle {
+        Idle::default()
+    }
+
+    /// What a producer does right after it queued an envelope.
+    pub fn work_added(&self) {
+        self.0.work_added()
+    }
+
+    /// What shutdown does after closing the table.
+    pub fn wake_all(&self) {
+        self.0.wake_all()
+    }
+}
+
+/// A worker's mailbox as a queue loom can see (the pool's are crossbeam
+/// channels): each item is the shard whose unit it holds.
+#[derive(Debug, Default)]
+pub struct Mailbox(crate::sync::Mutex<std::collections::VecDeque<usize>>);
+
+impl Mailbox {
+    /// An empty mailbox.
+    pub fn new() -> Mailbox {
+        Mailbox::default()
+    }
+
+    /// Queues an envelope holding a unit of shard `shard`.
+    pub fn push(&self, shard: usize) {
+        self.0.lock().push_back(shard);
+    }
+
+    /// Envelopes queued now.
+    pub fn len(&self) -> usize {
+        self.0.lock().len()
+    }
+
+    /// True if nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl crate::pool::steal::Queue for Mailbox {
+    type Item = usize;
+    fn try_take(&self) -> Option<usize> {
+        self.0.lock().pop_front()
+    }
+    fn is_empty(&self) -> bool {
+        self.0.lock().is_empty()
+    }
+}
+
+/// A stealing worker's next envelope (`steal::next`, the real loop): from
+/// its own mailbox or another's, sleeping in `idle` while there is none;
+/// `(mailbox index, item)`. `None` once worker `me`'s shard is drained.
+pub fn next_envelope(
+    me: usize,
+    mailboxes: &[Mailbox],
+    idle: &Idle,
+    table: &Table,
+) -> Option<(usize, usize)> {
+    crate::pool::steal::next(me, mailboxes, &idle.0, std::time::Duration::ZERO, || {
+        table.drained(me)
+    })
+}
+
+/// What a stealing worker does after it gave back a unit of shard `from`
+/// (`steal::after_release`).
+pub fn after_release(idle: &Idle, me: usize, from: usize) {
+    crate::pool::steal::after_release(&idle.0, me, from)
+}

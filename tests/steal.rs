@@ -113,7 +113,10 @@ fn both_workers_stuck(rig: &Rig) -> usize {
     who.sort();
     assert_eq!(who, [0, 1], "each worker holds one Block");
     let shards = rig.pool.stats().shards;
-    let home = shards.iter().position(|s| s.usage == 2).expect("both Blocks on one shard");
+    let home = shards
+        .iter()
+        .position(|s| s.usage == 2)
+        .expect("both Blocks on one shard");
     home
 }
 
@@ -125,7 +128,11 @@ fn a_free_worker_runs_requests_queued_behind_a_stuck_one() {
     for id in 0..3 {
         rig.pool.cast(Job::Fast(id)).unwrap();
     }
-    assert_eq!(rig.pool.stats().shards[home].usage, 5, "queued at the home worker");
+    assert_eq!(
+        rig.pool.stats().shards[home].usage,
+        5,
+        "queued at the home worker"
+    );
     // Free the worker of the *other* shard: its own mailbox is empty, so
     // it can only get the Fast jobs by taking them from `home`'s mailbox,
     // whose worker is still stuck.
@@ -193,7 +200,10 @@ fn shutdown_handles_every_stolen_and_queued_request_once() {
                 })
             })
             .collect();
-        senders.into_iter().flat_map(|s| s.join().unwrap()).collect()
+        senders
+            .into_iter()
+            .flat_map(|s| s.join().unwrap())
+            .collect()
     });
     assert_eq!(admitted.len(), 14, "16 units, 2 held by the Blocks");
     // Shutdown begins while both workers are stuck and 14 requests wait.
@@ -329,7 +339,10 @@ fn stress_stealing_keeps_the_bound_and_handles_each_admitted_request_once() {
                 })
             })
             .collect();
-        let admitted = callers.into_iter().flat_map(|c| c.join().unwrap()).collect();
+        let admitted = callers
+            .into_iter()
+            .flat_map(|c| c.join().unwrap())
+            .collect();
         assert!(watcher.join().unwrap() <= CAPACITY, "never over capacity");
         admitted
     });
@@ -338,7 +351,10 @@ fn stress_stealing_keeps_the_bound_and_handles_each_admitted_request_once() {
     handled.sort();
     let mut admitted = admitted;
     admitted.sort();
-    assert_eq!(handled, admitted, "every admitted request handled exactly once");
+    assert_eq!(
+        handled, admitted,
+        "every admitted request handled exactly once"
+    );
     assert!(most.load(SeqCst) <= 3, "at most one handler per worker");
     let stats = pool.stats();
     assert_eq!(stats.completed as usize, admitted.len());

@@ -19,8 +19,8 @@ use crate::stats::Stats;
 use crate::sync::{now, os_thread, spin_poll, Arc, Mutex, Weak};
 use crate::table::Table;
 use crate::waiters::{Policy, QueueOrder};
-use steal::Idle;
 use crate::worker::{calling_worker, Envelope, Factory, Stealing, Worker, WorkerLoop};
+use steal::Idle;
 
 /// A capacity-limited pool of workers: requests beyond `capacity` are
 /// refused with [`Error::Overload`] at once instead of queueing.

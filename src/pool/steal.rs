@@ -41,9 +41,9 @@
 //! fence and the read of a word that only changes when a worker sleeps or
 //! wakes, so it stays shared in every cache.
 //!
-//! Shutdown and a release on a closed shard change a sleeper's exit rule
+//! Shutdown and the release of a stolen unit change a sleeper's exit rule
 //! rather than a mailbox: they [`wake_all`](Idle::wake_all) under the lock,
-//! unconditionally. `loom-tests/tests/loom_steal.rs` checks the protocol.
+//! unconditionally (see [`after_release`]). `loom-tests/tests/loom_steal.rs` checks the protocol.
 
 use std::time::Duration;
 
@@ -174,6 +174,25 @@ pub(crate) fn next<Q: Queue>(
             return None;
         }
         idle.sleep_until(|| done() || mailboxes.iter().any(|queue| !queue.is_empty()));
+    }
+}
+
+/// What worker `me` does after it gave back a unit of shard `from`: if it
+/// was another worker's shard, that worker may be asleep waiting for
+/// exactly this release to drain it (its shutdown has begun), so every
+/// sleeper re-checks.
+///
+/// Unconditional for a stolen unit: a check of "is that shard closed?"
+/// here would race the close (the release and the close are on different
+/// words), and loom finds the interleaving where the owner sleeps forever.
+/// The lock orders this release before the owner's next check, or the
+/// owner is already waiting and gets the notification. A stolen request
+/// already paid a cross-core hand-off; an uncontended lock is small beside
+/// it.
+#[inline]
+pub(crate) fn after_release(idle: &Idle, me: usize, from: usize) {
+    if from != me {
+        idle.wake_all();
     }
 }
 

@@ -194,12 +194,7 @@ impl<W: Worker> WorkerLoop<W> {
                 drop_payload(payload);
             }
             if let Some(stealing) = &self.steal {
-                // A unit of another shard went back after its shutdown
-                // began: that shard's worker may be asleep waiting for
-                // exactly this to drain it.
-                if from != self.index && self.table.shard(from).is_closed() {
-                    stealing.idle.wake_all();
-                }
+                steal::after_release(&stealing.idle, self.index, from);
             }
             if drained(shard) {
                 break;
