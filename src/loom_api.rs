@@ -143,9 +143,12 @@ impl Idle {
 }
 
 /// A worker's mailbox as a queue loom can see (the pool's are crossbeam
-/// channels): each item is the shard whose unit it holds.
+/// channels). Every envelope in mailbox `i` holds a unit of shard `i`, so
+/// the model keeps only how many are queued, in one atomic: lock-free like
+/// crossbeam's queue, so the model sees the weak-memory race the `SeqCst`
+/// fences of the idle room are for (a queue behind a lock would hide it).
 #[derive(Debug, Default)]
-pub struct Mailbox(crate::sync::Mutex<std::collections::VecDeque<usize>>);
+pub struct Mailbox(crate::sync::AtomicUsize);
 
 impl Mailbox {
     /// An empty mailbox.
@@ -153,14 +156,16 @@ impl Mailbox {
         Mailbox::default()
     }
 
-    /// Queues an envelope holding a unit of shard `shard`.
-    pub fn push(&self, shard: usize) {
-        self.0.lock().push_back(shard);
+    /// Queues one envelope.
+    pub fn push(&self) {
+        // Release: pairs with the Acquire of a take, as a channel's send
+        // does with its receive.
+        self.0.fetch_add(1, crate::sync::Ordering::Release);
     }
 
     /// Envelopes queued now.
     pub fn len(&self) -> usize {
-        self.0.lock().len()
+        self.0.load(crate::sync::Ordering::Acquire)
     }
 
     /// True if nothing is queued.
@@ -170,27 +175,33 @@ impl Mailbox {
 }
 
 impl crate::pool::steal::Queue for Mailbox {
-    type Item = usize;
-    fn try_take(&self) -> Option<usize> {
-        self.0.lock().pop_front()
+    type Item = ();
+    fn try_take(&self) -> Option<()> {
+        use crate::sync::Ordering::{AcqRel, Acquire};
+        // AcqRel/Acquire: one take per envelope, as a channel's receive.
+        self.0
+            .fetch_update(AcqRel, Acquire, |queued| queued.checked_sub(1))
+            .ok()
+            .map(|_| ())
     }
     fn is_empty(&self) -> bool {
-        self.0.lock().is_empty()
+        Mailbox::is_empty(self)
     }
 }
 
 /// A stealing worker's next envelope (`steal::next`, the real loop): from
 /// its own mailbox or another's, sleeping in `idle` while there is none;
-/// `(mailbox index, item)`. `None` once worker `me`'s shard is drained.
+/// the mailbox it took one from. `None` once worker `me`'s shard is drained.
 pub fn next_envelope(
     me: usize,
     mailboxes: &[Mailbox],
     idle: &Idle,
     table: &Table,
-) -> Option<(usize, usize)> {
+) -> Option<usize> {
     crate::pool::steal::next(me, mailboxes, &idle.0, std::time::Duration::ZERO, || {
         table.drained(me)
     })
+    .map(|(from, ())| from)
 }
 
 /// What a stealing worker does after it gave back a unit of shard `from`

@@ -149,19 +149,23 @@ pub(crate) fn next<Q: Queue>(
     done: impl Fn() -> bool,
 ) -> Option<(usize, Q::Item)> {
     let mut polls = 0u32;
-    let polled = spin_poll(spin, || {
-        if let Some(item) = mailboxes[me].try_take() {
-            return Some((me, item));
-        }
-        polls = polls.wrapping_add(1);
-        if polls % STEAL_EVERY == 0 {
-            steal(me, mailboxes)
-        } else {
-            None
-        }
+    // A zero budget polls once, below (under loom too, where `spin_poll`
+    // would yield in between).
+    let polled = (!spin.is_zero()).then(|| {
+        spin_poll(spin, || {
+            if let Some(item) = mailboxes[me].try_take() {
+                return Some((me, item));
+            }
+            polls = polls.wrapping_add(1);
+            if polls % STEAL_EVERY == 0 {
+                steal(me, mailboxes)
+            } else {
+                None
+            }
+        })
     });
-    if polled.is_some() {
-        return polled;
+    if let Some(Some(found)) = polled {
+        return Some(found);
     }
     loop {
         if let Some(item) = mailboxes[me].try_take() {
