@@ -122,18 +122,18 @@ impl Table {
 }
 
 /// The room where a stealing pool's free workers sleep (`pool/steal.rs`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Idle(crate::pool::steal::Idle);
 
 impl Idle {
-    /// An empty room.
-    pub fn new() -> Idle {
-        Idle::default()
+    /// An empty room for `workers` workers.
+    pub fn new(workers: usize) -> Idle {
+        Idle(crate::pool::steal::Idle::new(workers))
     }
 
-    /// What a producer does right after it queued an envelope.
-    pub fn work_added(&self) {
-        self.0.work_added()
+    /// What a producer does right after it queued an envelope at `to`.
+    pub fn work_added(&self, to: usize) {
+        self.0.work_added(to)
     }
 
     /// What shutdown does after closing the table.

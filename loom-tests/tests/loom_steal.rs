@@ -3,18 +3,49 @@
 //! lost wake-up), each envelope is taken once, by its owner or a thief, and
 //! its unit goes back to the shard that admitted it; a shutdown racing a
 //! stolen request still lets every worker drain and exit.
+//!
+//! Threads wait for each other on a [`Count`] (a loom mutex and condition
+//! variable), never with `park`: loom does not allow an `unpark` to reach
+//! a thread blocked on a lock, which a worker in the idle room may be.
 #![cfg(loom)]
 
-use loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use loom::sync::Arc;
+use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 use sidejob::loom_api::{after_release, next_envelope, Idle, Mailbox, Table};
+
+/// A count threads can wait on.
+#[derive(Default)]
+struct Count {
+    value: Mutex<usize>,
+    changed: Condvar,
+}
+
+impl Count {
+    fn bump(&self) {
+        *self.value.lock().unwrap() += 1;
+        self.changed.notify_all();
+    }
+
+    fn get(&self) -> usize {
+        *self.value.lock().unwrap()
+    }
+
+    /// Blocks until the count is at least `n`: a wake-up that never comes
+    /// is a deadlock loom reports.
+    fn wait_for(&self, n: usize) {
+        let mut value = self.value.lock().unwrap();
+        while *value < n {
+            value = self.changed.wait(value).unwrap();
+        }
+    }
+}
 
 struct Rig {
     table: Table,
     mailboxes: [Mailbox; 2],
     idle: Idle,
-    handled: AtomicUsize,
+    handled: Count,
+    exited: Count,
 }
 
 impl Rig {
@@ -22,8 +53,9 @@ impl Rig {
         Arc::new(Rig {
             table: Table::new(capacity, 2),
             mailboxes: [Mailbox::new(), Mailbox::new()],
-            idle: Idle::new(),
-            handled: AtomicUsize::new(0),
+            idle: Idle::new(2),
+            handled: Count::default(),
+            exited: Count::default(),
         })
     }
 
@@ -31,57 +63,47 @@ impl Rig {
     fn submit(&self, shard: usize) {
         assert_eq!(self.table.acquire_at(shard), Ok(shard));
         self.mailboxes[shard].push();
-        self.idle.work_added();
+        self.idle.work_added(shard);
     }
 
-    /// Worker `me`'s loop: take (own or stolen), release on the admitting
-    /// shard, tell `waiter` (if any); until its own shard is drained.
-    ///
-    /// (A model that joins its workers passes no waiter: loom does not
-    /// allow unparking a thread blocked in `join`.)
-    fn worker(&self, me: usize, waiter: Option<&thread::Thread>) {
+    /// Worker `me`'s loop: take (own or stolen), run `handle`, release on
+    /// the admitting shard; until its own shard is drained.
+    fn worker(&self, me: usize, handle: impl Fn()) {
         while let Some(from) = next_envelope(me, &self.mailboxes, &self.idle, &self.table) {
-            self.handled.fetch_add(1, SeqCst);
+            handle();
             self.table.release(from);
             after_release(&self.idle, me, from);
-            if let Some(waiter) = waiter {
-                waiter.unpark();
-            }
+            self.handled.bump();
         }
+        self.exited.bump();
+    }
+
+    /// Shutdown, once `handled` requests are done: close, wake, wait for
+    /// both workers (or the one) to exit.
+    fn shut_down_after(&self, handled: usize, workers: usize) {
+        self.handled.wait_for(handled);
+        self.table.close();
+        self.idle.wake_all();
+        self.exited.wait_for(workers);
+        assert_eq!(self.handled.get(), handled, "each request handled once");
+        assert_eq!(self.table.usage(), 0, "every unit back on its shard");
+        assert!(self.mailboxes.iter().all(Mailbox::is_empty));
     }
 }
 
 /// Worker 0 is busy elsewhere (absent); worker 1 is free. A request queued
-/// at worker 0 must wake worker 1: the caller then waits for it with no
-/// other wake-up in play, so a lost one is a deadlock loom reports.
+/// at worker 0 must wake worker 1: the caller waits for it with no other
+/// wake-up in play, so a lost one is a deadlock loom reports.
 #[test]
 fn a_free_worker_is_woken_for_work_queued_at_a_busy_one() {
     loom::model(|| {
         let rig = Rig::new(2);
-        let main = thread::current();
-        let exited = Arc::new(AtomicUsize::new(0));
         {
-            let (rig, exited) = (rig.clone(), exited.clone());
-            thread::spawn(move || {
-                rig.worker(1, Some(&main));
-                exited.store(1, SeqCst);
-                main.unpark();
-            });
+            let rig = rig.clone();
+            thread::spawn(move || rig.worker(1, || {}));
         }
         rig.submit(0);
-        while rig.handled.load(SeqCst) == 0 {
-            thread::park();
-        }
-        rig.table.close();
-        rig.idle.wake_all();
-        // Not `join`: loom does not allow an unpark (the worker's, above)
-        // to reach a thread blocked in `join`.
-        while exited.load(SeqCst) == 0 {
-            thread::park();
-        }
-        assert_eq!(rig.handled.load(SeqCst), 1);
-        assert_eq!(rig.table.usage(), 0, "released on shard 0");
-        assert!(rig.mailboxes.iter().all(Mailbox::is_empty));
+        rig.shut_down_after(1, 1);
     });
 }
 
@@ -94,21 +116,41 @@ fn a_free_worker_is_woken_for_work_queued_at_a_busy_one() {
 fn owner_and_thief_take_each_request_once_across_shutdown() {
     loom::model(|| {
         let rig = Rig::new(4);
-        let workers: Vec<_> = (0..2)
-            .map(|me| {
-                let rig = rig.clone();
-                thread::spawn(move || rig.worker(me, None))
-            })
-            .collect();
+        for me in 0..2 {
+            let rig = rig.clone();
+            thread::spawn(move || rig.worker(me, || {}));
+        }
         rig.submit(0);
         rig.submit(0);
         rig.table.close();
         rig.idle.wake_all();
-        for worker in workers {
-            worker.join().unwrap();
-        }
-        assert_eq!(rig.handled.load(SeqCst), 2, "each request handled once");
-        assert_eq!(rig.table.usage(), 0);
+        rig.exited.wait_for(2);
+        assert_eq!(rig.handled.get(), 2, "each request handled once");
+        assert_eq!(rig.table.usage(), 0, "every unit back on shard 0");
         assert!(rig.mailboxes.iter().all(Mailbox::is_empty));
+    });
+}
+
+/// Two requests queued at worker 0; worker 0 takes one and is stuck in it
+/// until worker 1 has handled a request. Worker 1 must be woken for the
+/// other, even when worker 0 was spinning on its mailbox as both arrived
+/// (the producers then count on worker 0 and ring nobody: worker 0 must
+/// wake a sleeper itself when it takes one and leaves one queued).
+#[test]
+fn a_request_queued_behind_a_stuck_owner_wakes_the_free_worker() {
+    loom::model(|| {
+        let rig = Rig::new(4);
+        let thief = Arc::new(Count::default());
+        {
+            let (rig, thief) = (rig.clone(), thief.clone());
+            thread::spawn(move || rig.worker(0, || thief.wait_for(1)));
+        }
+        {
+            let (rig, thief) = (rig.clone(), thief.clone());
+            thread::spawn(move || rig.worker(1, || thief.bump()));
+        }
+        rig.submit(0);
+        rig.submit(0);
+        rig.shut_down_after(2, 2);
     });
 }

@@ -818,7 +818,7 @@ impl<W: Worker> Inner<W> {
         match self.mailboxes[shard].send(envelope) {
             Ok(()) => {
                 if let Some(idle) = &self.idle {
-                    idle.work_added();
+                    idle.work_added(shard);
                 }
                 Ok(())
             }
@@ -1305,7 +1305,7 @@ impl PoolBuilder {
             (0..count).map(|_| crossbeam_channel::unbounded()).unzip();
         // With one worker there is nobody to steal from: the plain loop.
         let steal = self.steal.unwrap_or(DEFAULT_STEAL) && count > 1;
-        let idle = steal.then(|| Arc::new(Idle::new()));
+        let idle = steal.then(|| Arc::new(Idle::new(count)));
         let mut threads = Vec::with_capacity(count);
         let mut spawn_error = None;
         for (index, receiver) in receivers.iter().enumerate() {

@@ -27,8 +27,12 @@
 //!   under the room's lock, re-checks every mailbox (and its exit rule)
 //!   before each wait;
 //! * a producer pushes its envelope, issues a `SeqCst` fence, and reads
-//!   `sleepers`; only if it is not zero does it take the lock and notify
-//!   one sleeper.
+//!   `sleepers`; only if it is not zero, and the mailbox's owner is not
+//!   spinning on it, does it take the lock and notify one sleeper;
+//! * an owner stops spinning (it took an envelope, or its budget ran out)
+//!   by clearing its flag, a `SeqCst` fence, and a look at its own
+//!   mailbox: if envelopes remain and someone sleeps, it wakes one (the
+//!   producers of those envelopes may have counted on it).
 //!
 //! The two fences make this Dekker's pattern: either the producer's read
 //! sees the sleeper counted (and it notifies, under the lock, after which
@@ -39,7 +43,9 @@
 //! waking one is enough: if the one woken finds nothing, another worker
 //! already took it. On the plain path (no sleeper) a delivery costs one
 //! fence and the read of a word that only changes when a worker sleeps or
-//! wakes, so it stays shared in every cache.
+//! wakes, so it stays shared in every cache; with a sleeper, the read of
+//! the owner's flag spares the wake-up (a futex call) whenever the owner is
+//! polling for its next request, as it is on a lightly loaded pool.
 //!
 //! Shutdown and the release of a stolen unit change a sleeper's exit rule
 //! rather than a mailbox: they [`wake_all`](Idle::wake_all) under the lock,
@@ -47,7 +53,9 @@
 
 use std::time::Duration;
 
-use crate::sync::{fence, spin_poll, AtomicUsize, Condvar, Mutex, Ordering};
+use crossbeam_utils::CachePadded;
+
+use crate::sync::{fence, spin_poll, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
 
 /// A worker's own mailbox is polled this many times for each look at the
 /// other mailboxes while it spins.
@@ -76,10 +84,14 @@ impl<T> Queue for crossbeam_channel::Receiver<T> {
 }
 
 /// Where a stealing pool's free workers sleep, and how a delivery wakes one.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Idle {
     /// Workers between "about to sleep" and "awake again".
     sleepers: AtomicUsize,
+    /// Per worker: true while it polls its own mailbox with nothing in
+    /// hand, so it will take what arrives there without being woken. Each
+    /// on its own line: its worker writes it once per request.
+    spinning: Box<[CachePadded<AtomicBool>]>,
     /// Held while a sleeper re-checks the mailboxes and while a waker
     /// notifies, so no notification falls between a check and its wait.
     room: Mutex<()>,
@@ -87,19 +99,56 @@ pub(crate) struct Idle {
 }
 
 impl Idle {
-    pub(crate) fn new() -> Self {
-        Self::default()
+    /// A room for `workers` workers, none asleep, none spinning.
+    pub(crate) fn new(workers: usize) -> Self {
+        Idle {
+            sleepers: AtomicUsize::new(0),
+            spinning: (0..workers)
+                .map(|_| CachePadded::new(AtomicBool::new(false)))
+                .collect(),
+            room: Mutex::new(()),
+            bell: Condvar::new(),
+        }
     }
 
-    /// Tells the sleepers (if any) that an envelope was just queued.
+    /// Tells the sleepers (if any) that an envelope was just queued at
+    /// worker `to`. Nobody is woken if nobody sleeps, or if `to` itself is
+    /// spinning on its mailbox (it takes the envelope; if it takes another
+    /// one first, it wakes a sleeper itself, see [`Idle::took`]).
     #[inline]
-    pub(crate) fn work_added(&self) {
-        // SeqCst fence: pairs with the fence in `sleep_until`. Either this
-        // read sees the sleeper counted, or its re-check sees the envelope
-        // pushed before this fence (Dekker; see the module docs).
+    pub(crate) fn work_added(&self, to: usize) {
+        // SeqCst fence: pairs with the fences in `sleep_until` and `took`.
+        // Either these reads see the sleeper counted and the owner not
+        // spinning, or the other side's check, after its fence, sees the
+        // envelope pushed before this one (Dekker; see the module docs).
+        fence(Ordering::SeqCst);
+        // Relaxed, both: ordered by the fence above.
+        if self.sleepers.load(Ordering::Relaxed) != 0 && !self.spinning[to].load(Ordering::Relaxed)
+        {
+            self.wake_one();
+        }
+    }
+
+    /// Worker `me` starts polling its own mailbox.
+    #[inline]
+    fn spin(&self, me: usize) {
+        // Relaxed: a producer that misses it only wakes a sleeper for
+        // nothing.
+        self.spinning[me].store(true, Ordering::Relaxed);
+    }
+
+    /// Worker `me` stops polling (it took an envelope, or is about to
+    /// sleep); `own` is its mailbox. If envelopes remain there, a producer
+    /// may have skipped the wake-up counting on `me` to take them: wake a
+    /// sleeper now.
+    #[inline]
+    fn took<Q: Queue>(&self, me: usize, own: &Q) {
+        // Relaxed: ordered by the fence below.
+        self.spinning[me].store(false, Ordering::Relaxed);
+        // SeqCst fence: pairs with the one in `work_added`.
         fence(Ordering::SeqCst);
         // Relaxed: ordered by the fence above.
-        if self.sleepers.load(Ordering::Relaxed) != 0 {
+        if !own.is_empty() && self.sleepers.load(Ordering::Relaxed) != 0 {
             self.wake_one();
         }
     }
@@ -149,6 +198,7 @@ pub(crate) fn next<Q: Queue>(
     done: impl Fn() -> bool,
 ) -> Option<(usize, Q::Item)> {
     let mut polls = 0u32;
+    idle.spin(me);
     // A zero budget polls once, below (under loom too, where `spin_poll`
     // would yield in between).
     let polled = (!spin.is_zero()).then(|| {
@@ -164,6 +214,9 @@ pub(crate) fn next<Q: Queue>(
             }
         })
     });
+    // Not spinning any more: from here on, producers wake sleepers for
+    // what arrives at this mailbox (and this one re-checks after its fence).
+    idle.took(me, &mailboxes[me]);
     if let Some(Some(found)) = polled {
         return Some(found);
     }
