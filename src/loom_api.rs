@@ -172,3 +172,92 @@ impl DueLine {
         self.0.due()
     }
 }
+
+/// The room where a stealing pool's free workers sleep (`pool/steal.rs`).
+#[derive(Debug)]
+pub struct Idle(crate::pool::steal::Idle);
+
+impl Idle {
+    /// An empty room for `workers` workers.
+    pub fn new(workers: usize) -> Idle {
+        Idle(crate::pool::steal::Idle::new(workers))
+    }
+
+    /// What a producer does right after it queued an envelope at `to`.
+    pub fn work_added(&self, to: usize) {
+        self.0.work_added(to)
+    }
+
+    /// What shutdown does after closing the table.
+    pub fn wake_all(&self) {
+        self.0.wake_all()
+    }
+}
+
+/// A worker's mailbox as a queue loom can see (the pool's are crossbeam
+/// channels). Every envelope in mailbox `i` holds a unit of shard `i`, so
+/// the model keeps only how many are queued, in one atomic: lock-free like
+/// crossbeam's queue, so the model sees the weak-memory race the `SeqCst`
+/// fences of the idle room are for (a queue behind a lock would hide it).
+#[derive(Debug, Default)]
+pub struct Mailbox(crate::sync::AtomicUsize);
+
+impl Mailbox {
+    /// An empty mailbox.
+    pub fn new() -> Mailbox {
+        Mailbox::default()
+    }
+
+    /// Queues one envelope.
+    pub fn push(&self) {
+        // Release: pairs with the Acquire of a take, as a channel's send
+        // does with its receive.
+        self.0.fetch_add(1, crate::sync::Ordering::Release);
+    }
+
+    /// Envelopes queued now.
+    pub fn len(&self) -> usize {
+        self.0.load(crate::sync::Ordering::Acquire)
+    }
+
+    /// True if nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl crate::pool::steal::Queue for Mailbox {
+    type Item = ();
+    fn try_take(&self) -> Option<()> {
+        use crate::sync::Ordering::{AcqRel, Acquire};
+        // AcqRel/Acquire: one take per envelope, as a channel's receive.
+        self.0
+            .fetch_update(AcqRel, Acquire, |queued| queued.checked_sub(1))
+            .ok()
+            .map(|_| ())
+    }
+    fn is_empty(&self) -> bool {
+        Mailbox::is_empty(self)
+    }
+}
+
+/// A stealing worker's next envelope (`steal::next`, the real loop): from
+/// its own mailbox or another's, sleeping in `idle` while there is none;
+/// the mailbox it took one from. `None` once worker `me`'s shard is drained.
+pub fn next_envelope(
+    me: usize,
+    mailboxes: &[Mailbox],
+    idle: &Idle,
+    table: &Table,
+) -> Option<usize> {
+    crate::pool::steal::next(me, mailboxes, &idle.0, std::time::Duration::ZERO, || {
+        table.drained(me)
+    })
+    .map(|(from, ())| from)
+}
+
+/// What a stealing worker does after it gave back a unit of shard `from`
+/// (`steal::after_release`).
+pub fn after_release(idle: &Idle, me: usize, from: usize) {
+    crate::pool::steal::after_release(&idle.0, me, from)
+}

@@ -337,10 +337,23 @@ impl Condvar {
 
     /// Releases `guard`'s lock and waits for a notification with no
     /// deadline, then locks again. May wake early.
-    #[cfg(not(loom))]
     pub(crate) fn wait<'a, T>(&self, mut guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
-        self.inner.wait(&mut guard);
-        guard
+        #[cfg(not(loom))]
+        {
+            self.inner.wait(&mut guard);
+            guard
+        }
+        #[cfg(loom)]
+        {
+            // As in `wait_until`: a poisoned lock is a model bug.
+            guard = self.inner.wait(guard).unwrap();
+            guard
+        }
+    }
+
+    /// Wakes one waiter.
+    pub(crate) fn notify_one(&self) {
+        self.inner.notify_one();
     }
 
     /// Wakes every waiter.

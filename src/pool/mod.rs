@@ -4,6 +4,7 @@
 
 #[cfg(feature = "tokio")]
 pub(crate) mod asynchronous;
+pub(crate) mod steal;
 pub(crate) mod worker;
 
 use std::fmt;
@@ -18,7 +19,8 @@ use crate::stats::Stats;
 use crate::sync::{now, os_thread, spin_poll, Arc, Mutex, Weak};
 use crate::table::Table;
 use crate::waiters::{Policy, QueueOrder};
-use crate::worker::{calling_worker, Envelope, Factory, Worker, WorkerLoop};
+use crate::worker::{calling_worker, Envelope, Factory, Stealing, Worker, WorkerLoop};
+use steal::Idle;
 
 /// A capacity-limited pool of workers: requests beyond `capacity` are
 /// refused with [`Error::Overload`] at once instead of queueing.
@@ -126,6 +128,8 @@ struct Inner<W: Worker> {
     name: Arc<str>,
     /// How long a waiting caller polls for its reply before it parks.
     spin: Duration,
+    /// Where free workers sleep, if the pool steals (`PoolBuilder::steal`).
+    idle: Option<Arc<Idle>>,
 }
 
 /// Where a request takes its unit.
@@ -812,7 +816,12 @@ impl<W: Worker> Inner<W> {
     #[inline]
     fn deliver(&self, shard: usize, envelope: Envelope<W>) -> Result<(), Envelope<W>> {
         match self.mailboxes[shard].send(envelope) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                if let Some(idle) = &self.idle {
+                    idle.work_added(shard);
+                }
+                Ok(())
+            }
             Err(returned) => {
                 // The worker is gone, which it only is once its shard is
                 // closed and drained; this unit was taken just before the
@@ -828,9 +837,15 @@ impl<W: Worker> Inner<W> {
         //    envelope will be handled) or is refused with `Shutdown`.
         self.table.close();
         // 2. Wake every worker so it checks whether its shard is drained;
-        //    a worker that already left has dropped its mailbox.
-        for mailbox in self.mailboxes.iter() {
-            let _ = mailbox.send(Envelope::Wake);
+        //    a worker that already left has dropped its mailbox. Stealing
+        //    workers sleep in the idle room, not in their mailbox.
+        match &self.idle {
+            Some(idle) => idle.wake_all(),
+            None => {
+                for mailbox in self.mailboxes.iter() {
+                    let _ = mailbox.send(Envelope::Wake);
+                }
+            }
         }
         // 3. Join, unless this is a worker (it cannot wait for itself).
         if self.worker_ids.contains(&os_thread::current().id()) {
@@ -1014,6 +1029,9 @@ fn poll_reply<T>(
     })
 }
 
+/// Whether a [`Pool`] steals unless [`PoolBuilder::steal`] says otherwise.
+pub(crate) const DEFAULT_STEAL: bool = false;
+
 /// How long a waiting caller or an idle worker polls before parking, unless
 /// [`PoolBuilder::spin_wait`] says otherwise.
 pub const DEFAULT_SPIN_WAIT: Duration = Duration::from_micros(50);
@@ -1061,6 +1079,7 @@ pub struct PoolBuilder {
     probe: Probe,
     spin_wait: Option<Duration>,
     policy: Policy,
+    steal: Option<bool>,
 }
 
 impl PoolBuilder {
@@ -1192,6 +1211,56 @@ impl PoolBuilder {
         self
     }
 
+    /// Whether a free worker takes requests queued at another worker
+    /// (stealing). Defaults to off. A pool of one worker never steals
+    /// (there is nobody to steal from).
+    ///
+    /// A request is admitted on one shard and queued at that shard's
+    /// worker. Without stealing it runs there, so one slow request holds up
+    /// every request queued behind it while the other workers may sit idle
+    /// (head-of-line blocking). With stealing, a worker whose own mailbox is
+    /// empty takes the oldest request waiting at another worker, so queued
+    /// work runs as soon as any worker is free. The unit stays with the
+    /// shard that admitted it and goes back there, so capacity,
+    /// "released before the reply", panics (the worker that *ran* the
+    /// request is rebuilt; the panic is counted on the admitting shard) and
+    /// shutdown behave the same either way.
+    ///
+    /// The choice exists for workers whose state must only ever see the
+    /// requests sent to *them*: state kept per worker that a request from
+    /// another shard must not read or change, such as a connection or a
+    /// cache meant for one caller's requests, or a writer that must receive
+    /// one producer's casts in order (a stolen cast can be handled on
+    /// another worker before or after the ones around it). That is why it
+    /// is off by default, although it costs nothing measurable on a plain
+    /// `call`: turning it on silently would change what existing workers
+    /// see.
+    ///
+    /// Idle workers still cost no CPU: a free worker spins for
+    /// [`spin_wait`](Self::spin_wait), then sleeps until a delivery it may
+    /// take wakes it (a delivery wakes nobody while the mailbox's own
+    /// worker is polling for it).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{Pool, Worker};
+    /// # struct Echo;
+    /// # impl Worker for Echo {
+    /// #     type Request = u8; type Reply = u8; type Message = ();
+    /// #     fn handle_call(&mut self, n: u8) -> u8 { n }
+    /// #     fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// let stealing = Pool::builder().capacity(64).workers(2).steal(true).build(|_| Echo)?;
+    /// let pinned = Pool::builder().capacity(64).workers(2).steal(false).build(|_| Echo)?;
+    /// assert_eq!(stealing.call(1)?, pinned.call(1)?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn steal(&mut self, steal: bool) -> &mut Self {
+        self.steal = Some(steal);
+        self
+    }
+
     /// Starts the workers, each with the state `factory(index)` returns.
     ///
     /// The factory runs on the worker's own thread, at start and again
@@ -1235,28 +1304,34 @@ impl PoolBuilder {
         };
 
         let count = table.shard_count();
-        let mut mailboxes = Vec::with_capacity(count);
+        // Unbounded: the shard's counter is the bound. Every envelope but
+        // `Wake` holds one of the shard's units, so the mailbox never holds
+        // more than the shard's limit (plus the `*_unbounded` requests the
+        // caller chose to push past it); a bounded channel would only add a
+        // second, redundant check.
+        let (mailboxes, receivers): (Vec<_>, Vec<_>) =
+            (0..count).map(|_| crossbeam_channel::unbounded()).unzip();
+        // With one worker there is nobody to steal from: the plain loop.
+        let steal = self.steal.unwrap_or(DEFAULT_STEAL) && count > 1;
+        let idle = steal.then(|| Arc::new(Idle::new(count)));
         let mut threads = Vec::with_capacity(count);
         let mut spawn_error = None;
-        for index in 0..count {
-            // Unbounded: the shard's counter is the bound. Every envelope
-            // but `Wake` holds one of the shard's units, so the mailbox
-            // never holds more than the shard's limit (plus the
-            // `*_unbounded` requests the caller chose to push past it); a
-            // bounded channel would only add a second, redundant check.
-            let (sender, receiver) = crossbeam_channel::unbounded();
+        for (index, receiver) in receivers.iter().enumerate() {
             let worker = WorkerLoop {
                 index,
                 table: Arc::clone(&table),
-                mailbox: receiver,
+                mailbox: receiver.clone(),
                 factory: Arc::clone(&factory),
                 core: (!cores.is_empty()).then(|| cores[index % cores.len()]),
                 spin,
+                steal: idle.as_ref().map(|idle| Stealing {
+                    mailboxes: receivers.clone().into_boxed_slice(),
+                    idle: Arc::clone(idle),
+                }),
             };
             let spawned = os_thread::Builder::new()
                 .name(format!("{name}-{index}"))
                 .spawn(move || worker.run());
-            mailboxes.push(sender);
             match spawned {
                 Ok(thread) => threads.push(thread),
                 Err(err) => {
@@ -1273,6 +1348,7 @@ impl PoolBuilder {
             worker_ids,
             name,
             spin,
+            idle,
         };
         if let Some(kind) = spawn_error {
             // Dropping `inner` closes the table and joins what started.

@@ -17,6 +17,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, TryRecvError};
 
 use crate::error::Error;
+use crate::pool::steal::{self, Idle};
 use crate::sync::{const_thread_local, spin_poll, Arc};
 use crate::table::Table;
 
@@ -161,6 +162,15 @@ pub(crate) struct WorkerLoop<W: Worker> {
     pub(crate) core: Option<core_affinity::CoreId>,
     /// How long to poll an empty mailbox before parking.
     pub(crate) spin: Duration,
+    /// Set when the pool steals: every worker's mailbox (this one's at
+    /// `index`) and the room where free workers sleep.
+    pub(crate) steal: Option<Stealing<W>>,
+}
+
+/// What a worker of a stealing pool takes work from.
+pub(crate) struct Stealing<W: Worker> {
+    pub(crate) mailboxes: Box<[Receiver<Envelope<W>>]>,
+    pub(crate) idle: Arc<Idle>,
 }
 
 impl<W: Worker> WorkerLoop<W> {
@@ -172,16 +182,19 @@ impl<W: Worker> WorkerLoop<W> {
         CURRENT_WORKER.with(|current| current.set((pool_id(&self.table), self.index)));
         let mut state = self.build();
         let shard = self.table.shard(self.index);
-        while let Some(envelope) = self.next_envelope() {
+        while let Some((from, envelope)) = self.next_envelope() {
             // Nothing that happens to one envelope may end the loop: a dead
             // worker would strand every unit queued behind it, and its shard
             // would answer `Shutdown` while the pool is not shut down. The
             // handlers and every user drop are already caught inside
             // `process`; this catch is the backstop for whatever is not.
             if let Err(payload) = catch_unwind(AssertUnwindSafe(|| {
-                self.process(&mut state, envelope);
+                self.process(&mut state, envelope, from);
             })) {
                 drop_payload(payload);
+            }
+            if let Some(stealing) = &self.steal {
+                steal::after_release(&stealing.idle, self.index, from);
             }
             if drained(shard) {
                 break;
@@ -196,13 +209,14 @@ impl<W: Worker> WorkerLoop<W> {
         CURRENT_WORKER.with(|current| current.set((NOT_A_WORKER, 0)));
     }
 
-    /// Handles one envelope and gives its unit back, on every path: the
-    /// [`Unit`] guard releases it if anything unwinds before the explicit
-    /// release.
-    fn process(&self, state: &mut Option<W>, envelope: Envelope<W>) {
+    /// Handles one envelope taken from shard `from`'s mailbox (this
+    /// worker's own, or another's when it steals) and gives its unit back to
+    /// that shard, on every path: the [`Unit`] guard releases it if
+    /// anything unwinds before the explicit release.
+    fn process(&self, state: &mut Option<W>, envelope: Envelope<W>, from: usize) {
         match envelope {
             Envelope::Call(request, reply) => {
-                let unit = Unit::new(&self.table, self.index);
+                let unit = Unit::new(&self.table, from);
                 let outcome = self.handle(state, move |worker| worker.handle_call(request));
                 // The unit goes back before the reply is delivered: a
                 // caller that gets its answer and calls again at once
@@ -215,7 +229,7 @@ impl<W: Worker> WorkerLoop<W> {
                 drop_quietly(reply.send(outcome));
             }
             Envelope::Cast(message) => {
-                let unit = Unit::new(&self.table, self.index);
+                let unit = Unit::new(&self.table, from);
                 let outcome = self.handle(state, move |worker| worker.handle_cast(message));
                 unit.release(outcome.is_err());
             }
@@ -225,17 +239,33 @@ impl<W: Worker> WorkerLoop<W> {
 
     /// The next envelope: polled for up to `spin`, so a busy worker takes
     /// its next request without a futex round trip, then waited for, so an
-    /// idle worker costs no CPU. `None` once every sender is gone.
-    fn next_envelope(&self) -> Option<Envelope<W>> {
+    /// idle worker costs no CPU. `None` once every sender is gone. With the
+    /// mailbox it came from (the shard whose unit it holds).
+    ///
+    /// A stealing worker also takes from the other mailboxes, and sleeps in
+    /// the pool's [`Idle`] room instead of its own channel; it returns
+    /// `None` once its shard is drained (see `steal.rs`).
+    fn next_envelope(&self) -> Option<(usize, Envelope<W>)> {
+        if let Some(stealing) = &self.steal {
+            let shard = self.table.shard(self.index);
+            return steal::next(
+                self.index,
+                &stealing.mailboxes,
+                &stealing.idle,
+                self.spin,
+                || drained(shard),
+            );
+        }
         let polled = spin_poll(self.spin, || match self.mailbox.try_recv() {
             Ok(envelope) => Some(Some(envelope)),
             Err(TryRecvError::Disconnected) => Some(None),
             Err(TryRecvError::Empty) => None,
         });
-        match polled {
+        let next = match polled {
             Some(next) => next,
             None => self.mailbox.recv().ok(),
-        }
+        };
+        next.map(|envelope| (self.index, envelope))
     }
 
     /// Runs one handler. On a panic the state is dropped, to be rebuilt by

@@ -1,0 +1,376 @@
+//! Dispatch: where a queued request runs. Each figure beside its peers, in
+//! one run.
+//!
+//! * Head-of-line: 2 workers, capacity 64, a paced stream of 20 µs requests
+//!   with one 50 ms request in every 200; latency (queue + service) of the
+//!   fast ones: the pool without stealing, with stealing, and one shared
+//!   crossbeam channel both workers pull from (the ideal for latency).
+//! * Plain `call` round trip with stealing off and on (2 workers).
+//! * The worker loop: one producer casting to one worker with a trivial
+//!   handler, against a `crossbeam_channel::bounded` of the same capacity
+//!   with a trivial consumer; both producers retry when full.
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, BenchmarkId, Criterion};
+use sidejob::{Error, Pool, Worker};
+
+/// What a head-of-line request is: when it was sent, and how long it works.
+type Job = (Instant, Duration);
+
+/// Busy-works for the request's time and records the latency of the fast
+/// ones (a 50 ms request sleeps: it blocks its worker as a slow I/O would).
+fn run_job(job: Job, latencies: &Mutex<Vec<Duration>>) {
+    let (sent, work) = job;
+    if work >= Duration::from_millis(1) {
+        thread::sleep(work);
+        return;
+    }
+    let began = Instant::now();
+    while began.elapsed() < work {
+        std::hint::spin_loop();
+    }
+    latencies.lock().unwrap().push(sent.elapsed());
+}
+
+struct Hol(Arc<Mutex<Vec<Duration>>>);
+
+impl Worker for Hol {
+    type Request = ();
+    type Reply = ();
+    type Message = Job;
+    fn handle_call(&mut self, _: ()) {}
+    fn handle_cast(&mut self, job: Job) {
+        run_job(job, &self.0);
+    }
+}
+
+const HOL_REQUESTS: usize = 6_000;
+const HOL_GAP: Duration = Duration::from_micros(200);
+const FAST: Duration = Duration::from_micros(20);
+const SLOW: Duration = Duration::from_millis(50);
+
+/// Offers the paced stream to `offer` (false: refused); the refused count.
+fn offer_stream(mut offer: impl FnMut(Job) -> bool) -> usize {
+    let start = Instant::now();
+    let mut refused = 0;
+    for i in 0..HOL_REQUESTS {
+        let due = start + HOL_GAP * i as u32;
+        while Instant::now() < due {
+            std::hint::spin_loop();
+        }
+        let work = if i % 200 == 100 { SLOW } else { FAST };
+        if !offer((Instant::now(), work)) {
+            refused += 1;
+        }
+    }
+    refused
+}
+
+struct Latency {
+    p50: Duration,
+    p99: Duration,
+    max: Duration,
+    refused: usize,
+}
+
+fn summarize(latencies: &Mutex<Vec<Duration>>, refused: usize) -> Latency {
+    let mut all = std::mem::take(&mut *latencies.lock().unwrap());
+    all.sort();
+    let at = |q: f64| all[((all.len() - 1) as f64 * q) as usize];
+    Latency {
+        p50: at(0.50),
+        p99: at(0.99),
+        max: *all.last().unwrap(),
+        refused,
+    }
+}
+
+fn hol_pool(steal: bool) -> Latency {
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(HOL_REQUESTS)));
+    let pool = {
+        let latencies = latencies.clone();
+        Pool::builder()
+            .name("hol")
+            .capacity(64)
+            .workers(2)
+            .steal(steal)
+            .build(move |_| Hol(latencies.clone()))
+            .unwrap()
+    };
+    let refused = offer_stream(|job| match pool.cast(job) {
+        Ok(()) => true,
+        Err(Error::Overload) => false,
+        Err(other) => panic!("unexpected {other}"),
+    });
+    pool.shutdown();
+    summarize(&latencies, refused)
+}
+
+fn hol_shared_channel() -> Latency {
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(HOL_REQUESTS)));
+    let (sender, receiver) = crossbeam_channel::bounded::<Job>(64);
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let (receiver, latencies) = (receiver.clone(), latencies.clone());
+            thread::spawn(move || {
+                for job in receiver {
+                    run_job(job, &latencies);
+                }
+            })
+        })
+        .collect();
+    let refused = offer_stream(|job| sender.try_send(job).is_ok());
+    drop(sender);
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    summarize(&latencies, refused)
+}
+
+/// Answers at once.
+struct Echo;
+
+impl Worker for Echo {
+    type Request = u64;
+    type Reply = u64;
+    type Message = u64;
+    fn handle_call(&mut self, n: u64) -> u64 {
+        n + 1
+    }
+    fn handle_cast(&mut self, n: u64) {
+        black_box(n);
+    }
+}
+
+fn echo_pool(capacity: usize, workers: usize, steal: bool) -> Pool<Echo> {
+    Pool::builder()
+        .name("bench")
+        .capacity(capacity)
+        .workers(workers)
+        .steal(steal)
+        .build(|_| Echo)
+        .unwrap()
+}
+
+/// Capacity of the worker-loop benches (pool and bounded channel alike).
+const LOOP_CAPACITY: usize = 1024;
+/// Messages per worker-loop measurement.
+const LOOP_MESSAGES: u64 = 200_000;
+
+/// ns per cast: one producer casting `n` messages (retrying on Overload),
+/// then waiting until the worker has handled them all.
+fn pool_cast_loop(pool: &Pool<Echo>, n: u64) -> Duration {
+    let began = Instant::now();
+    for i in 0..n {
+        let mut message = i;
+        loop {
+            match pool.try_cast(message) {
+                Ok(()) => break,
+                Err(refused) => {
+                    message = refused.into_inner();
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    }
+    while pool.usage() > 0 {
+        std::hint::spin_loop();
+    }
+    began.elapsed()
+}
+
+/// A trivial consumer draining a bounded channel, counting what it took.
+struct BoundedConsumer {
+    sender: Option<crossbeam_channel::Sender<u64>>,
+    done: Arc<AtomicU64>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl BoundedConsumer {
+    fn start() -> Self {
+        let (sender, receiver) = crossbeam_channel::bounded::<u64>(LOOP_CAPACITY);
+        let done = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let done = done.clone();
+            thread::spawn(move || {
+                for n in receiver {
+                    black_box(n);
+                    done.fetch_add(1, Ordering::Release);
+                }
+            })
+        };
+        BoundedConsumer {
+            sender: Some(sender),
+            done,
+            thread: Some(thread),
+        }
+    }
+
+    /// Sends `n` messages (`send` waits when full) and waits until all are
+    /// consumed.
+    fn run(&self, n: u64) -> Duration {
+        let began = Instant::now();
+        let target = self.done.load(Ordering::Acquire) + n;
+        let sender = self.sender.as_ref().unwrap();
+        for i in 0..n {
+            sender.send(i).unwrap();
+        }
+        while self.done.load(Ordering::Acquire) < target {
+            std::hint::spin_loop();
+        }
+        began.elapsed()
+    }
+}
+
+impl Drop for BoundedConsumer {
+    fn drop(&mut self) {
+        self.sender.take();
+        let _ = self.thread.take().unwrap().join();
+    }
+}
+
+fn call_round_trip(c: &mut Criterion) {
+    let mut group = c.benchmark_group("dispatch_call_round_trip_2workers");
+    for steal in [false, true] {
+        let pool = echo_pool(64, 2, steal);
+        group.bench_function(BenchmarkId::new("sidejob_call_steal", steal), |b| {
+            b.iter(|| pool.call(black_box(1)).unwrap())
+        });
+    }
+    group.finish();
+}
+
+fn worker_loop(c: &mut Criterion) {
+    let mut group = c.benchmark_group("dispatch_cast_one_producer_one_worker");
+    group.throughput(criterion::Throughput::Elements(1));
+    for steal in [false, true] {
+        let pool = echo_pool(LOOP_CAPACITY, 1, steal);
+        group.bench_function(BenchmarkId::new("sidejob_cast_steal", steal), |b| {
+            b.iter_custom(|iters| pool_cast_loop(&pool, iters))
+        });
+    }
+    let consumer = BoundedConsumer::start();
+    group.bench_function(
+        BenchmarkId::new("crossbeam_bounded_send", LOOP_CAPACITY),
+        |b| b.iter_custom(|iters| consumer.run(iters)),
+    );
+    group.finish();
+}
+
+/// ns per operation: the best of several timed runs of `iters` calls.
+fn ns_per_op(iters: u64, mut op: impl FnMut()) -> f64 {
+    (0..7)
+        .map(|_| {
+            let began = Instant::now();
+            for _ in 0..iters {
+                op();
+            }
+            began.elapsed().as_nanos() as f64 / iters as f64
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// The best of several runs of `run`, in ns per message.
+fn best_per_message(n: u64, mut run: impl FnMut() -> Duration) -> f64 {
+    (0..5)
+        .map(|_| run().as_nanos() as f64 / n as f64)
+        .fold(f64::INFINITY, f64::min)
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+fn ratio_table() {
+    println!("\n== dispatch: measured side by side in this run ==");
+    println!(
+        "head-of-line: 2 workers, capacity 64, {HOL_REQUESTS} requests one every {} µs, 20 µs each, 50 ms every 200th; latency of the fast ones",
+        HOL_GAP.as_micros()
+    );
+    let rows = [
+        ("pool, no stealing", hol_pool(false)),
+        ("pool, stealing", hol_pool(true)),
+        ("shared crossbeam channel", hol_shared_channel()),
+    ];
+    println!(
+        "{:<26} {:>10} {:>10} {:>10} {:>8}",
+        "", "p50", "p99", "max", "refused"
+    );
+    for (name, row) in &rows {
+        println!(
+            "{:<26} {:>10} {:>10} {:>10} {:>8}",
+            name,
+            ms(row.p50),
+            ms(row.p99),
+            ms(row.max),
+            row.refused
+        );
+    }
+    let shared = rows[2].1.p99.as_secs_f64();
+    println!(
+        "  p99 ratio: no stealing / shared = {:.2}, stealing / shared = {:.2}  (target <= 1.2)",
+        rows[0].1.p99.as_secs_f64() / shared,
+        rows[1].1.p99.as_secs_f64() / shared
+    );
+
+    let calls: Vec<f64> = [false, true]
+        .into_iter()
+        .map(|steal| {
+            let pool = echo_pool(64, 2, steal);
+            ns_per_op(50_000, || {
+                pool.call(black_box(1)).unwrap();
+            })
+        })
+        .collect();
+    println!(
+        "call round trip, 1 caller, 2 workers: no stealing {:.0} ns | stealing {:.0} ns",
+        calls[0], calls[1]
+    );
+    println!(
+        "  ratio stealing / no stealing = {:.3}  (target <= 1.05)",
+        calls[1] / calls[0]
+    );
+
+    let casts: Vec<f64> = [false, true]
+        .into_iter()
+        .map(|steal| {
+            let pool = echo_pool(LOOP_CAPACITY, 1, steal);
+            best_per_message(LOOP_MESSAGES, || pool_cast_loop(&pool, LOOP_MESSAGES))
+        })
+        .collect();
+    let consumer = BoundedConsumer::start();
+    let bounded = best_per_message(LOOP_MESSAGES, || consumer.run(LOOP_MESSAGES));
+    drop(consumer);
+    println!(
+        "worker loop, 1 producer -> 1 worker, capacity {LOOP_CAPACITY}, retry when full: pool {:.1} ns/msg (stealing {:.1}) | crossbeam bounded {:.1} ns/msg",
+        casts[0], casts[1], bounded
+    );
+    println!(
+        "  ratio pool / bounded = {:.2} (stealing {:.2})  (target <= 2)",
+        casts[0] / bounded,
+        casts[1] / bounded
+    );
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = call_round_trip, worker_loop
+}
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    ratio_table();
+}
