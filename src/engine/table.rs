@@ -1732,7 +1732,8 @@ impl Table {
     /// Units held now, summed over the shards.
     ///
     /// Read as one snapshot: the shards' `given` words, their `taken`
-    /// words, then `given` again, until no release landed in between. A sum
+    /// words, then `given` again, until no release landed in between (after
+    /// a few tries, a lower bound: see the end of the function). A sum
     /// of per-shard readings taken one after the other could count a unit
     /// twice, on the shard it was released from and on the shard it was
     /// taken again at, and read one more than the capacity. With no release
@@ -1742,22 +1743,34 @@ impl Table {
     pub(crate) fn usage(&self) -> usize {
         for _ in 0..CONSISTENT_READ_TRIES {
             let before = self.given_total();
-            let taken = self
-                .shards
-                .iter()
-                // Acquire: as in `Shard::counts`; the flag bits are masked
-                // off so that they cannot carry into the units.
-                .fold(0usize, |sum, shard| {
-                    sum.wrapping_add(shard.taken.load(Acquire) & !FLAGS)
-                });
+            let taken = self.taken_total();
             // Every `given` only grows (by a unit per release), so an equal
             // total means no shard's changed.
             if self.given_total() == before {
                 return taken.wrapping_sub(before) / UNIT;
             }
         }
-        // Releases kept landing: each shard's own consistent reading.
-        self.shards.iter().map(|shard| shard.usage()).sum()
+        // Releases kept landing: every `taken`, then every `given`. A unit
+        // counted is held from its shard's `taken` read to its `given`
+        // read, so at the instant between the last of the one and the
+        // first of the other: the sum is at most what was held then (a
+        // lower bound, never a double count), and 0 if releases overtook it.
+        let taken = self.taken_total();
+        let gap = taken.wrapping_sub(self.given_total());
+        if (gap as isize) < 0 {
+            0
+        } else {
+            gap / UNIT
+        }
+    }
+
+    /// The sum of the shards' `taken` words, their flag bits masked off so
+    /// that they cannot carry into the units.
+    fn taken_total(&self) -> usize {
+        self.shards.iter().fold(0usize, |sum, shard| {
+            // Acquire: as in `Shard::counts`.
+            sum.wrapping_add(shard.taken.load(Acquire) & !FLAGS)
+        })
     }
 
     /// The sum of the shards' `given` words.
