@@ -23,7 +23,7 @@ use tokio::sync::{oneshot, watch};
 use self::current::{as_worker, calling_worker};
 use self::mailbox::{mailboxes, Envelope, Mailboxes};
 use self::worker::{AsyncEnvelope, AsyncFactory, AsyncWorker, TaskLoop};
-use super::{deadline_after, PoolBuilder};
+use super::{deadline_after, PoolBuilder, DEFAULT_STEAL};
 use crate::error::{ConfigError, Error, Refused, TryCallError};
 use crate::stats::Stats;
 use crate::sync::{now, Arc, Weak};
@@ -805,7 +805,7 @@ impl<W: AsyncWorker> Inner<W> {
         //    envelope will be handled) or is refused with `Shutdown`.
         self.table.close();
         // 2. Wake every worker so it checks whether its shard is drained.
-        self.mailboxes.broadcast(|| Envelope::Wake);
+        self.mailboxes.wake_all(|| Envelope::Wake);
     }
 }
 
@@ -982,7 +982,8 @@ impl PoolBuilder {
             .with_policy(&self.policy)?;
         let table = Arc::new(table);
         let factory: Arc<AsyncFactory<W>> = Arc::new(factory);
-        let (mailboxes, inboxes) = mailboxes(table.shard_count());
+        let steal = self.steal.unwrap_or(DEFAULT_STEAL);
+        let (mailboxes, inboxes) = mailboxes(table.shard_count(), steal);
         let (done, alive) = watch::channel(());
         for (index, inbox) in inboxes.into_iter().enumerate() {
             let worker = TaskLoop {

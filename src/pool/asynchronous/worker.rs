@@ -124,22 +124,27 @@ pub(crate) struct TaskLoop<W: AsyncWorker> {
 impl<W: AsyncWorker> TaskLoop<W> {
     pub(crate) async fn run(mut self) {
         let mut state = self.build();
-        while let Some(envelope) = self.inbox.recv().await {
+        let table = Arc::clone(&self.table);
+        let shard = table.shard(self.index);
+        // `from` is the shard whose mailbox the envelope came from, whose
+        // unit it holds: this worker's own, or another's when it steals.
+        while let Some((from, envelope)) = self.inbox.recv(|| drained(shard)).await {
             let (job, reply) = match envelope {
                 Envelope::Call(request, reply) => (Job::Call(request), Some(reply)),
                 Envelope::Cast(message) => (Job::Cast(message), None),
                 Envelope::Wake => {
-                    if drained(self.table.shard(self.index)) {
+                    if drained(shard) {
                         break;
                     }
                     continue;
                 }
             };
-            // Held until given back below; released by its `Drop` if the
-            // runtime drops this task while the handler runs.
+            // Held until given back below, on the shard that admitted it;
+            // released by its `Drop` if the runtime drops this task while
+            // the handler runs.
             let unit = Unit {
                 table: &self.table,
-                index: self.index,
+                index: from,
             };
             let outcome = self.handle(&mut state, job).await;
             let panicked = outcome.is_err();
@@ -147,6 +152,7 @@ impl<W: AsyncWorker> TaskLoop<W> {
             // that gets its answer and calls again at once never meets its
             // own stale unit.
             unit.release(panicked);
+            self.inbox.after_release(from);
             if let Some(reply) = reply {
                 // A call's job always answers `Some`; `None` cannot come.
                 let outcome = outcome.and_then(|reply| reply.ok_or(Error::WorkerPanicked));
@@ -157,7 +163,7 @@ impl<W: AsyncWorker> TaskLoop<W> {
                     drop_quietly(unsent);
                 }
             }
-            if drained(self.table.shard(self.index)) {
+            if drained(shard) {
                 break;
             }
         }
@@ -237,10 +243,10 @@ impl<W: AsyncWorker> Drop for TaskLoop<W> {
             // new requests with `Shutdown` at once and wakes every waiter.
             self.table.close();
         }
-        let (table, index) = (&self.table, self.index);
-        self.inbox.close_and_drain(|envelope| {
+        let table = &self.table;
+        self.inbox.close_and_drain(|shard, envelope| {
             if envelope.holds_unit() {
-                table.release(index, false);
+                table.release(shard, false);
             }
             drop_quietly(envelope);
         });
