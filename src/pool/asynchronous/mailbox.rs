@@ -171,9 +171,12 @@ impl<E> Inbox<E> {
 
     /// Refuses later deliveries (where the channel allows) and hands back,
     /// one by one with its shard, what is still queued: for a worker
-    /// dropped before it could drain its mailbox. A stealing worker drains
-    /// every mailbox: the last one dropped leaves nothing queued.
-    pub(crate) fn close_and_drain(&mut self, mut each: impl FnMut(usize, E)) {
+    /// dropped before it could drain its mailbox (`abandoned`: the runtime
+    /// dropped it). An abandoned stealing worker drains every mailbox, so
+    /// the last one dropped leaves nothing queued; one that ended on its
+    /// own leaves the other mailboxes to their workers, which still serve
+    /// them.
+    pub(crate) fn close_and_drain(&mut self, abandoned: bool, mut each: impl FnMut(usize, E)) {
         match self {
             Inbox::Own { index, receiver } => {
                 receiver.close();
@@ -181,6 +184,7 @@ impl<E> Inbox<E> {
                     each(*index, envelope);
                 }
             }
+            Inbox::Shared { .. } if !abandoned => {}
             Inbox::Shared { receivers, .. } => {
                 for (shard, receiver) in receivers.iter().enumerate() {
                     while let Ok(envelope) = receiver.try_recv() {

@@ -227,10 +227,11 @@ impl<W: AsyncWorker> TaskLoop<W> {
 }
 
 impl<W: AsyncWorker> Drop for TaskLoop<W> {
-    /// A loop that ends normally leaves nothing queued (its shard is
-    /// drained, or every sender is gone). One dropped early, by a runtime
-    /// shutting down, shuts the pool down and gives back the unit of every
-    /// envelope still queued: their callers see `Shutdown` (the reply slot
+    /// A loop that ends normally leaves nothing queued in its mailbox (its
+    /// shard is drained, or every sender is gone). One dropped early, by a
+    /// runtime shutting down, shuts the pool down and gives back the unit
+    /// of every envelope still queued (when stealing, in every mailbox):
+    /// their callers see `Shutdown` (the reply slot
     /// is dropped), and the pool's count stays exact. (A send racing with
     /// this drain, one that passed the channel's closed check before
     /// `close` and pushes after the last `try_recv`, is dropped with the
@@ -244,7 +245,7 @@ impl<W: AsyncWorker> Drop for TaskLoop<W> {
             self.table.close();
         }
         let table = &self.table;
-        self.inbox.close_and_drain(|shard, envelope| {
+        self.inbox.close_and_drain(!self.ended, |shard, envelope| {
             if envelope.holds_unit() {
                 table.release(shard, false);
             }
