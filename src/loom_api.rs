@@ -282,6 +282,11 @@ impl AsyncIdle {
     pub fn wake_all(&self) {
         self.0.wake_all()
     }
+
+    /// How many workers sleep now (their waker in its slot).
+    pub fn sleepers(&self) -> usize {
+        self.0.sleepers()
+    }
 }
 
 /// A stealing async worker's next envelope (`async_idle::next`, the real

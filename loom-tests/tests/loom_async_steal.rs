@@ -8,14 +8,30 @@
 //! and end.
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p loom-tests --release --test loom_async_steal`
-//! (CI uses 2).
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p loom-tests --release --test loom_async_steal`.
+//! The two models with both workers running are heavy (every sleep is a
+//! lock, a fence, a `block_on` park and a wake): they run at one
+//! preemption unless `SIDEJOB_LOOM_FULL=1` is set, and then at
+//! `LOOM_MAX_PREEMPTIONS`. The stuck-owner model needs two preemptions to
+//! reach the interleaving `AsyncIdle::took` guards (the owner interrupted
+//! between "looking" and its take while two requests arrive); run it with
+//! `SIDEJOB_LOOM_FULL=1` after changing `engine/async_idle.rs`.
 #![cfg(loom)]
 
 use loom::future::block_on;
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 use sidejob::loom_api::{after_release_async, next_envelope_async, AsyncIdle, Mailbox, Table};
+
+/// Runs a heavy model: at most one preemption unless `SIDEJOB_LOOM_FULL`
+/// is set (tokio's heavy models set their bound the same way).
+fn heavy_model(model: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    if std::env::var_os("SIDEJOB_LOOM_FULL").is_none() {
+        builder.preemption_bound = Some(builder.preemption_bound.map_or(1, |bound| bound.min(1)));
+    }
+    builder.check(model);
+}
 
 /// A count threads can wait on.
 #[derive(Default)]
@@ -122,7 +138,7 @@ fn a_free_worker_is_woken_for_work_queued_at_a_busy_one() {
 /// it).
 #[test]
 fn owner_and_thief_take_each_request_once_across_shutdown() {
-    loom::model(|| {
+    heavy_model(|| {
         let rig = Rig::new(4);
         let workers = (0..2).map(|me| Rig::worker(&rig, me, || {})).collect();
         rig.submit(0);
@@ -131,29 +147,32 @@ fn owner_and_thief_take_each_request_once_across_shutdown() {
     });
 }
 
-/// Two requests queued at worker 0; worker 0 takes one and is stuck in it
-/// until worker 1 has handled a request. Worker 1 must be woken for the
-/// other, even when worker 0 was looking at its mailbox as both arrived
-/// (the producers then count on worker 0 and wake nobody: worker 0 must
-/// wake a sleeper itself when it takes one and leaves one queued).
+/// Worker 1 sleeps; then worker 0 starts, and two requests are queued at
+/// it; worker 0 takes one and is stuck in it until worker 1 has handled a
+/// request. Worker 1 must be woken for the other, even when worker 0 was
+/// looking at its mailbox as both arrived (the producers then count on
+/// worker 0 and wake nobody: worker 0 must wake a sleeper itself when it
+/// takes one and leaves one queued). Removing that wake-up from
+/// `AsyncIdle::took` makes this model deadlock.
 #[test]
 fn a_request_queued_behind_a_stuck_owner_wakes_the_free_worker() {
-    loom::model(|| {
+    heavy_model(|| {
         let rig = Rig::new(4);
         let thief = Arc::new(Count::default());
-        let workers = vec![
-            {
-                let thief = thief.clone();
-                Rig::worker(&rig, 0, move || thief.wait_for(1))
-            },
-            {
-                let thief = thief.clone();
-                Rig::worker(&rig, 1, move || thief.bump())
-            },
-        ];
+        let thief_worker = {
+            let thief = thief.clone();
+            Rig::worker(&rig, 1, move || thief.bump())
+        };
+        while rig.idle.sleepers() == 0 {
+            thread::yield_now();
+        }
+        let owner = {
+            let thief = thief.clone();
+            Rig::worker(&rig, 0, move || thief.wait_for(1))
+        };
         rig.submit(0);
         rig.submit(0);
         rig.handled.wait_for(2);
-        rig.shut_down(workers, 2);
+        rig.shut_down(vec![owner, thief_worker], 2);
     });
 }

@@ -114,6 +114,13 @@ impl AsyncIdle {
         }
     }
 
+    /// How many workers sleep now; a reading, for the loom models.
+    #[cfg(loom)]
+    pub(crate) fn sleepers(&self) -> usize {
+        // Relaxed: a reading; the models wait on it with yields.
+        self.sleepers.load(Ordering::Relaxed)
+    }
+
     /// Worker `me` is awake and will look at its own mailbox.
     #[inline]
     fn look(&self, me: usize) {
