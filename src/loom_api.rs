@@ -250,9 +250,14 @@ pub fn next_envelope(
     idle: &Idle,
     table: &Table,
 ) -> Option<usize> {
-    crate::pool::steal::next(me, mailboxes, &idle.0, std::time::Duration::ZERO, || {
-        table.drained(me)
-    })
+    crate::pool::steal::next(
+        me,
+        mailboxes,
+        None,
+        &idle.0,
+        std::time::Duration::ZERO,
+        || table.drained(me),
+    )
     .map(|(from, ())| from)
 }
 

@@ -47,6 +47,12 @@
 //! the owner's flag spares the wake-up (a futex call) whenever the owner is
 //! polling for its next request, as it is on a lightly loaded pool.
 //!
+//! A worker may also have a *private* mailbox that no other worker takes
+//! from (a pinned keyed request, which must run on its key's worker). The
+//! owner polls it first, and the sleep check watches it; a producer rings
+//! it with [`Idle::private_added`], the same Dekker pair, which wakes every
+//! sleeper (the condition variable cannot wake the owner alone).
+//!
 //! Shutdown and the release of a stolen unit change a sleeper's exit rule
 //! rather than a mailbox: they [`wake_all`](Idle::wake_all) under the lock,
 //! unconditionally (see [`after_release`]). `loom-tests/tests/loom_steal.rs` checks the protocol.
@@ -153,6 +159,26 @@ impl Idle {
         }
     }
 
+    /// Tells worker `to` that an envelope was just queued in its *private*
+    /// mailbox, which no other worker takes (a pinned keyed request). As
+    /// [`work_added`](Self::work_added), but a sleeper woken for it must be
+    /// `to` itself, and a condition variable cannot pick which sleeper it
+    /// wakes: so every sleeper is woken, and the others find nothing and
+    /// sleep again. Only when somebody sleeps and `to` is not polling.
+    #[inline]
+    pub(crate) fn private_added(&self, to: usize) {
+        // SeqCst fence: pairs with the fences in `sleep_until` and `took`,
+        // as in `work_added`: either these reads see `to` asleep (counted)
+        // and not spinning, or `to`'s re-check of its private mailbox,
+        // after its fence, sees the envelope.
+        fence(Ordering::SeqCst);
+        // Relaxed, both: ordered by the fence above.
+        if self.sleepers.load(Ordering::Relaxed) != 0 && !self.spinning[to].load(Ordering::Relaxed)
+        {
+            self.wake_all();
+        }
+    }
+
     #[cold]
     fn wake_one(&self) {
         let _room = self.room.lock();
@@ -185,24 +211,32 @@ impl Idle {
     }
 }
 
-/// The next envelope for worker `me`: from its own mailbox, or taken from
-/// another one; with the index of the mailbox (the shard whose unit it
-/// holds). Spins for `spin`, then sleeps in `idle` until work comes.
-/// `None` once `done` (the worker's exit rule) holds and no mailbox has
-/// anything.
+/// The next envelope for worker `me`: from its private mailbox (if it has
+/// one), its own mailbox, or taken from another one; with the index of the
+/// mailbox (the shard whose unit it holds: `me` for the private one). Spins
+/// for `spin`, then sleeps in `idle` until work comes. `None` once `done`
+/// (the worker's exit rule) holds and no mailbox has anything.
+///
+/// The private mailbox is polled first and watched by the sleep check like
+/// the others; producers ring it with [`Idle::private_added`].
 pub(crate) fn next<Q: Queue>(
     me: usize,
     mailboxes: &[Q],
+    private: Option<&Q>,
     idle: &Idle,
     spin: Duration,
     done: impl Fn() -> bool,
 ) -> Option<(usize, Q::Item)> {
     let mut polls = 0u32;
+    let take_private = || private.and_then(Queue::try_take).map(|item| (me, item));
     idle.spin(me);
     // A zero budget polls once, below (under loom too, where `spin_poll`
     // would yield in between).
     let polled = (!spin.is_zero()).then(|| {
         spin_poll(spin, || {
+            if let Some(found) = take_private() {
+                return Some(found);
+            }
             if let Some(item) = mailboxes[me].try_take() {
                 return Some((me, item));
             }
@@ -221,6 +255,9 @@ pub(crate) fn next<Q: Queue>(
         return Some(found);
     }
     loop {
+        if let Some(found) = take_private() {
+            return Some(found);
+        }
         if let Some(item) = mailboxes[me].try_take() {
             return Some((me, item));
         }
@@ -230,7 +267,11 @@ pub(crate) fn next<Q: Queue>(
         if done() {
             return None;
         }
-        idle.sleep_until(|| done() || mailboxes.iter().any(|queue| !queue.is_empty()));
+        idle.sleep_until(|| {
+            done()
+                || private.is_some_and(|queue| !queue.is_empty())
+                || mailboxes.iter().any(|queue| !queue.is_empty())
+        });
     }
 }
 
