@@ -256,7 +256,7 @@ pub use limiter::{Limiter, LimiterBuilder, OwnedPermit, Permit};
 pub use pool::asynchronous::{
     worker::AsyncWorker, AsyncPool, WeakAsyncPool, MAX_DEFAULT_ASYNC_WORKERS,
 };
-pub use pool::{Pool, PoolBuilder, WeakPool, DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT};
+pub use pool::{KeyedMode, Pool, PoolBuilder, WeakPool, DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT};
 pub use probe::Probe;
 pub use reporter::{Observe, Reporter, ReporterBuilder, ReporterHandle, DEFAULT_INTERVAL};
 pub use shepherd::{
