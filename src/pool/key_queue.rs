@@ -97,7 +97,11 @@ impl<T> KeyQueues<T> {
     /// bucket inside the stripe's table).
     fn stripe(&self, id: u64) -> &Mutex<HashTable<Entry<T>>> {
         let bits = self.stripes.len().trailing_zeros();
-        let index = if bits == 0 { 0 } else { (id >> (64 - bits)) as usize };
+        let index = if bits == 0 {
+            0
+        } else {
+            (id >> (64 - bits)) as usize
+        };
         &self.stripes[index]
     }
 
@@ -195,7 +199,9 @@ mod tests {
     #[test]
     fn keys_on_every_stripe() {
         let keys = KeyQueues::new(4, 2);
-        let ids: Vec<u64> = (0..64).map(|i: u64| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
+        let ids: Vec<u64> = (0..64)
+            .map(|i: u64| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .collect();
         for &id in &ids {
             assert_eq!(keys.admit(id, id), Admit::Run(id));
         }

@@ -16,13 +16,13 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
+use crate::engine::jump::jump_hash;
 use crate::error::{ConfigError, Error, Refused, TryCallError};
 use crate::probe::Probe;
 use crate::stats::Stats;
 use crate::sync::{now, os_thread, spin_poll, Arc, Mutex, Weak};
 use crate::table::Table;
 use crate::waiters::{Policy, QueueOrder};
-use crate::engine::jump::jump_hash;
 use crate::worker::{
     calling_key, calling_worker, Envelope, Factory, Job, Stealing, Worker, WorkerLoop,
 };
@@ -1868,7 +1868,11 @@ impl PoolBuilder {
             (Vec::new(), Vec::new())
         };
         let ordered = idle.as_ref().filter(|_| ordered).map(|idle| {
-            let keyed_mailboxes = if steal { mailboxes.clone() } else { extra.clone() };
+            let keyed_mailboxes = if steal {
+                mailboxes.clone()
+            } else {
+                extra.clone()
+            };
             let cap = self.max_queued_per_key.unwrap_or(usize::MAX);
             Arc::new(Ordered::new(
                 KeyQueues::new(count, cap),

@@ -59,7 +59,9 @@ impl<W: Worker> Ordered<W> {
     /// [`Error::Shutdown`] if the workers are gone (the unit is given back).
     pub(crate) fn submit(&self, shard: usize, id: u64, job: Job<W>) -> Result<(), (Error, Job<W>)> {
         match self.keys.admit(id, Keyed { id, shard, job }) {
-            Admit::Run(keyed) => self.post(keyed).map_err(|keyed| (Error::Shutdown, keyed.job)),
+            Admit::Run(keyed) => self
+                .post(keyed)
+                .map_err(|keyed| (Error::Shutdown, keyed.job)),
             Admit::Queued => Ok(()),
             Admit::Busy(keyed) => {
                 self.table.refund(shard);
