@@ -153,6 +153,16 @@ impl<T> KeyQueues<T> {
         self.stripes.iter().map(|stripe| stripe.lock().len()).sum()
     }
 
+    /// Requests of key `id` admitted and unfinished: the one out and its
+    /// queue (0 for a key not present).
+    #[cfg(test)]
+    pub(crate) fn load(&self, id: u64) -> usize {
+        let stripe = self.stripe(id).lock();
+        stripe
+            .find(id, |entry| entry.id == id)
+            .map_or(0, |entry| 1 + entry.queue.len())
+    }
+
     /// How many requests are queued behind their key's running one (a
     /// reading, as [`keys`](Self::keys)).
     #[cfg(test)]

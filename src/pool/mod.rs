@@ -859,14 +859,22 @@ impl<W: Worker> Pool<W> {
         }
     }
 
+    /// Requests of `key` admitted and unfinished in an ordered pool (the
+    /// one out and those queued behind it): for the model tests.
+    #[cfg(test)]
+    pub(crate) fn key_load<K: Hash + ?Sized>(&self, key: &K) -> usize {
+        let id = self.key_id(key);
+        self.inner.ordered.as_ref().map_or(0, |o| o.key_load(id))
+    }
+
     /// A key's 64-bit id.
     #[inline]
-    fn key_id<K: Hash + ?Sized>(&self, key: &K) -> u64 {
+    pub(crate) fn key_id<K: Hash + ?Sized>(&self, key: &K) -> u64 {
         self.inner.hasher.hash_one(key)
     }
 
     /// Admits a keyed call; the receiver of its reply.
-    fn submit_keyed_call(
+    pub(crate) fn submit_keyed_call(
         &self,
         admission: Admission,
         id: u64,
@@ -882,7 +890,7 @@ impl<W: Worker> Pool<W> {
 
     /// Admits a keyed request: its unit, then (ordered) its key's place in
     /// line; the job back if refused.
-    fn submit_keyed(
+    pub(crate) fn submit_keyed(
         &self,
         admission: Admission,
         id: u64,

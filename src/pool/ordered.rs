@@ -104,6 +104,12 @@ impl<W: Worker> Ordered<W> {
         }
     }
 
+    /// Requests of key `id` admitted and unfinished (a reading).
+    #[cfg(test)]
+    pub(crate) fn key_load(&self, id: u64) -> usize {
+        self.keys.load(id)
+    }
+
     /// Keys with a request admitted (a reading).
     pub(crate) fn busy_keys(&self) -> usize {
         self.keys.keys()
