@@ -138,9 +138,16 @@ fn run(mode: KeyedMode, steal: bool) {
 
     let handled = shared.handled.lock().unwrap();
     let admitted: Vec<Req> = admitted.into_iter().flatten().collect();
-    assert!(admitted.len() > 1000, "{mode:?}: too few admitted to mean much");
+    assert!(
+        admitted.len() > 1000,
+        "{mode:?}: too few admitted to mean much"
+    );
     let ids: HashSet<u64> = handled.iter().map(|r| r.0).collect();
-    assert_eq!(ids.len(), handled.len(), "{mode:?} steal {steal}: a request handled twice");
+    assert_eq!(
+        ids.len(),
+        handled.len(),
+        "{mode:?} steal {steal}: a request handled twice"
+    );
     assert_eq!(
         ids,
         admitted.iter().map(|r| r.0).collect::<HashSet<_>>(),
@@ -151,7 +158,10 @@ fn run(mode: KeyedMode, steal: bool) {
     let mut last: HashMap<(u64, u64), u64> = HashMap::new();
     for &(_, key, thread, seq) in handled.iter().filter(|r| r.1 != u64::MAX) {
         if let Some(before) = last.insert((key, thread), seq) {
-            assert!(seq > before, "{mode:?} steal {steal}: key {key} thread {thread}");
+            assert!(
+                seq > before,
+                "{mode:?} steal {steal}: key {key} thread {thread}"
+            );
         }
     }
     let stats = pool.stats();
