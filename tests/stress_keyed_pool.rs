@@ -138,10 +138,14 @@ fn run(mode: KeyedMode, steal: bool) {
 
     let handled = shared.handled.lock().unwrap();
     let admitted: Vec<Req> = admitted.into_iter().flatten().collect();
+    // How many get in depends on the scheduler (a loaded machine refuses
+    // more); both kinds must have been admitted for the checks to mean
+    // anything.
     assert!(
-        admitted.len() > 1000,
-        "{mode:?}: too few admitted to mean much"
+        admitted.iter().any(|r| r.1 == u64::MAX),
+        "{mode:?}: no plain request admitted"
     );
+    assert!(admitted.iter().filter(|r| r.1 != u64::MAX).count() >= KEYS as usize);
     let ids: HashSet<u64> = handled.iter().map(|r| r.0).collect();
     assert_eq!(
         ids.len(),
