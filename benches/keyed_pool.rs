@@ -7,9 +7,10 @@
 //!   spinning beside the caller, which a 2-core machine cannot run at once.
 //! * Hot key: 4 workers, capacity 256, one request every 400 µs (2,500/s);
 //!   half of them for one hot key, each 1 ms (a sleep: a slow I/O), the
-//!   other half for 1,000 other keys, 20 µs each (spinning). Latency (queue
-//!   + service) of the other keys' requests: pinned, ordered (at most 16 of
-//!   the hot key admitted), and the same stream without the hot key.
+//!   other half for 1,000 other keys, 20 µs each (spinning). Latency
+//!   (queue and service) of the other keys' requests: pinned, ordered (at
+//!   most 16 of the hot key admitted), and the same stream without the hot
+//!   key.
 //!
 //! Why this shape: the other keys' load (1,250/s × 20 µs) is 3% of one
 //! worker, so it fits in any one of them; the hot key alone asks 1.25 s of
@@ -51,7 +52,10 @@ fn echo_pool(mode: KeyedMode) -> Pool<Echo> {
         .unwrap()
 }
 
-const MODES: [(&str, KeyedMode); 2] = [("pinned", KeyedMode::Pinned), ("ordered", KeyedMode::Ordered)];
+const MODES: [(&str, KeyedMode); 2] = [
+    ("pinned", KeyedMode::Pinned),
+    ("ordered", KeyedMode::Ordered),
+];
 
 fn round_trip(c: &mut Criterion) {
     let mut group = c.benchmark_group("keyed_pool_round_trip_2workers");
@@ -205,7 +209,10 @@ fn ratio_table() {
     let rows = [
         ("pinned, hot key", hot_key_run(KeyedMode::Pinned, true)),
         ("ordered, hot key", hot_key_run(KeyedMode::Ordered, true)),
-        ("ordered, no hot key", hot_key_run(KeyedMode::Ordered, false)),
+        (
+            "ordered, no hot key",
+            hot_key_run(KeyedMode::Ordered, false),
+        ),
         ("pinned, no hot key", hot_key_run(KeyedMode::Pinned, false)),
     ];
     println!(

@@ -40,6 +40,9 @@ impl Op {
     }
 }
 
+/// A handled request: `(thread, seq, worker)`.
+type Handled = (u64, u64, usize);
+
 /// What every worker of a rig shares.
 #[derive(Default)]
 struct Shared {
@@ -51,7 +54,7 @@ struct Shared {
     running: AtomicUsize,
     peak: AtomicUsize,
     /// Per key, what was handled, in order: `(thread, seq, worker)`.
-    log: Mutex<HashMap<u64, Vec<(u64, u64, usize)>>>,
+    log: Mutex<HashMap<u64, Vec<Handled>>>,
     handled: AtomicUsize,
     /// The own pool, for `CallSelf`.
     pool: Mutex<Option<sidejob::WeakPool<Keyer>>>,

@@ -277,9 +277,9 @@ fn run(
     }
 
     // Let every queued request through, in each key's order.
-    for key in 0..KEYS {
-        for job in model.keys[key].drain(..) {
-            gates[key].send(Go::Finish).unwrap();
+    for (gate, queue) in gates.iter().zip(&mut model.keys) {
+        for job in queue.drain(..) {
+            gate.send(Go::Finish).unwrap();
             if let Some(reply) = job.reply {
                 prop_assert_eq!(reply.recv().unwrap(), Ok(job.id));
             }
