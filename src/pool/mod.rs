@@ -1,6 +1,7 @@
 //! [`Pool`]: gen_server-like workers, one per shard, behind the admission
 //! table: `call`, `call_timeout`, `call_async`, `cast`, their `try_` forms
-//! that hand a refused value back, shutdown, and [`WeakPool`] handles.
+//! that hand a refused value back, the keyed forms (`call_keyed` and
+//! siblings, in a [`KeyedMode`]), shutdown, and [`WeakPool`] handles.
 
 #[cfg(feature = "tokio")]
 pub(crate) mod asynchronous;
@@ -1512,7 +1513,9 @@ pub struct PoolBuilder {
 ///   key holds up every key that hashes to its worker, even while other
 ///   workers idle, and a full worker refuses its keys (`Overload`) while
 ///   others have room. It costs nothing when unused (a pinned request goes
-///   to its worker's own mailbox), so it is the default.
+///   to its worker's own mailbox), so it is the default. Give every
+///   worker a share of the capacity (`capacity >= workers`): a worker
+///   whose share is 0 refuses its keys.
 /// * **`Ordered`** when only the order matters: each key has a FIFO queue,
 ///   a key occupies at most one worker at a time, and whichever worker is
 ///   free takes the next key whose turn it is. A hot key then holds one
