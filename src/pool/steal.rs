@@ -50,8 +50,9 @@
 //! A worker may also have a *private* mailbox that no other worker takes
 //! from (a pinned keyed request, which must run on its key's worker). The
 //! owner polls it first, and the sleep check watches it; a producer rings
-//! it with [`Idle::private_added`], the same Dekker pair, which wakes every
-//! sleeper (the condition variable cannot wake the owner alone).
+//! it with [`Idle::private_added`], the same Dekker pair on a per-worker
+//! `asleep` flag: only if the owner sleeps, it wakes every sleeper (the
+//! condition variable cannot wake the owner alone).
 //!
 //! Shutdown and the release of a stolen unit change a sleeper's exit rule
 //! rather than a mailbox: they [`wake_all`](Idle::wake_all) under the lock,
@@ -98,6 +99,10 @@ pub(crate) struct Idle {
     /// hand, so it will take what arrives there without being woken. Each
     /// on its own line: its worker writes it once per request.
     spinning: Box<[CachePadded<AtomicBool>]>,
+    /// Per worker: true from just before it re-checks the mailboxes to
+    /// sleep until it is awake again. Read by [`Idle::private_added`]: only
+    /// a delivery to a sleeping worker's private mailbox wakes anyone.
+    asleep: Box<[CachePadded<AtomicBool>]>,
     /// Held while a sleeper re-checks the mailboxes and while a waker
     /// notifies, so no notification falls between a check and its wait.
     room: Mutex<()>,
@@ -110,6 +115,9 @@ impl Idle {
         Idle {
             sleepers: AtomicUsize::new(0),
             spinning: (0..workers)
+                .map(|_| CachePadded::new(AtomicBool::new(false)))
+                .collect(),
+            asleep: (0..workers)
                 .map(|_| CachePadded::new(AtomicBool::new(false)))
                 .collect(),
             room: Mutex::new(()),
@@ -164,17 +172,17 @@ impl Idle {
     /// [`work_added`](Self::work_added), but a sleeper woken for it must be
     /// `to` itself, and a condition variable cannot pick which sleeper it
     /// wakes: so every sleeper is woken, and the others find nothing and
-    /// sleep again. Only when somebody sleeps and `to` is not polling.
+    /// sleep again. Only when `to` itself sleeps: a busy or polling owner
+    /// takes the envelope on its own, and the other sleepers are left
+    /// alone.
     #[inline]
     pub(crate) fn private_added(&self, to: usize) {
-        // SeqCst fence: pairs with the fences in `sleep_until` and `took`,
-        // as in `work_added`: either these reads see `to` asleep (counted)
-        // and not spinning, or `to`'s re-check of its private mailbox,
-        // after its fence, sees the envelope.
+        // SeqCst fence: pairs with the one in `sleep_until`: either this
+        // read sees `to` asleep, or `to`'s re-check of its private mailbox,
+        // after its fence, sees the envelope (Dekker).
         fence(Ordering::SeqCst);
-        // Relaxed, both: ordered by the fence above.
-        if self.sleepers.load(Ordering::Relaxed) != 0 && !self.spinning[to].load(Ordering::Relaxed)
-        {
+        // Relaxed: ordered by the fence above.
+        if self.asleep[to].load(Ordering::Relaxed) {
             self.wake_all();
         }
     }
@@ -194,9 +202,11 @@ impl Idle {
         self.bell.notify_all();
     }
 
-    /// Sleeps until `ready` (checked under the room's lock) is true.
-    pub(crate) fn sleep_until(&self, mut ready: impl FnMut() -> bool) {
-        // Relaxed: the fence below orders it before the re-checks.
+    /// Worker `me` sleeps until `ready` (checked under the room's lock) is
+    /// true.
+    pub(crate) fn sleep_until(&self, me: usize, mut ready: impl FnMut() -> bool) {
+        // Relaxed, both: the fence below orders them before the re-checks.
+        self.asleep[me].store(true, Ordering::Relaxed);
         self.sleepers.fetch_add(1, Ordering::Relaxed);
         // SeqCst fence: pairs with the one in `work_added`.
         fence(Ordering::SeqCst);
@@ -205,8 +215,9 @@ impl Idle {
             room = self.bell.wait(room);
         }
         drop(room);
-        // Relaxed: a producer that still sees this sleeper counted only
-        // takes the lock for nothing.
+        // Relaxed, both: a producer that still sees this sleeper counted
+        // (or asleep) only takes the lock for nothing.
+        self.asleep[me].store(false, Ordering::Relaxed);
         self.sleepers.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -267,7 +278,7 @@ pub(crate) fn next<Q: Queue>(
         if done() {
             return None;
         }
-        idle.sleep_until(|| {
+        idle.sleep_until(me, || {
             done()
                 || private.is_some_and(|queue| !queue.is_empty())
                 || mailboxes.iter().any(|queue| !queue.is_empty())
