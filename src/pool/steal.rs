@@ -50,6 +50,13 @@
 //! the owner's flag spares the wake-up (a futex call) whenever the owner is
 //! polling for its next request, as it is on a lightly loaded pool.
 //!
+//! A worker may also have a *private* mailbox that no other worker takes
+//! from (a pinned keyed request, which must run on its key's worker). The
+//! owner polls it first, and the sleep check watches it; a producer rings
+//! it with [`Idle::private_added`], the same Dekker pair on a per-worker
+//! `asleep` flag: only if the owner sleeps, it wakes every sleeper (the
+//! condition variable cannot wake the owner alone).
+//!
 //! Shutdown and the release of a stolen unit change a sleeper's exit rule
 //! rather than a mailbox: they [`wake_all`](Idle::wake_all) under the lock,
 //! unconditionally (see [`after_release`]). `loom-tests/tests/loom_steal.rs` checks the protocol.
@@ -96,6 +103,10 @@ pub(crate) struct Idle {
     /// it will take what arrives at its mailbox without being woken. Each
     /// on its own line: its worker writes it once per request.
     spinning: Box<[CachePadded<AtomicBool>]>,
+    /// Per worker: true from just before it re-checks the mailboxes to
+    /// sleep until it is awake again. Read by [`Idle::private_added`]: only
+    /// a delivery to a sleeping worker's private mailbox wakes anyone.
+    asleep: Box<[CachePadded<AtomicBool>]>,
     /// Held while a sleeper re-checks the mailboxes and while a waker
     /// notifies, so no notification falls between a check and its wait.
     room: Mutex<()>,
@@ -108,6 +119,9 @@ impl Idle {
         Idle {
             sleepers: AtomicUsize::new(0),
             spinning: (0..workers)
+                .map(|_| CachePadded::new(AtomicBool::new(false)))
+                .collect(),
+            asleep: (0..workers)
                 .map(|_| CachePadded::new(AtomicBool::new(false)))
                 .collect(),
             room: Mutex::new(()),
@@ -162,6 +176,26 @@ impl Idle {
         }
     }
 
+    /// Tells worker `to` that an envelope was just queued in its *private*
+    /// mailbox, which no other worker takes (a pinned keyed request). As
+    /// [`work_added`](Self::work_added), but a sleeper woken for it must be
+    /// `to` itself, and a condition variable cannot pick which sleeper it
+    /// wakes: so every sleeper is woken, and the others find nothing and
+    /// sleep again. Only when `to` itself sleeps: a busy or polling owner
+    /// takes the envelope on its own, and the other sleepers are left
+    /// alone.
+    #[inline]
+    pub(crate) fn private_added(&self, to: usize) {
+        // SeqCst fence: pairs with the one in `sleep_until`: either this
+        // read sees `to` asleep, or `to`'s re-check of its private mailbox,
+        // after its fence, sees the envelope (Dekker).
+        fence(Ordering::SeqCst);
+        // Relaxed: ordered by the fence above.
+        if self.asleep[to].load(Ordering::Relaxed) {
+            self.wake_all();
+        }
+    }
+
     #[cold]
     fn wake_one(&self) {
         let _room = self.room.lock();
@@ -177,9 +211,11 @@ impl Idle {
         self.bell.notify_all();
     }
 
-    /// Sleeps until `ready` (checked under the room's lock) is true.
-    pub(crate) fn sleep_until(&self, mut ready: impl FnMut() -> bool) {
-        // Relaxed: the fence below orders it before the re-checks.
+    /// Worker `me` sleeps until `ready` (checked under the room's lock) is
+    /// true.
+    pub(crate) fn sleep_until(&self, me: usize, mut ready: impl FnMut() -> bool) {
+        // Relaxed, both: the fence below orders them before the re-checks.
+        self.asleep[me].store(true, Ordering::Relaxed);
         self.sleepers.fetch_add(1, Ordering::Relaxed);
         // SeqCst fence: pairs with the one in `work_added`.
         fence(Ordering::SeqCst);
@@ -188,30 +224,39 @@ impl Idle {
             room = self.bell.wait(room);
         }
         drop(room);
-        // Relaxed: a producer that still sees this sleeper counted only
-        // takes the lock for nothing.
+        // Relaxed, both: a producer that still sees this sleeper counted
+        // (or asleep) only takes the lock for nothing.
+        self.asleep[me].store(false, Ordering::Relaxed);
         self.sleepers.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-/// The next envelope for worker `me`: from its own mailbox, or taken from
-/// another one; with the index of the mailbox (the shard whose unit it
-/// holds). Spins for `spin`, then sleeps in `idle` until work comes.
-/// `None` once `done` (the worker's exit rule) holds and no mailbox has
-/// anything.
+/// The next envelope for worker `me`: from its private mailbox (if it has
+/// one), its own mailbox, or taken from another one; with the index of the
+/// mailbox (the shard whose unit it holds: `me` for the private one). Spins
+/// for `spin`, then sleeps in `idle` until work comes. `None` once `done`
+/// (the worker's exit rule) holds and no mailbox has anything.
+///
+/// The private mailbox is polled first and watched by the sleep check like
+/// the others; producers ring it with [`Idle::private_added`].
 pub(crate) fn next<Q: Queue>(
     me: usize,
     mailboxes: &[Q],
+    private: Option<&Q>,
     idle: &Idle,
     spin: Duration,
     done: impl Fn() -> bool,
 ) -> Option<(usize, Q::Item)> {
     let mut polls = 0u32;
+    let take_private = || private.and_then(Queue::try_take).map(|item| (me, item));
     idle.spin(me);
     // A zero budget polls once, below (under loom too, where `spin_poll`
     // would yield in between).
     let polled = (!spin.is_zero()).then(|| {
         spin_poll(spin, || {
+            if let Some(found) = take_private() {
+                return Some(found);
+            }
             if let Some(item) = mailboxes[me].try_take() {
                 return Some((me, item));
             }
@@ -230,6 +275,9 @@ pub(crate) fn next<Q: Queue>(
         return Some(found);
     }
     loop {
+        if let Some(found) = take_private() {
+            return Some(found);
+        }
         if let Some(item) = mailboxes[me].try_take() {
             return Some((me, item));
         }
@@ -239,7 +287,11 @@ pub(crate) fn next<Q: Queue>(
         if done() {
             return None;
         }
-        idle.sleep_until(|| done() || mailboxes.iter().any(|queue| !queue.is_empty()));
+        idle.sleep_until(me, || {
+            done()
+                || private.is_some_and(|queue| !queue.is_empty())
+                || mailboxes.iter().any(|queue| !queue.is_empty())
+        });
     }
 }
 
