@@ -11,6 +11,17 @@ mod sim;
 use sim::{run, Mutant, SimConfig};
 
 fn main() {
+    if let Ok(seed) = std::env::var("SEED") {
+        let mut cfg = SimConfig::new(seed.parse().unwrap());
+        cfg.faults = true;
+        cfg.load = 1.5;
+        cfg.long_holds = 0.05;
+        cfg.seconds = 15.0;
+        cfg.move_every = (cfg.seed % 3 == 0).then_some(5.0);
+        let r = run(&cfg);
+        println!("{r:?}");
+        return;
+    }
     let runs: u64 = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())
@@ -68,6 +79,7 @@ fn main() {
     let (mut violations, mut bad_runs, mut peak, mut back, mut calls) =
         (0u64, 0u64, 0u64, 0u64, 0u64);
     let (mut store_bad, mut seconds, mut crashes) = (0, 0.0, 0u64);
+    let (mut late, mut over) = (i64::MIN, 0u64);
     for (seed, r, secs) in &results {
         violations += r.violations;
         bad_runs += u64::from(r.violations > 0);
@@ -75,8 +87,18 @@ fn main() {
         peak = peak.max(r.peak);
         back = back.max(r.crash_back_ms.unwrap_or(0));
         crashes += u64::from(r.crash_back_ms.is_some());
+        late = late.max(r.reap_late_ms.unwrap_or(i64::MIN));
+        over += u64::from(r.crash_back_ms.is_some_and(|b| b > sim::T_MS + sim::G_MS));
         calls += r.store_calls;
         seconds += secs;
+        if std::env::var("LATE").is_ok()
+            && (r.reap_late_ms.is_some_and(|l| l > 20) || r.crash_back_ms.is_some_and(|b| b > 4000))
+        {
+            println!(
+                "seed {seed}: late {:?} back {:?}; faults {:?}",
+                r.reap_late_ms, r.crash_back_ms, r.faults
+            );
+        }
         if r.violations > 0 {
             println!(
                 "seed {seed}: {} violations, peak {}; faults {:?}",
@@ -87,7 +109,8 @@ fn main() {
     println!(
         "\n{runs} seeded runs with faults (150 % or 300 % load): {violations} violating events in {bad_runs} runs, \
          {store_bad} store inconsistencies, peak in flight {peak} of 200, crashed share back within {back} ms \
-         in {crashes} runs with a crash (T + G = {} ms; the reap runs at the next renewal), {:.1} store calls per node-second",
+         of the crash in {crashes} runs with a crash (T + G = {} ms; {over} runs above it), reaped at most {late} ms after \
+         the crashed lease's expiry + G (store time), {:.1} store calls per node-second",
         sim::T_MS + sim::G_MS,
         calls as f64 / (seconds * 5.0)
     );

@@ -38,7 +38,7 @@ local ver = num(redis.call('HGET', info, node .. ':ver')) or 0
 -- 4. Deduplicate: an old or repeated request changes nothing.
 if req <= (num(redis.call('HGET', info, node .. ':req')) or 0) then
   save_meta()
-  return {'STALE', rec or 0, ttl, ver, epoch, -1, math.max(0, learn_until - now), now}
+  return {'STALE', rec or 0, ttl, ver, epoch, -1, math.max(0, learn_until - now), now, -1}
 end
 
 -- 5. The store forgot something this node holds.
@@ -119,4 +119,15 @@ redis.call('ZADD', exp, fmt(now + ttl), node)
 redis.call('HSET', info, node .. ':want', fmt(want), node .. ':need', fmt(need),
   node .. ':ver', fmt(seq), node .. ':req', fmt(req))
 save_meta()
-return {'OK', g, ttl, seq, epoch, target, math.max(0, learn_until - now), now}
+-- When the earliest other lease can be reaped (its expiry + G), so that a
+-- node held below what it wants can renew right then rather than up to a
+-- renew period later. O(log N): the two first members of the TTL index.
+local reap_in = -1
+local first = redis.call('ZRANGE', exp, 0, 1, 'WITHSCORES')
+for i = 1, #first, 2 do
+  if first[i] ~= node then
+    reap_in = math.max(0, tonumber(first[i + 1]) + grace - now)
+    break
+  end
+end
+return {'OK', g, ttl, seq, epoch, target, math.max(0, learn_until - now), now, reap_in}

@@ -28,6 +28,13 @@
 //!   within `[min_block, C/8]`.
 //! * **Early grow**: a refusal seen since the last call triggers a call at
 //!   once, at most every `early_grow_gap`.
+//! * **Timed renewals**: a node held below what it asks for renews when the
+//!   store said the earliest other lease can be reaped (its expiry + grace)
+//!   or learning mode ends, if that comes before its next period, so a
+//!   crashed node's share comes back at its expiry + grace, not up to a
+//!   renew period later. The store's milliseconds are stretched by `1 + 2ρ`
+//!   on the node's clock, so the call lands after the reap; one that lands
+//!   early is told again and retries.
 //! * **Give-back**: a shrink target, or a grant above `want` for three
 //!   windows, lowers the local capacity; the node reports as soon as its
 //!   usage fits.
@@ -35,7 +42,7 @@
 use std::time::Duration;
 
 use crate::config::Budget;
-use crate::store::{RenewArgs, RenewReply};
+use crate::store::{Grant, RenewArgs, RenewReply};
 
 /// A reading of the local front-end, taken by the keeper.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -68,6 +75,7 @@ pub struct Core {
     // Settings.
     renew_every: Duration,
     valid_window_factor: f64,
+    clock_margin: f64,
     pause_margin: Duration,
     max_hold: Duration,
     early_gap: Duration,
@@ -92,6 +100,10 @@ pub struct Core {
     learning: bool,
     failing: bool,
     give_back: bool,
+    /// The next call was pulled in to a reap or the end of learning mode.
+    timed: bool,
+    /// The call in flight is such a timed one.
+    timed_sent: bool,
     // Demand window.
     acc0: u64,
     rej0: u64,
@@ -108,6 +120,8 @@ pub struct Core {
     early_grows: u64,
     overruns: u64,
     overrun_checked: bool,
+    timed_renewals: u64,
+    timed_grows: u64,
 }
 
 /// A snapshot of a keeper's view, for tests and operators.
@@ -142,6 +156,12 @@ pub struct KeeperStats {
     pub want: u64,
     /// A shrink target from Redis in force.
     pub target: Option<u64>,
+    /// Renewals timed to another lease's reap (expiry + grace) or to the
+    /// end of learning mode, ahead of the regular period.
+    pub timed_renewals: u64,
+    /// Timed renewals whose reply grew the grant (the reaped share or the
+    /// end of learning mode arrived with them).
+    pub timed_grows: u64,
 }
 
 impl Core {
@@ -152,6 +172,7 @@ impl Core {
             node: node.into(),
             renew_every: budget.renew_every,
             valid_window_factor: 1.0 - 2.0 * budget.clock_margin,
+            clock_margin: budget.clock_margin,
             pause_margin: budget.pause_margin,
             max_hold: budget.max_hold,
             early_gap: budget.early_grow_gap,
@@ -174,6 +195,8 @@ impl Core {
             learning: false,
             failing: false,
             give_back: false,
+            timed: false,
+            timed_sent: false,
             acc0: 0,
             rej0: 0,
             usage_sum: 0,
@@ -188,6 +211,8 @@ impl Core {
             early_grows: 0,
             overruns: 0,
             overrun_checked: true,
+            timed_renewals: 0,
+            timed_grows: 0,
         }
     }
 
@@ -340,6 +365,9 @@ impl Core {
     /// the leased part may hold, read after any shrink).
     pub fn renew_args(&mut self, t_send: Duration, has: u64) -> RenewArgs {
         self.req += 1;
+        self.timed_sent = self.timed && t_send >= self.next_call;
+        self.timed_renewals += u64::from(self.timed_sent);
+        self.timed = false;
         self.last_call = Some(t_send);
         self.next_call = t_send + self.renew_every;
         RenewArgs {
@@ -374,6 +402,7 @@ impl Core {
         now: Duration,
         reply: Option<RenewReply>,
     ) -> Option<usize> {
+        let timed = std::mem::take(&mut self.timed_sent);
         let grant = match reply {
             Some(RenewReply::Ok(g)) => g,
             Some(RenewReply::NoBudget) => {
@@ -390,7 +419,10 @@ impl Core {
         };
         self.renewals += 1;
         self.failing = false;
-        self.epoch = grant.epoch;
+        if timed && grant.grant > self.grant {
+            self.timed_grows += 1;
+        }
+        self.epoch = grant.epoch.clone();
         self.ver = grant.ver;
         self.grant = grant.grant;
         self.learning = grant.learn_remaining_ms > 0;
@@ -410,7 +442,31 @@ impl Core {
             0
         };
         self.give_back = self.leased < self.grant;
+        self.time_next(now, &grant);
         (self.leased != before).then(|| self.local_capacity())
+    }
+
+    /// A node held below what it asks for renews when the store can next
+    /// give it more, if that is before its next period: when the earliest
+    /// other lease is reaped, or when learning mode ends. Store time is
+    /// stretched by `1 + 2ρ` (plus 1 ms) on the node's clock so the call
+    /// lands after the event; landing early only costs a call, and the
+    /// reply then times the next one again.
+    fn time_next(&mut self, now: Duration, grant: &Grant) {
+        if self.want <= self.grant {
+            return;
+        }
+        let learning = (grant.learn_remaining_ms > 0).then_some(grant.learn_remaining_ms);
+        let Some(store_ms) = [grant.reap_in_ms, learning].into_iter().flatten().min() else {
+            return;
+        };
+        let at = now
+            + Duration::from_millis(store_ms).mul_f64(1.0 + 2.0 * self.clock_margin)
+            + Duration::from_millis(1);
+        if at < self.next_call {
+            self.next_call = at;
+            self.timed = true;
+        }
     }
 
     /// The lease's units are all back and released: forget the lease.
@@ -448,6 +504,8 @@ impl Core {
             need: self.need,
             want: self.want,
             target: self.target,
+            timed_renewals: self.timed_renewals,
+            timed_grows: self.timed_grows,
         }
     }
 }

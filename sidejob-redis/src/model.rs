@@ -192,6 +192,7 @@ impl Model {
                 target: None,
                 learn_remaining_ms: u(learn_until - now),
                 now_ms: now,
+                reap_in_ms: None,
             });
         }
         if has > 0 && (a.epoch_seen != epoch || rec.is_none() || a.ver_seen as i64 > ver) {
@@ -266,6 +267,14 @@ impl Model {
             },
         );
         save(self, granted, seq, learn_until, losses);
+        // The earliest other lease's reap time (ZRANGE exp 0 1 WITHSCORES).
+        let reap_in_ms = self
+            .exp
+            .iter()
+            .filter(|(n, _)| n.as_str() != node)
+            .map(|(_, &e)| e)
+            .min()
+            .map(|e| u(e + grace - now));
         RenewReply::Ok(Grant {
             grant: u(g),
             ttl_ms: u(ttl),
@@ -274,6 +283,7 @@ impl Model {
             target,
             learn_remaining_ms: u(learn_until - now),
             now_ms: now,
+            reap_in_ms,
         })
     }
 

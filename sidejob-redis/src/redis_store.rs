@@ -179,10 +179,11 @@ fn int(v: &Value) -> Result<i64, StoreError> {
 }
 
 fn grant(a: &[Value]) -> Result<Grant, StoreError> {
-    if a.len() < 8 {
+    if a.len() < 9 {
         return Err(StoreError(format!("short renew reply {a:?}")));
     }
     let target = int(&a[5])?;
+    let reap_in = int(&a[8])?;
     Ok(Grant {
         grant: int(&a[1])?.max(0) as u64,
         ttl_ms: int(&a[2])?.max(0) as u64,
@@ -191,6 +192,7 @@ fn grant(a: &[Value]) -> Result<Grant, StoreError> {
         target: (target >= 0).then_some(target as u64),
         learn_remaining_ms: int(&a[6])?.max(0) as u64,
         now_ms: int(&a[7])?,
+        reap_in_ms: (reap_in >= 0).then_some(reap_in as u64),
     })
 }
 

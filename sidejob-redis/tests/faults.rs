@@ -177,11 +177,26 @@ fn clean_shutdown_returns_units_at_once() {
 }
 
 #[test]
-fn crashed_node_units_come_back_after_ttl_plus_grace() {
+fn crashed_node_units_come_back_at_ttl_plus_grace() {
     let Some(redis) = support::redis::start(false) else {
         return;
     };
-    let budget = budget(&redis.url(), "crash");
+    // No early grows within a period: b renews on its schedule, so a
+    // renewal at a's reap time can only be the one the store timed.
+    let budget = {
+        let mut b = Budget::builder();
+        b.url(redis.url())
+            .name("crash")
+            .capacity(C)
+            .fresh(true)
+            .ttl(ms(1000))
+            .renew_every(ms(200))
+            .grace(ms(300))
+            .max_hold(ms(200))
+            .pause_margin(ms(50))
+            .early_grow_gap(ms(1000));
+        b.build().expect("valid budget")
+    };
     let resource = Arc::new(Resource::default());
     let a = Node::start(&budget, &resource, true);
     let b = Node::start(&budget, &resource, false);
@@ -206,10 +221,19 @@ fn crashed_node_units_come_back_after_ttl_plus_grace() {
         s.leased as usize >= C - 1
     });
     let back = crashed.elapsed();
+    let stats = b.keeper().stats();
+    println!(
+        "crashed share back after {back:?} (T + G = 1.3 s from a's last renewal); \
+         b's timed renewals {}, of which grew {}",
+        stats.timed_renewals, stats.timed_grows
+    );
     assert!(
         back >= ms(900),
         "units reused after {back:?}, before T + G (a had renewed {a_renewals} times)"
     );
+    // The share came back with the renewal the store timed to a's reap
+    // (expiry + G on Redis's clock), not at b's next period after it.
+    assert!(stats.timed_grows >= 1, "{stats:?}");
     drop(b);
     assert_bound(&resource);
 }
