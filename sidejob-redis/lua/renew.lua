@@ -55,8 +55,10 @@ if has < g then
   g = has
 end
 
--- Max-min fair share over reported needs (water-filling), leftover in
--- proportion to need.
+-- Fair share. Overloaded (needs above C): each node is guaranteed its need
+-- up to an equal share, and the rest goes in proportion to the need beyond
+-- that (as a global semaphore would split an overload). Otherwise: its need
+-- plus the leftover in proportion to need.
 -- One HMGET per 1000 nodes rather than one HGET per node.
 local needs = {need}
 local fields = {}
@@ -67,25 +69,19 @@ for i = 1, #fields, 1000 do
   local vals = redis.call('HMGET', info, unpack(fields, i, math.min(i + 999, #fields)))
   for _, v in ipairs(vals) do needs[#needs + 1] = num(v) or 0 end
 end
-table.sort(needs)
-local remaining, k, fair = cap, #needs, nil
-for i = 1, k do
-  local share = math.floor(remaining / (k - i + 1))
-  if needs[i] > share then
-    if need >= needs[i] then fair = share else fair = need end
-    break
-  end
-  remaining = remaining - needs[i]
-end
-if fair == nil then
-  -- Nobody is constrained: the leftover goes out in proportion to need.
-  local total = 0
-  for i = 1, k do total = total + needs[i] end
-  if total > 0 then
-    fair = need + math.floor(remaining * need / total)
-  else
-    fair = math.floor(remaining / k)
-  end
+local k, total = #needs, 0
+for i = 1, k do total = total + needs[i] end
+local fair
+if total > cap then
+  local equal = math.floor(cap / k)
+  local base = 0
+  for i = 1, k do base = base + math.min(needs[i], equal) end
+  local mine = math.min(need, equal)
+  fair = mine + math.floor((cap - base) * (need - mine) / math.max(total - base, 1))
+elseif total > 0 then
+  fair = need + math.floor((cap - total) * need / total)
+else
+  fair = math.floor(cap / k)
 end
 
 -- 8. Grow only from free capacity, only outside learning mode, and only up

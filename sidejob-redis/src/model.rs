@@ -207,7 +207,10 @@ impl Model {
             granted -= g - has;
             g = has;
         }
-        // Fair share: water-filling over needs, leftover in proportion to need.
+        // Fair share. Overloaded (needs above C): each node is guaranteed its
+        // need up to an equal share, and the rest goes in proportion to the
+        // need beyond that. Otherwise: its need plus the leftover in
+        // proportion to need.
         let mut needs = vec![need];
         needs.extend(
             self.exp
@@ -215,23 +218,18 @@ impl Model {
                 .filter(|n| n.as_str() != node)
                 .map(|n| self.info.get(n).map_or(0, |i| i.need)),
         );
-        needs.sort_unstable();
-        let (mut remaining, k) = (cap, needs.len() as i64);
-        let mut fair = None;
-        for (i, &n) in needs.iter().enumerate() {
-            let share = remaining.div_euclid(k - i as i64);
-            if n > share {
-                fair = Some(if need >= n { share } else { need });
-                break;
-            }
-            remaining -= n;
-        }
+        let k = needs.len() as i64;
         let total: i64 = needs.iter().sum();
-        let fair = fair.unwrap_or(if total > 0 {
-            need + (remaining * need).div_euclid(total)
+        let fair = if total > cap {
+            let equal = cap.div_euclid(k);
+            let base: i64 = needs.iter().map(|&n| n.min(equal)).sum();
+            let mine = need.min(equal);
+            mine + ((cap - base) * (need - mine)).div_euclid((total - base).max(1))
+        } else if total > 0 {
+            need + ((cap - total) * need).div_euclid(total)
         } else {
-            remaining.div_euclid(k)
-        });
+            cap.div_euclid(k)
+        };
         let mut others = self.starve.values().filter(|&&s| s > now).count() as i64;
         if self.starve.get(node).is_some_and(|&s| s > now) {
             others -= 1;

@@ -91,6 +91,9 @@ pub struct SimResult {
     /// Store states with granted > C (after the capacity) or ≠ Σ held.
     pub store_violations: u64,
     pub store_calls: u64,
+    /// Refusals while fleet usage was below C: [units free in the store,
+    /// granted but not in any local capacity, local but idle elsewhere].
+    pub refusals_below_c: [u64; 3],
     /// Longest from a crash until the crashed node's record was reaped, ms.
     pub crash_back_ms: Option<u64>,
     /// Longest from a crashed node's last recorded expiry + G (store time,
@@ -468,6 +471,22 @@ pub fn run(cfg: &SimConfig) -> SimResult {
                     push(&mut heap, &mut evs, now + hold, Ev::Done { node, life });
                 } else {
                     n.rejected += 1;
+                    // Why a refusal the ideal semaphore might not make: units
+                    // free in the store, granted but not local, or local
+                    // elsewhere and idle.
+                    let used: u64 = nodes.iter().map(|n| n.usage).sum();
+                    if used < cfg.capacity {
+                        let local: u64 = nodes.iter().filter(|n| n.alive).map(|n| n.capacity).sum();
+                        let granted = model.meta.as_ref().map_or(0, |m| m.granted.max(0) as u64);
+                        let k = if granted < cfg.capacity {
+                            0
+                        } else if local < granted {
+                            1
+                        } else {
+                            2
+                        };
+                        res.refusals_below_c[k] += 1;
+                    }
                 }
             }
             Ev::Done { node, life } => {
