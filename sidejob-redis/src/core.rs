@@ -256,11 +256,14 @@ impl Core {
     /// leased capacity drops now rather than up to a timeout late. Returns
     /// the new local capacity if it changed.
     pub fn guard_call(&mut self, now: Duration) -> Option<usize> {
-        if self.leased > 0
-            && self
-                .admit_until
-                .is_some_and(|a| now + self.renew_timeout >= a)
-        {
+        self.guard_for(now, self.renew_timeout)
+    }
+
+    /// As [`guard_call`](Self::guard_call), before a call (this node's or
+    /// another budget's on the same keeper thread) that may block the
+    /// keeper for up to `blocked_for`.
+    pub fn guard_for(&mut self, now: Duration, blocked_for: Duration) -> Option<usize> {
+        if self.leased > 0 && self.admit_until.is_some_and(|a| now + blocked_for >= a) {
             self.leased = 0;
             return Some(self.local_capacity());
         }

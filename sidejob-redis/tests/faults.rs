@@ -482,3 +482,47 @@ fn redis_clock_step_within_grace_reaps_no_live_lease() {
     drop(nodes);
     assert_bound(&resource);
 }
+
+/// Budgets on one Redis share one keeper thread and one connection, each
+/// on its own schedule; the connection closes with the last keeper.
+#[test]
+fn budgets_on_one_redis_share_one_connection() {
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
+    let mut admin = redis.conn();
+    let clients = |admin: &mut redis::Connection| -> usize {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(admin).unwrap();
+        list.lines().count()
+    };
+    assert_eq!(clients(&mut admin), 1);
+    let resource = Arc::new(Resource::default());
+    let nodes: Vec<Node> = ["x", "y", "z"]
+        .iter()
+        .map(|name| Node::start(&budget(&redis.url(), name), &resource, true))
+        .collect();
+    for n in &nodes {
+        wait(n, 5, "every budget gets a grant", |s| s.leased >= 2);
+    }
+    assert!(nodes
+        .windows(2)
+        .all(|w| w[0].keeper().thread_id() == w[1].keeper().thread_id()));
+    assert_eq!(
+        clients(&mut admin),
+        2,
+        "the admin and one keeper connection"
+    );
+    let url = redis.url();
+    assert!(sidejob_redis::keeper_thread_running(&url));
+    drop(nodes);
+    assert!(!sidejob_redis::keeper_thread_running(&url));
+    // The thread's exit closed its connection (Redis notices at once, but
+    // asynchronously: wait for it).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while clients(&mut admin) > 1 && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    assert_eq!(clients(&mut admin), 1);
+    // Every budget was three grants of one capacity C each: not shared.
+    assert!(resource.high() <= 3 * C);
+}
