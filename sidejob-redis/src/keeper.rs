@@ -251,7 +251,7 @@ impl Budget {
         let hub = Hub::get(url, Some(conn));
         Ok(self.start(
             hub,
-            Store::Redis(BudgetScripts::new(&self.name)),
+            Store::Redis(Box::new(BudgetScripts::new(&self.name))),
             Box::new(target),
         ))
     }
@@ -432,7 +432,7 @@ impl Drop for Keeper {
 /// Where an attachment's calls go.
 enum Store {
     /// Its budget's scripts over the thread's connection.
-    Redis(BudgetScripts),
+    Redis(Box<BudgetScripts>),
     /// A store of its own.
     Own(Box<dyn LeaseStore>),
 }
