@@ -526,3 +526,76 @@ fn budgets_on_one_redis_share_one_connection() {
     // Every budget was three grants of one capacity C each: not shared.
     assert!(resource.high() <= 3 * C);
 }
+
+/// Failover with lost writes (CLUSTER.md §3.2): the replica is frozen while
+/// the primary grants more, the primary dies, the replica is promoted with
+/// `REPLICAOF NO ONE` and the nodes reach it through their proxy. Its
+/// `run_id` is new, so learning mode takes over: the grants it never saw
+/// are re-adopted at most from what is free, nobody grows meanwhile, and
+/// the bound holds throughout.
+#[test]
+fn failover_to_a_replica_that_lost_writes() {
+    let Some(mut primary) = support::redis::start(false) else {
+        return;
+    };
+    let Some(replica) = support::redis::start_replica(primary.port) else {
+        return;
+    };
+    let mut rconn = replica.conn();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut rconn)
+            .unwrap();
+        if info.contains("master_link_status:up") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replica never synced: {info}"
+        );
+        std::thread::sleep(ms(20)); // polling the replica's start-up
+    }
+    let proxy = Proxy::start(primary.port);
+    let budget = budget(&proxy.url(), "failover");
+    let resource = Arc::new(Resource::default());
+    let a = Node::start(&budget, &resource, true);
+    let b = Node::start(&budget, &resource, false);
+    wait(&a, 5, "a grows", |s| s.leased as usize >= C - 2);
+    // The replica stops hearing the primary; the load moves to b, which
+    // grows on the primary only.
+    replica.freeze();
+    a.set_load(false);
+    b.set_load(true);
+    wait(&b, 8, "b grows on the primary", |s| s.leased >= 4);
+    let b_before = b.keeper().stats().grant;
+    // Failover: the primary dies; the frozen replica, which never saw b's
+    // grant, is promoted and the nodes are pointed at it.
+    // Killing the primary closes every proxied connection; new ones go to
+    // the replica.
+    primary.kill();
+    proxy.retarget(replica.port);
+    replica.thaw();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut rconn)
+        .unwrap();
+    wait(&b, 3, "learning mode on the promoted replica", |s| {
+        s.learning
+    });
+    let mut store = RedisStore::new(&replica.url(), "failover", ms(1000)).unwrap();
+    let status = store.status().unwrap().expect("the replica has the budget");
+    assert!(status.losses >= 1, "{status:?}");
+    assert!(status.granted as usize <= C, "{status:?}");
+    wait(&b, 6, "out of learning mode, b has a share again", |s| {
+        !s.learning && s.leased >= 2
+    });
+    println!(
+        "b held {b_before} on the primary; after the failover {:?}",
+        b.keeper().stats()
+    );
+    drop((a, b));
+    assert_bound(&resource);
+}
