@@ -59,29 +59,50 @@ end
 -- up to an equal share, and the rest goes in proportion to the need beyond
 -- that (as a global semaphore would split an overload). Otherwise: its need
 -- plus the leftover in proportion to need.
--- One HMGET per 1000 nodes rather than one HGET per node.
-local needs = {need}
-local fields = {}
-for _, n in ipairs(redis.call('ZRANGE', exp, 0, -1)) do
-  if n ~= node then fields[#fields + 1] = n .. ':need' end
+-- The sums over every node (count, total need, guaranteed part) are cached
+-- in meta for T/10 (R/2 at the defaults); in between, a renewal only swaps
+-- its own old need for its new one, so a renew stays O(log N).
+local f = redis.call('HMGET', meta, 'fair_at', 'fair_k', 'fair_total', 'fair_base')
+local fair_at, k, total, base = num(f[1]), num(f[2]), num(f[3]), num(f[4])
+if fair_at == nil or now < fair_at or now >= fair_at + math.floor(ttl / 10) then
+  -- One HMGET per 1000 nodes rather than one HGET per node.
+  local needs = {need}
+  local fields = {}
+  for _, n in ipairs(redis.call('ZRANGE', exp, 0, -1)) do
+    if n ~= node then fields[#fields + 1] = n .. ':need' end
+  end
+  for i = 1, #fields, 1000 do
+    local vals = redis.call('HMGET', info, unpack(fields, i, math.min(i + 999, #fields)))
+    for _, v in ipairs(vals) do needs[#needs + 1] = num(v) or 0 end
+  end
+  k, total, base = #needs, 0, 0
+  local eq = math.floor(cap / k)
+  for i = 1, k do
+    total = total + needs[i]
+    base = base + math.min(needs[i], eq)
+  end
+  fair_at = now
+else
+  local old = num(redis.call('HGET', info, node .. ':need'))
+  local eq = math.floor(cap / k)
+  if old == nil or rec == nil then
+    k = k + 1
+    old = 0
+  end
+  total = total - old + need
+  base = base - math.min(old, eq) + math.min(need, eq)
 end
-for i = 1, #fields, 1000 do
-  local vals = redis.call('HMGET', info, unpack(fields, i, math.min(i + 999, #fields)))
-  for _, v in ipairs(vals) do needs[#needs + 1] = num(v) or 0 end
-end
-local k, total = #needs, 0
-for i = 1, k do total = total + needs[i] end
+redis.call('HSET', meta, 'fair_at', fmt(fair_at), 'fair_k', fmt(k), 'fair_total', fmt(total),
+  'fair_base', fmt(base))
+local equal = math.floor(cap / k)
 local fair
 if total > cap then
-  local equal = math.floor(cap / k)
-  local base = 0
-  for i = 1, k do base = base + math.min(needs[i], equal) end
   local mine = math.min(need, equal)
-  fair = mine + math.floor((cap - base) * (need - mine) / math.max(total - base, 1))
+  fair = mine + math.floor(math.max(cap - base, 0) * (need - mine) / math.max(total - base, 1))
 elseif total > 0 then
   fair = need + math.floor((cap - total) * need / total)
 else
-  fair = math.floor(cap / k)
+  fair = equal
 end
 
 -- 8. Grow only from free capacity, only outside learning mode, and only up
