@@ -89,7 +89,7 @@ fn main() {
     let (mut violations, mut bad_runs, mut peak, mut back, mut calls) =
         (0u64, 0u64, 0u64, 0u64, 0u64);
     let (mut store_bad, mut seconds, mut crashes) = (0, 0.0, 0u64);
-    let (mut late, mut over) = (i64::MIN, 0u64);
+    let (mut late, mut over, mut late_runs) = (i64::MIN, 0u64, Vec::new());
     for (seed, r, secs) in &results {
         violations += r.violations;
         bad_runs += u64::from(r.violations > 0);
@@ -98,6 +98,9 @@ fn main() {
         back = back.max(r.crash_back_ms.unwrap_or(0));
         crashes += u64::from(r.crash_back_ms.is_some());
         late = late.max(r.reap_late_ms.unwrap_or(i64::MIN));
+        if r.reap_late_ms.is_some_and(|l| l > 20) {
+            late_runs.push(*seed);
+        }
         over += u64::from(r.crash_back_ms.is_some_and(|b| b > sim::T_MS + sim::G_MS));
         calls += r.store_calls;
         seconds += secs;
@@ -111,10 +114,13 @@ fn main() {
     println!(
         "\n{runs} seeded runs with faults (150 % or 300 % load): {violations} violating events in {bad_runs} runs, \
          {store_bad} store inconsistencies, peak in flight {peak} of 200, crashed share back within {back} ms \
-         of the crash in {crashes} runs with a crash (T + G = {} ms; {over} runs above it, where a renewal sent \
-         before the crash landed after it), reaped at most {late} ms after the crashed lease's last expiry + G \
-         (store time, runs without a clock step), {:.1} store calls per node-second",
+         of the crash in {crashes} runs with a crash (T + G = {} ms from its last renewal; {over} runs above it \
+         from the crash, which came just after a renewal or before a renewal in flight landed), reaped at most {late} ms \
+         after the crashed lease's last expiry + G (store time, runs without a clock step; over 20 ms in {} runs, seeds {:?}), \
+         {:.1} store calls per node-second",
         sim::T_MS + sim::G_MS,
+        late_runs.len(),
+        &late_runs[..late_runs.len().min(5)],
         calls as f64 / (seconds * 5.0)
     );
 
