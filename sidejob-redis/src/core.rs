@@ -21,11 +21,15 @@
 //! * **Shrink**: the local capacity drops first ([`Core::prepare`]); the
 //!   node then reports `has = max(limit, usage)` read after the resize, and
 //!   only then does Redis lower the grant.
-//! * **Demand.** Per window between calls: `need = max(peak, ⌈mean usage ×
-//!   offered / accepted⌉)` (Little's law on the offered load, so a node at
-//!   its limit still shows what it would use), `want = ⌈need(1+h)⌉ +
-//!   block`; `block` doubles on windows with refusals and halves on others,
-//!   within `[min_block, C/8]`.
+//! * **Demand.** Per window: `need = max(peak, ⌈mean usage × offered /
+//!   accepted⌉)` (Little's law on the offered load, so a node at its limit
+//!   still shows what it would use), `want = ⌈need(1+h)⌉ + block`; `block`
+//!   doubles on windows with refusals and halves on others, within
+//!   `[min_block, C/8]`. The window runs from one regular renewal to the
+//!   next: early calls report the estimate so far without closing it
+//!   (short windows made noisy needs, and noisy needs made shrink targets
+//!   and regrowth), unless the demand since the last call jumped above
+//!   twice the window's mean usage (a hot spot arrived): then it closes.
 //! * **Early grow**: a refusal seen since the last call triggers a call at
 //!   once, at most every `early_grow_gap`.
 //! * **Timed renewals**: a node held below what it asks for renews when the
@@ -107,6 +111,12 @@ pub struct Core {
     // Demand window.
     acc0: u64,
     rej0: u64,
+    // Since the last call (for early grows and jump detection).
+    acc_call: u64,
+    rej_call: u64,
+    call_sum: u64,
+    call_samples: u64,
+    call_peak: u64,
     usage_sum: u64,
     samples: u64,
     peak: u64,
@@ -199,6 +209,11 @@ impl Core {
             timed_sent: false,
             acc0: 0,
             rej0: 0,
+            acc_call: 0,
+            rej_call: 0,
+            call_sum: 0,
+            call_samples: 0,
+            call_peak: 0,
             usage_sum: 0,
             samples: 0,
             peak: 0,
@@ -232,6 +247,9 @@ impl Core {
         self.usage_sum += used;
         self.samples += 1;
         self.peak = self.peak.max(used);
+        self.call_sum += used;
+        self.call_samples += 1;
+        self.call_peak = self.call_peak.max(used);
     }
 
     /// At `admit_until` the leased capacity drops to 0: returns the new
@@ -292,7 +310,7 @@ impl Core {
         let starved_gap = self.early_gap.max(self.renew_every / 4);
         let grow_ok =
             self.grant >= self.want || self.last_call.is_none_or(|t| now >= t + starved_gap);
-        if gap_ok && grow_ok && r.rejected > self.rej0 && !self.learning {
+        if gap_ok && grow_ok && r.rejected > self.rej_call && !self.learning {
             return Due::Renew; // early grow
         }
         if gap_ok && self.give_back && (r.usage as u64) <= self.local_capacity() as u64 {
@@ -316,39 +334,58 @@ impl Core {
     /// target, or an idle grant): returns the lowered local capacity to set
     /// *before* the call.
     pub fn prepare(&mut self, now: Duration, r: &Reading) -> Option<usize> {
-        if now < self.next_call {
-            self.early_grows += u64::from(r.rejected > self.rej0);
+        let early = now < self.next_call;
+        if early {
+            self.early_grows += u64::from(r.rejected > self.rej_call);
         }
-        let (acc, rej) = (r.accepted - self.acc0, r.rejected - self.rej0);
-        self.acc0 = r.accepted;
-        self.rej0 = r.rejected;
-        let mean = if self.samples > 0 {
-            self.usage_sum as f64 / self.samples as f64
-        } else {
-            0.0
+        let mean_of = |sum: u64, n: u64| if n > 0 { sum as f64 / n as f64 } else { 0.0 };
+        // Little's law on the offered load over a window.
+        let estimate = |peak: u64, mean: f64, acc: u64, rej: u64| {
+            if acc > 0 {
+                peak.max((mean * (acc + rej) as f64 / acc as f64).ceil() as u64)
+            } else {
+                peak
+            }
         };
-        let mut need = self.peak;
-        if acc > 0 {
-            need = need.max((mean * (acc + rej) as f64 / acc as f64).ceil() as u64);
-        } else if rej > 0 {
+        let mean = mean_of(self.usage_sum, self.samples);
+        let since_call = estimate(
+            self.call_peak,
+            mean_of(self.call_sum, self.call_samples),
+            r.accepted - self.acc_call,
+            r.rejected - self.rej_call,
+        );
+        self.acc_call = r.accepted;
+        self.rej_call = r.rejected;
+        self.call_sum = 0;
+        self.call_samples = 0;
+        self.call_peak = 0;
+        let jumped = since_call as f64 > 2.0 * mean.max(1.0);
+        let close = !early || jumped;
+        let (acc, rej) = (r.accepted - self.acc0, r.rejected - self.rej0);
+        let mut need = estimate(self.peak, mean, acc, rej);
+        if acc == 0 && rej > 0 {
             need = need.max(self.leased + self.block);
         }
-        self.block = if rej > 0 {
-            (self.block * 2).min(self.max_block)
-        } else {
-            (self.block / 2).max(self.min_block)
-        };
+        if close {
+            self.acc0 = r.accepted;
+            self.rej0 = r.rejected;
+            self.usage_sum = 0;
+            self.samples = 0;
+            self.peak = 0;
+            self.block = if rej > 0 {
+                (self.block * 2).min(self.max_block)
+            } else {
+                (self.block / 2).max(self.min_block)
+            };
+            // Idle give-back: three windows with the grant well above need.
+            if self.grant > need && self.grant - need > self.min_block.max(self.grant / 4) {
+                self.idle_windows += 1;
+            } else {
+                self.idle_windows = 0;
+            }
+        }
         self.need = need;
         self.want = (need as f64 * (1.0 + self.headroom)).ceil() as u64 + self.block;
-        self.usage_sum = 0;
-        self.samples = 0;
-        self.peak = 0;
-        // Idle give-back: three windows with the grant well above need.
-        if self.grant > need && self.grant - need > self.min_block.max(self.grant / 4) {
-            self.idle_windows += 1;
-        } else {
-            self.idle_windows = 0;
-        }
         let mut lower = self.leased;
         if let Some(t) = self.target {
             lower = lower.min(t);
