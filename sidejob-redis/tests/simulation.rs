@@ -36,7 +36,9 @@ fn no_violation_with_faults_over_seeds() {
 
 #[test]
 fn utilisation_against_an_ideal_global_semaphore() {
-    for (load, floor) in [(0.8, 0.9), (1.2, 0.83)] {
+    // Deterministic per seed: 0.950 and 0.910 with this code; the floors
+    // catch a policy change that loses utilisation.
+    for (load, floor) in [(0.8, 0.94), (1.2, 0.90)] {
         let mut u = Vec::new();
         for seed in 0..3 {
             let mut cfg = SimConfig::new(100 + seed);
