@@ -18,10 +18,13 @@
 //! Run: `cargo bench --no-run --all-features --bench async_pool`, then
 //! `target/release/deps/async_pool-<hash> --bench`.
 
+mod common;
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::median;
 use criterion::{BenchmarkId, Criterion};
 use sidejob::{AsyncPool, AsyncWorker, Error, Pool, Worker};
 use tokio::runtime::Runtime;
@@ -317,11 +320,6 @@ fn cast_case() -> Case {
         )],
         round: 200_000,
     }
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    xs[xs.len() / 2]
 }
 
 /// The I/O-bound handler: each request awaits a 1 ms timer.

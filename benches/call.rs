@@ -6,12 +6,15 @@
 //! limit of a cross-core round trip). After criterion's groups, a ratio
 //! table is printed from side-by-side timings taken in this same process.
 
+mod common;
+
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::{cpu_time, ns_per_op};
 use criterion::{criterion_group, BenchmarkId, Criterion};
 use crossbeam_channel::{unbounded, Sender};
 use sidejob::{Pool, Worker};
@@ -313,28 +316,6 @@ fn two_callers(c: &mut Criterion) {
         })
     });
     group.finish();
-}
-
-/// ns per operation: the best of several timed runs of `iters` calls.
-fn ns_per_op(iters: u64, mut op: impl FnMut()) -> f64 {
-    (0..7)
-        .map(|_| {
-            let began = Instant::now();
-            for _ in 0..iters {
-                op();
-            }
-            began.elapsed().as_nanos() as f64 / iters as f64
-        })
-        .fold(f64::INFINITY, f64::min)
-}
-
-/// Process CPU time (user + system) so far, from /proc/self/stat.
-fn cpu_time() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
-    // After the command name: state is field 3, utime 14, stime 15.
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some(Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux
 }
 
 fn ratio_table() {

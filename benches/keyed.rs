@@ -23,12 +23,15 @@
 //! Run: `cargo bench --no-run --all-features --bench keyed`, then
 //! `target/release/deps/keyed-<hash> --bench`.
 
+mod common;
+
 use std::collections::HashSet;
 use std::hint::black_box;
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::median;
 use criterion::{BenchmarkId, Criterion};
 use dashmap::DashSet;
 use sidejob::Supervisor;
@@ -183,11 +186,6 @@ fn cases(threads: usize) -> Vec<(&'static str, Routine)> {
             ),
         ),
     ]
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    xs[xs.len() / 2]
 }
 
 fn main() {

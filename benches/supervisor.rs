@@ -14,11 +14,14 @@
 //!
 //! Run with `cargo bench --features tokio --bench supervisor`.
 
+mod common;
+
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::median;
 use criterion::{BenchmarkId, Criterion};
 use sidejob::{Limiter, Supervisor};
 
@@ -229,11 +232,6 @@ fn spawn_task() -> Pair {
         )],
         round: 200_000,
     }
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    xs[xs.len() / 2]
 }
 
 fn main() {

@@ -21,6 +21,8 @@
 //! The criterion groups cover 1 and 3; the ratio table (only under
 //! `cargo bench`, which passes `--bench`) prints all five.
 
+mod common;
+
 use std::future::Future;
 use std::hint::black_box;
 use std::pin::pin;
@@ -30,6 +32,7 @@ use std::task::Poll;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::{best_of, time_loop};
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use parking_lot::{Condvar, Mutex};
 use sidejob::{Error, Limiter, QueueOrder};
@@ -536,25 +539,6 @@ fn saturated_group(c: &mut Criterion) {
 }
 
 // ---- the ratio table ---------------------------------------------------------
-
-fn time_loop(iters: u64, mut f: impl FnMut()) -> f64 {
-    let began = Instant::now();
-    for _ in 0..iters {
-        f();
-    }
-    began.elapsed().as_nanos() as f64 / iters as f64
-}
-
-/// Runs every contender `rounds` times, interleaved; each one's best.
-fn best_of(rounds: usize, contenders: &mut [&mut dyn FnMut() -> f64]) -> Vec<f64> {
-    let mut best = vec![f64::INFINITY; contenders.len()];
-    for _ in 0..rounds {
-        for (b, run) in best.iter_mut().zip(contenders.iter_mut()) {
-            *b = b.min(run());
-        }
-    }
-    best
-}
 
 fn ratio_table() {
     const ITERS: u64 = 2_000_000;

@@ -125,6 +125,13 @@ pub enum Error {
     /// worker leaves the task for a later claim) or wait for the key with
     /// a waiting form.
     ///
+    /// Also from a pool's keyed requests in the ordered mode
+    /// ([`Pool::call_keyed`](crate::Pool::call_keyed) and its siblings):
+    /// the key already has
+    /// [`max_queued_per_key`](crate::PoolBuilder::max_queued_per_key)
+    /// requests admitted and unfinished; the request was not sent and its
+    /// unit was given back.
+    ///
     /// # Examples
     ///
     /// ```

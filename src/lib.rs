@@ -97,6 +97,14 @@
 //! run in parallel. A busy key answers [`Error::KeyBusy`] at once, or waits
 //! first come first served per key under the waiting policy.
 //!
+//! [`Pool::call_keyed`], [`Pool::cast_keyed`] and [`Pool::call_keyed_async`]
+//! do the same for pool requests: one key's requests are handled one at a
+//! time, in admission order, different keys in parallel. [`KeyedMode`]
+//! picks how: `Pinned` (the default) runs a key's requests on its own
+//! worker (jump consistent hash), for per-key state; `Ordered` keeps a FIFO
+//! queue per key and lets whichever worker is free take the next key whose
+//! turn it is, so a hot key holds one worker, not its neighbours.
+//!
 //! # How admission works
 //!
 //! Capacity `C` is split over `M` shards (by default one per CPU), each an
@@ -256,7 +264,7 @@ pub use limiter::{Limiter, LimiterBuilder, OwnedPermit, Permit};
 pub use pool::asynchronous::{
     worker::AsyncWorker, AsyncPool, WeakAsyncPool, MAX_DEFAULT_ASYNC_WORKERS,
 };
-pub use pool::{Pool, PoolBuilder, WeakPool, DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT};
+pub use pool::{KeyedMode, Pool, PoolBuilder, WeakPool, DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT};
 pub use probe::Probe;
 pub use reporter::{Observe, Reporter, ReporterBuilder, ReporterHandle, DEFAULT_INTERVAL};
 pub use shepherd::{

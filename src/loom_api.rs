@@ -76,6 +76,17 @@ impl Table {
         self.0.release(shard, false)
     }
 
+    /// Admits one unit on shard `shard` only (a pinned keyed request).
+    pub fn acquire_only(&self, shard: usize) -> Result<usize, Error> {
+        self.0.acquire_only(shard)
+    }
+
+    /// Gives back a unit that was admitted but never used (a keyed request
+    /// refused `KeyBusy`).
+    pub fn refund(&self, shard: usize) {
+        self.0.refund(shard)
+    }
+
     /// Sets the capacity (see `Limiter::set_capacity`).
     pub fn set_capacity(&self, capacity: usize) {
         self.0.set_capacity(capacity).expect("a valid capacity")
@@ -192,6 +203,60 @@ impl Idle {
     pub fn wake_all(&self) {
         self.0.wake_all()
     }
+
+    /// What a producer does right after it queued an envelope in worker
+    /// `to`'s private mailbox (a pinned keyed request).
+    pub fn private_added(&self, to: usize) {
+        self.0.private_added(to)
+    }
+}
+
+/// The ordered keyed mode's per-key queues (`pool/key_queue.rs`), holding
+/// request numbers.
+pub struct KeyQueues(crate::pool::key_queue::KeyQueues<u32>);
+
+impl std::fmt::Debug for KeyQueues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyQueues").finish_non_exhaustive()
+    }
+}
+
+/// What [`KeyQueues::admit`] decided.
+#[derive(Debug, PartialEq, Eq)]
+pub enum KeyAdmit {
+    /// The key was idle: run this request now.
+    Run(u32),
+    /// Queued behind the key's earlier requests.
+    Queued,
+    /// The key has its limit of requests: refused, handed back.
+    Busy(u32),
+}
+
+impl KeyQueues {
+    /// Queues for `workers` workers, at most `cap` requests per key.
+    pub fn new(workers: usize, cap: usize) -> KeyQueues {
+        KeyQueues(crate::pool::key_queue::KeyQueues::new(workers, cap))
+    }
+
+    /// Admits request `item` for key `id` (its unit already taken).
+    pub fn admit(&self, id: u64, item: u32) -> KeyAdmit {
+        match self.0.admit(id, item) {
+            crate::pool::key_queue::Admit::Run(item) => KeyAdmit::Run(item),
+            crate::pool::key_queue::Admit::Queued => KeyAdmit::Queued,
+            crate::pool::key_queue::Admit::Busy(item) => KeyAdmit::Busy(item),
+        }
+    }
+
+    /// Key `id`'s request that was out has finished (its unit given
+    /// back): the key's next request, now out, or `None`.
+    pub fn finish(&self, id: u64) -> Option<u32> {
+        self.0.finish(id)
+    }
+
+    /// Keys present.
+    pub fn keys(&self) -> usize {
+        self.0.keys()
+    }
 }
 
 /// A worker's mailbox as a queue loom can see (the pool's are crossbeam
@@ -250,10 +315,35 @@ pub fn next_envelope(
     idle: &Idle,
     table: &Table,
 ) -> Option<usize> {
-    crate::pool::steal::next(me, mailboxes, &idle.0, std::time::Duration::ZERO, || {
-        table.drained(me)
-    })
+    next_envelope_with_private(me, mailboxes, None, idle, table)
+}
+
+/// [`next_envelope`] for a worker that also has a private mailbox (pinned
+/// keyed requests, which no other worker takes); an envelope from it is
+/// reported as from `me`.
+pub fn next_envelope_with_private(
+    me: usize,
+    mailboxes: &[Mailbox],
+    private: Option<&Mailbox>,
+    idle: &Idle,
+    table: &Table,
+) -> Option<usize> {
+    crate::pool::steal::next(
+        me,
+        mailboxes,
+        private,
+        &idle.0,
+        std::time::Duration::ZERO,
+        || table.drained(me),
+    )
     .map(|(from, ())| from)
+}
+
+/// What a stealing worker does when it has handled a request, before the
+/// reply goes out: it marks itself as going back to its mailbox
+/// (`Idle::spin`).
+pub fn finished(idle: &Idle, me: usize) {
+    idle.0.spin(me)
 }
 
 /// What a stealing worker does after it gave back a unit of shard `from`

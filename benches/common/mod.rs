@@ -28,3 +28,26 @@ pub fn best_of(rounds: usize, contenders: &mut [&mut dyn FnMut() -> f64]) -> Vec
     }
     best
 }
+
+/// The median of `xs` (the upper one for an even count).
+pub fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(|a, b| a.total_cmp(b));
+    xs[xs.len() / 2]
+}
+
+/// ns per call of `op`: the best of 7 timed loops of `iters` calls.
+pub fn ns_per_op(iters: u64, mut op: impl FnMut()) -> f64 {
+    (0..7)
+        .map(|_| time_loop(iters, &mut op))
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Process CPU time (user + system) so far, from /proc/self/stat; `None`
+/// where that file cannot be read.
+pub fn cpu_time() -> Option<std::time::Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
+    // After the command name: state is field 3, utime 14, stime 15.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(std::time::Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux
+}

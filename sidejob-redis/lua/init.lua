@@ -2,6 +2,7 @@
 local cap, ttl, grace = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 if redis.call('EXISTS', meta) == 1 then
   redis.call('HSET', meta, 'capacity', fmt(cap), 'ttl', fmt(ttl), 'grace', fmt(grace))
+  redis.call('HDEL', meta, 'fair_at') -- the cached fair-share sums are stale
   return {'EXISTS', redis.call('HGET', meta, 'epoch')}
 end
 if ARGV[7] == '1' then

@@ -38,7 +38,7 @@ local ver = num(redis.call('HGET', info, node .. ':ver')) or 0
 -- 4. Deduplicate: an old or repeated request changes nothing.
 if req <= (num(redis.call('HGET', info, node .. ':req')) or 0) then
   save_meta()
-  return {'STALE', rec or 0, ttl, ver, epoch, -1, math.max(0, learn_until - now), now}
+  return {'STALE', rec or 0, ttl, ver, epoch, -1, math.max(0, learn_until - now), now, -1}
 end
 
 -- 5. The store forgot something this node holds.
@@ -55,37 +55,54 @@ if has < g then
   g = has
 end
 
--- Max-min fair share over reported needs (water-filling), leftover in
--- proportion to need.
--- One HMGET per 1000 nodes rather than one HGET per node.
-local needs = {need}
-local fields = {}
-for _, n in ipairs(redis.call('ZRANGE', exp, 0, -1)) do
-  if n ~= node then fields[#fields + 1] = n .. ':need' end
-end
-for i = 1, #fields, 1000 do
-  local vals = redis.call('HMGET', info, unpack(fields, i, math.min(i + 999, #fields)))
-  for _, v in ipairs(vals) do needs[#needs + 1] = num(v) or 0 end
-end
-table.sort(needs)
-local remaining, k, fair = cap, #needs, nil
-for i = 1, k do
-  local share = math.floor(remaining / (k - i + 1))
-  if needs[i] > share then
-    if need >= needs[i] then fair = share else fair = need end
-    break
+-- Fair share. Overloaded (needs above C): each node is guaranteed its need
+-- up to an equal share, and the rest goes in proportion to the need beyond
+-- that (as a global semaphore would split an overload). Otherwise: its need
+-- plus the leftover in proportion to need.
+-- The sums over every node (count, total need, guaranteed part) are cached
+-- in meta for T/10 (R/2 at the defaults); in between, a renewal only swaps
+-- its own old need for its new one, so a renew stays O(log N).
+local f = redis.call('HMGET', meta, 'fair_at', 'fair_k', 'fair_total', 'fair_base')
+local fair_at, k, total, base = num(f[1]), num(f[2]), num(f[3]), num(f[4])
+if fair_at == nil or now < fair_at or now >= fair_at + math.floor(ttl / 10) then
+  -- One HMGET per 1000 nodes rather than one HGET per node.
+  local needs = {need}
+  local fields = {}
+  for _, n in ipairs(redis.call('ZRANGE', exp, 0, -1)) do
+    if n ~= node then fields[#fields + 1] = n .. ':need' end
   end
-  remaining = remaining - needs[i]
-end
-if fair == nil then
-  -- Nobody is constrained: the leftover goes out in proportion to need.
-  local total = 0
-  for i = 1, k do total = total + needs[i] end
-  if total > 0 then
-    fair = need + math.floor(remaining * need / total)
-  else
-    fair = math.floor(remaining / k)
+  for i = 1, #fields, 1000 do
+    local vals = redis.call('HMGET', info, unpack(fields, i, math.min(i + 999, #fields)))
+    for _, v in ipairs(vals) do needs[#needs + 1] = num(v) or 0 end
   end
+  k, total, base = #needs, 0, 0
+  local eq = math.floor(cap / k)
+  for i = 1, k do
+    total = total + needs[i]
+    base = base + math.min(needs[i], eq)
+  end
+  fair_at = now
+else
+  local old = num(redis.call('HGET', info, node .. ':need'))
+  local eq = math.floor(cap / k)
+  if old == nil or rec == nil then
+    k = k + 1
+    old = 0
+  end
+  total = total - old + need
+  base = base - math.min(old, eq) + math.min(need, eq)
+end
+redis.call('HSET', meta, 'fair_at', fmt(fair_at), 'fair_k', fmt(k), 'fair_total', fmt(total),
+  'fair_base', fmt(base))
+local equal = math.floor(cap / k)
+local fair
+if total > cap then
+  local mine = math.min(need, equal)
+  fair = mine + math.floor(math.max(cap - base, 0) * (need - mine) / math.max(total - base, 1))
+elseif total > 0 then
+  fair = need + math.floor((cap - total) * need / total)
+else
+  fair = equal
 end
 
 -- 8. Grow only from free capacity, only outside learning mode, and only up
@@ -119,4 +136,15 @@ redis.call('ZADD', exp, fmt(now + ttl), node)
 redis.call('HSET', info, node .. ':want', fmt(want), node .. ':need', fmt(need),
   node .. ':ver', fmt(seq), node .. ':req', fmt(req))
 save_meta()
-return {'OK', g, ttl, seq, epoch, target, math.max(0, learn_until - now), now}
+-- When the earliest other lease can be reaped (its expiry + G), so that a
+-- node held below what it wants can renew right then rather than up to a
+-- renew period later. O(log N): the two first members of the TTL index.
+local reap_in = -1
+local first = redis.call('ZRANGE', exp, 0, 1, 'WITHSCORES')
+for i = 1, #first, 2 do
+  if first[i] ~= node then
+    reap_in = math.max(0, tonumber(first[i + 1]) + grace - now)
+    break
+  end
+end
+return {'OK', g, ttl, seq, epoch, target, math.max(0, learn_until - now), now, reap_in}

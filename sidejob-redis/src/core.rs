@@ -21,13 +21,24 @@
 //! * **Shrink**: the local capacity drops first ([`Core::prepare`]); the
 //!   node then reports `has = max(limit, usage)` read after the resize, and
 //!   only then does Redis lower the grant.
-//! * **Demand.** Per window between calls: `need = max(peak, ⌈mean usage ×
-//!   offered / accepted⌉)` (Little's law on the offered load, so a node at
-//!   its limit still shows what it would use), `want = ⌈need(1+h)⌉ +
-//!   block`; `block` doubles on windows with refusals and halves on others,
-//!   within `[min_block, C/8]`.
+//! * **Demand.** Per window: `need = max(peak, ⌈mean usage × offered /
+//!   accepted⌉)` (Little's law on the offered load, so a node at its limit
+//!   still shows what it would use), `want = ⌈need(1+h)⌉ + block`; `block`
+//!   doubles on windows with refusals and halves on others, within
+//!   `[min_block, C/8]`. The window runs from one regular renewal to the
+//!   next: early calls report the estimate so far without closing it
+//!   (short windows made noisy needs, and noisy needs made shrink targets
+//!   and regrowth), unless the demand since the last call jumped above
+//!   twice the window's mean usage (a hot spot arrived): then it closes.
 //! * **Early grow**: a refusal seen since the last call triggers a call at
 //!   once, at most every `early_grow_gap`.
+//! * **Timed renewals**: a node held below what it asks for renews when the
+//!   store said the earliest other lease can be reaped (its expiry + grace)
+//!   or learning mode ends, if that comes before its next period, so a
+//!   crashed node's share comes back at its expiry + grace, not up to a
+//!   renew period later. The store's milliseconds are stretched by `1 + 2ρ`
+//!   on the node's clock, so the call lands after the reap; one that lands
+//!   early is told again and retries.
 //! * **Give-back**: a shrink target, or a grant above `want` for three
 //!   windows, lowers the local capacity; the node reports as soon as its
 //!   usage fits.
@@ -35,7 +46,7 @@
 use std::time::Duration;
 
 use crate::config::Budget;
-use crate::store::{RenewArgs, RenewReply};
+use crate::store::{Grant, RenewArgs, RenewReply};
 
 /// A reading of the local front-end, taken by the keeper.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -68,6 +79,7 @@ pub struct Core {
     // Settings.
     renew_every: Duration,
     valid_window_factor: f64,
+    clock_margin: f64,
     pause_margin: Duration,
     max_hold: Duration,
     early_gap: Duration,
@@ -92,9 +104,19 @@ pub struct Core {
     learning: bool,
     failing: bool,
     give_back: bool,
+    /// The next call was pulled in to a reap or the end of learning mode.
+    timed: bool,
+    /// The call in flight is such a timed one.
+    timed_sent: bool,
     // Demand window.
     acc0: u64,
     rej0: u64,
+    // Since the last call (for early grows and jump detection).
+    acc_call: u64,
+    rej_call: u64,
+    call_sum: u64,
+    call_samples: u64,
+    call_peak: u64,
     usage_sum: u64,
     samples: u64,
     peak: u64,
@@ -108,6 +130,8 @@ pub struct Core {
     early_grows: u64,
     overruns: u64,
     overrun_checked: bool,
+    timed_renewals: u64,
+    timed_grows: u64,
 }
 
 /// A snapshot of a keeper's view, for tests and operators.
@@ -142,6 +166,12 @@ pub struct KeeperStats {
     pub want: u64,
     /// A shrink target from Redis in force.
     pub target: Option<u64>,
+    /// Renewals timed to another lease's reap (expiry + grace) or to the
+    /// end of learning mode, ahead of the regular period.
+    pub timed_renewals: u64,
+    /// Timed renewals whose reply grew the grant (the reaped share or the
+    /// end of learning mode arrived with them).
+    pub timed_grows: u64,
 }
 
 impl Core {
@@ -152,6 +182,7 @@ impl Core {
             node: node.into(),
             renew_every: budget.renew_every,
             valid_window_factor: 1.0 - 2.0 * budget.clock_margin,
+            clock_margin: budget.clock_margin,
             pause_margin: budget.pause_margin,
             max_hold: budget.max_hold,
             early_gap: budget.early_grow_gap,
@@ -174,8 +205,15 @@ impl Core {
             learning: false,
             failing: false,
             give_back: false,
+            timed: false,
+            timed_sent: false,
             acc0: 0,
             rej0: 0,
+            acc_call: 0,
+            rej_call: 0,
+            call_sum: 0,
+            call_samples: 0,
+            call_peak: 0,
             usage_sum: 0,
             samples: 0,
             peak: 0,
@@ -188,6 +226,8 @@ impl Core {
             early_grows: 0,
             overruns: 0,
             overrun_checked: true,
+            timed_renewals: 0,
+            timed_grows: 0,
         }
     }
 
@@ -207,6 +247,9 @@ impl Core {
         self.usage_sum += used;
         self.samples += 1;
         self.peak = self.peak.max(used);
+        self.call_sum += used;
+        self.call_samples += 1;
+        self.call_peak = self.call_peak.max(used);
     }
 
     /// At `admit_until` the leased capacity drops to 0: returns the new
@@ -231,11 +274,14 @@ impl Core {
     /// leased capacity drops now rather than up to a timeout late. Returns
     /// the new local capacity if it changed.
     pub fn guard_call(&mut self, now: Duration) -> Option<usize> {
-        if self.leased > 0
-            && self
-                .admit_until
-                .is_some_and(|a| now + self.renew_timeout >= a)
-        {
+        self.guard_for(now, self.renew_timeout)
+    }
+
+    /// As [`guard_call`](Self::guard_call), before a call (this node's or
+    /// another budget's on the same keeper thread) that may block the
+    /// keeper for up to `blocked_for`.
+    pub fn guard_for(&mut self, now: Duration, blocked_for: Duration) -> Option<usize> {
+        if self.leased > 0 && self.admit_until.is_some_and(|a| now + blocked_for >= a) {
             self.leased = 0;
             return Some(self.local_capacity());
         }
@@ -264,7 +310,7 @@ impl Core {
         let starved_gap = self.early_gap.max(self.renew_every / 4);
         let grow_ok =
             self.grant >= self.want || self.last_call.is_none_or(|t| now >= t + starved_gap);
-        if gap_ok && grow_ok && r.rejected > self.rej0 && !self.learning {
+        if gap_ok && grow_ok && r.rejected > self.rej_call && !self.learning {
             return Due::Renew; // early grow
         }
         if gap_ok && self.give_back && (r.usage as u64) <= self.local_capacity() as u64 {
@@ -288,39 +334,58 @@ impl Core {
     /// target, or an idle grant): returns the lowered local capacity to set
     /// *before* the call.
     pub fn prepare(&mut self, now: Duration, r: &Reading) -> Option<usize> {
-        if now < self.next_call {
-            self.early_grows += u64::from(r.rejected > self.rej0);
+        let early = now < self.next_call;
+        if early {
+            self.early_grows += u64::from(r.rejected > self.rej_call);
         }
-        let (acc, rej) = (r.accepted - self.acc0, r.rejected - self.rej0);
-        self.acc0 = r.accepted;
-        self.rej0 = r.rejected;
-        let mean = if self.samples > 0 {
-            self.usage_sum as f64 / self.samples as f64
-        } else {
-            0.0
+        let mean_of = |sum: u64, n: u64| if n > 0 { sum as f64 / n as f64 } else { 0.0 };
+        // Little's law on the offered load over a window.
+        let estimate = |peak: u64, mean: f64, acc: u64, rej: u64| {
+            if acc > 0 {
+                peak.max((mean * (acc + rej) as f64 / acc as f64).ceil() as u64)
+            } else {
+                peak
+            }
         };
-        let mut need = self.peak;
-        if acc > 0 {
-            need = need.max((mean * (acc + rej) as f64 / acc as f64).ceil() as u64);
-        } else if rej > 0 {
+        let mean = mean_of(self.usage_sum, self.samples);
+        let since_call = estimate(
+            self.call_peak,
+            mean_of(self.call_sum, self.call_samples),
+            r.accepted - self.acc_call,
+            r.rejected - self.rej_call,
+        );
+        self.acc_call = r.accepted;
+        self.rej_call = r.rejected;
+        self.call_sum = 0;
+        self.call_samples = 0;
+        self.call_peak = 0;
+        let jumped = since_call as f64 > 2.0 * mean.max(1.0);
+        let close = !early || jumped;
+        let (acc, rej) = (r.accepted - self.acc0, r.rejected - self.rej0);
+        let mut need = estimate(self.peak, mean, acc, rej);
+        if acc == 0 && rej > 0 {
             need = need.max(self.leased + self.block);
         }
-        self.block = if rej > 0 {
-            (self.block * 2).min(self.max_block)
-        } else {
-            (self.block / 2).max(self.min_block)
-        };
+        if close {
+            self.acc0 = r.accepted;
+            self.rej0 = r.rejected;
+            self.usage_sum = 0;
+            self.samples = 0;
+            self.peak = 0;
+            self.block = if rej > 0 {
+                (self.block * 2).min(self.max_block)
+            } else {
+                (self.block / 2).max(self.min_block)
+            };
+            // Idle give-back: three windows with the grant well above need.
+            if self.grant > need && self.grant - need > self.min_block.max(self.grant / 4) {
+                self.idle_windows += 1;
+            } else {
+                self.idle_windows = 0;
+            }
+        }
         self.need = need;
         self.want = (need as f64 * (1.0 + self.headroom)).ceil() as u64 + self.block;
-        self.usage_sum = 0;
-        self.samples = 0;
-        self.peak = 0;
-        // Idle give-back: three windows with the grant well above need.
-        if self.grant > need && self.grant - need > self.min_block.max(self.grant / 4) {
-            self.idle_windows += 1;
-        } else {
-            self.idle_windows = 0;
-        }
         let mut lower = self.leased;
         if let Some(t) = self.target {
             lower = lower.min(t);
@@ -340,6 +405,9 @@ impl Core {
     /// the leased part may hold, read after any shrink).
     pub fn renew_args(&mut self, t_send: Duration, has: u64) -> RenewArgs {
         self.req += 1;
+        self.timed_sent = self.timed && t_send >= self.next_call;
+        self.timed_renewals += u64::from(self.timed_sent);
+        self.timed = false;
         self.last_call = Some(t_send);
         self.next_call = t_send + self.renew_every;
         RenewArgs {
@@ -374,6 +442,7 @@ impl Core {
         now: Duration,
         reply: Option<RenewReply>,
     ) -> Option<usize> {
+        let timed = std::mem::take(&mut self.timed_sent);
         let grant = match reply {
             Some(RenewReply::Ok(g)) => g,
             Some(RenewReply::NoBudget) => {
@@ -390,7 +459,10 @@ impl Core {
         };
         self.renewals += 1;
         self.failing = false;
-        self.epoch = grant.epoch;
+        if timed && grant.grant > self.grant {
+            self.timed_grows += 1;
+        }
+        self.epoch = grant.epoch.clone();
         self.ver = grant.ver;
         self.grant = grant.grant;
         self.learning = grant.learn_remaining_ms > 0;
@@ -410,7 +482,31 @@ impl Core {
             0
         };
         self.give_back = self.leased < self.grant;
+        self.time_next(now, &grant);
         (self.leased != before).then(|| self.local_capacity())
+    }
+
+    /// A node held below what it asks for renews when the store can next
+    /// give it more, if that is before its next period: when the earliest
+    /// other lease is reaped, or when learning mode ends. Store time is
+    /// stretched by `1 + 2ρ` (plus 1 ms) on the node's clock so the call
+    /// lands after the event; landing early only costs a call, and the
+    /// reply then times the next one again.
+    fn time_next(&mut self, now: Duration, grant: &Grant) {
+        if self.want <= self.grant {
+            return;
+        }
+        let learning = (grant.learn_remaining_ms > 0).then_some(grant.learn_remaining_ms);
+        let Some(store_ms) = [grant.reap_in_ms, learning].into_iter().flatten().min() else {
+            return;
+        };
+        let at = now
+            + Duration::from_millis(store_ms).mul_f64(1.0 + 2.0 * self.clock_margin)
+            + Duration::from_millis(1);
+        if at < self.next_call {
+            self.next_call = at;
+            self.timed = true;
+        }
     }
 
     /// The lease's units are all back and released: forget the lease.
@@ -448,6 +544,8 @@ impl Core {
             need: self.need,
             want: self.want,
             target: self.target,
+            timed_renewals: self.timed_renewals,
+            timed_grows: self.timed_grows,
         }
     }
 }

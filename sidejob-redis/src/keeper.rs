@@ -1,10 +1,22 @@
-//! The lease keeper: one thread that keeps a local front-end's capacity
-//! equal to its node's share of the fleet budget.
+//! The lease keeper: one thread per Redis address that keeps every
+//! attached front-end's capacity equal to its node's share of its budget.
 //!
-//! The thread runs [`Core`](crate::Core) on the real monotonic clock against
-//! a [`LeaseStore`]; it is the only thing that calls `set_capacity` on the
-//! front-end. Admission itself is untouched: callers still take a unit with
-//! the local CAS and get `Overload` when the local share is used up.
+//! Each [`Budget::attach`] adds an attachment (its own [`Core`], schedule,
+//! budget scripts and front-end) to the keeper thread of the budget's Redis
+//! URL, which owns one connection to that Redis; the thread starts with the
+//! first attachment and stops when the last is dropped. Attachments made
+//! with [`Budget::attach_store`] bring their own store and share one more
+//! thread. The thread runs each [`Core`](crate::Core) on the real monotonic
+//! clock and is the only thing that calls `set_capacity` on the front-ends.
+//! Admission itself is untouched: callers still take a unit with the local
+//! CAS and get `Overload` when the local share is used up.
+//!
+//! The thread makes one blocking call at a time, for up to that budget's
+//! renew timeout, so before every call it drops the leased capacity of
+//! *every* attachment whose admission window could end meanwhile
+//! ([`Core::guard_for`](crate::Core::guard_for)): a slow call for one
+//! budget never stretches another's window. A shutting-down attachment
+//! drains without blocking the thread: it is polled every millisecond.
 
 use std::time::Duration;
 
@@ -12,9 +24,9 @@ use sidejob::{Limiter, Pool, Stats, Supervisor, Worker};
 
 use crate::config::{Budget, ConfigError};
 use crate::core::{Core, Due, KeeperStats, Reading};
-use crate::redis_store::RedisStore;
+use crate::redis_store::{BudgetScripts, RedisConn, RedisStore};
 use crate::store::{InitArgs, LeaseStore, RenewReply, Status, StoreError};
-use crate::sync::{thread, Arc, AtomicU64, Condvar, Instant, Mutex, Relaxed};
+use crate::sync::{thread, Arc, AtomicU64, Condvar, Instant, Mutex, Relaxed, Weak};
 
 /// A front-end whose capacity a keeper drives: [`Limiter`], [`Pool`] and
 /// [`Supervisor`] implement it.
@@ -72,6 +84,8 @@ impl<T: Resizable> Resizable for Arc<T> {
     }
 }
 
+/// One keeper's flags and published view, shared by its handle and the
+/// keeper thread.
 struct Shared {
     state: Mutex<State>,
     changed: Condvar,
@@ -80,19 +94,102 @@ struct Shared {
 struct State {
     stop: bool,
     crash: bool,
-    nudged: bool,
     stats: KeeperStats,
     released: Option<u64>,
     done: bool,
 }
 
+/// A keeper thread and its inbox; shared by every [`Keeper`] on it.
+struct Hub {
+    inbox: Arc<Inbox>,
+    thread: Option<thread::JoinHandle<()>>,
+    id: Option<thread::ThreadId>,
+}
+
+struct Inbox {
+    state: Mutex<InboxState>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct InboxState {
+    new: Vec<Attachment>,
+    poke: bool,
+    stop: bool,
+}
+
+/// The keeper threads alive, by key (a Redis URL, or "" for attachments
+/// that bring their own store). Weak: the last [`Keeper`] of a thread
+/// stops it.
+static HUBS: Mutex<Vec<(String, Weak<Hub>)>> = Mutex::new(Vec::new());
+
+impl Hub {
+    /// The running thread for `key`, or a new one (with `conn` for a Redis
+    /// address).
+    fn get(key: &str, conn: Option<RedisConn>) -> Arc<Hub> {
+        let mut hubs = HUBS.lock();
+        hubs.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(hub) = hubs
+            .iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, w)| w.upgrade())
+        {
+            return hub;
+        }
+        let inbox = Arc::new(Inbox {
+            state: Mutex::new(InboxState::default()),
+            wake: Condvar::new(),
+        });
+        let thread = {
+            let inbox = inbox.clone();
+            let name = if key.is_empty() {
+                "sidejob-keeper".to_string()
+            } else {
+                format!("sidejob-keeper:{key}")
+            };
+            thread::Builder::new()
+                .name(name)
+                .spawn(move || run(inbox, conn))
+                .ok()
+        };
+        let id = thread.as_ref().map(|t| t.thread().id());
+        let hub = Arc::new(Hub { inbox, thread, id });
+        hubs.push((key.to_string(), Arc::downgrade(&hub)));
+        hub
+    }
+
+    fn poke(&self) {
+        self.inbox.state.lock().poke = true;
+        self.inbox.wake.notify_all();
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        self.inbox.state.lock().stop = true;
+        self.inbox.wake.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Test hook: whether a keeper thread for `key` (a Redis URL) is running.
+#[doc(hidden)]
+pub fn keeper_thread_running(key: &str) -> bool {
+    HUBS.lock()
+        .iter()
+        .any(|(k, w)| k == key && w.strong_count() > 0)
+}
+
 /// A running keeper: drives one front-end's capacity from a [`Budget`].
-/// Made by [`Budget::attach`] or [`Budget::attach_store`].
+/// Made by [`Budget::attach`] or [`Budget::attach_store`]; every keeper on
+/// one Redis address shares one thread and one connection.
 ///
 /// Dropping it (or [`shutdown`](Self::shutdown)) sets the local capacity to
 /// the floor, waits for the leased units to drain (at most until the lease's
 /// `valid_until`), and releases the grant in Redis so other nodes can use it
-/// at once.
+/// at once. Dropping the last keeper of a thread stops the thread.
 ///
 /// # Examples
 ///
@@ -123,7 +220,7 @@ struct State {
 /// ```
 pub struct Keeper {
     shared: Arc<Shared>,
-    thread: Option<thread::JoinHandle<()>>,
+    hub: Option<Arc<Hub>>,
 }
 
 impl std::fmt::Debug for Keeper {
@@ -135,9 +232,10 @@ impl std::fmt::Debug for Keeper {
 }
 
 impl Budget {
-    /// Starts a keeper for `target` on the Redis at the budget's URL. The
-    /// target's capacity is set to the floor (0 by default) at once and
-    /// grows as Redis grants units.
+    /// Starts a keeper for `target` on the Redis at the budget's URL, on
+    /// that address's keeper thread (started if this is its first
+    /// attachment). The target's capacity is set to the floor (0 by
+    /// default) at once and grows as Redis grants units.
     ///
     /// # Errors
     ///
@@ -148,17 +246,28 @@ impl Budget {
             .url
             .as_deref()
             .ok_or_else(|| ConfigError::new("url", "required to attach to Redis"))?;
-        let store = RedisStore::new(url, &self.name, self.renew_timeout)
-            .map_err(|e| ConfigError::new("url", e.0))?;
-        Ok(self.attach_store(store, target))
+        let conn =
+            RedisConn::new(url, self.renew_timeout).map_err(|e| ConfigError::new("url", e.0))?;
+        let hub = Hub::get(url, Some(conn));
+        Ok(self.start(
+            hub,
+            Store::Redis(Box::new(BudgetScripts::new(&self.name))),
+            Box::new(target),
+        ))
     }
 
-    /// Starts a keeper for `target` on any [`LeaseStore`].
+    /// Starts a keeper for `target` on any [`LeaseStore`]; such keepers
+    /// share one thread of their own.
     pub fn attach_store<S: LeaseStore + 'static, T: Resizable>(
         &self,
         store: S,
         target: T,
     ) -> Keeper {
+        let hub = Hub::get("", None);
+        self.start(hub, Store::Own(Box::new(store)), Box::new(target))
+    }
+
+    fn start(&self, hub: Arc<Hub>, store: Store, target: Box<dyn Resizable>) -> Keeper {
         let node = node_id();
         let core = Core::new(node.clone(), self);
         let _ = target.set_capacity(core.local_capacity());
@@ -166,13 +275,13 @@ impl Budget {
             state: Mutex::new(State {
                 stop: false,
                 crash: false,
-                nudged: false,
                 stats: KeeperStats {
                     node,
                     ..KeeperStats::default()
                 },
                 released: None,
-                done: false,
+                // No thread: nothing will ever run this keeper.
+                done: hub.thread.is_none(),
             }),
             changed: Condvar::new(),
         });
@@ -185,23 +294,22 @@ impl Budget {
             test: self.test_mode,
             debug_now: None,
         };
-        let run = Run {
+        let att = Attachment {
             core,
             store,
             target,
             init,
+            timeout: self.renew_timeout,
             shared: shared.clone(),
             start: Instant::now(),
+            draining: false,
         };
-        let thread = thread::Builder::new()
-            .name(format!("sidejob-redis:{}", self.name))
-            .spawn(move || run.run())
-            .ok();
-        if thread.is_none() {
-            let mut s = shared.state.lock();
-            s.done = true;
+        hub.inbox.state.lock().new.push(att);
+        hub.poke();
+        Keeper {
+            shared,
+            hub: Some(hub),
         }
-        Keeper { shared, thread }
     }
 
     /// Reads the whole budget from Redis (a one-off connection).
@@ -246,12 +354,19 @@ impl Keeper {
         self.shared.state.lock().stats.clone()
     }
 
+    /// The keeper thread serving this keeper: the same for every keeper on
+    /// one Redis address (`None` if the thread could not be spawned).
+    pub fn thread_id(&self) -> Option<thread::ThreadId> {
+        self.hub.as_ref().and_then(|h| h.id)
+    }
+
     /// Asks for a renewal now (still at most one per early-grow gap): for
     /// a caller that just got `Overload` and does not want to wait for the
     /// keeper's next poll.
     pub fn nudge(&self) {
-        self.shared.state.lock().nudged = true;
-        self.shared.changed.notify_all();
+        if let Some(hub) = &self.hub {
+            hub.poke();
+        }
     }
 
     /// Waits up to `timeout` for `pred` to hold on the keeper's stats
@@ -289,12 +404,22 @@ impl Keeper {
     }
 
     fn stop(&mut self) -> Option<u64> {
+        let Some(hub) = self.hub.take() else {
+            return self.shared.state.lock().released;
+        };
         self.shared.state.lock().stop = true;
-        self.shared.changed.notify_all();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        hub.poke();
+        let mut state = self.shared.state.lock();
+        while !state.done {
+            state = self
+                .shared
+                .changed
+                .wait_timeout(state, Duration::from_millis(100));
         }
-        self.shared.state.lock().released
+        let released = state.released;
+        drop(state);
+        drop(hub); // the last keeper of a thread stops it
+        released
     }
 }
 
@@ -304,16 +429,27 @@ impl Drop for Keeper {
     }
 }
 
-struct Run<S, T> {
-    core: Core,
-    store: S,
-    target: T,
-    init: InitArgs,
-    shared: Arc<Shared>,
-    start: Instant,
+/// Where an attachment's calls go.
+enum Store {
+    /// Its budget's scripts over the thread's connection.
+    Redis(Box<BudgetScripts>),
+    /// A store of its own.
+    Own(Box<dyn LeaseStore>),
 }
 
-impl<S: LeaseStore, T: Resizable> Run<S, T> {
+/// One keeper's state on the keeper thread.
+struct Attachment {
+    core: Core,
+    store: Store,
+    target: Box<dyn Resizable>,
+    init: InitArgs,
+    timeout: Duration,
+    shared: Arc<Shared>,
+    start: Instant,
+    draining: bool,
+}
+
+impl Attachment {
     fn now(&self) -> Duration {
         self.start.elapsed()
     }
@@ -336,97 +472,158 @@ impl<S: LeaseStore, T: Resizable> Run<S, T> {
         }
     }
 
-    fn publish(&self) {
-        let mut s = self.shared.state.lock();
-        s.stats = self.core.stats(self.now());
-        drop(s);
-        self.shared.changed.notify_all();
-    }
-
-    fn run(mut self) {
-        loop {
-            let now = self.now();
-            let reading = self.read();
-            self.core.sample(&reading);
-            let lowered = self.core.expire(now, &reading);
-            self.apply(lowered);
-            let due = self.core.due(now, &reading);
-            if due != Due::Nothing {
-                let lowered = self.core.guard_call(now);
-                self.apply(lowered);
-            }
-            match due {
-                Due::Nothing => {}
-                Due::Init => {
-                    let ok = self.store.init(&self.init).is_ok();
-                    self.core.on_init(self.now(), ok);
-                }
-                Due::Renew => {
-                    let lowered = self.core.prepare(now, &reading);
-                    self.apply(lowered);
-                    // `has` is read after the shrink: no shard admits above
-                    // its new limit once `set_capacity` returned.
-                    let r = self.read();
-                    let has = (r.capacity.max(r.usage) as u64).saturating_sub(self.core.floor);
-                    let t_send = self.now();
-                    let args = self.core.renew_args(t_send, has);
-                    let reply = self.store.renew(&args).ok();
-                    if matches!(reply, Some(RenewReply::NoBudget)) {
-                        self.init.fresh = false; // a lost budget is never fresh
-                    }
-                    let changed = self.core.on_renew(t_send, self.now(), reply);
-                    self.apply(changed);
-                }
-            }
-            self.publish();
-            let wake = self.core.next_wake(self.now());
-            let mut s = self.shared.state.lock();
-            if !s.stop && !s.nudged {
-                let wait = wake.saturating_sub(self.now());
-                s = self.shared.changed.wait_timeout(s, wait);
-            }
-            s.nudged = false;
-            if s.stop && s.crash {
-                s.done = true;
-                drop(s);
-                self.shared.changed.notify_all();
-                return;
-            }
-            if s.stop {
-                drop(s);
-                self.shut_down();
-                return;
-            }
+    /// Runs `f` on this attachment's store.
+    fn call<R>(
+        &mut self,
+        conn: &mut Option<RedisConn>,
+        f: impl FnOnce(&mut dyn LeaseStore) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        match (&mut self.store, conn) {
+            (Store::Own(s), _) => f(s.as_mut()),
+            (Store::Redis(b), Some(c)) => f(&mut c.bind(b, self.timeout)),
+            (Store::Redis(_), None) => Err(StoreError("no connection".into())),
         }
     }
 
-    fn shut_down(mut self) {
-        let floor = self.core.floor as usize;
-        let _ = self.target.set_capacity(floor);
-        let mut released = None;
-        // Wait for the leased units to drain, at most until the lease ends.
-        let drained = loop {
-            let r = self.read();
-            if r.usage <= floor {
-                break true;
+    fn publish(&self, done: Option<Option<u64>>) {
+        let mut s = self.shared.state.lock();
+        s.stats = self.core.stats(self.now());
+        if let Some(released) = done {
+            s.released = released;
+            s.done = true;
+        }
+        drop(s);
+        self.shared.changed.notify_all();
+    }
+}
+
+/// Before a call that may block for `blocked_for`: every attachment whose
+/// admission window could end meanwhile drops its leased capacity now.
+fn guard_all(atts: &mut [Attachment], blocked_for: Duration) {
+    for a in atts.iter_mut() {
+        let lowered = a.core.guard_for(a.now(), blocked_for);
+        a.apply(lowered);
+    }
+}
+
+/// One step of attachment `i`: sample, expire, and make its call if due.
+/// Returns `Some(released)` when the attachment is finished.
+fn step(atts: &mut [Attachment], i: usize, conn: &mut Option<RedisConn>) -> Option<Option<u64>> {
+    let (stop, crash) = {
+        let s = atts[i].shared.state.lock();
+        (s.stop, s.crash)
+    };
+    if stop && crash {
+        return Some(None);
+    }
+    if stop && !atts[i].draining {
+        atts[i].draining = true;
+        let floor = atts[i].core.floor as usize;
+        let _ = atts[i].target.set_capacity(floor);
+    }
+    if atts[i].draining {
+        // Drained: release. Out of time (the lease ends): Redis frees it.
+        let floor = atts[i].core.floor as usize;
+        let a = &atts[i];
+        if a.read().usage <= floor {
+            let timeout = a.timeout;
+            guard_all(atts, timeout);
+            let a = &mut atts[i];
+            let req = a.core.next_req();
+            let node = a.core.node().to_string();
+            let released = a.call(conn, |s| s.release(&node, req)).ok();
+            if released.is_some() {
+                a.core.on_release();
             }
-            match self.core.valid_until() {
-                Some(v) if self.now() < v => thread::sleep(Duration::from_millis(1)),
-                _ => break false,
-            }
+            return Some(released);
+        }
+        return match a.core.valid_until() {
+            Some(v) if a.now() < v => None,
+            _ => Some(None),
         };
-        if drained {
-            let req = self.core.next_req();
-            if let Ok(n) = self.store.release(self.core.node(), req) {
-                self.core.on_release();
-                released = Some(n);
+    }
+    let a = &mut atts[i];
+    let now = a.now();
+    let reading = a.read();
+    a.core.sample(&reading);
+    let lowered = a.core.expire(now, &reading);
+    a.apply(lowered);
+    let due = a.core.due(now, &reading);
+    if due == Due::Nothing {
+        return None;
+    }
+    let timeout = a.timeout;
+    guard_all(atts, timeout);
+    let a = &mut atts[i];
+    match due {
+        Due::Nothing => {}
+        Due::Init => {
+            let init = a.init.clone();
+            let ok = a.call(conn, |s| s.init(&init)).is_ok();
+            let t = a.now();
+            a.core.on_init(t, ok);
+        }
+        Due::Renew => {
+            let lowered = a.core.prepare(now, &reading);
+            a.apply(lowered);
+            // `has` is read after the shrink: no shard admits above its new
+            // limit once `set_capacity` returned.
+            let r = a.read();
+            let has = (r.capacity.max(r.usage) as u64).saturating_sub(a.core.floor);
+            let t_send = a.now();
+            let args = a.core.renew_args(t_send, has);
+            let reply = a.call(conn, |s| s.renew(&args)).ok();
+            if matches!(reply, Some(RenewReply::NoBudget)) {
+                a.init.fresh = false; // a lost budget is never fresh
+            }
+            let t = a.now();
+            let changed = a.core.on_renew(t_send, t, reply);
+            a.apply(changed);
+        }
+    }
+    None
+}
+
+/// The keeper thread: steps every attachment, then sleeps until the
+/// earliest one's next wake, a new attachment, a nudge or a stop.
+fn run(inbox: Arc<Inbox>, mut conn: Option<RedisConn>) {
+    let mut atts: Vec<Attachment> = Vec::new();
+    loop {
+        {
+            let mut s = inbox.state.lock();
+            atts.append(&mut s.new);
+            s.poke = false;
+            if s.stop && atts.is_empty() {
+                return;
             }
         }
-        let mut s = self.shared.state.lock();
-        s.stats = self.core.stats(self.now());
-        s.released = released;
-        s.done = true;
-        drop(s);
-        self.shared.changed.notify_all();
+        let mut i = 0;
+        while i < atts.len() {
+            match step(&mut atts, i, &mut conn) {
+                Some(released) => {
+                    let a = atts.swap_remove(i);
+                    a.publish(Some(released));
+                }
+                None => {
+                    atts[i].publish(None);
+                    i += 1;
+                }
+            }
+        }
+        // Sleep until the earliest wake (draining attachments poll every ms).
+        let mut wait = Duration::from_secs(1);
+        for a in &atts {
+            let now = a.now();
+            let w = if a.draining {
+                Duration::from_millis(1)
+            } else {
+                a.core.next_wake(now).saturating_sub(now)
+            };
+            wait = wait.min(w);
+        }
+        let s = inbox.state.lock();
+        if !s.poke && s.new.is_empty() && !s.stop {
+            let _s = inbox.wake.wait_timeout(s, wait);
+        }
     }
 }

@@ -35,8 +35,9 @@
 //!
 //! * [`Budget`], [`BudgetBuilder`], [`Fallback`], [`ConfigError`]: the
 //!   fleet-wide budget and its checked timing.
-//! * [`Keeper`], [`Resizable`], [`KeeperStats`]: the keeper thread and the
-//!   front-ends it drives.
+//! * [`Keeper`], [`Resizable`], [`KeeperStats`]: the keepers (one thread
+//!   and one connection per Redis address, serving every attached budget)
+//!   and the front-ends they drive.
 //! * [`LeaseStore`] and its calls; [`RedisStore`] (the Lua scripts),
 //!   [`Model`] and [`MemoryStore`] (the same state machine in Rust).
 //! * [`Core`]: the keeper's decisions as a sans-IO state machine, shared
@@ -55,6 +56,8 @@ mod sync;
 
 pub use crate::core::{Core, Due, KeeperStats, Reading};
 pub use config::{Budget, BudgetBuilder, ConfigError, Fallback};
+#[doc(hidden)]
+pub use keeper::keeper_thread_running;
 pub use keeper::{Keeper, Resizable};
 pub use model::{MemoryStore, Meta, Model};
 pub use redis_store::{script_source, RedisStore};

@@ -43,6 +43,15 @@ pub struct Meta {
     pub debug_now: Option<i64>,
     /// Test mode: a clock shift.
     pub debug_offset: i64,
+    /// When the fair-share sums below were computed over every node (they
+    /// are kept for `ttl / 10`); `None` after a resize.
+    pub fair_at: Option<i64>,
+    /// Cached: nodes counted.
+    pub fair_k: i64,
+    /// Cached: sum of their needs.
+    pub fair_total: i64,
+    /// Cached: sum of `min(need, capacity / fair_k)`.
+    pub fair_base: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +122,7 @@ impl Model {
             m.capacity = cap;
             m.ttl = ttl;
             m.grace = grace;
+            m.fair_at = None;
             return InitReply::Exists(m.epoch.clone());
         }
         let mut meta = Meta {
@@ -128,6 +138,10 @@ impl Model {
             test: a.test,
             debug_now: if a.test { a.debug_now } else { None },
             debug_offset: 0,
+            fair_at: None,
+            fair_k: 0,
+            fair_total: 0,
+            fair_base: 0,
         };
         let now = if meta.test {
             meta.debug_now.unwrap_or(real_now)
@@ -192,6 +206,7 @@ impl Model {
                 target: None,
                 learn_remaining_ms: u(learn_until - now),
                 now_ms: now,
+                reap_in_ms: None,
             });
         }
         if has > 0 && (a.epoch_seen != epoch || rec.is_none() || a.ver_seen as i64 > ver) {
@@ -206,31 +221,61 @@ impl Model {
             granted -= g - has;
             g = has;
         }
-        // Fair share: water-filling over needs, leftover in proportion to need.
-        let mut needs = vec![need];
-        needs.extend(
-            self.exp
-                .keys()
-                .filter(|n| n.as_str() != node)
-                .map(|n| self.info.get(n).map_or(0, |i| i.need)),
-        );
-        needs.sort_unstable();
-        let (mut remaining, k) = (cap, needs.len() as i64);
-        let mut fair = None;
-        for (i, &n) in needs.iter().enumerate() {
-            let share = remaining.div_euclid(k - i as i64);
-            if n > share {
-                fair = Some(if need >= n { share } else { need });
-                break;
+        // Fair share. Overloaded (needs above C): each node is guaranteed its
+        // need up to an equal share, and the rest goes in proportion to the
+        // need beyond that. Otherwise: its need plus the leftover in
+        // proportion to need. The sums are cached for ttl / 10; in between
+        // a renewal swaps its own old need for its new one.
+        let cached = meta
+            .fair_at
+            .filter(|&at| now >= at && now < at + ttl.div_euclid(10));
+        let (fair_at, k, total, base) = match cached {
+            None => {
+                let mut needs = vec![need];
+                needs.extend(
+                    self.exp
+                        .keys()
+                        .filter(|n| n.as_str() != node)
+                        .map(|n| self.info.get(n).map_or(0, |i| i.need)),
+                );
+                let k = needs.len() as i64;
+                let eq = cap.div_euclid(k);
+                let total: i64 = needs.iter().sum();
+                let base: i64 = needs.iter().map(|&n| n.min(eq)).sum();
+                (now, k, total, base)
             }
-            remaining -= n;
+            Some(at) => {
+                let (mut k, mut old) = (meta.fair_k, self.info.get(node).map(|i| i.need));
+                let eq = cap.div_euclid(k);
+                if old.is_none() || rec.is_none() {
+                    k += 1;
+                    old = Some(0);
+                }
+                let old = old.unwrap_or(0);
+                (
+                    at,
+                    k,
+                    meta.fair_total - old + need,
+                    meta.fair_base - old.min(eq) + need.min(eq),
+                )
+            }
+        };
+        {
+            let m = self.meta.as_mut().expect("meta exists");
+            m.fair_at = Some(fair_at);
+            m.fair_k = k;
+            m.fair_total = total;
+            m.fair_base = base;
         }
-        let total: i64 = needs.iter().sum();
-        let fair = fair.unwrap_or(if total > 0 {
-            need + (remaining * need).div_euclid(total)
+        let equal = cap.div_euclid(k);
+        let fair = if total > cap {
+            let mine = need.min(equal);
+            mine + ((cap - base).max(0) * (need - mine)).div_euclid((total - base).max(1))
+        } else if total > 0 {
+            need + ((cap - total) * need).div_euclid(total)
         } else {
-            remaining.div_euclid(k)
-        });
+            equal
+        };
         let mut others = self.starve.values().filter(|&&s| s > now).count() as i64;
         if self.starve.get(node).is_some_and(|&s| s > now) {
             others -= 1;
@@ -266,6 +311,14 @@ impl Model {
             },
         );
         save(self, granted, seq, learn_until, losses);
+        // The earliest other lease's reap time (ZRANGE exp 0 1 WITHSCORES).
+        let reap_in_ms = self
+            .exp
+            .iter()
+            .filter(|(n, _)| n.as_str() != node)
+            .map(|(_, &e)| e)
+            .min()
+            .map(|e| u(e + grace - now));
         RenewReply::Ok(Grant {
             grant: u(g),
             ttl_ms: u(ttl),
@@ -274,6 +327,7 @@ impl Model {
             target,
             learn_remaining_ms: u(learn_until - now),
             now_ms: now,
+            reap_in_ms,
         })
     }
 

@@ -46,9 +46,30 @@ pub fn script_source(name: &str) -> Option<String> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct RedisStore {
+    conn: RedisConn,
+    budget: BudgetScripts,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("budget", &self.budget.keys[0])
+            .field("connected", &self.conn.conn.is_some())
+            .finish()
+    }
+}
+
+/// One lazily opened connection to one Redis, with the server's `run_id`;
+/// the keeper thread of a Redis address shares it across budgets.
+pub(crate) struct RedisConn {
     client: Client,
     conn: Option<(Connection, String)>,
     timeout: Duration,
+}
+
+/// One budget's keys and scripts.
+#[derive(Clone)]
+pub(crate) struct BudgetScripts {
     keys: [String; 5],
     init: Script,
     renew: Script,
@@ -56,13 +77,56 @@ pub struct RedisStore {
     status: Script,
 }
 
-impl std::fmt::Debug for RedisStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisStore")
-            .field("budget", &self.keys[0])
-            .field("connected", &self.conn.is_some())
-            .finish()
+impl RedisConn {
+    pub(crate) fn new(url: &str, timeout: Duration) -> Result<Self, StoreError> {
+        let client =
+            Client::open(url).map_err(|e| StoreError(format!("bad Redis URL {url:?}: {e}")))?;
+        Ok(RedisConn {
+            client,
+            conn: None,
+            timeout,
+        })
     }
+
+    /// The store of one budget over this connection, with `timeout` on
+    /// this call's connect, read and write.
+    pub(crate) fn bind<'a>(
+        &'a mut self,
+        budget: &'a BudgetScripts,
+        timeout: Duration,
+    ) -> Bound<'a> {
+        if timeout != self.timeout {
+            self.timeout = timeout;
+            if let Some((c, _)) = &self.conn {
+                if c.set_read_timeout(Some(timeout)).is_err()
+                    || c.set_write_timeout(Some(timeout)).is_err()
+                {
+                    self.conn = None;
+                }
+            }
+        }
+        Bound { conn: self, budget }
+    }
+}
+
+impl BudgetScripts {
+    pub(crate) fn new(name: &str) -> Self {
+        let tag = format!("{{sj:{name}}}");
+        let script = |n| Script::new(&script_source(n).expect("known script"));
+        BudgetScripts {
+            keys: ["meta", "held", "exp", "info", "starve"].map(|k| format!("{tag}:{k}")),
+            init: script("init"),
+            renew: script("renew"),
+            release: script("release"),
+            status: script("status"),
+        }
+    }
+}
+
+/// A budget's scripts over a (shared) connection: a [`LeaseStore`].
+pub(crate) struct Bound<'a> {
+    conn: &'a mut RedisConn,
+    budget: &'a BudgetScripts,
 }
 
 fn err(e: impl std::fmt::Display) -> StoreError {
@@ -77,27 +141,26 @@ impl RedisStore {
     ///
     /// If the URL does not parse.
     pub fn new(url: &str, name: &str, timeout: Duration) -> Result<Self, StoreError> {
-        let client =
-            Client::open(url).map_err(|e| StoreError(format!("bad Redis URL {url:?}: {e}")))?;
-        let tag = format!("{{sj:{name}}}");
-        let script = |n| Script::new(&script_source(n).expect("known script"));
         Ok(RedisStore {
-            client,
-            conn: None,
-            timeout,
-            keys: ["meta", "held", "exp", "info", "starve"].map(|k| format!("{tag}:{k}")),
-            init: script("init"),
-            renew: script("renew"),
-            release: script("release"),
-            status: script("status"),
+            conn: RedisConn::new(url, timeout)?,
+            budget: BudgetScripts::new(name),
         })
     }
 
     /// The budget's five keys: meta, held, exp, info, starve.
     pub fn keys(&self) -> &[String; 5] {
-        &self.keys
+        &self.budget.keys
     }
 
+    fn bound(&mut self) -> Bound<'_> {
+        Bound {
+            conn: &mut self.conn,
+            budget: &self.budget,
+        }
+    }
+}
+
+impl RedisConn {
     fn connection(&mut self) -> Result<&mut (Connection, String), StoreError> {
         if self.conn.is_none() {
             let mut conn = self
@@ -120,16 +183,21 @@ impl RedisStore {
         Ok(self.conn.as_mut().expect("just set"))
     }
 
-    fn run(&mut self, which: Which, args: Vec<String>) -> Result<Value, StoreError> {
-        let keys = self.keys.clone();
+    fn run(
+        &mut self,
+        budget: &BudgetScripts,
+        which: Which,
+        args: Vec<String>,
+    ) -> Result<Value, StoreError> {
+        let keys = &budget.keys;
         let script = match which {
-            Which::Renew => self.renew.clone(),
-            Which::Release => self.release.clone(),
-            Which::Status => self.status.clone(),
+            Which::Renew => &budget.renew,
+            Which::Release => &budget.release,
+            Which::Status => &budget.status,
         };
         let (conn, run_id) = self.connection()?;
         let mut inv = script.prepare_invoke();
-        for k in &keys {
+        for k in keys {
             inv.key(k);
         }
         for a in &args {
@@ -179,10 +247,11 @@ fn int(v: &Value) -> Result<i64, StoreError> {
 }
 
 fn grant(a: &[Value]) -> Result<Grant, StoreError> {
-    if a.len() < 8 {
+    if a.len() < 9 {
         return Err(StoreError(format!("short renew reply {a:?}")));
     }
     let target = int(&a[5])?;
+    let reap_in = int(&a[8])?;
     Ok(Grant {
         grant: int(&a[1])?.max(0) as u64,
         ttl_ms: int(&a[2])?.max(0) as u64,
@@ -191,10 +260,29 @@ fn grant(a: &[Value]) -> Result<Grant, StoreError> {
         target: (target >= 0).then_some(target as u64),
         learn_remaining_ms: int(&a[6])?.max(0) as u64,
         now_ms: int(&a[7])?,
+        reap_in_ms: (reap_in >= 0).then_some(reap_in as u64),
     })
 }
 
 impl LeaseStore for RedisStore {
+    fn init(&mut self, a: &InitArgs) -> Result<InitReply, StoreError> {
+        self.bound().init(a)
+    }
+
+    fn renew(&mut self, a: &RenewArgs) -> Result<RenewReply, StoreError> {
+        self.bound().renew(a)
+    }
+
+    fn release(&mut self, node: &str, req: u64) -> Result<u64, StoreError> {
+        self.bound().release(node, req)
+    }
+
+    fn status(&mut self) -> Result<Option<Status>, StoreError> {
+        self.bound().status()
+    }
+}
+
+impl LeaseStore for Bound<'_> {
     fn init(&mut self, a: &InitArgs) -> Result<InitReply, StoreError> {
         let args = vec![
             a.capacity.to_string(),
@@ -203,7 +291,7 @@ impl LeaseStore for RedisStore {
             a.epoch.clone(),
             if a.fresh { "1" } else { "0" }.to_string(),
         ];
-        self.run_init(args, a)
+        self.conn.run_init(self.budget, args, a)
     }
 
     fn renew(&mut self, a: &RenewArgs) -> Result<RenewReply, StoreError> {
@@ -216,7 +304,7 @@ impl LeaseStore for RedisStore {
             a.need.to_string(),
             a.want.to_string(),
         ];
-        let reply = items(self.run(Which::Renew, args)?)?;
+        let reply = items(self.conn.run(self.budget, Which::Renew, args)?)?;
         match reply.first().map(text).transpose()?.as_deref() {
             Some("OK") => Ok(RenewReply::Ok(grant(&reply)?)),
             Some("STALE") => Ok(RenewReply::Stale(grant(&reply)?)),
@@ -226,12 +314,16 @@ impl LeaseStore for RedisStore {
     }
 
     fn release(&mut self, node: &str, req: u64) -> Result<u64, StoreError> {
-        let v = self.run(Which::Release, vec![node.to_string(), req.to_string()])?;
+        let v = self.conn.run(
+            self.budget,
+            Which::Release,
+            vec![node.to_string(), req.to_string()],
+        )?;
         Ok(int(&v)?.max(0) as u64)
     }
 
     fn status(&mut self) -> Result<Option<Status>, StoreError> {
-        let a = items(self.run(Which::Status, Vec::new())?)?;
+        let a = items(self.conn.run(self.budget, Which::Status, Vec::new())?)?;
         if a.first().map(text).transpose()?.as_deref() == Some("NOBUDGET") {
             return Ok(None);
         }
@@ -265,14 +357,19 @@ impl LeaseStore for RedisStore {
     }
 }
 
-impl RedisStore {
-    fn run_init(&mut self, args: Vec<String>, a: &InitArgs) -> Result<InitReply, StoreError> {
+impl RedisConn {
+    fn run_init(
+        &mut self,
+        budget: &BudgetScripts,
+        args: Vec<String>,
+        a: &InitArgs,
+    ) -> Result<InitReply, StoreError> {
         // ARGV: capacity, ttl, grace, epoch, fresh, run_id, test, debug_now.
-        let keys = self.keys.clone();
-        let script = self.init.clone();
+        let keys = &budget.keys;
+        let script = &budget.init;
         let (conn, run_id) = self.connection()?;
         let mut inv = script.prepare_invoke();
-        for k in &keys {
+        for k in keys {
             inv.key(k);
         }
         for x in &args {

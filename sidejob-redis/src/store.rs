@@ -82,6 +82,10 @@ pub struct Grant {
     pub learn_remaining_ms: u64,
     /// The store's clock when it ran the call.
     pub now_ms: i64,
+    /// Store milliseconds until the earliest *other* lease can be reaped
+    /// (its expiry + grace), if there is one: a node held below what it
+    /// wants renews then, so a crashed node's share comes back at once.
+    pub reap_in_ms: Option<u64>,
 }
 
 /// What `renew` answered.

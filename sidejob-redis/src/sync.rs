@@ -4,7 +4,7 @@
 //! `crate::sync`, so what the keeper blocks on is listed in one place.
 
 pub(crate) use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-pub(crate) use std::sync::Arc;
+pub(crate) use std::sync::{Arc, Weak};
 pub(crate) use std::thread;
 pub(crate) use std::time::Instant;
 
@@ -17,7 +17,7 @@ use std::time::Duration;
 pub(crate) struct Mutex<T>(StdMutex<T>);
 
 impl<T> Mutex<T> {
-    pub(crate) fn new(value: T) -> Self {
+    pub(crate) const fn new(value: T) -> Self {
         Mutex(StdMutex::new(value))
     }
 

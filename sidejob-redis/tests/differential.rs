@@ -153,6 +153,18 @@ fn lua_scripts_match_the_rust_model() {
                 let _: () = redis::cmd("HSET").arg(&meta_key).arg("debug_now").arg(now).query(&mut *admin).unwrap();
                 meta.debug_now = Some(now);
             }
+            // The cached fair-share sums agree too.
+            let cache: Vec<Option<i64>> = redis::cmd("HMGET").arg(&meta_key)
+                .arg("fair_at").arg("fair_k").arg("fair_total").arg("fair_base")
+                .query(&mut *admin).unwrap();
+            let mine = model.meta.as_ref().map_or(vec![None; 4], |m| match m.fair_at {
+                Some(at) => vec![Some(at), Some(m.fair_k), Some(m.fair_total), Some(m.fair_base)],
+                None => vec![None; 4],
+            });
+            prop_assert_eq!(&cache[..1], &mine[..1], "fair cache after {:?}", op);
+            if cache[0].is_some() {
+                prop_assert_eq!(&cache, &mine, "fair cache after {:?}", op);
+            }
             let lua = store.status().unwrap();
             let rust = model.status(now);
             prop_assert_eq!(&lua, &rust, "status after {:?}", op);

@@ -177,11 +177,26 @@ fn clean_shutdown_returns_units_at_once() {
 }
 
 #[test]
-fn crashed_node_units_come_back_after_ttl_plus_grace() {
+fn crashed_node_units_come_back_at_ttl_plus_grace() {
     let Some(redis) = support::redis::start(false) else {
         return;
     };
-    let budget = budget(&redis.url(), "crash");
+    // No early grows within a period: b renews on its schedule, so a
+    // renewal at a's reap time can only be the one the store timed.
+    let budget = {
+        let mut b = Budget::builder();
+        b.url(redis.url())
+            .name("crash")
+            .capacity(C)
+            .fresh(true)
+            .ttl(ms(1000))
+            .renew_every(ms(200))
+            .grace(ms(300))
+            .max_hold(ms(200))
+            .pause_margin(ms(50))
+            .early_grow_gap(ms(1000));
+        b.build().expect("valid budget")
+    };
     let resource = Arc::new(Resource::default());
     let a = Node::start(&budget, &resource, true);
     let b = Node::start(&budget, &resource, false);
@@ -206,10 +221,19 @@ fn crashed_node_units_come_back_after_ttl_plus_grace() {
         s.leased as usize >= C - 1
     });
     let back = crashed.elapsed();
+    let stats = b.keeper().stats();
+    println!(
+        "crashed share back after {back:?} (T + G = 1.3 s from a's last renewal); \
+         b's timed renewals {}, of which grew {}",
+        stats.timed_renewals, stats.timed_grows
+    );
     assert!(
         back >= ms(900),
         "units reused after {back:?}, before T + G (a had renewed {a_renewals} times)"
     );
+    // The share came back with the renewal the store timed to a's reap
+    // (expiry + G on Redis's clock), not at b's next period after it.
+    assert!(stats.timed_grows >= 1, "{stats:?}");
     drop(b);
     assert_bound(&resource);
 }
@@ -456,5 +480,122 @@ fn redis_clock_step_within_grace_reaps_no_live_lease() {
         assert!(n.keeper().stats().leased >= 2);
     }
     drop(nodes);
+    assert_bound(&resource);
+}
+
+/// Budgets on one Redis share one keeper thread and one connection, each
+/// on its own schedule; the connection closes with the last keeper.
+#[test]
+fn budgets_on_one_redis_share_one_connection() {
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
+    let mut admin = redis.conn();
+    let clients = |admin: &mut redis::Connection| -> usize {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(admin).unwrap();
+        list.lines().count()
+    };
+    assert_eq!(clients(&mut admin), 1);
+    let resource = Arc::new(Resource::default());
+    let nodes: Vec<Node> = ["x", "y", "z"]
+        .iter()
+        .map(|name| Node::start(&budget(&redis.url(), name), &resource, true))
+        .collect();
+    for n in &nodes {
+        wait(n, 5, "every budget gets a grant", |s| s.leased >= 2);
+    }
+    assert!(nodes
+        .windows(2)
+        .all(|w| w[0].keeper().thread_id() == w[1].keeper().thread_id()));
+    assert_eq!(
+        clients(&mut admin),
+        2,
+        "the admin and one keeper connection"
+    );
+    let url = redis.url();
+    assert!(sidejob_redis::keeper_thread_running(&url));
+    drop(nodes);
+    assert!(!sidejob_redis::keeper_thread_running(&url));
+    // The thread's exit closed its connection (Redis notices at once, but
+    // asynchronously: wait for it).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while clients(&mut admin) > 1 && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    assert_eq!(clients(&mut admin), 1);
+    // Every budget was three grants of one capacity C each: not shared.
+    assert!(resource.high() <= 3 * C);
+}
+
+/// Failover with lost writes (CLUSTER.md §3.2): the replica is frozen while
+/// the primary grants more, the primary dies, the replica is promoted with
+/// `REPLICAOF NO ONE` and the nodes reach it through their proxy. Its
+/// `run_id` is new, so learning mode takes over: the grants it never saw
+/// are re-adopted at most from what is free, nobody grows meanwhile, and
+/// the bound holds throughout.
+#[test]
+fn failover_to_a_replica_that_lost_writes() {
+    let Some(mut primary) = support::redis::start(false) else {
+        return;
+    };
+    let Some(replica) = support::redis::start_replica(primary.port) else {
+        return;
+    };
+    let mut rconn = replica.conn();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut rconn)
+            .unwrap();
+        if info.contains("master_link_status:up") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replica never synced: {info}"
+        );
+        std::thread::sleep(ms(20)); // polling the replica's start-up
+    }
+    let proxy = Proxy::start(primary.port);
+    let budget = budget(&proxy.url(), "failover");
+    let resource = Arc::new(Resource::default());
+    let a = Node::start(&budget, &resource, true);
+    let b = Node::start(&budget, &resource, false);
+    wait(&a, 5, "a grows", |s| s.leased as usize >= C - 2);
+    // The replica stops hearing the primary; the load moves to b, which
+    // grows on the primary only.
+    replica.freeze();
+    a.set_load(false);
+    b.set_load(true);
+    wait(&b, 8, "b grows on the primary", |s| s.leased >= 4);
+    let b_before = b.keeper().stats().grant;
+    // Failover: the primary dies; the frozen replica, which never saw b's
+    // grant, is promoted and the nodes are pointed at it.
+    // Killing the primary closes every proxied connection; new ones go to
+    // the replica.
+    primary.kill();
+    proxy.retarget(replica.port);
+    replica.thaw();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut rconn)
+        .unwrap();
+    wait(&b, 3, "learning mode on the promoted replica", |s| {
+        s.learning
+    });
+    let mut store = RedisStore::new(&replica.url(), "failover", ms(1000)).unwrap();
+    let status = store.status().unwrap().expect("the replica has the budget");
+    assert!(status.losses >= 1, "{status:?}");
+    assert!(status.granted as usize <= C, "{status:?}");
+    wait(&b, 6, "out of learning mode, b has a share again", |s| {
+        !s.learning && s.leased >= 2
+    });
+    println!(
+        "b held {b_before} on the primary; after the failover {:?}",
+        b.keeper().stats()
+    );
+    drop((a, b));
     assert_bound(&resource);
 }

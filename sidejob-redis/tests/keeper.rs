@@ -235,3 +235,99 @@ fn handles_are_send_and_sync() {
     send::<sidejob_redis::RedisStore>();
     send::<sidejob_redis::Core>();
 }
+
+/// Every keeper on one Redis address shares one thread, which stops with
+/// the last of them; another address has its own. Nothing listens on port
+/// 1, so the calls fail at once and the keepers fail closed meanwhile.
+#[test]
+fn one_keeper_thread_per_redis_address() {
+    let url = "redis://127.0.0.1:1/7";
+    let other = "redis://127.0.0.1:1/8";
+    let budget = |name: &str, url: &str, every: u64| {
+        Budget::builder()
+            .url(url)
+            .name(name)
+            .capacity(10)
+            .max_hold(ms(200))
+            .ttl(ms(1000))
+            .renew_every(ms(every))
+            .pause_margin(ms(50))
+            .build()
+            .unwrap()
+    };
+    assert!(!sidejob_redis::keeper_thread_running(url));
+    let limiters: Vec<_> = (0..3).map(|_| Arc::new(Limiter::new(1).unwrap())).collect();
+    let a = budget("a", url, 200).attach(limiters[0].clone()).unwrap();
+    let b = budget("b", url, 300).attach(limiters[1].clone()).unwrap();
+    let c = budget("c", other, 200).attach(limiters[2].clone()).unwrap();
+    assert!(sidejob_redis::keeper_thread_running(url));
+    assert!(a.thread_id().is_some());
+    assert_eq!(a.thread_id(), b.thread_id(), "one thread per address");
+    assert_ne!(
+        a.thread_id(),
+        c.thread_id(),
+        "another address, another thread"
+    );
+    // Each keeper keeps its own schedule on the shared thread.
+    for k in [&a, &b, &c] {
+        assert!(k.wait_for(ms(5000), |s| s.failures >= 2), "{:?}", k.stats());
+    }
+    for l in &limiters {
+        assert_eq!(l.capacity(), 0, "fail closed without Redis");
+    }
+    drop(a);
+    assert!(sidejob_redis::keeper_thread_running(url), "b still uses it");
+    let before = b.stats().failures;
+    assert!(b.wait_for(ms(5000), |s| s.failures > before), "b goes on");
+    drop(b);
+    assert!(
+        !sidejob_redis::keeper_thread_running(url),
+        "the last keeper stopped it"
+    );
+    assert!(sidejob_redis::keeper_thread_running(other));
+    drop(c);
+    assert!(!sidejob_redis::keeper_thread_running(other));
+}
+
+/// Keepers on their own stores share one thread too; a shutdown waiting
+/// for its units to drain does not hold up the others' renewals.
+#[test]
+fn a_draining_keeper_does_not_stall_the_others() {
+    let store = MemoryStore::new();
+    let l1 = Arc::new(Limiter::new(1).unwrap());
+    let l2 = Arc::new(Limiter::new(1).unwrap());
+    let k1 = budget(8).attach_store(store.clone(), l1.clone());
+    let other = Budget::builder()
+        .name("mem2")
+        .capacity(4)
+        .fresh(true)
+        .ttl(ms(1000))
+        .renew_every(ms(200))
+        .grace(ms(300))
+        .max_hold(ms(200))
+        .pause_margin(ms(50))
+        .build()
+        .unwrap();
+    let k2 = other.attach_store(MemoryStore::new(), l2.clone());
+    assert_eq!(k1.thread_id(), k2.thread_id());
+    let mut held = Vec::new();
+    while !k1.wait_for(ms(20), |s| s.leased >= 2) {
+        held.extend(l1.try_acquire());
+    }
+    assert!(!held.is_empty());
+    // k1 shuts down with units out: it drains (for up to its lease's
+    // ~0.75 s left), while k2 keeps renewing on the same thread.
+    let stopper = std::thread::spawn(move || k1.shutdown());
+    let r = k2.stats().renewals;
+    assert!(
+        k2.wait_for(ms(5000), |s| s.renewals > r),
+        "{:?}",
+        k2.stats()
+    );
+    assert!(!stopper.is_finished(), "k1 waits for its units");
+    drop(held);
+    let released = stopper.join().unwrap();
+    assert!(released.is_some(), "drained, then released");
+    assert_eq!(l1.capacity(), 0);
+    drop(k2);
+}

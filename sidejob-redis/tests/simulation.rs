@@ -19,18 +19,26 @@ fn no_violation_with_faults_over_seeds() {
         assert_eq!(r.store_violations, 0, "seed {seed}: {r:?}");
         assert!(r.peak <= cfg.capacity);
         if let Some(back) = r.crash_back_ms {
-            // T + G after the last renewal, and a reap runs at the next renewal.
+            // T + G after its last renewal, which may land up to 400 ms after
+            // the crash (a slow message sent before it).
             assert!(
-                back <= 3000 + 1000 + 500,
+                back <= 3000 + 1000 + 400 + 20,
                 "seed {seed}: crash back after {back} ms"
             );
+        }
+        if let Some(late) = r.reap_late_ms {
+            // A starved node renews at the reap time the store told it:
+            // late only by the message latency and the 1 + 2ρ stretch.
+            assert!(late <= 20, "seed {seed}: reaped {late} ms after expiry + G");
         }
     }
 }
 
 #[test]
 fn utilisation_against_an_ideal_global_semaphore() {
-    for (load, floor) in [(0.8, 0.9), (1.2, 0.83)] {
+    // Deterministic per seed: 0.950 and 0.910 with this code; the floors
+    // catch a policy change that loses utilisation.
+    for (load, floor) in [(0.8, 0.94), (1.2, 0.90)] {
         let mut u = Vec::new();
         for seed in 0..3 {
             let mut cfg = SimConfig::new(100 + seed);

@@ -30,7 +30,6 @@ const LCG_MULTIPLIER: u64 = 2_862_933_555_777_941_757;
 /// `int32_t`; above 2^31 the jump's product can exceed `i64`, where the
 /// C++ is undefined and Rust's saturating cast ends the loop, which is the
 /// right answer (a jump past the last bucket).
-#[cfg_attr(not(test), allow(dead_code))] // its user, the pool's pinned mode, comes next
 pub(crate) fn jump_hash(mut key: u64, buckets: u32) -> u32 {
     let buckets = i64::from(buckets);
     let (mut b, mut j) = (-1i64, 0i64);

@@ -1495,6 +1495,52 @@ impl Table {
         result
     }
 
+    /// Admits one unit on shard `i` and on no other (a pinned keyed pool
+    /// request, whose worker is fixed by its key). `Overload` (counted)
+    /// when that shard is at its limit, whatever room the others have;
+    /// never waits.
+    pub(crate) fn acquire_only(&self, i: usize) -> Result<usize, Error> {
+        debug_assert!(i < self.shards.len());
+        let result = match self.take_only(i) {
+            Take::Taken { .. } => Ok(i),
+            Take::Closed => Err(Error::Shutdown),
+            Take::Full | Take::Over | Take::Gated => Err(Error::Overload),
+        };
+        if result == Err(Error::Overload) {
+            self.count_refusal();
+        }
+        result
+    }
+
+    /// One attempt on shard `i` with the full-set steps; through the
+    /// control lock if the shard is gated (as `acquire_gated`: under the
+    /// lock with no debt, no shard is gated).
+    fn take_only(&self, i: usize) -> Take {
+        let take = match self.shards[i].try_take() {
+            Take::Gated => {
+                let mut control = self.control.lock();
+                if control.debt && !self.settle(&mut control) {
+                    return Take::Full;
+                }
+                self.shards[i].try_take()
+            }
+            take => take,
+        };
+        match take {
+            Take::Taken { now_full: true } | Take::Full => self.mark_full(i),
+            Take::Over => self.undo(i),
+            _ => {}
+        }
+        take
+    }
+
+    /// Gives back a unit that was admitted but never used (a keyed request
+    /// refused by its key after it took its unit): released as usual, so
+    /// a waiter gets it, and left out of `accepted` and `completed`.
+    pub(crate) fn refund(&self, i: usize) {
+        self.return_unused(i);
+    }
+
     /// Records that the unit held on shard `i` will never be given back
     /// (its holder called `forget`): it stays counted in the usage, so the
     /// capacity shrinks by one for good, and the stats say why.

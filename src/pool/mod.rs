@@ -1,25 +1,34 @@
 //! [`Pool`]: gen_server-like workers, one per shard, behind the admission
 //! table: `call`, `call_timeout`, `call_async`, `cast`, their `try_` forms
-//! that hand a refused value back, shutdown, and [`WeakPool`] handles.
+//! that hand a refused value back, the keyed forms (`call_keyed` and
+//! siblings, in a [`KeyedMode`]), shutdown, and [`WeakPool`] handles.
 
 #[cfg(feature = "tokio")]
 pub(crate) mod asynchronous;
+pub(crate) mod key_queue;
+pub(crate) mod ordered;
 pub(crate) mod steal;
 pub(crate) mod worker;
 
 use std::fmt;
 use std::future::Future;
+use std::hash::{BuildHasher, Hash};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
+use crate::engine::jump::jump_hash;
 use crate::error::{ConfigError, Error, Refused, TryCallError};
 use crate::probe::Probe;
 use crate::stats::Stats;
 use crate::sync::{now, os_thread, spin_poll, Arc, Mutex, Weak};
 use crate::table::Table;
 use crate::waiters::{Policy, QueueOrder};
-use crate::worker::{calling_worker, Envelope, Factory, Stealing, Worker, WorkerLoop};
+use crate::worker::{
+    calling_key, calling_worker, Envelope, Factory, Job, Stealing, Worker, WorkerLoop,
+};
+use key_queue::KeyQueues;
+use ordered::Ordered;
 use steal::Idle;
 
 /// A capacity-limited pool of workers: requests beyond `capacity` are
@@ -128,8 +137,21 @@ struct Inner<W: Worker> {
     name: Arc<str>,
     /// How long a waiting caller polls for its reply before it parks.
     spin: Duration,
-    /// Where free workers sleep, if the pool steals (`PoolBuilder::steal`).
+    /// Where free workers sleep, if the pool steals (`PoolBuilder::steal`)
+    /// or its keyed mode is ordered.
     idle: Option<Arc<Idle>>,
+    /// True if a worker's own mailbox is private (only it takes from it)
+    /// although the workers sleep in `idle`: an ordered pool that does not
+    /// steal. A delivery there must wake that very worker.
+    own_private: bool,
+    /// Pinned keyed requests' private mailboxes, in a stealing pool with
+    /// the pinned keyed mode (otherwise they go to the worker's own
+    /// mailbox, which nobody else takes from).
+    pinned: Option<Box<[Sender<Envelope<W>>]>>,
+    /// The key queues, in the ordered keyed mode.
+    ordered: Option<Arc<Ordered<W>>>,
+    /// Hashes keys (seeded per pool).
+    hasher: hashbrown::DefaultHashBuilder,
 }
 
 /// Where a request takes its unit.
@@ -147,6 +169,17 @@ pub(crate) enum Admission {
     Wait(Option<Instant>),
     /// As `Home`, but an `Overload` is not counted: the caller waits next.
     Probe,
+}
+
+/// Where a [`Pool::call_keyed_async`] stands when it returns its future.
+enum KeyedPending<W: Worker> {
+    /// Admitted: the reply is awaited.
+    Reply(ReplyReceiver<W>),
+    /// Every shard was full (ordered mode, with a waiting room): the
+    /// future waits for a unit, then queues the request behind its key.
+    Wait(Arc<Inner<W>>, W::Request),
+    /// Refused at once.
+    Refused(Error),
 }
 
 /// A pending reply.
@@ -570,6 +603,347 @@ impl<W: Worker> Pool<W> {
         Ok(self.submit_cast(Admission::Unbounded, message)?)
     }
 
+    /// Sends `request` for `key` and waits for its reply: requests with the
+    /// same key are handled one at a time, in the order they were admitted;
+    /// requests with different keys run in parallel.
+    ///
+    /// How the order is kept is the pool's [`KeyedMode`] (see there for
+    /// which to choose):
+    ///
+    /// * [`KeyedMode::Pinned`] (the default): the request goes to the
+    ///   key's worker, `jump_hash(hash(key), workers)`, and takes its unit
+    ///   on that worker's shard only, never waiting for it: a full shard
+    ///   is `Overload` at once, whatever room the others have. It is never
+    ///   stolen, even with [`steal`](PoolBuilder::steal) on.
+    /// * [`KeyedMode::Ordered`]: the request takes its unit as
+    ///   [`call`](Self::call) does (any shard, waiting under the pool's
+    ///   waiting policy), then queues behind the key's earlier requests;
+    ///   whichever worker is free runs it when its turn comes.
+    ///
+    /// Everything [`call`](Self::call) promises holds: the exact bound
+    /// (a queued request holds its unit), the unit (and in the ordered
+    /// mode, the key's turn) given back before the reply, panics, shutdown
+    /// (every admitted request is handled, including those queued behind
+    /// their key). A key is known by its 64-bit hash (seeded per pool):
+    /// two keys with the same hash are serialized together, which is safe
+    /// and only costs parallelism.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Overload`]: no unit (pinned: on the key's shard).
+    /// * [`Error::KeyBusy`] (ordered): the key already has
+    ///   [`max_queued_per_key`](PoolBuilder::max_queued_per_key) requests
+    ///   admitted; the unit was given back and nothing was sent (not
+    ///   counted in [`Stats::rejected`] or `accepted`).
+    /// * [`Error::Timeout`], [`Error::Shutdown`], [`Error::WorkerPanicked`]:
+    ///   as for `call`.
+    /// * [`Error::CallingSelf`]: called from a handler of this pool that
+    ///   would wait for itself: pinned, the key's worker is the caller;
+    ///   ordered, the caller is handling a request of the same key, or the
+    ///   pool has one worker.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::collections::HashMap;
+    /// use sidejob::{Pool, Worker};
+    ///
+    /// /// Appends to a per-account log: an account's entries must stay in order.
+    /// #[derive(Default)]
+    /// struct Ledger(HashMap<String, Vec<i64>>);
+    ///
+    /// impl Worker for Ledger {
+    ///     type Request = (String, i64); // (account, amount): answers the balance
+    ///     type Reply = i64;
+    ///     type Message = ();
+    ///     fn handle_call(&mut self, (account, amount): (String, i64)) -> i64 {
+    ///         let log = self.0.entry(account).or_default();
+    ///         log.push(amount);
+    ///         log.iter().sum()
+    ///     }
+    ///     fn handle_cast(&mut self, _: ()) {}
+    /// }
+    ///
+    /// // Pinned: an account always goes to the same worker, which keeps its log.
+    /// let pool = Pool::builder().capacity(64).workers(4).build(|_| Ledger::default())?;
+    /// for amount in [10, -3, 5] {
+    ///     let account = "alice".to_string();
+    ///     pool.call_keyed(&account, (account.clone(), amount))?;
+    /// }
+    /// assert_eq!(pool.call_keyed("alice", ("alice".to_string(), 0))?, 12);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn call_keyed<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        request: W::Request,
+    ) -> Result<W::Reply, Error> {
+        let reply = self.submit_keyed_call(Admission::Wait(None), self.key_id(key), request)?;
+        wait_reply(reply, self.inner.spin)
+    }
+
+    /// Like [`call_keyed`](Self::call_keyed), but gives up waiting after
+    /// `timeout`, as [`call_timeout`](Self::call_timeout) does: a request
+    /// that timed out may still run later, in its key's turn.
+    ///
+    /// # Errors
+    ///
+    /// As [`call_keyed`](Self::call_keyed), plus [`Error::Timeout`] when no
+    /// reply came within `timeout` (which covers the wait for capacity,
+    /// the wait behind the key's earlier requests and the handling).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # use sidejob::{KeyedMode, Pool, Worker};
+    /// # struct Echo;
+    /// # impl Worker for Echo {
+    /// #     type Request = u8; type Reply = u8; type Message = ();
+    /// #     fn handle_call(&mut self, n: u8) -> u8 { n }
+    /// #     fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// let pool = Pool::builder().capacity(8).keyed(KeyedMode::Ordered).build(|_| Echo)?;
+    /// assert_eq!(pool.call_keyed_timeout(&7_u64, 3, Duration::from_secs(5))?, 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn call_keyed_timeout<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        request: W::Request,
+        timeout: Duration,
+    ) -> Result<W::Reply, Error> {
+        let deadline = deadline_after(now(), timeout);
+        let reply = self.submit_keyed_call(Admission::Wait(deadline), self.key_id(key), request)?;
+        let spin = self.inner.spin.min(timeout);
+        match deadline {
+            Some(deadline) => wait_reply_until(reply, spin, deadline),
+            None => wait_reply(reply, spin),
+        }
+    }
+
+    /// Sends `request` for `key` now and returns a future of its reply:
+    /// [`call_keyed`](Self::call_keyed) for async callers, as
+    /// [`call_async`](Self::call_async) is [`call`](Self::call)'s.
+    ///
+    /// Admission happens here, as for `call_async`: the unit (and the
+    /// key's place in line) is taken when `call_keyed_async` is called. In
+    /// the ordered mode, a pool with a waiting room lets the future wait
+    /// for a unit; the pinned mode never waits.
+    ///
+    /// # Errors
+    ///
+    /// As [`call_keyed`](Self::call_keyed).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`call_async`](Self::call_async): dropping the future does not
+    /// cancel a request that was admitted; it runs in its key's turn and
+    /// only the reply is dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{KeyedMode, Pool, Worker};
+    /// # struct Echo;
+    /// # impl Worker for Echo {
+    /// #     type Request = u8; type Reply = u8; type Message = ();
+    /// #     fn handle_call(&mut self, n: u8) -> u8 { n }
+    /// #     fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// let pool = Pool::builder().capacity(64).keyed(KeyedMode::Ordered).build(|_| Echo)?;
+    /// let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    /// let replies = runtime.block_on(async {
+    ///     // Sent in this order for the one key, so handled in this order.
+    ///     let calls: Vec<_> = (0..8).map(|n| pool.call_keyed_async("tenant-1", n)).collect();
+    ///     let mut replies = Vec::new();
+    ///     for call in calls {
+    ///         replies.push(call.await?);
+    ///     }
+    ///     Ok::<_, sidejob::Error>(replies)
+    /// })?;
+    /// assert_eq!(replies, (0..8).collect::<Vec<u8>>());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn call_keyed_async<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        request: W::Request,
+    ) -> impl Future<Output = Result<W::Reply, Error>> + Send + 'static {
+        let id = self.key_id(key);
+        // Only the ordered mode waits for capacity, and never a worker of
+        // this pool (see `admit_from_worker`).
+        let can_wait = self.inner.ordered.is_some()
+            && self.inner.table.has_room()
+            && calling_worker(&self.inner.table).is_none();
+        let admission = if can_wait {
+            Admission::Probe
+        } else {
+            Admission::Home
+        };
+        let pending = match self.submit_keyed_call(admission, id, request) {
+            Ok(reply) => KeyedPending::Reply(reply),
+            Err(refused) if can_wait && refused.error() == Error::Overload => {
+                let (_, request) = refused.into_parts();
+                KeyedPending::Wait(Arc::clone(&self.inner), request)
+            }
+            Err(refused) => KeyedPending::Refused(refused.error()),
+        };
+        async move {
+            let reply = match pending {
+                KeyedPending::Reply(reply) => reply,
+                KeyedPending::Refused(error) => return Err(error),
+                KeyedPending::Wait(inner, request) => {
+                    let shard = inner.table.acquire_async(None).await?;
+                    let (reply, receiver) = oneshot::channel();
+                    inner
+                        .submit_keyed_on(shard, id, Job::Call(request, reply))
+                        .map_err(|(error, _)| error)?;
+                    receiver
+                }
+            };
+            reply.await.unwrap_or(Err(Error::Shutdown))
+        }
+    }
+
+    /// Sends `message` for `key` without waiting for it to be handled: as
+    /// [`cast`](Self::cast), with [`call_keyed`](Self::call_keyed)'s order
+    /// (messages and requests of one key are handled one at a time, in the
+    /// order they were admitted).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Overload`], [`Error::KeyBusy`] (ordered), [`Error::Timeout`]
+    /// and [`Error::Shutdown`], as for [`call_keyed`](Self::call_keyed).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{Error, KeyedMode, Pool, Worker};
+    /// # struct Sink;
+    /// # impl Worker for Sink {
+    /// #     type Request = (); type Reply = (); type Message = u32;
+    /// #     fn handle_call(&mut self, _: ()) {}
+    /// #     fn handle_cast(&mut self, _: u32) {}
+    /// # }
+    /// let pool = Pool::builder()
+    ///     .capacity(64)
+    ///     .keyed(KeyedMode::Ordered)
+    ///     .max_queued_per_key(100)
+    ///     .build(|_| Sink)?;
+    /// for n in 0..10 {
+    ///     pool.cast_keyed(&"session-9", n)?;
+    /// }
+    /// pool.shutdown(); // handles all ten, in order, first
+    /// assert_eq!(pool.stats().completed, 10);
+    /// assert_eq!(pool.busy_keys(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cast_keyed<K: Hash + ?Sized>(&self, key: &K, message: W::Message) -> Result<(), Error> {
+        self.submit_keyed(Admission::Wait(None), self.key_id(key), Job::Cast(message))
+            .map_err(|(error, _)| error)
+    }
+
+    /// How many keys have a request admitted and unfinished now, in the
+    /// ordered keyed mode (0 in the pinned mode, which keeps no key set).
+    /// A reading; it is 0 again once their requests are handled.
+    pub fn busy_keys(&self) -> usize {
+        self.inner.ordered.as_ref().map_or(0, |o| o.busy_keys())
+    }
+
+    /// The pool's keyed mode, from [`PoolBuilder::keyed`].
+    pub fn keyed_mode(&self) -> KeyedMode {
+        if self.inner.ordered.is_some() {
+            KeyedMode::Ordered
+        } else {
+            KeyedMode::Pinned
+        }
+    }
+
+    /// Requests of `key` admitted and unfinished in an ordered pool (the
+    /// one out and those queued behind it): for the model tests.
+    #[cfg(test)]
+    pub(crate) fn key_load<K: Hash + ?Sized>(&self, key: &K) -> usize {
+        let id = self.key_id(key);
+        self.inner.ordered.as_ref().map_or(0, |o| o.key_load(id))
+    }
+
+    /// A key's 64-bit id.
+    #[inline]
+    pub(crate) fn key_id<K: Hash + ?Sized>(&self, key: &K) -> u64 {
+        self.inner.hasher.hash_one(key)
+    }
+
+    /// Admits a keyed call; the receiver of its reply.
+    pub(crate) fn submit_keyed_call(
+        &self,
+        admission: Admission,
+        id: u64,
+        request: W::Request,
+    ) -> Result<ReplyReceiver<W>, Refused<W::Request>> {
+        let (reply, receiver) = oneshot::channel();
+        match self.submit_keyed(admission, id, Job::Call(request, reply)) {
+            Ok(()) => Ok(receiver),
+            Err((error, Job::Call(request, _))) => Err(Refused::new(error, request)),
+            Err(_) => unreachable!("a keyed submit hands back the job it was given"),
+        }
+    }
+
+    /// Admits a keyed request: its unit, then (ordered) its key's place in
+    /// line; the job back if refused.
+    pub(crate) fn submit_keyed(
+        &self,
+        admission: Admission,
+        id: u64,
+        job: Job<W>,
+    ) -> Result<(), (Error, Job<W>)> {
+        let inner = &*self.inner;
+        let waits = matches!(job, Job::Call(..));
+        let me = calling_worker(&inner.table);
+        let shards = inner.table.shard_count();
+        let refused_self = || {
+            if inner.table.is_closed() {
+                Error::Shutdown
+            } else {
+                Error::CallingSelf
+            }
+        };
+        if inner.ordered.is_none() {
+            // Pinned: the key's worker and shard, nothing else.
+            let target = jump_hash(id, shards as u32) as usize;
+            if waits && me == Some(target) {
+                return Err((refused_self(), job));
+            }
+            let shard = match inner.table.acquire_only(target) {
+                Ok(shard) => shard,
+                Err(error) => return Err((error, job)),
+            };
+            let envelope = match job {
+                Job::Call(request, reply) => Envelope::Call(request, reply),
+                Job::Cast(message) => Envelope::Cast(message),
+            };
+            return inner
+                .deliver_pinned(shard, envelope)
+                .map_err(|envelope| match envelope {
+                    Envelope::Call(request, reply) => (Error::Shutdown, Job::Call(request, reply)),
+                    Envelope::Cast(message) => (Error::Shutdown, Job::Cast(message)),
+                    _ => unreachable!("a mailbox hands back the envelope it was given"),
+                });
+        }
+        // Ordered. A worker handling this key would wait for itself.
+        if waits && me.is_some() && calling_key() == Some(id) {
+            return Err((refused_self(), job));
+        }
+        let admitted = match me {
+            Some(worker) if waits => inner.admit_from_worker(admission, worker),
+            _ => inner.admit(admission),
+        };
+        match admitted {
+            Ok(shard) => inner.submit_keyed_on(shard, id, job),
+            Err(error) => Err((error, job)),
+        }
+    }
+
     /// A [`WeakPool`]: a handle that does not keep the pool alive.
     ///
     /// Give one to the pool's own workers (or to anything the pool
@@ -771,6 +1145,38 @@ impl<W: Worker> Pool<W> {
 }
 
 impl<W: Worker> Inner<W> {
+    /// Queues an ordered keyed job whose unit of `shard` is taken.
+    fn submit_keyed_on(&self, shard: usize, id: u64, job: Job<W>) -> Result<(), (Error, Job<W>)> {
+        match &self.ordered {
+            Some(ordered) => ordered.submit(shard, id, job),
+            None => {
+                // Only the ordered mode gets here.
+                self.table.release(shard, false);
+                Err((Error::Shutdown, job))
+            }
+        }
+    }
+
+    /// Posts a pinned keyed envelope holding a unit of `shard` to that
+    /// shard's worker: its private mailbox in a stealing pool, else its
+    /// own mailbox (which no other worker takes from).
+    fn deliver_pinned(&self, shard: usize, envelope: Envelope<W>) -> Result<(), Envelope<W>> {
+        let (Some(private), Some(idle)) = (&self.pinned, &self.idle) else {
+            return self.deliver(shard, envelope);
+        };
+        match private[shard].send(envelope) {
+            Ok(()) => {
+                idle.private_added(shard);
+                Ok(())
+            }
+            Err(returned) => {
+                // As in `deliver`: the worker is gone, nothing was queued.
+                self.table.release(shard, false);
+                Err(returned.into_inner())
+            }
+        }
+    }
+
     #[inline]
     fn admit(&self, admission: Admission) -> Result<usize, Error> {
         match admission {
@@ -818,7 +1224,11 @@ impl<W: Worker> Inner<W> {
         match self.mailboxes[shard].send(envelope) {
             Ok(()) => {
                 if let Some(idle) = &self.idle {
-                    idle.work_added(shard);
+                    if self.own_private {
+                        idle.private_added(shard);
+                    } else {
+                        idle.work_added(shard);
+                    }
                 }
                 Ok(())
             }
@@ -1080,6 +1490,68 @@ pub struct PoolBuilder {
     spin_wait: Option<Duration>,
     policy: Policy,
     steal: Option<bool>,
+    keyed: KeyedMode,
+    max_queued_per_key: Option<usize>,
+}
+
+/// How a [`Pool`] keeps the order of keyed requests
+/// ([`call_keyed`](Pool::call_keyed), [`cast_keyed`](Pool::cast_keyed),
+/// [`call_keyed_async`](Pool::call_keyed_async)); set with
+/// [`PoolBuilder::keyed`].
+///
+/// Both promise the same order: requests with the same key are handled
+/// one at a time, in the order they were admitted, and different keys run
+/// in parallel. They differ in *where* a key's requests run.
+///
+/// # When to use which
+///
+/// * **`Pinned`** when workers keep state per key (a tenant's cache, a
+///   session, a connection to the key's partition): every request of a key
+///   runs on the same worker, `jump_hash(hash(key), workers)` (Lamping &
+///   Veach's jump consistent hash), so that worker's state sees all of
+///   them and no other worker's does. The price is affinity: a hot or slow
+///   key holds up every key that hashes to its worker, even while other
+///   workers idle, and a full worker refuses its keys (`Overload`) while
+///   others have room. It costs nothing when unused (a pinned request goes
+///   to its worker's own mailbox), so it is the default. Give every
+///   worker a share of the capacity (`capacity >= workers`): a worker
+///   whose share is 0 refuses its keys.
+/// * **`Ordered`** when only the order matters: each key has a FIFO queue,
+///   a key occupies at most one worker at a time, and whichever worker is
+///   free takes the next key whose turn it is. A hot key then holds one
+///   worker and delays only its own requests (cap its queue with
+///   [`max_queued_per_key`](PoolBuilder::max_queued_per_key), so one
+///   tenant cannot fill the pool). The workers of an ordered pool take
+///   keyed requests from each other's shards, so a worker's state sees
+///   any key; plain requests still run on their own worker unless the
+///   pool also [steals](PoolBuilder::steal).
+///
+/// `benches/keyed_pool.rs` measures both against a hot key (README).
+///
+/// # Examples
+///
+/// ```
+/// # use sidejob::{KeyedMode, Pool, Worker};
+/// # struct Echo;
+/// # impl Worker for Echo {
+/// #     type Request = u8; type Reply = u8; type Message = ();
+/// #     fn handle_call(&mut self, n: u8) -> u8 { n }
+/// #     fn handle_cast(&mut self, _: ()) {}
+/// # }
+/// let pinned = Pool::builder().capacity(8).build(|_| Echo)?;
+/// let ordered = Pool::builder().capacity(8).keyed(KeyedMode::Ordered).build(|_| Echo)?;
+/// assert_eq!(pinned.keyed_mode(), KeyedMode::Pinned);
+/// assert_eq!(ordered.call_keyed("k", 1)?, pinned.call_keyed("k", 1)?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum KeyedMode {
+    /// A key's requests all run on its own worker; see the type's docs.
+    #[default]
+    Pinned,
+    /// Per-key FIFO queues served by whichever worker is free; see the
+    /// type's docs.
+    Ordered,
 }
 
 impl PoolBuilder {
@@ -1265,6 +1737,82 @@ impl PoolBuilder {
         self
     }
 
+    /// How keyed requests keep their order: [`KeyedMode::Pinned`] (the
+    /// default) or [`KeyedMode::Ordered`]; see [`KeyedMode`] for which to
+    /// use. Only the thread pool has keyed requests (`build_async` ignores
+    /// it).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{KeyedMode, Pool, Worker};
+    /// # struct Echo;
+    /// # impl Worker for Echo {
+    /// #     type Request = u8; type Reply = u8; type Message = ();
+    /// #     fn handle_call(&mut self, n: u8) -> u8 { n }
+    /// #     fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// let pool = Pool::builder().capacity(16).keyed(KeyedMode::Ordered).build(|_| Echo)?;
+    /// assert_eq!(pool.call_keyed(&42_u64, 7)?, 7);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn keyed(&mut self, mode: KeyedMode) -> &mut Self {
+        self.keyed = mode;
+        self
+    }
+
+    /// In the ordered keyed mode, the most requests of one key that may be
+    /// admitted and unfinished at once: the one running plus those queued
+    /// behind it. One more gets [`Error::KeyBusy`] at once (its unit is
+    /// given back), while other keys are still admitted. Defaults to no
+    /// limit but the capacity; 1 means "skip a key that is busy". The
+    /// pinned mode keeps no per-key queue and ignores it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::{mpsc, Mutex};
+    /// use sidejob::{Error, KeyedMode, Pool, Worker};
+    ///
+    /// /// Handles each cast when the test says so.
+    /// struct Gate(mpsc::Receiver<()>);
+    /// impl Worker for Gate {
+    ///     type Request = (); type Reply = (); type Message = ();
+    ///     fn handle_call(&mut self, _: ()) {}
+    ///     fn handle_cast(&mut self, _: ()) { let _ = self.0.recv(); }
+    /// }
+    ///
+    /// let (go, gate) = mpsc::channel();
+    /// let gate = Mutex::new(Some(gate));
+    /// let pool = Pool::builder()
+    ///     .capacity(16)
+    ///     .workers(1)
+    ///     .keyed(KeyedMode::Ordered)
+    ///     .max_queued_per_key(2)
+    ///     .build(move |_| Gate(gate.lock().unwrap().take().expect("built once")))?;
+    /// pool.cast_keyed("hot", ())?; // out for its worker (held at the gate)
+    /// pool.cast_keyed("hot", ())?; // queued behind it
+    /// assert_eq!(pool.cast_keyed("hot", ()), Err(Error::KeyBusy));
+    /// pool.cast_keyed("cold", ())?; // other keys are still admitted
+    /// for _ in 0..3 {
+    ///     go.send(()).unwrap();
+    /// }
+    /// pool.shutdown();
+    /// assert_eq!(pool.stats().completed, 3);
+    ///
+    /// let err = Pool::builder()
+    ///     .capacity(16)
+    ///     .max_queued_per_key(0)
+    ///     .build(|_| Gate(mpsc::channel().1))
+    ///     .unwrap_err();
+    /// assert_eq!(err.to_string(), "invalid `max_queued_per_key`: must be at least 1");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn max_queued_per_key(&mut self, requests: usize) -> &mut Self {
+        self.max_queued_per_key = Some(requests);
+        self
+    }
+
     /// Starts the workers, each with the state `factory(index)` returns.
     ///
     /// The factory runs on the worker's own thread, at start and again
@@ -1287,6 +1835,9 @@ impl PoolBuilder {
         let spin = self.spin_wait.unwrap_or(DEFAULT_SPIN_WAIT);
         if spin > MAX_SPIN_WAIT {
             return Err(ConfigError::too_long("spin_wait", MAX_SPIN_WAIT));
+        }
+        if self.max_queued_per_key == Some(0) {
+            return Err(ConfigError::zero("max_queued_per_key"));
         }
         let workers = self.workers.unwrap_or_else(num_cpus::get);
         let table = Table::new(capacity, workers, self.probe)
@@ -1317,7 +1868,34 @@ impl PoolBuilder {
             (0..count).map(|_| crossbeam_channel::unbounded()).unzip();
         // With one worker there is nobody to steal from: the plain loop.
         let steal = self.steal.unwrap_or(DEFAULT_STEAL) && count > 1;
-        let idle = steal.then(|| Arc::new(Idle::new(count)));
+        let ordered = self.keyed == KeyedMode::Ordered;
+        // Ordered keyed requests go to mailboxes every worker takes from,
+        // so an ordered pool's workers sleep in the idle room as stealing
+        // ones do (steal.rs), whether or not they steal plain requests.
+        let idle = (steal || ordered).then(|| Arc::new(Idle::new(count)));
+        // A second mailbox per worker: a stealing pinned pool's private
+        // ones (pinned requests, never stolen), or the keyed mailboxes of
+        // an ordered pool that does not steal (a stealing one posts keyed
+        // requests to the own mailboxes, which every worker takes from).
+        let (extra, extra_receivers): (Vec<_>, Vec<_>) = if steal != ordered {
+            (0..count).map(|_| crossbeam_channel::unbounded()).unzip()
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let ordered = idle.as_ref().filter(|_| ordered).map(|idle| {
+            let keyed_mailboxes = if steal {
+                mailboxes.clone()
+            } else {
+                extra.clone()
+            };
+            let cap = self.max_queued_per_key.unwrap_or(usize::MAX);
+            Arc::new(Ordered::new(
+                KeyQueues::new(count, cap),
+                keyed_mailboxes.into_boxed_slice(),
+                Arc::clone(idle),
+                Arc::clone(&table),
+            ))
+        });
         let mut threads = Vec::with_capacity(count);
         let mut spawn_error = None;
         for (index, receiver) in receivers.iter().enumerate() {
@@ -1328,10 +1906,25 @@ impl PoolBuilder {
                 factory: Arc::clone(&factory),
                 core: (!cores.is_empty()).then(|| cores[index % cores.len()]),
                 spin,
-                steal: idle.as_ref().map(|idle| Stealing {
-                    mailboxes: receivers.clone().into_boxed_slice(),
-                    idle: Arc::clone(idle),
+                steal: idle.as_ref().map(|idle| {
+                    if steal {
+                        // Pinned: the private mailbox; ordered: none.
+                        Stealing {
+                            mailboxes: receivers.clone().into_boxed_slice(),
+                            private: extra_receivers.get(index).cloned(),
+                            idle: Arc::clone(idle),
+                        }
+                    } else {
+                        // Ordered, not stealing: every keyed mailbox, and
+                        // the own one private.
+                        Stealing {
+                            mailboxes: extra_receivers.clone().into_boxed_slice(),
+                            private: Some(receiver.clone()),
+                            idle: Arc::clone(idle),
+                        }
+                    }
                 }),
+                ordered: ordered.clone(),
             };
             let spawned = os_thread::Builder::new()
                 .name(format!("{name}-{index}"))
@@ -1352,7 +1945,11 @@ impl PoolBuilder {
             worker_ids,
             name,
             spin,
+            own_private: idle.is_some() && !steal,
+            pinned: (steal && ordered.is_none()).then(|| extra.into_boxed_slice()),
+            ordered,
             idle,
+            hasher: Default::default(),
         };
         if let Some(kind) = spawn_error {
             // Dropping `inner` closes the table and joins what started.

@@ -14,8 +14,11 @@
 //! worker hold a receiver, and the channel hands each envelope to exactly
 //! one of them. A worker polls its own mailbox first, for the pool's spin
 //! budget, looking at the others every [`STEAL_EVERY`] polls (so the
-//! owner's line is not pulled away from its producers on every poll), then
-//! once more at all of them before it sleeps.
+//! owner's line is not pulled away from its producers on every poll), and
+//! then only at those whose owner is not polling its own (a request there
+//! is stuck behind a busy or sleeping owner; one at a polling owner is
+//! about to be taken, and stealing it would only move it to another core);
+//! then once more at all of them before it sleeps.
 //!
 //! # Sleeping and waking
 //!
@@ -46,6 +49,13 @@
 //! wakes, so it stays shared in every cache; with a sleeper, the read of
 //! the owner's flag spares the wake-up (a futex call) whenever the owner is
 //! polling for its next request, as it is on a lightly loaded pool.
+//!
+//! A worker may also have a *private* mailbox that no other worker takes
+//! from (a pinned keyed request, which must run on its key's worker). The
+//! owner polls it first, and the sleep check watches it; a producer rings
+//! it with [`Idle::private_added`], the same Dekker pair on a per-worker
+//! `asleep` flag: only if the owner sleeps, it wakes every sleeper (the
+//! condition variable cannot wake the owner alone).
 //!
 //! Shutdown and the release of a stolen unit change a sleeper's exit rule
 //! rather than a mailbox: they [`wake_all`](Idle::wake_all) under the lock,
@@ -88,10 +98,15 @@ impl<T> Queue for crossbeam_channel::Receiver<T> {
 pub(crate) struct Idle {
     /// Workers between "about to sleep" and "awake again".
     sleepers: AtomicUsize,
-    /// Per worker: true while it polls its own mailbox with nothing in
-    /// hand, so it will take what arrives there without being woken. Each
+    /// Per worker: true from the end of a request (before its reply is
+    /// sent) until the worker takes its next envelope or stops polling, so
+    /// it will take what arrives at its mailbox without being woken. Each
     /// on its own line: its worker writes it once per request.
     spinning: Box<[CachePadded<AtomicBool>]>,
+    /// Per worker: true from just before it re-checks the mailboxes to
+    /// sleep until it is awake again. Read by [`Idle::private_added`]: only
+    /// a delivery to a sleeping worker's private mailbox wakes anyone.
+    asleep: Box<[CachePadded<AtomicBool>]>,
     /// Held while a sleeper re-checks the mailboxes and while a waker
     /// notifies, so no notification falls between a check and its wait.
     room: Mutex<()>,
@@ -104,6 +119,9 @@ impl Idle {
         Idle {
             sleepers: AtomicUsize::new(0),
             spinning: (0..workers)
+                .map(|_| CachePadded::new(AtomicBool::new(false)))
+                .collect(),
+            asleep: (0..workers)
                 .map(|_| CachePadded::new(AtomicBool::new(false)))
                 .collect(),
             room: Mutex::new(()),
@@ -129,9 +147,14 @@ impl Idle {
         }
     }
 
-    /// Worker `me` starts polling its own mailbox.
+    /// Worker `me` starts polling its own mailbox, or is about to: it has
+    /// finished a request and goes straight back to its mailbox. Marking it
+    /// before the reply is sent spares the wake-up a caller's next request
+    /// would otherwise ring (the caller is often faster than the worker's
+    /// way back to its poll), and the steal of that request by a worker
+    /// woken for nothing.
     #[inline]
-    fn spin(&self, me: usize) {
+    pub(crate) fn spin(&self, me: usize) {
         // Relaxed: a producer that misses it only wakes a sleeper for
         // nothing.
         self.spinning[me].store(true, Ordering::Relaxed);
@@ -153,6 +176,26 @@ impl Idle {
         }
     }
 
+    /// Tells worker `to` that an envelope was just queued in its *private*
+    /// mailbox, which no other worker takes (a pinned keyed request). As
+    /// [`work_added`](Self::work_added), but a sleeper woken for it must be
+    /// `to` itself, and a condition variable cannot pick which sleeper it
+    /// wakes: so every sleeper is woken, and the others find nothing and
+    /// sleep again. Only when `to` itself sleeps: a busy or polling owner
+    /// takes the envelope on its own, and the other sleepers are left
+    /// alone.
+    #[inline]
+    pub(crate) fn private_added(&self, to: usize) {
+        // SeqCst fence: pairs with the one in `sleep_until`: either this
+        // read sees `to` asleep, or `to`'s re-check of its private mailbox,
+        // after its fence, sees the envelope (Dekker).
+        fence(Ordering::SeqCst);
+        // Relaxed: ordered by the fence above.
+        if self.asleep[to].load(Ordering::Relaxed) {
+            self.wake_all();
+        }
+    }
+
     #[cold]
     fn wake_one(&self) {
         let _room = self.room.lock();
@@ -168,9 +211,11 @@ impl Idle {
         self.bell.notify_all();
     }
 
-    /// Sleeps until `ready` (checked under the room's lock) is true.
-    pub(crate) fn sleep_until(&self, mut ready: impl FnMut() -> bool) {
-        // Relaxed: the fence below orders it before the re-checks.
+    /// Worker `me` sleeps until `ready` (checked under the room's lock) is
+    /// true.
+    pub(crate) fn sleep_until(&self, me: usize, mut ready: impl FnMut() -> bool) {
+        // Relaxed, both: the fence below orders them before the re-checks.
+        self.asleep[me].store(true, Ordering::Relaxed);
         self.sleepers.fetch_add(1, Ordering::Relaxed);
         // SeqCst fence: pairs with the one in `work_added`.
         fence(Ordering::SeqCst);
@@ -179,36 +224,45 @@ impl Idle {
             room = self.bell.wait(room);
         }
         drop(room);
-        // Relaxed: a producer that still sees this sleeper counted only
-        // takes the lock for nothing.
+        // Relaxed, both: a producer that still sees this sleeper counted
+        // (or asleep) only takes the lock for nothing.
+        self.asleep[me].store(false, Ordering::Relaxed);
         self.sleepers.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-/// The next envelope for worker `me`: from its own mailbox, or taken from
-/// another one; with the index of the mailbox (the shard whose unit it
-/// holds). Spins for `spin`, then sleeps in `idle` until work comes.
-/// `None` once `done` (the worker's exit rule) holds and no mailbox has
-/// anything.
+/// The next envelope for worker `me`: from its private mailbox (if it has
+/// one), its own mailbox, or taken from another one; with the index of the
+/// mailbox (the shard whose unit it holds: `me` for the private one). Spins
+/// for `spin`, then sleeps in `idle` until work comes. `None` once `done`
+/// (the worker's exit rule) holds and no mailbox has anything.
+///
+/// The private mailbox is polled first and watched by the sleep check like
+/// the others; producers ring it with [`Idle::private_added`].
 pub(crate) fn next<Q: Queue>(
     me: usize,
     mailboxes: &[Q],
+    private: Option<&Q>,
     idle: &Idle,
     spin: Duration,
     done: impl Fn() -> bool,
 ) -> Option<(usize, Q::Item)> {
     let mut polls = 0u32;
+    let take_private = || private.and_then(Queue::try_take).map(|item| (me, item));
     idle.spin(me);
     // A zero budget polls once, below (under loom too, where `spin_poll`
     // would yield in between).
     let polled = (!spin.is_zero()).then(|| {
         spin_poll(spin, || {
+            if let Some(found) = take_private() {
+                return Some(found);
+            }
             if let Some(item) = mailboxes[me].try_take() {
                 return Some((me, item));
             }
             polls = polls.wrapping_add(1);
             if polls % STEAL_EVERY == 0 {
-                steal(me, mailboxes)
+                steal_from_busy(me, mailboxes, idle)
             } else {
                 None
             }
@@ -221,6 +275,9 @@ pub(crate) fn next<Q: Queue>(
         return Some(found);
     }
     loop {
+        if let Some(found) = take_private() {
+            return Some(found);
+        }
         if let Some(item) = mailboxes[me].try_take() {
             return Some((me, item));
         }
@@ -230,7 +287,11 @@ pub(crate) fn next<Q: Queue>(
         if done() {
             return None;
         }
-        idle.sleep_until(|| done() || mailboxes.iter().any(|queue| !queue.is_empty()));
+        idle.sleep_until(me, || {
+            done()
+                || private.is_some_and(|queue| !queue.is_empty())
+                || mailboxes.iter().any(|queue| !queue.is_empty())
+        });
     }
 }
 
@@ -251,6 +312,24 @@ pub(crate) fn after_release(idle: &Idle, me: usize, from: usize) {
     if from != me {
         idle.wake_all();
     }
+}
+
+/// One look at the mailboxes of the other workers that are not polling
+/// their own (busy with a request, or asleep), starting after `me`. While
+/// spinning, a worker leaves alone a mailbox whose owner is about to take
+/// what is in it: the steal would only move the request's line to another
+/// core, and keep a worker awake that has nothing of its own to do. Before
+/// it sleeps it looks at every mailbox ([`steal`]), so nothing is left
+/// behind by this filter.
+fn steal_from_busy<Q: Queue>(me: usize, mailboxes: &[Q], idle: &Idle) -> Option<(usize, Q::Item)> {
+    let count = mailboxes.len();
+    (1..count)
+        .map(|step| (me + step) % count)
+        // Relaxed: a stale flag only makes this look skip or take one
+        // envelope early or late; the final look before sleeping is
+        // unfiltered.
+        .filter(|&other| !idle.spinning[other].load(Ordering::Relaxed))
+        .find_map(|other| mailboxes[other].try_take().map(|item| (other, item)))
 }
 
 /// One look at every other mailbox, starting after `me` (so two thieves

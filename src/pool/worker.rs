@@ -17,6 +17,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, TryRecvError};
 
 use crate::error::Error;
+use crate::pool::ordered::Ordered;
 use crate::pool::steal::{self, Idle};
 use crate::sync::{const_thread_local, spin_poll, Arc};
 use crate::table::Table;
@@ -116,8 +117,37 @@ pub(crate) type ReplySender<W> = oneshot::Sender<Result<<W as Worker>::Reply, Er
 pub(crate) enum Envelope<W: Worker> {
     Call(W::Request, ReplySender<W>),
     Cast(W::Message),
+    /// A keyed request of an ordered pool, out for its key (see
+    /// `ordered.rs`): once handled, its key's next request goes out.
+    Keyed(Keyed<W>),
     /// Shutdown began: check whether the shard is drained.
     Wake,
+}
+
+impl<W: Worker> Envelope<W> {
+    /// The shard whose unit this envelope holds, when it came from
+    /// mailbox `from`: that mailbox's shard, except for a keyed request,
+    /// which carries its own (it may sit in any worker's mailbox).
+    fn shard(&self, from: usize) -> usize {
+        match self {
+            Envelope::Keyed(keyed) => keyed.shard,
+            _ => from,
+        }
+    }
+}
+
+/// A keyed request of an ordered pool: the key's hash, the shard holding
+/// its unit, and the request.
+pub(crate) struct Keyed<W: Worker> {
+    pub(crate) id: u64,
+    pub(crate) shard: usize,
+    pub(crate) job: Job<W>,
+}
+
+/// A call or a cast, as a keyed request carries it.
+pub(crate) enum Job<W: Worker> {
+    Call(W::Request, ReplySender<W>),
+    Cast(W::Message),
 }
 
 /// Builds a worker's state; shared by every worker thread of a pool.
@@ -133,6 +163,20 @@ const_thread_local! {
 
 /// No table lives at address 0.
 const NOT_A_WORKER: usize = 0;
+
+const_thread_local! {
+    /// The key (its hash) of the ordered keyed request the current worker
+    /// thread is handling, if any: a call for that same key from inside
+    /// the handler would queue behind the handler itself.
+    static CURRENT_KEY: Cell<Option<u64>> = Cell::new(None);
+}
+
+/// The key of the ordered keyed request the calling thread is handling
+/// (one thread-local read); `None` outside a keyed handler.
+#[inline]
+pub(crate) fn calling_key() -> Option<u64> {
+    CURRENT_KEY.with(Cell::get)
+}
 
 /// A pool's identity: the address of its table.
 ///
@@ -162,14 +206,24 @@ pub(crate) struct WorkerLoop<W: Worker> {
     pub(crate) core: Option<core_affinity::CoreId>,
     /// How long to poll an empty mailbox before parking.
     pub(crate) spin: Duration,
-    /// Set when the pool steals: every worker's mailbox (this one's at
-    /// `index`) and the room where free workers sleep.
+    /// Set when the pool steals, or has an ordered keyed mode: every
+    /// mailbox any worker may take from (this one's at `index`), the
+    /// private one, and the room where free workers sleep.
     pub(crate) steal: Option<Stealing<W>>,
+    /// The key queues, if the pool's keyed mode is ordered.
+    pub(crate) ordered: Option<Arc<Ordered<W>>>,
 }
 
-/// What a worker of a stealing pool takes work from.
+/// What a worker of a stealing (or ordered keyed) pool takes work from.
 pub(crate) struct Stealing<W: Worker> {
+    /// Mailboxes any worker takes from: every worker's own mailbox in a
+    /// stealing pool; the keyed mailboxes in an ordered pool that does not
+    /// steal.
     pub(crate) mailboxes: Box<[Receiver<Envelope<W>>]>,
+    /// A mailbox only this worker takes from: pinned keyed requests in a
+    /// stealing pool; the worker's own mailbox in an ordered pool that
+    /// does not steal.
+    pub(crate) private: Option<Receiver<Envelope<W>>>,
     pub(crate) idle: Arc<Idle>,
 }
 
@@ -183,6 +237,7 @@ impl<W: Worker> WorkerLoop<W> {
         let mut state = self.build();
         let shard = self.table.shard(self.index);
         while let Some((from, envelope)) = self.next_envelope() {
+            let from = envelope.shard(from);
             // Nothing that happens to one envelope may end the loop: a dead
             // worker would strand every unit queued behind it, and its shard
             // would answer `Shutdown` while the pool is not shut down. The
@@ -222,6 +277,7 @@ impl<W: Worker> WorkerLoop<W> {
                 // caller that gets its answer and calls again at once
                 // never meets its own stale unit.
                 unit.release(outcome.is_err());
+                self.back_to_mailbox();
                 // A caller that timed out or dropped its future is gone;
                 // the request still ran, and that is all it is owed. The
                 // unsent reply is dropped here, on the worker: a panic in
@@ -233,7 +289,46 @@ impl<W: Worker> WorkerLoop<W> {
                 let outcome = self.handle(state, move |worker| worker.handle_cast(message));
                 unit.release(outcome.is_err());
             }
+            Envelope::Keyed(Keyed { id, shard, job }) => {
+                debug_assert_eq!(shard, from);
+                let unit = Unit::new(&self.table, shard);
+                // Passed on (the key's next request goes out) after the
+                // unit is back and before the reply: a caller that gets
+                // its answer and sends the key's next request finds the
+                // key's slot free, as it finds its unit.
+                let turn = Turn {
+                    ordered: self.ordered.as_deref(),
+                    id,
+                };
+                CURRENT_KEY.with(|key| key.set(Some(id)));
+                match job {
+                    Job::Call(request, reply) => {
+                        let outcome = self.handle(state, move |worker| worker.handle_call(request));
+                        CURRENT_KEY.with(|key| key.set(None));
+                        unit.release(outcome.is_err());
+                        turn.pass();
+                        self.back_to_mailbox();
+                        drop_quietly(reply.send(outcome));
+                    }
+                    Job::Cast(message) => {
+                        let outcome = self.handle(state, move |worker| worker.handle_cast(message));
+                        CURRENT_KEY.with(|key| key.set(None));
+                        unit.release(outcome.is_err());
+                        turn.pass();
+                    }
+                }
+            }
             Envelope::Wake => {}
+        }
+    }
+
+    /// Marks this worker as going straight back to its mailbox, before a
+    /// reply goes out, where it sleeps in the idle room: the caller's next
+    /// request then rings nobody (see `Idle::spin`).
+    #[inline]
+    fn back_to_mailbox(&self) {
+        if let Some(stealing) = &self.steal {
+            stealing.idle.spin(self.index);
         }
     }
 
@@ -251,6 +346,7 @@ impl<W: Worker> WorkerLoop<W> {
             return steal::next(
                 self.index,
                 &stealing.mailboxes,
+                stealing.private.as_ref(),
                 &stealing.idle,
                 self.spin,
                 || drained(shard),
@@ -338,6 +434,34 @@ impl Drop for Unit<'_> {
     fn drop(&mut self) {
         // Only reached when processing unwound before `release`.
         self.table.release(self.index, true);
+    }
+}
+
+/// A key's turn, held while its request is handled: passed on to the key's
+/// next request by [`pass`](Self::pass), or by `Drop` if processing
+/// unwinds first, so a queued request is never stranded. Exactly once.
+#[must_use = "dropping the turn passes it on at once"]
+struct Turn<'a, W: Worker> {
+    ordered: Option<&'a Ordered<W>>,
+    id: u64,
+}
+
+impl<W: Worker> Turn<'_, W> {
+    fn pass(self) {
+        let turn = ManuallyDrop::new(self);
+        if let Some(ordered) = turn.ordered {
+            ordered.finish(turn.id);
+        }
+    }
+}
+
+impl<W: Worker> Drop for Turn<'_, W> {
+    fn drop(&mut self) {
+        // Only reached when processing unwound before `pass`.
+        CURRENT_KEY.with(|key| key.set(None));
+        if let Some(ordered) = self.ordered {
+            ordered.finish(self.id);
+        }
     }
 }
 

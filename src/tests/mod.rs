@@ -2,6 +2,7 @@
 //! through seams the public API does not expose.
 
 mod keyed_model;
+mod keyed_pool_model;
 mod limiter_model;
 mod pool_model;
 mod supervisor_model;

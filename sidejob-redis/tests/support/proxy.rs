@@ -3,7 +3,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU8, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +15,7 @@ pub struct Proxy {
     pub port: u16,
     mode: Arc<AtomicU8>,
     stop: Arc<AtomicBool>,
+    upstream: Arc<AtomicU16>,
 }
 
 impl Proxy {
@@ -25,6 +26,8 @@ impl Proxy {
         let mode = Arc::new(AtomicU8::new(PASS));
         let stop = Arc::new(AtomicBool::new(false));
         let (m, s) = (mode.clone(), stop.clone());
+        let upstream = Arc::new(AtomicU16::new(upstream));
+        let up_port = upstream.clone();
         std::thread::spawn(move || {
             while !s.load(SeqCst) {
                 match listener.accept() {
@@ -32,7 +35,7 @@ impl Proxy {
                         if m.load(SeqCst) == CUT {
                             continue; // dropped: refused
                         }
-                        let Ok(up) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                        let Ok(up) = TcpStream::connect(("127.0.0.1", up_port.load(SeqCst))) else {
                             continue;
                         };
                         down.set_nonblocking(false).expect("blocking");
@@ -48,7 +51,17 @@ impl Proxy {
                 }
             }
         });
-        Proxy { port, mode, stop }
+        Proxy {
+            port,
+            mode,
+            stop,
+            upstream,
+        }
+    }
+
+    /// New connections go to `port` from now on (a failover).
+    pub fn retarget(&self, port: u16) {
+        self.upstream.store(port, SeqCst);
     }
 
     pub fn set(&self, mode: u8) {

@@ -20,11 +20,22 @@ pub struct Server {
     pub port: u16,
     pub dir: PathBuf,
     persist: bool,
+    /// More config lines (`replicaof ...` for a replica).
+    extra: String,
 }
 
 /// Starts a server, or `None` with a loud message if redis-server is not
 /// installed (a failure instead under `CI=true`).
 pub fn start(persist: bool) -> Option<Server> {
+    start_with(persist, String::new())
+}
+
+/// A replica of the server on `primary`'s port (its own temp dir).
+pub fn start_replica(primary: u16) -> Option<Server> {
+    start_with(false, format!("replicaof 127.0.0.1 {primary}\n"))
+}
+
+fn start_with(persist: bool, extra: String) -> Option<Server> {
     if Command::new("redis-server")
         .arg("--version")
         .output()
@@ -47,6 +58,7 @@ pub fn start(persist: bool) -> Option<Server> {
         port: free_port(),
         dir,
         persist,
+        extra,
     };
     s.spawn();
     Some(s)
@@ -63,9 +75,10 @@ impl Server {
         std::fs::write(
             &conf,
             format!(
-                "bind 127.0.0.1\nport {}\ndir {}\n{persistence}enable-debug-command local\nloglevel warning\nlogfile \"\"\ndaemonize no\nmaxmemory-policy noeviction\n",
+                "bind 127.0.0.1\nport {}\ndir {}\n{persistence}enable-debug-command local\nloglevel warning\nlogfile \"\"\ndaemonize no\nmaxmemory-policy noeviction\n{}",
                 self.port,
-                self.dir.display()
+                self.dir.display(),
+                self.extra
             ),
         )
         .expect("write redis.conf");

@@ -91,8 +91,15 @@ pub struct SimResult {
     /// Store states with granted > C (after the capacity) or ≠ Σ held.
     pub store_violations: u64,
     pub store_calls: u64,
+    /// Refusals while fleet usage was below C: [units free in the store,
+    /// granted but not in any local capacity, local but idle elsewhere].
+    pub refusals_below_c: [u64; 3],
     /// Longest from a crash until the crashed node's record was reaped, ms.
     pub crash_back_ms: Option<u64>,
+    /// Longest from a crashed node's last recorded expiry + G (store time,
+    /// the earliest the store may reap it) until its record was reaped, ms
+    /// (runs without a store clock step).
+    pub reap_late_ms: Option<i64>,
     pub faults: Vec<String>,
 }
 
@@ -362,7 +369,8 @@ pub fn run(cfg: &SimConfig) -> SimResult {
     }
 
     // Faults.
-    let mut crash_at: Vec<(usize, u64)> = Vec::new();
+    // (node, real time of the crash, store time its record may be reaped).
+    let mut crash_at: Vec<(usize, u64, Option<i64>)> = Vec::new();
     let mut stepped = false;
     if cfg.faults {
         let count = rng.range(1, 4);
@@ -463,6 +471,22 @@ pub fn run(cfg: &SimConfig) -> SimResult {
                     push(&mut heap, &mut evs, now + hold, Ev::Done { node, life });
                 } else {
                     n.rejected += 1;
+                    // Why a refusal the ideal semaphore might not make: units
+                    // free in the store, granted but not local, or local
+                    // elsewhere and idle.
+                    let used: u64 = nodes.iter().map(|n| n.usage).sum();
+                    if used < cfg.capacity {
+                        let local: u64 = nodes.iter().filter(|n| n.alive).map(|n| n.capacity).sum();
+                        let granted = model.meta.as_ref().map_or(0, |m| m.granted.max(0) as u64);
+                        let k = if granted < cfg.capacity {
+                            0
+                        } else if local < granted {
+                            1
+                        } else {
+                            2
+                        };
+                        res.refusals_below_c[k] += 1;
+                    }
                 }
             }
             Ev::Done { node, life } => {
@@ -576,13 +600,26 @@ pub fn run(cfg: &SimConfig) -> SimResult {
                 // Crash-back: a crashed node's record reaped.
                 if !crash_at.is_empty() {
                     let status = model.status(snow);
-                    crash_at.retain(|&(c, at)| {
-                        let present = status
-                            .as_ref()
-                            .is_some_and(|s| s.nodes.iter().any(|l| l.node == format!("n{c}")));
+                    crash_at.retain_mut(|(c, at, reap_at)| {
+                        let (c, at) = (*c, *at);
+                        let lease = status.as_ref().and_then(|s| {
+                            s.nodes.iter().find(|l| l.node == format!("n{c}")).cloned()
+                        });
+                        // A renewal sent before the crash may still land: the
+                        // reap is due at the last recorded expiry + G. A clock
+                        // step since then makes store-time lateness meaningless.
+                        if let Some(l) = &lease {
+                            *reap_at = (store_step == 0).then_some(l.expires_ms + grace as i64);
+                        }
+                        let present = lease.is_some();
                         if !present {
                             let back = (now - at) / 1000;
                             res.crash_back_ms = Some(res.crash_back_ms.unwrap_or(0).max(back));
+                            if let Some(r) = reap_at.filter(|_| store_step == 0) {
+                                let late = snow - r;
+                                res.reap_late_ms =
+                                    Some(res.reap_late_ms.unwrap_or(i64::MIN).max(late));
+                            }
                         }
                         present
                     });
@@ -667,7 +704,7 @@ pub fn run(cfg: &SimConfig) -> SimResult {
                 if n.alive {
                     n.alive = false;
                     n.usage = 0; // its work dies with it
-                    crash_at.push((node, now));
+                    crash_at.push((node, now, None));
                 }
             }
             Ev::Partition { node, on } => nodes[node].partitioned = on,

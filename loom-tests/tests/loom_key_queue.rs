@@ -1,0 +1,138 @@
+//! The ordered keyed mode's hand-over (`pool/key_queue.rs`, as
+//! `pool/worker.rs` and `pool/ordered.rs` drive it): a key's request
+//! finishing (unit given back, then its turn passed on) while a new request
+//! of the same key is admitted and shutdown begins.
+//!
+//! Checked in every interleaving:
+//!
+//! * never two requests of the key running at once (an `active` count kept
+//!   by the running requests never reads 2);
+//! * each admitted request runs exactly once, in admission order, whichever
+//!   side of the finish it was admitted on: queued behind the running one
+//!   (the finish hands it out) or after the key was forgotten (it runs at
+//!   once); none is stranded in a queue nobody will hand out;
+//! * a request refused by shutdown never touches the key; one refused
+//!   `KeyBusy` gives its unit back;
+//! * afterwards the key is forgotten and every unit is back.
+//!
+//! Run with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p
+//! loom-tests --release --test loom_key_queue`.
+#![cfg(loom)]
+
+use loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use loom::sync::{Arc, Mutex};
+use loom::thread;
+use sidejob::loom_api::{KeyAdmit, KeyQueues, Table};
+use sidejob::Error;
+
+const KEY: u64 = 0xABCD_0000_0000_0001;
+
+struct Rig {
+    table: Table,
+    keys: KeyQueues,
+    active: AtomicUsize,
+    ran: Mutex<Vec<u32>>,
+}
+
+impl Rig {
+    fn new(cap: usize) -> Arc<Rig> {
+        Arc::new(Rig {
+            table: Table::new(2, 1),
+            keys: KeyQueues::new(1, cap),
+            active: AtomicUsize::new(0),
+            ran: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// A worker that took request `n`: runs it, gives its unit back, then
+    /// passes the key's turn on, running whatever the finish hands out
+    /// (in the pool another worker may take it; who runs it does not
+    /// matter to the protocol).
+    fn run_from(&self, mut n: u32) {
+        loop {
+            assert_eq!(
+                self.active.fetch_add(1, SeqCst),
+                0,
+                "two of one key at once"
+            );
+            self.ran.lock().unwrap().push(n);
+            self.active.fetch_sub(1, SeqCst);
+            self.table.release(0);
+            match self.keys.finish(KEY) {
+                Some(next) => n = next,
+                None => return,
+            }
+        }
+    }
+
+    /// A caller's keyed submit: unit, then the key. True if admitted.
+    fn submit(&self, n: u32) -> bool {
+        match self.table.acquire_at(0) {
+            Ok(shard) => match self.keys.admit(KEY, n) {
+                KeyAdmit::Run(n) => {
+                    self.run_from(n);
+                    true
+                }
+                KeyAdmit::Queued => true,
+                KeyAdmit::Busy(_) => {
+                    self.table.refund(shard);
+                    false
+                }
+            },
+            Err(Error::Shutdown) => false,
+            Err(other) => panic!("unexpected {other}"),
+        }
+    }
+}
+
+/// Request 1 is running; request 2 of the same key is admitted while 1
+/// finishes and while shutdown begins.
+#[test]
+fn hand_over_races_a_new_request_and_shutdown() {
+    loom::model(|| {
+        let rig = Rig::new(2);
+        assert_eq!(rig.table.acquire_at(0), Ok(0));
+        assert_eq!(rig.keys.admit(KEY, 1), KeyAdmit::Run(1));
+        let worker = {
+            let rig = rig.clone();
+            thread::spawn(move || rig.run_from(1))
+        };
+        let caller = {
+            let rig = rig.clone();
+            thread::spawn(move || rig.submit(2))
+        };
+        rig.table.close();
+        worker.join().unwrap();
+        let admitted = caller.join().unwrap();
+        let ran = rig.ran.lock().unwrap().clone();
+        if admitted {
+            assert_eq!(ran, vec![1, 2], "each admitted request once, in order");
+        } else {
+            assert_eq!(ran, vec![1]);
+        }
+        assert_eq!(rig.keys.keys(), 0, "the key is forgotten");
+        assert_eq!(rig.table.usage(), 0, "every unit is back");
+    });
+}
+
+/// With one request per key, a request of the busy key is refused
+/// `KeyBusy` (its unit refunded) or, once the key is forgotten, runs: never
+/// queued, never stranded.
+#[test]
+fn a_busy_key_refuses_and_refunds_while_its_request_finishes() {
+    loom::model(|| {
+        let rig = Rig::new(1);
+        assert_eq!(rig.table.acquire_at(0), Ok(0));
+        assert_eq!(rig.keys.admit(KEY, 1), KeyAdmit::Run(1));
+        let worker = {
+            let rig = rig.clone();
+            thread::spawn(move || rig.run_from(1))
+        };
+        let admitted = rig.submit(2);
+        worker.join().unwrap();
+        let ran = rig.ran.lock().unwrap().clone();
+        assert_eq!(ran, if admitted { vec![1, 2] } else { vec![1] });
+        assert_eq!(rig.keys.keys(), 0);
+        assert_eq!(rig.table.usage(), 0);
+    });
+}

@@ -1,0 +1,318 @@
+//! A state-machine model of keyed admission on the thread [`Pool`] in the
+//! ordered mode: the global capacity (sharded) plus `max_queued_per_key`
+//! requests per key, each key's requests handled in admission order.
+//!
+//! Handlers block at their *key's* gate until the test lets the key's
+//! oldest request finish (or crash). The pool has a worker per key, so a
+//! key's request that is out always finds a worker, and "finish key k's
+//! oldest request" is an action whose outcome is certain.
+//!
+//! Properties checked after every action:
+//!
+//! * **Admission is predicted exactly.** A keyed request from start shard
+//!   `s` takes its unit on the first shard of the walk `s, s+1, …` with
+//!   room, else `Overload` (counted in `rejected`); admitted, it gets
+//!   `KeyBusy` exactly when its key has `max_queued_per_key` requests
+//!   unfinished, and then its unit is back and it is counted nowhere.
+//! * **The bound covers the key queues**: each shard's usage is the number
+//!   of unfinished requests, queued behind their key or out, holding its
+//!   units; each key's load is the model's.
+//! * **Order and panics**: a key's requests are handled in admission
+//!   order; a crash answers its call `WorkerPanicked` and the key's next
+//!   request still runs.
+//! * **The counters match** (accepted, rejected, completed, panicked), and
+//!   after the final drain and shutdown every key is forgotten.
+//!
+//! No real concurrency between actions (that is loom's and the stress
+//! test's job): the start shard comes with each action through the
+//! crate-private `Admission::At` seam.
+
+use std::collections::{HashMap, VecDeque};
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use proptest::prelude::*;
+
+use crate::pool::{Admission, ReplyReceiver};
+use crate::worker::Job as PoolJob;
+use crate::{Error, KeyedMode, Pool, Worker};
+
+const KEYS: usize = 3;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Go {
+    Finish,
+    Crash,
+}
+
+/// A request: its key and its number.
+type Req = (usize, u64);
+
+/// Waits at its key's gate, then logs the request.
+struct Gated {
+    gates: Arc<Vec<Receiver<Go>>>,
+    log: Arc<Mutex<Vec<Req>>>,
+}
+
+impl Gated {
+    fn pass(&mut self, (key, id): Req) -> u64 {
+        let go = self.gates[key].recv();
+        self.log.lock().unwrap().push((key, id));
+        if go == Ok(Go::Crash) {
+            // `resume_unwind` skips the panic hook: the output stays quiet.
+            panic::resume_unwind(Box::new("told to crash"));
+        }
+        id
+    }
+}
+
+impl Worker for Gated {
+    type Request = Req;
+    type Reply = u64;
+    type Message = Req;
+    fn handle_call(&mut self, req: Req) -> u64 {
+        self.pass(req)
+    }
+    fn handle_cast(&mut self, req: Req) {
+        self.pass(req);
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Action {
+    Send {
+        key: usize,
+        start: usize,
+        call: bool,
+    },
+    Release {
+        key: usize,
+        crash: bool,
+    },
+}
+
+fn action() -> impl Strategy<Value = Action> {
+    prop_oneof![
+        6 => (0..KEYS, 0..8usize, any::<bool>())
+            .prop_map(|(key, start, call)| Action::Send { key, start, call }),
+        4 => (0..KEYS, proptest::bool::weighted(0.2))
+            .prop_map(|(key, crash)| Action::Release { key, crash }),
+    ]
+}
+
+/// One admitted request, as the model sees it.
+struct Admitted {
+    id: u64,
+    shard: usize,
+    reply: Option<ReplyReceiver<Gated>>,
+}
+
+#[derive(Default)]
+struct Model {
+    limits: Vec<usize>,
+    usage: Vec<usize>,
+    keys: Vec<VecDeque<Admitted>>,
+    /// Per key, the admission order.
+    order: HashMap<usize, Vec<u64>>,
+    accepted: u64,
+    rejected: u64,
+    completed: u64,
+    panicked: u64,
+}
+
+impl Model {
+    fn unit(&self, start: usize) -> Option<usize> {
+        let n = self.limits.len();
+        (0..n)
+            .map(|step| (start % n + step) % n)
+            .find(|&shard| self.usage[shard] < self.limits[shard])
+    }
+}
+
+/// Polls until `done` holds; a hang is a failure, never a pass.
+fn wait_until(mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "the pool never got there");
+        std::thread::yield_now();
+    }
+}
+
+fn check(pool: &Pool<Gated>, model: &Model) -> Result<(), TestCaseError> {
+    let stats = pool.stats();
+    let usage: Vec<usize> = stats.shards.iter().map(|s| s.usage).collect();
+    prop_assert_eq!(&usage, &model.usage, "per-shard usage");
+    prop_assert_eq!(stats.accepted, model.accepted);
+    prop_assert_eq!(stats.rejected, model.rejected);
+    prop_assert_eq!(stats.completed, model.completed);
+    prop_assert_eq!(stats.panicked, model.panicked);
+    for key in 0..KEYS {
+        prop_assert_eq!(
+            pool.key_load(&key),
+            model.keys[key].len(),
+            "key {} load",
+            key
+        );
+    }
+    Ok(())
+}
+
+/// Fields drop in order: the gates close before the pool shuts down.
+struct Harness {
+    gates: Vec<Sender<Go>>,
+    pool: Pool<Gated>,
+}
+
+fn run(
+    capacity: usize,
+    shards: usize,
+    cap: usize,
+    actions: Vec<Action>,
+) -> Result<(), TestCaseError> {
+    let (gates, receivers): (Vec<Sender<Go>>, Vec<Receiver<Go>>) =
+        (0..KEYS).map(|_| unbounded()).unzip();
+    let receivers = Arc::new(receivers);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    // A worker per key (and at least one per shard): every key's request
+    // that is out finds a free worker.
+    let pool = {
+        let log = log.clone();
+        Pool::builder()
+            .name("keyed-model")
+            .capacity(capacity)
+            .workers(shards)
+            .keyed(KeyedMode::Ordered)
+            .max_queued_per_key(cap)
+            .build(move |_| Gated {
+                gates: receivers.clone(),
+                log: log.clone(),
+            })
+            .unwrap()
+    };
+    prop_assume!(pool.workers() >= KEYS);
+    let harness = Harness { gates, pool };
+    let (gates, pool) = (&harness.gates, &harness.pool);
+    let limits: Vec<usize> = pool.stats().shards.iter().map(|s| s.limit).collect();
+    let mut model = Model {
+        usage: vec![0; limits.len()],
+        limits,
+        keys: (0..KEYS).map(|_| VecDeque::new()).collect(),
+        ..Model::default()
+    };
+    let mut next_id = 0u64;
+
+    for action in actions {
+        match action {
+            Action::Send { key, start, call } => {
+                next_id += 1;
+                let id = pool.key_id(&key);
+                let predicted = model
+                    .unit(start)
+                    .map(|shard| (shard, model.keys[key].len() >= cap));
+                let outcome = if call {
+                    pool.submit_keyed_call(Admission::At(start), id, (key, next_id))
+                        .map(Some)
+                        .map_err(Error::from)
+                } else {
+                    pool.submit_keyed(Admission::At(start), id, PoolJob::Cast((key, next_id)))
+                        .map(|()| None)
+                        .map_err(|(error, _)| error)
+                };
+                match (predicted, outcome) {
+                    (Some((shard, false)), Ok(reply)) => {
+                        model.usage[shard] += 1;
+                        model.accepted += 1;
+                        model.keys[key].push_back(Admitted {
+                            id: next_id,
+                            shard,
+                            reply,
+                        });
+                        model.order.entry(key).or_default().push(next_id);
+                    }
+                    (Some((_, true)), Err(Error::KeyBusy)) => {}
+                    (None, Err(Error::Overload)) => model.rejected += 1,
+                    (predicted, outcome) => {
+                        prop_assert!(false, "predicted {:?}, got {:?}", predicted, outcome.err())
+                    }
+                }
+            }
+            Action::Release { key, crash } => {
+                let Some(job) = model.keys[key].pop_front() else {
+                    continue;
+                };
+                gates[key]
+                    .send(if crash { Go::Crash } else { Go::Finish })
+                    .unwrap();
+                match job.reply {
+                    // The unit and the key's turn go back before the reply.
+                    Some(reply) => {
+                        let expected = if crash {
+                            Err(Error::WorkerPanicked)
+                        } else {
+                            Ok(job.id)
+                        };
+                        prop_assert_eq!(reply.recv().unwrap(), expected);
+                    }
+                    None => {
+                        let load = model.keys[key].len();
+                        let (completed, panicked) = (model.completed, model.panicked);
+                        wait_until(|| {
+                            let stats = pool.stats();
+                            stats.completed + stats.panicked > completed + panicked
+                                && pool.key_load(&key) == load
+                        });
+                    }
+                }
+                model.usage[job.shard] -= 1;
+                if crash {
+                    model.panicked += 1;
+                } else {
+                    model.completed += 1;
+                }
+            }
+        }
+        check(pool, &model)?;
+    }
+
+    // Let every queued request through, in each key's order.
+    for (gate, queue) in gates.iter().zip(&mut model.keys) {
+        for job in queue.drain(..) {
+            gate.send(Go::Finish).unwrap();
+            if let Some(reply) = job.reply {
+                prop_assert_eq!(reply.recv().unwrap(), Ok(job.id));
+            }
+            model.usage[job.shard] -= 1;
+            model.completed += 1;
+        }
+    }
+    pool.shutdown();
+    check(pool, &model)?;
+    prop_assert_eq!(pool.busy_keys(), 0);
+    let log = log.lock().unwrap();
+    for key in 0..KEYS {
+        let handled: Vec<u64> = log.iter().filter(|r| r.0 == key).map(|r| r.1).collect();
+        let admitted = model.order.remove(&key).unwrap_or_default();
+        prop_assert_eq!(handled, admitted, "key {} order", key);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+    #[test]
+    fn keyed_pool_matches_the_model(
+        capacity in 1..10usize,
+        shards in 3..5usize,
+        cap in 1..4usize,
+        actions in proptest::collection::vec(action(), 1..60),
+    ) {
+        let outcome = panic::catch_unwind(AssertUnwindSafe(|| run(capacity, shards, cap, actions)));
+        match outcome {
+            Ok(result) => result?,
+            Err(panic) => panic::resume_unwind(panic),
+        }
+    }
+}
