@@ -351,3 +351,51 @@ pub fn finished(idle: &Idle, me: usize) {
 pub fn after_release(idle: &Idle, me: usize, from: usize) {
     crate::pool::steal::after_release(&idle.0, me, from)
 }
+
+/// The room where a stealing async pool's free workers await work
+/// (`engine/async_idle.rs`).
+#[derive(Debug)]
+pub struct AsyncIdle(crate::engine::async_idle::AsyncIdle);
+
+impl AsyncIdle {
+    /// An empty room for `workers` workers.
+    pub fn new(workers: usize) -> AsyncIdle {
+        AsyncIdle(crate::engine::async_idle::AsyncIdle::new(workers))
+    }
+
+    /// What a producer does right after it queued an envelope at `to`.
+    pub fn work_added(&self, to: usize) {
+        self.0.work_added(to)
+    }
+
+    /// What shutdown does after closing the table.
+    pub fn wake_all(&self) {
+        self.0.wake_all()
+    }
+
+    /// How many workers sleep now (their waker in its slot).
+    pub fn sleepers(&self) -> usize {
+        self.0.sleepers()
+    }
+}
+
+/// A stealing async worker's next envelope (`async_idle::next`, the real
+/// loop): from its own mailbox or another's, awaiting in `idle` while
+/// there is none; the mailbox it took one from. `None` once worker `me`'s
+/// shard is drained.
+pub async fn next_envelope_async(
+    me: usize,
+    mailboxes: &[Mailbox],
+    idle: &AsyncIdle,
+    table: &Table,
+) -> Option<usize> {
+    crate::engine::async_idle::next(me, mailboxes, &idle.0, || table.drained(me))
+        .await
+        .map(|(from, ())| from)
+}
+
+/// What a stealing async worker does after it gave back a unit of shard
+/// `from` (`async_idle::after_release`).
+pub fn after_release_async(idle: &AsyncIdle, me: usize, from: usize) {
+    crate::engine::async_idle::after_release(&idle.0, me, from)
+}

@@ -10,9 +10,13 @@
 //! * `probe`: where a caller starts (its thread's index or its CPU).
 //! * `keys`: the set of busy keys, for keyed admission on the supervisor.
 //! * `jump`: the jump consistent hash, a key to one of `n` buckets.
+//! * `async_idle`: where a stealing async pool's free workers await work
+//!   (here, not under `pool/asynchronous/`, so loom builds it without tokio).
 
 #[cfg(not(loom))]
 pub(crate) mod alarm;
+#[cfg(any(feature = "tokio", loom))]
+pub(crate) mod async_idle;
 pub(crate) mod jump;
 pub(crate) mod keys;
 pub(crate) mod probe;

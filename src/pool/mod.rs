@@ -1708,6 +1708,10 @@ impl PoolBuilder {
     /// `call`: turning it on silently would change what existing workers
     /// see.
     ///
+    /// It applies to an async pool (`build_async`, feature `tokio`) the
+    /// same way, with the same default: a free worker
+    /// task awaits a wake-up instead of spinning.
+    ///
     /// Idle workers still cost no CPU: a free worker spins for
     /// [`spin_wait`](Self::spin_wait), then sleeps until a delivery it may
     /// take wakes it (a delivery wakes nobody while the mailbox's own

@@ -6,7 +6,8 @@
 //!
 //! One idea per file: the mailbox seam (`mailbox.rs`), the worker loop
 //! (`worker.rs`), which worker the running task is (`current.rs`), a panic
-//! catch for futures (`unwind.rs`).
+//! catch for futures (`unwind.rs`). Stealing's wake-up protocol is
+//! `engine/async_idle.rs` (there so loom builds it without tokio).
 
 mod current;
 mod mailbox;
@@ -23,7 +24,7 @@ use tokio::sync::{oneshot, watch};
 use self::current::{as_worker, calling_worker};
 use self::mailbox::{mailboxes, Envelope, Mailboxes};
 use self::worker::{AsyncEnvelope, AsyncFactory, AsyncWorker, TaskLoop};
-use super::{deadline_after, PoolBuilder};
+use super::{deadline_after, PoolBuilder, DEFAULT_STEAL};
 use crate::error::{ConfigError, Error, Refused, TryCallError};
 use crate::stats::Stats;
 use crate::sync::{now, Arc, Weak};
@@ -85,6 +86,42 @@ pub const MAX_DEFAULT_ASYNC_WORKERS: usize = 256;
 ///   with [`Error::CallingSelf`] if the pool has one worker. A task the
 ///   handler spawns is not the worker; awaiting its call from the handler
 ///   is the user's cycle.
+///
+/// # Stealing
+///
+/// Built with [`PoolBuilder::steal(true)`](PoolBuilder::steal), a worker
+/// whose own mailbox is empty takes the oldest request waiting at another
+/// worker, so one slow request (a long await, a slow server) no longer
+/// holds up the requests queued behind it while other workers are free.
+/// The unit stays with the shard that admitted the request and goes back
+/// there before the reply, so everything above holds as written; a panic
+/// rebuilds the worker that *ran* the request and is counted on the
+/// admitting shard. What changes is what a worker's state sees: it is no
+/// longer "the requests sent to me", but any request of the pool, and the
+/// casts of one producer may be handled by different workers, so out of
+/// order. Keep it off (the default) for workers that keep per-caller state
+/// or must see one producer's casts in order. A free worker costs no CPU:
+/// it awaits a wake-up, and a delivery wakes one only when the mailbox's
+/// own worker is not already about to take it.
+///
+/// ```
+/// # use sidejob::{AsyncWorker, Pool};
+/// # struct Echo;
+/// # impl AsyncWorker for Echo {
+/// #     type Request = u8; type Reply = u8; type Message = ();
+/// #     async fn handle_call(&mut self, n: u8) -> u8 { n }
+/// #     async fn handle_cast(&mut self, _: ()) {}
+/// # }
+/// let runtime = tokio::runtime::Runtime::new()?;
+/// runtime.block_on(async {
+///     let pool = Pool::builder().capacity(64).workers(4).steal(true).build_async(|_| Echo)?;
+///     assert_eq!(pool.call_async(7).await?, 7);
+///     pool.shutdown_async().await;
+///     assert_eq!(pool.usage(), 0);
+///     Ok::<(), Box<dyn std::error::Error>>(())
+/// })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 ///
 /// # Memory ordering
 ///
@@ -805,7 +842,7 @@ impl<W: AsyncWorker> Inner<W> {
         //    envelope will be handled) or is refused with `Shutdown`.
         self.table.close();
         // 2. Wake every worker so it checks whether its shard is drained.
-        self.mailboxes.broadcast(|| Envelope::Wake);
+        self.mailboxes.wake_all(|| Envelope::Wake);
     }
 }
 
@@ -894,7 +931,10 @@ impl PoolBuilder {
     /// The settings are the thread pool's, except two: `workers` defaults
     /// to the capacity, up to [`MAX_DEFAULT_ASYNC_WORKERS`] (see there why
     /// not the CPU count), and `spin_wait` and `pin_workers` do not apply
-    /// (a task never spins; the runtime places it).
+    /// (a task never spins; the runtime places it). [`steal`](Self::steal)
+    /// applies (see [`AsyncPool`]'s "Stealing"); a free worker looks at
+    /// every mailbox before it sleeps, so with stealing on, name a worker
+    /// count nearer the concurrency you need than the default 256.
     ///
     /// # Errors
     ///
@@ -982,7 +1022,8 @@ impl PoolBuilder {
             .with_policy(&self.policy)?;
         let table = Arc::new(table);
         let factory: Arc<AsyncFactory<W>> = Arc::new(factory);
-        let (mailboxes, inboxes) = mailboxes(table.shard_count());
+        let steal = self.steal.unwrap_or(DEFAULT_STEAL);
+        let (mailboxes, inboxes) = mailboxes(table.shard_count(), steal);
         let (done, alive) = watch::channel(());
         for (index, inbox) in inboxes.into_iter().enumerate() {
             let worker = TaskLoop {

@@ -124,22 +124,27 @@ pub(crate) struct TaskLoop<W: AsyncWorker> {
 impl<W: AsyncWorker> TaskLoop<W> {
     pub(crate) async fn run(mut self) {
         let mut state = self.build();
-        while let Some(envelope) = self.inbox.recv().await {
+        let table = Arc::clone(&self.table);
+        let shard = table.shard(self.index);
+        // `from` is the shard whose mailbox the envelope came from, whose
+        // unit it holds: this worker's own, or another's when it steals.
+        while let Some((from, envelope)) = self.inbox.recv(|| drained(shard)).await {
             let (job, reply) = match envelope {
                 Envelope::Call(request, reply) => (Job::Call(request), Some(reply)),
                 Envelope::Cast(message) => (Job::Cast(message), None),
                 Envelope::Wake => {
-                    if drained(self.table.shard(self.index)) {
+                    if drained(shard) {
                         break;
                     }
                     continue;
                 }
             };
-            // Held until given back below; released by its `Drop` if the
-            // runtime drops this task while the handler runs.
+            // Held until given back below, on the shard that admitted it;
+            // released by its `Drop` if the runtime drops this task while
+            // the handler runs.
             let unit = Unit {
                 table: &self.table,
-                index: self.index,
+                index: from,
             };
             let outcome = self.handle(&mut state, job).await;
             let panicked = outcome.is_err();
@@ -147,6 +152,7 @@ impl<W: AsyncWorker> TaskLoop<W> {
             // that gets its answer and calls again at once never meets its
             // own stale unit.
             unit.release(panicked);
+            self.inbox.after_release(from);
             if let Some(reply) = reply {
                 // A call's job always answers `Some`; `None` cannot come.
                 let outcome = outcome.and_then(|reply| reply.ok_or(Error::WorkerPanicked));
@@ -157,7 +163,7 @@ impl<W: AsyncWorker> TaskLoop<W> {
                     drop_quietly(unsent);
                 }
             }
-            if drained(self.table.shard(self.index)) {
+            if drained(shard) {
                 break;
             }
         }
@@ -221,10 +227,11 @@ impl<W: AsyncWorker> TaskLoop<W> {
 }
 
 impl<W: AsyncWorker> Drop for TaskLoop<W> {
-    /// A loop that ends normally leaves nothing queued (its shard is
-    /// drained, or every sender is gone). One dropped early, by a runtime
-    /// shutting down, shuts the pool down and gives back the unit of every
-    /// envelope still queued: their callers see `Shutdown` (the reply slot
+    /// A loop that ends normally leaves nothing queued in its mailbox (its
+    /// shard is drained, or every sender is gone). One dropped early, by a
+    /// runtime shutting down, shuts the pool down and gives back the unit
+    /// of every envelope still queued (when stealing, in every mailbox):
+    /// their callers see `Shutdown` (the reply slot
     /// is dropped), and the pool's count stays exact. (A send racing with
     /// this drain, one that passed the channel's closed check before
     /// `close` and pushes after the last `try_recv`, is dropped with the
@@ -237,10 +244,10 @@ impl<W: AsyncWorker> Drop for TaskLoop<W> {
             // new requests with `Shutdown` at once and wakes every waiter.
             self.table.close();
         }
-        let (table, index) = (&self.table, self.index);
-        self.inbox.close_and_drain(|envelope| {
+        let table = &self.table;
+        self.inbox.close_and_drain(!self.ended, |shard, envelope| {
             if envelope.holds_unit() {
-                table.release(index, false);
+                table.release(shard, false);
             }
             drop_quietly(envelope);
         });
