@@ -16,12 +16,25 @@
 //! either way, which is all the protocol below asks of it.
 //!
 //! **The state word.** One word decides both "is anything due" and "is
-//! the line closed", so a push racing a close is settled by one RMW:
+//! the line closed", so a push racing a close is settled by one RMW, and
+//! it also counts the records not yet finished, so a submit and a
+//! worker's finish touch one shared cache line, not two:
 //!
 //! | bits | meaning |
 //! |---|---|
 //! | bit 0 ([`CLOSED`]) | set by [`close`](Line::close); never cleared |
-//! | bits 1.. (units of [`ONE`]) | records reserved and not yet taken |
+//! | bits 1 .. half the word (units of [`ONE`]) | records reserved and not yet taken: the *due* count |
+//! | the upper half (units of [`HELD`]) | records reserved and not yet [`finish`](Line::finish)ed: the *held* count |
+//!
+//! A reservation adds `ONE + HELD` in one RMW; a take subtracts `ONE`; the
+//! owner of a taken record subtracts `HELD` once it is done with it (the
+//! shepherd: completed, delayed, or requeued after its new reservation),
+//! so a held count of zero means nothing is due and nothing taken is still
+//! in hand ([`is_idle`](Line::is_idle)). The due count is at most the
+//! held count, which is at most [`MAX_HELD`] (the shepherd's builder caps
+//! its capacity there); neither carries into the other. The sleep protocol
+//! below reads only the low half (`CLOSED` and the due count): a record in
+//! a worker's hands makes no other worker look at the FIFO.
 //!
 //! A producer counts its record in ([`reserve`](Line::reserve)) *before*
 //! it pushes it ([`publish`](Line::publish)), and a worker counts it out
@@ -59,10 +72,11 @@
 //! `CLOSED` or was already waiting when the notification came. After the
 //! close a reservation fails (the submitter is refused), while records
 //! already reserved are still published and taken: workers drain the line
-//! and leave once the word reads exactly `CLOSED`. A sleeper may be
-//! waiting for a record another worker is counting out (or for a refused
-//! reservation being undone); whoever's decrement leaves the word exactly
-//! `CLOSED` wakes every sleeper, so each sees it and leaves.
+//! and leave once the word's low half reads exactly `CLOSED` (records
+//! still held by other workers keep nobody). A sleeper may be waiting for
+//! a record another worker is counting out (or for a refused reservation
+//! being undone); whoever's decrement leaves the low half exactly `CLOSED`
+//! wakes every sleeper, so each sees it and leaves.
 
 #[cfg(loom)]
 use std::collections::VecDeque;
@@ -72,8 +86,17 @@ use crate::sync::{fence, now, spin_poll, AtomicUsize, Condvar, Mutex, Ordering};
 
 /// The state word's closed bit.
 pub(crate) const CLOSED: usize = 1;
-/// One record in the state word's count.
+/// One record in the state word's due count.
 pub(crate) const ONE: usize = 2;
+/// Where the held count starts: half the word.
+const HALF: u32 = usize::BITS / 2;
+/// One record in the state word's held count.
+pub(crate) const HELD: usize = 1 << HALF;
+/// `CLOSED` and the due count: what the sleep protocol reads.
+const LOW: usize = HELD - 1;
+/// The most records a line may hold at once (reserved and not finished):
+/// the due count then stays below `HELD`, and the held count in its half.
+pub(crate) const MAX_HELD: usize = (HELD >> 1) - 1;
 
 /// How long a sleeper waits in one go: it re-checks after any wake-up, so
 /// this only bounds a wait nobody ends (none should).
@@ -87,7 +110,8 @@ pub(crate) struct Line<T> {
     receiver: crossbeam_channel::Receiver<T>,
     #[cfg(loom)]
     fifo: Mutex<VecDeque<T>>,
-    /// `CLOSED` | records × `ONE` (module docs, "The state word").
+    /// `CLOSED` | due × `ONE` | held × `HELD` (module docs, "The state
+    /// word").
     state: AtomicUsize,
     /// `sleepers.len()`, readable without the lock; written under it.
     asleep: AtomicUsize,
@@ -117,21 +141,41 @@ impl<T> Line<T> {
         }
     }
 
-    /// Counts one record in, before it is built and pushed; false (and
-    /// nothing counted) once the line is closed.
+    /// Counts one record in (due and held), before it is built and
+    /// pushed; false (and nothing counted) once the line is closed.
     #[inline]
     pub(crate) fn reserve(&self) -> bool {
         // SeqCst: the producer's write in the sleep Dekker (with the fence
-        // in `publish`; the worker's side is in `sleep`). One RMW also
-        // orders it against `close`'s `fetch_or`.
-        let old = self.state.fetch_add(ONE, Ordering::SeqCst);
+        // in `publish`; the worker's side is in `sleep`), and in the one
+        // order of the held count's changes with the idle checks (see
+        // `is_idle`). One RMW also orders it against `close`'s `fetch_or`.
+        let old = self.state.fetch_add(ONE + HELD, Ordering::SeqCst);
         if old & CLOSED != 0 {
-            // Relaxed: a count only; the closed line admits nothing more.
-            let old = self.state.fetch_sub(ONE, Ordering::Relaxed);
+            // Relaxed: a count only; the closed line admits nothing more,
+            // and nothing waits for this record to be finished.
+            let old = self.state.fetch_sub(ONE + HELD, Ordering::Relaxed);
             self.counted_out(old);
             return false;
         }
         true
+    }
+
+    /// The owner of a taken record is done with it: counts it out of the
+    /// held count. True if that left nothing held (the line idle).
+    #[inline]
+    pub(crate) fn finish(&self) -> bool {
+        // SeqCst: one order with the idle checks (the shepherd's
+        // `wait_idle`: its SeqCst count of waiters, then `is_idle`).
+        self.state.fetch_sub(HELD, Ordering::SeqCst) < 2 * HELD
+    }
+
+    /// True when nothing is held: nothing due, nothing taken and not
+    /// finished.
+    #[inline]
+    pub(crate) fn is_idle(&self) -> bool {
+        // SeqCst: read in one order with the SeqCst changes of the held
+        // count (`reserve`, `finish`).
+        self.state.load(Ordering::SeqCst) < HELD
     }
 
     /// Pushes a record counted in by [`reserve`](Self::reserve), and wakes
@@ -194,16 +238,17 @@ impl<T> Line<T> {
         // Relaxed: a count; the record itself came through the FIFO's own
         // synchronization, the count was raised before the push (so this
         // never underflows), and every change is an RMW on this one word,
-        // so the decrement that leaves it exactly `CLOSED` is the last.
+        // so the decrement that leaves its low half exactly `CLOSED` is the
+        // last.
         let old = self.state.fetch_sub(ONE, Ordering::Relaxed);
-        (record, old == CLOSED + ONE)
+        (record, old & LOW == CLOSED + ONE)
     }
 
     /// After a decrement of the count from `old`: if that left the line
     /// closed and empty, wakes every sleeper (one may be waiting for the
     /// record just counted out; now it must leave).
     fn counted_out(&self, old: usize) {
-        if old == CLOSED + ONE {
+        if old & LOW == CLOSED + ONE {
             self.wake_all();
         }
     }
@@ -212,7 +257,7 @@ impl<T> Line<T> {
     pub(crate) fn due(&self) -> usize {
         // Relaxed: a reading for figures; decisions read the word in
         // `sleep`.
-        self.state.load(Ordering::Relaxed) / ONE
+        (self.state.load(Ordering::Relaxed) & LOW) / ONE
     }
 
     /// The next record for worker `index`: taken at once if there is one,
@@ -228,7 +273,7 @@ impl<T> Line<T> {
         if !spin.is_zero() && !self.is_closed() {
             // Relaxed: a hint; `pop` is the real look.
             let polled = spin_poll(spin, || {
-                if self.state.load(Ordering::Relaxed) >= ONE {
+                if self.state.load(Ordering::Relaxed) & LOW >= ONE {
                     self.pop()
                 } else {
                     None
@@ -265,7 +310,7 @@ impl<T> Line<T> {
         // (`close` sets it before taking the lock). An RMW rather than a
         // load: it reads the latest value in the word's modification
         // order (a cold path; the locked add costs nothing that matters).
-        let state = self.state.fetch_add(0, Ordering::Relaxed);
+        let state = self.state.fetch_add(0, Ordering::Relaxed) & LOW;
         if state == CLOSED {
             self.unregister(&mut sleepers, index);
             return Woke::Closed;
@@ -336,6 +381,7 @@ impl<T> Line<T> {
     }
 
     /// Whether [`close`](Self::close) has been called.
+    #[inline]
     pub(crate) fn is_closed(&self) -> bool {
         // Relaxed: a reading; nothing is published through it.
         self.state.load(Ordering::Relaxed) & CLOSED != 0

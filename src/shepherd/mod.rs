@@ -712,7 +712,8 @@ impl ShepherdBuilder {
     }
 
     /// How many operations it may hold at once, due, delayed or running.
-    /// Required; at least 1.
+    /// Required; at least 1, at most 2³¹ − 1 (2¹⁵ − 1 where `usize` has
+    /// 32 bits).
     pub fn capacity(&mut self, capacity: usize) -> &mut Self {
         self.capacity = Some(capacity);
         self
@@ -827,6 +828,10 @@ impl ShepherdBuilder {
             return Err(ConfigError::nul("name"));
         }
         let capacity = self.capacity.ok_or(ConfigError::missing("capacity"))?;
+        if capacity > line::MAX_HELD {
+            // The due line counts what it holds in half a word.
+            return Err(ConfigError::too_large("capacity", line::MAX_HELD));
+        }
         let workers = self.workers.unwrap_or_else(num_cpus::get);
         if workers == 0 {
             return Err(ConfigError::zero("workers"));
@@ -863,8 +868,7 @@ impl ShepherdBuilder {
             budget: self
                 .retry
                 .retry_budget()
-                .map(|b| Mutex::new(Budget::new(b, start))),
-            work: CachePadded::new(AtomicUsize::new(0)),
+                .map(|b| CachePadded::new(Mutex::new(Budget::new(b, start)))),
             timer: Condvar::new(),
             idle: Condvar::new(),
             idle_waiters: AtomicUsize::new(0),

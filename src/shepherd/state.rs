@@ -33,14 +33,17 @@
 //! lock. The admission table is called with or without `Core` held; it
 //! never calls back.
 //!
-//! **Counts.** `work` counts the records on the line or in a slot: it
-//! goes up before a record is put on the line (a submit, a retry due at
-//! once, a promotion) and down once a record leaves a slot for anywhere
-//! but the line (completed, or delayed) or is requeued (after the new
-//! count is in). Moving from the line to a slot changes nothing. So `work`
-//! is zero exactly when nothing is due and no attempt runs, one word read
-//! by [`Shared::is_idle`], and whoever brings it to zero notifies `idle`
-//! under `Core`, where `wait_idle` checks and sleeps. The figures
+//! **Counts.** The line's held count (line.rs, "The state word") counts
+//! the records on the line or in a slot: it goes up with the reservation
+//! that puts a record on the line (a submit, a retry due at once, a
+//! promotion) and down once a record leaves a slot for anywhere but the
+//! line (completed, or delayed) or is requeued (after the new reservation
+//! is in). Moving from the line to a slot changes nothing. So it is zero
+//! exactly when nothing is due and no attempt runs, read by
+//! [`Shared::is_idle`], and whoever brings it to zero notifies `idle`
+//! under `Core`, where `wait_idle` checks and sleeps. It shares the line's
+//! state word, so a submit makes one RMW on one shared cache line, and a
+//! worker's take and finish both land on that line. The figures
 //! `running` and `busy` are per-worker counts in [`Counters`], read
 //! without ordering.
 //!
@@ -165,11 +168,10 @@ pub(crate) struct Shared<H: Handler> {
     /// The operations due now, and the workers' sleep/wake protocol.
     pub(crate) line: Line<Record<H>>,
     pub(crate) core: Mutex<Core<H>>,
-    /// The retry budget, if the policy has one.
-    pub(crate) budget: Option<Mutex<Budget>>,
-    /// Records on the line or in a slot (module docs, "Counts"), on a
-    /// cache line of its own.
-    pub(crate) work: CachePadded<AtomicUsize>,
+    /// The retry budget, if the policy has one; on cache lines of its
+    /// own, as every submit writes it and the workers read the fields
+    /// around it.
+    pub(crate) budget: Option<CachePadded<Mutex<Budget>>>,
     /// The timer waits here for an earlier time, a clock move or the end.
     pub(crate) timer: Condvar,
     /// `wait_idle` callers wait here.
@@ -288,8 +290,8 @@ impl<H: Handler> Shared<H> {
         Ok(())
     }
 
-    /// Counts a record into `work`, then puts it on the line; the record
-    /// back (and nothing counted) if the line is closed.
+    /// Counts a record in (due and held), then puts it on the line; the
+    /// record back (and nothing counted) if the line is closed.
     pub(crate) fn enqueue(&self, record: Record<H>) -> Result<(), Record<H>> {
         if !self.reserve() {
             return Err(record);
@@ -298,32 +300,26 @@ impl<H: Handler> Shared<H> {
         Ok(())
     }
 
-    /// Counts one record into `work` and reserves its place on the line;
-    /// false (nothing counted) if the line is closed. It never is for a
-    /// caller under `Core` (the line closes under `Core`, with `closing`,
-    /// which those callers check), so only the submit, which does not hold
-    /// `Core`, can meet the failure and its notification.
+    /// Counts one record in (due and held, one RMW) and reserves its
+    /// place on the line; false (nothing counted) if the line is closed.
+    /// It never is for a caller under `Core` (the line closes under
+    /// `Core`, with `closing`, which those callers check), so only the
+    /// submit, which does not hold `Core`, can meet the failure.
     #[inline]
     pub(crate) fn reserve(&self) -> bool {
-        // SeqCst: before the record can be taken, so `work` never reads
-        // zero while it is on the line or in a slot (module docs, "Counts").
-        self.work.fetch_add(1, SeqCst);
-        if self.line.reserve() {
-            true
-        } else {
-            self.work_done();
-            false
-        }
+        self.line.reserve()
     }
 
     /// A record left the line and the slots for good (completed, or
-    /// delayed), or was requeued after its new count went in: counts it
-    /// out of `work`, and notifies `wait_idle` if that made the shepherd
-    /// idle. Not under `Core`.
+    /// delayed), or was requeued after its new reservation went in: counts
+    /// it out of the held count, and notifies `wait_idle` if that made the
+    /// shepherd idle. Not under `Core`.
+    #[inline]
     pub(crate) fn work_done(&self) {
-        // SeqCst: one order with `wait_idle`'s increment of `idle_waiters`
-        // and its read of `work` (see `notify_if_idle`).
-        if self.work.fetch_sub(1, SeqCst) == 1 {
+        // The line's SeqCst decrement: one order with `wait_idle`'s
+        // increment of `idle_waiters` and its idle check (see
+        // `notify_if_idle`).
+        if self.line.finish() {
             self.notify_if_idle();
         }
     }
@@ -353,8 +349,8 @@ impl<H: Handler> Shared<H> {
 
     /// [`work_done`](Self::work_done) for a caller holding `Core`.
     pub(crate) fn work_done_locked(&self) {
-        // SeqCst: as in `work_done`.
-        if self.work.fetch_sub(1, SeqCst) == 1 {
+        // The line's SeqCst decrement, as in `work_done`.
+        if self.line.finish() {
             // `Core` is held: `wait_idle` is checking or asleep.
             self.idle.notify_all();
         }
@@ -363,14 +359,15 @@ impl<H: Handler> Shared<H> {
     /// True when nothing is due and no attempt runs (delayed records may
     /// wait); see the module docs, "Counts".
     pub(crate) fn is_idle(&self) -> bool {
-        // SeqCst: read in one order with the SeqCst changes of `work`, and
-        // after `wait_idle`'s increment (see `notify_if_idle`).
-        self.work.load(SeqCst) == 0
+        // The line's SeqCst load: in one order with the SeqCst changes of
+        // the held count, and after `wait_idle`'s increment (see
+        // `notify_if_idle`).
+        self.line.is_idle()
     }
 
     /// Notifies `wait_idle` callers if there are any and the shepherd is
     /// idle now. Call it after a change that may have made it so (a
-    /// `SeqCst` decrement of `work`), not under `Core`.
+    /// `SeqCst` decrement of the held count), not under `Core`.
     pub(crate) fn notify_if_idle(&self) {
         // SeqCst: a store→load pair with `wait_idle` (its SeqCst increment
         // of `idle_waiters`, then its `is_idle` load): in the single order

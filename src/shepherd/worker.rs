@@ -269,7 +269,7 @@ pub(crate) fn run_timer<H: Handler>(shared: &Shared<H>) {
                 }
                 // Out of the slot, after the requeue if any (state.rs,
                 // "Counts"). A final failure is completed below, after
-                // `work` fell: its caller may see `wait_idle` answer a
+                // the held count fell: its caller may see `wait_idle` answer a
                 // moment before its handle resolves, as with any
                 // completion.
                 shared.work_done_locked();
