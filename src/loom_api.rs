@@ -171,6 +171,17 @@ impl DueLine {
     pub fn due(&self) -> usize {
         self.0.due()
     }
+
+    /// A worker is done with a record it took: counts it out of the held
+    /// count (the same word); true if nothing is held any more.
+    pub fn finish(&self) -> bool {
+        self.0.finish()
+    }
+
+    /// True when nothing is held: nothing due, every taken record finished.
+    pub fn is_idle(&self) -> bool {
+        self.0.is_idle()
+    }
 }
 
 /// The room where a stealing pool's free workers sleep (`pool/steal.rs`).

@@ -12,7 +12,9 @@
 //!   wake per record, none lost;
 //! * shutdown wakes every sleeping worker, and a submit racing it is either
 //!   refused or taken by a worker before the workers leave (nothing is
-//!   stranded on a closed line).
+//!   stranded on a closed line), while the records they took are still
+//!   held (the held count, in the same word, keeps no worker waiting);
+//! * the held count is zero exactly once every record taken is finished.
 //!
 //! The records are `usize` stand-ins: the completion (a oneshot, which
 //! loom cannot see) stays out of the model; the line is the protocol.
@@ -40,8 +42,11 @@ fn a_worker_never_sleeps_through_a_submit() {
             })
         };
         assert_eq!(line.take(0), Some(7));
+        assert!(!line.is_idle(), "taken, not finished");
+        assert!(line.finish(), "the last record held");
         submitter.join().unwrap();
         assert_eq!(line.due(), 0);
+        assert!(line.is_idle());
         line.close();
         assert_eq!(line.take(0), None);
     });
@@ -87,9 +92,14 @@ fn shutdown_wakes_every_worker_and_strands_nothing() {
                 let line = Arc::clone(&line);
                 thread::spawn(move || {
                     let mut took = 0;
+                    // Taken records are held (not finished) until the
+                    // worker leaves: they must not keep it waiting.
                     while let Some(record) = line.take(index) {
                         assert_eq!(record, 5);
                         took += 1;
+                    }
+                    for _ in 0..took {
+                        line.finish();
                     }
                     took
                 })
@@ -104,6 +114,7 @@ fn shutdown_wakes_every_worker_and_strands_nothing() {
         let took: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
         assert_eq!(took, usize::from(accepted), "a record taken iff accepted");
         assert_eq!(line.due(), 0);
+        assert!(line.is_idle(), "a refused reservation holds nothing");
         assert!(!line.push(6), "closed");
     });
 }

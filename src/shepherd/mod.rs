@@ -319,21 +319,22 @@ impl<H: Handler> Shepherd<H> {
             Ok(shard) => shard,
             Err(error) => return Err(Refused::new(error, op)),
         };
-        let unit = Unit::new(Arc::clone(table), shard);
+        let unit = Unit::new(shard);
         // A coarse stamp (see `Stamps`): the budget's window and the
         // turnaround need no more, and a precise read is a good part of a
         // submit's cost. A delay is measured on the shepherd's clock.
         let stamp = shared.stamps.now();
         if delay.is_zero() {
-            // Due at once: straight to the line, no lock (state.rs).
+            // Due at once: straight to the line, no lock (state.rs). The
+            // record is made before the reservation, so a worker that sees
+            // the reservation finds the record at once.
+            let (reply, receiver) = oneshot::channel();
             if !shared.reserve() {
                 // Admitted just before the table closed, but the line has
                 // closed since: hand the operation back.
-                drop(unit);
+                shared.give_back(unit);
                 return Err(Refused::new(Error::Shutdown, op));
             }
-            shared.deposit(stamp);
-            let (reply, receiver) = oneshot::channel();
             shared.line.publish(Record {
                 op: OpBox::Owned(op),
                 attempts: 0,
@@ -342,6 +343,8 @@ impl<H: Handler> Shepherd<H> {
                 unit,
                 submitted: stamp,
             });
+            // After the publish: the worker may start on it meanwhile.
+            shared.deposit(stamp);
             // Spin in `wait` only if a worker should take it at once (see
             // `ShepherdBuilder::spin_wait`): one Relaxed read of the word
             // the reservation just wrote.
@@ -359,7 +362,7 @@ impl<H: Handler> Shepherd<H> {
             // Admitted just before the table closed, but shutdown has
             // drained the delay heap: hand the operation back.
             drop(core);
-            drop(unit);
+            shared.give_back(unit);
             return Err(Refused::new(Error::Shutdown, op));
         }
         shared.deposit(stamp);

@@ -11,9 +11,14 @@
 //! resolving it. A record leaves the system only through
 //! [`Shared::finish`], which releases the unit and *then* sends the
 //! outcome, so a caller that gets its result and submits again never meets
-//! its own stale unit. A record dropped any other way (none is) would still
-//! release its unit (the guard's `Drop`) and resolve its handle
-//! (`Reason::Shutdown`, from the dropped sender).
+//! its own stale unit. A record dropped any other way would still resolve
+//! its handle (`Reason::Shutdown`, from the dropped sender). Its unit is
+//! only the shard it came from, not a handle on the table (a reference
+//! count changed by the submitter and again by the worker would be one
+//! more cache line crossing between them on every operation), so its
+//! release is explicit on every path; the one place user code can unwind
+//! with a record in hand (a worker, dropping the user's error as it
+//! schedules a retry) holds an [`Owed`] guard that releases it then.
 //!
 //! **Where it waits.** An operation due now waits on the lock-free due
 //! [`Line`] (`line.rs`, which also holds the workers' sleep/wake
@@ -66,35 +71,47 @@ use crate::table::Table;
 /// Builds a worker's handler; shared by every worker thread.
 pub(crate) type Factory<H> = dyn Fn(usize) -> H + Send + Sync;
 
-/// One unit of the table, held from admission to the final outcome and
-/// released exactly once: by [`Unit::release`], or by `Drop` if its record
-/// is dropped unresolved.
+/// One unit of the shepherd's table, held from admission to the final
+/// outcome: the shard it was taken from. Released exactly once, by
+/// [`Shared::finish`] or, on a refusal after admission, by
+/// [`Shared::give_back`] (module docs, "Where an operation is").
+#[derive(Debug)]
 pub(crate) struct Unit {
-    table: Arc<Table>,
     shard: usize,
-    held: bool,
 }
 
 impl Unit {
-    pub(crate) fn new(table: Arc<Table>, shard: usize) -> Self {
-        Unit {
-            table,
-            shard,
-            held: true,
-        }
-    }
-
-    /// Gives the unit back; `panicked` counts it in `Stats::panicked`.
-    fn release(mut self, panicked: bool) {
-        self.held = false;
-        self.table.release(self.shard, panicked);
+    pub(crate) fn new(shard: usize) -> Self {
+        Unit { shard }
     }
 }
 
-impl Drop for Unit {
+/// The unit of a record in a worker's hands while user code may unwind:
+/// released by `Drop` unless [`settle`](Self::settle)d, once the record
+/// was finished or stored.
+pub(crate) struct Owed<'a> {
+    table: &'a Table,
+    shard: Option<usize>,
+}
+
+impl<'a> Owed<'a> {
+    pub(crate) fn new(table: &'a Table, unit: &Unit) -> Self {
+        Owed {
+            table,
+            shard: Some(unit.shard),
+        }
+    }
+
+    /// The record is finished or stored: its unit is no longer ours.
+    pub(crate) fn settle(&mut self) {
+        self.shard = None;
+    }
+}
+
+impl Drop for Owed<'_> {
     fn drop(&mut self) {
-        if self.held {
-            self.table.release(self.shard, false);
+        if let Some(shard) = self.shard {
+            self.table.release(shard, false);
         }
     }
 }
@@ -208,11 +225,17 @@ impl<H: Handler> Shared<H> {
         } = record;
         let panicked = matches!(&outcome, Err(f) if matches!(f.last(), LastAttempt::Panicked));
         let succeeded = outcome.is_ok();
-        unit.release(panicked);
+        self.table.release(unit.shard, panicked);
         let took = self.stamps.now().saturating_duration_since(submitted);
         self.counters.resolved(cell, succeeded, took);
         // A caller that dropped its handle is owed nothing more.
         let _ = reply.send(outcome);
+    }
+
+    /// Gives back the unit of a record refused after its admission (the
+    /// record is dropped unsent: nothing was handed out for it).
+    pub(crate) fn give_back(&self, unit: Unit) {
+        self.table.release(unit.shard, false);
     }
 
     /// A first attempt was submitted at `now`: a deposit in the budget.
@@ -339,10 +362,11 @@ impl<H: Handler> Shared<H> {
         while let Some(record) = core.queue.pop_due(now) {
             if let Err(record) = self.enqueue(record) {
                 // Not reached: shutdown empties the heap as it closes the
-                // line, under `Core`. Dropped, the record still releases
-                // its unit and resolves its handle (module docs).
+                // line, under `Core`. Its unit goes back; dropped, the
+                // record resolves its handle (module docs).
                 debug_assert!(false, "a promotion after shutdown");
-                drop(record);
+                let Record { unit, .. } = record;
+                self.give_back(unit);
             }
         }
     }

@@ -26,7 +26,7 @@ use std::time::Duration;
 use super::handle::LastAttempt;
 use super::handler::{Handler, Recovery};
 use super::queue::Store;
-use super::state::{Record, Shared};
+use super::state::{Owed, Record, Shared};
 use crate::sync::Arc;
 use crate::worker::{drop_payload, drop_quietly};
 
@@ -168,8 +168,14 @@ impl<H: Handler> WorkerLoop<H> {
             self.rebuild(state);
             return false;
         };
+        // From here until the record is finished or stored, its unit is
+        // released if anything unwinds (state.rs, "Where an operation is").
+        let mut owed = Owed::new(&shared.table, &record.unit);
         match result {
-            Ok(Ok(output)) => shared.finish(record, Ok(output), self.index),
+            Ok(Ok(output)) => {
+                owed.settle();
+                shared.finish(record, Ok(output), self.index);
+            }
             Ok(Err(error)) => {
                 let handler = state.as_mut();
                 let verdict = catch_unwind(AssertUnwindSafe(|| {
@@ -186,14 +192,14 @@ impl<H: Handler> WorkerLoop<H> {
                 if recovery == Recovery::Rebuild {
                     self.rebuild(state);
                 }
-                self.failed(record, LastAttempt::Error(error), retryable);
+                self.failed(record, LastAttempt::Error(error), retryable, &mut owed);
             }
             Err(payload) => {
                 drop_payload(payload);
                 shared.counters.panicked(self.index);
                 self.rebuild(state);
                 let retryable = shared.policy.retries_panics();
-                self.failed(record, LastAttempt::Panicked, retryable);
+                self.failed(record, LastAttempt::Panicked, retryable, &mut owed);
             }
         }
         true
@@ -205,13 +211,18 @@ impl<H: Handler> WorkerLoop<H> {
         record: super::state::Record<H>,
         last: LastAttempt<H::Error>,
         retryable: bool,
+        owed: &mut Owed<'_>,
     ) {
         let shared = &*self.shared;
         let now = shared.clock.now();
         let final_ = {
             let mut core = shared.core.lock();
+            // It drops the previous attempt's error: user code.
             shared.decide(&mut core, record, last, retryable, now, self.index)
         };
+        // Stored for a retry, or in hand for `finish` below, which
+        // releases it before anything else.
+        owed.settle();
         if let Some((record, failure)) = final_ {
             shared.finish(record, Err(failure), self.index);
         }
@@ -253,6 +264,8 @@ pub(crate) fn run_timer<H: Handler>(shared: &Shared<H>) {
             core.deadlines.pop();
             let taken = take_running(&mut shared.slots[worker].lock(), token);
             if let Some((_, record)) = taken {
+                // Released if the user's error dropped by `decide` unwinds.
+                let mut owed = Owed::new(&shared.table, &record.unit);
                 let cell = shared.counters.shared_cell();
                 shared.counters.timed_out(cell);
                 shared.counters.stopped(worker);
@@ -267,6 +280,7 @@ pub(crate) fn run_timer<H: Handler>(shared: &Shared<H>) {
                 ) {
                     finals.push(last);
                 }
+                owed.settle();
                 // Out of the slot, after the requeue if any (state.rs,
                 // "Counts"). A final failure is completed below, after
                 // the held count fell: its caller may see `wait_idle` answer a
