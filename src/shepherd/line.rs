@@ -82,6 +82,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
+
 use crate::sync::{fence, now, spin_poll, AtomicUsize, Condvar, Mutex, Ordering};
 
 /// The state word's closed bit.
@@ -111,8 +113,11 @@ pub(crate) struct Line<T> {
     #[cfg(loom)]
     fifo: Mutex<VecDeque<T>>,
     /// `CLOSED` | due × `ONE` | held × `HELD` (module docs, "The state
-    /// word").
-    state: AtomicUsize,
+    /// word"). On a cache line of its own: the submitter and the workers
+    /// write it on every record, and a neighbour read by either side
+    /// (`asleep`, the FIFO's handles) would pull it back and forth once
+    /// more.
+    state: CachePadded<AtomicUsize>,
     /// `sleepers.len()`, readable without the lock; written under it.
     asleep: AtomicUsize,
     /// Workers registered as asleep, most recent last.
@@ -134,17 +139,25 @@ impl<T> Line<T> {
             receiver,
             #[cfg(loom)]
             fifo: Mutex::new(VecDeque::new()),
-            state: AtomicUsize::new(0),
+            state: CachePadded::new(AtomicUsize::new(0)),
             asleep: AtomicUsize::new(0),
             sleepers: Mutex::new(Vec::with_capacity(workers)),
             wake: (0..workers).map(|_| Condvar::new()).collect(),
         }
     }
 
-    /// Counts one record in (due and held), before it is built and
-    /// pushed; false (and nothing counted) once the line is closed.
+    /// Counts one record in (due and held), before it is pushed; false
+    /// (and nothing counted) once the line is closed.
     #[inline]
     pub(crate) fn reserve(&self) -> bool {
+        self.reserve_due().is_some()
+    }
+
+    /// [`reserve`](Self::reserve), answering the due count it made (this
+    /// record included), or `None` once closed: the submitter's reading of
+    /// the count, with no second look at a word a worker may hold by then.
+    #[inline]
+    pub(crate) fn reserve_due(&self) -> Option<usize> {
         // SeqCst: the producer's write in the sleep Dekker (with the fence
         // in `publish`; the worker's side is in `sleep`), and in the one
         // order of the held count's changes with the idle checks (see
@@ -155,9 +168,9 @@ impl<T> Line<T> {
             // and nothing waits for this record to be finished.
             let old = self.state.fetch_sub(ONE + HELD, Ordering::Relaxed);
             self.counted_out(old);
-            return false;
+            return None;
         }
-        true
+        Some((old & LOW) / ONE + 1)
     }
 
     /// The owner of a taken record is done with it: counts it out of the

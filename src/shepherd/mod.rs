@@ -329,12 +329,12 @@ impl<H: Handler> Shepherd<H> {
             // record is made before the reservation, so a worker that sees
             // the reservation finds the record at once.
             let (reply, receiver) = oneshot::channel();
-            if !shared.reserve() {
+            let Some(due) = shared.reserve_due() else {
                 // Admitted just before the table closed, but the line has
                 // closed since: hand the operation back.
                 shared.give_back(unit);
                 return Err(Refused::new(Error::Shutdown, op));
-            }
+            };
             shared.line.publish(Record {
                 op: OpBox::Owned(op),
                 attempts: 0,
@@ -346,9 +346,9 @@ impl<H: Handler> Shepherd<H> {
             // After the publish: the worker may start on it meanwhile.
             shared.deposit(stamp);
             // Spin in `wait` only if a worker should take it at once (see
-            // `ShepherdBuilder::spin_wait`): one Relaxed read of the word
-            // the reservation just wrote.
-            let spin = if shared.line.due() <= self.inner.workers {
+            // `ShepherdBuilder::spin_wait`), by the due count the
+            // reservation made.
+            let spin = if due <= self.inner.workers {
                 shared.spin
             } else {
                 Duration::ZERO
@@ -876,7 +876,7 @@ impl ShepherdBuilder {
             idle: Condvar::new(),
             idle_waiters: AtomicUsize::new(0),
             slots: (0..workers).map(|_| Mutex::new(None)).collect(),
-            counters: Counters::new(workers),
+            counters: Counters::new(workers, self.attempt_timeout.is_some()),
             policy: self.retry,
             attempt_timeout: self.attempt_timeout,
             stamps: Stamps::new(&self.clock),

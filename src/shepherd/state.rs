@@ -232,8 +232,10 @@ impl<H: Handler> Shared<H> {
         let _ = reply.send(outcome);
     }
 
-    /// Gives back the unit of a record refused after its admission (the
-    /// record is dropped unsent: nothing was handed out for it).
+    /// Gives back a record's unit outside [`finish`](Self::finish): a
+    /// success (the worker's own order), or a record refused after its
+    /// admission (dropped unsent: nothing was handed out for it).
+    #[inline]
     pub(crate) fn give_back(&self, unit: Unit) {
         self.table.release(unit.shard, false);
     }
@@ -331,6 +333,13 @@ impl<H: Handler> Shared<H> {
     #[inline]
     pub(crate) fn reserve(&self) -> bool {
         self.line.reserve()
+    }
+
+    /// [`reserve`](Self::reserve), answering the due count it made; `None`
+    /// if the line is closed.
+    #[inline]
+    pub(crate) fn reserve_due(&self) -> Option<usize> {
+        self.line.reserve_due()
     }
 
     /// A record left the line and the slots for good (completed, or
