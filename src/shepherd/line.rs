@@ -62,6 +62,17 @@
 //! busy workers costs two RMWs and a fence. There is no spinning on the
 //! state word, so no worker waits for a producer to be scheduled.
 //!
+//! **Few spinners.** A worker that finds the line empty polls it for the
+//! spin budget before it sleeps, but only while fewer than half the
+//! workers (at least one) are polling already: tokio's multi-thread
+//! scheduler bounds its searching workers the same way
+//! (`transition_worker_to_searching`, "at most half"). One poller takes the
+//! next record as soon as it lands; more would only burn the cores the
+//! submitters and the busy workers need (with a submitter and two workers
+//! on two cores, a second poller cost the shepherd a fifth of its
+//! throughput). The count is a hint, outside the protocol: a worker that
+//! does not poll goes straight to the sleep below, which is exact.
+//!
 //! **One wake per record.** Each published record wakes at most one
 //! sleeper, the most recent (its cache is warmest); a woken worker takes
 //! records until the count is zero before it sleeps again, so no record
@@ -120,6 +131,10 @@ pub(crate) struct Line<T> {
     state: CachePadded<AtomicUsize>,
     /// `sleepers.len()`, readable without the lock; written under it.
     asleep: AtomicUsize,
+    /// Workers polling the empty line now (module docs, "Few spinners").
+    spinning: AtomicUsize,
+    /// The most that may poll at once: half the workers, at least one.
+    max_spinning: usize,
     /// Workers registered as asleep, most recent last.
     sleepers: Mutex<Vec<usize>>,
     /// Worker `i` sleeps on `wake[i]`, so a push wakes one worker, not all
@@ -141,6 +156,8 @@ impl<T> Line<T> {
             fifo: Mutex::new(VecDeque::new()),
             state: CachePadded::new(AtomicUsize::new(0)),
             asleep: AtomicUsize::new(0),
+            spinning: AtomicUsize::new(0),
+            max_spinning: (workers / 2).max(1),
             sleepers: Mutex::new(Vec::with_capacity(workers)),
             wake: (0..workers).map(|_| Condvar::new()).collect(),
         }
@@ -283,7 +300,7 @@ impl<T> Line<T> {
         }
         // Once closed, what is left is drained and nothing more comes: no
         // reason to spin.
-        if !spin.is_zero() && !self.is_closed() {
+        if !spin.is_zero() && !self.is_closed() && self.start_spinning() {
             // Relaxed: a hint; `pop` is the real look.
             let polled = spin_poll(spin, || {
                 if self.state.load(Ordering::Relaxed) & LOW >= ONE {
@@ -292,6 +309,8 @@ impl<T> Line<T> {
                     None
                 }
             });
+            // Relaxed: a hint (module docs, "Few spinners").
+            self.spinning.fetch_sub(1, Ordering::Relaxed);
             if polled.is_some() {
                 return polled;
             }
@@ -306,6 +325,18 @@ impl<T> Line<T> {
                 Woke::Closed => return None,
             }
         }
+    }
+
+    /// Counts this worker among the pollers if fewer than `max_spinning`
+    /// are; false (not counted) if that many already poll.
+    fn start_spinning(&self) -> bool {
+        // Relaxed: a hint, never a decision about a record (module docs,
+        // "Few spinners"); the RMW only keeps the count exact.
+        self.spinning
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.max_spinning).then_some(n + 1)
+            })
+            .is_ok()
     }
 
     /// Registers worker `index` as asleep and sleeps, unless the line is
