@@ -16,32 +16,31 @@
 //! either way, which is all the protocol below asks of it.
 //!
 //! **The state word.** One word decides both "is anything due" and "is
-//! the line closed", so a push racing a close is settled by one RMW, and
-//! it also counts the records not yet finished, so a submit and a
-//! worker's finish touch one shared cache line, not two:
+//! the line closed", so a push racing a close is settled by one RMW:
 //!
 //! | bits | meaning |
 //! |---|---|
 //! | bit 0 ([`CLOSED`]) | set by [`close`](Line::close); never cleared |
-//! | bits 1 .. half the word (units of [`ONE`]) | records reserved and not yet taken: the *due* count |
-//! | the upper half (units of [`HELD`]) | records reserved and not yet [`finish`](Line::finish)ed: the *held* count |
+//! | bits 1.. (units of [`ONE`]) | records reserved and not yet finished: the *open* count |
 //!
-//! A reservation adds `ONE + HELD` in one RMW; a take subtracts `ONE`; the
-//! owner of a taken record subtracts `HELD` once it is done with it (the
-//! shepherd: completed, delayed, or requeued after its new reservation),
-//! so a held count of zero means nothing is due and nothing taken is still
-//! in hand ([`is_idle`](Line::is_idle)). The due count is at most the
-//! held count, which is at most [`MAX_HELD`] (the shepherd's builder caps
-//! its capacity there); neither carries into the other. The sleep protocol
-//! below reads only the low half (`CLOSED` and the due count): a record in
-//! a worker's hands makes no other worker look at the FIFO.
+//! A reservation adds `ONE`; a take changes nothing; the worker that took
+//! a record subtracts `ONE` once it is done with it
+//! ([`finish`](Line::finish); the shepherd: completed, delayed, or
+//! requeued after its new reservation). So a submit makes one RMW on one
+//! shared cache line, and a worker one, after its caller has heard: none
+//! lies between a submit and its attempt. An open count of zero means
+//! nothing is due and nothing taken is still in hand
+//! ([`is_idle`](Line::is_idle)), the shepherd's idle test.
 //!
 //! A producer counts its record in ([`reserve`](Line::reserve)) *before*
-//! it pushes it ([`publish`](Line::publish)), and a worker counts it out
-//! only after popping it, so the count never underflows and a non-zero
-//! count means a record is on the line, about to be, or being taken. Only
-//! a count of zero lets a worker sleep without a last look, and only
-//! `CLOSED` with a count of zero lets it leave.
+//! it pushes it ([`publish`](Line::publish)), and its worker counts it out
+//! only after popping it and finishing it, so the count never underflows
+//! and a non-zero open count means a record is on the line, about to be,
+//! or in a worker's hands. Only a count of zero lets a worker sleep
+//! without a last look (a record in another worker's hands only costs one
+//! more look at the FIFO), and only `CLOSED` with a count of zero lets it
+//! leave: a worker finishes what it took before it takes again, so its own
+//! records never keep it.
 //!
 //! **Sleeping (Dekker).** A worker that found nothing registers as a
 //! sleeper (in `sleepers`, and the count `asleep`, both under the sleepers
@@ -57,7 +56,7 @@
 //! to its wait, so the notification cannot fall between its check and its
 //! sleep). So a worker that sleeps with a record reserved but not yet
 //! pushed is woken by that record's producer; one that sleeps while
-//! another worker counts the last record out needs nothing. A producer
+//! another worker counts its record out needs nothing. A producer
 //! that finds nobody asleep touches no lock at all: the common case of
 //! busy workers costs two RMWs and a fence. There is no spinning on the
 //! state word, so no worker waits for a producer to be scheduled.
@@ -83,11 +82,10 @@
 //! `CLOSED` or was already waiting when the notification came. After the
 //! close a reservation fails (the submitter is refused), while records
 //! already reserved are still published and taken: workers drain the line
-//! and leave once the word's low half reads exactly `CLOSED` (records
-//! still held by other workers keep nobody). A sleeper may be waiting for
-//! a record another worker is counting out (or for a refused reservation
-//! being undone); whoever's decrement leaves the low half exactly `CLOSED`
-//! wakes every sleeper, so each sees it and leaves.
+//! and leave once the word reads exactly `CLOSED`. A sleeper
+//! may be waiting while another worker still runs a record (or for a
+//! refused reservation being undone); whoever's decrement leaves the
+//! word exactly `CLOSED` wakes every sleeper, so each sees it and leaves.
 
 #[cfg(loom)]
 use std::collections::VecDeque;
@@ -99,17 +97,8 @@ use crate::sync::{fence, now, spin_poll, AtomicUsize, Condvar, Mutex, Ordering};
 
 /// The state word's closed bit.
 pub(crate) const CLOSED: usize = 1;
-/// One record in the state word's due count.
+/// One record in the state word's open count.
 pub(crate) const ONE: usize = 2;
-/// Where the held count starts: half the word.
-const HALF: u32 = usize::BITS / 2;
-/// One record in the state word's held count.
-pub(crate) const HELD: usize = 1 << HALF;
-/// `CLOSED` and the due count: what the sleep protocol reads.
-const LOW: usize = HELD - 1;
-/// The most records a line may hold at once (reserved and not finished):
-/// the due count then stays below `HELD`, and the held count in its half.
-pub(crate) const MAX_HELD: usize = (HELD >> 1) - 1;
 
 /// How long a sleeper waits in one go: it re-checks after any wake-up, so
 /// this only bounds a wait nobody ends (none should).
@@ -123,8 +112,7 @@ pub(crate) struct Line<T> {
     receiver: crossbeam_channel::Receiver<T>,
     #[cfg(loom)]
     fifo: Mutex<VecDeque<T>>,
-    /// `CLOSED` | due × `ONE` | held × `HELD` (module docs, "The state
-    /// word"). On a cache line of its own: the submitter and the workers
+    /// `CLOSED` | open × `ONE` (module docs, "The state word"). On a cache line of its own: the submitter and the workers
     /// write it on every record, and a neighbour read by either side
     /// (`asleep`, the FIFO's handles) would pull it back and forth once
     /// more.
@@ -163,49 +151,55 @@ impl<T> Line<T> {
         }
     }
 
-    /// Counts one record in (due and held), before it is pushed; false
-    /// (and nothing counted) once the line is closed.
+    /// Counts one record in, before it is pushed; false (and nothing
+    /// counted) once the line is closed.
     #[inline]
     pub(crate) fn reserve(&self) -> bool {
         self.reserve_due().is_some()
     }
 
-    /// [`reserve`](Self::reserve), answering the due count it made (this
+    /// [`reserve`](Self::reserve), answering the open count it made (this
     /// record included), or `None` once closed: the submitter's reading of
     /// the count, with no second look at a word a worker may hold by then.
     #[inline]
     pub(crate) fn reserve_due(&self) -> Option<usize> {
         // SeqCst: the producer's write in the sleep Dekker (with the fence
         // in `publish`; the worker's side is in `sleep`), and in the one
-        // order of the held count's changes with the idle checks (see
+        // order of the count's changes with the idle checks (see
         // `is_idle`). One RMW also orders it against `close`'s `fetch_or`.
-        let old = self.state.fetch_add(ONE + HELD, Ordering::SeqCst);
+        let old = self.state.fetch_add(ONE, Ordering::SeqCst);
         if old & CLOSED != 0 {
             // Relaxed: a count only; the closed line admits nothing more,
             // and nothing waits for this record to be finished.
-            let old = self.state.fetch_sub(ONE + HELD, Ordering::Relaxed);
+            let old = self.state.fetch_sub(ONE, Ordering::Relaxed);
             self.counted_out(old);
             return None;
         }
-        Some((old & LOW) / ONE + 1)
+        Some((old & !CLOSED) / ONE + 1)
     }
 
-    /// The owner of a taken record is done with it: counts it out of the
-    /// held count. True if that left nothing held (the line idle).
+    /// The owner of a taken record is done with it: counts it out, and
+    /// if that left the line closed and empty, wakes
+    /// every sleeper (one may be waiting for this record; now it must
+    /// leave). True if that left nothing open (the line idle).
     #[inline]
     pub(crate) fn finish(&self) -> bool {
         // SeqCst: one order with the idle checks (the shepherd's
-        // `wait_idle`: its SeqCst count of waiters, then `is_idle`).
-        self.state.fetch_sub(HELD, Ordering::SeqCst) < 2 * HELD
+        // `wait_idle`: its SeqCst count of waiters, then `is_idle`). Every
+        // change of the count is an RMW on this one word, so the decrement
+        // that leaves it exactly `CLOSED` is the last.
+        let old = self.state.fetch_sub(ONE, Ordering::SeqCst);
+        self.counted_out(old);
+        old & !CLOSED == ONE
     }
 
-    /// True when nothing is held: nothing due, nothing taken and not
+    /// True when nothing is open: nothing due, nothing taken and not
     /// finished.
     #[inline]
     pub(crate) fn is_idle(&self) -> bool {
-        // SeqCst: read in one order with the SeqCst changes of the held
-        // count (`reserve`, `finish`).
-        self.state.load(Ordering::SeqCst) < HELD
+        // SeqCst: read in one order with the SeqCst changes of the count
+        // (`reserve`, `finish`).
+        self.state.load(Ordering::SeqCst) & !CLOSED == 0
     }
 
     /// Pushes a record counted in by [`reserve`](Self::reserve), and wakes
@@ -243,51 +237,33 @@ impl<T> Line<T> {
         }
     }
 
-    /// The oldest record, if one is on the line now.
+    /// The oldest record, if one is on the line now. It stays counted
+    /// until [`finish`](Self::finish); the record itself comes through the
+    /// FIFO's own synchronization.
     #[inline]
     fn pop(&self) -> Option<T> {
-        let (record, drained) = self.pop_quiet();
-        if drained {
-            self.wake_all();
-        }
-        record
-    }
-
-    /// [`pop`](Self::pop) without the wake-up it may owe; whether it
-    /// emptied a closed line (the caller then wakes every sleeper, outside
-    /// the sleepers lock).
-    #[inline]
-    fn pop_quiet(&self) -> (Option<T>, bool) {
         #[cfg(not(loom))]
         let record = self.receiver.try_recv().ok();
         #[cfg(loom)]
         let record = self.fifo.lock().pop_front();
-        if record.is_none() {
-            return (None, false);
-        }
-        // Relaxed: a count; the record itself came through the FIFO's own
-        // synchronization, the count was raised before the push (so this
-        // never underflows), and every change is an RMW on this one word,
-        // so the decrement that leaves its low half exactly `CLOSED` is the
-        // last.
-        let old = self.state.fetch_sub(ONE, Ordering::Relaxed);
-        (record, old & LOW == CLOSED + ONE)
+        record
     }
 
     /// After a decrement of the count from `old`: if that left the line
     /// closed and empty, wakes every sleeper (one may be waiting for the
     /// record just counted out; now it must leave).
     fn counted_out(&self, old: usize) {
-        if old & LOW == CLOSED + ONE {
+        if old == CLOSED + ONE {
             self.wake_all();
         }
     }
 
-    /// Records reserved and not yet taken: the due count.
-    pub(crate) fn due(&self) -> usize {
+    /// Records reserved and not yet finished: the open count (due, or in
+    /// a worker's hands).
+    pub(crate) fn open(&self) -> usize {
         // Relaxed: a reading for figures; decisions read the word in
         // `sleep`.
-        (self.state.load(Ordering::Relaxed) & LOW) / ONE
+        (self.state.load(Ordering::Relaxed) & !CLOSED) / ONE
     }
 
     /// The next record for worker `index`: taken at once if there is one,
@@ -303,7 +279,7 @@ impl<T> Line<T> {
         if !spin.is_zero() && !self.is_closed() && self.start_spinning() {
             // Relaxed: a hint; `pop` is the real look.
             let polled = spin_poll(spin, || {
-                if self.state.load(Ordering::Relaxed) & LOW >= ONE {
+                if self.state.load(Ordering::Relaxed) >= ONE {
                     self.pop()
                 } else {
                     None
@@ -354,23 +330,18 @@ impl<T> Line<T> {
         // (`close` sets it before taking the lock). An RMW rather than a
         // load: it reads the latest value in the word's modification
         // order (a cold path; the locked add costs nothing that matters).
-        let state = self.state.fetch_add(0, Ordering::Relaxed) & LOW;
+        let state = self.state.fetch_add(0, Ordering::Relaxed);
         if state == CLOSED {
             self.unregister(&mut sleepers, index);
             return Woke::Closed;
         }
         if state != 0 {
-            // A record is on the line, being pushed, or being taken. Look
-            // once more, registered: if it is not there yet, its producer's
-            // fence comes after ours, so its `asleep` load sees this
-            // registration and it wakes a sleeper (module docs).
-            let (record, drained) = self.pop_quiet();
-            if let Some(record) = record {
+            // A record is on the line, being pushed, or in a worker's
+            // hands. Look once more, registered: if it is not there yet,
+            // its producer's fence comes after ours, so its `asleep` load
+            // sees this registration and it wakes a sleeper (module docs).
+            if let Some(record) = self.pop() {
                 self.unregister(&mut sleepers, index);
-                drop(sleepers);
-                if drained {
-                    self.wake_all();
-                }
                 return Woke::Took(record);
             }
         }
@@ -451,15 +422,20 @@ mod tests {
         let line = Line::new(1);
         assert!(line.push(1).is_ok());
         assert!(line.reserve());
-        assert_eq!(line.due(), 2);
+        assert_eq!(line.open(), 2);
         line.publish(2);
         assert_eq!(line.pop(), Some(1));
+        assert_eq!(line.open(), 2, "taken, not finished");
+        assert!(!line.finish(), "one more is open");
         line.close();
         assert!(line.is_closed());
         assert_eq!(line.push(3), Err(3));
         // Closed, but what was reserved before is still taken.
         assert_eq!(line.take(0, Duration::ZERO), Some(2));
-        assert_eq!(line.due(), 0);
+        assert!(!line.is_idle());
+        assert!(line.finish(), "the last one");
+        assert_eq!(line.open(), 0);
+        assert!(line.is_idle());
         assert_eq!(line.take(0, Duration::ZERO), None);
     }
 
@@ -473,6 +449,7 @@ mod tests {
             std::thread::spawn(move || {
                 ready.send(()).unwrap();
                 took.send(line.take(0, Duration::ZERO)).unwrap();
+                line.finish();
                 line.take(0, Duration::ZERO)
             })
         };

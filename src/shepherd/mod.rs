@@ -329,7 +329,7 @@ impl<H: Handler> Shepherd<H> {
             // record is made before the reservation, so a worker that sees
             // the reservation finds the record at once.
             let (reply, receiver) = oneshot::channel();
-            let Some(due) = shared.reserve_due() else {
+            let Some(open) = shared.reserve_due() else {
                 // Admitted just before the table closed, but the line has
                 // closed since: hand the operation back.
                 shared.give_back(unit);
@@ -346,9 +346,11 @@ impl<H: Handler> Shepherd<H> {
             // After the publish: the worker may start on it meanwhile.
             shared.deposit(stamp);
             // Spin in `wait` only if a worker should take it at once (see
-            // `ShepherdBuilder::spin_wait`), by the due count the
-            // reservation made.
-            let spin = if due <= self.inner.workers {
+            // `ShepherdBuilder::spin_wait`), by the open count the
+            // reservation made: at most `workers` ahead of it, beyond those
+            // in workers' hands (at most one each, the workers' own
+            // previous records included until they are counted out).
+            let spin = if open <= 2 * self.inner.workers {
                 shared.spin
             } else {
                 Duration::ZERO
@@ -430,7 +432,7 @@ impl<H: Handler> Shepherd<H> {
         let shared = &*self.inner.shared;
         let mut core = shared.core.lock();
         shared.promote(&mut core, shared.clock.now());
-        shared.line.due()
+        shared.due()
     }
 
     /// Feeds `alarm` the [`due`](Self::due) count, at the shepherd's clock
@@ -624,11 +626,7 @@ fn read_stats<H: Handler>(shared: &Shared<H>, workers: usize) -> ShepherdStats {
     let (due, delayed, next_due) = {
         let mut core = shared.core.lock();
         shared.promote(&mut core, shared.clock.now());
-        (
-            shared.line.due(),
-            core.queue.delayed(),
-            core.queue.next_due(),
-        )
+        (shared.due(), core.queue.delayed(), core.queue.next_due())
     };
     let (running, busy) = shared.counters.running_busy();
     let mut stats = ShepherdStats {
@@ -715,8 +713,7 @@ impl ShepherdBuilder {
     }
 
     /// How many operations it may hold at once, due, delayed or running.
-    /// Required; at least 1, at most 2³¹ − 1 (2¹⁵ − 1 where `usize` has
-    /// 32 bits).
+    /// Required; at least 1.
     pub fn capacity(&mut self, capacity: usize) -> &mut Self {
         self.capacity = Some(capacity);
         self
@@ -831,10 +828,6 @@ impl ShepherdBuilder {
             return Err(ConfigError::nul("name"));
         }
         let capacity = self.capacity.ok_or(ConfigError::missing("capacity"))?;
-        if capacity > line::MAX_HELD {
-            // The due line counts what it holds in half a word.
-            return Err(ConfigError::too_large("capacity", line::MAX_HELD));
-        }
         let workers = self.workers.unwrap_or_else(num_cpus::get);
         if workers == 0 {
             return Err(ConfigError::zero("workers"));

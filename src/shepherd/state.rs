@@ -38,7 +38,7 @@
 //! lock. The admission table is called with or without `Core` held; it
 //! never calls back.
 //!
-//! **Counts.** The line's held count (line.rs, "The state word") counts
+//! **Counts.** The line's open count (line.rs, "The state word") counts
 //! the records on the line or in a slot: it goes up with the reservation
 //! that puts a record on the line (a submit, a retry due at once, a
 //! promotion) and down once a record leaves a slot for anywhere but the
@@ -46,11 +46,12 @@
 //! is in). Moving from the line to a slot changes nothing. So it is zero
 //! exactly when nothing is due and no attempt runs, read by
 //! [`Shared::is_idle`], and whoever brings it to zero notifies `idle`
-//! under `Core`, where `wait_idle` checks and sleeps. It shares the line's
-//! state word, so a submit makes one RMW on one shared cache line, and a
-//! worker's take and finish both land on that line. The figures
-//! `running` and `busy` are per-worker counts in [`Counters`], read
-//! without ordering.
+//! under `Core`, where `wait_idle` checks and sleeps. It is the line's
+//! state word itself, so a submit makes one RMW on one shared cache line,
+//! and a worker one when it is done with a record (none when it takes
+//! one). The figures `running` and `busy` are per-worker counts in
+//! [`Counters`], read without ordering; the `due` figure is the open count
+//! less `running`.
 //!
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -344,7 +345,7 @@ impl<H: Handler> Shared<H> {
 
     /// A record left the line and the slots for good (completed, or
     /// delayed), or was requeued after its new reservation went in: counts
-    /// it out of the held count, and notifies `wait_idle` if that made the
+    /// it out of the open count, and notifies `wait_idle` if that made the
     /// shepherd idle. Not under `Core`.
     #[inline]
     pub(crate) fn work_done(&self) {
@@ -389,18 +390,26 @@ impl<H: Handler> Shared<H> {
         }
     }
 
+    /// Operations due and waiting for a worker: the line's open count,
+    /// less those in workers' hands (`running`). The two are read one
+    /// after the other, without ordering: a figure.
+    pub(crate) fn due(&self) -> usize {
+        let (running, _) = self.counters.running_busy();
+        self.line.open().saturating_sub(running)
+    }
+
     /// True when nothing is due and no attempt runs (delayed records may
     /// wait); see the module docs, "Counts".
     pub(crate) fn is_idle(&self) -> bool {
         // The line's SeqCst load: in one order with the SeqCst changes of
-        // the held count, and after `wait_idle`'s increment (see
+        // the open count, and after `wait_idle`'s increment (see
         // `notify_if_idle`).
         self.line.is_idle()
     }
 
     /// Notifies `wait_idle` callers if there are any and the shepherd is
     /// idle now. Call it after a change that may have made it so (a
-    /// `SeqCst` decrement of the held count), not under `Core`.
+    /// `SeqCst` decrement of the open count), not under `Core`.
     pub(crate) fn notify_if_idle(&self) {
         // SeqCst: a store→load pair with `wait_idle` (its SeqCst increment
         // of `idle_waiters`, then its `is_idle` load): in the single order

@@ -53,7 +53,7 @@ enum After {
     Done,
     /// The record was in hand: completed with a failure, delayed or
     /// requeued; the loop counts the worker free, the attempt stopped and
-    /// the record out of the held count.
+    /// the record out of the open count.
     Held,
     /// The timer took the record at its deadline (and counted it): only
     /// the worker is free again.
@@ -225,7 +225,7 @@ impl<H: Handler> WorkerLoop<H> {
     /// A successful attempt, ended at `ended` (a stamp): the common case,
     /// in the order that lets the caller go on soonest. The unit goes
     /// back and every figure is counted, then the caller hears, then the
-    /// record is counted out of the held count (so a `wait_idle` that
+    /// record is counted out of the open count (so a `wait_idle` that
     /// returns finds every handle of a completed operation resolved, and
     /// the figures published by that SeqCst decrement). The user's drops
     /// come last, and nothing here may unwind (the loop would count the
@@ -331,7 +331,7 @@ pub(crate) fn run_timer<H: Handler>(shared: &Shared<H>) {
                 owed.settle();
                 // Out of the slot, after the requeue if any (state.rs,
                 // "Counts"). A final failure is completed below, after
-                // the held count fell: its caller may see `wait_idle` answer a
+                // the open count fell: its caller may see `wait_idle` answer a
                 // moment before its handle resolves, as with any
                 // completion.
                 shared.work_done_locked();
