@@ -777,8 +777,9 @@ impl ShepherdBuilder {
     /// by default, at most [`MAX_SPIN_WAIT`]. See
     /// [`PoolBuilder::spin_wait`](crate::PoolBuilder::spin_wait).
     ///
-    /// A completion spins only if its operation was among the first
-    /// `workers` due when it was submitted: one with more ahead of it waits
+    /// A completion spins only if, when it was submitted, at most
+    /// `workers` operations were due ahead of it beyond one in each
+    /// worker's hands (at most `2 × workers` open): one with more ahead of it waits
     /// at least an attempt's time, and a waiter that spins that long takes
     /// a core the workers need whenever threads outnumber cores (a
     /// submitter holding many operations and waiting for the oldest, on 2
