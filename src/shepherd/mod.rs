@@ -779,11 +779,11 @@ impl ShepherdBuilder {
     ///
     /// A completion spins only if, when it was submitted, at most
     /// `workers` operations were due ahead of it beyond one in each
-    /// worker's hands (at most `2 × workers` open): one with more ahead of it waits
-    /// at least an attempt's time, and a waiter that spins that long takes
-    /// a core the workers need whenever threads outnumber cores (a
-    /// submitter holding many operations and waiting for the oldest, on 2
-    /// cores with 2 workers, lost a third of its throughput to it).
+    /// worker's hands (at most `2 × workers` open): one with more ahead of
+    /// it waits at least an attempt's time, and a waiter that spins that
+    /// long takes a core the workers need whenever threads outnumber cores
+    /// (a submitter holding many operations and waiting for the oldest, on
+    /// 2 cores with 2 workers, lost a third of its throughput to it).
     pub fn spin_wait(&mut self, spin: Duration) -> &mut Self {
         self.spin_wait = Some(spin);
         self
