@@ -120,7 +120,10 @@ pub(crate) struct Line<T> {
     /// `sleepers.len()`, readable without the lock; written under it.
     asleep: AtomicUsize,
     /// Workers polling the empty line now (module docs, "Few spinners").
-    spinning: AtomicUsize,
+    /// Only workers write it, on every take that finds the line empty: on
+    /// a cache line of its own, away from `asleep`, which every publish
+    /// reads.
+    spinning: CachePadded<AtomicUsize>,
     /// The most that may poll at once: half the workers, at least one.
     max_spinning: usize,
     /// Workers registered as asleep, most recent last.
@@ -144,7 +147,7 @@ impl<T> Line<T> {
             fifo: Mutex::new(VecDeque::new()),
             state: CachePadded::new(AtomicUsize::new(0)),
             asleep: AtomicUsize::new(0),
-            spinning: AtomicUsize::new(0),
+            spinning: CachePadded::new(AtomicUsize::new(0)),
             max_spinning: (workers / 2).max(1),
             sleepers: Mutex::new(Vec::with_capacity(workers)),
             wake: (0..workers).map(|_| Condvar::new()).collect(),
