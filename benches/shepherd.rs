@@ -113,8 +113,9 @@ fn round_trip(c: &mut Criterion) {
 /// keeps the shepherd full: holding `capacity` handles, it waits for its
 /// oldest before it submits again. A unit is released before its handle
 /// resolves, so the submit then always finds one (no `Overload` round
-/// trip); the refusal branch is only a fallback.
-fn shepherd_throughput(ops: u64, workers: usize, capacity: usize) -> f64 {
+/// trip); the refusal branch is only a fallback. With the CPU time the
+/// process spent per operation (all threads), if it can be read.
+fn shepherd_throughput(ops: u64, workers: usize, capacity: usize) -> (f64, Option<f64>) {
     let shepherd = Shepherd::builder()
         .name("bench")
         .capacity(capacity)
@@ -127,6 +128,7 @@ fn shepherd_throughput(ops: u64, workers: usize, capacity: usize) -> f64 {
         )
         .build(|_| TenPercent)
         .unwrap();
+    let cpu = threads_cpu();
     let began = Instant::now();
     let mut pending: VecDeque<Completion<u64, ()>> = VecDeque::with_capacity(capacity);
     for op in 0..ops {
@@ -154,13 +156,15 @@ fn shepherd_throughput(ops: u64, workers: usize, capacity: usize) -> f64 {
     for done in pending {
         done.wait().unwrap();
     }
-    ops as f64 / began.elapsed().as_secs_f64()
+    let rate = ops as f64 / began.elapsed().as_secs_f64();
+    (rate, per_op(cpu, ops))
 }
 
 /// The same workload by hand: an unbounded crossbeam channel, `workers`
 /// threads each with a retry loop, a oneshot reply per operation. Returns
-/// operations per second and the longest the channel grew.
-fn hand_written_throughput(ops: u64, workers: usize) -> (f64, usize) {
+/// operations per second, the longest the channel grew, and the CPU time
+/// per operation.
+fn hand_written_throughput(ops: u64, workers: usize) -> (f64, usize, Option<f64>) {
     let (jobs, inbox) = unbounded::<(u64, oneshot::Sender<u64>)>();
     let threads: Vec<_> = (0..workers)
         .map(|_| {
@@ -177,6 +181,7 @@ fn hand_written_throughput(ops: u64, workers: usize) -> (f64, usize) {
             })
         })
         .collect();
+    let cpu = threads_cpu();
     let began = Instant::now();
     let mut replies = Vec::with_capacity(ops as usize);
     let mut longest = 0;
@@ -190,11 +195,35 @@ fn hand_written_throughput(ops: u64, workers: usize) -> (f64, usize) {
         answer.recv().unwrap();
     }
     let rate = ops as f64 / began.elapsed().as_secs_f64();
+    // Before the join: a joined thread's time leaves `/proc/self/task`.
+    let cpu = per_op(cpu, ops);
     drop(jobs);
     for thread in threads {
         thread.join().unwrap();
     }
-    (rate, longest)
+    (rate, longest, cpu)
+}
+
+/// CPU time the process's live threads have run, in ns, from each one's
+/// `/proc/self/task/*/schedstat` (nanosecond resolution, unlike
+/// `/proc/self/stat`). On a loaded machine the throughput of a run depends
+/// on what else runs; the CPU it took per operation much less.
+fn threads_cpu() -> Option<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = task.ok()?.path().join("schedstat");
+        // A thread may end between the listing and the read: skip it.
+        if let Ok(stat) = std::fs::read_to_string(path) {
+            total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+        }
+    }
+    Some(total)
+}
+
+/// ns of CPU per operation since `before` (a [`threads_cpu`] reading).
+fn per_op(before: Option<u64>, ops: u64) -> Option<f64> {
+    let after = threads_cpu()?;
+    Some(after.saturating_sub(before?) as f64 / ops as f64)
 }
 
 /// Process CPU time (user + system) so far, from /proc/self/stat.
@@ -269,11 +298,15 @@ fn ratio_table() {
     let mut ours = 0f64;
     let mut hand = 0f64;
     let mut longest = 0;
-    for _ in 0..3 {
-        ours = ours.max(shepherd_throughput(OPS, 2, 1024));
-        let (rate, grew) = hand_written_throughput(OPS, 2);
+    let (mut ours_cpu, mut hand_cpu) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..5 {
+        let (rate, cpu) = shepherd_throughput(OPS, 2, 1024);
+        ours = ours.max(rate);
+        ours_cpu = ours_cpu.min(cpu.unwrap_or(f64::INFINITY));
+        let (rate, grew, cpu) = hand_written_throughput(OPS, 2);
         hand = hand.max(rate);
         longest = longest.max(grew);
+        hand_cpu = hand_cpu.min(cpu.unwrap_or(f64::INFINITY));
     }
     println!(
         "throughput, 2 workers, 10% of ops fail once ({ROUNDS} rounds of work per attempt): shepherd {:.0}k ops/s (capacity 1024: at most 1024 held) | hand-written channel + retry loop {:.0}k ops/s (queue grew to {longest})",
@@ -284,6 +317,12 @@ fn ratio_table() {
         "  ratio shepherd/hand-written = {:.2}  (target >= 1)",
         ours / hand
     );
+    if ours_cpu.is_finite() && hand_cpu.is_finite() {
+        println!(
+            "  CPU per operation, all threads (best of 5): shepherd {ours_cpu:.0} ns | hand-written {hand_cpu:.0} ns  (ratio {:.2})",
+            ours_cpu / hand_cpu
+        );
+    }
 
     let (submit, due) = delayed_heap();
     println!(

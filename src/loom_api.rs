@@ -140,7 +140,9 @@ pub struct DueLine(crate::shepherd::line::Line<usize>);
 
 impl std::fmt::Debug for DueLine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DueLine").field("due", &self.due()).finish()
+        f.debug_struct("DueLine")
+            .field("open", &self.open())
+            .finish()
     }
 }
 
@@ -168,7 +170,8 @@ impl DueLine {
 
     /// A worker's take: polls once, yields, polls again (the spin under
     /// loom), then sleeps until a push or the close. `None` once closed
-    /// and empty.
+    /// and empty. The record stays open until [`finish`](Self::finish),
+    /// which a worker calls before it takes again.
     pub fn take(&self, worker: usize) -> Option<usize> {
         self.0.take(worker, std::time::Duration::from_nanos(1))
     }
@@ -178,9 +181,22 @@ impl DueLine {
         self.0.close()
     }
 
-    /// Records reserved and not yet taken.
-    pub fn due(&self) -> usize {
-        self.0.due()
+    /// Records reserved and not yet finished (due, or taken and still in
+    /// a worker's hands).
+    pub fn open(&self) -> usize {
+        self.0.open()
+    }
+
+    /// A worker is done with a record it took: counts it out, waking every
+    /// sleeper if that left the line closed and empty; true if nothing is
+    /// open any more.
+    pub fn finish(&self) -> bool {
+        self.0.finish()
+    }
+
+    /// True when nothing is open: nothing due, every taken record finished.
+    pub fn is_idle(&self) -> bool {
+        self.0.is_idle()
     }
 }
 

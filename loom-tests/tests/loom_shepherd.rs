@@ -12,7 +12,11 @@
 //!   wake per record, none lost;
 //! * shutdown wakes every sleeping worker, and a submit racing it is either
 //!   refused or taken by a worker before the workers leave (nothing is
-//!   stranded on a closed line).
+//!   stranded on a closed line), a record stays counted until its worker
+//!   finishes it, and the finish that empties a closed line lets every
+//!   sleeper leave;
+//! * the count is zero (the line idle) exactly once every record taken is
+//!   finished.
 //!
 //! The records are `usize` stand-ins: the completion (a oneshot, which
 //! loom cannot see) stays out of the model; the line is the protocol.
@@ -40,8 +44,11 @@ fn a_worker_never_sleeps_through_a_submit() {
             })
         };
         assert_eq!(line.take(0), Some(7));
+        assert!(!line.is_idle(), "taken, not finished");
+        assert!(line.finish(), "the last record open");
         submitter.join().unwrap();
-        assert_eq!(line.due(), 0);
+        assert_eq!(line.open(), 0);
+        assert!(line.is_idle());
         line.close();
         assert_eq!(line.take(0), None);
     });
@@ -57,7 +64,13 @@ fn a_submit_and_a_promotion_wake_two_sleepers() {
         let workers: Vec<_> = (0..2)
             .map(|index| {
                 let line = Arc::clone(&line);
-                thread::spawn(move || line.take(index))
+                thread::spawn(move || {
+                    let took = line.take(index);
+                    if took.is_some() {
+                        line.finish();
+                    }
+                    took
+                })
             })
             .collect();
         let submitter = {
@@ -69,7 +82,7 @@ fn a_submit_and_a_promotion_wake_two_sleepers() {
         let mut taken: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
         taken.sort_unstable();
         assert_eq!(taken, [Some(1), Some(2)]);
-        assert_eq!(line.due(), 0);
+        assert!(line.is_idle());
     });
 }
 
@@ -87,9 +100,13 @@ fn shutdown_wakes_every_worker_and_strands_nothing() {
                 let line = Arc::clone(&line);
                 thread::spawn(move || {
                     let mut took = 0;
+                    // A worker finishes what it took before it takes
+                    // again; the other may sleep meanwhile, and must be
+                    // let go by this finish if the line is closed.
                     while let Some(record) = line.take(index) {
                         assert_eq!(record, 5);
                         took += 1;
+                        line.finish();
                     }
                     took
                 })
@@ -103,7 +120,7 @@ fn shutdown_wakes_every_worker_and_strands_nothing() {
         let accepted = submitter.join().unwrap();
         let took: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
         assert_eq!(took, usize::from(accepted), "a record taken iff accepted");
-        assert_eq!(line.due(), 0);
+        assert!(line.is_idle(), "a refused reservation leaves nothing open");
         assert!(!line.push(6), "closed");
     });
 }

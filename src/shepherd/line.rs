@@ -21,14 +21,26 @@
 //! | bits | meaning |
 //! |---|---|
 //! | bit 0 ([`CLOSED`]) | set by [`close`](Line::close); never cleared |
-//! | bits 1.. (units of [`ONE`]) | records reserved and not yet taken |
+//! | bits 1.. (units of [`ONE`]) | records reserved and not yet finished: the *open* count |
+//!
+//! A reservation adds `ONE`; a take changes nothing; the worker that took
+//! a record subtracts `ONE` once it is done with it
+//! ([`finish`](Line::finish); the shepherd: completed, delayed, or
+//! requeued after its new reservation). So a submit makes one RMW on one
+//! shared cache line, and a worker one, after its caller has heard: none
+//! lies between a submit and its attempt. An open count of zero means
+//! nothing is due and nothing taken is still in hand
+//! ([`is_idle`](Line::is_idle)), the shepherd's idle test.
 //!
 //! A producer counts its record in ([`reserve`](Line::reserve)) *before*
-//! it pushes it ([`publish`](Line::publish)), and a worker counts it out
-//! only after popping it, so the count never underflows and a non-zero
-//! count means a record is on the line, about to be, or being taken. Only
-//! a count of zero lets a worker sleep without a last look, and only
-//! `CLOSED` with a count of zero lets it leave.
+//! it pushes it ([`publish`](Line::publish)), and its worker counts it out
+//! only after popping it and finishing it, so the count never underflows
+//! and a non-zero open count means a record is on the line, about to be,
+//! or in a worker's hands. Only a count of zero lets a worker sleep
+//! without a last look (a record in another worker's hands only costs one
+//! more look at the FIFO), and only `CLOSED` with a count of zero lets it
+//! leave: a worker finishes what it took before it takes again, so its own
+//! records never keep it.
 //!
 //! **Sleeping (Dekker).** A worker that found nothing registers as a
 //! sleeper (in `sleepers`, and the count `asleep`, both under the sleepers
@@ -44,10 +56,21 @@
 //! to its wait, so the notification cannot fall between its check and its
 //! sleep). So a worker that sleeps with a record reserved but not yet
 //! pushed is woken by that record's producer; one that sleeps while
-//! another worker counts the last record out needs nothing. A producer
+//! another worker counts its record out needs nothing. A producer
 //! that finds nobody asleep touches no lock at all: the common case of
 //! busy workers costs two RMWs and a fence. There is no spinning on the
 //! state word, so no worker waits for a producer to be scheduled.
+//!
+//! **Few spinners.** A worker that finds the line empty polls it for the
+//! spin budget before it sleeps, but only while fewer than half the
+//! workers (at least one) are polling already: tokio's multi-thread
+//! scheduler bounds its searching workers the same way
+//! (`transition_worker_to_searching`, "at most half"). One poller takes the
+//! next record as soon as it lands; more would only burn the cores the
+//! submitters and the busy workers need (with a submitter and two workers
+//! on two cores, a second poller cost the shepherd a fifth of its
+//! throughput). The count is a hint, outside the protocol: a worker that
+//! does not poll goes straight to the sleep below, which is exact.
 //!
 //! **One wake per record.** Each published record wakes at most one
 //! sleeper, the most recent (its cache is warmest); a woken worker takes
@@ -59,20 +82,22 @@
 //! `CLOSED` or was already waiting when the notification came. After the
 //! close a reservation fails (the submitter is refused), while records
 //! already reserved are still published and taken: workers drain the line
-//! and leave once the word reads exactly `CLOSED`. A sleeper may be
-//! waiting for a record another worker is counting out (or for a refused
-//! reservation being undone); whoever's decrement leaves the word exactly
-//! `CLOSED` wakes every sleeper, so each sees it and leaves.
+//! and leave once the word reads exactly `CLOSED`. A sleeper
+//! may be waiting while another worker still runs a record (or for a
+//! refused reservation being undone); whoever's decrement leaves the
+//! word exactly `CLOSED` wakes every sleeper, so each sees it and leaves.
 
 #[cfg(loom)]
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
+
 use crate::sync::{fence, now, spin_poll, AtomicUsize, Condvar, Mutex, Ordering};
 
 /// The state word's closed bit.
 pub(crate) const CLOSED: usize = 1;
-/// One record in the state word's count.
+/// One record in the state word's open count.
 pub(crate) const ONE: usize = 2;
 
 /// How long a sleeper waits in one go: it re-checks after any wake-up, so
@@ -87,10 +112,20 @@ pub(crate) struct Line<T> {
     receiver: crossbeam_channel::Receiver<T>,
     #[cfg(loom)]
     fifo: Mutex<VecDeque<T>>,
-    /// `CLOSED` | records × `ONE` (module docs, "The state word").
-    state: AtomicUsize,
+    /// `CLOSED` | open × `ONE` (module docs, "The state word"). On a cache line of its own: the submitter and the workers
+    /// write it on every record, and a neighbour read by either side
+    /// (`asleep`, the FIFO's handles) would pull it back and forth once
+    /// more.
+    state: CachePadded<AtomicUsize>,
     /// `sleepers.len()`, readable without the lock; written under it.
     asleep: AtomicUsize,
+    /// Workers polling the empty line now (module docs, "Few spinners").
+    /// Only workers write it, on every take that finds the line empty: on
+    /// a cache line of its own, away from `asleep`, which every publish
+    /// reads.
+    spinning: CachePadded<AtomicUsize>,
+    /// The most that may poll at once: half the workers, at least one.
+    max_spinning: usize,
     /// Workers registered as asleep, most recent last.
     sleepers: Mutex<Vec<usize>>,
     /// Worker `i` sleeps on `wake[i]`, so a push wakes one worker, not all
@@ -110,28 +145,64 @@ impl<T> Line<T> {
             receiver,
             #[cfg(loom)]
             fifo: Mutex::new(VecDeque::new()),
-            state: AtomicUsize::new(0),
+            state: CachePadded::new(AtomicUsize::new(0)),
             asleep: AtomicUsize::new(0),
+            spinning: CachePadded::new(AtomicUsize::new(0)),
+            max_spinning: (workers / 2).max(1),
             sleepers: Mutex::new(Vec::with_capacity(workers)),
             wake: (0..workers).map(|_| Condvar::new()).collect(),
         }
     }
 
-    /// Counts one record in, before it is built and pushed; false (and
-    /// nothing counted) once the line is closed.
+    /// Counts one record in, before it is pushed; false (and nothing
+    /// counted) once the line is closed.
     #[inline]
     pub(crate) fn reserve(&self) -> bool {
+        self.reserve_due().is_some()
+    }
+
+    /// [`reserve`](Self::reserve), answering the open count it made (this
+    /// record included), or `None` once closed: the submitter's reading of
+    /// the count, with no second look at a word a worker may hold by then.
+    #[inline]
+    pub(crate) fn reserve_due(&self) -> Option<usize> {
         // SeqCst: the producer's write in the sleep Dekker (with the fence
-        // in `publish`; the worker's side is in `sleep`). One RMW also
-        // orders it against `close`'s `fetch_or`.
+        // in `publish`; the worker's side is in `sleep`), and in the one
+        // order of the count's changes with the idle checks (see
+        // `is_idle`). One RMW also orders it against `close`'s `fetch_or`.
         let old = self.state.fetch_add(ONE, Ordering::SeqCst);
         if old & CLOSED != 0 {
-            // Relaxed: a count only; the closed line admits nothing more.
+            // Relaxed: a count only; the closed line admits nothing more,
+            // and nothing waits for this record to be finished.
             let old = self.state.fetch_sub(ONE, Ordering::Relaxed);
             self.counted_out(old);
-            return false;
+            return None;
         }
-        true
+        Some((old & !CLOSED) / ONE + 1)
+    }
+
+    /// The owner of a taken record is done with it: counts it out, and
+    /// if that left the line closed and empty, wakes
+    /// every sleeper (one may be waiting for this record; now it must
+    /// leave). True if that left nothing open (the line idle).
+    #[inline]
+    pub(crate) fn finish(&self) -> bool {
+        // SeqCst: one order with the idle checks (the shepherd's
+        // `wait_idle`: its SeqCst count of waiters, then `is_idle`). Every
+        // change of the count is an RMW on this one word, so the decrement
+        // that leaves it exactly `CLOSED` is the last.
+        let old = self.state.fetch_sub(ONE, Ordering::SeqCst);
+        self.counted_out(old);
+        old & !CLOSED == ONE
+    }
+
+    /// True when nothing is open: nothing due, nothing taken and not
+    /// finished.
+    #[inline]
+    pub(crate) fn is_idle(&self) -> bool {
+        // SeqCst: read in one order with the SeqCst changes of the count
+        // (`reserve`, `finish`).
+        self.state.load(Ordering::SeqCst) & !CLOSED == 0
     }
 
     /// Pushes a record counted in by [`reserve`](Self::reserve), and wakes
@@ -169,34 +240,16 @@ impl<T> Line<T> {
         }
     }
 
-    /// The oldest record, if one is on the line now.
+    /// The oldest record, if one is on the line now. It stays counted
+    /// until [`finish`](Self::finish); the record itself comes through the
+    /// FIFO's own synchronization.
     #[inline]
     fn pop(&self) -> Option<T> {
-        let (record, drained) = self.pop_quiet();
-        if drained {
-            self.wake_all();
-        }
-        record
-    }
-
-    /// [`pop`](Self::pop) without the wake-up it may owe; whether it
-    /// emptied a closed line (the caller then wakes every sleeper, outside
-    /// the sleepers lock).
-    #[inline]
-    fn pop_quiet(&self) -> (Option<T>, bool) {
         #[cfg(not(loom))]
         let record = self.receiver.try_recv().ok();
         #[cfg(loom)]
         let record = self.fifo.lock().pop_front();
-        if record.is_none() {
-            return (None, false);
-        }
-        // Relaxed: a count; the record itself came through the FIFO's own
-        // synchronization, the count was raised before the push (so this
-        // never underflows), and every change is an RMW on this one word,
-        // so the decrement that leaves it exactly `CLOSED` is the last.
-        let old = self.state.fetch_sub(ONE, Ordering::Relaxed);
-        (record, old == CLOSED + ONE)
+        record
     }
 
     /// After a decrement of the count from `old`: if that left the line
@@ -208,11 +261,12 @@ impl<T> Line<T> {
         }
     }
 
-    /// Records reserved and not yet taken: the due count.
-    pub(crate) fn due(&self) -> usize {
+    /// Records reserved and not yet finished: the open count (due, or in
+    /// a worker's hands).
+    pub(crate) fn open(&self) -> usize {
         // Relaxed: a reading for figures; decisions read the word in
         // `sleep`.
-        self.state.load(Ordering::Relaxed) / ONE
+        (self.state.load(Ordering::Relaxed) & !CLOSED) / ONE
     }
 
     /// The next record for worker `index`: taken at once if there is one,
@@ -225,7 +279,7 @@ impl<T> Line<T> {
         }
         // Once closed, what is left is drained and nothing more comes: no
         // reason to spin.
-        if !spin.is_zero() && !self.is_closed() {
+        if !spin.is_zero() && !self.is_closed() && self.start_spinning() {
             // Relaxed: a hint; `pop` is the real look.
             let polled = spin_poll(spin, || {
                 if self.state.load(Ordering::Relaxed) >= ONE {
@@ -234,6 +288,8 @@ impl<T> Line<T> {
                     None
                 }
             });
+            // Relaxed: a hint (module docs, "Few spinners").
+            self.spinning.fetch_sub(1, Ordering::Relaxed);
             if polled.is_some() {
                 return polled;
             }
@@ -248,6 +304,18 @@ impl<T> Line<T> {
                 Woke::Closed => return None,
             }
         }
+    }
+
+    /// Counts this worker among the pollers if fewer than `max_spinning`
+    /// are; false (not counted) if that many already poll.
+    fn start_spinning(&self) -> bool {
+        // Relaxed: a hint, never a decision about a record (module docs,
+        // "Few spinners"); the RMW only keeps the count exact.
+        self.spinning
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.max_spinning).then_some(n + 1)
+            })
+            .is_ok()
     }
 
     /// Registers worker `index` as asleep and sleeps, unless the line is
@@ -271,17 +339,12 @@ impl<T> Line<T> {
             return Woke::Closed;
         }
         if state != 0 {
-            // A record is on the line, being pushed, or being taken. Look
-            // once more, registered: if it is not there yet, its producer's
-            // fence comes after ours, so its `asleep` load sees this
-            // registration and it wakes a sleeper (module docs).
-            let (record, drained) = self.pop_quiet();
-            if let Some(record) = record {
+            // A record is on the line, being pushed, or in a worker's
+            // hands. Look once more, registered: if it is not there yet,
+            // its producer's fence comes after ours, so its `asleep` load
+            // sees this registration and it wakes a sleeper (module docs).
+            if let Some(record) = self.pop() {
                 self.unregister(&mut sleepers, index);
-                drop(sleepers);
-                if drained {
-                    self.wake_all();
-                }
                 return Woke::Took(record);
             }
         }
@@ -336,6 +399,7 @@ impl<T> Line<T> {
     }
 
     /// Whether [`close`](Self::close) has been called.
+    #[inline]
     pub(crate) fn is_closed(&self) -> bool {
         // Relaxed: a reading; nothing is published through it.
         self.state.load(Ordering::Relaxed) & CLOSED != 0
@@ -361,15 +425,20 @@ mod tests {
         let line = Line::new(1);
         assert!(line.push(1).is_ok());
         assert!(line.reserve());
-        assert_eq!(line.due(), 2);
+        assert_eq!(line.open(), 2);
         line.publish(2);
         assert_eq!(line.pop(), Some(1));
+        assert_eq!(line.open(), 2, "taken, not finished");
+        assert!(!line.finish(), "one more is open");
         line.close();
         assert!(line.is_closed());
         assert_eq!(line.push(3), Err(3));
         // Closed, but what was reserved before is still taken.
         assert_eq!(line.take(0, Duration::ZERO), Some(2));
-        assert_eq!(line.due(), 0);
+        assert!(!line.is_idle());
+        assert!(line.finish(), "the last one");
+        assert_eq!(line.open(), 0);
+        assert!(line.is_idle());
         assert_eq!(line.take(0, Duration::ZERO), None);
     }
 
@@ -383,6 +452,7 @@ mod tests {
             std::thread::spawn(move || {
                 ready.send(()).unwrap();
                 took.send(line.take(0, Duration::ZERO)).unwrap();
+                line.finish();
                 line.take(0, Duration::ZERO)
             })
         };

@@ -319,21 +319,22 @@ impl<H: Handler> Shepherd<H> {
             Ok(shard) => shard,
             Err(error) => return Err(Refused::new(error, op)),
         };
-        let unit = Unit::new(Arc::clone(table), shard);
+        let unit = Unit::new(shard);
         // A coarse stamp (see `Stamps`): the budget's window and the
         // turnaround need no more, and a precise read is a good part of a
         // submit's cost. A delay is measured on the shepherd's clock.
         let stamp = shared.stamps.now();
         if delay.is_zero() {
-            // Due at once: straight to the line, no lock (state.rs).
-            if !shared.reserve() {
+            // Due at once: straight to the line, no lock (state.rs). The
+            // record is made before the reservation, so a worker that sees
+            // the reservation finds the record at once.
+            let (reply, receiver) = oneshot::channel();
+            let Some(open) = shared.reserve_due() else {
                 // Admitted just before the table closed, but the line has
                 // closed since: hand the operation back.
-                drop(unit);
+                shared.give_back(unit);
                 return Err(Refused::new(Error::Shutdown, op));
-            }
-            shared.deposit(stamp);
-            let (reply, receiver) = oneshot::channel();
+            };
             shared.line.publish(Record {
                 op: OpBox::Owned(op),
                 attempts: 0,
@@ -342,10 +343,14 @@ impl<H: Handler> Shepherd<H> {
                 unit,
                 submitted: stamp,
             });
+            // After the publish: the worker may start on it meanwhile.
+            shared.deposit(stamp);
             // Spin in `wait` only if a worker should take it at once (see
-            // `ShepherdBuilder::spin_wait`): one Relaxed read of the word
-            // the reservation just wrote.
-            let spin = if shared.line.due() <= self.inner.workers {
+            // `ShepherdBuilder::spin_wait`), by the open count the
+            // reservation made: at most `workers` ahead of it, beyond those
+            // in workers' hands (at most one each, the workers' own
+            // previous records included until they are counted out).
+            let spin = if open <= 2 * self.inner.workers {
                 shared.spin
             } else {
                 Duration::ZERO
@@ -359,7 +364,7 @@ impl<H: Handler> Shepherd<H> {
             // Admitted just before the table closed, but shutdown has
             // drained the delay heap: hand the operation back.
             drop(core);
-            drop(unit);
+            shared.give_back(unit);
             return Err(Refused::new(Error::Shutdown, op));
         }
         shared.deposit(stamp);
@@ -427,7 +432,7 @@ impl<H: Handler> Shepherd<H> {
         let shared = &*self.inner.shared;
         let mut core = shared.core.lock();
         shared.promote(&mut core, shared.clock.now());
-        shared.line.due()
+        shared.due()
     }
 
     /// Feeds `alarm` the [`due`](Self::due) count, at the shepherd's clock
@@ -621,11 +626,7 @@ fn read_stats<H: Handler>(shared: &Shared<H>, workers: usize) -> ShepherdStats {
     let (due, delayed, next_due) = {
         let mut core = shared.core.lock();
         shared.promote(&mut core, shared.clock.now());
-        (
-            shared.line.due(),
-            core.queue.delayed(),
-            core.queue.next_due(),
-        )
+        (shared.due(), core.queue.delayed(), core.queue.next_due())
     };
     let (running, busy) = shared.counters.running_busy();
     let mut stats = ShepherdStats {
@@ -776,12 +777,13 @@ impl ShepherdBuilder {
     /// by default, at most [`MAX_SPIN_WAIT`]. See
     /// [`PoolBuilder::spin_wait`](crate::PoolBuilder::spin_wait).
     ///
-    /// A completion spins only if its operation was among the first
-    /// `workers` due when it was submitted: one with more ahead of it waits
-    /// at least an attempt's time, and a waiter that spins that long takes
-    /// a core the workers need whenever threads outnumber cores (a
-    /// submitter holding many operations and waiting for the oldest, on 2
-    /// cores with 2 workers, lost a third of its throughput to it).
+    /// A completion spins only if, when it was submitted, at most
+    /// `workers` operations were due ahead of it beyond one in each
+    /// worker's hands (at most `2 × workers` open): one with more ahead of
+    /// it waits at least an attempt's time, and a waiter that spins that
+    /// long takes a core the workers need whenever threads outnumber cores
+    /// (a submitter holding many operations and waiting for the oldest, on
+    /// 2 cores with 2 workers, lost a third of its throughput to it).
     pub fn spin_wait(&mut self, spin: Duration) -> &mut Self {
         self.spin_wait = Some(spin);
         self
@@ -863,13 +865,12 @@ impl ShepherdBuilder {
             budget: self
                 .retry
                 .retry_budget()
-                .map(|b| Mutex::new(Budget::new(b, start))),
-            work: CachePadded::new(AtomicUsize::new(0)),
+                .map(|b| CachePadded::new(Mutex::new(Budget::new(b, start)))),
             timer: Condvar::new(),
             idle: Condvar::new(),
             idle_waiters: AtomicUsize::new(0),
             slots: (0..workers).map(|_| Mutex::new(None)).collect(),
-            counters: Counters::new(workers),
+            counters: Counters::new(workers, self.attempt_timeout.is_some()),
             policy: self.retry,
             attempt_timeout: self.attempt_timeout,
             stamps: Stamps::new(&self.clock),

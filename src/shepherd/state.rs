@@ -11,9 +11,14 @@
 //! resolving it. A record leaves the system only through
 //! [`Shared::finish`], which releases the unit and *then* sends the
 //! outcome, so a caller that gets its result and submits again never meets
-//! its own stale unit. A record dropped any other way (none is) would still
-//! release its unit (the guard's `Drop`) and resolve its handle
-//! (`Reason::Shutdown`, from the dropped sender).
+//! its own stale unit. A record dropped any other way would still resolve
+//! its handle (`Reason::Shutdown`, from the dropped sender). Its unit is
+//! only the shard it came from, not a handle on the table (a reference
+//! count changed by the submitter and again by the worker would be one
+//! more cache line crossing between them on every operation), so its
+//! release is explicit on every path; the one place user code can unwind
+//! with a record in hand (a worker, dropping the user's error as it
+//! schedules a retry) holds an [`Owed`] guard that releases it then.
 //!
 //! **Where it waits.** An operation due now waits on the lock-free due
 //! [`Line`] (`line.rs`, which also holds the workers' sleep/wake
@@ -33,16 +38,20 @@
 //! lock. The admission table is called with or without `Core` held; it
 //! never calls back.
 //!
-//! **Counts.** `work` counts the records on the line or in a slot: it
-//! goes up before a record is put on the line (a submit, a retry due at
-//! once, a promotion) and down once a record leaves a slot for anywhere
-//! but the line (completed, or delayed) or is requeued (after the new
-//! count is in). Moving from the line to a slot changes nothing. So `work`
-//! is zero exactly when nothing is due and no attempt runs, one word read
-//! by [`Shared::is_idle`], and whoever brings it to zero notifies `idle`
-//! under `Core`, where `wait_idle` checks and sleeps. The figures
-//! `running` and `busy` are per-worker counts in [`Counters`], read
-//! without ordering.
+//! **Counts.** The line's open count (line.rs, "The state word") counts
+//! the records on the line or in a slot: it goes up with the reservation
+//! that puts a record on the line (a submit, a retry due at once, a
+//! promotion) and down once a record leaves a slot for anywhere but the
+//! line (completed, or delayed) or is requeued (after the new reservation
+//! is in). Moving from the line to a slot changes nothing. So it is zero
+//! exactly when nothing is due and no attempt runs, read by
+//! [`Shared::is_idle`], and whoever brings it to zero notifies `idle`
+//! under `Core`, where `wait_idle` checks and sleeps. It is the line's
+//! state word itself, so a submit makes one RMW on one shared cache line,
+//! and a worker one when it is done with a record (none when it takes
+//! one). The figures `running` and `busy` are per-worker counts in
+//! [`Counters`], read without ordering; the `due` figure is the open count
+//! less `running`.
 //!
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -63,35 +72,47 @@ use crate::table::Table;
 /// Builds a worker's handler; shared by every worker thread.
 pub(crate) type Factory<H> = dyn Fn(usize) -> H + Send + Sync;
 
-/// One unit of the table, held from admission to the final outcome and
-/// released exactly once: by [`Unit::release`], or by `Drop` if its record
-/// is dropped unresolved.
+/// One unit of the shepherd's table, held from admission to the final
+/// outcome: the shard it was taken from. Released exactly once, by
+/// [`Shared::finish`] or, on a refusal after admission, by
+/// [`Shared::give_back`] (module docs, "Where an operation is").
+#[derive(Debug)]
 pub(crate) struct Unit {
-    table: Arc<Table>,
     shard: usize,
-    held: bool,
 }
 
 impl Unit {
-    pub(crate) fn new(table: Arc<Table>, shard: usize) -> Self {
-        Unit {
-            table,
-            shard,
-            held: true,
-        }
-    }
-
-    /// Gives the unit back; `panicked` counts it in `Stats::panicked`.
-    fn release(mut self, panicked: bool) {
-        self.held = false;
-        self.table.release(self.shard, panicked);
+    pub(crate) fn new(shard: usize) -> Self {
+        Unit { shard }
     }
 }
 
-impl Drop for Unit {
+/// The unit of a record in a worker's hands while user code may unwind:
+/// released by `Drop` unless [`settle`](Self::settle)d, once the record
+/// was finished or stored.
+pub(crate) struct Owed<'a> {
+    table: &'a Table,
+    shard: Option<usize>,
+}
+
+impl<'a> Owed<'a> {
+    pub(crate) fn new(table: &'a Table, unit: &Unit) -> Self {
+        Owed {
+            table,
+            shard: Some(unit.shard),
+        }
+    }
+
+    /// The record is finished or stored: its unit is no longer ours.
+    pub(crate) fn settle(&mut self) {
+        self.shard = None;
+    }
+}
+
+impl Drop for Owed<'_> {
     fn drop(&mut self) {
-        if self.held {
-            self.table.release(self.shard, false);
+        if let Some(shard) = self.shard {
+            self.table.release(shard, false);
         }
     }
 }
@@ -165,11 +186,10 @@ pub(crate) struct Shared<H: Handler> {
     /// The operations due now, and the workers' sleep/wake protocol.
     pub(crate) line: Line<Record<H>>,
     pub(crate) core: Mutex<Core<H>>,
-    /// The retry budget, if the policy has one.
-    pub(crate) budget: Option<Mutex<Budget>>,
-    /// Records on the line or in a slot (module docs, "Counts"), on a
-    /// cache line of its own.
-    pub(crate) work: CachePadded<AtomicUsize>,
+    /// The retry budget, if the policy has one; on cache lines of its
+    /// own, as every submit writes it and the workers read the fields
+    /// around it.
+    pub(crate) budget: Option<CachePadded<Mutex<Budget>>>,
     /// The timer waits here for an earlier time, a clock move or the end.
     pub(crate) timer: Condvar,
     /// `wait_idle` callers wait here.
@@ -206,11 +226,19 @@ impl<H: Handler> Shared<H> {
         } = record;
         let panicked = matches!(&outcome, Err(f) if matches!(f.last(), LastAttempt::Panicked));
         let succeeded = outcome.is_ok();
-        unit.release(panicked);
+        self.table.release(unit.shard, panicked);
         let took = self.stamps.now().saturating_duration_since(submitted);
         self.counters.resolved(cell, succeeded, took);
         // A caller that dropped its handle is owed nothing more.
         let _ = reply.send(outcome);
+    }
+
+    /// Gives back a record's unit outside [`finish`](Self::finish): a
+    /// success (the worker's own order), or a record refused after its
+    /// admission (dropped unsent: nothing was handed out for it).
+    #[inline]
+    pub(crate) fn give_back(&self, unit: Unit) {
+        self.table.release(unit.shard, false);
     }
 
     /// A first attempt was submitted at `now`: a deposit in the budget.
@@ -288,8 +316,8 @@ impl<H: Handler> Shared<H> {
         Ok(())
     }
 
-    /// Counts a record into `work`, then puts it on the line; the record
-    /// back (and nothing counted) if the line is closed.
+    /// Counts a record in (due and held), then puts it on the line; the
+    /// record back (and nothing counted) if the line is closed.
     pub(crate) fn enqueue(&self, record: Record<H>) -> Result<(), Record<H>> {
         if !self.reserve() {
             return Err(record);
@@ -298,32 +326,33 @@ impl<H: Handler> Shared<H> {
         Ok(())
     }
 
-    /// Counts one record into `work` and reserves its place on the line;
-    /// false (nothing counted) if the line is closed. It never is for a
-    /// caller under `Core` (the line closes under `Core`, with `closing`,
-    /// which those callers check), so only the submit, which does not hold
-    /// `Core`, can meet the failure and its notification.
+    /// Counts one record in (due and held, one RMW) and reserves its
+    /// place on the line; false (nothing counted) if the line is closed.
+    /// It never is for a caller under `Core` (the line closes under
+    /// `Core`, with `closing`, which those callers check), so only the
+    /// submit, which does not hold `Core`, can meet the failure.
     #[inline]
     pub(crate) fn reserve(&self) -> bool {
-        // SeqCst: before the record can be taken, so `work` never reads
-        // zero while it is on the line or in a slot (module docs, "Counts").
-        self.work.fetch_add(1, SeqCst);
-        if self.line.reserve() {
-            true
-        } else {
-            self.work_done();
-            false
-        }
+        self.line.reserve()
+    }
+
+    /// [`reserve`](Self::reserve), answering the due count it made; `None`
+    /// if the line is closed.
+    #[inline]
+    pub(crate) fn reserve_due(&self) -> Option<usize> {
+        self.line.reserve_due()
     }
 
     /// A record left the line and the slots for good (completed, or
-    /// delayed), or was requeued after its new count went in: counts it
-    /// out of `work`, and notifies `wait_idle` if that made the shepherd
-    /// idle. Not under `Core`.
+    /// delayed), or was requeued after its new reservation went in: counts
+    /// it out of the open count, and notifies `wait_idle` if that made the
+    /// shepherd idle. Not under `Core`.
+    #[inline]
     pub(crate) fn work_done(&self) {
-        // SeqCst: one order with `wait_idle`'s increment of `idle_waiters`
-        // and its read of `work` (see `notify_if_idle`).
-        if self.work.fetch_sub(1, SeqCst) == 1 {
+        // The line's SeqCst decrement: one order with `wait_idle`'s
+        // increment of `idle_waiters` and its idle check (see
+        // `notify_if_idle`).
+        if self.line.finish() {
             self.notify_if_idle();
         }
     }
@@ -343,34 +372,44 @@ impl<H: Handler> Shared<H> {
         while let Some(record) = core.queue.pop_due(now) {
             if let Err(record) = self.enqueue(record) {
                 // Not reached: shutdown empties the heap as it closes the
-                // line, under `Core`. Dropped, the record still releases
-                // its unit and resolves its handle (module docs).
+                // line, under `Core`. Its unit goes back; dropped, the
+                // record resolves its handle (module docs).
                 debug_assert!(false, "a promotion after shutdown");
-                drop(record);
+                let Record { unit, .. } = record;
+                self.give_back(unit);
             }
         }
     }
 
     /// [`work_done`](Self::work_done) for a caller holding `Core`.
     pub(crate) fn work_done_locked(&self) {
-        // SeqCst: as in `work_done`.
-        if self.work.fetch_sub(1, SeqCst) == 1 {
+        // The line's SeqCst decrement, as in `work_done`.
+        if self.line.finish() {
             // `Core` is held: `wait_idle` is checking or asleep.
             self.idle.notify_all();
         }
     }
 
+    /// Operations due and waiting for a worker: the line's open count,
+    /// less those in workers' hands (`running`). The two are read one
+    /// after the other, without ordering: a figure.
+    pub(crate) fn due(&self) -> usize {
+        let (running, _) = self.counters.running_busy();
+        self.line.open().saturating_sub(running)
+    }
+
     /// True when nothing is due and no attempt runs (delayed records may
     /// wait); see the module docs, "Counts".
     pub(crate) fn is_idle(&self) -> bool {
-        // SeqCst: read in one order with the SeqCst changes of `work`, and
-        // after `wait_idle`'s increment (see `notify_if_idle`).
-        self.work.load(SeqCst) == 0
+        // The line's SeqCst load: in one order with the SeqCst changes of
+        // the open count, and after `wait_idle`'s increment (see
+        // `notify_if_idle`).
+        self.line.is_idle()
     }
 
     /// Notifies `wait_idle` callers if there are any and the shepherd is
     /// idle now. Call it after a change that may have made it so (a
-    /// `SeqCst` decrement of `work`), not under `Core`.
+    /// `SeqCst` decrement of the open count), not under `Core`.
     pub(crate) fn notify_if_idle(&self) {
         // SeqCst: a store→load pair with `wait_idle` (its SeqCst increment
         // of `idle_waiters`, then its `is_idle` load): in the single order

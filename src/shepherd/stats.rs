@@ -97,6 +97,9 @@ pub struct ShepherdStats {
 #[derive(Debug)]
 pub(crate) struct Counters {
     cells: Box<[CachePadded<Cell>]>,
+    /// Whether the timer also writes a worker's `running` (it takes a
+    /// timed-out record from its slot): only with an attempt timeout.
+    timer_stops: bool,
 }
 
 /// One thread's counts.
@@ -124,10 +127,26 @@ fn nanos(duration: Duration) -> u64 {
 }
 
 impl Counters {
-    /// Cells for `workers` workers, and the shared one.
-    pub(crate) fn new(workers: usize) -> Self {
+    /// Cells for `workers` workers, and the shared one; `timer_stops` if
+    /// the timer may stop a worker's attempt (an attempt timeout).
+    pub(crate) fn new(workers: usize, timer_stops: bool) -> Self {
         Counters {
             cells: (0..=workers).map(|_| CachePadded::default()).collect(),
+            timer_stops,
+        }
+    }
+
+    /// Adds `delta` (wrapping) to `running` of `cell`: an RMW if the timer
+    /// may write it too, else a plain load and store (one writer).
+    #[inline]
+    fn running_add(&self, cell: &Cell, delta: usize) {
+        if self.timer_stops {
+            // Relaxed: a count; two writers, so an RMW.
+            cell.running.fetch_add(delta, Relaxed);
+        } else {
+            // Relaxed: a count with one writer, this worker.
+            cell.running
+                .store(cell.running.load(Relaxed).wrapping_add(delta), Relaxed);
         }
     }
 
@@ -165,17 +184,15 @@ impl Counters {
     pub(crate) fn attempt(&self, cell: usize) {
         self.add(cell, 1, |c| &c.attempts);
         let cell = self.cell(cell);
-        // Relaxed: counts. `running` is an RMW: the timer also takes a
-        // timed-out record out of it. `busy` has one writer.
-        cell.running.fetch_add(1, Relaxed);
+        self.running_add(cell, 1);
+        // Relaxed: a flag with one writer, this worker.
         cell.busy.store(1, Relaxed);
     }
 
     /// Worker `cell`'s attempt no longer runs (it returned, or the timer
     /// took its record).
     pub(crate) fn stopped(&self, cell: usize) {
-        // Relaxed: a count; an RMW (see `attempt`).
-        self.cell(cell).running.fetch_sub(1, Relaxed);
+        self.running_add(self.cell(cell), usize::MAX);
     }
 
     /// Worker `cell` is out of the handler.

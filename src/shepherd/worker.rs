@@ -21,12 +21,12 @@
 use std::any::Any;
 use std::cmp::Reverse;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::handle::LastAttempt;
 use super::handler::{Handler, Recovery};
 use super::queue::Store;
-use super::state::{Record, Shared};
+use super::state::{Owed, Record, Shared};
 use crate::sync::Arc;
 use crate::worker::{drop_payload, drop_quietly};
 
@@ -46,6 +46,20 @@ enum Job<H: Handler> {
     },
 }
 
+/// What the worker loop still owes after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum After {
+    /// Completed with its output, everything counted ([`WorkerLoop::succeeded`]).
+    Done,
+    /// The record was in hand: completed with a failure, delayed or
+    /// requeued; the loop counts the worker free, the attempt stopped and
+    /// the record out of the open count.
+    Held,
+    /// The timer took the record at its deadline (and counted it): only
+    /// the worker is free again.
+    TimedOut,
+}
+
 /// One worker thread's loop.
 pub(crate) struct WorkerLoop<H: Handler> {
     pub(crate) index: usize,
@@ -61,16 +75,18 @@ impl<H: Handler> WorkerLoop<H> {
             // Nothing one attempt does may end the loop: a dead worker
             // would strand its slot. Handlers and user drops are caught
             // inside `attempt`; this is the backstop.
-            let had_record = match catch_unwind(AssertUnwindSafe(|| self.attempt(&mut state, job)))
-            {
-                Ok(had_record) => had_record,
+            let after = match catch_unwind(AssertUnwindSafe(|| self.attempt(&mut state, job))) {
+                Ok(after) => after,
                 Err(payload) => {
                     drop_payload(payload);
-                    true
+                    After::Held
                 }
             };
+            if after == After::Done {
+                continue;
+            }
             shared.counters.free(self.index);
-            if had_record {
+            if after == After::Held {
                 shared.counters.stopped(self.index);
                 // The record is completed, delayed or requeued by now
                 // (state.rs, "Counts"). Its SeqCst decrement also publishes
@@ -128,9 +144,9 @@ impl<H: Handler> WorkerLoop<H> {
         Some(job)
     }
 
-    /// Runs one attempt and deals with its outcome; whether the record was
-    /// still in the slot when it returned.
-    fn attempt(&self, state: &mut Option<H>, job: Job<H>) -> bool {
+    /// Runs one attempt and deals with its outcome; what is left to count
+    /// (see [`After`]).
+    fn attempt(&self, state: &mut Option<H>, job: Job<H>) -> After {
         let shared = &*self.shared;
         if state.is_none() {
             *state = self.build();
@@ -166,10 +182,17 @@ impl<H: Handler> WorkerLoop<H> {
                 drop_quietly(result);
             }
             self.rebuild(state);
-            return false;
+            return After::TimedOut;
         };
+        // From here until the record is finished or stored, its unit is
+        // released if anything unwinds (state.rs, "Where an operation is").
+        let mut owed = Owed::new(&shared.table, &record.unit);
         match result {
-            Ok(Ok(output)) => shared.finish(record, Ok(output), self.index),
+            Ok(Ok(output)) => {
+                owed.settle();
+                self.succeeded(record, output, ended);
+                return After::Done;
+            }
             Ok(Err(error)) => {
                 let handler = state.as_mut();
                 let verdict = catch_unwind(AssertUnwindSafe(|| {
@@ -186,17 +209,48 @@ impl<H: Handler> WorkerLoop<H> {
                 if recovery == Recovery::Rebuild {
                     self.rebuild(state);
                 }
-                self.failed(record, LastAttempt::Error(error), retryable);
+                self.failed(record, LastAttempt::Error(error), retryable, &mut owed);
             }
             Err(payload) => {
                 drop_payload(payload);
                 shared.counters.panicked(self.index);
                 self.rebuild(state);
                 let retryable = shared.policy.retries_panics();
-                self.failed(record, LastAttempt::Panicked, retryable);
+                self.failed(record, LastAttempt::Panicked, retryable, &mut owed);
             }
         }
-        true
+        After::Held
+    }
+
+    /// A successful attempt, ended at `ended` (a stamp): the common case,
+    /// in the order that lets the caller go on soonest. The unit goes
+    /// back and every figure is counted, then the caller hears, then the
+    /// record is counted out of the open count (so a `wait_idle` that
+    /// returns finds every handle of a completed operation resolved, and
+    /// the figures published by that SeqCst decrement). The user's drops
+    /// come last, and nothing here may unwind (the loop would count the
+    /// record out twice).
+    fn succeeded(&self, record: Record<H>, output: H::Output, ended: Instant) {
+        let shared = &*self.shared;
+        let Record {
+            op,
+            last,
+            reply,
+            unit,
+            submitted,
+            ..
+        } = record;
+        shared.give_back(unit);
+        shared
+            .counters
+            .resolved(self.index, true, ended.saturating_duration_since(submitted));
+        shared.counters.free(self.index);
+        shared.counters.stopped(self.index);
+        // A caller that dropped its handle is owed nothing more; the
+        // unsent output is dropped here, quietly.
+        drop_quietly(reply.send(Ok(output)));
+        shared.work_done();
+        drop_quietly((op, last));
     }
 
     /// A failed attempt: retry or finish, as [`Shared::decide`] says.
@@ -205,13 +259,18 @@ impl<H: Handler> WorkerLoop<H> {
         record: super::state::Record<H>,
         last: LastAttempt<H::Error>,
         retryable: bool,
+        owed: &mut Owed<'_>,
     ) {
         let shared = &*self.shared;
         let now = shared.clock.now();
         let final_ = {
             let mut core = shared.core.lock();
+            // It drops the previous attempt's error: user code.
             shared.decide(&mut core, record, last, retryable, now, self.index)
         };
+        // Stored for a retry, or in hand for `finish` below, which
+        // releases it before anything else.
+        owed.settle();
         if let Some((record, failure)) = final_ {
             shared.finish(record, Err(failure), self.index);
         }
@@ -253,6 +312,8 @@ pub(crate) fn run_timer<H: Handler>(shared: &Shared<H>) {
             core.deadlines.pop();
             let taken = take_running(&mut shared.slots[worker].lock(), token);
             if let Some((_, record)) = taken {
+                // Released if the user's error dropped by `decide` unwinds.
+                let mut owed = Owed::new(&shared.table, &record.unit);
                 let cell = shared.counters.shared_cell();
                 shared.counters.timed_out(cell);
                 shared.counters.stopped(worker);
@@ -267,9 +328,10 @@ pub(crate) fn run_timer<H: Handler>(shared: &Shared<H>) {
                 ) {
                     finals.push(last);
                 }
+                owed.settle();
                 // Out of the slot, after the requeue if any (state.rs,
                 // "Counts"). A final failure is completed below, after
-                // `work` fell: its caller may see `wait_idle` answer a
+                // the open count fell: its caller may see `wait_idle` answer a
                 // moment before its handle resolves, as with any
                 // completion.
                 shared.work_done_locked();
