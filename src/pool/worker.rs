@@ -277,7 +277,10 @@ impl<W: Worker> WorkerLoop<W> {
                 // caller that gets its answer and calls again at once
                 // never meets its own stale unit.
                 unit.release(outcome.is_err());
-                self.back_to_mailbox();
+                if let Some(stealing) = &self.steal {
+                    // Back to the mailbox next: see `Idle::spin`.
+                    stealing.idle.spin(self.index);
+                }
                 // A caller that timed out or dropped its future is gone;
                 // the request still ran, and that is all it is owed. The
                 // unsent reply is dropped here, on the worker: a panic in
@@ -307,7 +310,6 @@ impl<W: Worker> WorkerLoop<W> {
                         CURRENT_KEY.with(|key| key.set(None));
                         unit.release(outcome.is_err());
                         turn.pass();
-                        self.back_to_mailbox();
                         drop_quietly(reply.send(outcome));
                     }
                     Job::Cast(message) => {
@@ -319,16 +321,6 @@ impl<W: Worker> WorkerLoop<W> {
                 }
             }
             Envelope::Wake => {}
-        }
-    }
-
-    /// Marks this worker as going straight back to its mailbox, before a
-    /// reply goes out, where it sleeps in the idle room: the caller's next
-    /// request then rings nobody (see `Idle::spin`).
-    #[inline]
-    fn back_to_mailbox(&self) {
-        if let Some(stealing) = &self.steal {
-            stealing.idle.spin(self.index);
         }
     }
 
