@@ -355,13 +355,6 @@ pub fn next_envelope_with_private(
     .map(|(from, ())| from)
 }
 
-/// What a stealing worker does when it has handled a request, before the
-/// reply goes out: it marks itself as going back to its mailbox
-/// (`Idle::spin`).
-pub fn finished(idle: &Idle, me: usize) {
-    idle.0.spin(me)
-}
-
 /// What a stealing worker does after it gave back a unit of shard `from`
 /// (`steal::after_release`).
 pub fn after_release(idle: &Idle, me: usize, from: usize) {

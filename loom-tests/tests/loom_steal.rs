@@ -11,7 +11,7 @@
 
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
-use sidejob::loom_api::{after_release, finished, next_envelope, Idle, Mailbox, Table};
+use sidejob::loom_api::{after_release, next_envelope, Idle, Mailbox, Table};
 
 /// A count threads can wait on.
 #[derive(Default)]
@@ -72,7 +72,6 @@ impl Rig {
         while let Some(from) = next_envelope(me, &self.mailboxes, &self.idle, &self.table) {
             handle();
             self.table.release(from);
-            finished(&self.idle, me);
             after_release(&self.idle, me, from);
             self.handled.bump();
         }

@@ -14,11 +14,8 @@
 //! worker hold a receiver, and the channel hands each envelope to exactly
 //! one of them. A worker polls its own mailbox first, for the pool's spin
 //! budget, looking at the others every [`STEAL_EVERY`] polls (so the
-//! owner's line is not pulled away from its producers on every poll), and
-//! then only at those whose owner is not polling its own (a request there
-//! is stuck behind a busy or sleeping owner; one at a polling owner is
-//! about to be taken, and stealing it would only move it to another core);
-//! then once more at all of them before it sleeps.
+//! owner's line is not pulled away from its producers on every poll), then
+//! once more at all of them before it sleeps.
 //!
 //! # Sleeping and waking
 //!
@@ -98,9 +95,8 @@ impl<T> Queue for crossbeam_channel::Receiver<T> {
 pub(crate) struct Idle {
     /// Workers between "about to sleep" and "awake again".
     sleepers: AtomicUsize,
-    /// Per worker: true from the end of a request (before its reply is
-    /// sent) until the worker takes its next envelope or stops polling, so
-    /// it will take what arrives at its mailbox without being woken. Each
+    /// Per worker: true while it polls its own mailbox with nothing in
+    /// hand, so it will take what arrives there without being woken. Each
     /// on its own line: its worker writes it once per request.
     spinning: Box<[CachePadded<AtomicBool>]>,
     /// Per worker: true from just before it re-checks the mailboxes to
@@ -147,14 +143,9 @@ impl Idle {
         }
     }
 
-    /// Worker `me` starts polling its own mailbox, or is about to: it has
-    /// finished a request and goes straight back to its mailbox. Marking it
-    /// before the reply is sent spares the wake-up a caller's next request
-    /// would otherwise ring (the caller is often faster than the worker's
-    /// way back to its poll), and the steal of that request by a worker
-    /// woken for nothing.
+    /// Worker `me` starts polling its own mailbox.
     #[inline]
-    pub(crate) fn spin(&self, me: usize) {
+    fn spin(&self, me: usize) {
         // Relaxed: a producer that misses it only wakes a sleeper for
         // nothing.
         self.spinning[me].store(true, Ordering::Relaxed);
@@ -262,7 +253,7 @@ pub(crate) fn next<Q: Queue>(
             }
             polls = polls.wrapping_add(1);
             if polls % STEAL_EVERY == 0 {
-                steal_from_busy(me, mailboxes, idle)
+                steal(me, mailboxes)
             } else {
                 None
             }
@@ -312,24 +303,6 @@ pub(crate) fn after_release(idle: &Idle, me: usize, from: usize) {
     if from != me {
         idle.wake_all();
     }
-}
-
-/// One look at the mailboxes of the other workers that are not polling
-/// their own (busy with a request, or asleep), starting after `me`. While
-/// spinning, a worker leaves alone a mailbox whose owner is about to take
-/// what is in it: the steal would only move the request's line to another
-/// core, and keep a worker awake that has nothing of its own to do. Before
-/// it sleeps it looks at every mailbox ([`steal`]), so nothing is left
-/// behind by this filter.
-fn steal_from_busy<Q: Queue>(me: usize, mailboxes: &[Q], idle: &Idle) -> Option<(usize, Q::Item)> {
-    let count = mailboxes.len();
-    (1..count)
-        .map(|step| (me + step) % count)
-        // Relaxed: a stale flag only makes this look skip or take one
-        // envelope early or late; the final look before sleeping is
-        // unfiltered.
-        .filter(|&other| !idle.spinning[other].load(Ordering::Relaxed))
-        .find_map(|other| mailboxes[other].try_take().map(|item| (other, item)))
 }
 
 /// One look at every other mailbox, starting after `me` (so two thieves

@@ -277,10 +277,6 @@ impl<W: Worker> WorkerLoop<W> {
                 // caller that gets its answer and calls again at once
                 // never meets its own stale unit.
                 unit.release(outcome.is_err());
-                if let Some(stealing) = &self.steal {
-                    // Back to the mailbox next: see `Idle::spin`.
-                    stealing.idle.spin(self.index);
-                }
                 // A caller that timed out or dropped its future is gone;
                 // the request still ran, and that is all it is owed. The
                 // unsent reply is dropped here, on the worker: a panic in
