@@ -13,6 +13,8 @@
 //! Run: `cargo bench --no-run --all-features --bench async_dispatch`, then
 //! `target/release/deps/async_dispatch-<hash> --bench`.
 
+mod common;
+
 use std::hint::black_box;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -83,13 +85,11 @@ struct Latency {
 }
 
 fn summarize(latencies: &Mutex<Vec<Duration>>, refused: usize) -> Latency {
-    let mut all = std::mem::take(&mut *latencies.lock().unwrap());
-    all.sort();
-    let at = |q: f64| all[((all.len() - 1) as f64 * q) as usize];
+    let (p50, p99, max) = common::quantiles(std::mem::take(&mut *latencies.lock().unwrap()));
     Latency {
-        p50: at(0.50),
-        p99: at(0.99),
-        max: *all.last().unwrap(),
+        p50,
+        p99,
+        max,
         refused,
     }
 }

@@ -10,12 +10,15 @@
 //!   handler, against a `crossbeam_channel::bounded` of the same capacity
 //!   with a trivial consumer; both producers retry when full.
 
+mod common;
+
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::ns_per_op;
 use criterion::{criterion_group, BenchmarkId, Criterion};
 use sidejob::{Error, Pool, Worker};
 
@@ -79,13 +82,11 @@ struct Latency {
 }
 
 fn summarize(latencies: &Mutex<Vec<Duration>>, refused: usize) -> Latency {
-    let mut all = std::mem::take(&mut *latencies.lock().unwrap());
-    all.sort();
-    let at = |q: f64| all[((all.len() - 1) as f64 * q) as usize];
+    let (p50, p99, max) = common::quantiles(std::mem::take(&mut *latencies.lock().unwrap()));
     Latency {
-        p50: at(0.50),
-        p99: at(0.99),
-        max: *all.last().unwrap(),
+        p50,
+        p99,
+        max,
         refused,
     }
 }
@@ -260,19 +261,6 @@ fn worker_loop(c: &mut Criterion) {
         |b| b.iter_custom(|iters| consumer.run(iters)),
     );
     group.finish();
-}
-
-/// ns per operation: the best of several timed runs of `iters` calls.
-fn ns_per_op(iters: u64, mut op: impl FnMut()) -> f64 {
-    (0..7)
-        .map(|_| {
-            let began = Instant::now();
-            for _ in 0..iters {
-                op();
-            }
-            began.elapsed().as_nanos() as f64 / iters as f64
-        })
-        .fold(f64::INFINITY, f64::min)
 }
 
 /// The best of several runs of `run`, in ns per message.

@@ -19,11 +19,14 @@
 //! and the other three serve the rest; pinned, the quarter of the keys that
 //! hash to its worker wait behind it.
 
+mod common;
+
 use std::hint::black_box;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::ns_per_op;
 use criterion::{criterion_group, BenchmarkId, Criterion};
 use sidejob::{Error, KeyedMode, Pool, Worker};
 
@@ -151,29 +154,14 @@ fn hot_key_run(mode: KeyedMode, with_hot: bool) -> Latency {
         }
     }
     pool.shutdown();
-    let mut all = std::mem::take(&mut *latencies.lock().unwrap());
-    all.sort();
-    let at = |q: f64| all[((all.len() - 1) as f64 * q) as usize];
+    let (p50, p99, max) = common::quantiles(std::mem::take(&mut *latencies.lock().unwrap()));
     Latency {
-        p50: at(0.50),
-        p99: at(0.99),
-        max: *all.last().unwrap(),
+        p50,
+        p99,
+        max,
         refused_other,
         refused_hot,
     }
-}
-
-/// ns per operation: the best of several timed runs of `iters` calls.
-fn ns_per_op(iters: u64, mut op: impl FnMut()) -> f64 {
-    (0..7)
-        .map(|_| {
-            let began = Instant::now();
-            for _ in 0..iters {
-                op();
-            }
-            began.elapsed().as_nanos() as f64 / iters as f64
-        })
-        .fold(f64::INFINITY, f64::min)
 }
 
 fn ms(d: Duration) -> String {

@@ -51,3 +51,16 @@ pub fn cpu_time() -> Option<std::time::Duration> {
     let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
     Some(std::time::Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux
 }
+
+/// The median, 99th percentile and maximum of `latencies` (not empty).
+pub fn quantiles(
+    mut latencies: Vec<std::time::Duration>,
+) -> (
+    std::time::Duration,
+    std::time::Duration,
+    std::time::Duration,
+) {
+    latencies.sort();
+    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
+    (at(0.50), at(0.99), *latencies.last().expect("no latencies"))
+}
