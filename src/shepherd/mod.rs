@@ -335,6 +335,11 @@ impl<H: Handler> Shepherd<H> {
                 shared.give_back(unit);
                 return Err(Refused::new(Error::Shutdown, op));
             };
+            // Before the publish: once published, the first attempt may
+            // fail and ask the budget for a retry, which this first
+            // attempt's deposit must already be in (a deposit after the
+            // publish made the budget refuse retries it owed).
+            shared.deposit(stamp);
             shared.line.publish(Record {
                 op: OpBox::Owned(op),
                 attempts: 0,
@@ -343,8 +348,6 @@ impl<H: Handler> Shepherd<H> {
                 unit,
                 submitted: stamp,
             });
-            // After the publish: the worker may start on it meanwhile.
-            shared.deposit(stamp);
             // Spin in `wait` only if a worker should take it at once (see
             // `ShepherdBuilder::spin_wait`), by the open count the
             // reservation made: at most `workers` ahead of it, beyond those
