@@ -49,18 +49,21 @@ fn storm(threads: usize, capacity: usize, workers: usize) {
     let barrier = Arc::new(Barrier::new(threads + 2));
     let done = Arc::new(AtomicBool::new(false));
 
-    // Watches the bound while the storm runs.
+    // Watches the bound while the storm runs: at least one reading, however
+    // late the scheduler runs this thread (a small storm can end before it
+    // is first scheduled), and as many as fit until the storm is over.
     let monitor = {
         let (pool, done, barrier) = (pool.clone(), done.clone(), barrier.clone());
         thread::spawn(move || {
             barrier.wait();
-            let mut readings = 0u64;
-            while !done.load(SeqCst) {
+            loop {
+                let over = done.load(SeqCst);
                 let usage = pool.usage();
                 assert!(usage <= capacity, "usage {usage} > capacity {capacity}");
-                readings += 1;
+                if over {
+                    break;
+                }
             }
-            readings
         })
     };
     let producers: Vec<_> = (0..threads)
@@ -98,7 +101,7 @@ fn storm(threads: usize, capacity: usize, workers: usize) {
     }
     pool.shutdown(); // every admitted cast is handled before this returns
     done.store(true, SeqCst);
-    assert!(monitor.join().unwrap() > 0);
+    monitor.join().unwrap(); // re-raises the monitor's failed assertion
 
     let mut was_admitted = vec![false; total];
     for &id in &admitted {
