@@ -84,7 +84,7 @@ impl Table {
     /// Gives back a unit that was admitted but never used (a keyed request
     /// refused `KeyBusy`).
     pub fn refund(&self, shard: usize) {
-        self.0.refund(shard)
+        self.0.return_unused(shard)
     }
 
     /// Sets the capacity (see `Limiter::set_capacity`).

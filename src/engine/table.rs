@@ -1026,11 +1026,13 @@ impl Table {
         shard
     }
 
-    /// Gives back a unit a waiter was handed but never used (it gave up,
-    /// or took another itself): released as usual, so the next waiter gets
-    /// it, and counted as a phantom, so that its admission, which nobody
-    /// used, is not counted in `accepted` (nor its return in `completed`).
-    fn return_unused(&self, shard: usize) {
+    /// Gives back a unit that was admitted but never used: a waiter was
+    /// handed it and gave up (or took another itself), or a keyed request
+    /// took it and was refused by its key. Released as usual, so the next
+    /// waiter gets it, and counted as a phantom, so that its admission,
+    /// which nobody used, is not counted in `accepted` (nor its return in
+    /// `completed`).
+    pub(crate) fn return_unused(&self, shard: usize) {
         self.release(shard, false);
         // Relaxed: a count for `stats`.
         self.shards[shard].phantom.fetch_add(1, Relaxed);
@@ -1532,13 +1534,6 @@ impl Table {
             _ => {}
         }
         take
-    }
-
-    /// Gives back a unit that was admitted but never used (a keyed request
-    /// refused by its key after it took its unit): released as usual, so
-    /// a waiter gets it, and left out of `accepted` and `completed`.
-    pub(crate) fn refund(&self, i: usize) {
-        self.return_unused(i);
     }
 
     /// Records that the unit held on shard `i` will never be given back

@@ -64,7 +64,7 @@ impl<W: Worker> Ordered<W> {
                 .map_err(|keyed| (Error::Shutdown, keyed.job)),
             Admit::Queued => Ok(()),
             Admit::Busy(keyed) => {
-                self.table.refund(shard);
+                self.table.return_unused(shard);
                 Err((Error::KeyBusy, keyed.job))
             }
         }
