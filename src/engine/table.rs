@@ -1206,15 +1206,10 @@ impl Table {
         // bit. Other shards' bits are trusted: checking them all would make
         // a rejection cost grow with the shard count.
         if !marked || !self.shards[start].looks_full() {
-            match self.shards[start].try_take() {
-                Take::Taken { now_full } => {
-                    if now_full {
-                        self.mark_full(start);
-                    }
-                    return Ok(start);
-                }
-                Take::Full => self.mark_full(start),
-                Take::Over => self.undo(start),
+            match self.take_at(start) {
+                Take::Taken { .. } => return Ok(start),
+                // Marked full or undone by `take_at`: walk on.
+                Take::Full | Take::Over => {}
                 Take::Closed => return Err(Error::Shutdown),
                 Take::Gated => {
                     let result = self.acquire_gated(start, false);
@@ -1261,15 +1256,9 @@ impl Table {
                 let bit = candidates.trailing_zeros() as usize;
                 candidates &= candidates - 1;
                 let i = w * BITS + bit;
-                match self.shards[i].try_take() {
-                    Take::Taken { now_full } => {
-                        if now_full {
-                            self.mark_full(i);
-                        }
-                        return Ok(i);
-                    }
-                    Take::Full => self.mark_full(i),
-                    Take::Over => self.undo(i),
+                match self.take_at(i) {
+                    Take::Taken { .. } => return Ok(i),
+                    Take::Full | Take::Over => {}
                     Take::Closed => return Err(Error::Shutdown),
                     Take::Gated => return self.acquire_gated(start, except_start),
                 }
@@ -1514,24 +1503,34 @@ impl Table {
         result
     }
 
-    /// One attempt on shard `i` with the full-set steps; through the
-    /// control lock if the shard is gated (as `acquire_gated`: under the
-    /// lock with no debt, no shard is gated).
+    /// [`take_at`](Self::take_at) on shard `i`, through the control lock
+    /// if the shard is gated (as `acquire_gated`: under the lock with no
+    /// debt, no shard is gated).
     fn take_only(&self, i: usize) -> Take {
-        let take = match self.shards[i].try_take() {
+        match self.take_at(i) {
             Take::Gated => {
                 let mut control = self.control.lock();
                 if control.debt && !self.settle(&mut control) {
                     return Take::Full;
                 }
-                self.shards[i].try_take()
+                self.take_at(i)
             }
             take => take,
-        };
+        }
+    }
+
+    /// One take on shard `i` with the full-set steps that follow every
+    /// take (the protocol in the module docs): the shard's bit is set when
+    /// this take filled it or found it full, and a take that landed over a
+    /// limit lowered meanwhile is undone. The one place those steps are
+    /// written, for the fast path, the walk and the pinned take alike.
+    #[inline(always)]
+    fn take_at(&self, i: usize) -> Take {
+        let take = self.shards[i].try_take();
         match take {
             Take::Taken { now_full: true } | Take::Full => self.mark_full(i),
             Take::Over => self.undo(i),
-            _ => {}
+            Take::Taken { now_full: false } | Take::Closed | Take::Gated => {}
         }
         take
     }
