@@ -19,18 +19,11 @@ use std::hint::black_box;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::head_of_line::{offer_stream, summarize, Job, Latency, GAP, REQUESTS};
 use criterion::{BenchmarkId, Criterion};
 use sidejob::{AsyncPool, AsyncWorker, Error, Pool};
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
-
-/// What a head-of-line request is: when it was sent, and how long it works.
-type Job = (Instant, Duration);
-
-const HOL_REQUESTS: usize = 6_000;
-const HOL_GAP: Duration = Duration::from_micros(200);
-const FAST: Duration = Duration::from_micros(20);
-const SLOW: Duration = Duration::from_millis(50);
 
 /// Runs a request: a slow one awaits (holding its worker, not a thread),
 /// a fast one computes, then records its latency.
@@ -59,41 +52,6 @@ impl AsyncWorker for Hol {
     }
 }
 
-/// Offers the paced stream to `offer` (false: refused) from this thread
-/// (outside the runtime, as a network reader would); the refused count.
-fn offer_stream(mut offer: impl FnMut(Job) -> bool) -> usize {
-    let start = Instant::now();
-    let mut refused = 0;
-    for i in 0..HOL_REQUESTS {
-        let due = start + HOL_GAP * i as u32;
-        while Instant::now() < due {
-            std::hint::spin_loop();
-        }
-        let work = if i % 200 == 100 { SLOW } else { FAST };
-        if !offer((Instant::now(), work)) {
-            refused += 1;
-        }
-    }
-    refused
-}
-
-struct Latency {
-    p50: Duration,
-    p99: Duration,
-    max: Duration,
-    refused: usize,
-}
-
-fn summarize(latencies: &Mutex<Vec<Duration>>, refused: usize) -> Latency {
-    let (p50, p99, max) = common::quantiles(std::mem::take(&mut *latencies.lock().unwrap()));
-    Latency {
-        p50,
-        p99,
-        max,
-        refused,
-    }
-}
-
 fn runtime() -> Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -104,7 +62,7 @@ fn runtime() -> Runtime {
 
 fn hol_pool(steal: bool) -> Latency {
     let rt = runtime();
-    let latencies = Arc::new(Mutex::new(Vec::with_capacity(HOL_REQUESTS)));
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(REQUESTS)));
     let pool = {
         let latencies = latencies.clone();
         Pool::builder()
@@ -129,7 +87,7 @@ fn hol_pool(steal: bool) -> Latency {
 /// next request. Bounded at 64, as the pool.
 fn hol_shared_channel() -> Latency {
     let rt = runtime();
-    let latencies = Arc::new(Mutex::new(Vec::with_capacity(HOL_REQUESTS)));
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(REQUESTS)));
     let (sender, receiver) = mpsc::channel::<Job>(64);
     let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
     let workers: Vec<_> = (0..2)
@@ -243,8 +201,8 @@ fn main() {
 
     println!("\n== async dispatch: measured side by side in this run (2-thread runtime) ==");
     println!(
-        "head-of-line: 2 workers, capacity 64, {HOL_REQUESTS} requests one every {} µs, 20 µs of CPU each, a 50 ms await every 200th; latency of the fast ones",
-        HOL_GAP.as_micros()
+        "head-of-line: 2 workers, capacity 64, {REQUESTS} requests one every {} µs, 20 µs of CPU each, a 50 ms await every 200th; latency of the fast ones",
+        GAP.as_micros()
     );
     let rows = [
         ("async pool, no stealing", hol_pool(false)),

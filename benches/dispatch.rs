@@ -18,12 +18,10 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::head_of_line::{offer_stream, summarize, Job, Latency, GAP, REQUESTS};
 use common::ns_per_op;
 use criterion::{criterion_group, BenchmarkId, Criterion};
 use sidejob::{Error, Pool, Worker};
-
-/// What a head-of-line request is: when it was sent, and how long it works.
-type Job = (Instant, Duration);
 
 /// Busy-works for the request's time and records the latency of the fast
 /// ones (a 50 ms request sleeps: it blocks its worker as a slow I/O would).
@@ -52,47 +50,8 @@ impl Worker for Hol {
     }
 }
 
-const HOL_REQUESTS: usize = 6_000;
-const HOL_GAP: Duration = Duration::from_micros(200);
-const FAST: Duration = Duration::from_micros(20);
-const SLOW: Duration = Duration::from_millis(50);
-
-/// Offers the paced stream to `offer` (false: refused); the refused count.
-fn offer_stream(mut offer: impl FnMut(Job) -> bool) -> usize {
-    let start = Instant::now();
-    let mut refused = 0;
-    for i in 0..HOL_REQUESTS {
-        let due = start + HOL_GAP * i as u32;
-        while Instant::now() < due {
-            std::hint::spin_loop();
-        }
-        let work = if i % 200 == 100 { SLOW } else { FAST };
-        if !offer((Instant::now(), work)) {
-            refused += 1;
-        }
-    }
-    refused
-}
-
-struct Latency {
-    p50: Duration,
-    p99: Duration,
-    max: Duration,
-    refused: usize,
-}
-
-fn summarize(latencies: &Mutex<Vec<Duration>>, refused: usize) -> Latency {
-    let (p50, p99, max) = common::quantiles(std::mem::take(&mut *latencies.lock().unwrap()));
-    Latency {
-        p50,
-        p99,
-        max,
-        refused,
-    }
-}
-
 fn hol_pool(steal: bool) -> Latency {
-    let latencies = Arc::new(Mutex::new(Vec::with_capacity(HOL_REQUESTS)));
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(REQUESTS)));
     let pool = {
         let latencies = latencies.clone();
         Pool::builder()
@@ -113,7 +72,7 @@ fn hol_pool(steal: bool) -> Latency {
 }
 
 fn hol_shared_channel() -> Latency {
-    let latencies = Arc::new(Mutex::new(Vec::with_capacity(HOL_REQUESTS)));
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(REQUESTS)));
     let (sender, receiver) = crossbeam_channel::bounded::<Job>(64);
     let workers: Vec<_> = (0..2)
         .map(|_| {
@@ -277,8 +236,8 @@ fn ms(d: Duration) -> String {
 fn ratio_table() {
     println!("\n== dispatch: measured side by side in this run ==");
     println!(
-        "head-of-line: 2 workers, capacity 64, {HOL_REQUESTS} requests one every {} µs, 20 µs each, 50 ms every 200th; latency of the fast ones",
-        HOL_GAP.as_micros()
+        "head-of-line: 2 workers, capacity 64, {REQUESTS} requests one every {} µs, 20 µs each, 50 ms every 200th; latency of the fast ones",
+        GAP.as_micros()
     );
     let rows = [
         ("pool, no stealing", hol_pool(false)),

@@ -6,6 +6,8 @@
 // Each bench compiles this module on its own and uses what it needs.
 #![allow(dead_code)]
 
+pub mod head_of_line;
+
 use std::time::Instant;
 
 /// ns per call of `f` over `iters` calls.
