@@ -157,8 +157,8 @@ pub(crate) struct Record<H: Handler> {
     pub(crate) last: LastAttempt<H::Error>,
     pub(crate) reply: oneshot::Sender<Outcome<H::Output, H::Error>>,
     pub(crate) unit: Unit,
-    /// When it was submitted, on [`Shared::stamps`].
-    pub(crate) submitted: Instant,
+    /// When it was submitted, a stamp of [`Shared::stamps`].
+    pub(crate) submitted: u64,
 }
 
 /// What a worker is running: the attempt's token and its record (taken by
@@ -244,7 +244,7 @@ impl<H: Handler> Shared<H> {
         let panicked = matches!(&outcome, Err(f) if matches!(f.last(), LastAttempt::Panicked));
         let succeeded = outcome.is_ok();
         self.table.release(unit.shard, panicked);
-        let took = self.stamps.now().saturating_duration_since(submitted);
+        let took = self.stamps.now().saturating_sub(submitted);
         self.counters.resolved(cell, succeeded, took);
         // A caller that dropped its handle is owed nothing more.
         let _ = reply.send(outcome);
@@ -258,10 +258,11 @@ impl<H: Handler> Shared<H> {
         self.table.release(unit.shard, false);
     }
 
-    /// A first attempt was submitted at `now`: a deposit in the budget.
-    pub(crate) fn deposit(&self, now: Instant) {
+    /// A first attempt was submitted at stamp `now`: a deposit in the
+    /// budget.
+    pub(crate) fn deposit(&self, now: u64) {
         if let Some(budget) = &self.budget {
-            budget.lock().deposit(now);
+            budget.lock().deposit(self.stamps.instant(now));
         }
     }
 

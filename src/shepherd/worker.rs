@@ -38,7 +38,7 @@
 use std::any::Any;
 use std::cmp::Reverse;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::handle::LastAttempt;
 use super::handler::{Handler, Recovery};
@@ -199,7 +199,7 @@ impl<H: Handler> WorkerLoop<H> {
         let ended = shared.stamps.now();
         shared
             .counters
-            .processed(self.index, ended.saturating_duration_since(started));
+            .processed(self.index, ended.saturating_sub(started));
         let taken = match job {
             Job::InHand(record) => Some(record),
             Job::InSlot { token, .. } => {
@@ -269,7 +269,7 @@ impl<H: Handler> WorkerLoop<H> {
     /// the figures published by that SeqCst decrement). The user's drops
     /// come last, and nothing here may unwind (the loop would count the
     /// record out twice).
-    fn succeeded(&self, record: Record<H>, output: H::Output, ended: Instant) {
+    fn succeeded(&self, record: Record<H>, output: H::Output, ended: u64) {
         let shared = &*self.shared;
         let Record {
             op,
@@ -282,7 +282,7 @@ impl<H: Handler> WorkerLoop<H> {
         shared.give_back(unit);
         shared
             .counters
-            .resolved(self.index, true, ended.saturating_duration_since(submitted));
+            .resolved(self.index, true, ended.saturating_sub(submitted));
         shared.counters.free(self.index);
         shared.counters.stopped(self.index);
         // A caller that dropped its handle is owed nothing more; the
