@@ -256,12 +256,12 @@ impl CoarseClock {
         }
     }
 
-    /// The time now, to a tick's resolution, as an
-    /// [`Instant`](std::time::Instant) on this clock's base (comparable with
-    /// other readings of this clock, not with `Instant::now()`).
+    /// The [`Instant`](std::time::Instant) a reading of [`ticks`](Self::ticks)
+    /// stands for, on this clock's base: comparable with other readings of
+    /// this clock, not with `Instant::now()`.
     #[inline]
-    pub(crate) fn coarse_now(&self) -> std::time::Instant {
-        self.base + std::time::Duration::from_nanos(self.ticks())
+    pub(crate) fn at(&self, ticks: u64) -> std::time::Instant {
+        self.base + std::time::Duration::from_nanos(ticks)
     }
 
     /// The [`Instant`](std::time::Instant) a reading of [`ticks`](Self::ticks)

@@ -413,6 +413,34 @@ fn gated(
 }
 
 #[test]
+fn a_retry_without_backoff_runs_on_its_worker_before_newer_operations() {
+    let (factory, open, starts) = gated(true);
+    let shepherd = Shepherd::builder()
+        .capacity(4)
+        .workers(1)
+        .retry(no_backoff(2))
+        .build(factory)
+        .unwrap();
+    let first = shepherd.submit(1).unwrap();
+    assert_eq!(starts.recv_timeout(PATIENCE), Ok((1, 1)));
+    // Due behind the first while its first attempt runs (and fails).
+    let second = shepherd.submit(2).unwrap();
+    for _ in 0..4 {
+        open.send(()).unwrap();
+    }
+    assert_eq!(first.wait(), Ok(1));
+    assert_eq!(second.wait(), Ok(2));
+    let order: Vec<_> = (0..3)
+        .map(|_| starts.recv_timeout(PATIENCE).unwrap())
+        .collect();
+    // The retry of 1 comes before 2, not behind it on the line.
+    assert_eq!(order, [(1, 2), (2, 1), (2, 2)]);
+    let stats = shepherd.stats();
+    assert_eq!((stats.attempts, stats.retries, stats.succeeded), (4, 2, 2));
+    assert_eq!(shepherd.usage(), 0);
+}
+
+#[test]
 fn shutdown_resolves_every_handle() {
     let clock = ManualClock::new();
     let (factory, open, starts) = gated(true);

@@ -124,25 +124,47 @@ pub(crate) enum Clock {
 /// on average: an operation much shorter than a tick reads 0 or one tick,
 /// one tick with the probability its length is of a tick. The *sum* over
 /// many operations is therefore right; one operation's is not.
+///
+/// A stamp is nanoseconds since the stamps were made (a `u64`, not an
+/// `Instant`): a record carries one, and a span is one subtraction, where
+/// `Instant` arithmetic goes through `timespec` on every operation.
 #[derive(Debug, Clone)]
 pub(crate) enum Stamps {
     Coarse(CoarseClock),
-    Manual(ManualClock),
+    Manual { clock: ManualClock, base: Instant },
 }
 
 impl Stamps {
     pub(crate) fn new(clock: &Clock) -> Self {
         match clock {
             Clock::System => Stamps::Coarse(CoarseClock::new()),
-            Clock::Manual(clock) => Stamps::Manual(clock.clone()),
+            Clock::Manual(clock) => Stamps::Manual {
+                base: clock.now(),
+                clock: clock.clone(),
+            },
         }
     }
 
+    /// The time now, as a stamp.
     #[inline]
-    pub(crate) fn now(&self) -> Instant {
+    pub(crate) fn now(&self) -> u64 {
         match self {
-            Stamps::Coarse(clock) => clock.coarse_now(),
-            Stamps::Manual(clock) => clock.now(),
+            Stamps::Coarse(clock) => clock.ticks(),
+            Stamps::Manual { clock, base } => {
+                let since = clock.now().saturating_duration_since(*base);
+                u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+            }
+        }
+    }
+
+    /// The clock time `stamp` stands for (the retry budget keeps
+    /// `Instant`s).
+    pub(crate) fn instant(&self, stamp: u64) -> Instant {
+        match self {
+            Stamps::Coarse(clock) => clock.at(stamp),
+            Stamps::Manual { base, .. } => base
+                .checked_add(Duration::from_nanos(stamp))
+                .unwrap_or(*base),
         }
     }
 }

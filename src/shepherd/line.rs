@@ -5,7 +5,8 @@
 //! # Implementation details
 //!
 //! **Why a line of its own.** An operation due at once (a `submit`, a
-//! retry without backoff, a delayed one the timer promotes) goes here, not
+//! retry the timer requeues after a late attempt, a delayed one the timer
+//! promotes; a worker keeps its own retry without backoff) goes here, not
 //! under the shepherd's lock: a submit and the worker's take are each a
 //! few atomic operations on the FIFO and on [`Line::state`], and the lock
 //! is left to the delay heap and the retry decision. The FIFO is
@@ -25,8 +26,8 @@
 //!
 //! A reservation adds `ONE`; a take changes nothing; the worker that took
 //! a record subtracts `ONE` once it is done with it
-//! ([`finish`](Line::finish); the shepherd: completed, delayed, or
-//! requeued after its new reservation). So a submit makes one RMW on one
+//! ([`finish`](Line::finish); the shepherd: completed or delayed; a retry
+//! its worker keeps stays counted until then). So a submit makes one RMW on one
 //! shared cache line, and a worker one, after its caller has heard: none
 //! lies between a submit and its attempt. An open count of zero means
 //! nothing is due and nothing taken is still in hand

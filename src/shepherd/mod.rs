@@ -83,7 +83,9 @@ pub const MAX_WORKERS: usize = 4096;
 /// [`attempt_timeout`](ShepherdBuilder::attempt_timeout)) is retried after
 /// a backoff, as the [`RetryPolicy`] allows, until it succeeds or the
 /// shepherd gives up; the caller's handle then gets the output or a
-/// [`Failure`] carrying the last error and the attempt count.
+/// [`Failure`] carrying the last error and the attempt count. A retry with
+/// no backoff is attempted at once by the worker that failed it, before
+/// newer operations (a late attempt's, by whichever worker is free).
 ///
 /// Admission goes through the same sharded table as the other front-ends:
 /// an operation takes one unit of `capacity` when submitted and holds it

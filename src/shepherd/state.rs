@@ -40,10 +40,13 @@
 //!
 //! **Counts.** The line's open count (line.rs, "The state word") counts
 //! the records on the line or in a slot: it goes up with the reservation
-//! that puts a record on the line (a submit, a retry due at once, a
-//! promotion) and down once a record leaves a slot for anywhere but the
-//! line (completed, or delayed) or is requeued (after the new reservation
-//! is in). Moving from the line to a slot changes nothing. So it is zero
+//! that puts a record on the line (a submit, a promotion, the timer's
+//! requeue of a late attempt's retry) and down once a record leaves a
+//! slot for anywhere but the line (completed, or delayed) or is requeued
+//! (after the new reservation is in). Moving from the line to a slot
+//! changes nothing, and neither does a failed attempt whose retry is due
+//! at once: its worker keeps the record, still counted, and attempts it
+//! next (worker.rs, "A retry due at once"). So it is zero
 //! exactly when nothing is due and no attempt runs, read by
 //! [`Shared::is_idle`], and whoever brings it to zero notifies `idle`
 //! under `Core`, where `wait_idle` checks and sleeps. It is the line's
@@ -154,13 +157,27 @@ pub(crate) struct Record<H: Handler> {
     pub(crate) last: LastAttempt<H::Error>,
     pub(crate) reply: oneshot::Sender<Outcome<H::Output, H::Error>>,
     pub(crate) unit: Unit,
-    /// When it was submitted, on [`Shared::stamps`].
-    pub(crate) submitted: Instant,
+    /// When it was submitted, a stamp of [`Shared::stamps`].
+    pub(crate) submitted: u64,
 }
 
 /// What a worker is running: the attempt's token and its record (taken by
 /// the timer if the attempt times out).
 pub(crate) type Slot<H> = Option<(u64, Record<H>)>;
+
+/// What [`Shared::decide`] made of a failed attempt.
+pub(crate) enum Decision<H: Handler> {
+    /// No more attempts: complete the record with this failure
+    /// ([`Shared::finish`], outside `Core`).
+    Final(Record<H>, Failure<H::Error>),
+    /// The retry waits in the delay heap.
+    Later,
+    /// The retry is due at once (no backoff). The record stays in the
+    /// caller's hands and counted open: a worker attempts it next itself
+    /// (worker.rs, "A retry due at once"); the timer puts it on the line
+    /// ([`Shared::requeue`]).
+    Now(Record<H>),
+}
 
 /// What `Core` guards.
 pub(crate) struct Core<H: Handler> {
@@ -227,7 +244,7 @@ impl<H: Handler> Shared<H> {
         let panicked = matches!(&outcome, Err(f) if matches!(f.last(), LastAttempt::Panicked));
         let succeeded = outcome.is_ok();
         self.table.release(unit.shard, panicked);
-        let took = self.stamps.now().saturating_duration_since(submitted);
+        let took = self.stamps.now().saturating_sub(submitted);
         self.counters.resolved(cell, succeeded, took);
         // A caller that dropped its handle is owed nothing more.
         let _ = reply.send(outcome);
@@ -241,17 +258,18 @@ impl<H: Handler> Shared<H> {
         self.table.release(unit.shard, false);
     }
 
-    /// A first attempt was submitted at `now`: a deposit in the budget.
-    pub(crate) fn deposit(&self, now: Instant) {
+    /// A first attempt was submitted at stamp `now`: a deposit in the
+    /// budget.
+    pub(crate) fn deposit(&self, now: u64) {
         if let Some(budget) = &self.budget {
-            budget.lock().deposit(now);
+            budget.lock().deposit(self.stamps.instant(now));
         }
     }
 
-    /// After a failed attempt whose record is back in hand: schedules the
-    /// retry, or returns the record and its final failure for
-    /// [`finish`](Self::finish) (outside the lock). Under `Core`; counted
-    /// in counter cell `cell`.
+    /// After a failed attempt whose record is back in hand: the final
+    /// failure, a retry stored in the delay heap, or a retry due at once,
+    /// handed back to the caller (see [`Decision::Now`]). Under `Core`;
+    /// counted in counter cell `cell`.
     pub(crate) fn decide(
         &self,
         core: &mut Core<H>,
@@ -260,7 +278,7 @@ impl<H: Handler> Shared<H> {
         retryable: bool,
         now: Instant,
         cell: usize,
-    ) -> Option<(Record<H>, Failure<H::Error>)> {
+    ) -> Decision<H> {
         let reason = if !retryable {
             Some(Reason::NotRetryable)
         } else if record.attempts >= self.policy.attempts() {
@@ -280,40 +298,33 @@ impl<H: Handler> Shared<H> {
         };
         if let Some(reason) = reason {
             let failure = Failure::new(reason, last, record.attempts);
-            return Some((record, failure));
+            return Decision::Final(record, failure);
         }
         record.last = last;
         let delay = self.policy.delay(record.attempts, &mut core.rng);
         self.counters.retry(cell);
         let due = now.checked_add(delay).unwrap_or(now);
-        match self.schedule(core, record, due, now) {
+        if due <= now {
+            return Decision::Now(record);
+        }
+        self.delay(core, record, due);
+        Decision::Later
+    }
+
+    /// Puts a retry due at once ([`Decision::Now`]) on the line, for a
+    /// caller that cannot attempt it itself (the timer). Under `Core`; the
+    /// record and its final failure back if the line is closed (not
+    /// reached: the line closes with `closing`, which `decide` checked
+    /// under the same lock).
+    pub(crate) fn requeue(&self, record: Record<H>) -> Option<(Record<H>, Failure<H::Error>)> {
+        match self.enqueue(record) {
             Ok(()) => None,
             Err(mut record) => {
-                // Not reached: the line closes with `closing`, checked
-                // above under the same lock.
                 let last = std::mem::replace(&mut record.last, LastAttempt::None);
                 let attempts = record.attempts;
                 Some((record, Failure::new(Reason::Shutdown, last, attempts)))
             }
         }
-    }
-
-    /// Queues `record`, due at `due`: on the line (waking a worker) if it
-    /// is due by `now`, else in the delay heap (waking the timer if it is
-    /// due before the timer wakes). Under `Core`. The record back if the
-    /// line is closed.
-    pub(crate) fn schedule(
-        &self,
-        core: &mut Core<H>,
-        record: Record<H>,
-        due: Instant,
-        now: Instant,
-    ) -> Result<(), Record<H>> {
-        if due <= now {
-            return self.enqueue(record);
-        }
-        self.delay(core, record, due);
-        Ok(())
     }
 
     /// Counts a record in (due and held), then puts it on the line; the
@@ -344,7 +355,7 @@ impl<H: Handler> Shared<H> {
     }
 
     /// A record left the line and the slots for good (completed, or
-    /// delayed), or was requeued after its new reservation went in: counts
+    /// delayed), or the timer requeued it after its new reservation went in: counts
     /// it out of the open count, and notifies `wait_idle` if that made the
     /// shepherd idle. Not under `Core`.
     #[inline]

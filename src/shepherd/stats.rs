@@ -121,11 +121,6 @@ struct Cell {
     busy: AtomicUsize,
 }
 
-/// A duration in nanoseconds for a counter (584 years saturate).
-fn nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
-}
-
 impl Counters {
     /// Cells for `workers` workers, and the shared one; `timer_stops` if
     /// the timer may stop a worker's attempt (an attempt timeout).
@@ -217,20 +212,20 @@ impl Counters {
         self.add(cell, 1, |c| &c.budget_refused);
     }
 
-    /// An attempt returned after `took` in the handler.
-    pub(crate) fn processed(&self, cell: usize, took: Duration) {
+    /// An attempt returned after `took` ns in the handler.
+    pub(crate) fn processed(&self, cell: usize, took: u64) {
         self.add(cell, 1, |c| &c.processed);
-        self.add(cell, nanos(took), |c| &c.processing_nanos);
+        self.add(cell, took, |c| &c.processing_nanos);
     }
 
-    /// An operation was completed, `took` after its submission.
-    pub(crate) fn resolved(&self, cell: usize, succeeded: bool, took: Duration) {
+    /// An operation was completed, `took` ns after its submission.
+    pub(crate) fn resolved(&self, cell: usize, succeeded: bool, took: u64) {
         if succeeded {
             self.add(cell, 1, |c| &c.succeeded);
         } else {
             self.add(cell, 1, |c| &c.failed);
         }
-        self.add(cell, nanos(took), |c| &c.turnaround_nanos);
+        self.add(cell, took, |c| &c.turnaround_nanos);
     }
 
     /// Attempts running and workers busy, over every cell.

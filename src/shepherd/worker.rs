@@ -17,16 +17,33 @@
 //! resource that hangs would make it open one more per timeout, without
 //! limit. The cost is visible instead: `busy` counts the stuck worker, and
 //! if every worker hangs nothing more runs until one returns.
+//!
+//! # A retry due at once
+//!
+//! A failed attempt whose retry has no backoff (a policy with a zero
+//! backoff, or a jitter draw of zero) is attempted next by the worker that
+//! just failed it, before it takes anything from the line: the record
+//! stays in its hands, counted open, and is never requeued. Put at the back
+//! of the line instead, the oldest operation the worker knows of would wait
+//! behind every newer one: with a line as long as the capacity (a
+//! submitter keeping the shepherd full), a caller waiting for its results
+//! in submission order then waits on the retry while the line drains, and
+//! the workers run dry before it submits again (the throughput bench lost
+//! that way). The retry decision is the same (the attempt count, the
+//! budget, shutdown, all under `Core`), and shutdown's rule holds: a retry
+//! decided before it is due, like an operation on the line, and runs; one
+//! decided after it is final. A late attempt's retry is the exception: the
+//! timer runs no attempts, so it puts that one on the line.
 
 use std::any::Any;
 use std::cmp::Reverse;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::handle::LastAttempt;
 use super::handler::{Handler, Recovery};
 use super::queue::Store;
-use super::state::{Owed, Record, Shared};
+use super::state::{Decision, Owed, Record, Shared};
 use crate::sync::Arc;
 use crate::worker::{drop_payload, drop_quietly};
 
@@ -51,9 +68,10 @@ enum Job<H: Handler> {
 enum After {
     /// Completed with its output, everything counted ([`WorkerLoop::succeeded`]).
     Done,
-    /// The record was in hand: completed with a failure, delayed or
-    /// requeued; the loop counts the worker free, the attempt stopped and
-    /// the record out of the open count.
+    /// The record was in hand: completed with a failure or delayed (the
+    /// loop counts the worker free, the attempt stopped and the record out
+    /// of the open count), or kept for a retry due at once (still counted
+    /// open: only the worker and the attempt are counted).
     Held,
     /// The timer took the record at its deadline (and counted it): only
     /// the worker is free again.
@@ -71,14 +89,22 @@ impl<H: Handler> WorkerLoop<H> {
         let shared = &*self.shared;
         let mut state = self.build();
         let mut token = 0;
-        while let Some(job) = self.next(&mut token) {
+        // A retry due at once, kept for this worker's next attempt (module
+        // docs, "A retry due at once").
+        let mut again = None;
+        while let Some(job) = self.next(&mut token, again.take()) {
             // Nothing one attempt does may end the loop: a dead worker
             // would strand its slot. Handlers and user drops are caught
             // inside `attempt`; this is the backstop.
-            let after = match catch_unwind(AssertUnwindSafe(|| self.attempt(&mut state, job))) {
+            let attempt = catch_unwind(AssertUnwindSafe(|| {
+                self.attempt(&mut state, job, &mut again)
+            }));
+            let after = match attempt {
                 Ok(after) => after,
                 Err(payload) => {
                     drop_payload(payload);
+                    // Whatever unwound, a kept retry has not been set
+                    // aside: `failed` keeps it last, after any user code.
                     After::Held
                 }
             };
@@ -88,10 +114,13 @@ impl<H: Handler> WorkerLoop<H> {
             shared.counters.free(self.index);
             if after == After::Held {
                 shared.counters.stopped(self.index);
-                // The record is completed, delayed or requeued by now
-                // (state.rs, "Counts"). Its SeqCst decrement also publishes
-                // the figures above to whoever sees the shepherd idle.
-                shared.work_done();
+                if again.is_none() {
+                    // The record is completed or delayed by now (state.rs,
+                    // "Counts"). Its SeqCst decrement also publishes the
+                    // figures above to whoever sees the shepherd idle. A
+                    // kept retry stays counted open: it is still in hand.
+                    shared.work_done();
+                }
             }
         }
         {
@@ -108,12 +137,16 @@ impl<H: Handler> WorkerLoop<H> {
         }
     }
 
-    /// The next attempt, from the due line (which spins, then sleeps, when
-    /// it is empty); with an attempt timeout, installed in this worker's
-    /// slot. `None` once shutdown has begun and nothing is due.
-    fn next(&self, token: &mut u64) -> Option<Job<H>> {
+    /// The next attempt: the retry `again` if this worker kept one, else
+    /// from the due line (which spins, then sleeps, when it is empty);
+    /// with an attempt timeout, installed in this worker's slot. `None`
+    /// once shutdown has begun and nothing is due.
+    fn next(&self, token: &mut u64, again: Option<Record<H>>) -> Option<Job<H>> {
         let shared = &*self.shared;
-        let mut record = shared.line.take(self.index, shared.spin)?;
+        let mut record = match again {
+            Some(record) => record,
+            None => shared.line.take(self.index, shared.spin)?,
+        };
         shared.counters.attempt(self.index);
         record.attempts += 1;
         let Some(timeout) = shared.attempt_timeout else {
@@ -146,7 +179,7 @@ impl<H: Handler> WorkerLoop<H> {
 
     /// Runs one attempt and deals with its outcome; what is left to count
     /// (see [`After`]).
-    fn attempt(&self, state: &mut Option<H>, job: Job<H>) -> After {
+    fn attempt(&self, state: &mut Option<H>, job: Job<H>, again: &mut Option<Record<H>>) -> After {
         let shared = &*self.shared;
         if state.is_none() {
             *state = self.build();
@@ -166,7 +199,7 @@ impl<H: Handler> WorkerLoop<H> {
         let ended = shared.stamps.now();
         shared
             .counters
-            .processed(self.index, ended.saturating_duration_since(started));
+            .processed(self.index, ended.saturating_sub(started));
         let taken = match job {
             Job::InHand(record) => Some(record),
             Job::InSlot { token, .. } => {
@@ -209,14 +242,20 @@ impl<H: Handler> WorkerLoop<H> {
                 if recovery == Recovery::Rebuild {
                     self.rebuild(state);
                 }
-                self.failed(record, LastAttempt::Error(error), retryable, &mut owed);
+                self.failed(
+                    record,
+                    LastAttempt::Error(error),
+                    retryable,
+                    &mut owed,
+                    again,
+                );
             }
             Err(payload) => {
                 drop_payload(payload);
                 shared.counters.panicked(self.index);
                 self.rebuild(state);
                 let retryable = shared.policy.retries_panics();
-                self.failed(record, LastAttempt::Panicked, retryable, &mut owed);
+                self.failed(record, LastAttempt::Panicked, retryable, &mut owed, again);
             }
         }
         After::Held
@@ -230,7 +269,7 @@ impl<H: Handler> WorkerLoop<H> {
     /// the figures published by that SeqCst decrement). The user's drops
     /// come last, and nothing here may unwind (the loop would count the
     /// record out twice).
-    fn succeeded(&self, record: Record<H>, output: H::Output, ended: Instant) {
+    fn succeeded(&self, record: Record<H>, output: H::Output, ended: u64) {
         let shared = &*self.shared;
         let Record {
             op,
@@ -243,7 +282,7 @@ impl<H: Handler> WorkerLoop<H> {
         shared.give_back(unit);
         shared
             .counters
-            .resolved(self.index, true, ended.saturating_duration_since(submitted));
+            .resolved(self.index, true, ended.saturating_sub(submitted));
         shared.counters.free(self.index);
         shared.counters.stopped(self.index);
         // A caller that dropped its handle is owed nothing more; the
@@ -253,26 +292,33 @@ impl<H: Handler> WorkerLoop<H> {
         drop_quietly((op, last));
     }
 
-    /// A failed attempt: retry or finish, as [`Shared::decide`] says.
+    /// A failed attempt: retry or finish, as [`Shared::decide`] says; a
+    /// retry due at once is kept in `again`, for this worker's next
+    /// attempt (module docs, "A retry due at once").
     fn failed(
         &self,
-        record: super::state::Record<H>,
+        record: Record<H>,
         last: LastAttempt<H::Error>,
         retryable: bool,
         owed: &mut Owed<'_>,
+        again: &mut Option<Record<H>>,
     ) {
         let shared = &*self.shared;
         let now = shared.clock.now();
-        let final_ = {
+        let decision = {
             let mut core = shared.core.lock();
             // It drops the previous attempt's error: user code.
             shared.decide(&mut core, record, last, retryable, now, self.index)
         };
-        // Stored for a retry, or in hand for `finish` below, which
+        // Stored for a retry, kept, or in hand for `finish` below, which
         // releases it before anything else.
         owed.settle();
-        if let Some((record, failure)) = final_ {
-            shared.finish(record, Err(failure), self.index);
+        match decision {
+            Decision::Final(record, failure) => shared.finish(record, Err(failure), self.index),
+            Decision::Later => {}
+            // Last: nothing after this may unwind, or the loop would count
+            // out a record it still holds.
+            Decision::Now(record) => *again = Some(record),
         }
     }
 
@@ -318,14 +364,21 @@ pub(crate) fn run_timer<H: Handler>(shared: &Shared<H>) {
                 shared.counters.timed_out(cell);
                 shared.counters.stopped(worker);
                 let retryable = shared.policy.retries_timeouts();
-                if let Some(last) = shared.decide(
+                let decision = shared.decide(
                     &mut core,
                     record,
                     LastAttempt::TimedOut,
                     retryable,
                     now,
                     cell,
-                ) {
+                );
+                let last = match decision {
+                    Decision::Final(record, failure) => Some((record, failure)),
+                    Decision::Later => None,
+                    // The timer runs no attempts: on the line it goes.
+                    Decision::Now(record) => shared.requeue(record),
+                };
+                if let Some(last) = last {
                     finals.push(last);
                 }
                 owed.settle();
