@@ -18,70 +18,60 @@
 //!
 //! # Sleeping and waking
 //!
-//! Each worker has a state word of its own, on its own line, with two
-//! bits, and an atomic waker slot (the `atomic-waker` crate: futures'
-//! `AtomicWaker`, the discipline of tokio MPSC's receiver). No lock:
+//! Each worker has an atomic waker slot of its own (the `atomic-waker`
+//! crate: futures' `AtomicWaker`, tokio MPSC's discipline), a bit in the
+//! `asleep` bitmap, and a `looking` flag, true while it is awake between
+//! two requests and about to look at its own mailbox. No lock anywhere:
 //!
-//! | `state` | the worker |
-//! |---|---|
-//! | `LOOKING` | awake between requests; will look at its own mailbox before it takes anything or sleeps |
-//! | `ASLEEP` | sleeps, its waker in its slot, and nobody has claimed its wake-up yet |
-//! | neither | busy with a request (or just woken) |
+//! * a sleeper registers its waker in its slot, sets its `asleep` bit,
+//!   clears `looking`, issues a `SeqCst` fence, then re-checks every
+//!   mailbox and its exit rule; it returns `Pending` only if all are empty
+//!   and the rule does not hold;
+//! * a producer pushes its envelope to mailbox `to`, issues a `SeqCst`
+//!   fence and reads `to`'s word of the bitmap: if `to` sleeps it *claims*
+//!   `to` (clears its bit with an RMW; one claimer wins) and wakes its
+//!   slot; if `to` is awake and looking, nobody is woken; otherwise (or if
+//!   another producer won the claim) it claims and wakes the next sleeper
+//!   after `to`, if any;
+//! * a worker that takes an envelope clears `looking`, issues a `SeqCst`
+//!   fence, and looks again: at its own mailbox if it took from there
+//!   without having slept, at every mailbox if it stole or slept (it may
+//!   then hold the notification meant for another envelope). If anything
+//!   is left and someone sleeps, it wakes one.
 //!
-//! * a sleeper registers its waker, then flips `LOOKING` off and `ASLEEP`
-//!   on in one RMW, issues a `SeqCst` fence, and re-checks every mailbox
-//!   and its exit rule; it returns `Pending` only if all are empty and the
-//!   rule does not hold;
-//! * a producer pushes its envelope to mailbox `to`, then clears `to`'s
-//!   `ASLEEP` in one RMW (the *claim*; of two claimers one wins) and reads
-//!   the old state: if `to` slept, the producer wakes its slot; if `to` was
-//!   looking, nobody; if `to` is busy, it issues a `SeqCst` fence and claims
-//!   and wakes the first sleeper after `to`, if any;
-//! * a worker that takes an envelope clears its `LOOKING` in one RMW and
-//!   looks again: at its own mailbox if it took from there without having
-//!   slept, at every mailbox if it stole or slept (it may then hold the
-//!   notification meant for another envelope). If anything is left, it
-//!   issues a `SeqCst` fence and wakes a sleeper.
+//! The fences make this Dekker's pattern. Take a producer's fence `Fp` and
+//! a sleeper's fence `Fs` in the single total order of `SeqCst` fences. If
+//! `Fs` comes first, the producer's read sees the sleeper's bit (or the bit
+//! already claimed, so the sleeper is being woken and will look again), and
+//! wakes a sleeper unless the owner is looking. If `Fp` comes first, the
+//! sleeper's re-check sees the envelope and it does not sleep. The same
+//! holds for an owner's `looking`: a producer that reads it true had its
+//! fence before the owner's next clearing fence, whose look after it sees
+//! the envelope.
 //!
-//! **The owner's word.** Every RMW on one word reads the latest value, and
-//! they are `AcqRel`, so for the producer and the owner of mailbox `to`
-//! this is Dekker's pattern without a fence: if the producer's claim comes
-//! after the sleeper's flip, it reads `ASLEEP` and wakes it; if before,
-//! the flip reads the claim's write and acquires the push, so the re-check
-//! sees the envelope. Likewise a producer that reads `LOOKING` came before
-//! the owner's next RMW (its take or its flip), which acquires the push.
+//! A cleared bit is the notification. Whoever clears a sleeper's bit wakes
+//! its slot afterwards, and a sleeper polled again registers its waker
+//! *before* it reads its bit (the atomic waker's contract: a wake after a
+//! registration wakes that waker), so a claim is never lost, and a sleeper
+//! is done sleeping exactly when its bit is clear. A claim whose wake
+//! arrives after the sleeper already left is a spurious wake-up of an
+//! awake task, which the next poll absorbs. The claim is `AcqRel` against
+//! the sleeper's `Release` set: the claimer's wake sees the waker
+//! registered before the bit, and the sleeper that reads its bit clear
+//! (`Acquire`) sees the envelope pushed before the claim.
 //!
-//! **Other workers.** A producer whose mailbox owner is busy, and an owner
-//! that leaves envelopes behind, look at *other* workers' words: that is
-//! two locations, so both sides issue a `SeqCst` fence (the sleeper after
-//! its flip, the waker before its look). Take them in the single total
-//! order of `SeqCst` fences: if the sleeper's comes first, the waker sees
-//! its `ASLEEP`; if the waker's comes first, the sleeper's re-check sees
-//! the envelope (which the waker had seen, or pushed, before its fence).
+//! The cost on the plain path: a delivery pays one fence and reads one
+//! word that changes only when a worker sleeps or wakes; the wake-up (an
+//! RMW on that word and the slot's `wake`) only when a worker sleeps and
+//! the mailbox's owner is not already about to look. A worker pays one
+//! fence per request, and a sleep two RMWs on its own slot and one on the
+//! bitmap.
 //!
-//! A cleared `ASLEEP` is the notification. Whoever clears a sleeper's bit
-//! wakes its slot afterwards, and a sleeper polled again reads its bit,
-//! registers its waker again and reads it once more (the atomic waker's
-//! contract: a wake after a registration wakes that waker), so a claim is
-//! never lost, and a sleeper is done sleeping exactly when its bit is
-//! clear. A claim whose wake arrives after the sleeper has left is a
-//! spurious wake-up of an awake task, which its next poll absorbs. The
-//! claim's `Release` pairs with the sleeper's `Acquire` read of its
-//! cleared bit (it sees what was queued before the claim), and the flip's
-//! `Release` with the claim's `Acquire` (the wake finds the waker).
-//!
-//! The cost on the plain path, where the owner sleeps and one request
-//! comes in: a delivery makes one RMW on the owner's word and wakes its
-//! slot; the worker makes one RMW to take, one to sleep and one fence,
-//! and two RMWs on its own slot.
-//!
-//! Shutdown changes every sleeper's exit rule rather than a mailbox: it
-//! claims and wakes every sleeper ([`AsyncIdle::wake_all`]); a worker that
-//! gave back a unit of another worker's shard claims and wakes that owner
-//! ([`after_release`]), which may be asleep waiting for exactly that
-//! release to drain its closed shard. Both are RMWs on the sleeper's word
-//! after the change, so the same one-word argument holds: the claim reads
-//! `ASLEEP`, or the flip acquires the change and the re-check sees it.
+//! Shutdown changes every sleeper's exit rule rather than a mailbox: after
+//! a fence, it claims and wakes every sleeper ([`AsyncIdle::wake_all`]);
+//! a worker that gave back a unit of another worker's shard wakes that
+//! owner the same way ([`after_release`]), which may be asleep waiting for
+//! exactly that release to drain its closed shard.
 
 use std::future::poll_fn;
 use std::task::Poll;
@@ -89,24 +79,31 @@ use std::task::Poll;
 use crossbeam_utils::CachePadded;
 
 use crate::pool::steal::Queue;
-use crate::sync::{fence, AtomicUsize, AtomicWaker, Ordering};
+use crate::sync::{fence, AtomicBool, AtomicUsize, AtomicWaker, Ordering};
 
-/// Awake between requests, about to look at its own mailbox.
-const LOOKING: usize = 1;
-/// Asleep, its waker registered, its wake-up not claimed yet.
-const ASLEEP: usize = 2;
+/// Workers per word of the `asleep` bitmap.
+const BITS: usize = usize::BITS as usize;
+
+/// Worker `worker`'s bit in its word of the `asleep` bitmap.
+#[inline]
+fn bit(worker: usize) -> usize {
+    1 << (worker % BITS)
+}
 
 /// Where a stealing async pool's free workers sleep, and how a delivery
 /// wakes one.
 #[derive(Debug)]
 pub(crate) struct AsyncIdle {
-    /// Per worker: `LOOKING`, `ASLEEP` or neither (the module docs' table).
-    /// `LOOKING` is set and cleared by the worker only;
-    /// `ASLEEP` is set by the worker and cleared by whoever claims its
-    /// wake-up (an RMW: one wins), or by the worker itself.
-    state: Box<[CachePadded<AtomicUsize>]>,
+    /// Bit `w % BITS` of word `w / BITS`: worker `w` sleeps, its waker in
+    /// its slot, and nobody has claimed its wake-up yet. Set by the sleeper
+    /// itself; cleared by whoever claims the wake-up (an RMW: one wins).
+    asleep: Box<[CachePadded<AtomicUsize>]>,
+    /// Per worker: true while it is awake between requests and will look
+    /// at its own mailbox before it takes anything or sleeps. Each on its
+    /// own line: its worker writes it twice per request.
+    looking: Box<[CachePadded<AtomicBool>]>,
     /// Per worker: its waker while it sleeps (and perhaps after; a stale
-    /// waker is only woken by a claim, which `ASLEEP` rules out).
+    /// waker is only woken by a claim, which the bit rules out).
     wakers: Box<[CachePadded<AtomicWaker>]>,
 }
 
@@ -114,8 +111,11 @@ impl AsyncIdle {
     /// A room for `workers` workers, none asleep, none looking.
     pub(crate) fn new(workers: usize) -> Self {
         AsyncIdle {
-            state: (0..workers)
+            asleep: (0..workers.div_ceil(BITS).max(1))
                 .map(|_| CachePadded::new(AtomicUsize::new(0)))
+                .collect(),
+            looking: (0..workers)
+                .map(|_| CachePadded::new(AtomicBool::new(false)))
                 .collect(),
             wakers: (0..workers)
                 .map(|_| CachePadded::new(AtomicWaker::new()))
@@ -124,44 +124,47 @@ impl AsyncIdle {
     }
 
     /// Tells the sleepers (if any) that an envelope was just queued at
-    /// worker `to`: wakes `to` if it sleeps; nobody if it is looking at its
-    /// mailbox (if it takes another envelope first, it wakes a sleeper
-    /// itself, see `took`); else another sleeper, if any.
+    /// worker `to`. Nobody is woken if nobody sleeps, or if `to` is awake
+    /// and about to look at its mailbox (if it takes another envelope
+    /// first, it wakes a sleeper itself, see `took`).
     #[inline]
     pub(crate) fn work_added(&self, to: usize) {
-        // AcqRel: Release pairs with the Acquire of `to`'s next RMW (its
-        // take or its flip to asleep), which then sees the envelope; Acquire
-        // pairs with the flip's Release, so the wake below finds the waker.
-        let before = self.state[to].fetch_and(!ASLEEP, Ordering::AcqRel);
-        if before & ASLEEP != 0 {
-            self.wakers[to].wake();
-        } else if before & LOOKING == 0 {
-            // `to` is busy, or about to look again (its store of `LOOKING`
-            // may follow this RMW, and then its flip does not acquire it):
-            // `to` itself is a candidate too.
-            self.wake_one(to, 0);
+        // SeqCst fence: pairs with the fences in `sleep_until` and `took`.
+        // Either these reads see the sleeper's bit and the owner not
+        // looking, or the other side's look, after its fence, sees the
+        // envelope pushed before this one (Dekker; see the module docs).
+        fence(Ordering::SeqCst);
+        // Relaxed, here and for `looking`: ordered by the fence above; the
+        // claim's RMW decides who wakes.
+        let word = self.asleep[to / BITS].load(Ordering::Relaxed);
+        if word & bit(to) != 0 {
+            if self.claim(to) {
+                return;
+            }
+        } else if (word == 0 && self.asleep.len() == 1) || self.looking[to].load(Ordering::Relaxed)
+        {
+            return;
         }
+        self.wake_one(to);
     }
 
     /// How many workers sleep now; a reading, for the loom models.
     #[cfg(loom)]
     pub(crate) fn sleepers(&self) -> usize {
-        self.state
+        self.asleep
             .iter()
             // Relaxed: a reading; the models wait on it with yields.
-            .filter(|state| state.load(Ordering::Relaxed) & ASLEEP != 0)
-            .count()
+            .map(|word| word.load(Ordering::Relaxed).count_ones() as usize)
+            .sum()
     }
 
     /// Worker `me` is awake and will look at its own mailbox.
     #[inline]
     fn look(&self, me: usize) {
-        // AcqRel, and an RMW, not a store: a claim or a producer's RMW that
-        // came before it (reading `me` busy or asleep) released what it
-        // queued, and `me`'s next look must see it; a store here would cut
-        // that chain (`me`'s flip would read the store, not the claim), and
-        // `loom_async_steal` deadlocks. `ASLEEP` is clear: `me` is awake.
-        self.state[me].fetch_or(LOOKING, Ordering::AcqRel);
+        // Relaxed: a producer that misses it only wakes a sleeper for
+        // nothing; one that sees it is covered by the fence in `took` or
+        // `sleep_until`, which comes before `me` stops looking.
+        self.looking[me].store(true, Ordering::Relaxed);
     }
 
     /// Worker `me` took an envelope and stops looking. If envelopes remain
@@ -169,62 +172,84 @@ impl AsyncIdle {
     /// have counted on `me`, or woken `me` for one of them: wake a sleeper.
     #[inline]
     fn took<Q: Queue>(&self, me: usize, mailboxes: &[Q], everywhere: bool) {
-        // Acquire: pairs with the Release of every producer that read
-        // `LOOKING` (and so woke nobody): their envelopes are seen below.
-        // (A notification `me` holds was acquired when it read its bit.)
-        self.state[me].fetch_and(!LOOKING, Ordering::AcqRel);
+        // Relaxed: ordered by the fence below.
+        self.looking[me].store(false, Ordering::Relaxed);
+        // SeqCst fence: pairs with the one in `work_added`.
+        fence(Ordering::SeqCst);
+        if !self.anyone_asleep() {
+            return;
+        }
         let left = if everywhere {
             mailboxes.iter().any(|queue| !queue.is_empty())
         } else {
             !mailboxes[me].is_empty()
         };
         if left {
-            // `me` is awake, so another one is woken.
-            self.wake_one(me, 1);
+            // `me` is awake, so its bit is clear: another one is woken.
+            self.wake_one(me);
         }
+    }
+
+    /// Whether any bit of the bitmap is set.
+    #[inline]
+    fn anyone_asleep(&self) -> bool {
+        self.asleep
+            .iter()
+            // Relaxed: the callers' fences order it; a claim's RMW decides.
+            .any(|word| word.load(Ordering::Relaxed) != 0)
     }
 
     /// Claims worker `worker`'s wake-up and wakes it; false if it was not
     /// asleep (or another claimer won).
     #[inline]
     fn claim(&self, worker: usize) -> bool {
-        // AcqRel: as in `work_added`.
-        let before = self.state[worker].fetch_and(!ASLEEP, Ordering::AcqRel);
-        if before & ASLEEP == 0 {
+        // AcqRel: Acquire pairs with the sleeper's Release set (its waker,
+        // registered before, is what `wake` below finds); Release pairs
+        // with the sleeper's Acquire read of its cleared bit (it sees what
+        // was queued before this claim).
+        let before = self.asleep[worker / BITS].fetch_and(!bit(worker), Ordering::AcqRel);
+        if before & bit(worker) == 0 {
             return false;
         }
         self.wakers[worker].wake();
         true
     }
 
-    /// Wakes one sleeper: the first one from worker `from + skip` on
-    /// (`skip` 1 leaves out `from` itself).
+    /// Wakes one sleeper: worker `preferred` if it sleeps, else the first
+    /// one after it.
     #[cold]
-    fn wake_one(&self, from: usize, skip: usize) {
-        // SeqCst fence: pairs with the one in `sleep_until`. Either these
-        // reads see the sleeper's `ASLEEP`, or its re-check, after its
-        // fence, sees the envelope seen or pushed before this one.
-        fence(Ordering::SeqCst);
-        let count = self.state.len();
-        for step in skip..count {
-            let other = (from + step) % count;
-            // Relaxed: a hint, ordered by the fence; the claim decides.
-            if self.state[other].load(Ordering::Relaxed) & ASLEEP != 0 && self.claim(other) {
-                return;
+    fn wake_one(&self, preferred: usize) {
+        let words = self.asleep.len();
+        let (first, shift) = (preferred / BITS, preferred % BITS);
+        // Word `first` twice: its bits from `preferred` on, and, after
+        // the others, the bits before it.
+        for step in 0..=words {
+            let index = (first + step) % words;
+            // Relaxed: a hint; the claim's RMW decides.
+            let mut word = self.asleep[index].load(Ordering::Relaxed);
+            if step == 0 {
+                word &= !0 << shift;
+            } else if step == words {
+                word &= (1 << shift) - 1;
+            }
+            while word != 0 {
+                let worker = index * BITS + word.trailing_zeros() as usize;
+                if self.claim(worker) {
+                    return;
+                }
+                word &= word - 1;
             }
         }
     }
 
     /// Wakes worker `worker` if it sleeps, so it re-checks its exit rule.
     pub(crate) fn wake(&self, worker: usize) {
-        // SeqCst fence: pairs with the one in `sleep_until`: this read sees
-        // the sleeper's `ASLEEP`, or its re-check sees what the caller did
-        // before this call. (The claim's RMW alone would not do: the
-        // worker's store of `LOOKING` may come after it, and its flip then
-        // reads that store, not the claim.)
+        // SeqCst fence: pairs with the one in `sleep_until`. Either this
+        // read sees the sleeper's bit, or its re-check, after its fence,
+        // sees what the caller did before this call.
         fence(Ordering::SeqCst);
         // Relaxed: ordered by the fence; the claim decides.
-        if self.state[worker].load(Ordering::Relaxed) & ASLEEP != 0 {
+        if self.asleep[worker / BITS].load(Ordering::Relaxed) & bit(worker) != 0 {
             self.claim(worker);
         }
     }
@@ -232,33 +257,37 @@ impl AsyncIdle {
     /// Wakes every sleeper so it re-checks its exit rule: after a shutdown
     /// began.
     pub(crate) fn wake_all(&self) {
-        for worker in 0..self.state.len() {
-            self.wake(worker);
+        // SeqCst fence: as in `wake`, for every sleeper.
+        fence(Ordering::SeqCst);
+        for (index, word) in self.asleep.iter().enumerate() {
+            // Relaxed: ordered by the fence; the claims decide.
+            let mut word = word.load(Ordering::Relaxed);
+            while word != 0 {
+                self.claim(index * BITS + word.trailing_zeros() as usize);
+                word &= word - 1;
+            }
         }
     }
 
-    /// `me` stops looking and sleeps: one RMW on its word.
+    /// Sets `me`'s bit: it sleeps, its waker registered.
     fn fall_asleep(&self, me: usize) {
-        // AcqRel: Release pairs with the Acquire of a claim, whose wake
-        // then finds the waker registered before this; Acquire pairs with
-        // the Release of a producer (or releaser) whose RMW came first, so
-        // the re-check sees its envelope (or release).
-        let before = self.state[me].fetch_xor(LOOKING | ASLEEP, Ordering::AcqRel);
-        debug_assert_eq!(before, LOOKING, "a worker sleeps only after it looked");
+        // Release: pairs with the Acquire of a claim, whose wake then
+        // finds the waker registered before this.
+        self.asleep[me / BITS].fetch_or(bit(me), Ordering::Release);
     }
 
     /// Whether `me`'s bit is still set (nobody claimed its wake-up).
     fn still_asleep(&self, me: usize) -> bool {
         // Acquire: pairs with the Release of the claim that cleared it.
-        self.state[me].load(Ordering::Acquire) & ASLEEP != 0
+        self.asleep[me / BITS].load(Ordering::Acquire) & bit(me) != 0
     }
 
     /// Clears `me`'s bit itself, if nobody claimed it. A claim that won
     /// first wakes `me` for nothing, once, later.
     fn cancel(&self, me: usize) {
-        // Relaxed: a claim that won first released to `me`'s next RMW, its
-        // `look`, which acquires it.
-        self.state[me].fetch_and(!ASLEEP, Ordering::Relaxed);
+        // Relaxed: `me` wakes nobody here, and what it looks at next is
+        // ordered by its own fence.
+        self.asleep[me / BITS].fetch_and(!bit(me), Ordering::Relaxed);
     }
 
     /// Sleeps until woken, unless `ready` holds right after the
@@ -287,14 +316,16 @@ impl AsyncIdle {
                 }
                 return Poll::Pending;
             }
-            // The waker before the bit: a claimer that reads the bit finds
+            // The waker before the bit: a claimer that sees the bit finds
             // the waker (see `fall_asleep`).
             self.wakers[me].register(cx.waker());
             self.fall_asleep(me);
             nap.registered = true;
-            // SeqCst fence: pairs with the one in `wake_other`. Either a
-            // waker after it sees this sleeper's bit, or this re-check sees
-            // the envelope it saw or pushed.
+            // Relaxed: ordered by the fence below.
+            self.looking[me].store(false, Ordering::Relaxed);
+            // SeqCst fence: pairs with the one in `work_added`. Either a
+            // producer after it sees this sleeper's bit, or this re-check
+            // sees its envelope.
             fence(Ordering::SeqCst);
             if ready() {
                 // `nap` takes the bit back when dropped below.
@@ -361,9 +392,9 @@ pub(crate) async fn next<Q: Queue>(
 /// exactly this release to drain it (its shutdown has begun): wake it.
 ///
 /// Unconditional for a stolen unit (a check of "is that shard closed?"
-/// would race the close). The claim is an RMW on the owner's word after
-/// this release: it reads the owner asleep and wakes it, or the owner's
-/// flip to asleep acquires this release and its re-check sees it.
+/// would race the close). The fence in [`AsyncIdle::wake`] orders this
+/// release before the owner's next re-check, or this call sees the owner's
+/// bit and wakes it.
 #[inline]
 pub(crate) fn after_release(idle: &AsyncIdle, me: usize, from: usize) {
     if from != me {
