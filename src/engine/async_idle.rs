@@ -422,3 +422,80 @@ fn take<Q: Queue>(queue: &Q) -> Option<Q::Item> {
     }
     queue.try_take()
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll, Wake, Waker};
+
+    use super::AsyncIdle;
+    use crate::sync::{Arc, AtomicUsize, Ordering};
+
+    /// Counts its wake-ups.
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            // Relaxed: read on this thread.
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A sleeper: its nap and its waker's count.
+    struct Sleeper<'a> {
+        nap: Pin<Box<dyn Future<Output = ()> + 'a>>,
+        count: Arc<Count>,
+    }
+
+    impl<'a> Sleeper<'a> {
+        fn new(idle: &'a AsyncIdle, me: usize) -> Self {
+            Sleeper {
+                nap: Box::pin(idle.sleep_until(me, || false)),
+                count: Arc::default(),
+            }
+        }
+
+        fn poll(&mut self) -> Poll<()> {
+            let waker = Waker::from(Arc::clone(&self.count));
+            self.nap.as_mut().poll(&mut Context::from_waker(&waker))
+        }
+
+        fn woken(&self) -> usize {
+            // Relaxed: written on this thread.
+            self.count.0.load(Ordering::Relaxed)
+        }
+    }
+
+    /// Over three words of the bitmap (130 workers), a delivery to a
+    /// worker that neither sleeps nor looks wakes the first sleeper after
+    /// it, wrapping around: 129, then 5, then 70 for deliveries to 100;
+    /// then nobody. A sleeper polled again is done sleeping once woken,
+    /// and only then; a delivery to a sleeper's own mailbox wakes it.
+    #[test]
+    fn a_delivery_wakes_the_next_sleeper_after_its_mailbox_across_words() {
+        let idle = AsyncIdle::new(130);
+        let mut sleepers: Vec<Sleeper> = [5, 70, 129]
+            .iter()
+            .map(|&me| Sleeper::new(&idle, me))
+            .collect();
+        for sleeper in &mut sleepers {
+            assert_eq!(sleeper.poll(), Poll::Pending);
+            assert_eq!(sleeper.poll(), Poll::Pending, "not woken: still asleep");
+        }
+        let woken = |sleepers: &[Sleeper]| sleepers.iter().map(Sleeper::woken).collect::<Vec<_>>();
+        for expected in [[0, 0, 1], [1, 0, 1], [1, 1, 1], [1, 1, 1]] {
+            idle.work_added(100);
+            assert_eq!(woken(&sleepers), expected);
+        }
+        for sleeper in &mut sleepers {
+            assert_eq!(sleeper.poll(), Poll::Ready(()));
+        }
+        let mut own = Sleeper::new(&idle, 7);
+        assert_eq!(own.poll(), Poll::Pending);
+        idle.work_added(7);
+        assert_eq!(own.woken(), 1);
+        assert_eq!(own.poll(), Poll::Ready(()));
+    }
+}
