@@ -19,48 +19,6 @@ pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Or
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-/// An atomic waker slot (futures' `AtomicWaker`, from the `atomic-waker`
-/// crate): `register` a task's waker, `wake` whichever is registered; a
-/// `wake` after a `register` wakes that waker, one racing it wakes one of
-/// the two. The stealing async pool's idle room keeps one per worker.
-#[cfg(all(feature = "tokio", not(loom)))]
-pub(crate) use atomic_waker::AtomicWaker;
-
-/// Under loom: the same contract over loom's lock, so a model sees the
-/// slot's synchronisation (a register and a wake are ordered one way or the
-/// other). The crate's own atomics would be invisible to loom; its
-/// algorithm has its own tests, the models check the protocol built on it.
-#[cfg(loom)]
-#[derive(Debug, Default)]
-pub(crate) struct AtomicWaker {
-    slot: loom::sync::Mutex<Option<std::task::Waker>>,
-}
-
-#[cfg(loom)]
-impl AtomicWaker {
-    pub(crate) fn new() -> Self {
-        Self::default()
-    }
-
-    /// Puts `waker` in the slot (a clone, unless the one there wakes the
-    /// same task).
-    pub(crate) fn register(&self, waker: &std::task::Waker) {
-        let mut slot = self.slot.lock().unwrap();
-        match &mut *slot {
-            Some(old) if old.will_wake(waker) => {}
-            other => *other = Some(waker.clone()),
-        }
-    }
-
-    /// Takes the registered waker out and wakes it, if there is one.
-    pub(crate) fn wake(&self) {
-        let waker = self.slot.lock().unwrap().take();
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-    }
-}
-
 /// `Arc` is always std's: it appears in the public API
 /// (`Limiter::try_acquire_owned` takes `Arc<Limiter>`), and loom only needs
 /// it for leak checks that our models do not rely on. `Weak` goes with it

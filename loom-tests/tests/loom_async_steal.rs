@@ -9,12 +9,8 @@
 //!
 //! Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p loom-tests --release --test loom_async_steal`.
-//! The worker's waker slot is `sync.rs`'s loom stand-in for the
-//! `atomic-waker` crate (the same contract over a loom lock; the crate's
-//! own atomics are invisible to loom), so the models check the protocol
-//! built on the slot, not the slot. The two models with both workers
-//! running are heavy (every sleep is a registration, an RMW on the
-//! bitmap, a fence, a `block_on` park and a wake): they run at one
+//! The two models with both workers running are heavy (every sleep is a
+//! lock, a fence, a `block_on` park and a wake): they run at one
 //! preemption unless `SIDEJOB_LOOM_FULL=1` is set, and then at
 //! `LOOM_MAX_PREEMPTIONS`. The stuck-owner model needs two preemptions to
 //! reach the interleaving `AsyncIdle::took` guards (the owner interrupted
