@@ -267,7 +267,7 @@ impl CoarseClock {
     /// The [`Instant`](std::time::Instant) a reading of [`ticks`](Self::ticks)
     /// stands for, never later than `now`.
     pub(crate) fn instant(&self, ticks: u64, now: std::time::Instant) -> std::time::Instant {
-        (self.base + std::time::Duration::from_nanos(ticks)).min(now)
+        self.at(ticks).min(now)
     }
 }
 
