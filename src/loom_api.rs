@@ -194,6 +194,19 @@ impl DueLine {
         self.0.finish()
     }
 
+    /// [`finish`](Self::finish) for `n > 0` records at once: a worker's
+    /// run of count-outs, made before its next [`take`](Self::take).
+    pub fn finish_many(&self, n: usize) -> bool {
+        self.0.finish_many(n)
+    }
+
+    /// A worker's look at the line that never sleeps: the oldest record,
+    /// if one is there now. A worker may call it while it keeps
+    /// count-outs (`line.rs`, "Counting out in runs").
+    pub fn try_take(&self) -> Option<usize> {
+        self.0.try_take()
+    }
+
     /// True when nothing is open: nothing due, every taken record finished.
     pub fn is_idle(&self) -> bool {
         self.0.is_idle()

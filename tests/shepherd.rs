@@ -369,7 +369,8 @@ fn capacity_counts_delayed_and_retrying_operations() {
     assert_eq!(shepherd.stats().admission.peak_usage, 2);
 }
 
-/// Blocks each attempt on a gate the test opens; reports each start.
+/// Blocks each attempt on a gate the test opens (for [`PATIENCE`] at
+/// most); reports each start.
 struct Gated {
     gate: Arc<Mutex<mpsc::Receiver<()>>>,
     started: mpsc::Sender<(u32, u32)>,
@@ -382,7 +383,9 @@ impl Handler for Gated {
     type Error = &'static str;
     fn handle(&mut self, op: &u32, attempt: u32) -> Result<u32, &'static str> {
         let _ = self.started.send((*op, attempt));
-        let _ = self.gate.lock().unwrap().recv();
+        // Bounded: if a test fails while an attempt waits here, the
+        // shepherd's drop (which joins its workers) still ends.
+        let _ = self.gate.lock().unwrap().recv_timeout(PATIENCE);
         if self.fail_first && attempt == 1 {
             Err("first attempt fails")
         } else {
@@ -438,6 +441,53 @@ fn a_retry_without_backoff_runs_on_its_worker_before_newer_operations() {
     let stats = shepherd.stats();
     assert_eq!((stats.attempts, stats.retries, stats.succeeded), (4, 2, 2));
     assert_eq!(shepherd.usage(), 0);
+}
+
+/// A worker that finds the next operation on the line keeps the
+/// count-outs of those it completed for a run (one RMW per run on the
+/// line's shared word): the `due` figure must leave them out, and
+/// `wait_idle` must still see the shepherd idle once the line runs dry.
+#[test]
+fn the_due_figure_leaves_out_completions_a_worker_keeps_for_a_run() {
+    let (factory, open, starts) = gated(false);
+    let shepherd = Shepherd::builder()
+        .capacity(8)
+        .workers(1)
+        .build(factory)
+        .unwrap();
+    let first = shepherd.submit(1).unwrap();
+    assert_eq!(starts.recv_timeout(PATIENCE), Ok((1, 1)));
+    let mut handles: Vec<_> = (2..=6).map(|op| shepherd.submit(op).unwrap()).collect();
+    handles.insert(0, first);
+    // Ops 1 to 4 complete; the worker takes each next one from the line
+    // at once, so it keeps their four count-outs, and is in op 5 now.
+    for op in 2..=5 {
+        open.send(()).unwrap();
+        assert_eq!(starts.recv_timeout(PATIENCE), Ok((op, 1)));
+    }
+    let rest = handles.split_off(4);
+    for (op, done) in (1..).zip(handles) {
+        assert_eq!(done.wait(), Ok(op));
+    }
+    let stats = shepherd.stats();
+    assert_eq!(
+        (stats.due, stats.running, stats.busy),
+        (1, 1, 1),
+        "{stats:?}"
+    );
+    assert_eq!((stats.succeeded, shepherd.usage()), (4, 2));
+    assert!(
+        !shepherd.wait_idle(Duration::ZERO),
+        "op 5 runs, op 6 is due"
+    );
+    open.send(()).unwrap();
+    open.send(()).unwrap();
+    for (op, done) in (5..).zip(rest) {
+        assert_eq!(done.wait(), Ok(op));
+    }
+    assert!(shepherd.wait_idle(PATIENCE), "the run is counted out");
+    let stats = shepherd.stats();
+    assert_eq!((stats.due, stats.running, stats.succeeded), (0, 0, 6));
 }
 
 #[test]

@@ -16,7 +16,12 @@
 //!   finishes it, and the finish that empties a closed line lets every
 //!   sleeper leave;
 //! * the count is zero (the line idle) exactly once every record taken is
-//!   finished.
+//!   finished;
+//! * a worker that counts out in runs (takes the next record with
+//!   `try_take` while it keeps the count-outs of those it finished, and
+//!   makes them in one `finish_many` before its next `take`) strands
+//!   nothing and keeps nobody: with a second worker asleep, a submit and
+//!   a close racing, every record is taken once and both workers leave.
 //!
 //! The records are `usize` stand-ins: the completion (a oneshot, which
 //! loom cannot see) stays out of the model; the line is the protocol.
@@ -122,5 +127,65 @@ fn shutdown_wakes_every_worker_and_strands_nothing() {
         assert_eq!(took, usize::from(accepted), "a record taken iff accepted");
         assert!(line.is_idle(), "a refused reservation leaves nothing open");
         assert!(!line.push(6), "closed");
+    });
+}
+
+/// Worker 0 counts out in runs (worker.rs's discipline); worker 1 counts
+/// out each record as it finishes it. A submitter pushes one record while
+/// the main thread pushes another and closes. Every accepted record is
+/// taken exactly once, and both workers leave: the run's one decrement
+/// that leaves the line closed and empty wakes a sleeper, and no worker
+/// sleeps or leaves with a count-out still kept.
+#[test]
+fn a_worker_counting_out_in_runs_strands_nothing() {
+    let mut builder = loom::model::Builder::new();
+    // Four threads, as in the shutdown model.
+    builder.preemption_bound.get_or_insert(3);
+    builder.check(|| {
+        let line = Arc::new(DueLine::new(2));
+        let runner = {
+            let line = Arc::clone(&line);
+            thread::spawn(move || {
+                let mut took = Vec::new();
+                while let Some(record) = line.take(0) {
+                    took.push(record);
+                    let mut kept = 1;
+                    while let Some(record) = line.try_take() {
+                        took.push(record);
+                        kept += 1;
+                    }
+                    line.finish_many(kept);
+                }
+                took
+            })
+        };
+        let single = {
+            let line = Arc::clone(&line);
+            thread::spawn(move || {
+                let mut took = Vec::new();
+                while let Some(record) = line.take(1) {
+                    took.push(record);
+                    line.finish();
+                }
+                took
+            })
+        };
+        let submitter = {
+            let line = Arc::clone(&line);
+            thread::spawn(move || line.push(1))
+        };
+        let second = line.push(2);
+        line.close();
+        let first = submitter.join().unwrap();
+        let mut took = runner.join().unwrap();
+        took.extend(single.join().unwrap());
+        took.sort_unstable();
+        let accepted: Vec<usize> = [(first, 1), (second, 2)]
+            .iter()
+            .filter(|(accepted, _)| *accepted)
+            .map(|&(_, record)| record)
+            .collect();
+        assert_eq!(took, accepted, "each accepted record taken once");
+        assert!(line.is_idle(), "every count-out made");
     });
 }

@@ -40,8 +40,22 @@
 //! or in a worker's hands. Only a count of zero lets a worker sleep
 //! without a last look (a record in another worker's hands only costs one
 //! more look at the FIFO), and only `CLOSED` with a count of zero lets it
-//! leave: a worker finishes what it took before it takes again, so its own
+//! leave: a worker counts out everything it finished before it calls
+//! [`take`](Line::take), the only take that sleeps or leaves, so its own
 //! records never keep it.
+//!
+//! **Counting out in runs.** A worker that finds another record on the
+//! line ([`try_take`](Line::try_take), which never sleeps) may keep the
+//! count-outs of the ones it finished and make them in one RMW
+//! ([`finish_many`](Line::finish_many)) when the line runs dry or the run
+//! reaches its cap. Each count-out is a trip of this word's line between
+//! the worker and the submitter, whose reservation writes it next: kept
+//! for runs, the throughput bench's shepherd ran about 15 % faster. A kept
+//! count-out only makes the count high for a while: a sleeper takes one
+//! more look, an idle check waits for the worker to run dry, and a close
+//! keeps the workers until it flushes, which it does before it can sleep
+//! or leave. The figures subtract what the workers keep (the shepherd's
+//! `due`).
 //!
 //! **Sleeping (Dekker).** A worker that found nothing registers as a
 //! sleeper (in `sleepers`, and the count `asleep`, both under the sleepers
@@ -176,7 +190,7 @@ impl<T> Line<T> {
             // Relaxed: a count only; the closed line admits nothing more,
             // and nothing waits for this record to be finished.
             let old = self.state.fetch_sub(ONE, Ordering::Relaxed);
-            self.counted_out(old);
+            self.counted_out(old, 1);
             return None;
         }
         Some((old & !CLOSED) / ONE + 1)
@@ -188,13 +202,22 @@ impl<T> Line<T> {
     /// leave). True if that left nothing open (the line idle).
     #[inline]
     pub(crate) fn finish(&self) -> bool {
+        self.finish_many(1)
+    }
+
+    /// [`finish`](Self::finish) for `n` records at once (module docs,
+    /// "Counting out in runs"), in one RMW. True if that left nothing
+    /// open.
+    #[inline]
+    pub(crate) fn finish_many(&self, n: usize) -> bool {
+        debug_assert!(n > 0, "nothing to count out");
         // SeqCst: one order with the idle checks (the shepherd's
         // `wait_idle`: its SeqCst count of waiters, then `is_idle`). Every
         // change of the count is an RMW on this one word, so the decrement
         // that leaves it exactly `CLOSED` is the last.
-        let old = self.state.fetch_sub(ONE, Ordering::SeqCst);
-        self.counted_out(old);
-        old & !CLOSED == ONE
+        let old = self.state.fetch_sub(n * ONE, Ordering::SeqCst);
+        self.counted_out(old, n);
+        old & !CLOSED == n * ONE
     }
 
     /// True when nothing is open: nothing due, nothing taken and not
@@ -253,11 +276,11 @@ impl<T> Line<T> {
         record
     }
 
-    /// After a decrement of the count from `old`: if that left the line
-    /// closed and empty, wakes every sleeper (one may be waiting for the
-    /// record just counted out; now it must leave).
-    fn counted_out(&self, old: usize) {
-        if old == CLOSED + ONE {
+    /// After a decrement of the count by `n` from `old`: if that left the
+    /// line closed and empty, wakes every sleeper (one may be waiting for
+    /// the records just counted out; now it must leave).
+    fn counted_out(&self, old: usize, n: usize) {
+        if old == CLOSED + n * ONE {
             self.wake_all();
         }
     }
@@ -270,10 +293,19 @@ impl<T> Line<T> {
         (self.state.load(Ordering::Relaxed) & !CLOSED) / ONE
     }
 
+    /// The oldest record if one is on the line now; never spins or
+    /// sleeps, so a worker may call it with count-outs kept (module docs,
+    /// "Counting out in runs").
+    #[inline]
+    pub(crate) fn try_take(&self) -> Option<T> {
+        self.pop()
+    }
+
     /// The next record for worker `index`: taken at once if there is one,
     /// else polled for up to `spin`, else slept for (woken by a publish or
     /// the close). `None` once the line is closed and empty: the worker
-    /// should leave.
+    /// should leave. The worker must have counted out every record it
+    /// finished (module docs).
     pub(crate) fn take(&self, index: usize, spin: Duration) -> Option<T> {
         if let Some(record) = self.pop() {
             return Some(record);

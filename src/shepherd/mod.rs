@@ -633,7 +633,7 @@ fn read_stats<H: Handler>(shared: &Shared<H>, workers: usize) -> ShepherdStats {
         shared.promote(&mut core, shared.clock.now());
         (shared.due(), core.queue.delayed(), core.queue.next_due())
     };
-    let (running, busy) = shared.counters.running_busy();
+    let (running, busy, _) = shared.counters.in_hand();
     let mut stats = ShepherdStats {
         due,
         delayed,

@@ -46,15 +46,18 @@
 //! (after the new reservation is in). Moving from the line to a slot
 //! changes nothing, and neither does a failed attempt whose retry is due
 //! at once: its worker keeps the record, still counted, and attempts it
-//! next (worker.rs, "A retry due at once"). So it is zero
-//! exactly when nothing is due and no attempt runs, read by
+//! next (worker.rs, "A retry due at once"). A worker may keep the
+//! count-outs of the records it completed while it finds more on the line
+//! and make them in one decrement before it can sleep (line.rs,
+//! "Counting out in runs"). So it is zero exactly when nothing is due, no
+//! attempt runs and no worker keeps a count-out, read by
 //! [`Shared::is_idle`], and whoever brings it to zero notifies `idle`
 //! under `Core`, where `wait_idle` checks and sleeps. It is the line's
 //! state word itself, so a submit makes one RMW on one shared cache line,
-//! and a worker one when it is done with a record (none when it takes
-//! one). The figures `running` and `busy` are per-worker counts in
-//! [`Counters`], read without ordering; the `due` figure is the open count
-//! less `running`.
+//! and a worker one per run of records it completed (none when it takes
+//! one). The figures `running`, `busy` and the count-outs kept are
+//! per-worker counts in [`Counters`], read without ordering; the `due`
+//! figure is the open count less the other two.
 //!
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -368,6 +371,15 @@ impl<H: Handler> Shared<H> {
         }
     }
 
+    /// [`work_done`](Self::work_done) for `n` records at once, in one
+    /// RMW (line.rs, "Counting out in runs").
+    #[inline]
+    pub(crate) fn work_done_many(&self, n: usize) {
+        if self.line.finish_many(n) {
+            self.notify_if_idle();
+        }
+    }
+
     /// Puts `record` in the delay heap, due at `due`, and wakes the timer
     /// if it is due before the timer wakes. Under `Core`.
     pub(crate) fn delay(&self, core: &mut Core<H>, record: Record<H>, due: Instant) {
@@ -402,11 +414,12 @@ impl<H: Handler> Shared<H> {
     }
 
     /// Operations due and waiting for a worker: the line's open count,
-    /// less those in workers' hands (`running`). The two are read one
-    /// after the other, without ordering: a figure.
+    /// less those in workers' hands (`running`) and those completed whose
+    /// count-outs the workers keep for a run (line.rs). Read one after
+    /// the other, without ordering: a figure.
     pub(crate) fn due(&self) -> usize {
-        let (running, _) = self.counters.running_busy();
-        self.line.open().saturating_sub(running)
+        let (running, _, kept) = self.counters.in_hand();
+        self.line.open().saturating_sub(running + kept)
     }
 
     /// True when nothing is due and no attempt runs (delayed records may

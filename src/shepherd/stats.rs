@@ -119,6 +119,10 @@ struct Cell {
     running: AtomicUsize,
     /// This worker is inside a handler (0 or 1; its worker alone writes it).
     busy: AtomicUsize,
+    /// Records this worker has completed and not yet counted out of the
+    /// due line (line.rs, "Counting out in runs"); its worker alone
+    /// writes it.
+    kept: AtomicUsize,
 }
 
 impl Counters {
@@ -228,15 +232,47 @@ impl Counters {
         self.add(cell, took, |c| &c.turnaround_nanos);
     }
 
-    /// Attempts running and workers busy, over every cell.
-    pub(crate) fn running_busy(&self) -> (usize, usize) {
+    /// Worker `cell` completed a record and keeps its count-out for a
+    /// run.
+    #[inline]
+    pub(crate) fn keep(&self, cell: usize) {
+        let kept = &self.cell(cell).kept;
+        // Relaxed: a count with one writer, this worker; read by figures.
+        kept.store(kept.load(Relaxed) + 1, Relaxed);
+    }
+
+    /// Records worker `cell` keeps now.
+    #[inline]
+    pub(crate) fn kept(&self, cell: usize) -> usize {
+        // Relaxed: as in `keep`.
+        self.cell(cell).kept.load(Relaxed)
+    }
+
+    /// Worker `cell` is about to count out what it kept: how many, now 0.
+    #[inline]
+    pub(crate) fn take_kept(&self, cell: usize) -> usize {
+        let kept = &self.cell(cell).kept;
+        // Relaxed: as in `keep`.
+        let n = kept.load(Relaxed);
+        if n > 0 {
+            kept.store(0, Relaxed);
+        }
+        n
+    }
+
+    /// Attempts running, workers busy, and records completed but kept
+    /// in the line's open count, over every cell.
+    pub(crate) fn in_hand(&self) -> (usize, usize, usize) {
         // Relaxed: counts.
-        self.cells.iter().fold((0, 0), |(running, busy), cell| {
-            (
-                running + cell.running.load(Relaxed),
-                busy + cell.busy.load(Relaxed),
-            )
-        })
+        self.cells
+            .iter()
+            .fold((0, 0, 0), |(running, busy, kept), cell| {
+                (
+                    running + cell.running.load(Relaxed),
+                    busy + cell.busy.load(Relaxed),
+                    kept + cell.kept.load(Relaxed),
+                )
+            })
     }
 
     /// Fills the counter fields of `stats`.

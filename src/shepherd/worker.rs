@@ -51,6 +51,12 @@ use crate::worker::{drop_payload, drop_quietly};
 /// spurious wake-up anyway.
 const LONG: Duration = Duration::from_secs(3600);
 
+/// The most completed records a worker keeps before it counts them out of
+/// the due line (line.rs, "Counting out in runs"): one RMW per run that
+/// long at least, and a bound on how far the open count runs ahead of
+/// what is in hand while the line never runs dry.
+const RUN: usize = 32;
+
 /// One attempt handed to a worker: its record in hand, or (with an
 /// attempt timeout) in the worker's slot, where the timer may take it, and
 /// the operation shared.
@@ -145,7 +151,7 @@ impl<H: Handler> WorkerLoop<H> {
         let shared = &*self.shared;
         let mut record = match again {
             Some(record) => record,
-            None => shared.line.take(self.index, shared.spin)?,
+            None => self.take()?,
         };
         shared.counters.attempt(self.index);
         record.attempts += 1;
@@ -175,6 +181,30 @@ impl<H: Handler> WorkerLoop<H> {
             None => *shared.slots[self.index].lock() = Some((*token, record)),
         }
         Some(job)
+    }
+
+    /// The next record from the line. While the line has one at once,
+    /// the count-outs of the records this worker completed are kept for
+    /// a run, up to [`RUN`]; before a take that may spin, sleep or leave
+    /// they are made, in one RMW (line.rs, "Counting out in runs").
+    fn take(&self) -> Option<Record<H>> {
+        let shared = &*self.shared;
+        if let Some(record) = shared.line.try_take() {
+            if shared.counters.kept(self.index) >= RUN {
+                self.count_out();
+            }
+            return Some(record);
+        }
+        self.count_out();
+        shared.line.take(self.index, shared.spin)
+    }
+
+    /// Counts out of the due line the completed records this worker kept.
+    fn count_out(&self) {
+        let n = self.shared.counters.take_kept(self.index);
+        if n > 0 {
+            self.shared.work_done_many(n);
+        }
     }
 
     /// Runs one attempt and deals with its outcome; what is left to count
@@ -264,11 +294,11 @@ impl<H: Handler> WorkerLoop<H> {
     /// A successful attempt, ended at `ended` (a stamp): the common case,
     /// in the order that lets the caller go on soonest. The unit goes
     /// back and every figure is counted, then the caller hears, then the
-    /// record is counted out of the open count (so a `wait_idle` that
-    /// returns finds every handle of a completed operation resolved, and
-    /// the figures published by that SeqCst decrement). The user's drops
-    /// come last, and nothing here may unwind (the loop would count the
-    /// record out twice).
+    /// record's count-out is kept for this worker's run (so a `wait_idle`
+    /// that returns finds every handle of a completed operation resolved,
+    /// and the figures published by the SeqCst decrement that ends the
+    /// run). The user's drops come last, and nothing here may unwind (the
+    /// loop would count the record out twice).
     fn succeeded(&self, record: Record<H>, output: H::Output, ended: u64) {
         let shared = &*self.shared;
         let Record {
@@ -288,7 +318,7 @@ impl<H: Handler> WorkerLoop<H> {
         // A caller that dropped its handle is owed nothing more; the
         // unsent output is dropped here, quietly.
         drop_quietly(reply.send(Ok(output)));
-        shared.work_done();
+        shared.counters.keep(self.index);
         drop_quietly((op, last));
     }
 
