@@ -170,8 +170,9 @@ impl DueLine {
 
     /// A worker's take: polls once, yields, polls again (the spin under
     /// loom), then sleeps until a push or the close. `None` once closed
-    /// and empty. The record stays open until [`finish`](Self::finish),
-    /// which a worker calls before it takes again.
+    /// and empty. The record stays open until [`finish`](Self::finish)
+    /// (or [`finish_many`](Self::finish_many)), which a worker calls
+    /// before its next `take` (it may [`try_take`](Self::try_take) first).
     pub fn take(&self, worker: usize) -> Option<usize> {
         self.0.take(worker, std::time::Duration::from_nanos(1))
     }

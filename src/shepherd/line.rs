@@ -50,7 +50,8 @@
 //! ([`finish_many`](Line::finish_many)) when the line runs dry or the run
 //! reaches its cap. Each count-out is a trip of this word's line between
 //! the worker and the submitter, whose reservation writes it next: kept
-//! for runs, the throughput bench's shepherd ran about 15 % faster. A kept
+//! for runs, the throughput bench's shepherd ran about 5 % faster (medians
+//! of an interleaved A/B). A kept
 //! count-out only makes the count high for a while: a sleeper takes one
 //! more look, an idle check waits for the worker to run dry, and a close
 //! keeps the workers until it flushes, which it does before it can sleep
@@ -266,9 +267,11 @@ impl<T> Line<T> {
 
     /// The oldest record, if one is on the line now. It stays counted
     /// until [`finish`](Self::finish); the record itself comes through the
-    /// FIFO's own synchronization.
+    /// FIFO's own synchronization. It never spins or sleeps, so a worker
+    /// may call it with count-outs kept (module docs, "Counting out in
+    /// runs").
     #[inline]
-    fn pop(&self) -> Option<T> {
+    pub(crate) fn try_take(&self) -> Option<T> {
         #[cfg(not(loom))]
         let record = self.receiver.try_recv().ok();
         #[cfg(loom)]
@@ -293,30 +296,22 @@ impl<T> Line<T> {
         (self.state.load(Ordering::Relaxed) & !CLOSED) / ONE
     }
 
-    /// The oldest record if one is on the line now; never spins or
-    /// sleeps, so a worker may call it with count-outs kept (module docs,
-    /// "Counting out in runs").
-    #[inline]
-    pub(crate) fn try_take(&self) -> Option<T> {
-        self.pop()
-    }
-
     /// The next record for worker `index`: taken at once if there is one,
     /// else polled for up to `spin`, else slept for (woken by a publish or
     /// the close). `None` once the line is closed and empty: the worker
     /// should leave. The worker must have counted out every record it
     /// finished (module docs).
     pub(crate) fn take(&self, index: usize, spin: Duration) -> Option<T> {
-        if let Some(record) = self.pop() {
+        if let Some(record) = self.try_take() {
             return Some(record);
         }
         // Once closed, what is left is drained and nothing more comes: no
         // reason to spin.
         if !spin.is_zero() && !self.is_closed() && self.start_spinning() {
-            // Relaxed: a hint; `pop` is the real look.
+            // Relaxed: a hint; `try_take` is the real look.
             let polled = spin_poll(spin, || {
                 if self.state.load(Ordering::Relaxed) >= ONE {
-                    self.pop()
+                    self.try_take()
                 } else {
                     None
                 }
@@ -328,7 +323,7 @@ impl<T> Line<T> {
             }
         }
         loop {
-            if let Some(record) = self.pop() {
+            if let Some(record) = self.try_take() {
                 return Some(record);
             }
             match self.sleep(index) {
@@ -376,7 +371,7 @@ impl<T> Line<T> {
             // hands. Look once more, registered: if it is not there yet,
             // its producer's fence comes after ours, so its `asleep` load
             // sees this registration and it wakes a sleeper (module docs).
-            if let Some(record) = self.pop() {
+            if let Some(record) = self.try_take() {
                 self.unregister(&mut sleepers, index);
                 return Woke::Took(record);
             }
@@ -460,7 +455,7 @@ mod tests {
         assert!(line.reserve());
         assert_eq!(line.open(), 2);
         line.publish(2);
-        assert_eq!(line.pop(), Some(1));
+        assert_eq!(line.try_take(), Some(1));
         assert_eq!(line.open(), 2, "taken, not finished");
         assert!(!line.finish(), "one more is open");
         line.close();

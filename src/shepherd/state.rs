@@ -363,18 +363,16 @@ impl<H: Handler> Shared<H> {
     /// shepherd idle. Not under `Core`.
     #[inline]
     pub(crate) fn work_done(&self) {
-        // The line's SeqCst decrement: one order with `wait_idle`'s
-        // increment of `idle_waiters` and its idle check (see
-        // `notify_if_idle`).
-        if self.line.finish() {
-            self.notify_if_idle();
-        }
+        self.work_done_many(1);
     }
 
     /// [`work_done`](Self::work_done) for `n` records at once, in one
     /// RMW (line.rs, "Counting out in runs").
     #[inline]
     pub(crate) fn work_done_many(&self, n: usize) {
+        // The line's SeqCst decrement: one order with `wait_idle`'s
+        // increment of `idle_waiters` and its idle check (see
+        // `notify_if_idle`).
         if self.line.finish_many(n) {
             self.notify_if_idle();
         }
@@ -422,8 +420,9 @@ impl<H: Handler> Shared<H> {
         self.line.open().saturating_sub(running + kept)
     }
 
-    /// True when nothing is due and no attempt runs (delayed records may
-    /// wait); see the module docs, "Counts".
+    /// True when nothing is due, no attempt runs and no worker keeps a
+    /// count-out (delayed records may wait); see the module docs,
+    /// "Counts".
     pub(crate) fn is_idle(&self) -> bool {
         // The line's SeqCst load: in one order with the SeqCst changes of
         // the open count, and after `wait_idle`'s increment (see
