@@ -50,10 +50,11 @@ struct Rig {
 
 impl Rig {
     fn new(capacity: usize) -> Arc<Rig> {
+        let table = Table::new(capacity, 2);
         Arc::new(Rig {
-            table: Table::new(capacity, 2),
+            idle: Idle::on_table(&table),
+            table,
             mailboxes: [Mailbox::new(), Mailbox::new()],
-            idle: Idle::new(2),
             handled: Count::default(),
             exited: Count::default(),
         })
