@@ -345,7 +345,9 @@ impl Limiter {
         self.table.close();
     }
 
-    /// True once [`close`](Self::close) has been called.
+    /// True once [`close`](Self::close) has closed the limiter: every
+    /// acquire made after this answers true is refused with
+    /// [`Error::Shutdown`].
     pub fn is_closed(&self) -> bool {
         self.table.is_closed()
     }

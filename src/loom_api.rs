@@ -121,6 +121,12 @@ impl Table {
         self.0.close()
     }
 
+    /// True once the close has closed every shard (what the front-ends'
+    /// `is_shutdown` and `is_closed` answer).
+    pub fn is_closed(&self) -> bool {
+        self.0.is_closed()
+    }
+
     /// The worker's exit rule for shard `shard` (see `worker::drained`).
     pub fn drained(&self, shard: usize) -> bool {
         crate::worker::drained(self.0.shard(shard))

@@ -502,7 +502,7 @@ impl Supervisor {
     /// answers `Shutdown`, as everything else then does.
     #[cold]
     fn keyed_refusal(&self, err: Error) -> Error {
-        if err == Error::KeyBusy && self.is_closed() {
+        if err == Error::KeyBusy && self.inner.common.table.is_closing() {
             Error::Shutdown
         } else {
             err
@@ -1143,7 +1143,9 @@ impl Supervisor {
         self.inner.common.keys.close();
     }
 
-    /// True once [`close`](Self::close) has been called on any handle.
+    /// True once [`close`](Self::close), called on any handle, has closed
+    /// the supervisor: every reservation or spawn made after this answers
+    /// true is refused with [`Error::Shutdown`].
     pub fn is_closed(&self) -> bool {
         self.inner.common.table.is_closed()
     }

@@ -541,19 +541,19 @@ fn shutdown_handles_every_queued_keyed_request_once() {
             while !rig.pool.is_shutdown() {
                 thread::yield_now();
             }
-            assert_eq!(
-                rig.pool.cast_keyed(
-                    &1_u64,
-                    Op::Record {
-                        key: 1,
-                        thread: 0,
-                        seq: 99
-                    }
-                ),
-                Err(Error::Shutdown)
+            let late = rig.pool.cast_keyed(
+                &1_u64,
+                Op::Record {
+                    key: 1,
+                    thread: 0,
+                    seq: 99,
+                },
             );
+            // The gate first: a failed assertion must fail the test, not
+            // leave the blocked worker (and the shutdown) waiting forever.
             rig.gate.send(()).unwrap();
             down.join().unwrap();
+            assert_eq!(late, Err(Error::Shutdown), "{mode:?}, steal {steal}");
         });
         let log = rig.shared.log.lock().unwrap();
         let handled: usize = log.values().map(Vec::len).sum();

@@ -212,10 +212,13 @@ fn shutdown_handles_every_stolen_and_queued_request_once() {
         while !rig.pool.is_shutdown() {
             thread::yield_now();
         }
-        assert_eq!(rig.pool.cast(Job::Fast(999)), Err(Error::Shutdown));
+        let late = rig.pool.cast(Job::Fast(999));
+        // The gates first: a failed assertion must fail the test, not
+        // leave the blocked workers (and the shutdown) waiting forever.
         rig.gates[0].send(()).unwrap();
         rig.gates[1].send(()).unwrap();
         stopper.join().unwrap();
+        assert_eq!(late, Err(Error::Shutdown));
     });
     let mut counts: HashMap<u64, usize> = HashMap::new();
     for (id, _) in rig.ran.try_iter() {

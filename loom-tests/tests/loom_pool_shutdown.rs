@@ -1,6 +1,7 @@
 //! The admission/shutdown race: a caller that took a unit just as shutdown
 //! began is either handled by its worker or refused with `Shutdown`, never
-//! lost, and the worker's drain always ends.
+//! lost, and the worker's drain always ends; and once `is_closed` answers
+//! true, every shard refuses.
 #![cfg(loom)]
 
 use std::collections::VecDeque;
@@ -120,5 +121,28 @@ fn two_callers_on_two_shards_race_shutdown() {
         let admitted: usize = callers.into_iter().map(|c| c.join().unwrap()).sum();
         assert_eq!(handled.load(SeqCst), admitted);
         assert_eq!(table.usage(), 0);
+    });
+}
+
+/// `is_closed` (the front-ends' `is_shutdown`) answers true only once the
+/// close has reached every shard: a caller that saw it true and then tries
+/// each shard is refused by all of them, while the close runs on another
+/// thread. (It once answered true as the close began: a request sent after
+/// `is_shutdown()` could still be admitted on a shard not closed yet.)
+#[test]
+fn closed_means_every_shard_refuses() {
+    loom::model(|| {
+        let table = Arc::new(Table::new(4, 2));
+        let closer = {
+            let table = table.clone();
+            thread::spawn(move || table.close())
+        };
+        if table.is_closed() {
+            for shard in 0..2 {
+                assert_eq!(table.acquire_only(shard), Err(Error::Shutdown));
+            }
+        }
+        closer.join().unwrap();
+        assert!(table.is_closed());
     });
 }

@@ -986,7 +986,7 @@ impl Table {
         deadline: Option<Instant>,
     ) -> Result<(Queued, bool), Error> {
         let mut control = self.control.lock();
-        if self.is_closed() {
+        if self.is_closing() {
             return Err(Error::Shutdown);
         }
         if control.queue.len() >= room.policy.max_waiters {
@@ -1787,9 +1787,25 @@ impl Table {
         }
     }
 
-    pub(crate) fn is_closed(&self) -> bool {
+    /// True once [`close`](Self::close) has begun: to tell `Shutdown` from
+    /// another refusal. A take may still be admitted on a shard the close
+    /// has not reached yet.
+    pub(crate) fn is_closing(&self) -> bool {
         // Relaxed: informational; callers that act on it read the shard word.
         self.closed.load(Relaxed)
+    }
+
+    /// True once [`close`](Self::close) has closed every shard: a take
+    /// that begins after this answered true is refused, whatever its
+    /// shard. (While the close runs, [`is_closing`](Self::is_closing) is
+    /// true and this is not yet.)
+    pub(crate) fn is_closed(&self) -> bool {
+        // The last shard: a closer closes the shards in order, so whoever
+        // closed it closed every other one before. Its Acquire load
+        // (`Shard::is_closed`) pairs with that closer's AcqRel `fetch_or`,
+        // so each earlier close happens-before this read, and a take that
+        // follows it reads its shard's word at or after the close: CLOSED.
+        self.shards.last().is_some_and(|shard| shard.is_closed())
     }
 
     /// Units held now, summed over the shards.

@@ -902,7 +902,7 @@ impl<W: Worker> Pool<W> {
         let me = calling_worker(&inner.table);
         let shards = inner.table.shard_count();
         let refused_self = || {
-            if inner.table.is_closed() {
+            if inner.table.is_closing() {
                 Error::Shutdown
             } else {
                 Error::CallingSelf
@@ -1054,7 +1054,10 @@ impl<W: Worker> Pool<W> {
         self.inner.table.stats()
     }
 
-    /// True once [`shutdown`](Self::shutdown) has begun.
+    /// True once [`shutdown`](Self::shutdown) has closed the pool: every
+    /// request made after this answers true is refused with
+    /// [`Error::Shutdown`]. The workers may still be finishing what was
+    /// admitted before.
     pub fn is_shutdown(&self) -> bool {
         self.inner.table.is_closed()
     }
@@ -1197,7 +1200,7 @@ impl<W: Worker> Inner<W> {
         if shards == 1 {
             // Only the caller could serve it. Once shutdown has begun,
             // `Shutdown` is the answer every other caller gets too.
-            return Err(if self.table.is_closed() {
+            return Err(if self.table.is_closing() {
                 Error::Shutdown
             } else {
                 Error::CallingSelf

@@ -510,7 +510,10 @@ impl<H: Handler> Shepherd<H> {
         idle
     }
 
-    /// True once [`shutdown`](Self::shutdown) has begun.
+    /// True once [`shutdown`](Self::shutdown) has closed the shepherd to
+    /// new operations: every submit made after this answers true is
+    /// refused with [`Error::Shutdown`]. What was admitted before may still
+    /// be running.
     pub fn is_shutdown(&self) -> bool {
         self.inner.shared.table.is_closed()
     }

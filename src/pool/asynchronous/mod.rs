@@ -615,7 +615,10 @@ impl<W: AsyncWorker> AsyncPool<W> {
         self.inner.table.stats()
     }
 
-    /// True once [`shutdown`](Self::shutdown) has begun.
+    /// True once [`shutdown`](Self::shutdown) has closed the pool: every
+    /// request made after this answers true is refused with
+    /// [`Error::Shutdown`]. The workers may still be finishing what was
+    /// admitted before.
     pub fn is_shutdown(&self) -> bool {
         self.inner.table.is_closed()
     }
@@ -781,7 +784,7 @@ impl<W: AsyncWorker> Inner<W> {
     #[cold]
     fn admit_from_worker(&self, me: usize) -> Result<usize, Error> {
         if self.table.shard_count() == 1 {
-            return Err(if self.table.is_closed() {
+            return Err(if self.table.is_closing() {
                 Error::Shutdown
             } else {
                 Error::CallingSelf
