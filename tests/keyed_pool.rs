@@ -13,6 +13,12 @@ use std::time::Duration;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use sidejob::{Error, KeyedMode, Pool, Worker};
 
+/// How long a blocked handler waits for its gate. Only a test that failed
+/// before opening it waits this long: the handler then gives up, so the
+/// pool's drop can join its workers and the test reports its failure
+/// instead of hanging.
+const GATE_PATIENCE: Duration = Duration::from_secs(60);
+
 /// What a handler does.
 #[derive(Debug, Clone)]
 enum Op {
@@ -92,7 +98,9 @@ impl Keyer {
             }
             Op::Block { key } => {
                 self.started.send((key, self.index)).unwrap();
-                self.gate.recv().expect("the test dropped the gate");
+                self.gate
+                    .recv_timeout(GATE_PATIENCE)
+                    .expect("the gate opens (a test that failed before opening it ends here)");
             }
             Op::Meet { barrier, .. } => {
                 barrier.wait();

@@ -10,6 +10,12 @@ use std::time::Duration;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use sidejob::{Error, Pool, Worker};
 
+/// How long a blocked handler waits for its gate. Only a test that failed
+/// before opening it waits this long: the handler then gives up, so the
+/// pool's drop can join its workers and the test reports its failure
+/// instead of hanging.
+const GATE_PATIENCE: Duration = Duration::from_secs(60);
+
 /// What a gated job does once the test lets it go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Go {
@@ -32,7 +38,10 @@ struct Gated {
 impl Gated {
     fn run(&mut self, id: u64) -> u64 {
         self.started.lock().unwrap().push(id);
-        let go = self.gate.recv().expect("test dropped the gate");
+        let go = self
+            .gate
+            .recv_timeout(GATE_PATIENCE)
+            .expect("the gate opens (a test that failed before opening it ends here)");
         if go == Go::Panic {
             panic!("job {id} told to panic");
         }

@@ -6,9 +6,16 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::thread;
+use std::time::Duration;
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use sidejob::{Error, Pool, Worker};
+
+/// How long a blocked handler waits for its gate. Only a test that failed
+/// before opening it waits this long: the handler then gives up, so the
+/// pool's drop can join its workers and the test reports its failure
+/// instead of hanging.
+const GATE_PATIENCE: Duration = Duration::from_secs(60);
 
 #[derive(Debug)]
 enum Job {
@@ -33,7 +40,9 @@ impl Stealer {
         match job {
             Job::Block => {
                 self.started.send(self.index).unwrap();
-                self.gate.recv().expect("test dropped the gate");
+                self.gate
+                    .recv_timeout(GATE_PATIENCE)
+                    .expect("the gate opens (a test that failed before opening it ends here)");
             }
             Job::Fast(id) => self.ran.send((id, self.index)).unwrap(),
             Job::Panic => panic!("told to panic on worker {}", self.index),
