@@ -11,14 +11,14 @@ use crate::probe::Probe;
 
 /// The admission table, as the front-ends use it.
 #[derive(Debug)]
-pub struct Table(crate::sync::Arc<crate::table::Table>);
+pub struct Table(crate::table::Table);
 
 impl Table {
     /// `capacity` units over `shards` shards.
     pub fn new(capacity: usize, shards: usize) -> Table {
-        Table(crate::sync::Arc::new(
+        Table(
             crate::table::Table::new(capacity, shards, Probe::Thread).expect("valid model config"),
-        ))
+        )
     }
 
     /// `capacity` units over `shards` shards, refusing through the count of
@@ -27,7 +27,7 @@ impl Table {
         let mut table =
             crate::table::Table::new(capacity, shards, Probe::Thread).expect("valid model config");
         table.force_counted();
-        Table(crate::sync::Arc::new(table))
+        Table(table)
     }
 
     /// `capacity` units over `shards` shards, with a waiting room for
@@ -41,7 +41,7 @@ impl Table {
         let table = crate::table::Table::new(capacity, shards, Probe::Thread)
             .and_then(|table| table.with_policy(&policy))
             .expect("valid model config");
-        Table(crate::sync::Arc::new(table))
+        Table(table)
     }
 
     /// Admits one unit from the caller's home shard, waiting in the room
@@ -225,12 +225,9 @@ impl DueLine {
 pub struct Idle(crate::pool::steal::Idle);
 
 impl Idle {
-    /// An empty room for the workers of `table`'s shards, one each, whose
-    /// "spinning" flags live on the shards (as in a pool).
-    pub fn on_table(table: &Table) -> Idle {
-        Idle(crate::pool::steal::Idle::on_table(crate::sync::Arc::clone(
-            &table.0,
-        )))
+    /// An empty room for `workers` workers.
+    pub fn new(workers: usize) -> Idle {
+        Idle(crate::pool::steal::Idle::new(workers))
     }
 
     /// What a producer does right after it queued an envelope at `to`.

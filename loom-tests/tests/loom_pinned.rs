@@ -71,12 +71,11 @@ impl Rig {
 #[test]
 fn a_pinned_request_wakes_its_own_worker_and_is_never_stolen() {
     loom::model(|| {
-        let table = Table::new(2, 2);
         let rig = Arc::new(Rig {
-            idle: Idle::on_table(&table),
-            table,
+            table: Table::new(2, 2),
             mailboxes: [Mailbox::new(), Mailbox::new()],
             private: [Mailbox::new(), Mailbox::new()],
+            idle: Idle::new(2),
             ran_on_0: [Mutex::new(0), Mutex::new(0)],
             handled: Count::default(),
             exited: Count::default(),

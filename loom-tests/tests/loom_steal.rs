@@ -50,11 +50,10 @@ struct Rig {
 
 impl Rig {
     fn new(capacity: usize) -> Arc<Rig> {
-        let table = Table::new(capacity, 2);
         Arc::new(Rig {
-            idle: Idle::on_table(&table),
-            table,
+            table: Table::new(capacity, 2),
             mailboxes: [Mailbox::new(), Mailbox::new()],
+            idle: Idle::new(2),
             handled: Count::default(),
             exited: Count::default(),
         })

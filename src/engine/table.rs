@@ -189,11 +189,7 @@ pub(crate) enum Take {
 }
 
 /// One shard: its limit and its two counters, on a line of its own.
-///
-/// `repr(C)` keeps the fields in this order, all within the first 64 bytes
-/// (checked below): the owner's flag must share the counters' cache line.
 #[derive(Debug)]
-#[repr(C)]
 pub(crate) struct Shard {
     /// `4 × units ever taken`, plus [`CLOSED`] in bit 0 and [`GATED`] in
     /// bit 1.
@@ -214,14 +210,7 @@ pub(crate) struct Shard {
     /// meanwhile. Each is counted once in `taken` and once in `given`, and
     /// left out of the stats.
     phantom: AtomicUsize,
-    /// A flag of the front-end's own, on this line: see
-    /// [`Shard::owner_flag`].
-    owner: AtomicBool,
 }
-
-// Every field of a shard on one 64-byte line (see `Shard::owner_flag`).
-#[cfg(not(loom))]
-const _: () = assert!(std::mem::size_of::<Shard>() <= 64);
 
 impl Shard {
     fn new(limit: usize) -> Self {
@@ -233,19 +222,7 @@ impl Shard {
             forgotten: AtomicUsize::new(0),
             phantom: AtomicUsize::new(0),
             limit: AtomicUsize::new(limit),
-            owner: AtomicBool::new(false),
         }
-    }
-
-    /// A flag the front-end may use for this shard's owner, on the line of
-    /// the shard's counters: a producer that just took a unit here holds
-    /// that line, so reading the flag next costs no extra cache line, and
-    /// an owner that writes it before giving a unit back pays the line's
-    /// transfer once for both. A stealing pool keeps its "owner is
-    /// polling" flag here (`pool/steal.rs`); the table never reads it.
-    #[inline]
-    pub(crate) fn owner_flag(&self) -> &AtomicBool {
-        &self.owner
     }
 
     /// How many units this shard may hold at once.

@@ -62,8 +62,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{fence, spin_poll, Arc, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
-use crate::table::Table;
+use crate::sync::{fence, spin_poll, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
 
 /// A worker's own mailbox is polled this many times for each look at the
 /// other mailboxes while it spins.
@@ -97,8 +96,9 @@ pub(crate) struct Idle {
     /// Workers between "about to sleep" and "awake again".
     sleepers: AtomicUsize,
     /// Per worker: true while it polls its own mailbox with nothing in
-    /// hand, so it will take what arrives there without being woken.
-    spinning: Spinning,
+    /// hand, so it will take what arrives there without being woken. Each
+    /// on its own line: its worker writes it once per request.
+    spinning: Box<[CachePadded<AtomicBool>]>,
     /// Per worker: true from just before it re-checks the mailboxes to
     /// sleep until it is awake again. Read by [`Idle::private_added`]: only
     /// a delivery to a sleeping worker's private mailbox wakes anyone.
@@ -110,13 +110,13 @@ pub(crate) struct Idle {
 }
 
 impl Idle {
-    /// A room for the workers of `table`'s shards, one each (worker `i`
-    /// owns shard `i`'s mailbox), none asleep, none spinning.
-    pub(crate) fn on_table(table: Arc<Table>) -> Self {
-        let workers = table.shard_count();
+    /// A room for `workers` workers, none asleep, none spinning.
+    pub(crate) fn new(workers: usize) -> Self {
         Idle {
             sleepers: AtomicUsize::new(0),
-            spinning: Spinning(table),
+            spinning: (0..workers)
+                .map(|_| CachePadded::new(AtomicBool::new(false)))
+                .collect(),
             asleep: (0..workers)
                 .map(|_| CachePadded::new(AtomicBool::new(false)))
                 .collect(),
@@ -137,8 +137,7 @@ impl Idle {
         // envelope pushed before this one (Dekker; see the module docs).
         fence(Ordering::SeqCst);
         // Relaxed, both: ordered by the fence above.
-        if self.sleepers.load(Ordering::Relaxed) != 0
-            && !self.spinning.flag(to).load(Ordering::Relaxed)
+        if self.sleepers.load(Ordering::Relaxed) != 0 && !self.spinning[to].load(Ordering::Relaxed)
         {
             self.wake_one();
         }
@@ -149,7 +148,7 @@ impl Idle {
     fn spin(&self, me: usize) {
         // Relaxed: a producer that misses it only wakes a sleeper for
         // nothing.
-        self.spinning.flag(me).store(true, Ordering::Relaxed);
+        self.spinning[me].store(true, Ordering::Relaxed);
     }
 
     /// Worker `me` stops polling (it took an envelope, or is about to
@@ -159,7 +158,7 @@ impl Idle {
     #[inline]
     fn took<Q: Queue>(&self, me: usize, own: &Q) {
         // Relaxed: ordered by the fence below.
-        self.spinning.flag(me).store(false, Ordering::Relaxed);
+        self.spinning[me].store(false, Ordering::Relaxed);
         // SeqCst fence: pairs with the one in `work_added`.
         fence(Ordering::SeqCst);
         // Relaxed: ordered by the fence above.
@@ -220,33 +219,6 @@ impl Idle {
         // (or asleep) only takes the lock for nothing.
         self.asleep[me].store(false, Ordering::Relaxed);
         self.sleepers.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Where the workers' "spinning" flags live: worker `i`'s on the cache
-/// line of shard `i`'s counters ([`Shard::owner_flag`]).
-///
-/// A producer reads the flag of the mailbox it delivered to whenever a
-/// worker sleeps, and the owner writes its flag twice per request. On a
-/// line of its own, that line crossed cores on every request while a
-/// worker slept: the producer's read pulled it over, and the owner's next
-/// write, just before its fence, waited for it to come back, on the
-/// request's way to its handler. On the shard's line it costs no extra
-/// transfer: the producer has just taken a unit there, and the owner
-/// gives that unit back there after the handler (the line comes to the
-/// owner once per request either way). In an interleaved A/B of the round
-/// trip (`benches/results/steal-flag-2026-11-25.txt`, 80 samples each) a
-/// stealing pool's call took 1.137x the plain pool's (median), against
-/// 1.175x with the flags on lines of their own.
-///
-/// [`Shard::owner_flag`]: crate::table::Shard::owner_flag
-#[derive(Debug)]
-struct Spinning(Arc<Table>);
-
-impl Spinning {
-    #[inline]
-    fn flag(&self, worker: usize) -> &AtomicBool {
-        self.0.shard(worker).owner_flag()
     }
 }
 
