@@ -13,11 +13,8 @@ use std::time::Duration;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use sidejob::{Error, KeyedMode, Pool, Worker};
 
-/// How long a blocked handler waits for its gate. Only a test that failed
-/// before opening it waits this long: the handler then gives up, so the
-/// pool's drop can join its workers and the test reports its failure
-/// instead of hanging.
-const GATE_PATIENCE: Duration = Duration::from_secs(60);
+mod common;
+use common::GATE_PATIENCE;
 
 /// What a handler does.
 #[derive(Debug, Clone)]

@@ -6,16 +6,12 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use sidejob::{Error, Pool, Worker};
 
-/// How long a blocked handler waits for its gate. Only a test that failed
-/// before opening it waits this long: the handler then gives up, so the
-/// pool's drop can join its workers and the test reports its failure
-/// instead of hanging.
-const GATE_PATIENCE: Duration = Duration::from_secs(60);
+mod common;
+use common::GATE_PATIENCE;
 
 #[derive(Debug)]
 enum Job {
