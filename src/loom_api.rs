@@ -240,6 +240,18 @@ impl Idle {
         self.0.wake_all()
     }
 
+    /// What worker `me` does once it gave back the unit of what it handled,
+    /// before it replies: says it polls its mailbox next.
+    pub fn polling(&self, me: usize) {
+        self.0.polling(me)
+    }
+
+    /// What worker `me` does when it leaves its loop because its shard is
+    /// drained.
+    pub fn leave(&self, me: usize) {
+        self.0.leave(me)
+    }
+
     /// What a producer does right after it queued an envelope in worker
     /// `to`'s private mailbox (a pinned keyed request).
     pub fn private_added(&self, to: usize) {

@@ -58,8 +58,14 @@ impl Rig {
                 *self.ran_on_0[me].lock().unwrap() += 1;
             }
             self.table.release(from);
-            after_release(&self.idle, me, from);
+            // As the pool's worker does before its reply.
+            self.idle.polling(me);
             self.handled.bump();
+            after_release(&self.idle, me, from);
+            if self.table.drained(me) {
+                self.idle.leave(me);
+                break;
+            }
         }
         self.exited.bump();
     }

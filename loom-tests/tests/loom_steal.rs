@@ -66,14 +66,21 @@ impl Rig {
         self.idle.work_added(shard);
     }
 
-    /// Worker `me`'s loop: take (own or stolen), run `handle`, release on
-    /// the admitting shard; until its own shard is drained.
+    /// Worker `me`'s loop, as the pool's: take (own or stolen), run
+    /// `handle`, release on the admitting shard, say it polls next, reply;
+    /// until its own shard is drained.
     fn worker(&self, me: usize, handle: impl Fn()) {
         while let Some(from) = next_envelope(me, &self.mailboxes, &self.idle, &self.table) {
             handle();
             self.table.release(from);
-            after_release(&self.idle, me, from);
+            // As the pool's worker does before its reply.
+            self.idle.polling(me);
             self.handled.bump();
+            after_release(&self.idle, me, from);
+            if self.table.drained(me) {
+                self.idle.leave(me);
+                break;
+            }
         }
         self.exited.bump();
     }

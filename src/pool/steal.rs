@@ -68,6 +68,10 @@ use crate::sync::{fence, spin_poll, AtomicBool, AtomicUsize, Condvar, Mutex, Ord
 /// other mailboxes while it spins.
 pub(crate) const STEAL_EVERY: u32 = 8;
 
+/// A worker whose last envelope was another worker's, or that was rung for
+/// work and found none, spins this many times less before it sleeps.
+pub(crate) const SHORT_SPIN: u32 = 8;
+
 /// A mailbox as the steal loop sees it: a queue any worker may take from.
 pub(crate) trait Queue {
     /// What the queue holds.
@@ -96,39 +100,46 @@ pub(crate) struct Idle {
     /// Workers between "about to sleep" and "awake again".
     sleepers: AtomicUsize,
     /// Per worker: true while it polls its own mailbox with nothing in
-    /// hand, so it will take what arrives there without being woken. Each
-    /// on its own line: its worker writes it once per request.
+    /// hand (or is about to, see [`Idle::polling`]), so it will take what
+    /// arrives there without being woken. Each on its own line: its worker
+    /// writes it twice per request.
     spinning: Box<[CachePadded<AtomicBool>]>,
     /// Per worker: true from just before it re-checks the mailboxes to
-    /// sleep until it is awake again. Read by [`Idle::private_added`]: only
-    /// a delivery to a sleeping worker's private mailbox wakes anyone.
+    /// sleep until it wakes (cleared under the room's lock). A ring for
+    /// work at a sleeping owner's mailbox wakes that owner; otherwise it
+    /// wakes one of the sleepers this flag names.
     asleep: Box<[CachePadded<AtomicBool>]>,
     /// Held while a sleeper re-checks the mailboxes and while a waker
-    /// notifies, so no notification falls between a check and its wait.
-    room: Mutex<()>,
-    bell: Condvar,
+    /// rings, so no ring falls between a check and its wait. Per worker:
+    /// rung for work since it last looked (set by a waker, cleared by the
+    /// sleeper).
+    room: Mutex<Box<[bool]>>,
+    /// One per worker, so a ring wakes the worker it picks.
+    bells: Box<[Condvar]>,
 }
 
 impl Idle {
     /// A room for `workers` workers, none asleep, none spinning.
     pub(crate) fn new(workers: usize) -> Self {
+        let flags = || {
+            (0..workers)
+                .map(|_| CachePadded::new(AtomicBool::new(false)))
+                .collect()
+        };
         Idle {
             sleepers: AtomicUsize::new(0),
-            spinning: (0..workers)
-                .map(|_| CachePadded::new(AtomicBool::new(false)))
-                .collect(),
-            asleep: (0..workers)
-                .map(|_| CachePadded::new(AtomicBool::new(false)))
-                .collect(),
-            room: Mutex::new(()),
-            bell: Condvar::new(),
+            spinning: flags(),
+            asleep: flags(),
+            room: Mutex::new(vec![false; workers].into_boxed_slice()),
+            bells: (0..workers).map(|_| Condvar::new()).collect(),
         }
     }
 
     /// Tells the sleepers (if any) that an envelope was just queued at
     /// worker `to`. Nobody is woken if nobody sleeps, or if `to` itself is
-    /// spinning on its mailbox (it takes the envelope; if it takes another
-    /// one first, it wakes a sleeper itself, see [`Idle::took`]).
+    /// polling its mailbox (it takes the envelope; if it takes another one
+    /// first, it wakes a sleeper itself, see [`Idle::took`]). Otherwise
+    /// `to` is woken if it sleeps, else another sleeper.
     #[inline]
     pub(crate) fn work_added(&self, to: usize) {
         // SeqCst fence: pairs with the fences in `sleep_until` and `took`.
@@ -139,8 +150,28 @@ impl Idle {
         // Relaxed, both: ordered by the fence above.
         if self.sleepers.load(Ordering::Relaxed) != 0 && !self.spinning[to].load(Ordering::Relaxed)
         {
-            self.wake_one();
+            self.ring(to);
         }
+    }
+
+    /// Worker `me` will poll its own mailbox next, before it sleeps or
+    /// handles anything else: it has just given back the unit of what it
+    /// handled and is about to reply. The caller that gets the reply and
+    /// sends again at once then wakes nobody, and no other worker takes its
+    /// request.
+    #[inline]
+    pub(crate) fn polling(&self, me: usize) {
+        self.spin(me);
+    }
+
+    /// Worker `me` leaves for good (its shard is drained): it polls no
+    /// more, and every sleeper re-checks (what arrives at its mailbox is
+    /// the others' to take from now on).
+    pub(crate) fn leave(&self, me: usize) {
+        // Relaxed: ordered before the sleepers' re-checks by the room's
+        // lock, taken below.
+        self.spinning[me].store(false, Ordering::Relaxed);
+        self.wake_all();
     }
 
     /// Worker `me` starts polling its own mailbox.
@@ -163,18 +194,27 @@ impl Idle {
         fence(Ordering::SeqCst);
         // Relaxed: ordered by the fence above.
         if !own.is_empty() && self.sleepers.load(Ordering::Relaxed) != 0 {
-            self.wake_one();
+            self.ring(me);
         }
+    }
+
+    /// True unless mailbox `other` is another worker's and that worker is
+    /// polling it: it takes what arrives there within nanoseconds, so
+    /// worker `me` neither steals from it nor stays awake for it.
+    #[inline]
+    fn takeable(&self, me: usize, other: usize) -> bool {
+        // Relaxed: a stale reading only takes one request its owner would
+        // have, or leaves one to the owner's `took`, which rings if it
+        // stops polling with envelopes left (after its fence; the
+        // sleeper's fence is in `sleep_until`).
+        other == me || !self.spinning[other].load(Ordering::Relaxed)
     }
 
     /// Tells worker `to` that an envelope was just queued in its *private*
     /// mailbox, which no other worker takes (a pinned keyed request). As
-    /// [`work_added`](Self::work_added), but a sleeper woken for it must be
-    /// `to` itself, and a condition variable cannot pick which sleeper it
-    /// wakes: so every sleeper is woken, and the others find nothing and
-    /// sleep again. Only when `to` itself sleeps: a busy or polling owner
-    /// takes the envelope on its own, and the other sleepers are left
-    /// alone.
+    /// [`work_added`](Self::work_added), but only `to` can take it: only
+    /// if `to` sleeps is it woken (a busy or polling owner takes the
+    /// envelope on its own).
     #[inline]
     pub(crate) fn private_added(&self, to: usize) {
         // SeqCst fence: pairs with the one in `sleep_until`: either this
@@ -183,14 +223,32 @@ impl Idle {
         fence(Ordering::SeqCst);
         // Relaxed: ordered by the fence above.
         if self.asleep[to].load(Ordering::Relaxed) {
-            self.wake_all();
+            let mut rung = self.room.lock();
+            rung[to] = true;
+            self.bells[to].notify_one();
         }
     }
 
+    /// Wakes one sleeper for an envelope at mailbox `to`: `to` itself if
+    /// it sleeps (its requests' lines stay on its core), else the first
+    /// sleeper after it; never one already rung and not yet up, which will
+    /// take one envelope only (two rings for two envelopes wake two
+    /// sleepers, as two `notify_one` on a shared condition variable would).
     #[cold]
-    fn wake_one(&self) {
-        let _room = self.room.lock();
-        self.bell.notify_one();
+    fn ring(&self, to: usize) {
+        let mut rung = self.room.lock();
+        // Relaxed: under the lock, a sleeper's flag is exact once it
+        // waits (it set the flag before it took the lock, and clears it
+        // under the lock); one that has yet to take the lock re-checks the
+        // mailboxes after this ring.
+        let count = self.asleep.len();
+        if let Some(picked) = (0..count)
+            .map(|step| (to + step) % count)
+            .find(|&k| !rung[k] && self.asleep[k].load(Ordering::Relaxed))
+        {
+            rung[picked] = true;
+            self.bells[picked].notify_one();
+        }
     }
 
     /// Wakes every sleeper so it re-checks its exit rule: after a shutdown
@@ -199,26 +257,39 @@ impl Idle {
         // The lock orders this after any sleeper's check: one that checked
         // first is already waiting and gets the notification.
         let _room = self.room.lock();
-        self.bell.notify_all();
+        for bell in self.bells.iter() {
+            bell.notify_all();
+        }
     }
 
     /// Worker `me` sleeps until `ready` (checked under the room's lock) is
-    /// true.
-    pub(crate) fn sleep_until(&self, me: usize, mut ready: impl FnMut() -> bool) {
+    /// true, or until it is rung for work: a ring for work that another
+    /// worker took first (`ready` reads false again) still ends the sleep,
+    /// so the caller goes back to polling. Returns whether `ready` held.
+    pub(crate) fn sleep_until(&self, me: usize, mut ready: impl FnMut() -> bool) -> bool {
         // Relaxed, both: the fence below orders them before the re-checks.
         self.asleep[me].store(true, Ordering::Relaxed);
         self.sleepers.fetch_add(1, Ordering::Relaxed);
         // SeqCst fence: pairs with the one in `work_added`.
         fence(Ordering::SeqCst);
-        let mut room = self.room.lock();
-        while !ready() {
-            room = self.bell.wait(room);
-        }
-        drop(room);
-        // Relaxed, both: a producer that still sees this sleeper counted
-        // (or asleep) only takes the lock for nothing.
+        let mut rung = self.room.lock();
+        let ready = loop {
+            if ready() {
+                break true;
+            }
+            if rung[me] {
+                break false;
+            }
+            rung = self.bells[me].wait(rung);
+        };
+        rung[me] = false;
+        // Relaxed: under the lock, which a waker holds while it reads it.
         self.asleep[me].store(false, Ordering::Relaxed);
+        drop(rung);
+        // Relaxed: a producer that still sees this sleeper counted only
+        // takes the lock for nothing.
         self.sleepers.fetch_sub(1, Ordering::Relaxed);
+        ready
     }
 }
 
@@ -239,50 +310,63 @@ pub(crate) fn next<Q: Queue>(
     done: impl Fn() -> bool,
 ) -> Option<(usize, Q::Item)> {
     let mut polls = 0u32;
+    let mut spin = spin;
     let take_private = || private.and_then(Queue::try_take).map(|item| (me, item));
-    idle.spin(me);
-    // A zero budget polls once, below (under loom too, where `spin_poll`
-    // would yield in between).
-    let polled = (!spin.is_zero()).then(|| {
-        spin_poll(spin, || {
+    loop {
+        idle.spin(me);
+        // A zero budget polls once, below (under loom too, where `spin_poll`
+        // would yield in between).
+        let polled = (!spin.is_zero()).then(|| {
+            spin_poll(spin, || {
+                if let Some(found) = take_private() {
+                    return Some(found);
+                }
+                if let Some(item) = mailboxes[me].try_take() {
+                    return Some((me, item));
+                }
+                polls = polls.wrapping_add(1);
+                if polls % STEAL_EVERY == 0 {
+                    steal(me, mailboxes, idle)
+                } else {
+                    None
+                }
+            })
+        });
+        // Not spinning any more: from here on, producers wake sleepers for
+        // what arrives at this mailbox (and this one re-checks after its
+        // fence).
+        idle.took(me, &mailboxes[me]);
+        if let Some(Some(found)) = polled {
+            return Some(found);
+        }
+        loop {
             if let Some(found) = take_private() {
                 return Some(found);
             }
             if let Some(item) = mailboxes[me].try_take() {
                 return Some((me, item));
             }
-            polls = polls.wrapping_add(1);
-            if polls % STEAL_EVERY == 0 {
-                steal(me, mailboxes)
-            } else {
-                None
+            if let Some(found) = steal(me, mailboxes, idle) {
+                return Some(found);
             }
-        })
-    });
-    // Not spinning any more: from here on, producers wake sleepers for
-    // what arrives at this mailbox (and this one re-checks after its fence).
-    idle.took(me, &mailboxes[me]);
-    if let Some(Some(found)) = polled {
-        return Some(found);
-    }
-    loop {
-        if let Some(found) = take_private() {
-            return Some(found);
+            if done() {
+                return None;
+            }
+            let ready = idle.sleep_until(me, || {
+                done()
+                    || private.is_some_and(|queue| !queue.is_empty())
+                    || mailboxes
+                        .iter()
+                        .enumerate()
+                        .any(|(other, queue)| idle.takeable(me, other) && !queue.is_empty())
+            });
+            if !ready {
+                // Rung for work another worker took first: poll again,
+                // briefly.
+                spin /= SHORT_SPIN;
+                break;
+            }
         }
-        if let Some(item) = mailboxes[me].try_take() {
-            return Some((me, item));
-        }
-        if let Some(found) = steal(me, mailboxes) {
-            return Some(found);
-        }
-        if done() {
-            return None;
-        }
-        idle.sleep_until(me, || {
-            done()
-                || private.is_some_and(|queue| !queue.is_empty())
-                || mailboxes.iter().any(|queue| !queue.is_empty())
-        });
     }
 }
 
@@ -306,10 +390,16 @@ pub(crate) fn after_release(idle: &Idle, me: usize, from: usize) {
 }
 
 /// One look at every other mailbox, starting after `me` (so two thieves
-/// do not all start at mailbox 0).
-fn steal<Q: Queue>(me: usize, mailboxes: &[Q]) -> Option<(usize, Q::Item)> {
+/// do not all start at mailbox 0), passing over those whose owner is
+/// polling: it takes what arrives there within nanoseconds, and taking it
+/// instead would only move its requests' lines to another core. An owner
+/// that stops polling with envelopes left wakes a sleeper ([`Idle::took`]).
+fn steal<Q: Queue>(me: usize, mailboxes: &[Q], idle: &Idle) -> Option<(usize, Q::Item)> {
     let count = mailboxes.len();
     (1..count)
         .map(|step| (me + step) % count)
+        // Relaxed: a stale reading only delays a steal until the owner's
+        // `took` wakes a sleeper, or takes one the owner would have.
+        .filter(|&other| idle.takeable(me, other))
         .find_map(|other| mailboxes[other].try_take().map(|item| (other, item)))
 }

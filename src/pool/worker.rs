@@ -236,7 +236,9 @@ impl<W: Worker> WorkerLoop<W> {
         CURRENT_WORKER.with(|current| current.set((pool_id(&self.table), self.index)));
         let mut state = self.build();
         let shard = self.table.shard(self.index);
-        while let Some((from, envelope)) = self.next_envelope() {
+        let mut stole = false;
+        while let Some((from, envelope)) = self.next_envelope(stole) {
+            stole = from != self.index;
             let from = envelope.shard(from);
             // Nothing that happens to one envelope may end the loop: a dead
             // worker would strand every unit queued behind it, and its shard
@@ -252,6 +254,9 @@ impl<W: Worker> WorkerLoop<W> {
                 steal::after_release(&stealing.idle, self.index, from);
             }
             if drained(shard) {
+                if let Some(stealing) = &self.steal {
+                    stealing.idle.leave(self.index);
+                }
                 break;
             }
         }
@@ -277,6 +282,7 @@ impl<W: Worker> WorkerLoop<W> {
                 // caller that gets its answer and calls again at once
                 // never meets its own stale unit.
                 unit.release(outcome.is_err());
+                self.polling_next();
                 // A caller that timed out or dropped its future is gone;
                 // the request still ran, and that is all it is owed. The
                 // unsent reply is dropped here, on the worker: a panic in
@@ -305,6 +311,7 @@ impl<W: Worker> WorkerLoop<W> {
                         let outcome = self.handle(state, move |worker| worker.handle_call(request));
                         CURRENT_KEY.with(|key| key.set(None));
                         unit.release(outcome.is_err());
+                        self.polling_next();
                         turn.pass();
                         drop_quietly(reply.send(outcome));
                     }
@@ -328,7 +335,7 @@ impl<W: Worker> WorkerLoop<W> {
     /// A stealing worker also takes from the other mailboxes, and sleeps in
     /// the pool's [`Idle`] room instead of its own channel; it returns
     /// `None` once its shard is drained (see `steal.rs`).
-    fn next_envelope(&self) -> Option<(usize, Envelope<W>)> {
+    fn next_envelope(&self, stole: bool) -> Option<(usize, Envelope<W>)> {
         if let Some(stealing) = &self.steal {
             let shard = self.table.shard(self.index);
             return steal::next(
@@ -336,7 +343,11 @@ impl<W: Worker> WorkerLoop<W> {
                 &stealing.mailboxes,
                 stealing.private.as_ref(),
                 &stealing.idle,
-                self.spin,
+                if stole {
+                    self.spin / steal::SHORT_SPIN
+                } else {
+                    self.spin
+                },
                 || drained(shard),
             );
         }
@@ -350,6 +361,17 @@ impl<W: Worker> WorkerLoop<W> {
             None => self.mailbox.recv().ok(),
         };
         next.map(|envelope| (self.index, envelope))
+    }
+
+    /// Says that this worker's next step is to poll its mailbox, before the
+    /// reply that lets a caller send it the next request: that caller's
+    /// delivery then wakes nobody, and no other worker takes the request
+    /// (see `steal.rs`).
+    #[inline]
+    fn polling_next(&self) {
+        if let Some(stealing) = &self.steal {
+            stealing.idle.polling(self.index);
+        }
     }
 
     /// Runs one handler. On a panic the state is dropped, to be rebuilt by
