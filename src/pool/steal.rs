@@ -17,46 +17,77 @@
 //! owner's line is not pulled away from its producers on every poll), then
 //! once more at all of them before it sleeps.
 //!
+//! A thief passes over a mailbox whose owner is *polling* it (its
+//! `spinning` flag): the owner takes what arrives there within
+//! nanoseconds, and a thief that took it instead would only move the
+//! request's lines to another core. The owner raises the flag while it
+//! spins, and already just before it replies to a call
+//! ([`Idle::polling`]): the next thing it does is poll, and the caller that
+//! gets the reply and sends again at once must find the flag up. (What
+//! runs in between is the loop's bookkeeping, and the `Drop` of a reply
+//! nobody waited for.)
+//!
+//! Why it matters: on a machine with fewer cores than busy threads, a
+//! spare worker that stole from a polling owner kept itself awake on the
+//! owner's requests, the owner fell asleep, and every call then rang it
+//! (a futex wake) while the thief took the request; in about one process
+//! in three a one-caller round trip ran at 2.3-2.8x the plain pool's.
+//!
 //! # Sleeping and waking
 //!
 //! A stealing worker does not block in its own channel's `recv` (nothing
 //! would wake it for work at another mailbox). It sleeps in the pool's
-//! [`Idle`] room, on a condition variable, and every delivery rings it:
+//! [`Idle`] room, on a condition variable of its own, and a delivery that
+//! nobody will take without it *rings* one sleeper:
 //!
-//! * the sleeper adds itself to `sleepers`, issues a `SeqCst` fence, then,
-//!   under the room's lock, re-checks every mailbox (and its exit rule)
-//!   before each wait;
+//! * the sleeper raises its `asleep` flag, adds itself to `sleepers`,
+//!   issues a `SeqCst` fence, then, under the room's lock, re-checks every
+//!   mailbox it may take from (and its exit rule) before each wait;
 //! * a producer pushes its envelope, issues a `SeqCst` fence, and reads
 //!   `sleepers`; only if it is not zero, and the mailbox's owner is not
-//!   spinning on it, does it take the lock and notify one sleeper;
-//! * an owner stops spinning (it took an envelope, or its budget ran out)
-//!   by clearing its flag, a `SeqCst` fence, and a look at its own
-//!   mailbox: if envelopes remain and someone sleeps, it wakes one (the
-//!   producers of those envelopes may have counted on it).
+//!   polling it, does it take the lock and ring: the owner if it sleeps
+//!   (its requests' lines stay on its core), else the first sleeper after
+//!   it that is not already rung;
+//! * an owner stops polling (it took an envelope, or its budget ran out)
+//!   by lowering its flag, a `SeqCst` fence, and a look at its own
+//!   mailbox: if envelopes remain and someone sleeps, it rings one (the
+//!   producers of those envelopes, and the thieves that passed them over,
+//!   counted on it).
 //!
-//! The two fences make this Dekker's pattern: either the producer's read
-//! sees the sleeper counted (and it notifies, under the lock, after which
-//! the sleeper's re-check sees the envelope or its wait is interrupted), or
-//! the sleeper's re-check, after its fence, sees the envelope and it does
-//! not wait. A free worker therefore never sleeps while an envelope waits.
-//! Every sleeper waits for the same thing (any mailbox not empty), so
-//! waking one is enough: if the one woken finds nothing, another worker
-//! already took it. On the plain path (no sleeper) a delivery costs one
-//! fence and the read of a word that only changes when a worker sleeps or
-//! wakes, so it stays shared in every cache; with a sleeper, the read of
-//! the owner's flag spares the wake-up (a futex call) whenever the owner is
-//! polling for its next request, as it is on a lightly loaded pool.
+//! The fences make this Dekker's pattern: either the producer's reads
+//! (after its fence) see the sleeper counted and flagged, and it rings
+//! under the lock, after which the sleeper's re-check sees the envelope or
+//! its wait ends; or the sleeper's re-check, after its fence, sees the
+//! envelope and it does not wait. The same pair, on the owner's flag,
+//! covers a thief that passed over a polling owner. A free worker
+//! therefore never sleeps while an envelope it may take waits unseen.
+//!
+//! A rung sleeper that finds nothing (another worker took the envelope
+//! first) goes back to polling rather than to sleep, briefly
+//! (`spin / `[`SHORT_SPIN`]), as a worker whose last envelope was stolen
+//! does: while envelopes keep coming it is there to take them, and when
+//! they stop it is soon asleep again. A ring skips sleepers already rung
+//! and not yet up: each of them takes one envelope, so two rings must wake
+//! two of them (`loom_steal` found the lost ring when both went to the
+//! owner).
+//!
+//! On the plain path (no sleeper) a delivery costs one fence and the read
+//! of a word that only changes when a worker sleeps or wakes, so it stays
+//! shared in every cache; with a sleeper, the read of the owner's flag
+//! spares the ring (a futex call) whenever the owner is polling for its
+//! next request, as it is on a lightly loaded pool.
 //!
 //! A worker may also have a *private* mailbox that no other worker takes
 //! from (a pinned keyed request, which must run on its key's worker). The
 //! owner polls it first, and the sleep check watches it; a producer rings
-//! it with [`Idle::private_added`], the same Dekker pair on a per-worker
-//! `asleep` flag: only if the owner sleeps, it wakes every sleeper (the
-//! condition variable cannot wake the owner alone).
+//! it with [`Idle::private_added`], the same Dekker pair on the owner's
+//! `asleep` flag: only if the owner sleeps is it woken, on its own bell.
 //!
-//! Shutdown and the release of a stolen unit change a sleeper's exit rule
-//! rather than a mailbox: they [`wake_all`](Idle::wake_all) under the lock,
-//! unconditionally (see [`after_release`]). `loom-tests/tests/loom_steal.rs` checks the protocol.
+//! Shutdown, the release of a stolen unit and a worker's exit change a
+//! sleeper's exit rule (or what it may take) rather than a mailbox: they
+//! [`wake_all`](Idle::wake_all) under the lock, unconditionally (see
+//! [`after_release`]). `loom-tests/tests/loom_steal.rs` and
+//! `loom_pinned.rs` check the protocol, driving the real loop.
 
 use std::time::Duration;
 
