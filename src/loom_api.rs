@@ -382,6 +382,7 @@ pub fn next_envelope_with_private(
         private,
         &idle.0,
         std::time::Duration::ZERO,
+        false,
         || table.drained(me),
     )
     .map(|(from, ())| from)

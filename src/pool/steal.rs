@@ -101,7 +101,7 @@ pub(crate) const STEAL_EVERY: u32 = 8;
 
 /// A worker whose last envelope was another worker's, or that was rung for
 /// work and found none, spins this many times less before it sleeps.
-pub(crate) const SHORT_SPIN: u32 = 8;
+const SHORT_SPIN: u32 = 8;
 
 /// A mailbox as the steal loop sees it: a queue any worker may take from.
 pub(crate) trait Queue {
@@ -185,14 +185,20 @@ impl Idle {
         }
     }
 
-    /// Worker `me` will poll its own mailbox next, before it sleeps or
-    /// handles anything else: it has just given back the unit of what it
-    /// handled and is about to reply. The caller that gets the reply and
-    /// sends again at once then wakes nobody, and no other worker takes its
-    /// request.
+    /// Worker `me` polls its own mailbox, or will next, before it sleeps
+    /// or handles anything else. Raised where the poll starts, and already
+    /// just before a reply (the worker has given back the unit of what it
+    /// handled): the caller that gets the reply and sends again at once
+    /// then wakes nobody, and no other worker takes its request.
     #[inline]
     pub(crate) fn polling(&self, me: usize) {
-        self.spin(me);
+        // Relaxed, both: a producer that misses it only wakes a sleeper for
+        // nothing. Stored only if lowered: after a reply it is already up,
+        // and a second store would take the line back from the producer
+        // that has just read it.
+        if !self.spinning[me].load(Ordering::Relaxed) {
+            self.spinning[me].store(true, Ordering::Relaxed);
+        }
     }
 
     /// Worker `me` leaves for good (its shard is drained): it polls no
@@ -203,14 +209,6 @@ impl Idle {
         // lock, taken below.
         self.spinning[me].store(false, Ordering::Relaxed);
         self.wake_all();
-    }
-
-    /// Worker `me` starts polling its own mailbox.
-    #[inline]
-    fn spin(&self, me: usize) {
-        // Relaxed: a producer that misses it only wakes a sleeper for
-        // nothing.
-        self.spinning[me].store(true, Ordering::Relaxed);
     }
 
     /// Worker `me` stops polling (it took an envelope, or is about to
@@ -327,7 +325,8 @@ impl Idle {
 /// The next envelope for worker `me`: from its private mailbox (if it has
 /// one), its own mailbox, or taken from another one; with the index of the
 /// mailbox (the shard whose unit it holds: `me` for the private one). Spins
-/// for `spin`, then sleeps in `idle` until work comes. `None` once `done`
+/// for `spin` (an eighth of it if `stole`: the worker's last envelope was
+/// another's), then sleeps in `idle` until work comes. `None` once `done`
 /// (the worker's exit rule) holds and no mailbox has anything.
 ///
 /// The private mailbox is polled first and watched by the sleep check like
@@ -338,13 +337,16 @@ pub(crate) fn next<Q: Queue>(
     private: Option<&Q>,
     idle: &Idle,
     spin: Duration,
+    stole: bool,
     done: impl Fn() -> bool,
 ) -> Option<(usize, Q::Item)> {
     let mut polls = 0u32;
-    let mut spin = spin;
+    // A worker whose last envelope was another's polls only briefly: it
+    // stays at hand while such work keeps coming, and sleeps soon after.
+    let mut spin = if stole { spin / SHORT_SPIN } else { spin };
     let take_private = || private.and_then(Queue::try_take).map(|item| (me, item));
     loop {
-        idle.spin(me);
+        idle.polling(me);
         // A zero budget polls once, below (under loom too, where `spin_poll`
         // would yield in between).
         let polled = (!spin.is_zero()).then(|| {

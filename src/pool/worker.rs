@@ -343,11 +343,8 @@ impl<W: Worker> WorkerLoop<W> {
                 &stealing.mailboxes,
                 stealing.private.as_ref(),
                 &stealing.idle,
-                if stole {
-                    self.spin / steal::SHORT_SPIN
-                } else {
-                    self.spin
-                },
+                self.spin,
+                stole,
                 || drained(shard),
             );
         }
