@@ -225,9 +225,13 @@ impl DueLine {
 pub struct Idle(crate::pool::steal::Idle);
 
 impl Idle {
-    /// An empty room for `workers` workers.
+    /// An empty room for `workers` workers. The workers' polling flags
+    /// live on the shards of a table of their own here (in a pool, on the
+    /// pool's table, which only matters to the caches).
     pub fn new(workers: usize) -> Idle {
-        Idle(crate::pool::steal::Idle::new(workers))
+        let table =
+            crate::table::Table::new(workers, workers, Probe::Thread).expect("valid model config");
+        Idle(crate::pool::steal::Idle::new(crate::sync::Arc::new(table)))
     }
 
     /// What a producer does right after it queued an envelope at `to`.

@@ -1877,7 +1877,7 @@ impl PoolBuilder {
         // Ordered keyed requests go to mailboxes every worker takes from,
         // so an ordered pool's workers sleep in the idle room as stealing
         // ones do (steal.rs), whether or not they steal plain requests.
-        let idle = (steal || ordered).then(|| Arc::new(Idle::new(count)));
+        let idle = (steal || ordered).then(|| Arc::new(Idle::new(table.clone())));
         // A second mailbox per worker: a stealing pinned pool's private
         // ones (pinned requests, never stolen), or the keyed mailboxes of
         // an ordered pool that does not steal (a stealing one posts keyed
