@@ -216,8 +216,8 @@ pub(crate) struct Shard {
     /// reads it has just taken a unit on this line, so the read costs no
     /// cache miss, and the worker writes it beside its release. On a line
     /// of its own it was one more miss per request: a stealing pool's
-    /// round trip read about 1.16x the plain pool's against 1.09x here
-    /// (`benches/results/steal-attended-2026-11-26.txt`).
+    /// round trip read a median of 1.18x the plain pool's, against
+    /// 1.07-1.10x here (`benches/results/steal-attended-2026-11-26.txt`).
     attended: AtomicBool,
 }
 
