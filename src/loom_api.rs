@@ -234,9 +234,10 @@ impl Idle {
         Idle(crate::pool::steal::Idle::new(crate::sync::Arc::new(table)))
     }
 
-    /// What a producer does right after it queued an envelope at `to`.
-    pub fn work_added(&self, to: usize) {
-        self.0.work_added(to)
+    /// What a producer does right after it queued an envelope at `to`,
+    /// whose mailbox is `mailbox`.
+    pub fn work_added(&self, to: usize, mailbox: &Mailbox) {
+        self.0.work_added(to, || !mailbox.is_empty())
     }
 
     /// What shutdown does after closing the table.

@@ -63,7 +63,7 @@ impl Rig {
     fn submit(&self, shard: usize) {
         assert_eq!(self.table.acquire_at(shard), Ok(shard));
         self.mailboxes[shard].push();
-        self.idle.work_added(shard);
+        self.idle.work_added(shard, &self.mailboxes[shard]);
     }
 
     /// Worker `me`'s loop, as the pool's: take (own or stolen), run

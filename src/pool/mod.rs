@@ -1230,7 +1230,7 @@ impl<W: Worker> Inner<W> {
                     if self.own_private {
                         idle.private_added(shard);
                     } else {
-                        idle.work_added(shard);
+                        idle.work_added(shard, || !self.mailboxes[shard].is_empty());
                     }
                 }
                 Ok(())

@@ -90,7 +90,8 @@ impl<W: Worker> Ordered<W> {
         let shard = keyed.shard;
         match self.mailboxes[shard].send(Envelope::Keyed(keyed)) {
             Ok(()) => {
-                self.idle.work_added(shard);
+                self.idle
+                    .work_added(shard, || !self.mailboxes[shard].is_empty());
                 Ok(())
             }
             Err(returned) => {

@@ -44,10 +44,12 @@
 //!   issues a `SeqCst` fence, then, under the room's lock, re-checks every
 //!   mailbox it may take from (and its exit rule) before each wait;
 //! * a producer pushes its envelope, issues a `SeqCst` fence, and reads
-//!   `sleepers`; only if it is not zero, and the mailbox's owner is not
-//!   polling it, does it take the lock and ring: the owner if it sleeps
-//!   (its requests' lines stay on its core), else the first sleeper after
-//!   it that is not already rung;
+//!   `sleepers`; only if it is not zero, the mailbox's owner is not
+//!   polling it, and the mailbox is not already empty (a polling owner
+//!   often takes the envelope, and lowers its flag to handle it, before
+//!   the producer reads the flag), does it take the lock and ring: the
+//!   owner if it sleeps (its requests' lines stay on its core), else the
+//!   first sleeper after it that is not already rung;
 //! * an owner stops polling (it took an envelope, or its budget ran out)
 //!   by lowering its flag, a `SeqCst` fence, and a look at its own
 //!   mailbox: if envelopes remain and someone sleeps, it rings one (the
@@ -183,20 +185,33 @@ impl Idle {
     }
 
     /// Tells the sleepers (if any) that an envelope was just queued at
-    /// worker `to`. Nobody is woken if nobody sleeps, or if `to` itself is
-    /// polling its mailbox (it takes the envelope; if it takes another one
-    /// first, it wakes a sleeper itself, see [`Idle::took`]). Otherwise
-    /// `to` is woken if it sleeps, else another sleeper.
+    /// worker `to`; `queued` reads whether that mailbox still holds any.
+    /// Nobody is woken if nobody sleeps, if `to` itself is polling its
+    /// mailbox (it takes the envelope; if it takes another one first, it
+    /// wakes a sleeper itself, see [`Idle::took`]), or if the mailbox is
+    /// already empty. Otherwise `to` is woken if it sleeps, else another
+    /// sleeper.
+    ///
+    /// Why the last check: a polling owner takes the envelope within
+    /// nanoseconds and lowers its flag to handle it, often before this
+    /// producer reads the flag. It then reads the flag down and, without
+    /// the check, woke a sleeper for work already taken (20 to 900 times
+    /// in 50k one-caller round trips, each a futex wake and a spare worker
+    /// running on a core the caller and the owner need).
     #[inline]
-    pub(crate) fn work_added(&self, to: usize) {
+    pub(crate) fn work_added(&self, to: usize, queued: impl FnOnce() -> bool) {
         // SeqCst fence: pairs with the fences in `sleep_until` and `took`.
         // Either these reads see the sleeper counted and the owner not
-        // spinning, or the other side's check, after its fence, sees the
+        // polling, or the other side's check, after its fence, sees the
         // envelope pushed before this one (Dekker; see the module docs).
         fence(Ordering::SeqCst);
-        // Relaxed, both: ordered by the fence above.
+        // Relaxed, both: ordered by the fence above. `queued` last, and
+        // only on this slow path: an empty mailbox means every envelope
+        // pushed before the fence, this one included, has been taken by
+        // a worker that will handle it, so nobody needs waking for it.
         if self.sleepers.load(Ordering::Relaxed) != 0
             && !self.polling_flag(to).load(Ordering::Relaxed)
+            && queued()
         {
             self.ring(to);
         }
