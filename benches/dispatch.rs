@@ -5,7 +5,8 @@
 //!   with one 50 ms request in every 200; latency (queue + service) of the
 //!   fast ones: the pool without stealing, with stealing, and one shared
 //!   crossbeam channel both workers pull from (the ideal for latency).
-//! * Plain `call` round trip with stealing off and on (2 workers).
+//! * Plain `call` round trip with stealing off and on (2 workers), in this
+//!   process and again in fresh ones (see `common::in_fresh_processes`).
 //! * The worker loop: one producer casting to one worker with a trivial
 //!   handler, against a `crossbeam_channel::bounded` of the same capacity
 //!   with a trivial consumer; both producers retry when full.
@@ -19,7 +20,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::head_of_line::{offer_stream, summarize, Job, Latency, GAP, REQUESTS};
-use common::{best_of, time_loop};
+use common::{best_of, child_task, in_fresh_processes, spread, time_loop};
 use criterion::{criterion_group, BenchmarkId, Criterion};
 use sidejob::{Error, Pool, Worker};
 
@@ -233,6 +234,35 @@ fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
 
+/// The child task that times the two round trips alone.
+const ROUND_TRIPS: &str = "round_trips";
+
+/// How many fresh processes time the round trips again.
+const FRESH_RUNS: usize = 9;
+
+/// ns per plain `call`, 1 caller, 2 workers, without and with stealing:
+/// both pools alive and timed in turns (best of 7 runs of 50k calls), so
+/// a drift of the machine (the cross-core figures move by half within
+/// minutes) falls on both.
+fn round_trips() -> Vec<f64> {
+    let (plain, stealing) = (echo_pool(64, 2, false), echo_pool(64, 2, true));
+    best_of(
+        7,
+        &mut [
+            &mut || {
+                time_loop(50_000, || {
+                    black_box(plain.call(black_box(1)).unwrap());
+                })
+            },
+            &mut || {
+                time_loop(50_000, || {
+                    black_box(stealing.call(black_box(1)).unwrap());
+                })
+            },
+        ],
+    )
+}
+
 fn ratio_table() {
     println!("\n== dispatch: measured side by side in this run ==");
     println!(
@@ -265,25 +295,7 @@ fn ratio_table() {
         rows[1].1.p99.as_secs_f64() / shared
     );
 
-    // Both pools alive and timed in turns, so a drift of the machine
-    // (the cross-core figures move by half within minutes) falls on both.
-    let (plain, stealing) = (echo_pool(64, 2, false), echo_pool(64, 2, true));
-    let calls = best_of(
-        7,
-        &mut [
-            &mut || {
-                time_loop(50_000, || {
-                    black_box(plain.call(black_box(1)).unwrap());
-                })
-            },
-            &mut || {
-                time_loop(50_000, || {
-                    black_box(stealing.call(black_box(1)).unwrap());
-                })
-            },
-        ],
-    );
-    drop((plain, stealing));
+    let calls = round_trips();
     println!(
         "call round trip, 1 caller, 2 workers (best of 7 interleaved runs): no stealing {:.0} ns | stealing {:.0} ns",
         calls[0], calls[1]
@@ -292,6 +304,20 @@ fn ratio_table() {
         "  ratio stealing / no stealing = {:.3}  (target <= 1.05)",
         calls[1] / calls[0]
     );
+    let ratios: Vec<f64> = in_fresh_processes(ROUND_TRIPS, FRESH_RUNS)
+        .iter()
+        .filter_map(|figures| match figures[..] {
+            [plain, stealing] => Some(stealing / plain),
+            _ => None,
+        })
+        .collect();
+    if !ratios.is_empty() {
+        let (median, min, max) = spread(&ratios);
+        println!(
+            "  the same in {} fresh processes: ratio median {median:.3}, range {min:.3}-{max:.3}",
+            ratios.len()
+        );
+    }
 
     let casts: Vec<f64> = [false, true]
         .into_iter()
@@ -327,6 +353,11 @@ criterion_group! {
 }
 
 fn main() {
+    if child_task().as_deref() == Some(ROUND_TRIPS) {
+        let calls = round_trips();
+        println!("{} {}", calls[0], calls[1]);
+        return;
+    }
     benches();
     Criterion::default().configure_from_args().final_summary();
     ratio_table();

@@ -5,6 +5,8 @@
 //!   workers, capacity 64). One caller's plain calls keep to one worker, as
 //!   one key's do; keys cycling in the pinned mode keep both workers
 //!   spinning beside the caller, which a 2-core machine cannot run at once.
+//!   The one-key ratios are timed again in fresh processes (see
+//!   `common::in_fresh_processes`).
 //! * Hot key: 4 workers, capacity 256, one request every 400 µs (2,500/s);
 //!   half of them for one hot key, each 1 ms (a sleep: a slow I/O), the
 //!   other half for 1,000 other keys, 20 µs each (spinning). Latency
@@ -26,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::ns_per_op;
+use common::{best_of, child_task, in_fresh_processes, ns_per_op, spread, time_loop};
 use criterion::{criterion_group, BenchmarkId, Criterion};
 use sidejob::{Error, KeyedMode, Pool, Worker};
 
@@ -168,26 +170,64 @@ fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1e3)
 }
 
+/// The child task that times the one-key round trips alone.
+const ROUND_TRIPS: &str = "round_trips";
+
+/// How many fresh processes time the round trips again.
+const FRESH_RUNS: usize = 9;
+
+/// ns per plain `call` and per `call_keyed` on one key, on a pool of
+/// `mode`: timed in turns (best of 7 runs of 50k calls each), so a drift
+/// of the machine falls on both.
+fn one_key_round_trips(pool: &Pool<Echo>) -> Vec<f64> {
+    best_of(
+        7,
+        &mut [
+            &mut || {
+                time_loop(50_000, || {
+                    black_box(pool.call(black_box(1)).unwrap());
+                })
+            },
+            &mut || {
+                time_loop(50_000, || {
+                    black_box(pool.call_keyed(&7_u64, black_box(1)).unwrap());
+                })
+            },
+        ],
+    )
+}
+
 fn ratio_table() {
     println!("\n== keyed pool: measured side by side in this run ==");
     for (name, mode) in MODES {
         let pool = echo_pool(mode);
-        let call = ns_per_op(50_000, || {
-            pool.call(black_box(1)).unwrap();
-        });
-        let one_key = ns_per_op(50_000, || {
-            pool.call_keyed(&7_u64, black_box(1)).unwrap();
-        });
+        let [call, one_key] = one_key_round_trips(&pool)[..] else {
+            unreachable!("two contenders, two figures");
+        };
         let mut key = 0u64;
         let keys = ns_per_op(50_000, || {
             key = (key + 1) % 1024;
             pool.call_keyed(&key, black_box(1)).unwrap();
         });
         println!(
-            "round trip, 1 caller, 2 workers, {name}: call {call:.0} ns | call_keyed one key {one_key:.0} ns (ratio {:.3}, target <= 1.1) | call_keyed over 1,024 keys {keys:.0} ns (ratio {:.3})",
+            "round trip, 1 caller, 2 workers, {name}: call {call:.0} ns | call_keyed one key {one_key:.0} ns (ratio {:.3}, target <= 1.1; best of 7 interleaved runs) | call_keyed over 1,024 keys {keys:.0} ns (ratio {:.3})",
             one_key / call,
             keys / call
         );
+    }
+    let runs = in_fresh_processes(ROUND_TRIPS, FRESH_RUNS);
+    for (at, (name, _)) in MODES.iter().enumerate() {
+        let ratios: Vec<f64> = runs
+            .iter()
+            .filter_map(|figures| Some(figures.get(2 * at + 1)? / figures.get(2 * at)?))
+            .collect();
+        if !ratios.is_empty() {
+            let (median, min, max) = spread(&ratios);
+            println!(
+                "  {name}, call_keyed one key / call in {} fresh processes: median {median:.3}, range {min:.3}-{max:.3}",
+                ratios.len()
+            );
+        }
     }
 
     println!(
@@ -239,6 +279,15 @@ criterion_group! {
 }
 
 fn main() {
+    if child_task().as_deref() == Some(ROUND_TRIPS) {
+        let figures: Vec<String> = MODES
+            .iter()
+            .flat_map(|&(_, mode)| one_key_round_trips(&echo_pool(mode)))
+            .map(|ns| ns.to_string())
+            .collect();
+        println!("{}", figures.join(" "));
+        return;
+    }
     benches();
     Criterion::default().configure_from_args().final_summary();
     ratio_table();

@@ -5,7 +5,8 @@
 //! how far its queue grows); and a delayed-operation heap of 100k pending
 //! operations (submit cost, due cost, and the CPU an idle shepherd burns).
 //! After criterion's group, a ratio table is printed from side-by-side
-//! timings taken in this same process.
+//! timings taken in this same process; the round trip is timed again in
+//! fresh processes (see `common::in_fresh_processes`).
 
 use std::collections::VecDeque;
 use std::hint::black_box;
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, BenchmarkId, Criterion};
 
 mod common;
-use common::{best_of, median, time_loop};
+use common::{best_of, child_task, in_fresh_processes, median, spread, time_loop};
 use crossbeam_channel::unbounded;
 use sidejob::{Completion, Handler, ManualClock, Pool, RetryPolicy, Shepherd, Worker};
 
@@ -265,12 +266,19 @@ fn delayed_heap() -> (f64, f64) {
     (submit, due)
 }
 
-fn ratio_table() {
-    println!("\n== shepherd: ratios measured side by side in this run ==");
-    // Both alive, run interleaved: the machine's noise falls on both alike.
+/// The child task that times the round trips alone.
+const ROUND_TRIPS: &str = "round_trips";
+
+/// How many fresh processes time the round trips again.
+const FRESH_RUNS: usize = 9;
+
+/// ns per submit -> completion on the shepherd and per `Pool::call`, one
+/// worker each: both alive, timed in turns (best of 7 runs of 50k), so the
+/// machine's noise falls on both alike.
+fn round_trips() -> Vec<f64> {
     let shepherd = echo_shepherd();
     let pool = echo_pool();
-    let ns = best_of(
+    best_of(
         7,
         &mut [
             &mut || {
@@ -284,15 +292,32 @@ fn ratio_table() {
                 })
             },
         ],
-    );
+    )
+}
+
+fn ratio_table() {
+    println!("\n== shepherd: ratios measured side by side in this run ==");
+    let ns = round_trips();
     let (ours, peer) = (ns[0], ns[1]);
-    drop(shepherd);
-    drop(pool);
     println!("submit -> completion round trip, 1 worker (best of 7 interleaved runs): shepherd {ours:.0} ns | Pool::call {peer:.0} ns");
     println!(
         "  ratio shepherd/pool = {:.2}  (target <= 1.3)",
         ours / peer
     );
+    let ratios: Vec<f64> = in_fresh_processes(ROUND_TRIPS, FRESH_RUNS)
+        .iter()
+        .filter_map(|figures| match figures[..] {
+            [ours, peer] => Some(ours / peer),
+            _ => None,
+        })
+        .collect();
+    if !ratios.is_empty() {
+        let (median, min, max) = spread(&ratios);
+        println!(
+            "  the same in {} fresh processes: ratio median {median:.2}, range {min:.2}-{max:.2}",
+            ratios.len()
+        );
+    }
 
     // Throughput swings run to run on 2 cores (3 threads: the regime flips
     // between workers that run dry and a submitter that parks), so each
@@ -382,6 +407,11 @@ criterion_group! {
 }
 
 fn main() {
+    if child_task().as_deref() == Some(ROUND_TRIPS) {
+        let ns = round_trips();
+        println!("{} {}", ns[0], ns[1]);
+        return;
+    }
     benches();
     Criterion::default().configure_from_args().final_summary();
     ratio_table();

@@ -66,3 +66,58 @@ pub fn quantiles(
     let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
     (at(0.50), at(0.99), *latencies.last().expect("no latencies"))
 }
+
+/// The environment variable that makes a bench executable measure one
+/// thing and exit (see [`in_fresh_processes`]).
+pub const CHILD: &str = "SIDEJOB_BENCH_CHILD";
+
+/// Which measurement this process was started to make alone, if any: the
+/// value of [`CHILD`]. A bench's `main` checks it first.
+pub fn child_task() -> Option<String> {
+    std::env::var(CHILD).ok()
+}
+
+/// Runs this bench's executable `runs` times more, one process after the
+/// other, each with [`CHILD`] set to `task`, and parses what each prints
+/// on its last line as numbers separated by spaces. A process that fails
+/// or prints something else is skipped (and said so on stderr).
+///
+/// Why: a cross-core round trip settles, for a whole process, into one of
+/// a few states that depend on where its threads landed; measured within
+/// one process, two contenders share that state, but the ratio between
+/// them still moves by 10-20 % from one process to the next. The median
+/// over fresh processes is the figure to quote, the range says how far one
+/// reading may stray.
+pub fn in_fresh_processes(task: &str, runs: usize) -> Vec<Vec<f64>> {
+    let Ok(exe) = std::env::current_exe() else {
+        eprintln!("fresh processes: this executable's path is unknown");
+        return Vec::new();
+    };
+    (0..runs)
+        .filter_map(|_| {
+            let output = std::process::Command::new(&exe).env(CHILD, task).output();
+            let parsed = output
+                .ok()
+                .filter(|out| out.status.success())
+                .and_then(|out| {
+                    let text = String::from_utf8(out.stdout).ok()?;
+                    text.lines()
+                        .last()?
+                        .split_whitespace()
+                        .map(|field| field.parse::<f64>().ok())
+                        .collect::<Option<Vec<f64>>>()
+                });
+            if parsed.is_none() {
+                eprintln!("fresh processes: a run of {task:?} failed or printed no figures");
+            }
+            parsed
+        })
+        .collect()
+}
+
+/// `(median, min, max)` of `xs` (not empty).
+pub fn spread(xs: &[f64]) -> (f64, f64, f64) {
+    let min = xs.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (median(xs.to_vec()), min, max)
+}
