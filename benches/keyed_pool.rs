@@ -176,9 +176,9 @@ const ROUND_TRIPS: &str = "round_trips";
 /// How many fresh processes time the round trips again.
 const FRESH_RUNS: usize = 9;
 
-/// ns per plain `call` and per `call_keyed` on one key, on a pool of
-/// `mode`: timed in turns (best of 7 runs of 50k calls each), so a drift
-/// of the machine falls on both.
+/// ns per plain `call` and per `call_keyed` on one key, on `pool`: timed
+/// in turns (best of 7 runs of 50k calls each), so a drift of the machine
+/// falls on both.
 fn one_key_round_trips(pool: &Pool<Echo>) -> Vec<f64> {
     best_of(
         7,
