@@ -20,7 +20,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::head_of_line::{offer_stream, summarize, Job, Latency, GAP, REQUESTS};
-use common::{best_of, child_task, in_fresh_processes, spread, time_loop};
+use common::{best_of, child_task, in_fresh_processes, print_spread, ratios, time_loop};
 use criterion::{criterion_group, BenchmarkId, Criterion};
 use sidejob::{Error, Pool, Worker};
 
@@ -304,20 +304,8 @@ fn ratio_table() {
         "  ratio stealing / no stealing = {:.3}  (target <= 1.05)",
         calls[1] / calls[0]
     );
-    let ratios: Vec<f64> = in_fresh_processes(ROUND_TRIPS, FRESH_RUNS)
-        .iter()
-        .filter_map(|figures| match figures[..] {
-            [plain, stealing] => Some(stealing / plain),
-            _ => None,
-        })
-        .collect();
-    if !ratios.is_empty() {
-        let (median, min, max) = spread(&ratios);
-        println!(
-            "  the same in {} fresh processes: ratio median {median:.3}, range {min:.3}-{max:.3}",
-            ratios.len()
-        );
-    }
+    let runs = in_fresh_processes(ROUND_TRIPS, FRESH_RUNS);
+    print_spread("ratio stealing / no stealing", &ratios(&runs, 1, 0));
 
     let casts: Vec<f64> = [false, true]
         .into_iter()

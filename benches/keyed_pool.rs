@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{best_of, child_task, in_fresh_processes, ns_per_op, spread, time_loop};
+use common::{best_of, child_task, in_fresh_processes, ns_per_op, print_spread, ratios, time_loop};
 use criterion::{criterion_group, BenchmarkId, Criterion};
 use sidejob::{Error, KeyedMode, Pool, Worker};
 
@@ -217,17 +217,8 @@ fn ratio_table() {
     }
     let runs = in_fresh_processes(ROUND_TRIPS, FRESH_RUNS);
     for (at, (name, _)) in MODES.iter().enumerate() {
-        let ratios: Vec<f64> = runs
-            .iter()
-            .filter_map(|figures| Some(figures.get(2 * at + 1)? / figures.get(2 * at)?))
-            .collect();
-        if !ratios.is_empty() {
-            let (median, min, max) = spread(&ratios);
-            println!(
-                "  {name}, call_keyed one key / call in {} fresh processes: median {median:.3}, range {min:.3}-{max:.3}",
-                ratios.len()
-            );
-        }
+        let what = format!("{name}, call_keyed one key / call");
+        print_spread(&what, &ratios(&runs, 2 * at + 1, 2 * at));
     }
 
     println!(

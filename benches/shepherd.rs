@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, BenchmarkId, Criterion};
 
 mod common;
-use common::{best_of, child_task, in_fresh_processes, median, spread, time_loop};
+use common::{best_of, child_task, in_fresh_processes, median, print_spread, ratios, time_loop};
 use crossbeam_channel::unbounded;
 use sidejob::{Completion, Handler, ManualClock, Pool, RetryPolicy, Shepherd, Worker};
 
@@ -304,20 +304,8 @@ fn ratio_table() {
         "  ratio shepherd/pool = {:.2}  (target <= 1.3)",
         ours / peer
     );
-    let ratios: Vec<f64> = in_fresh_processes(ROUND_TRIPS, FRESH_RUNS)
-        .iter()
-        .filter_map(|figures| match figures[..] {
-            [ours, peer] => Some(ours / peer),
-            _ => None,
-        })
-        .collect();
-    if !ratios.is_empty() {
-        let (median, min, max) = spread(&ratios);
-        println!(
-            "  the same in {} fresh processes: ratio median {median:.2}, range {min:.2}-{max:.2}",
-            ratios.len()
-        );
-    }
+    let runs = in_fresh_processes(ROUND_TRIPS, FRESH_RUNS);
+    print_spread("ratio shepherd/pool", &ratios(&runs, 0, 1));
 
     // Throughput swings run to run on 2 cores (3 threads: the regime flips
     // between workers that run dry and a submitter that parks), so each

@@ -115,9 +115,25 @@ pub fn in_fresh_processes(task: &str, runs: usize) -> Vec<Vec<f64>> {
         .collect()
 }
 
-/// `(median, min, max)` of `xs` (not empty).
-pub fn spread(xs: &[f64]) -> (f64, f64, f64) {
-    let min = xs.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (median(xs.to_vec()), min, max)
+/// Each run's figure `num` over its figure `den` (runs without both are
+/// left out).
+pub fn ratios(runs: &[Vec<f64>], num: usize, den: usize) -> Vec<f64> {
+    runs.iter()
+        .filter_map(|figures| Some(figures.get(num)? / figures.get(den)?))
+        .collect()
+}
+
+/// Prints the median and range of `ratios`, one per fresh process, after
+/// `what`; nothing if no process gave one.
+pub fn print_spread(what: &str, ratios: &[f64]) {
+    if ratios.is_empty() {
+        return;
+    }
+    let min = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    println!(
+        "  {what} in {} fresh processes: median {:.3}, range {min:.3}-{max:.3}",
+        ratios.len(),
+        median(ratios.to_vec())
+    );
 }
