@@ -195,9 +195,10 @@ impl Idle {
     /// Why the last check: a polling owner takes the envelope within
     /// nanoseconds and lowers its flag to handle it, often before this
     /// producer reads the flag. It then reads the flag down and, without
-    /// the check, woke a sleeper for work already taken (20 to 900 times
-    /// in 50k one-caller round trips, each a futex wake and a spare worker
-    /// running on a core the caller and the owner need).
+    /// the check, woke a sleeper for work already taken: in one-caller
+    /// round trips, hundreds to thousands of times per 350k calls, each a
+    /// futex wake and a spare worker running on a core the caller and the
+    /// owner need.
     #[inline]
     pub(crate) fn work_added(&self, to: usize, queued: impl FnOnce() -> bool) {
         // SeqCst fence: pairs with the fences in `sleep_until` and `took`.
