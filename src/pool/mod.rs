@@ -1709,9 +1709,9 @@ impl PoolBuilder {
     /// another worker before or after the ones around it). That is why it
     /// is off by default: turning it on silently would change what
     /// existing workers see. It also costs a little on a plain `call`: one
-    /// caller's round trip on 2 workers measured a median of about 1.08×
-    /// the round trip without it (mostly the sleep protocol's two fences;
-    /// see the README).
+    /// caller's round trip on 2 workers measured medians of 1.03× to 1.09×
+    /// the round trip without it, by run (mostly the sleep protocol's two
+    /// fences; see the README).
     ///
     /// It applies to an async pool (`build_async`, feature `tokio`) the
     /// same way, with the same default: a free worker
