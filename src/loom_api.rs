@@ -306,6 +306,12 @@ impl KeyQueues {
         self.0.finish(id)
     }
 
+    /// Whether a request waits on key `id`'s stripe: the hint by which a
+    /// worker leaves a blocking call's turn to its caller.
+    pub fn anyone_queued(&self, id: u64) -> bool {
+        self.0.anyone_queued(id)
+    }
+
     /// Keys present.
     pub fn keys(&self) -> usize {
         self.0.keys()

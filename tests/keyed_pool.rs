@@ -476,6 +476,47 @@ fn ordered_key_over_its_cap_is_key_busy() {
     assert_eq!(rig.pool.stats().completed, 13);
 }
 
+/// A blocking `call_keyed`'s turn passes on both ways (`ordered.rs`, "Who
+/// passes the turn"): left to the caller when nobody queued (the key is
+/// forgotten by the time the call returns), and passed by the worker to
+/// the requests queued behind the call, in order.
+#[test]
+fn a_blocking_calls_turn_passes_on_either_way() {
+    for steal in [false, true] {
+        let rig = rig(KeyedMode::Ordered, 64, 2, steal);
+        let record = |seq| Op::Record {
+            key: 5,
+            thread: 0,
+            seq,
+        };
+        // Nobody queued: the caller passes the turn before it returns.
+        for seq in 0..3 {
+            rig.pool.call_keyed(&5_u64, record(seq)).unwrap();
+            assert_eq!(rig.pool.busy_keys(), 0, "steal {steal}: seq {seq}");
+        }
+        // Two queued behind a call: its worker hands them out.
+        thread::scope(|scope| {
+            let call = scope.spawn(|| rig.pool.call_keyed(&5_u64, Op::Block { key: 5 }));
+            assert_eq!(rig.started.recv().unwrap().0, 5);
+            rig.pool.cast_keyed(&5_u64, record(3)).unwrap();
+            rig.pool.cast_keyed(&5_u64, record(4)).unwrap();
+            assert_eq!(rig.pool.busy_keys(), 1);
+            rig.gate.send(()).unwrap();
+            call.join().unwrap().unwrap();
+        });
+        // And the key's next call, once they ran, runs after them.
+        rig.pool.call_keyed(&5_u64, record(5)).unwrap();
+        assert_eq!(rig.pool.busy_keys(), 0, "steal {steal}");
+        let seqs: Vec<u64> = rig.shared.log.lock().unwrap()[&5]
+            .iter()
+            .map(|&(_, seq, _)| seq)
+            .collect();
+        assert_eq!(seqs, vec![0, 1, 2, 3, 4, 5], "steal {steal}");
+        rig.pool.shutdown();
+        assert_eq!(rig.pool.stats().completed, 7);
+    }
+}
+
 /// A panic fails its own request only; the key's next requests (queued
 /// behind it) still run, on a rebuilt worker.
 #[test]

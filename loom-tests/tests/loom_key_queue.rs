@@ -13,7 +13,10 @@
 //!   once); none is stranded in a queue nobody will hand out;
 //! * a request refused by shutdown never touches the key; one refused
 //!   `KeyBusy` gives its unit back;
-//! * afterwards the key is forgotten and every unit is back.
+//! * afterwards the key is forgotten and every unit is back;
+//! * a turn the worker leaves to its blocking caller (nobody queued, by
+//!   the stripe's hint) is passed on by that caller, and a request queued
+//!   meanwhile still runs once, after the first.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p
 //! loom-tests --release --test loom_key_queue`.
@@ -48,20 +51,27 @@ impl Rig {
     /// passes the key's turn on, running whatever the finish hands out
     /// (in the pool another worker may take it; who runs it does not
     /// matter to the protocol).
-    fn run_from(&self, mut n: u32) {
-        loop {
-            assert_eq!(
-                self.active.fetch_add(1, SeqCst),
-                0,
-                "two of one key at once"
-            );
-            self.ran.lock().unwrap().push(n);
-            self.active.fetch_sub(1, SeqCst);
-            self.table.release(0);
-            match self.keys.finish(KEY) {
-                Some(next) => n = next,
-                None => return,
-            }
+    fn run_from(&self, n: u32) {
+        self.run_one(n);
+        self.pass_turn();
+    }
+
+    /// Runs request `n` and gives its unit back; its turn is still held.
+    fn run_one(&self, n: u32) {
+        assert_eq!(
+            self.active.fetch_add(1, SeqCst),
+            0,
+            "two of one key at once"
+        );
+        self.ran.lock().unwrap().push(n);
+        self.active.fetch_sub(1, SeqCst);
+        self.table.release(0);
+    }
+
+    /// Passes the key's turn on, running whatever the finish hands out.
+    fn pass_turn(&self) {
+        while let Some(next) = self.keys.finish(KEY) {
+            self.run_one(next);
         }
     }
 
@@ -134,5 +144,41 @@ fn a_busy_key_refuses_and_refunds_while_its_request_finishes() {
         assert_eq!(ran, if admitted { vec![1, 2] } else { vec![1] });
         assert_eq!(rig.keys.keys(), 0);
         assert_eq!(rig.table.usage(), 0);
+    });
+}
+
+/// Request 1 is a blocking `call_keyed`: its worker reads the stripe's
+/// hint and, with nobody queued, leaves the key's turn to the caller, which
+/// passes it on once it has the reply (the worker's join here). Request 2
+/// of the same key is admitted meanwhile, before or after the look.
+#[test]
+fn a_turn_left_to_the_caller_races_a_new_request() {
+    loom::model(|| {
+        let rig = Rig::new(2);
+        assert_eq!(rig.table.acquire_at(0), Ok(0));
+        assert_eq!(rig.keys.admit(KEY, 1), KeyAdmit::Run(1));
+        let worker = {
+            let rig = rig.clone();
+            thread::spawn(move || {
+                rig.run_one(1);
+                if rig.keys.anyone_queued(KEY) {
+                    rig.pass_turn();
+                    false
+                } else {
+                    true // left to the caller, with the reply
+                }
+            })
+        };
+        let other = {
+            let rig = rig.clone();
+            thread::spawn(move || rig.submit(2))
+        };
+        if worker.join().unwrap() {
+            rig.pass_turn();
+        }
+        assert!(other.join().unwrap(), "no shutdown, cap 2: admitted");
+        assert_eq!(*rig.ran.lock().unwrap(), vec![1, 2], "once each, in order");
+        assert_eq!(rig.keys.keys(), 0, "the key is forgotten");
+        assert_eq!(rig.table.usage(), 0, "every unit is back");
     });
 }

@@ -15,9 +15,11 @@
 //!   the back ([`Admit::Queued`]); at `cap` it is refused
 //!   ([`Admit::Busy`], handed back, and its caller gives its unit back).
 //! * **Finish.** When the request that is out has been handled (its unit
-//!   already given back), its worker takes the front of the queue: that is
-//!   the key's next request to run, and the key stays present; with an
-//!   empty queue the key is forgotten.
+//!   already given back), whoever holds its turn (its worker, or the
+//!   blocking caller the worker left it to: `ordered.rs`, "Who passes the
+//!   turn") takes the front of the queue: that is the key's next request
+//!   to run, and the key stays present; with an empty queue the key is
+//!   forgotten.
 //!
 //! So exactly one request per present key is out at any instant, they go
 //! out in the order the lock admitted them, and every queued request is
@@ -25,7 +27,12 @@
 //! shutdown: each one queued holds its unit, so the workers cannot exit
 //! before the requests ahead of it finish and hand it out.
 //! `loom-tests/tests/loom_key_queue.rs` checks the hand-over racing a new
-//! request and shutdown.
+//! request and shutdown, and a turn left to the caller racing a new
+//! request.
+//!
+//! Each stripe also counts the requests waiting in its queues, on a line
+//! of its own ([`anyone_queued`](KeyQueues::anyone_queued)): the hint by
+//! which a worker decides whether to pass a blocking call's turn itself.
 //!
 //! # Identity
 //!
@@ -42,22 +49,20 @@
 //! table (a `hashbrown::HashTable` keyed by the hash), and stays where it
 //! is until forgotten; a lookup checks the slots, then the spill table if
 //! it holds anything. So the common case (few keys per stripe at a time)
-//! touches one line: the lock and the slot beside it, which the caller's
-//! admission and the worker's finish pass between their cores (a hash
-//! table alone touches three: the lock, its control bytes, the bucket).
+//! touches one line: the lock and the slot beside it (a hash table alone
+//! touches three: the lock, its control bytes, the bucket). When a caller
+//! passes its own call's turn on, that line stays on its core.
 //!
 //! The lock is the shim's mutex (parking_lot's, loom's in a model): one
-//! uncontended lock per admission and one per finish. A lock-free per-key
-//! word, as the supervisor's key set has, would not remove the line's trip
-//! between caller and worker, and the queue needs a lock whenever it is
-//! not empty.
+//! uncontended lock per admission and one per finish, and the queue needs
+//! a lock whenever it is not empty.
 
 use std::collections::VecDeque;
 
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
-use crate::sync::Mutex;
+use crate::sync::{AtomicUsize, Mutex, Ordering};
 
 /// The most stripes: beyond this, more only cost memory.
 const MAX_STRIPES: usize = 1024;
@@ -155,6 +160,13 @@ impl<T> Stripe<T> {
 /// The per-key queues; see the module docs.
 pub(crate) struct KeyQueues<T> {
     stripes: Box<[CachePadded<Mutex<Stripe<T>>>]>,
+    /// Per stripe, how many requests wait in its keys' queues: written
+    /// under the stripe's lock, read without it as a hint
+    /// ([`anyone_queued`](Self::anyone_queued)). On lines of their own,
+    /// which only a request that queues (and the finish that hands it
+    /// out) writes, so a worker reads its stripe's count from its own
+    /// cache while nobody queues.
+    queued: Box<[CachePadded<AtomicUsize>]>,
     /// Most requests per key admitted and unfinished: the one out plus
     /// the queue. At least 1.
     cap: usize,
@@ -171,6 +183,9 @@ impl<T> KeyQueues<T> {
             stripes: (0..stripes)
                 .map(|_| CachePadded::new(Mutex::new(Stripe::new())))
                 .collect(),
+            queued: (0..stripes)
+                .map(|_| CachePadded::new(AtomicUsize::new(0)))
+                .collect(),
             cap: cap.max(1),
         }
     }
@@ -178,13 +193,27 @@ impl<T> KeyQueues<T> {
     /// The stripe of key `id`: the hash's top bits (the low ones pick the
     /// bucket inside the stripe's table).
     fn stripe(&self, id: u64) -> &Mutex<Stripe<T>> {
+        &self.stripes[self.stripe_index(id)]
+    }
+
+    fn stripe_index(&self, id: u64) -> usize {
         let bits = self.stripes.len().trailing_zeros();
-        let index = if bits == 0 {
+        if bits == 0 {
             0
         } else {
             (id >> (64 - bits)) as usize
-        };
-        &self.stripes[index]
+        }
+    }
+
+    /// Whether any request waits in a queue of key `id`'s stripe: a hint,
+    /// read without the lock (a request may queue just after it reads
+    /// false). Whoever passes the key's turn on does so under the lock
+    /// either way; the hint only picks who (`worker.rs`, "passing the
+    /// turn").
+    #[inline]
+    pub(crate) fn anyone_queued(&self, id: u64) -> bool {
+        // Relaxed: a hint, never a decision about a request (see above).
+        self.queued[self.stripe_index(id)].load(Ordering::Relaxed) != 0
     }
 
     /// Admits `item` for key `id`; see [`Admit`].
@@ -199,6 +228,8 @@ impl<T> KeyQueues<T> {
             Some(entry) if entry.queue.len() + 1 >= self.cap => Admit::Busy(item),
             Some(entry) => {
                 entry.queue.push_back(item);
+                // Relaxed: under the stripe's lock; read as a hint.
+                self.queued[self.stripe_index(id)].fetch_add(1, Ordering::Relaxed);
                 Admit::Queued
             }
         }
@@ -213,7 +244,11 @@ impl<T> KeyQueues<T> {
             return None;
         };
         match entry.queue.pop_front() {
-            Some(next) => Some(next),
+            Some(next) => {
+                // Relaxed: under the stripe's lock; read as a hint.
+                self.queued[self.stripe_index(id)].fetch_sub(1, Ordering::Relaxed);
+                Some(next)
+            }
             None => {
                 // Forgotten: memory stays bounded by the requests admitted.
                 stripe.remove(id);

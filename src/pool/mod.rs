@@ -678,8 +678,25 @@ impl<W: Worker> Pool<W> {
         key: &K,
         request: W::Request,
     ) -> Result<W::Reply, Error> {
-        let reply = self.submit_keyed_call(Admission::Wait(None), self.key_id(key), request)?;
-        wait_reply(reply, self.inner.spin)
+        let id = self.key_id(key);
+        let Some(ordered) = &self.inner.ordered else {
+            let reply = self.submit_keyed_call(Admission::Wait(None), id, request)?;
+            return wait_reply(reply, self.inner.spin);
+        };
+        // Ordered: this caller reads its reply whatever happens, so the
+        // worker may leave it the key's turn (`ordered.rs`, "Who passes
+        // the turn").
+        let (reply, receiver) = oneshot::channel();
+        if let Err((error, _)) =
+            self.submit_keyed(Admission::Wait(None), id, Job::CallPassing(request, reply))
+        {
+            return Err(error);
+        }
+        let (outcome, pass) = wait_passing(receiver, self.inner.spin);
+        if pass {
+            ordered.finish(id);
+        }
+        outcome
     }
 
     /// Like [`call_keyed`](Self::call_keyed), but gives up waiting after
@@ -898,7 +915,7 @@ impl<W: Worker> Pool<W> {
         job: Job<W>,
     ) -> Result<(), (Error, Job<W>)> {
         let inner = &*self.inner;
-        let waits = matches!(job, Job::Call(..));
+        let waits = matches!(job, Job::Call(..) | Job::CallPassing(..));
         let me = calling_worker(&inner.table);
         let shards = inner.table.shard_count();
         let refused_self = || {
@@ -921,6 +938,7 @@ impl<W: Worker> Pool<W> {
             let envelope = match job {
                 Job::Call(request, reply) => Envelope::Call(request, reply),
                 Job::Cast(message) => Envelope::Cast(message),
+                Job::CallPassing(..) => unreachable!("only an ordered pool passes turns"),
             };
             return inner
                 .deliver_pinned(shard, envelope)
@@ -1428,6 +1446,26 @@ fn wait_reply_until<T>(
         Err(oneshot::RecvTimeoutError::Timeout) => Err(Error::Timeout),
         Err(oneshot::RecvTimeoutError::Disconnected) => Err(Error::Shutdown),
     }
+}
+
+/// [`wait_reply`] for a [`Job::CallPassing`]: the reply, and whether the
+/// caller is to pass its key's turn on (never when the worker is gone).
+fn wait_passing<T>(
+    reply: oneshot::Receiver<(Result<T, Error>, bool)>,
+    spin: Duration,
+) -> (Result<T, Error>, bool) {
+    let polled = spin_poll(spin, || match reply.try_recv() {
+        Ok(outcome) => Some(Some(outcome)),
+        Err(oneshot::TryRecvError::Disconnected) => Some(None),
+        Err(oneshot::TryRecvError::Empty) => None,
+    });
+    let received = match polled {
+        Some(received) => received,
+        None => reply.recv().ok(),
+    };
+    // A dropped reply slot means the worker is gone, and the turn with
+    // the request (`Turn`'s drop passed it on).
+    received.unwrap_or((Err(Error::Shutdown), false))
 }
 
 /// Polls for the reply for up to `spin`.

@@ -111,6 +111,11 @@ pub trait Worker: Send + 'static {
 /// The reply slot of one call.
 pub(crate) type ReplySender<W> = oneshot::Sender<Result<<W as Worker>::Reply, Error>>;
 
+/// The reply slot of a blocking keyed call of an ordered pool: the reply,
+/// and whether the caller is to pass its key's turn on (see
+/// [`Job::CallPassing`]).
+pub(crate) type PassingSender<W> = oneshot::Sender<(Result<<W as Worker>::Reply, Error>, bool)>;
+
 /// What travels through a worker's mailbox. Every `Call` and `Cast` holds
 /// one unit of the worker's shard, which the worker gives back once it has
 /// handled it.
@@ -147,6 +152,12 @@ pub(crate) struct Keyed<W: Worker> {
 /// A call or a cast, as a keyed request carries it.
 pub(crate) enum Job<W: Worker> {
     Call(W::Request, ReplySender<W>),
+    /// A call whose caller blocks until it reads the reply (`call_keyed`
+    /// of an ordered pool), so it can pass its key's turn on itself: the
+    /// worker leaves the turn to it when nobody is queued on the key's
+    /// stripe, and the stripe's line then stays on the caller's core
+    /// (`ordered.rs`, "Who passes the turn").
+    CallPassing(W::Request, PassingSender<W>),
     Cast(W::Message),
 }
 
@@ -315,6 +326,29 @@ impl<W: Worker> WorkerLoop<W> {
                         turn.pass();
                         drop_quietly(reply.send(outcome));
                     }
+                    Job::CallPassing(request, reply) => {
+                        let outcome = self.handle(state, move |worker| worker.handle_call(request));
+                        CURRENT_KEY.with(|key| key.set(None));
+                        unit.release(outcome.is_err());
+                        self.polling_next();
+                        if turn.anyone_queued() {
+                            turn.pass();
+                            drop_quietly(reply.send((outcome, false)));
+                        } else {
+                            match reply.send((outcome, true)) {
+                                // The caller reads the reply and passes the
+                                // turn on.
+                                Ok(()) => turn.leave(),
+                                Err(returned) => {
+                                    // The caller is gone (it cannot be, while
+                                    // it blocks for the reply; but a turn is
+                                    // never stranded).
+                                    turn.pass();
+                                    drop_quietly(returned);
+                                }
+                            }
+                        }
+                    }
                     Job::Cast(message) => {
                         let outcome = self.handle(state, move |worker| worker.handle_cast(message));
                         CURRENT_KEY.with(|key| key.set(None));
@@ -459,6 +493,18 @@ impl<W: Worker> Turn<'_, W> {
         if let Some(ordered) = turn.ordered {
             ordered.finish(turn.id);
         }
+    }
+
+    /// Whether a request waits on the key's stripe (a hint: see
+    /// [`Job::CallPassing`]).
+    fn anyone_queued(&self) -> bool {
+        self.ordered
+            .is_some_and(|ordered| ordered.anyone_queued(self.id))
+    }
+
+    /// Leaves the turn to the caller, which has it with its reply.
+    fn leave(self) {
+        let _ = ManuallyDrop::new(self);
     }
 }
 
