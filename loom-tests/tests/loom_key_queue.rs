@@ -16,7 +16,10 @@
 //! * afterwards the key is forgotten and every unit is back;
 //! * a turn the worker leaves to its blocking caller (nobody queued, by
 //!   the stripe's hint) is passed on by that caller, and a request queued
-//!   meanwhile still runs once, after the first.
+//!   meanwhile still runs once, after the first;
+//! * a key kept idle in a slot, taken back by its own admission without
+//!   the lock while a new key takes that slot under it, runs each request
+//!   once and never two at once.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p
 //! loom-tests --release --test loom_key_queue`.
@@ -180,5 +183,74 @@ fn a_turn_left_to_the_caller_races_a_new_request() {
         assert_eq!(*rig.ran.lock().unwrap(), vec![1, 2], "once each, in order");
         assert_eq!(rig.keys.keys(), 0, "the key is forgotten");
         assert_eq!(rig.table.usage(), 0, "every unit is back");
+    });
+}
+
+/// Three keys of one stripe: `A` and `B` kept idle in its two slots, then
+/// `A` admitted twice (once on each side of its own finish, or queued)
+/// while `C`, finding no free slot, takes the slot of an idle key,
+/// perhaps `A`'s, which `A`'s admission takes back at the same moment
+/// without the lock.
+#[test]
+fn a_slot_taken_from_an_idle_key_races_its_admission() {
+    const IDS: [u64; 3] = [
+        0xABCD_0000_0000_0100, // A
+        0xABCD_0000_0000_0200, // B
+        0xABCD_0000_0000_0300, // C
+    ];
+    struct Keys {
+        keys: KeyQueues,
+        active: [AtomicUsize; 3],
+        ran: Mutex<Vec<(usize, u32)>>,
+    }
+    impl Keys {
+        fn run_from(&self, key: usize, mut n: u32) {
+            loop {
+                assert_eq!(self.active[key].fetch_add(1, SeqCst), 0, "two of key {key}");
+                self.ran.lock().unwrap().push((key, n));
+                self.active[key].fetch_sub(1, SeqCst);
+                match self.keys.finish(IDS[key]) {
+                    Some(next) => n = next,
+                    None => return,
+                }
+            }
+        }
+        fn submit(&self, key: usize, n: u32) {
+            match self.keys.admit(IDS[key], n) {
+                KeyAdmit::Run(n) => self.run_from(key, n),
+                KeyAdmit::Queued => {}
+                KeyAdmit::Busy(_) => panic!("cap 2 holds two"),
+            }
+        }
+    }
+    loom::model(|| {
+        let rig = Arc::new(Keys {
+            keys: KeyQueues::new(1, 2),
+            active: Default::default(),
+            ran: Mutex::new(Vec::new()),
+        });
+        for (key, id) in IDS.iter().enumerate().take(2) {
+            assert_eq!(rig.keys.admit(*id, 0), KeyAdmit::Run(0));
+            assert_eq!(rig.keys.finish(*id), None, "key {key} kept idle");
+        }
+        let a = {
+            let rig = rig.clone();
+            thread::spawn(move || rig.submit(0, 1))
+        };
+        let c = {
+            let rig = rig.clone();
+            thread::spawn(move || rig.submit(2, 2))
+        };
+        rig.submit(0, 3);
+        a.join().unwrap();
+        c.join().unwrap();
+        let mut ran = rig.ran.lock().unwrap().clone();
+        ran.sort_unstable();
+        assert_eq!(ran, vec![(0, 1), (0, 3), (2, 2)], "each request once");
+        assert_eq!(rig.keys.keys(), 0, "every key forgotten");
+        // Both keys still work: a fresh request of each runs at once.
+        for id in IDS {
+            assert_eq!(rig.keys.admit(id, 9), KeyAdmit::Run(9));
+        }
     });
 }
