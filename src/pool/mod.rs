@@ -621,12 +621,17 @@ impl<W: Worker> Pool<W> {
     ///   whichever worker is free runs it when its turn comes.
     ///
     /// Everything [`call`](Self::call) promises holds: the exact bound
-    /// (a queued request holds its unit), the unit (and in the ordered
-    /// mode, the key's turn) given back before the reply, panics, shutdown
-    /// (every admitted request is handled, including those queued behind
-    /// their key). A key is known by its 64-bit hash (seeded per pool):
-    /// two keys with the same hash are serialized together, which is safe
-    /// and only costs parallelism.
+    /// (a queued request holds its unit), the unit given back before the
+    /// reply, panics, shutdown (every admitted request is handled,
+    /// including those queued behind their key). In the ordered mode the
+    /// key's turn is passed on before `call_keyed` returns: by the worker
+    /// before the reply when another request waits on the key's stripe,
+    /// else by this caller once it has the reply (its stripe's cache line
+    /// then stays on the caller's core: about 1.05× a plain `call`'s round
+    /// trip instead of 1.26×, README). A key is known by its hash (64 bits,
+    /// seeded per pool; the ordered mode's queues use 62 of them): two keys
+    /// whose hashes agree are serialized together, which is safe and only
+    /// costs parallelism.
     ///
     /// # Errors
     ///
