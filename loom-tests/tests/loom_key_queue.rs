@@ -50,6 +50,15 @@ impl Rig {
         })
     }
 
+    /// A rig whose request 1 holds a unit and is out for the key (its
+    /// worker about to run it).
+    fn with_request_one(cap: usize) -> Arc<Rig> {
+        let rig = Rig::new(cap);
+        assert_eq!(rig.table.acquire_at(0), Ok(0));
+        assert_eq!(rig.keys.admit(KEY, 1), KeyAdmit::Run(1));
+        rig
+    }
+
     /// A worker that took request `n`: runs it, gives its unit back, then
     /// passes the key's turn on, running whatever the finish hands out
     /// (in the pool another worker may take it; who runs it does not
@@ -103,9 +112,7 @@ impl Rig {
 #[test]
 fn hand_over_races_a_new_request_and_shutdown() {
     loom::model(|| {
-        let rig = Rig::new(2);
-        assert_eq!(rig.table.acquire_at(0), Ok(0));
-        assert_eq!(rig.keys.admit(KEY, 1), KeyAdmit::Run(1));
+        let rig = Rig::with_request_one(2);
         let worker = {
             let rig = rig.clone();
             thread::spawn(move || rig.run_from(1))
@@ -134,9 +141,7 @@ fn hand_over_races_a_new_request_and_shutdown() {
 #[test]
 fn a_busy_key_refuses_and_refunds_while_its_request_finishes() {
     loom::model(|| {
-        let rig = Rig::new(1);
-        assert_eq!(rig.table.acquire_at(0), Ok(0));
-        assert_eq!(rig.keys.admit(KEY, 1), KeyAdmit::Run(1));
+        let rig = Rig::with_request_one(1);
         let worker = {
             let rig = rig.clone();
             thread::spawn(move || rig.run_from(1))
@@ -157,9 +162,7 @@ fn a_busy_key_refuses_and_refunds_while_its_request_finishes() {
 #[test]
 fn a_turn_left_to_the_caller_races_a_new_request() {
     loom::model(|| {
-        let rig = Rig::new(2);
-        assert_eq!(rig.table.acquire_at(0), Ok(0));
-        assert_eq!(rig.keys.admit(KEY, 1), KeyAdmit::Run(1));
+        let rig = Rig::with_request_one(2);
         let worker = {
             let rig = rig.clone();
             thread::spawn(move || {

@@ -167,6 +167,23 @@ impl<T> Stripe<T> {
         }
     }
 
+    /// One of the two moves made without the lock (module docs, "Slots"):
+    /// the slot holding `key` in state `from` goes to state `to`, by CAS
+    /// with `order` on success. False if no slot holds it so, or if the
+    /// word moved first: the caller goes to the lock.
+    #[inline]
+    fn flip(&self, key: u64, from: u64, to: u64, order: Ordering) -> bool {
+        for word in &self.words {
+            // Relaxed: a first look; the CAS decides.
+            if word.load(Ordering::Relaxed) == key | from {
+                return word
+                    .compare_exchange(key | from, key | to, order, Ordering::Relaxed)
+                    .is_ok();
+            }
+        }
+        false
+    }
+
     /// The slot holding `key` (in any state). Under the lock, where the
     /// slots' keys stand still (module docs, "Slots").
     fn slot_of(&self, key: u64, _locked: &MutexGuard<'_, Locked<T>>) -> Option<usize> {
@@ -265,19 +282,10 @@ impl<T> KeyQueues<T> {
         let index = self.stripe_index(id);
         let stripe = &self.stripes[index];
         // Without the lock: the key kept idle in a slot (module docs).
-        for word in &stripe.words {
-            // Relaxed: a first look; the CAS decides.
-            if word.load(Ordering::Relaxed) == key | IDLE {
-                // Acquire: pairs with the Release of the finish that left
-                // the key idle (its request was handled before this one).
-                if word
-                    .compare_exchange(key | IDLE, key | BUSY, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    return Admit::Run(item);
-                }
-                break;
-            }
+        // Acquire: pairs with the Release of the finish that left the key
+        // idle (its request was handled before this one).
+        if stripe.flip(key, IDLE, BUSY, Ordering::Acquire) {
+            return Admit::Run(item);
         }
         let mut locked = stripe.locked.lock();
         if let Some(at) = stripe.slot_of(key, &locked) {
@@ -355,22 +363,13 @@ impl<T> KeyQueues<T> {
         let key = key_of(id);
         let index = self.stripe_index(id);
         let stripe = &self.stripes[index];
-        // Without the lock: nobody queued (module docs).
-        for word in &stripe.words {
-            // Relaxed: a first look; the CAS decides.
-            if word.load(Ordering::Relaxed) == key | BUSY {
-                // Release: pairs with the Acquire of the key's next
-                // admission (this request was handled before that one).
-                if word
-                    .compare_exchange(key | BUSY, key | IDLE, Ordering::Release, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    return None;
-                }
-                // Queued meanwhile: under the lock below.
-                break;
-            }
+        // Without the lock: nobody queued (module docs). Release: pairs
+        // with the Acquire of the key's next admission (this request was
+        // handled before that one).
+        if stripe.flip(key, BUSY, IDLE, Ordering::Release) {
+            return None;
         }
+        // Queued (perhaps meanwhile), or spilled: under the lock.
         let mut locked = stripe.locked.lock();
         if let Some(at) = stripe.slot_of(key, &locked) {
             let word = &stripe.words[at];
