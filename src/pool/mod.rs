@@ -1752,7 +1752,7 @@ impl PoolBuilder {
     /// another worker before or after the ones around it). That is why it
     /// is off by default: turning it on silently would change what
     /// existing workers see. It also costs a little on a plain `call`: one
-    /// caller's round trip on 2 workers measured medians of 1.03× to 1.09×
+    /// caller's round trip on 2 workers measured medians of 1.01× to 1.09×
     /// the round trip without it, by run (mostly the sleep protocol's two
     /// fences; see the README).
     ///
