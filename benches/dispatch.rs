@@ -20,7 +20,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::head_of_line::{offer_stream, summarize, Job, Latency, GAP, REQUESTS};
-use common::{best_of, child_task, in_fresh_processes, print_spread, ratios, time_loop};
+use common::{
+    best_of, child_task, in_fresh_processes, print_figures, print_spread, ratios, time_loop,
+    FRESH_RUNS,
+};
 use criterion::{criterion_group, BenchmarkId, Criterion};
 use sidejob::{Error, Pool, Worker};
 
@@ -237,9 +240,6 @@ fn ms(d: Duration) -> String {
 /// The child task that times the two round trips alone.
 const ROUND_TRIPS: &str = "round_trips";
 
-/// How many fresh processes time the round trips again.
-const FRESH_RUNS: usize = 9;
-
 /// ns per plain `call`, 1 caller, 2 workers, without and with stealing:
 /// both pools alive and timed in turns (best of 7 runs of 50k calls), so
 /// a drift of the machine (the cross-core figures move by half within
@@ -342,8 +342,7 @@ criterion_group! {
 
 fn main() {
     if child_task().as_deref() == Some(ROUND_TRIPS) {
-        let calls = round_trips();
-        println!("{} {}", calls[0], calls[1]);
+        print_figures(&round_trips());
         return;
     }
     benches();

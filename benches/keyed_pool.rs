@@ -28,7 +28,10 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{best_of, child_task, in_fresh_processes, ns_per_op, print_spread, ratios, time_loop};
+use common::{
+    best_of, child_task, in_fresh_processes, ns_per_op, print_figures, print_spread, ratios,
+    time_loop, FRESH_RUNS,
+};
 use criterion::{criterion_group, BenchmarkId, Criterion};
 use sidejob::{Error, KeyedMode, Pool, Worker};
 
@@ -173,9 +176,6 @@ fn ms(d: Duration) -> String {
 /// The child task that times the one-key round trips alone.
 const ROUND_TRIPS: &str = "round_trips";
 
-/// How many fresh processes time the round trips again.
-const FRESH_RUNS: usize = 9;
-
 /// ns per plain `call` and per `call_keyed` on one key, on `pool`: timed
 /// in turns (best of 7 runs of 50k calls each), so a drift of the machine
 /// falls on both.
@@ -271,12 +271,11 @@ criterion_group! {
 
 fn main() {
     if child_task().as_deref() == Some(ROUND_TRIPS) {
-        let figures: Vec<String> = MODES
+        let figures: Vec<f64> = MODES
             .iter()
             .flat_map(|&(_, mode)| one_key_round_trips(&echo_pool(mode)))
-            .map(|ns| ns.to_string())
             .collect();
-        println!("{}", figures.join(" "));
+        print_figures(&figures);
         return;
     }
     benches();

@@ -16,7 +16,10 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, BenchmarkId, Criterion};
 
 mod common;
-use common::{best_of, child_task, in_fresh_processes, median, print_spread, ratios, time_loop};
+use common::{
+    best_of, child_task, in_fresh_processes, median, print_figures, print_spread, ratios,
+    time_loop, FRESH_RUNS,
+};
 use crossbeam_channel::unbounded;
 use sidejob::{Completion, Handler, ManualClock, Pool, RetryPolicy, Shepherd, Worker};
 
@@ -269,9 +272,6 @@ fn delayed_heap() -> (f64, f64) {
 /// The child task that times the round trips alone.
 const ROUND_TRIPS: &str = "round_trips";
 
-/// How many fresh processes time the round trips again.
-const FRESH_RUNS: usize = 9;
-
 /// ns per submit -> completion on the shepherd and per `Pool::call`, one
 /// worker each: both alive, timed in turns (best of 7 runs of 50k), so the
 /// machine's noise falls on both alike.
@@ -396,8 +396,7 @@ criterion_group! {
 
 fn main() {
     if child_task().as_deref() == Some(ROUND_TRIPS) {
-        let ns = round_trips();
-        println!("{} {}", ns[0], ns[1]);
+        print_figures(&round_trips());
         return;
     }
     benches();

@@ -71,10 +71,20 @@ pub fn quantiles(
 /// thing and exit (see [`in_fresh_processes`]).
 pub const CHILD: &str = "SIDEJOB_BENCH_CHILD";
 
+/// How many fresh processes a bench times its round trips in again.
+pub const FRESH_RUNS: usize = 9;
+
 /// Which measurement this process was started to make alone, if any: the
 /// value of [`CHILD`]. A bench's `main` checks it first.
 pub fn child_task() -> Option<String> {
     std::env::var(CHILD).ok()
+}
+
+/// A child's answer: its figures on one line, as [`in_fresh_processes`]
+/// parses them.
+pub fn print_figures(figures: &[f64]) {
+    let fields: Vec<String> = figures.iter().map(f64::to_string).collect();
+    println!("{}", fields.join(" "));
 }
 
 /// Runs this bench's executable `runs` times more, one process after the

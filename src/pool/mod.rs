@@ -1430,11 +1430,8 @@ pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Option<Instant>
 /// Waits for a reply: polls for up to `spin` (the reply to a short request
 /// comes in well under the cost of parking), then sleeps.
 fn wait_reply<T>(reply: oneshot::Receiver<Result<T, Error>>, spin: Duration) -> Result<T, Error> {
-    if let Some(outcome) = poll_reply(&reply, spin) {
-        return outcome;
-    }
     // A dropped reply slot means the worker is gone.
-    reply.recv().unwrap_or(Err(Error::Shutdown))
+    receive(reply, spin).unwrap_or(Err(Error::Shutdown))
 }
 
 /// [`wait_reply`] with a deadline.
@@ -1443,8 +1440,8 @@ fn wait_reply_until<T>(
     spin: Duration,
     deadline: Instant,
 ) -> Result<T, Error> {
-    if let Some(outcome) = poll_reply(&reply, spin) {
-        return outcome;
+    if let Some(received) = poll_slot(&reply, spin) {
+        return received.unwrap_or(Err(Error::Shutdown));
     }
     match reply.recv_deadline(deadline) {
         Ok(outcome) => outcome,
@@ -1454,33 +1451,30 @@ fn wait_reply_until<T>(
 }
 
 /// [`wait_reply`] for a [`Job::CallPassing`]: the reply, and whether the
-/// caller is to pass its key's turn on (never when the worker is gone).
+/// caller is to pass its key's turn on (never when the worker is gone: the
+/// turn went with the request, passed on by `Turn`'s drop).
 fn wait_passing<T>(
     reply: oneshot::Receiver<(Result<T, Error>, bool)>,
     spin: Duration,
 ) -> (Result<T, Error>, bool) {
-    let polled = spin_poll(spin, || match reply.try_recv() {
-        Ok(outcome) => Some(Some(outcome)),
-        Err(oneshot::TryRecvError::Disconnected) => Some(None),
-        Err(oneshot::TryRecvError::Empty) => None,
-    });
-    let received = match polled {
-        Some(received) => received,
-        None => reply.recv().ok(),
-    };
-    // A dropped reply slot means the worker is gone, and the turn with
-    // the request (`Turn`'s drop passed it on).
-    received.unwrap_or((Err(Error::Shutdown), false))
+    receive(reply, spin).unwrap_or((Err(Error::Shutdown), false))
 }
 
-/// Polls for the reply for up to `spin`.
-fn poll_reply<T>(
-    reply: &oneshot::Receiver<Result<T, Error>>,
-    spin: Duration,
-) -> Option<Result<T, Error>> {
-    spin_poll(spin, || match reply.try_recv() {
-        Ok(outcome) => Some(outcome),
-        Err(oneshot::TryRecvError::Disconnected) => Some(Err(Error::Shutdown)),
+/// A reply slot's message: polled for up to `spin`, then slept for;
+/// `None` if the sender is gone.
+fn receive<M>(slot: oneshot::Receiver<M>, spin: Duration) -> Option<M> {
+    match poll_slot(&slot, spin) {
+        Some(received) => received,
+        None => slot.recv().ok(),
+    }
+}
+
+/// Polls a reply slot for up to `spin`: `Some(Some(message))` once it
+/// came, `Some(None)` if the sender is gone, `None` if still waiting.
+fn poll_slot<M>(slot: &oneshot::Receiver<M>, spin: Duration) -> Option<Option<M>> {
+    spin_poll(spin, || match slot.try_recv() {
+        Ok(message) => Some(Some(message)),
+        Err(oneshot::TryRecvError::Disconnected) => Some(None),
         Err(oneshot::TryRecvError::Empty) => None,
     })
 }

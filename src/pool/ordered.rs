@@ -26,9 +26,9 @@
 //! its own that only queuing writes): the caller passes it on after it
 //! reads the reply, and one caller's run of calls on a key keeps the
 //! stripe's line on its own core. With the key queues' lock-free slots
-//! (`key_queue.rs`), which admit and forget a key that has nobody queued
-//! with one CAS each, the one-key round trip went from about 1.26x a
-//! plain call's to about 1.05x (medians over fresh processes,
+//! (`key_queue.rs`), which admit and forget a key kept in a slot with
+//! nobody queued by one CAS each, the one-key round trip went from about
+//! 1.26x a plain call's to about 1.05x (medians over fresh processes,
 //! `benches/results/`).
 //!
 //! Correctness does not rest on the hint: the turn is passed exactly once,
