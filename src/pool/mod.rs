@@ -1170,6 +1170,32 @@ impl<W: Worker> Pool<W> {
     }
 }
 
+/// Queues `envelope`, which holds a unit of `shard`, in `mailbox`, then
+/// runs `queued` (the wake-up that mailbox's readers need). If the
+/// mailbox's worker is gone, which it only is once its shard is closed and
+/// drained (so this unit was taken just before the close), the unit goes
+/// back and the envelope with it: nothing was queued, and the caller
+/// refuses.
+#[inline]
+pub(crate) fn post<W: Worker>(
+    mailbox: &Sender<Envelope<W>>,
+    table: &Table,
+    shard: usize,
+    envelope: Envelope<W>,
+    queued: impl FnOnce(),
+) -> Result<(), Envelope<W>> {
+    match mailbox.send(envelope) {
+        Ok(()) => {
+            queued();
+            Ok(())
+        }
+        Err(returned) => {
+            table.release(shard, false);
+            Err(returned.into_inner())
+        }
+    }
+}
+
 impl<W: Worker> Inner<W> {
     /// Queues an ordered keyed job whose unit of `shard` is taken.
     fn submit_keyed_on(&self, shard: usize, id: u64, job: Job<W>) -> Result<(), (Error, Job<W>)> {
@@ -1190,17 +1216,9 @@ impl<W: Worker> Inner<W> {
         let (Some(private), Some(idle)) = (&self.pinned, &self.idle) else {
             return self.deliver(shard, envelope);
         };
-        match private[shard].send(envelope) {
-            Ok(()) => {
-                idle.private_added(shard);
-                Ok(())
-            }
-            Err(returned) => {
-                // As in `deliver`: the worker is gone, nothing was queued.
-                self.table.release(shard, false);
-                Err(returned.into_inner())
-            }
-        }
+        post(&private[shard], &self.table, shard, envelope, || {
+            idle.private_added(shard)
+        })
     }
 
     #[inline]
@@ -1247,25 +1265,15 @@ impl<W: Worker> Inner<W> {
     /// envelope back if the worker is gone.
     #[inline]
     fn deliver(&self, shard: usize, envelope: Envelope<W>) -> Result<(), Envelope<W>> {
-        match self.mailboxes[shard].send(envelope) {
-            Ok(()) => {
-                if let Some(idle) = &self.idle {
-                    if self.own_private {
-                        idle.private_added(shard);
-                    } else {
-                        idle.work_added(shard, || !self.mailboxes[shard].is_empty());
-                    }
+        post(&self.mailboxes[shard], &self.table, shard, envelope, || {
+            if let Some(idle) = &self.idle {
+                if self.own_private {
+                    idle.private_added(shard);
+                } else {
+                    idle.work_added(shard, || !self.mailboxes[shard].is_empty());
                 }
-                Ok(())
             }
-            Err(returned) => {
-                // The worker is gone, which it only is once its shard is
-                // closed and drained; this unit was taken just before the
-                // close. Give it back and refuse: nothing was queued.
-                self.table.release(shard, false);
-                Err(returned.into_inner())
-            }
-        }
+        })
     }
 
     fn shutdown(&self) {

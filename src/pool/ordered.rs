@@ -45,6 +45,7 @@ use crossbeam_channel::Sender;
 
 use crate::error::Error;
 use crate::pool::key_queue::{Admit, KeyQueues};
+use crate::pool::post;
 use crate::pool::steal::Idle;
 use crate::sync::Arc;
 use crate::table::Table;
@@ -115,21 +116,18 @@ impl<W: Worker> Ordered<W> {
     /// unit given back and its key's turn passed on.
     fn post(&self, keyed: Keyed<W>) -> Result<(), Keyed<W>> {
         let shard = keyed.shard;
-        match self.mailboxes[shard].send(Envelope::Keyed(keyed)) {
-            Ok(()) => {
-                self.idle
-                    .work_added(shard, || !self.mailboxes[shard].is_empty());
-                Ok(())
-            }
-            Err(returned) => {
-                let Envelope::Keyed(keyed) = returned.into_inner() else {
-                    unreachable!("a mailbox hands back the envelope it was given");
-                };
-                self.table.release(shard, false);
-                self.finish(keyed.id);
-                Err(keyed)
-            }
-        }
+        let mailbox = &self.mailboxes[shard];
+        post(mailbox, &self.table, shard, Envelope::Keyed(keyed), || {
+            self.idle.work_added(shard, || !mailbox.is_empty())
+        })
+        .map_err(|returned| {
+            let Envelope::Keyed(keyed) = returned else {
+                unreachable!("a mailbox hands back the envelope it was given");
+            };
+            // Its unit is back; its key's turn passes on.
+            self.finish(keyed.id);
+            keyed
+        })
     }
 
     /// Whether a request waits on key `id`'s stripe (a hint).
