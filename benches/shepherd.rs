@@ -20,7 +20,7 @@ use common::{
     best_of, child_task, in_fresh_processes, median, print_figures, print_spread, ratios,
     time_loop, FRESH_RUNS,
 };
-use crossbeam_channel::unbounded;
+use crossbeam_channel::{bounded, unbounded};
 use sidejob::{Completion, Handler, ManualClock, Pool, RetryPolicy, Shepherd, Worker};
 
 /// A little work per operation, the same for every contender.
@@ -164,12 +164,23 @@ fn shepherd_throughput(ops: u64, workers: usize, capacity: usize) -> (f64, Optio
     (rate, per_op(cpu, ops))
 }
 
-/// The same workload by hand: an unbounded crossbeam channel, `workers`
-/// threads each with a retry loop, a oneshot reply per operation. Returns
+/// The same workload by hand: a crossbeam channel, `workers` threads each
+/// with a retry loop, a oneshot reply per operation. Unbounded (`bound`
+/// `None`): what a user writes today, sending everything at once. Bounded:
+/// the same memory bound as the shepherd's, a `bounded(capacity)` channel
+/// and a submitter holding at most `capacity` replies, waiting for its
+/// oldest before it sends again (as `shepherd_throughput` does). Returns
 /// operations per second, the longest the channel grew, and the CPU time
 /// per operation.
-fn hand_written_throughput(ops: u64, workers: usize) -> (f64, usize, Option<f64>) {
-    let (jobs, inbox) = unbounded::<(u64, oneshot::Sender<u64>)>();
+fn hand_written_throughput(
+    ops: u64,
+    workers: usize,
+    bound: Option<usize>,
+) -> (f64, usize, Option<f64>) {
+    let (jobs, inbox) = match bound {
+        Some(capacity) => bounded::<(u64, oneshot::Sender<u64>)>(capacity),
+        None => unbounded(),
+    };
     let threads: Vec<_> = (0..workers)
         .map(|_| {
             let inbox = inbox.clone();
@@ -187,12 +198,18 @@ fn hand_written_throughput(ops: u64, workers: usize) -> (f64, usize, Option<f64>
         .collect();
     let cpu = threads_cpu();
     let began = Instant::now();
-    let mut replies = Vec::with_capacity(ops as usize);
+    let held = bound.unwrap_or(ops as usize);
+    let mut replies: VecDeque<oneshot::Receiver<u64>> = VecDeque::with_capacity(held);
     let mut longest = 0;
     for op in 0..ops {
+        if replies.len() == held {
+            if let Some(answer) = replies.pop_front() {
+                answer.recv().unwrap();
+            }
+        }
         let (reply, answer) = oneshot::channel();
         jobs.send((op, reply)).unwrap();
-        replies.push(answer);
+        replies.push_back(answer);
         longest = longest.max(jobs.len());
     }
     for answer in replies {
@@ -317,20 +334,24 @@ fn ratio_table() {
     const ROUNDS_OF_RATE: usize = 9;
     let mut ours = Vec::with_capacity(ROUNDS_OF_RATE);
     let mut hand = Vec::with_capacity(ROUNDS_OF_RATE);
+    let mut hand_bounded = Vec::with_capacity(ROUNDS_OF_RATE);
     let mut longest = 0;
-    let (mut ours_cpu, mut hand_cpu) = (Vec::new(), Vec::new());
+    let (mut ours_cpu, mut hand_cpu, mut bounded_cpu) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS_OF_RATE {
         let (rate, cpu) = shepherd_throughput(OPS, 2, 1024);
         ours.push(rate);
         ours_cpu.extend(cpu);
-        let (rate, grew, cpu) = hand_written_throughput(OPS, 2);
+        let (rate, grew, cpu) = hand_written_throughput(OPS, 2, None);
         hand.push(rate);
         longest = longest.max(grew);
         hand_cpu.extend(cpu);
+        let (rate, _, cpu) = hand_written_throughput(OPS, 2, Some(1024));
+        hand_bounded.push(rate);
+        bounded_cpu.extend(cpu);
     }
     let best = |xs: &[f64]| xs.iter().copied().fold(0.0, f64::max);
     let (ours_best, hand_best) = (best(&ours), best(&hand));
-    let (ours, hand) = (median(ours), median(hand));
+    let (ours, hand, hand_bounded) = (median(ours), median(hand), median(hand_bounded));
     println!(
         "throughput, 2 workers, 10% of ops fail once ({ROUNDS} rounds of work per attempt), median (best) of {ROUNDS_OF_RATE} interleaved runs: shepherd {:.0}k ({:.0}k) ops/s (capacity 1024: at most 1024 held) | hand-written channel + retry loop {:.0}k ({:.0}k) ops/s (queue grew to {longest})",
         ours / 1e3,
@@ -348,6 +369,19 @@ fn ratio_table() {
         println!(
             "  CPU per operation, all threads (median): shepherd {ours_cpu:.0} ns | hand-written {hand_cpu:.0} ns  (ratio {:.2})",
             ours_cpu / hand_cpu
+        );
+    }
+    // Beside the target's peer, the same loop held to the shepherd's
+    // memory bound: what the bound itself costs a hand-written loop.
+    println!(
+        "  the hand-written loop bounded as the shepherd is (a bounded(1024) channel, at most 1024 replies held): {:.0}k ops/s median; ratio shepherd/bounded hand-written = {:.2}",
+        hand_bounded / 1e3,
+        ours / hand_bounded
+    );
+    if !bounded_cpu.is_empty() {
+        println!(
+            "    CPU per operation (median): bounded hand-written {:.0} ns",
+            median(bounded_cpu)
         );
     }
 
