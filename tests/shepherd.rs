@@ -687,6 +687,91 @@ fn the_due_count_raises_an_alarm_when_it_stays_above_the_workers() {
     assert!(!alarm.is_raised());
 }
 
+/// The unit comes back with the outcome: an outcome in but not taken holds
+/// it; taking it (a wait, a poll, an `.await`) or dropping the handle gives
+/// it back; a handle dropped before its operation completed leaves the
+/// unit to the completion; a final failure carries its unit as a success
+/// does.
+#[test]
+fn the_unit_comes_back_as_the_outcome_is_handed_over() {
+    let (factory, open, starts) = gated(false);
+    let shepherd = Shepherd::builder()
+        .capacity(2)
+        .workers(1)
+        .build(factory)
+        .unwrap();
+    let held = |expected: usize, why: &str| {
+        assert!(shepherd.wait_idle(PATIENCE));
+        assert_eq!(shepherd.usage(), expected, "{why}");
+    };
+
+    // Completed, not taken: it holds its unit; a wait gives it back.
+    let done = shepherd.submit(1).unwrap();
+    open.send(()).unwrap();
+    held(1, "an outcome not taken holds its unit");
+    let other = shepherd.try_submit(2).unwrap();
+    assert!(shepherd.try_submit(3).unwrap_err().is_overload());
+    open.send(()).unwrap();
+    assert_eq!(done.wait(), Ok(1));
+    held(1, "the outcome taken, its unit is back");
+    // A handle dropped with its outcome in gives its unit back.
+    drop(other);
+    held(0, "a dropped handle gives its unit back");
+
+    // Dropped before the operation ran: the completion gives it back.
+    let early = shepherd.submit(4).unwrap();
+    assert_eq!(starts.recv_timeout(PATIENCE), Ok((1, 1)));
+    assert_eq!(starts.recv_timeout(PATIENCE), Ok((2, 1)));
+    assert_eq!(starts.recv_timeout(PATIENCE), Ok((4, 1)));
+    drop(early);
+    assert_eq!(shepherd.usage(), 1, "still running");
+    open.send(()).unwrap();
+    held(
+        0,
+        "a handle gone before its outcome: the completion gives it back",
+    );
+
+    // Taken by a poll.
+    let mut polled = shepherd.submit(5).unwrap();
+    open.send(()).unwrap();
+    held(1, "in, not taken");
+    let mut cx = Context::from_waker(Waker::noop());
+    assert_eq!(
+        Pin::new(&mut polled).poll(&mut cx),
+        std::task::Poll::Ready(Ok(5))
+    );
+    assert_eq!(
+        shepherd.usage(),
+        0,
+        "a poll that answers gives the unit back"
+    );
+    drop(polled);
+    assert_eq!(shepherd.usage(), 0, "and only once");
+    let stats = shepherd.stats();
+    assert_eq!((stats.succeeded, stats.failed), (4, 0));
+}
+
+/// A final failure carries its unit as a success does, and a panic's is
+/// counted as a panic when it comes back.
+#[test]
+fn a_final_failure_hands_its_unit_over_too() {
+    let shepherd = Shepherd::builder()
+        .capacity(1)
+        .workers(1)
+        .retry(no_backoff(3).retry_panics(false))
+        .build(|_| Panicky { panic_on: vec![1] })
+        .unwrap();
+    let failed = shepherd.submit(1).unwrap();
+    assert!(shepherd.wait_idle(PATIENCE));
+    assert_eq!(shepherd.usage(), 1, "a failure not taken holds its unit");
+    assert_eq!(shepherd.stats().admission.panicked, 0);
+    let failure = failed.wait().unwrap_err();
+    assert_eq!(failure.last(), &LastAttempt::Panicked);
+    assert_eq!(shepherd.usage(), 0);
+    let stats = shepherd.stats();
+    assert_eq!((stats.failed, stats.admission.panicked), (1, 1));
+}
+
 #[test]
 fn a_completion_is_a_future_and_can_still_be_waited_for_after_a_poll() {
     let (factory, open, _starts) = gated(false);

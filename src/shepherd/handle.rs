@@ -9,6 +9,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use super::state::Unit;
 use crate::sync::{now, spin_poll, Arc, Condvar, Mutex};
 
 /// Why the shepherd stopped trying an operation; see [`Failure::reason`].
@@ -201,6 +202,19 @@ impl<E: fmt::Debug + fmt::Display> std::error::Error for Failure<E> {}
 /// What a [`Completion`] resolves to.
 pub(crate) type Outcome<T, E> = Result<T, Failure<E>>;
 
+/// What travels to a [`Completion`]: the outcome and the operation's unit,
+/// which the handle gives back as it hands the outcome over (state.rs,
+/// "Where a unit goes back").
+pub(crate) type Delivery<T, E> = (Outcome<T, E>, Unit);
+
+/// The outcome out of its delivery, the unit given back first (here, on
+/// the caller's thread: the shard's line stays with the caller).
+#[inline]
+fn hand_over<T, E>((outcome, unit): Delivery<T, E>) -> Outcome<T, E> {
+    drop(unit);
+    outcome
+}
+
 /// The completion of one submitted operation: its output, or its final
 /// [`Failure`] after every retry.
 ///
@@ -216,7 +230,33 @@ pub(crate) type Outcome<T, E> = Result<T, Failure<E>>;
 ///
 /// Dropping a `Completion` does not cancel the operation: it is still
 /// attempted and retried, holding its unit of capacity until its final
-/// outcome, which is then dropped.
+/// outcome, which is then dropped and the unit given back.
+///
+/// # The unit comes back with the outcome
+///
+/// The operation's unit of capacity travels with its outcome, and the
+/// handle gives it back as it hands the outcome over, before `wait` (and
+/// its kin, and `.await`) returns, on the caller's thread. An outcome that
+/// is in but not taken still holds its unit, so take or drop handles
+/// promptly; dropping one whose outcome is in gives the unit back at once.
+///
+/// ```
+/// use std::time::Duration;
+/// # use sidejob::{Handler, Shepherd};
+/// # struct Echo;
+/// # impl Handler for Echo {
+/// #     type Op = u8; type Output = u8; type Error = ();
+/// #     fn handle(&mut self, n: &u8, _: u32) -> Result<u8, ()> { Ok(*n) }
+/// # }
+/// let shepherd = Shepherd::builder().capacity(1).build(|_| Echo)?;
+/// let done = shepherd.submit(7)?;
+/// assert!(shepherd.wait_idle(Duration::from_secs(60))); // completed,
+/// assert_eq!(shepherd.usage(), 1); // but not taken: it holds its unit
+/// assert!(shepherd.try_submit(8).unwrap_err().is_overload());
+/// assert_eq!(done.wait(), Ok(7)); // taken: the unit is back
+/// assert_eq!(shepherd.usage(), 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 ///
 /// # Examples
 ///
@@ -238,7 +278,7 @@ pub(crate) type Outcome<T, E> = Result<T, Failure<E>>;
 /// ```
 #[must_use = "dropping a completion does not cancel the operation; its outcome is lost"]
 pub struct Completion<T, E> {
-    slot: Slot<Outcome<T, E>>,
+    slot: Slot<Delivery<T, E>>,
     spin: Duration,
 }
 
@@ -254,7 +294,7 @@ enum Slot<T> {
 }
 
 impl<T, E> Completion<T, E> {
-    pub(crate) fn new(receiver: oneshot::Receiver<Outcome<T, E>>, spin: Duration) -> Self {
+    pub(crate) fn new(receiver: oneshot::Receiver<Delivery<T, E>>, spin: Duration) -> Self {
         Completion {
             slot: Slot::Blocking(receiver),
             spin,
@@ -273,7 +313,7 @@ impl<T, E> Completion<T, E> {
             return outcome;
         }
         match self.slot {
-            Slot::Blocking(receiver) => receiver.recv().unwrap_or_else(|_| Err(lost())),
+            Slot::Blocking(receiver) => receiver.recv().map_or_else(|_| Err(lost()), hand_over),
             Slot::Async(receiver) => match park_on(receiver, None) {
                 Ok(outcome) => outcome,
                 // Without a deadline `park_on` only returns the outcome.
@@ -329,7 +369,7 @@ impl<T, E> Completion<T, E> {
         let spin = self.spin;
         match self.slot {
             Slot::Blocking(receiver) => match receiver.recv_deadline(deadline) {
-                Ok(outcome) => Ok(outcome),
+                Ok(delivery) => Ok(hand_over(delivery)),
                 Err(oneshot::RecvTimeoutError::Timeout) => Err(Completion {
                     slot: Slot::Blocking(receiver),
                     spin,
@@ -362,7 +402,7 @@ impl<T, E> Completion<T, E> {
     fn poll_for(&self, spin: Duration) -> Option<Outcome<T, E>> {
         match &self.slot {
             Slot::Blocking(receiver) => spin_poll(spin, || match receiver.try_recv() {
-                Ok(outcome) => Some(outcome),
+                Ok(delivery) => Some(hand_over(delivery)),
                 Err(oneshot::TryRecvError::Disconnected) => Some(Err(lost())),
                 Err(oneshot::TryRecvError::Empty) => None,
             }),
@@ -396,9 +436,9 @@ impl std::task::Wake for Parker {
 /// waited for): polls it with a waker that unparks this thread, until the
 /// outcome or `deadline`; the receiver back at the deadline.
 fn park_on<T, E>(
-    mut receiver: oneshot::AsyncReceiver<Outcome<T, E>>,
+    mut receiver: oneshot::AsyncReceiver<Delivery<T, E>>,
     deadline: Option<Instant>,
-) -> Result<Outcome<T, E>, oneshot::AsyncReceiver<Outcome<T, E>>> {
+) -> Result<Outcome<T, E>, oneshot::AsyncReceiver<Delivery<T, E>>> {
     let parker = Arc::new(Parker {
         woken: Mutex::new(false),
         wake: Condvar::new(),
@@ -407,7 +447,7 @@ fn park_on<T, E>(
     let mut cx = Context::from_waker(&waker);
     loop {
         match Pin::new(&mut receiver).poll(&mut cx) {
-            Poll::Ready(Ok(outcome)) => return Ok(outcome),
+            Poll::Ready(Ok(delivery)) => return Ok(hand_over(delivery)),
             Poll::Ready(Err(_)) => return Ok(Err(lost())),
             Poll::Pending => {}
         }
@@ -440,7 +480,7 @@ impl<T, E> Future for Completion<T, E> {
             return Poll::Ready(Err(lost()));
         };
         match Pin::new(receiver).poll(cx) {
-            Poll::Ready(Ok(outcome)) => Poll::Ready(outcome),
+            Poll::Ready(Ok(delivery)) => Poll::Ready(hand_over(delivery)),
             Poll::Ready(Err(_)) => Poll::Ready(Err(lost())),
             Poll::Pending => Poll::Pending,
         }

@@ -89,9 +89,10 @@ pub const MAX_WORKERS: usize = 4096;
 ///
 /// Admission goes through the same sharded table as the other front-ends:
 /// an operation takes one unit of `capacity` when submitted and holds it
-/// until its *final* outcome, delays and retries included. So `capacity`
-/// bounds everything the shepherd holds (due, delayed, running): nothing
-/// queues without limit behind it, and a full shepherd answers
+/// until its *final* outcome is handed to its caller, delays and retries
+/// included. So `capacity` bounds everything the shepherd holds (due,
+/// delayed, running, and outcomes not yet taken): nothing queues without
+/// limit behind it, and a full shepherd answers
 /// [`Error::Overload`] at once (or lets the caller wait, with a waiting
 /// room: [`max_waiters`](ShepherdBuilder::max_waiters)).
 ///
@@ -100,8 +101,8 @@ pub const MAX_WORKERS: usize = 4096;
 ///
 /// # Semantics
 ///
-/// * **Exact capacity.** Operations admitted and not completed never
-///   exceed the capacity in force.
+/// * **Exact capacity.** Operations admitted and not yet handed over to
+///   their callers never exceed the capacity in force.
 /// * **A delayed operation occupies no worker.** Workers sleep until an
 ///   operation is due; one timer thread sleeps until the earliest due time
 ///   or attempt deadline. Nothing polls: an idle shepherd uses no CPU,
@@ -109,9 +110,16 @@ pub const MAX_WORKERS: usize = 4096;
 /// * **Every handle resolves, once.** With the output, or a [`Failure`]:
 ///   attempts exhausted, an error the handler calls final
 ///   ([`Handler::is_retryable`]), the retry budget spent, or shutdown.
-/// * **Released before completed.** The unit goes back before the handle
-///   resolves, so a caller that gets its result and submits again never
-///   meets its own stale unit.
+/// * **The unit comes back with the outcome.** The handle gives the unit
+///   back as it hands the final outcome over ([`Completion::wait`] and its
+///   kin, or `.await`), before the caller has it, on the caller's own
+///   thread: a caller that gets its result and submits again never meets
+///   its own stale unit, and the shard's cache line stays with the caller
+///   instead of crossing to the worker and back on every operation (as
+///   tower's `ConcurrencyLimit` keeps its permit until the response is
+///   taken). So an outcome nobody takes holds its unit: take or drop
+///   handles promptly. A dropped handle gives its unit back at once if the
+///   outcome is in, or else when the operation completes.
 /// * **Panics** fail the attempt, rebuild the worker's handler with the
 ///   factory, and are retried like errors unless the policy says not to.
 /// * **A late attempt** (past `attempt_timeout`) cannot be killed: its
@@ -127,8 +135,9 @@ pub const MAX_WORKERS: usize = 4096;
 /// # Memory ordering
 ///
 /// Everything a caller did before `submit` happens-before each attempt of
-/// the operation (the queue is under a lock); everything the attempt that
-/// completed it did happens-before the handle resolves (the reply slot).
+/// the operation (the due line's FIFO, or the delay heap's lock);
+/// everything the attempt that completed it did happens-before the handle
+/// resolves (the reply slot).
 ///
 /// # Examples
 ///
@@ -321,7 +330,7 @@ impl<H: Handler> Shepherd<H> {
             Ok(shard) => shard,
             Err(error) => return Err(Refused::new(error, op)),
         };
-        let unit = Unit::new(shard);
+        let unit = Unit::new(&shared.homes[shard]);
         // A coarse stamp (see `Stamps`): the budget's window and the
         // turnaround need no more, and a precise read is a good part of a
         // submit's cost. A delay is measured on the shepherd's clock.
@@ -333,8 +342,9 @@ impl<H: Handler> Shepherd<H> {
             let (reply, receiver) = oneshot::channel();
             let Some(open) = shared.reserve_due() else {
                 // Admitted just before the table closed, but the line has
-                // closed since: hand the operation back.
-                shared.give_back(unit);
+                // closed since: the unit goes back, the operation to the
+                // caller.
+                drop(unit);
                 return Err(Refused::new(Error::Shutdown, op));
             };
             // Before the publish: once published, the first attempt may
@@ -367,9 +377,10 @@ impl<H: Handler> Shepherd<H> {
         let mut core = shared.core.lock();
         if core.closing {
             // Admitted just before the table closed, but shutdown has
-            // drained the delay heap: hand the operation back.
+            // drained the delay heap: the unit goes back, the operation
+            // to the caller.
             drop(core);
-            shared.give_back(unit);
+            drop(unit);
             return Err(Refused::new(Error::Shutdown, op));
         }
         shared.deposit(stamp);
@@ -388,7 +399,8 @@ impl<H: Handler> Shepherd<H> {
         Ok(Completion::new(receiver, Duration::ZERO))
     }
 
-    /// Operations held now: due, delayed or running.
+    /// Operations held now: due, delayed, running, or completed with an
+    /// outcome its handle has not handed over yet.
     pub fn usage(&self) -> usize {
         self.inner.shared.table.usage()
     }
@@ -862,8 +874,10 @@ impl ShepherdBuilder {
             RandomState::new().build_hasher().finish()
         });
         let start = self.clock.now();
+        let table = Arc::new(table);
         let shared = Arc::new(Shared {
-            table: Arc::new(table),
+            homes: state::homes(&table),
+            table,
             line: Line::new(workers),
             core: Mutex::new(Core {
                 queue: InMemory::new(),

@@ -9,16 +9,29 @@
 //! heap, a worker's hands while an attempt runs (its [`Slot`] instead when
 //! an attempt timeout lets the timer take it), or the hands of the thread
 //! resolving it. A record leaves the system only through
-//! [`Shared::finish`], which releases the unit and *then* sends the
-//! outcome, so a caller that gets its result and submits again never meets
-//! its own stale unit. A record dropped any other way would still resolve
-//! its handle (`Reason::Shutdown`, from the dropped sender). Its unit is
-//! only the shard it came from, not a handle on the table (a reference
-//! count changed by the submitter and again by the worker would be one
-//! more cache line crossing between them on every operation), so its
-//! release is explicit on every path; the one place user code can unwind
-//! with a record in hand (a worker, dropping the user's error as it
-//! schedules a retry) holds an [`Owed`] guard that releases it then.
+//! [`Shared::finish`] (or a worker's own success path), which sends the
+//! outcome and the unit together to the caller's handle. A record dropped
+//! any other way (a refusal after admission, or user code unwinding while
+//! a worker holds it) still resolves its handle (`Reason::Shutdown`, from
+//! the dropped sender) and still gives its unit back: the unit is a guard.
+//!
+//! **Where a unit goes back.** A unit goes back to its shard when it is
+//! dropped, once, wherever that is. On the common path that is the
+//! caller's thread: the unit travels with the outcome ([`Delivery`]), and
+//! the handle drops it as it hands the outcome over, before the caller has
+//! it (so a caller that submits again at once never meets its own stale
+//! unit). The shard's counter is then written by the submit and by the
+//! caller's read of the outcome, usually one thread, so its cache line
+//! stays on that core; given back by the worker, it crossed to the worker
+//! and back on every operation (the throughput bench ran about a tenth
+//! faster, and the round trip about a tenth quicker, once it stopped,
+//! `benches/results/`). A handle dropped before the outcome comes makes
+//! the send fail, and the unit goes back on the sending thread; one
+//! dropped with the outcome in drops the unit with it. To give itself
+//! back, a unit holds its shard's [`Home`] (the table and the shard
+//! index): one allocation per shard, so the reference count that a submit
+//! and a drop change is shared only by the threads that use that shard,
+//! as the shard's counter is, not by every submitter of the shepherd.
 //!
 //! **Where it waits.** An operation due now waits on the lock-free due
 //! [`Line`] (`line.rs`, which also holds the workers' sleep/wake
@@ -61,10 +74,11 @@
 //!
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::fmt;
 use std::time::{Duration, Instant};
 
 use super::clock::{Clock, Stamps};
-use super::handle::{Failure, LastAttempt, Outcome, Reason};
+use super::handle::{Delivery, Failure, LastAttempt, Outcome, Reason};
 use super::handler::Handler;
 use super::line::Line;
 use super::policy::{Budget, RetryPolicy, Rng};
@@ -74,52 +88,73 @@ use crossbeam_utils::CachePadded;
 
 use crate::sync::{Arc, AtomicUsize, Condvar, Mutex, Ordering::SeqCst};
 use crate::table::Table;
+use crate::worker::drop_quietly;
 
 /// Builds a worker's handler; shared by every worker thread.
 pub(crate) type Factory<H> = dyn Fn(usize) -> H + Send + Sync;
 
-/// One unit of the shepherd's table, held from admission to the final
-/// outcome: the shard it was taken from. Released exactly once, by
-/// [`Shared::finish`] or, on a refusal after admission, by
-/// [`Shared::give_back`] (module docs, "Where an operation is").
-#[derive(Debug)]
-pub(crate) struct Unit {
+/// Where a unit of one shard goes back: the table and the shard. One per
+/// shard, each in an allocation of its own on its own cache lines, so the
+/// reference count a submit and its caller's read of the outcome change is
+/// shared only by the threads that take units from that shard, as the
+/// shard's own counter is (module docs, "Where a unit goes back").
+pub(crate) struct Home {
+    table: Arc<Table>,
     shard: usize,
 }
 
+/// The homes of a table's shards, in shard order.
+pub(crate) type Homes = Box<[Arc<CachePadded<Home>>]>;
+
+/// One home per shard of `table`.
+pub(crate) fn homes(table: &Arc<Table>) -> Homes {
+    (0..table.shard_count())
+        .map(|shard| {
+            Arc::new(CachePadded::new(Home {
+                table: Arc::clone(table),
+                shard,
+            }))
+        })
+        .collect()
+}
+
+/// One unit of the shepherd's table, held from admission until its
+/// caller has the final outcome: it goes back to its shard when it is
+/// dropped, exactly once, wherever that is (module docs, "Where a unit
+/// goes back").
+pub(crate) struct Unit {
+    home: Arc<CachePadded<Home>>,
+    /// Counted as a panic when it goes back (the table's `panicked`
+    /// figure): the final attempt panicked.
+    panicked: bool,
+}
+
 impl Unit {
-    pub(crate) fn new(shard: usize) -> Self {
-        Unit { shard }
-    }
-}
-
-/// The unit of a record in a worker's hands while user code may unwind:
-/// released by `Drop` unless [`settle`](Self::settle)d, once the record
-/// was finished or stored.
-pub(crate) struct Owed<'a> {
-    table: &'a Table,
-    shard: Option<usize>,
-}
-
-impl<'a> Owed<'a> {
-    pub(crate) fn new(table: &'a Table, unit: &Unit) -> Self {
-        Owed {
-            table,
-            shard: Some(unit.shard),
+    /// The unit just taken from `home`'s shard.
+    pub(crate) fn new(home: &Arc<CachePadded<Home>>) -> Self {
+        Unit {
+            home: Arc::clone(home),
+            panicked: false,
         }
     }
 
-    /// The record is finished or stored: its unit is no longer ours.
-    pub(crate) fn settle(&mut self) {
-        self.shard = None;
+    /// Counts the unit as a panic's when it goes back.
+    pub(crate) fn panicked(&mut self) {
+        self.panicked = true;
     }
 }
 
-impl Drop for Owed<'_> {
+impl Drop for Unit {
     fn drop(&mut self) {
-        if let Some(shard) = self.shard {
-            self.table.release(shard, false);
-        }
+        self.home.table.release(self.home.shard, self.panicked);
+    }
+}
+
+impl fmt::Debug for Unit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Unit")
+            .field("shard", &self.home.shard)
+            .finish()
     }
 }
 
@@ -158,7 +193,7 @@ pub(crate) struct Record<H: Handler> {
     /// Attempts started so far.
     pub(crate) attempts: u32,
     pub(crate) last: LastAttempt<H::Error>,
-    pub(crate) reply: oneshot::Sender<Outcome<H::Output, H::Error>>,
+    pub(crate) reply: oneshot::Sender<Delivery<H::Output, H::Error>>,
     pub(crate) unit: Unit,
     /// When it was submitted, a stamp of [`Shared::stamps`].
     pub(crate) submitted: u64,
@@ -203,6 +238,8 @@ pub(crate) struct Core<H: Handler> {
 /// Everything the front-end, the workers and the timer share.
 pub(crate) struct Shared<H: Handler> {
     pub(crate) table: Arc<Table>,
+    /// Where the units of each shard go back (see [`Home`]).
+    pub(crate) homes: Homes,
     /// The operations due now, and the workers' sleep/wake protocol.
     pub(crate) line: Line<Record<H>>,
     pub(crate) core: Mutex<Core<H>>,
@@ -231,7 +268,9 @@ pub(crate) struct Shared<H: Handler> {
 
 impl<H: Handler> Shared<H> {
     /// Completes `record` with `outcome`, counted in counter cell `cell`:
-    /// the unit goes back first, then the caller hears. Never under `Core`.
+    /// the outcome goes to the caller with the record's unit, which the
+    /// caller's handle gives back as it hands the outcome over (or here,
+    /// if the handle is gone). Never under `Core`.
     pub(crate) fn finish(
         &self,
         record: Record<H>,
@@ -239,26 +278,19 @@ impl<H: Handler> Shared<H> {
         cell: usize,
     ) {
         let Record {
-            unit,
+            mut unit,
             reply,
             submitted,
             ..
         } = record;
-        let panicked = matches!(&outcome, Err(f) if matches!(f.last(), LastAttempt::Panicked));
-        let succeeded = outcome.is_ok();
-        self.table.release(unit.shard, panicked);
+        if matches!(&outcome, Err(f) if matches!(f.last(), LastAttempt::Panicked)) {
+            unit.panicked();
+        }
         let took = self.stamps.now().saturating_sub(submitted);
-        self.counters.resolved(cell, succeeded, took);
-        // A caller that dropped its handle is owed nothing more.
-        let _ = reply.send(outcome);
-    }
-
-    /// Gives back a record's unit outside [`finish`](Self::finish): a
-    /// success (the worker's own order), or a record refused after its
-    /// admission (dropped unsent: nothing was handed out for it).
-    #[inline]
-    pub(crate) fn give_back(&self, unit: Unit) {
-        self.table.release(unit.shard, false);
+        self.counters.resolved(cell, outcome.is_ok(), took);
+        // A caller that dropped its handle is owed nothing more: the
+        // delivery comes back, and its unit goes back as it is dropped.
+        drop_quietly(reply.send((outcome, unit)));
     }
 
     /// A first attempt was submitted at stamp `now`: a deposit in the
@@ -396,8 +428,7 @@ impl<H: Handler> Shared<H> {
                 // line, under `Core`. Its unit goes back; dropped, the
                 // record resolves its handle (module docs).
                 debug_assert!(false, "a promotion after shutdown");
-                let Record { unit, .. } = record;
-                self.give_back(unit);
+                drop(record);
             }
         }
     }

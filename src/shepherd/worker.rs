@@ -43,7 +43,7 @@ use std::time::Duration;
 use super::handle::LastAttempt;
 use super::handler::{Handler, Recovery};
 use super::queue::Store;
-use super::state::{Decision, Owed, Record, Shared};
+use super::state::{Decision, Record, Shared};
 use crate::sync::Arc;
 use crate::worker::{drop_payload, drop_quietly};
 
@@ -247,12 +247,11 @@ impl<H: Handler> WorkerLoop<H> {
             self.rebuild(state);
             return After::TimedOut;
         };
-        // From here until the record is finished or stored, its unit is
-        // released if anything unwinds (state.rs, "Where an operation is").
-        let mut owed = Owed::new(&shared.table, &record.unit);
+        // From here until the record is finished or stored, if anything
+        // unwinds, the record is dropped: its handle resolves and its unit
+        // goes back (state.rs, "Where an operation is").
         match result {
             Ok(Ok(output)) => {
-                owed.settle();
                 self.succeeded(record, output, ended);
                 return After::Done;
             }
@@ -272,33 +271,29 @@ impl<H: Handler> WorkerLoop<H> {
                 if recovery == Recovery::Rebuild {
                     self.rebuild(state);
                 }
-                self.failed(
-                    record,
-                    LastAttempt::Error(error),
-                    retryable,
-                    &mut owed,
-                    again,
-                );
+                self.failed(record, LastAttempt::Error(error), retryable, again);
             }
             Err(payload) => {
                 drop_payload(payload);
                 shared.counters.panicked(self.index);
                 self.rebuild(state);
                 let retryable = shared.policy.retries_panics();
-                self.failed(record, LastAttempt::Panicked, retryable, &mut owed, again);
+                self.failed(record, LastAttempt::Panicked, retryable, again);
             }
         }
         After::Held
     }
 
     /// A successful attempt, ended at `ended` (a stamp): the common case,
-    /// in the order that lets the caller go on soonest. The unit goes
-    /// back and every figure is counted, then the caller hears, then the
-    /// record's count-out is kept for this worker's run (so a `wait_idle`
-    /// that returns finds every handle of a completed operation resolved,
-    /// and the figures published by the SeqCst decrement that ends the
-    /// run). The user's drops come last, and nothing here may unwind (the
-    /// loop would count the record out twice).
+    /// in the order that lets the caller go on soonest. Every figure is
+    /// counted, then the caller hears, its unit travelling with the output
+    /// (the handle gives it back as it hands the output over: state.rs,
+    /// "Where a unit goes back"), then the record's count-out is kept for
+    /// this worker's run (so a `wait_idle` that returns finds every handle
+    /// of a completed operation resolved, and the figures published by the
+    /// SeqCst decrement that ends the run). The user's drops come last,
+    /// and nothing here may unwind (the loop would count the record out
+    /// twice).
     fn succeeded(&self, record: Record<H>, output: H::Output, ended: u64) {
         let shared = &*self.shared;
         let Record {
@@ -309,15 +304,15 @@ impl<H: Handler> WorkerLoop<H> {
             submitted,
             ..
         } = record;
-        shared.give_back(unit);
         shared
             .counters
             .resolved(self.index, true, ended.saturating_sub(submitted));
         shared.counters.free(self.index);
         shared.counters.stopped(self.index);
         // A caller that dropped its handle is owed nothing more; the
-        // unsent output is dropped here, quietly.
-        drop_quietly(reply.send(Ok(output)));
+        // unsent output is dropped here, quietly, and the unit with it
+        // goes back.
+        drop_quietly(reply.send((Ok(output), unit)));
         shared.counters.keep(self.index);
         drop_quietly((op, last));
     }
@@ -330,7 +325,6 @@ impl<H: Handler> WorkerLoop<H> {
         record: Record<H>,
         last: LastAttempt<H::Error>,
         retryable: bool,
-        owed: &mut Owed<'_>,
         again: &mut Option<Record<H>>,
     ) {
         let shared = &*self.shared;
@@ -340,9 +334,6 @@ impl<H: Handler> WorkerLoop<H> {
             // It drops the previous attempt's error: user code.
             shared.decide(&mut core, record, last, retryable, now, self.index)
         };
-        // Stored for a retry, kept, or in hand for `finish` below, which
-        // releases it before anything else.
-        owed.settle();
         match decision {
             Decision::Final(record, failure) => shared.finish(record, Err(failure), self.index),
             Decision::Later => {}
@@ -388,8 +379,6 @@ pub(crate) fn run_timer<H: Handler>(shared: &Shared<H>) {
             core.deadlines.pop();
             let taken = take_running(&mut shared.slots[worker].lock(), token);
             if let Some((_, record)) = taken {
-                // Released if the user's error dropped by `decide` unwinds.
-                let mut owed = Owed::new(&shared.table, &record.unit);
                 let cell = shared.counters.shared_cell();
                 shared.counters.timed_out(cell);
                 shared.counters.stopped(worker);
@@ -411,7 +400,6 @@ pub(crate) fn run_timer<H: Handler>(shared: &Shared<H>) {
                 if let Some(last) = last {
                     finals.push(last);
                 }
-                owed.settle();
                 // Out of the slot, after the requeue if any (state.rs,
                 // "Counts"). A final failure is completed below, after
                 // the open count fell: its caller may see `wait_idle` answer a
