@@ -59,7 +59,7 @@ use self::clock::{Clock, Stamps};
 use self::line::Line;
 use self::policy::{Budget, Rng};
 use self::queue::{InMemory, Store};
-use self::state::{Core, Factory, OpBox, Record, Shared, Unit};
+use self::state::{Core, Factory, OpBox, Record, Shared};
 use self::stats::Counters;
 use self::worker::{run_timer, WorkerLoop};
 
@@ -330,7 +330,7 @@ impl<H: Handler> Shepherd<H> {
             Ok(shard) => shard,
             Err(error) => return Err(Refused::new(error, op)),
         };
-        let unit = Unit::new(&shared.homes[shard]);
+        let unit = shared.homes.unit(shard);
         // A coarse stamp (see `Stamps`): the budget's window and the
         // turnaround need no more, and a precise read is a good part of a
         // submit's cost. A delay is measured on the shepherd's clock.
@@ -876,7 +876,7 @@ impl ShepherdBuilder {
         let start = self.clock.now();
         let table = Arc::new(table);
         let shared = Arc::new(Shared {
-            homes: state::homes(&table),
+            homes: state::Homes::new(&table),
             table,
             line: Line::new(workers),
             core: Mutex::new(Core {
