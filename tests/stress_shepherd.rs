@@ -2,6 +2,9 @@
 //! handle resolves exactly once, no attempt starts after its operation was
 //! reported done, each operation succeeds at most once, attempts never
 //! exceed the policy's maximum, and the capacity bound holds throughout.
+//! Some handles are dropped at once and some once their outcome is in,
+//! unread: every unit still comes back (a unit travels with its outcome and
+//! goes back wherever the outcome is dropped).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::SeqCst};
@@ -123,15 +126,23 @@ fn run(attempt_timeout: Option<Duration>) {
     let succeeded = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
     let rejected = Arc::new(AtomicU64::new(0));
+    let abandoned = Arc::new(AtomicU64::new(0));
     let start = Arc::new(Barrier::new(THREADS));
     let submitters: Vec<_> = (0..THREADS)
         .map(|t| {
             let (shepherd, ledger, start) = (shepherd.clone(), ledger.clone(), start.clone());
-            let (succeeded, failed, rejected) =
-                (succeeded.clone(), failed.clone(), rejected.clone());
+            let (succeeded, failed, rejected, abandoned) = (
+                succeeded.clone(),
+                failed.clone(),
+                rejected.clone(),
+                abandoned.clone(),
+            );
             thread::spawn(move || {
                 start.wait();
                 let mut pending: VecDeque<(usize, Completion<usize, u32>)> = VecDeque::new();
+                // Handles left unread, dropped later: at most two a thread,
+                // as an unread outcome holds its unit.
+                let mut unread: VecDeque<Completion<usize, u32>> = VecDeque::new();
                 let settle = |op: usize, outcome: Result<usize, Failure<u32>>| {
                     // Reported done: from here no attempt may start.
                     ledger.books[op].done.store(true, SeqCst);
@@ -151,7 +162,23 @@ fn run(attempt_timeout: Option<Duration>) {
                     loop {
                         match shepherd.submit(op_value) {
                             Ok(done) => {
-                                pending.push_back((op, done));
+                                match op % 8 {
+                                    // Dropped at once: its unit comes back
+                                    // when its outcome is sent.
+                                    5 => {
+                                        abandoned.fetch_add(1, SeqCst);
+                                        drop(done);
+                                    }
+                                    // Dropped later, unread.
+                                    6 => {
+                                        abandoned.fetch_add(1, SeqCst);
+                                        unread.push_back(done);
+                                        if unread.len() > 2 {
+                                            drop(unread.pop_front());
+                                        }
+                                    }
+                                    _ => pending.push_back((op, done)),
+                                }
                                 break;
                             }
                             Err(refused) => {
@@ -170,6 +197,7 @@ fn run(attempt_timeout: Option<Duration>) {
                 for (op, done) in pending {
                     settle(op, done.wait());
                 }
+                drop(unread);
             })
         })
         .collect();
@@ -183,13 +211,20 @@ fn run(attempt_timeout: Option<Duration>) {
 
     let stats = shepherd.stats();
     let (ok, bad) = (succeeded.load(SeqCst), failed.load(SeqCst));
-    assert_eq!(ok + bad, OPS as u64, "every handle resolved");
-    assert_eq!((stats.succeeded, stats.failed), (ok, bad));
+    let abandoned = abandoned.load(SeqCst);
+    assert!(abandoned > 0);
+    assert_eq!(ok + bad + abandoned, OPS as u64, "every handle resolved");
+    assert_eq!(
+        stats.succeeded + stats.failed,
+        OPS as u64,
+        "every operation completed, read or not"
+    );
+    assert!(stats.succeeded >= ok && stats.failed >= bad);
     assert_eq!(stats.admission.accepted, OPS as u64);
     assert_eq!(stats.admission.rejected, rejected.load(SeqCst));
     assert_eq!(over_bound.load(SeqCst), 0, "usage went above the capacity");
     assert!(stats.admission.peak_usage <= CAPACITY);
-    assert_eq!(shepherd.usage(), 0);
+    assert_eq!(shepherd.usage(), 0, "every unit came back, read or not");
     assert_eq!(
         ledger.violations.load(SeqCst),
         0,
@@ -207,7 +242,7 @@ fn run(attempt_timeout: Option<Duration>) {
         .map(|b| u64::from(b.successes.load(SeqCst)))
         .sum();
     assert_eq!(
-        successes, ok,
+        successes, stats.succeeded,
         "each operation succeeded at most once, and only the reported ones"
     );
     assert!(ledger.books.iter().all(|b| b.successes.load(SeqCst) <= 1));
