@@ -690,8 +690,7 @@ fn the_due_count_raises_an_alarm_when_it_stays_above_the_workers() {
 /// The unit comes back with the outcome: an outcome in but not taken holds
 /// it; taking it (a wait, a poll, an `.await`) or dropping the handle gives
 /// it back; a handle dropped before its operation completed leaves the
-/// unit to the completion; a final failure carries its unit as a success
-/// does.
+/// unit to the completion.
 #[test]
 fn the_unit_comes_back_as_the_outcome_is_handed_over() {
     let (factory, open, starts) = gated(false);
