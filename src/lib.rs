@@ -269,7 +269,7 @@ pub use probe::Probe;
 pub use reporter::{Observe, Reporter, ReporterBuilder, ReporterHandle, DEFAULT_INTERVAL};
 pub use shepherd::{
     Completion, Failure, Handler, Jitter, LastAttempt, ManualClock, Reason, Recovery, RetryBudget,
-    RetryPolicy, Shepherd, ShepherdBuilder, ShepherdStats, MAX_WORKERS,
+    RetryPolicy, Shepherd, ShepherdBuilder, ShepherdStats, UnitRelease, MAX_WORKERS,
 };
 pub use stats::{Rates, ShardStats, Stats};
 #[cfg(feature = "tokio")]

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use sidejob::{
     Alarm, Completion, Error, Failure, Handler, Jitter, LastAttempt, ManualClock, Reason, Recovery,
-    RetryBudget, RetryPolicy, Shepherd,
+    RetryBudget, RetryPolicy, Shepherd, UnitRelease,
 };
 
 /// A guard for waits that must end: a test fails instead of hanging.
@@ -748,6 +748,51 @@ fn the_unit_comes_back_as_the_outcome_is_handed_over() {
     assert_eq!(shepherd.usage(), 0, "and only once");
     let stats = shepherd.stats();
     assert_eq!((stats.succeeded, stats.failed), (4, 0));
+}
+
+/// With `UnitRelease::OnCompletion` the worker gives the unit back as the
+/// operation completes, before the handle resolves: an unread outcome
+/// holds nothing, and a submitter with a waiting room may submit a batch
+/// larger than the capacity before it reads any outcome (it waits for the
+/// workers, not for itself). A panic's unit is counted when it comes back.
+#[test]
+fn on_completion_the_worker_gives_the_unit_back() {
+    let shepherd = Shepherd::builder()
+        .capacity(2)
+        .workers(1)
+        .max_waiters(1)
+        .max_wait(PATIENCE)
+        .retry(no_backoff(3).retry_panics(false))
+        .unit_release(UnitRelease::OnCompletion)
+        .build(|_| Panicky { panic_on: vec![] })
+        .unwrap();
+    let unread = shepherd.submit(1).unwrap();
+    assert!(shepherd.wait_idle(PATIENCE));
+    assert_eq!(shepherd.usage(), 0, "an unread outcome holds no unit");
+    // A batch of 3 × the capacity, read only after the last submit.
+    let batch: Vec<_> = (10..16).map(|op| shepherd.submit(op).unwrap()).collect();
+    let read: Vec<_> = batch.into_iter().map(|done| done.wait()).collect();
+    assert_eq!(read, (10..16).map(Ok).collect::<Vec<_>>());
+    assert_eq!(unread.wait(), Ok(1));
+    assert_eq!(shepherd.usage(), 0);
+    assert_eq!(shepherd.stats().admission.rejected, 0);
+
+    let panics = Shepherd::builder()
+        .capacity(1)
+        .workers(1)
+        .retry(no_backoff(3).retry_panics(false))
+        .unit_release(UnitRelease::OnCompletion)
+        .build(|_| Panicky { panic_on: vec![1] })
+        .unwrap();
+    let failed = panics.submit(1).unwrap();
+    assert!(panics.wait_idle(PATIENCE));
+    assert_eq!(panics.usage(), 0);
+    assert_eq!(
+        panics.stats().admission.panicked,
+        1,
+        "counted as it came back"
+    );
+    assert_eq!(failed.wait().unwrap_err().last(), &LastAttempt::Panicked);
 }
 
 /// A final failure carries its unit as a success does, and a panic's is

@@ -202,13 +202,42 @@ impl<E: fmt::Debug + fmt::Display> std::error::Error for Failure<E> {}
 /// What a [`Completion`] resolves to.
 pub(crate) type Outcome<T, E> = Result<T, Failure<E>>;
 
-/// What travels to a [`Completion`]: the outcome and the operation's unit,
-/// which the handle gives back as it hands the outcome over (state.rs,
-/// "Where a unit goes back").
-pub(crate) type Delivery<T, E> = (Outcome<T, E>, Unit);
+/// When an operation's unit of capacity goes back; chosen with
+/// [`ShepherdBuilder::unit_release`](crate::ShepherdBuilder::unit_release).
+///
+/// Either way, the unit is back before the caller has the outcome, so a
+/// caller that gets its result and submits again never meets its own
+/// stale unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum UnitRelease {
+    /// The unit travels with the outcome, and the [`Completion`] gives it
+    /// back as it hands the outcome over (`wait` and its kin, `.await`),
+    /// on the caller's thread, or when it is dropped. The default, and
+    /// the faster: the shard's cache line stays with the caller instead of
+    /// crossing to the worker and back on every operation. An outcome not
+    /// yet taken holds its unit, so `capacity` bounds those too; a caller
+    /// that holds unread handles while it waits for capacity waits for
+    /// itself (until `max_wait`).
+    #[default]
+    OnHandOver,
+    /// The worker gives the unit back as the operation completes, before
+    /// the handle resolves: `capacity` bounds only what is due, delayed
+    /// or running. For callers that submit many operations before they
+    /// read any outcome, with a waiting room that lets them wait for the
+    /// workers rather than for themselves.
+    OnCompletion,
+}
 
-/// The outcome out of its delivery, the unit given back first (here, on
-/// the caller's thread: the shard's line stays with the caller).
+/// What travels to a [`Completion`]: the outcome and, with
+/// [`UnitRelease::OnHandOver`], the operation's unit, which the handle
+/// gives back as it hands the outcome over (state.rs, "Where a unit goes
+/// back").
+pub(crate) type Delivery<T, E> = (Outcome<T, E>, Option<Unit>);
+
+/// The outcome out of its delivery, the unit (if it came along) given back
+/// first (here, on the caller's thread: the shard's line stays with the
+/// caller).
 #[inline]
 fn hand_over<T, E>((outcome, unit): Delivery<T, E>) -> Outcome<T, E> {
     drop(unit);
@@ -239,6 +268,9 @@ fn hand_over<T, E>((outcome, unit): Delivery<T, E>) -> Outcome<T, E> {
 /// its kin, and `.await`) returns, on the caller's thread. An outcome that
 /// is in but not taken still holds its unit, so take or drop handles
 /// promptly; dropping one whose outcome is in gives the unit back at once.
+/// (That is the default, [`UnitRelease::OnHandOver`]; with
+/// [`UnitRelease::OnCompletion`] the worker gives it back as the operation
+/// completes.)
 ///
 /// ```
 /// use std::time::Duration;

@@ -32,7 +32,7 @@ mod stats;
 mod worker;
 
 pub use clock::ManualClock;
-pub use handle::{Completion, Failure, LastAttempt, Reason};
+pub use handle::{Completion, Failure, LastAttempt, Reason, UnitRelease};
 pub use handler::{Handler, Recovery};
 pub use policy::{Jitter, RetryBudget, RetryPolicy};
 pub use stats::ShepherdStats;
@@ -89,7 +89,8 @@ pub const MAX_WORKERS: usize = 4096;
 ///
 /// Admission goes through the same sharded table as the other front-ends:
 /// an operation takes one unit of `capacity` when submitted and holds it
-/// until its *final* outcome is handed to its caller, delays and retries
+/// until its *final* outcome is handed to its caller (or, with
+/// [`UnitRelease::OnCompletion`], until it completes), delays and retries
 /// included. So `capacity` bounds everything the shepherd holds (due,
 /// delayed, running, and outcomes not yet taken): nothing queues without
 /// limit behind it, and a full shepherd answers
@@ -119,7 +120,10 @@ pub const MAX_WORKERS: usize = 4096;
 ///   tower's `ConcurrencyLimit` keeps its permit until the response is
 ///   taken). So an outcome nobody takes holds its unit: take or drop
 ///   handles promptly. A dropped handle gives its unit back at once if the
-///   outcome is in, or else when the operation completes.
+///   outcome is in, or else when the operation completes. A caller that
+///   submits a batch before it reads any outcome chooses
+///   [`UnitRelease::OnCompletion`] instead: the worker gives the unit back
+///   as the operation completes, still before the handle resolves.
 /// * **Panics** fail the attempt, rebuild the worker's handler with the
 ///   factory, and are retried like errors unless the policy says not to.
 /// * **A late attempt** (past `attempt_timeout`) cannot be killed: its
@@ -399,8 +403,9 @@ impl<H: Handler> Shepherd<H> {
         Ok(Completion::new(receiver, Duration::ZERO))
     }
 
-    /// Operations held now: due, delayed, running, or completed with an
-    /// outcome its handle has not handed over yet.
+    /// Operations held now: due, delayed, running, or (with the default
+    /// [`UnitRelease::OnHandOver`]) completed with an outcome its handle
+    /// has not handed over yet.
     pub fn usage(&self) -> usize {
         self.inner.shared.table.usage()
     }
@@ -722,6 +727,7 @@ pub struct ShepherdBuilder {
     spin_wait: Option<Duration>,
     clock: Clock,
     seed: Option<u64>,
+    unit_release: UnitRelease,
 }
 
 impl ShepherdBuilder {
@@ -812,6 +818,41 @@ impl ShepherdBuilder {
         self
     }
 
+    /// When an operation's unit of capacity goes back:
+    /// [`UnitRelease::OnHandOver`] (the default) or
+    /// [`UnitRelease::OnCompletion`].
+    ///
+    /// # Examples
+    ///
+    /// Submit a batch first and read the outcomes after: with the units
+    /// given back at completion, a waiting room lets the submitter wait for
+    /// the workers (with the default, it would wait for its own unread
+    /// outcomes until `max_wait`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sidejob::{Handler, Shepherd, UnitRelease};
+    /// # struct Double;
+    /// # impl Handler for Double {
+    /// #     type Op = u32; type Output = u32; type Error = ();
+    /// #     fn handle(&mut self, n: &u32, _: u32) -> Result<u32, ()> { Ok(n * 2) }
+    /// # }
+    /// let shepherd = Shepherd::builder()
+    ///     .capacity(4)
+    ///     .max_waiters(1)
+    ///     .max_wait(Duration::from_secs(60))
+    ///     .unit_release(UnitRelease::OnCompletion)
+    ///     .build(|_| Double)?;
+    /// let batch: Vec<_> = (0..16).map(|n| shepherd.submit(n)).collect::<Result<_, _>>()?;
+    /// let doubled: Vec<u32> = batch.into_iter().map(|done| done.wait().unwrap()).collect();
+    /// assert_eq!(doubled, (0..16).map(|n| n * 2).collect::<Vec<_>>());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn unit_release(&mut self, release: UnitRelease) -> &mut Self {
+        self.unit_release = release;
+        self
+    }
+
     /// Runs the shepherd's time (delays, backoff, attempt timeouts, the
     /// retry budget) on `clock` instead of the real one: for tests.
     pub fn clock(&mut self, clock: ManualClock) -> &mut Self {
@@ -877,6 +918,7 @@ impl ShepherdBuilder {
         let table = Arc::new(table);
         let shared = Arc::new(Shared {
             homes: state::Homes::new(&table),
+            unit_release: self.unit_release,
             table,
             line: Line::new(workers),
             core: Mutex::new(Core {

@@ -81,7 +81,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use super::clock::{Clock, Stamps};
-use super::handle::{Delivery, Failure, LastAttempt, Outcome, Reason};
+use super::handle::{Delivery, Failure, LastAttempt, Outcome, Reason, UnitRelease};
 use super::handler::Handler;
 use super::line::Line;
 use super::policy::{Budget, RetryPolicy, Rng};
@@ -259,6 +259,8 @@ pub(crate) struct Shared<H: Handler> {
     pub(crate) table: Arc<Table>,
     /// Where the units of each shard go back (see [`Home`]).
     pub(crate) homes: Homes,
+    /// Whether a unit travels with its outcome or goes back at completion.
+    pub(crate) unit_release: UnitRelease,
     /// The operations due now, and the workers' sleep/wake protocol.
     pub(crate) line: Line<Record<H>>,
     pub(crate) core: Mutex<Core<H>>,
@@ -305,11 +307,25 @@ impl<H: Handler> Shared<H> {
         if matches!(&outcome, Err(f) if matches!(f.last(), LastAttempt::Panicked)) {
             self.homes.count_as_panic(&mut unit);
         }
+        let unit = self.travelling(unit);
         let took = self.stamps.now().saturating_sub(submitted);
         self.counters.resolved(cell, outcome.is_ok(), took);
         // A caller that dropped its handle is owed nothing more: the
         // delivery comes back, and its unit goes back as it is dropped.
         drop_quietly(reply.send((outcome, unit)));
+    }
+
+    /// A completed record's unit: given back here and now with
+    /// [`UnitRelease::OnCompletion`], or to travel with the outcome.
+    #[inline]
+    pub(crate) fn travelling(&self, unit: Unit) -> Option<Unit> {
+        match self.unit_release {
+            UnitRelease::OnHandOver => Some(unit),
+            UnitRelease::OnCompletion => {
+                drop(unit);
+                None
+            }
+        }
     }
 
     /// A first attempt was submitted at stamp `now`: a deposit in the

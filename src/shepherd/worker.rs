@@ -304,6 +304,7 @@ impl<H: Handler> WorkerLoop<H> {
             submitted,
             ..
         } = record;
+        let unit = shared.travelling(unit);
         shared
             .counters
             .resolved(self.index, true, ended.saturating_sub(submitted));
