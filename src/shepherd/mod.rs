@@ -102,8 +102,9 @@ pub const MAX_WORKERS: usize = 4096;
 ///
 /// # Semantics
 ///
-/// * **Exact capacity.** Operations admitted and not yet handed over to
-///   their callers never exceed the capacity in force.
+/// * **Exact capacity.** Operations holding a unit (admitted, and not yet
+///   handed over to their callers, or with [`UnitRelease::OnCompletion`]
+///   not yet completed) never exceed the capacity in force.
 /// * **A delayed operation occupies no worker.** Workers sleep until an
 ///   operation is due; one timer thread sleeps until the earliest due time
 ///   or attempt deadline. Nothing polls: an idle shepherd uses no CPU,

@@ -10,14 +10,15 @@
 //! an attempt timeout lets the timer take it), or the hands of the thread
 //! resolving it. A record leaves the system only through
 //! [`Shared::finish`] (or a worker's own success path), which sends the
-//! outcome and the unit together to the caller's handle. A record dropped
+//! outcome to the caller's handle, the unit with it (or, with
+//! [`UnitRelease::OnCompletion`], given back just before). A record dropped
 //! any other way (a refusal after admission, or user code unwinding while
 //! a worker holds it) still resolves its handle (`Reason::Shutdown`, from
 //! the dropped sender) and still gives its unit back: the unit is a guard.
 //!
 //! **Where a unit goes back.** A unit goes back to its shard when it is
-//! dropped, once, wherever that is. On the common path that is the
-//! caller's thread: the unit travels with the outcome ([`Delivery`]), and
+//! dropped, once, wherever that is. By default ([`UnitRelease::OnHandOver`])
+//! that is the caller's thread: the unit travels with the outcome ([`Delivery`]), and
 //! the handle drops it as it hands the outcome over, before the caller has
 //! it (so a caller that submits again at once never meets its own stale
 //! unit). The shard's counter is then written by the submit and by the
@@ -34,7 +35,7 @@
 //! shared only by the threads that use that shard, as the shard's counter
 //! is, not by every submitter of the shepherd. The unit is that one
 //! pointer: a record is copied into the due line and out again, and eight
-//! bytes more of it cost the throughput bench about 5 %.
+//! bytes more of it cost the throughput bench 3–5 %.
 //!
 //! **Where it waits.** An operation due now waits on the lock-free due
 //! [`Line`] (`line.rs`, which also holds the workers' sleep/wake
