@@ -33,6 +33,16 @@ use sidejob::Error;
 
 const KEY: u64 = 0xABCD_0000_0000_0001;
 
+/// Runs `f` on a new thread with its own handle on `rig`.
+fn spawn<T, R>(rig: &Arc<T>, f: impl FnOnce(&T) -> R + Send + 'static) -> thread::JoinHandle<R>
+where
+    T: Send + Sync + 'static,
+    R: Send + 'static,
+{
+    let rig = Arc::clone(rig);
+    thread::spawn(move || f(&rig))
+}
+
 struct Rig {
     table: Table,
     keys: KeyQueues,
@@ -113,14 +123,8 @@ impl Rig {
 fn hand_over_races_a_new_request_and_shutdown() {
     loom::model(|| {
         let rig = Rig::with_request_one(2);
-        let worker = {
-            let rig = rig.clone();
-            thread::spawn(move || rig.run_from(1))
-        };
-        let caller = {
-            let rig = rig.clone();
-            thread::spawn(move || rig.submit(2))
-        };
+        let worker = spawn(&rig, |rig| rig.run_from(1));
+        let caller = spawn(&rig, |rig| rig.submit(2));
         rig.table.close();
         worker.join().unwrap();
         let admitted = caller.join().unwrap();
@@ -142,10 +146,7 @@ fn hand_over_races_a_new_request_and_shutdown() {
 fn a_busy_key_refuses_and_refunds_while_its_request_finishes() {
     loom::model(|| {
         let rig = Rig::with_request_one(1);
-        let worker = {
-            let rig = rig.clone();
-            thread::spawn(move || rig.run_from(1))
-        };
+        let worker = spawn(&rig, |rig| rig.run_from(1));
         let admitted = rig.submit(2);
         worker.join().unwrap();
         let ran = rig.ran.lock().unwrap().clone();
@@ -163,22 +164,16 @@ fn a_busy_key_refuses_and_refunds_while_its_request_finishes() {
 fn a_turn_left_to_the_caller_races_a_new_request() {
     loom::model(|| {
         let rig = Rig::with_request_one(2);
-        let worker = {
-            let rig = rig.clone();
-            thread::spawn(move || {
-                rig.run_one(1);
-                if rig.keys.anyone_queued(KEY) {
-                    rig.pass_turn();
-                    false
-                } else {
-                    true // left to the caller, with the reply
-                }
-            })
-        };
-        let other = {
-            let rig = rig.clone();
-            thread::spawn(move || rig.submit(2))
-        };
+        let worker = spawn(&rig, |rig| {
+            rig.run_one(1);
+            if rig.keys.anyone_queued(KEY) {
+                rig.pass_turn();
+                false
+            } else {
+                true // left to the caller, with the reply
+            }
+        });
+        let other = spawn(&rig, |rig| rig.submit(2));
         if worker.join().unwrap() {
             rig.pass_turn();
         }
@@ -236,14 +231,8 @@ fn a_slot_taken_from_an_idle_key_races_its_admission() {
             assert_eq!(rig.keys.admit(*id, 0), KeyAdmit::Run(0));
             assert_eq!(rig.keys.finish(*id), None, "key {key} kept idle");
         }
-        let a = {
-            let rig = rig.clone();
-            thread::spawn(move || rig.submit(0, 1))
-        };
-        let c = {
-            let rig = rig.clone();
-            thread::spawn(move || rig.submit(2, 2))
-        };
+        let a = spawn(&rig, |rig| rig.submit(0, 1));
+        let c = spawn(&rig, |rig| rig.submit(2, 2));
         rig.submit(0, 3);
         a.join().unwrap();
         c.join().unwrap();

@@ -265,15 +265,28 @@ impl<T> KeyQueues<T> {
         self.queued[self.stripe_index(id)].load(Ordering::Relaxed) != 0
     }
 
-    /// Counts a request into, or (`false`) out of, its stripe's queues.
-    /// Under the stripe's lock.
-    fn count_queued(&self, index: usize, into: bool) {
+    /// Queues `item` behind its key's running request in `queue` (of
+    /// stripe `index`), unless the key is at its cap (`len + 1`: the
+    /// request that is out counts too). Under the stripe's lock.
+    fn queue_behind(&self, queue: &mut VecDeque<T>, index: usize, item: T) -> Admit<T> {
+        if queue.len() + 1 >= self.cap {
+            return Admit::Busy(item);
+        }
+        queue.push_back(item);
         // Relaxed: under the stripe's lock; read as a hint.
-        if into {
-            self.queued[index].fetch_add(1, Ordering::Relaxed);
-        } else {
+        self.queued[index].fetch_add(1, Ordering::Relaxed);
+        Admit::Queued
+    }
+
+    /// The next request queued in `queue` (of stripe `index`), counted out
+    /// of the stripe's hint. Under the stripe's lock.
+    fn pop_queued(&self, queue: &mut VecDeque<T>, index: usize) -> Option<T> {
+        let next = queue.pop_front();
+        if next.is_some() {
+            // Relaxed: as in `queue_behind`.
             self.queued[index].fetch_sub(1, Ordering::Relaxed);
         }
+        next
     }
 
     /// Admits `item` for key `id`; see [`Admit`].
@@ -297,16 +310,8 @@ impl<T> KeyQueues<T> {
                     IDLE => key | BUSY,
                     BUSY if self.cap > 1 => key | QUEUED,
                     BUSY => return Admit::Busy(item),
-                    _ => {
-                        // `QUEUED`: changes only under this lock.
-                        let queue = &mut locked.queues[at];
-                        if queue.len() + 1 >= self.cap {
-                            return Admit::Busy(item);
-                        }
-                        queue.push_back(item);
-                        self.count_queued(index, true);
-                        return Admit::Queued;
-                    }
+                    // `QUEUED`: changes only under this lock.
+                    _ => return self.queue_behind(&mut locked.queues[at], index, item),
                 };
                 // Acquire: as above. The only moves it races are the
                 // lock-free `IDLE` <-> `BUSY` of this key.
@@ -315,22 +320,14 @@ impl<T> KeyQueues<T> {
                     Ok(_) => {
                         // `QUEUED` before the push: the finish whose CAS
                         // this made fail waits for the lock (module docs).
-                        locked.queues[at].push_back(item);
-                        self.count_queued(index, true);
-                        return Admit::Queued;
+                        return self.queue_behind(&mut locked.queues[at], index, item);
                     }
                     Err(moved) => current = moved,
                 }
             }
         }
         if let Some(entry) = locked.spill.find_mut(key, |entry| entry.key == key) {
-            // `len + 1`: the request that is out counts too.
-            if entry.queue.len() + 1 >= self.cap {
-                return Admit::Busy(item);
-            }
-            entry.queue.push_back(item);
-            self.count_queued(index, true);
-            return Admit::Queued;
+            return self.queue_behind(&mut entry.queue, index, item);
         }
         // Absent: a free slot, or one whose key is kept idle.
         for word in &stripe.words {
@@ -382,10 +379,7 @@ impl<T> KeyQueues<T> {
                 return None;
             }
             debug_assert_eq!(current & STATE, QUEUED, "a finish for a key not present");
-            let next = locked.queues[at].pop_front();
-            if next.is_some() {
-                self.count_queued(index, false);
-            }
+            let next = self.pop_queued(&mut locked.queues[at], index);
             if locked.queues[at].is_empty() {
                 // Relaxed: under the lock, which orders it for the slow
                 // paths; the next turn's holder is handed it after this.
@@ -397,18 +391,12 @@ impl<T> KeyQueues<T> {
             debug_assert!(false, "a finish for a key that is not present");
             return None;
         };
-        let next = found.get_mut().queue.pop_front();
-        match next {
-            Some(next) => {
-                self.count_queued(index, false);
-                Some(next)
-            }
-            None => {
-                // Forgotten: memory stays bounded by the requests admitted.
-                found.remove();
-                None
-            }
+        let next = self.pop_queued(&mut found.get_mut().queue, index);
+        if next.is_none() {
+            // Forgotten: memory stays bounded by the requests admitted.
+            found.remove();
         }
+        next
     }
 
     /// How many keys are present (a reading; takes every stripe's lock in

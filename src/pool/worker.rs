@@ -316,20 +316,19 @@ impl<W: Worker> WorkerLoop<W> {
                     ordered: self.ordered.as_deref(),
                     id,
                 };
-                CURRENT_KEY.with(|key| key.set(Some(id)));
                 match job {
                     Job::Call(request, reply) => {
-                        let outcome = self.handle(state, move |worker| worker.handle_call(request));
-                        CURRENT_KEY.with(|key| key.set(None));
-                        unit.release(outcome.is_err());
+                        let outcome = self.handle_keyed(state, id, unit, move |worker| {
+                            worker.handle_call(request)
+                        });
                         self.polling_next();
                         turn.pass();
                         drop_quietly(reply.send(outcome));
                     }
                     Job::CallPassing(request, reply) => {
-                        let outcome = self.handle(state, move |worker| worker.handle_call(request));
-                        CURRENT_KEY.with(|key| key.set(None));
-                        unit.release(outcome.is_err());
+                        let outcome = self.handle_keyed(state, id, unit, move |worker| {
+                            worker.handle_call(request)
+                        });
                         self.polling_next();
                         if turn.anyone_queued() {
                             turn.pass();
@@ -350,9 +349,11 @@ impl<W: Worker> WorkerLoop<W> {
                         }
                     }
                     Job::Cast(message) => {
-                        let outcome = self.handle(state, move |worker| worker.handle_cast(message));
-                        CURRENT_KEY.with(|key| key.set(None));
-                        unit.release(outcome.is_err());
+                        // A cast answers nobody: a panic is counted by the
+                        // unit's release.
+                        let _ = self.handle_keyed(state, id, unit, move |worker| {
+                            worker.handle_cast(message)
+                        });
                         turn.pass();
                     }
                 }
@@ -403,6 +404,24 @@ impl<W: Worker> WorkerLoop<W> {
         if let Some(stealing) = &self.steal {
             stealing.idle.polling(self.index);
         }
+    }
+
+    /// Runs the handler of a keyed request of key `id` (known to the
+    /// thread meanwhile, so a call for that key from inside it is refused
+    /// rather than queued behind itself), then gives its unit back: the
+    /// steps every keyed job takes before its turn passes and its reply.
+    fn handle_keyed<R>(
+        &self,
+        state: &mut Option<W>,
+        id: u64,
+        unit: Unit<'_>,
+        handler: impl FnOnce(&mut W) -> R,
+    ) -> Result<R, Error> {
+        CURRENT_KEY.with(|key| key.set(Some(id)));
+        let outcome = self.handle(state, handler);
+        CURRENT_KEY.with(|key| key.set(None));
+        unit.release(outcome.is_err());
+        outcome
     }
 
     /// Runs one handler. On a panic the state is dropped, to be rebuilt by
