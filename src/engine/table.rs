@@ -398,18 +398,25 @@ impl Shard {
     /// Gives one unit back.
     #[inline]
     pub(crate) fn give_back(&self, panicked: bool) {
+        self.give_back_many(1, usize::from(panicked));
+    }
+
+    /// Gives `units` back in one RMW, `panicked` of them given back by a
+    /// panic.
+    #[inline]
+    pub(crate) fn give_back_many(&self, units: usize, panicked: usize) {
         // Release: pairs with the Acquire load in `try_take` (the next holder
         // sees this holder's work) and with the Acquire in `Table::mark_full`'s
         // re-read. Acquire: pairs with the Release of that same re-read, so
         // the full-set load in `Table::release` sees a bit set by a marker
         // whose re-read came before this RMW.
-        self.given.fetch_add(UNIT, AcqRel);
-        if panicked {
+        self.given.fetch_add(units * UNIT, AcqRel);
+        if panicked > 0 {
             // Release, and after `given`: pairs with the Acquire load in
             // `stats`, so a snapshot that counts this panic also counts its
             // unit as given back, and `completed = given - panicked` never
             // goes negative.
-            self.panicked.fetch_add(1, Release);
+            self.panicked.fetch_add(panicked, Release);
         }
     }
 
@@ -1742,6 +1749,28 @@ impl Table {
         // Relaxed: a count, read by `stats` only.
         self.shards[i].phantom.fetch_add(1, Relaxed);
         self.mark_full(i);
+    }
+
+    /// Gives back `units` units of shard `i` at once, `panicked` of them
+    /// by a panic: one RMW where no waiter can take them, else one
+    /// release each (a waiter may be handed each).
+    pub(crate) fn release_many(&self, i: usize, units: usize, panicked: usize) {
+        if units == 0 {
+            return;
+        }
+        if self.room.is_some() {
+            for k in 0..units {
+                self.release(i, k < panicked);
+            }
+            return;
+        }
+        if self.full.contains(i) {
+            self.unmark(i);
+        }
+        self.shards[i].give_back_many(units, panicked);
+        if self.full.contains(i) {
+            self.unmark(i);
+        }
     }
 
     /// The unit of shard `i` back in the table, with the full-set steps.

@@ -6,6 +6,7 @@
 #[cfg(feature = "tokio")]
 pub(crate) mod asynchronous;
 pub(crate) mod key_queue;
+pub(crate) mod mailbox;
 pub(crate) mod ordered;
 pub(crate) mod steal;
 pub(crate) mod worker;
@@ -14,8 +15,6 @@ use std::fmt;
 use std::future::Future;
 use std::hash::{BuildHasher, Hash};
 use std::time::{Duration, Instant};
-
-use crossbeam_channel::Sender;
 
 use crate::engine::jump::jump_hash;
 use crate::error::{ConfigError, Error, Refused, TryCallError};
@@ -28,6 +27,7 @@ use crate::worker::{
     calling_key, calling_worker, Envelope, Factory, Job, Stealing, Worker, WorkerLoop,
 };
 use key_queue::KeyQueues;
+use mailbox::Outbox;
 use ordered::Ordered;
 use steal::Idle;
 
@@ -130,7 +130,7 @@ pub struct Pool<W: Worker> {
 
 struct Inner<W: Worker> {
     table: Arc<Table>,
-    mailboxes: Box<[Sender<Envelope<W>>]>,
+    mailboxes: Box<[Outbox<Envelope<W>>]>,
     /// Taken (and joined) by the first shutdown; later ones find it empty.
     threads: Mutex<Vec<os_thread::JoinHandle<()>>>,
     worker_ids: Box<[os_thread::ThreadId]>,
@@ -147,7 +147,7 @@ struct Inner<W: Worker> {
     /// Pinned keyed requests' private mailboxes, in a stealing pool with
     /// the pinned keyed mode (otherwise they go to the worker's own
     /// mailbox, which nobody else takes from).
-    pinned: Option<Box<[Sender<Envelope<W>>]>>,
+    pinned: Option<Box<[Outbox<Envelope<W>>]>>,
     /// The key queues, in the ordered keyed mode.
     ordered: Option<Arc<Ordered<W>>>,
     /// Hashes keys (seeded per pool).
@@ -1178,7 +1178,7 @@ impl<W: Worker> Pool<W> {
 /// refuses.
 #[inline]
 pub(crate) fn post<W: Worker>(
-    mailbox: &Sender<Envelope<W>>,
+    mailbox: &Outbox<Envelope<W>>,
     table: &Table,
     shard: usize,
     envelope: Envelope<W>,
@@ -1191,7 +1191,7 @@ pub(crate) fn post<W: Worker>(
         }
         Err(returned) => {
             table.release(shard, false);
-            Err(returned.into_inner())
+            Err(returned)
         }
     }
 }
@@ -1909,13 +1909,16 @@ impl PoolBuilder {
         };
 
         let count = table.shard_count();
-        // Unbounded: the shard's counter is the bound. Every envelope but
-        // `Wake` holds one of the shard's units, so the mailbox never holds
-        // more than the shard's limit (plus the `*_unbounded` requests the
-        // caller chose to push past it); a bounded channel would only add a
-        // second, redundant check.
-        let (mailboxes, receivers): (Vec<_>, Vec<_>) =
-            (0..count).map(|_| crossbeam_channel::unbounded()).unzip();
+        // The shard's counter is the bound. Every envelope but `Wake` holds
+        // one of the shard's units, so a mailbox holds at most its shard's
+        // limit, plus the `*_unbounded` requests the caller chose to push
+        // past it and the room a resize adds: its ring is sized from the
+        // limit, and its overflow takes the rest (`mailbox.rs`).
+        let envelope = std::mem::size_of::<Envelope<W>>();
+        let ring = |shard: usize| mailbox::ring_len(table.shard(shard).limit(), envelope);
+        let (mailboxes, receivers): (Vec<_>, Vec<_>) = (0..count)
+            .map(|shard| mailbox::mailbox(ring(shard)))
+            .unzip();
         // With one worker there is nobody to steal from: the plain loop.
         let steal = self.steal.unwrap_or(DEFAULT_STEAL) && count > 1;
         let ordered = self.keyed == KeyedMode::Ordered;
@@ -1928,7 +1931,9 @@ impl PoolBuilder {
         // an ordered pool that does not steal (a stealing one posts keyed
         // requests to the own mailboxes, which every worker takes from).
         let (extra, extra_receivers): (Vec<_>, Vec<_>) = if steal != ordered {
-            (0..count).map(|_| crossbeam_channel::unbounded()).unzip()
+            (0..count)
+                .map(|shard| mailbox::mailbox(ring(shard)))
+                .unzip()
         } else {
             (Vec::new(), Vec::new())
         };

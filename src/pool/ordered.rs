@@ -41,10 +41,9 @@
 //! `call_keyed_async` (whose callers may leave before the reply), and if
 //! the reply cannot be delivered.
 
-use crossbeam_channel::Sender;
-
 use crate::error::Error;
 use crate::pool::key_queue::{Admit, KeyQueues};
+use crate::pool::mailbox::Outbox;
 use crate::pool::post;
 use crate::pool::steal::Idle;
 use crate::sync::Arc;
@@ -56,7 +55,7 @@ use crate::worker::{drop_quietly, Envelope, Job, Keyed, Worker};
 pub(crate) struct Ordered<W: Worker> {
     keys: KeyQueues<Keyed<W>>,
     /// The keyed mailbox of each shard.
-    mailboxes: Box<[Sender<Envelope<W>>]>,
+    mailboxes: Box<[Outbox<Envelope<W>>]>,
     /// Where the workers sleep: a posted request rings it.
     idle: Arc<Idle>,
     table: Arc<Table>,
@@ -65,7 +64,7 @@ pub(crate) struct Ordered<W: Worker> {
 impl<W: Worker> Ordered<W> {
     pub(crate) fn new(
         keys: KeyQueues<Keyed<W>>,
-        mailboxes: Box<[Sender<Envelope<W>>]>,
+        mailboxes: Box<[Outbox<Envelope<W>>]>,
         idle: Arc<Idle>,
         table: Arc<Table>,
     ) -> Self {

@@ -125,6 +125,7 @@ pub(crate) trait Queue {
     fn is_empty(&self) -> bool;
 }
 
+/// The async pool's mailboxes (`pool/asynchronous/mailbox.rs`).
 impl<T> Queue for crossbeam_channel::Receiver<T> {
     type Item = T;
     #[inline]
@@ -134,6 +135,22 @@ impl<T> Queue for crossbeam_channel::Receiver<T> {
     #[inline]
     fn is_empty(&self) -> bool {
         crossbeam_channel::Receiver::is_empty(self)
+    }
+}
+
+/// The thread pool's mailboxes (`pool/mailbox.rs`).
+impl<T> Queue for crate::pool::mailbox::Inbox<T> {
+    type Item = T;
+    #[inline]
+    fn try_take(&self) -> Option<T> {
+        match self.try_recv() {
+            crate::pool::mailbox::Look::Took(item) => Some(item),
+            _ => None,
+        }
+    }
+    #[inline]
+    fn is_empty(&self) -> bool {
+        crate::pool::mailbox::Inbox::is_empty(self)
     }
 }
 

@@ -14,9 +14,8 @@ use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, TryRecvError};
-
 use crate::error::Error;
+use crate::pool::mailbox::{Inbox, Look};
 use crate::pool::ordered::Ordered;
 use crate::pool::steal::{self, Idle};
 use crate::sync::{const_thread_local, spin_poll, Arc};
@@ -212,7 +211,7 @@ pub(crate) fn calling_worker(table: &Arc<Table>) -> Option<usize> {
 pub(crate) struct WorkerLoop<W: Worker> {
     pub(crate) index: usize,
     pub(crate) table: Arc<Table>,
-    pub(crate) mailbox: Receiver<Envelope<W>>,
+    pub(crate) mailbox: Inbox<Envelope<W>>,
     pub(crate) factory: Arc<Factory<W>>,
     pub(crate) core: Option<core_affinity::CoreId>,
     /// How long to poll an empty mailbox before parking.
@@ -230,11 +229,11 @@ pub(crate) struct Stealing<W: Worker> {
     /// Mailboxes any worker takes from: every worker's own mailbox in a
     /// stealing pool; the keyed mailboxes in an ordered pool that does not
     /// steal.
-    pub(crate) mailboxes: Box<[Receiver<Envelope<W>>]>,
+    pub(crate) mailboxes: Box<[Inbox<Envelope<W>>]>,
     /// A mailbox only this worker takes from: pinned keyed requests in a
     /// stealing pool; the worker's own mailbox in an ordered pool that
     /// does not steal.
-    pub(crate) private: Option<Receiver<Envelope<W>>>,
+    pub(crate) private: Option<Inbox<Envelope<W>>>,
     pub(crate) idle: Arc<Idle>,
 }
 
@@ -248,7 +247,8 @@ impl<W: Worker> WorkerLoop<W> {
         let mut state = self.build();
         let shard = self.table.shard(self.index);
         let mut stole = false;
-        while let Some((from, envelope)) = self.next_envelope(stole) {
+        let mut batch = Batch::new(self.index, self.batch_size());
+        while let Some((from, envelope)) = self.next_envelope(stole, &mut batch) {
             stole = from != self.index;
             let from = envelope.shard(from);
             // Nothing that happens to one envelope may end the loop: a dead
@@ -257,20 +257,25 @@ impl<W: Worker> WorkerLoop<W> {
             // handlers and every user drop are already caught inside
             // `process`; this catch is the backstop for whatever is not.
             if let Err(payload) = catch_unwind(AssertUnwindSafe(|| {
-                self.process(&mut state, envelope, from);
+                self.process(&mut state, envelope, from, &mut batch);
             })) {
                 drop_payload(payload);
             }
-            if let Some(stealing) = &self.steal {
-                steal::after_release(&stealing.idle, self.index, from);
-            }
+            let Some(stealing) = &self.steal else {
+                // The plain loop checks for the end when its mailbox is
+                // empty (`next_envelope`), not after every envelope: the
+                // check reads the shard's line, which the producer writes.
+                batch.give_back_if_full(&self.table);
+                continue;
+            };
+            steal::after_release(&stealing.idle, self.index, from);
             if drained(shard) {
-                if let Some(stealing) = &self.steal {
-                    stealing.idle.leave(self.index);
-                }
+                stealing.idle.leave(self.index);
                 break;
             }
         }
+        // Every path out of the loop gave the batch back already.
+        debug_assert_eq!(batch.held, 0);
         if let Some(mut worker) = state {
             if let Err(payload) = catch_unwind(AssertUnwindSafe(|| worker.terminate())) {
                 drop_payload(payload);
@@ -284,15 +289,22 @@ impl<W: Worker> WorkerLoop<W> {
     /// worker's own, or another's when it steals) and gives its unit back to
     /// that shard, on every path: the [`Unit`] guard releases it if
     /// anything unwinds before the explicit release.
-    fn process(&self, state: &mut Option<W>, envelope: Envelope<W>, from: usize) {
+    fn process(
+        &self,
+        state: &mut Option<W>,
+        envelope: Envelope<W>,
+        from: usize,
+        batch: &mut Batch,
+    ) {
         match envelope {
             Envelope::Call(request, reply) => {
                 let unit = Unit::new(&self.table, from);
                 let outcome = self.handle(state, move |worker| worker.handle_call(request));
-                // The unit goes back before the reply is delivered: a
-                // caller that gets its answer and calls again at once
-                // never meets its own stale unit.
-                unit.release(outcome.is_err());
+                // The unit goes back before the reply is delivered, and
+                // the batch's with it: a caller that gets its answer and
+                // calls again at once never meets its own stale unit, nor
+                // one of a cast handled before its call.
+                batch.give_back_with(&self.table, unit, outcome.is_err());
                 self.polling_next();
                 // A caller that timed out or dropped its future is gone;
                 // the request still ran, and that is all it is owed. The
@@ -303,7 +315,7 @@ impl<W: Worker> WorkerLoop<W> {
             Envelope::Cast(message) => {
                 let unit = Unit::new(&self.table, from);
                 let outcome = self.handle(state, move |worker| worker.handle_cast(message));
-                unit.release(outcome.is_err());
+                batch.keep(unit, outcome.is_err());
             }
             Envelope::Keyed(Keyed { id, shard, job }) => {
                 debug_assert_eq!(shard, from);
@@ -370,7 +382,18 @@ impl<W: Worker> WorkerLoop<W> {
     /// A stealing worker also takes from the other mailboxes, and sleeps in
     /// the pool's [`Idle`] room instead of its own channel; it returns
     /// `None` once its shard is drained (see `steal.rs`).
-    fn next_envelope(&self, stole: bool) -> Option<(usize, Envelope<W>)> {
+    /// How many finished casts' units this worker may keep before it gives
+    /// them back: 1 (none kept) in a stealing or ordered pool, whose
+    /// workers handle other shards' units too; else an eighth of its
+    /// shard's limit, at most [`BATCH_MAX`].
+    fn batch_size(&self) -> usize {
+        if self.steal.is_some() || self.ordered.is_some() {
+            return 1;
+        }
+        (self.table.shard(self.index).limit() / 8).clamp(1, BATCH_MAX)
+    }
+
+    fn next_envelope(&self, stole: bool, batch: &mut Batch) -> Option<(usize, Envelope<W>)> {
         if let Some(stealing) = &self.steal {
             let shard = self.table.shard(self.index);
             return steal::next(
@@ -383,14 +406,31 @@ impl<W: Worker> WorkerLoop<W> {
                 || drained(shard),
             );
         }
+        // The plain loop: the mailbox first, without waiting. Found empty,
+        // the batch goes back and the worker checks whether its shard is
+        // drained (after a shutdown's `Wake`, it is once the mailbox runs
+        // empty), then polls and waits.
+        match self.mailbox.try_recv() {
+            Look::Took(envelope) => return Some((self.index, envelope)),
+            Look::Gone => {
+                batch.give_back(&self.table);
+                return None;
+            }
+            Look::Empty => {
+                batch.give_back(&self.table);
+                if drained(self.table.shard(self.index)) {
+                    return None;
+                }
+            }
+        }
         let polled = spin_poll(self.spin, || match self.mailbox.try_recv() {
-            Ok(envelope) => Some(Some(envelope)),
-            Err(TryRecvError::Disconnected) => Some(None),
-            Err(TryRecvError::Empty) => None,
+            Look::Took(envelope) => Some(Some(envelope)),
+            Look::Gone => Some(None),
+            Look::Empty => None,
         });
         let next = match polled {
             Some(next) => next,
-            None => self.mailbox.recv().ok(),
+            None => self.mailbox.recv(),
         };
         next.map(|envelope| (self.index, envelope))
     }
@@ -464,6 +504,82 @@ impl<W: Worker> WorkerLoop<W> {
                 None
             }
         }
+    }
+}
+
+/// The most finished casts' units a plain pool's worker keeps before it
+/// gives them back.
+const BATCH_MAX: usize = 32;
+
+/// The units of a plain pool worker's finished casts, kept to be given back
+/// in one RMW: one producer casting to one worker with a trivial handler
+/// otherwise moves the shard's line between their cores on every message
+/// (`mailbox.rs` says what else that loop needed).
+///
+/// A unit is kept only after its cast was handled, so it is held longer,
+/// never shorter, and the bound stays exact. The batch goes back when it
+/// reaches its size (at most an eighth of the shard's limit), when the
+/// worker finds its mailbox empty, and with the unit of the next call,
+/// before that call's reply. So a unit waits for at most one more
+/// handler, and at most `size` of them wait at once.
+struct Batch {
+    /// The worker's shard: every kept unit is one of its own.
+    index: usize,
+    size: usize,
+    held: usize,
+    /// How many of the kept units were given back by a panic.
+    panicked: usize,
+}
+
+impl Batch {
+    fn new(index: usize, size: usize) -> Self {
+        Batch {
+            index,
+            size,
+            held: 0,
+            panicked: 0,
+        }
+    }
+
+    /// Keeps the unit of a handled cast, or gives it back at once if
+    /// batches are off or it belongs to another shard.
+    fn keep(&mut self, unit: Unit<'_>, panicked: bool) {
+        if self.size == 1 || unit.index != self.index {
+            unit.release(panicked);
+            return;
+        }
+        // Forgotten, not dropped: the batch gives it back.
+        let _ = ManuallyDrop::new(unit);
+        self.held += 1;
+        self.panicked += usize::from(panicked);
+    }
+
+    /// Gives the batch back if it reached its size.
+    #[inline]
+    fn give_back_if_full(&mut self, table: &Table) {
+        if self.held >= self.size {
+            self.give_back(table);
+        }
+    }
+
+    /// Gives every kept unit back.
+    fn give_back(&mut self, table: &Table) {
+        table.release_many(self.index, self.held, self.panicked);
+        self.held = 0;
+        self.panicked = 0;
+    }
+
+    /// Gives every kept unit back together with `unit` (a call's).
+    fn give_back_with(&mut self, table: &Table, unit: Unit<'_>, panicked: bool) {
+        if self.held == 0 || unit.index != self.index {
+            self.give_back(table);
+            unit.release(panicked);
+            return;
+        }
+        let _ = ManuallyDrop::new(unit);
+        self.held += 1;
+        self.panicked += usize::from(panicked);
+        self.give_back(table);
     }
 }
 
