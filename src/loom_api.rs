@@ -452,3 +452,71 @@ pub async fn next_envelope_async(
 pub fn after_release_async(idle: &AsyncIdle, me: usize, from: usize) {
     crate::engine::async_idle::after_release(&idle.0, me, from)
 }
+
+/// A thread pool's mailbox (`pool/mailbox.rs`) over lanes loom can see: a
+/// ring of `ring` envelopes and an unbounded overflow, each a loom
+/// `Mutex<VecDeque>`, kept in one order per sender by the real protocol.
+pub struct SpillMailbox {
+    spill: crate::pool::mailbox::Spill<(u8, u8)>,
+    ring: crate::sync::Mutex<std::collections::VecDeque<(u8, u8)>>,
+    ring_len: usize,
+    overflow: crate::sync::Mutex<std::collections::VecDeque<(u8, u8)>>,
+}
+
+impl SpillMailbox {
+    /// An empty mailbox whose ring holds `ring` envelopes.
+    pub fn new(ring: usize) -> SpillMailbox {
+        SpillMailbox {
+            spill: crate::pool::mailbox::Spill::new(),
+            ring: crate::sync::Mutex::new(std::collections::VecDeque::new()),
+            ring_len: ring,
+            overflow: crate::sync::Mutex::new(std::collections::VecDeque::new()),
+        }
+    }
+
+    /// Sends `(sender, sequence)`.
+    pub fn send(&self, envelope: (u8, u8)) {
+        use crate::pool::mailbox::Refusal;
+        let sent = self.spill.send(
+            envelope,
+            |envelope| {
+                let mut ring = self.ring.lock();
+                if ring.len() == self.ring_len {
+                    return Err(Refusal::Full(envelope));
+                }
+                ring.push_back(envelope);
+                Ok(())
+            },
+            |envelope| {
+                self.overflow.lock().push_back(envelope);
+                Ok(())
+            },
+        );
+        assert!(sent.is_ok(), "the model's receivers never leave");
+    }
+
+    /// Takes the next envelope, if one is there to take.
+    pub fn take(&self) -> Option<(u8, u8)> {
+        use crate::pool::mailbox::Look;
+        let look = |lane: &crate::sync::Mutex<std::collections::VecDeque<(u8, u8)>>| match lane
+            .lock()
+            .pop_front()
+        {
+            Some(envelope) => Look::Took(envelope),
+            None => Look::Empty,
+        };
+        match self
+            .spill
+            .take(|| look(&self.ring), || look(&self.overflow))
+        {
+            Look::Took(envelope) => Some(envelope),
+            Look::Empty => None,
+            Look::Gone => unreachable!("the model's senders never leave"),
+        }
+    }
+
+    /// True if nothing is queued, as a stealing worker's sleep check reads it.
+    pub fn is_empty(&self) -> bool {
+        self.ring.lock().is_empty() && self.spill.nothing_pending()
+    }
+}

@@ -610,3 +610,28 @@ fn per_worker_stats_show_usage_and_handled_counts() {
     );
     assert_eq!(stats.peak_usage, 4);
 }
+
+/// A mailbox's ring holds what its shard may hold; `*_unbounded` requests
+/// and a grown capacity go past it, to the overflow. One sender's requests
+/// still run in the order it sent them, across the two, and every one of
+/// them once.
+#[test]
+fn one_senders_requests_keep_their_order_past_the_mailboxs_ring() {
+    let g = gated(2, 1);
+    // The worker blocks in job 0; the rest queue behind it.
+    g.pool.cast(0).unwrap();
+    for id in 1..=40 {
+        g.pool.cast_unbounded(id).unwrap();
+    }
+    g.pool.set_capacity(100).unwrap();
+    for id in 41..=60 {
+        g.pool.try_cast(id).unwrap();
+    }
+    g.open_all(62);
+    // One worker: the call runs after every cast, and its reply comes once
+    // every unit is back.
+    assert_eq!(g.pool.call(61), Ok(61));
+    assert_eq!(*g.handled.lock().unwrap(), (0..=61).collect::<Vec<u64>>());
+    assert_eq!(g.pool.usage(), 0);
+    assert_eq!(g.pool.stats().completed, 62);
+}

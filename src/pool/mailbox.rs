@@ -335,3 +335,77 @@ impl<T> Inbox<T> {
         self.ring.is_empty() && self.spill.nothing_pending()
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::cell::{Cell, RefCell};
+    use std::collections::VecDeque;
+
+    /// Rule 3, with the interleaving scripted: the receiver's first look
+    /// at the ring comes before the sender's first envelope lands there,
+    /// and its look at the overflow after the second went there.
+    #[test]
+    fn an_overflow_envelope_waits_for_an_older_one_in_the_ring() {
+        let spill = Spill::new();
+        let ring = RefCell::new(VecDeque::new());
+        let overflow = RefCell::new(VecDeque::new());
+        let stale = Cell::new(true);
+        let send = |value: u8, ring_len: usize| {
+            spill.send(
+                value,
+                |value| {
+                    if ring.borrow().len() == ring_len {
+                        return Err(Refusal::Full(value));
+                    }
+                    ring.borrow_mut().push_back(value);
+                    Ok(())
+                },
+                |value| {
+                    overflow.borrow_mut().push_back(value);
+                    Ok(())
+                },
+            )
+        };
+        let pop = |lane: &RefCell<VecDeque<u8>>| match lane.borrow_mut().pop_front() {
+            Some(value) => Look::Took(value),
+            None => Look::Empty,
+        };
+        let take = || {
+            spill.take(
+                || {
+                    if stale.replace(false) {
+                        Look::Empty
+                    } else {
+                        pop(&ring)
+                    }
+                },
+                || pop(&overflow),
+            )
+        };
+        let took = |look: Look<u8>| match look {
+            Look::Took(value) => Some(value),
+            _ => None,
+        };
+
+        assert!(send(0, 1).is_ok()); // the ring
+        assert!(send(1, 1).is_ok()); // the ring is full: the overflow
+        assert!(send(2, 1).is_ok()); // 1 is pending: the overflow too
+        assert_eq!(overflow.borrow().len(), 2);
+        assert_eq!(took(take()), Some(0), "the ring's older envelope first");
+        assert_eq!(took(take()), Some(1), "then the stash");
+        assert_eq!(took(take()), Some(2));
+        assert_eq!(took(take()), None);
+        assert!(spill.nothing_pending());
+        assert!(send(3, 1).is_ok());
+        assert_eq!(ring.borrow().len(), 1, "nothing pending: the ring again");
+    }
+
+    #[test]
+    fn a_ring_holds_what_its_shard_may_hold_within_its_bounds() {
+        assert_eq!(ring_len(100, 16), 100);
+        assert_eq!(ring_len(0, 16), RING_MIN);
+        assert_eq!(ring_len(1 << 20, 16), RING_MAX);
+        assert_eq!(ring_len(1 << 20, 1024), RING_BYTES / 1024);
+    }
+}
