@@ -463,6 +463,14 @@ pub struct SpillMailbox {
     overflow: crate::sync::Mutex<std::collections::VecDeque<(u8, u8)>>,
 }
 
+impl std::fmt::Debug for SpillMailbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpillMailbox")
+            .field("ring_len", &self.ring_len)
+            .finish_non_exhaustive()
+    }
+}
+
 impl SpillMailbox {
     /// An empty mailbox whose ring holds `ring` envelopes.
     pub fn new(ring: usize) -> SpillMailbox {

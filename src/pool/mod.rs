@@ -57,6 +57,21 @@ use steal::Idle;
 /// * **Released before the reply.** A worker gives the unit back before it
 ///   delivers the reply, so a caller that gets its answer and calls again
 ///   never meets its own stale unit.
+/// * **Casts' units come back in runs.** On a pool that does not steal
+///   (one worker, or [`steal(false)`](PoolBuilder::steal)) and has no
+///   ordered keyed mode, a worker keeps the units of the casts it has
+///   finished and gives them back in one atomic step: when the run
+///   reaches an eighth of its shard's limit (at most 32), when it finds
+///   its mailbox empty, and with the unit of its next call, before that
+///   call's reply. A cast's unit is therefore held a little longer, never
+///   shorter (the bound stays exact): at most for one more handler, and
+///   never more than an eighth of a shard's units at once. A stream of
+///   casts then moves the shard's cache line between the producer and the
+///   worker once a run instead of once a message.
+/// * **One order per sender.** A worker takes one thread's requests in the
+///   order that thread sent them, including `*_unbounded` ones and those
+///   a grown capacity admits past the mailbox's ring (its overflow keeps
+///   the order; `pool/mailbox.rs`).
 /// * **Nothing lost.** Every request admitted is handled exactly once, even
 ///   across a shutdown; a caller never waits for a reply that cannot come.
 /// * **Panics.** A panicking handler gives its caller
@@ -75,7 +90,7 @@ use steal::Idle;
 /// # Memory ordering
 ///
 /// Everything a caller did before `call` or `cast` happens-before the
-/// handler runs (the mailbox is a channel); everything the handler did
+/// handler runs (the mailbox is made of channels); everything the handler did
 /// happens-before `call` returns its reply.
 ///
 /// # Examples
