@@ -50,6 +50,16 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
     builder.check(f);
 }
 
+/// Sender 0, on a thread of its own, sends its envelopes 0, 1 and 2.
+fn send_three(mailbox: &Arc<SpillMailbox>) -> thread::JoinHandle<()> {
+    let mailbox = mailbox.clone();
+    thread::spawn(move || {
+        for sequence in 0..3 {
+            mailbox.send((0, sequence));
+        }
+    })
+}
+
 /// Every sender's envelopes in `taken` appear in sequence order.
 fn in_order_per_sender(taken: &[(u8, u8)]) -> bool {
     let mut next = [0u8; 4];
@@ -70,14 +80,7 @@ fn one_receiver_takes_each_senders_envelopes_in_order() {
         // to the overflow while that one is pending.
         let mailbox = Arc::new(SpillMailbox::new(1));
         let out = Arc::new(Mutex::new(Vec::new()));
-        let sender = {
-            let mailbox = mailbox.clone();
-            thread::spawn(move || {
-                for sequence in 0..3 {
-                    mailbox.send((0, sequence));
-                }
-            })
-        };
+        let sender = send_three(&mailbox);
         take_some(&mailbox, 2, &out);
         sender.join().unwrap();
         take_rest(&mailbox, &out);
@@ -94,14 +97,7 @@ fn two_receivers_take_each_envelope_once() {
     loom::model(|| {
         let mailbox = Arc::new(SpillMailbox::new(1));
         let out = Arc::new(Mutex::new(Vec::new()));
-        let sender = {
-            let mailbox = mailbox.clone();
-            thread::spawn(move || {
-                for sequence in 0..3 {
-                    mailbox.send((0, sequence));
-                }
-            })
-        };
+        let sender = send_three(&mailbox);
         let thief = {
             let (mailbox, out) = (mailbox.clone(), out.clone());
             thread::spawn(move || take_some(&mailbox, 2, &out))
