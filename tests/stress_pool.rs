@@ -173,3 +173,114 @@ fn no_overload_when_no_shard_can_fill() {
     assert!(marks.iter().all(|mark| mark.load(SeqCst) == 1));
     assert_eq!(pool.stats().rejected, 0);
 }
+
+/// Records, per worker, the `(thread, sequence)` of what it handled.
+struct Logger {
+    log: Arc<std::sync::Mutex<Vec<(usize, usize)>>>,
+}
+
+impl Worker for Logger {
+    type Request = (usize, usize);
+    type Reply = ();
+    type Message = (usize, usize);
+    fn handle_call(&mut self, request: (usize, usize)) {
+        self.log.lock().unwrap().push(request);
+    }
+    fn handle_cast(&mut self, message: (usize, usize)) {
+        self.log.lock().unwrap().push(message);
+    }
+}
+
+/// A pool that does not steal, grown far past the rings it was built
+/// with: its workers give casts' units back in runs, and its mailboxes
+/// spill into their overflow. Under four threads casting and calling at
+/// once, the bound holds at every reading, every admitted request is
+/// handled exactly once, and each worker handles each thread's requests in
+/// the order that thread sent them.
+#[test]
+fn a_plain_pool_keeps_each_senders_order_through_its_overflow() {
+    const THREADS: usize = 4;
+    const BUILT: usize = 16;
+    const GROWN: usize = 512;
+    let logs: Vec<_> = (0..2)
+        .map(|_| Arc::new(std::sync::Mutex::new(Vec::new())))
+        .collect();
+    let pool = {
+        let logs = logs.clone();
+        Pool::builder()
+            .capacity(BUILT)
+            .workers(2)
+            .steal(false)
+            .build(move |index| Logger {
+                log: logs[index].clone(),
+            })
+            .unwrap()
+    };
+    // Rings of 8 (the built limit); a limit of 256 each from here on.
+    pool.set_capacity(GROWN).unwrap();
+    let barrier = Arc::new(Barrier::new(THREADS + 2));
+    let done = Arc::new(AtomicBool::new(false));
+    let monitor = {
+        let (pool, done, barrier) = (pool.clone(), done.clone(), barrier.clone());
+        thread::spawn(move || {
+            barrier.wait();
+            loop {
+                let over = done.load(SeqCst);
+                let usage = pool.usage();
+                assert!(usage <= GROWN, "usage {usage} > capacity {GROWN}");
+                if over {
+                    break;
+                }
+            }
+        })
+    };
+    let producers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (pool, barrier) = (pool.clone(), barrier.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                let mut admitted = 0usize;
+                for i in 0..PER_THREAD {
+                    let outcome = if i % 8 == 0 {
+                        pool.call((t, i))
+                    } else {
+                        pool.cast((t, i))
+                    };
+                    match outcome {
+                        Ok(()) => admitted += 1,
+                        Err(Error::Overload) => {}
+                        Err(other) => panic!("unexpected {other}"),
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    barrier.wait();
+    let admitted: usize = producers.into_iter().map(|p| p.join().unwrap()).sum();
+    pool.shutdown();
+    done.store(true, SeqCst);
+    monitor.join().unwrap();
+
+    let mut handled = std::collections::HashSet::new();
+    for log in &logs {
+        let log = log.lock().unwrap();
+        let mut last = [None::<usize>; THREADS];
+        for &(t, i) in log.iter() {
+            if let Some(before) = last[t] {
+                assert!(
+                    before < i,
+                    "thread {t}'s request {i} handled after {before}"
+                );
+            }
+            last[t] = Some(i);
+            assert!(handled.insert((t, i)), "request {t}/{i} handled twice");
+        }
+    }
+    assert_eq!(handled.len(), admitted, "every admitted request, once");
+    let stats = pool.stats();
+    assert_eq!(stats.accepted, admitted as u64);
+    assert_eq!(stats.completed, stats.accepted);
+    assert_eq!(stats.usage, 0);
+    assert!(stats.peak_usage <= GROWN);
+}

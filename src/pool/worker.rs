@@ -1,5 +1,6 @@
 //! The [`Worker`] trait and the loop each pool worker thread runs: receive,
-//! handle under `catch_unwind`, release the unit, reply; rebuild after a
+//! handle under `catch_unwind`, release the unit (a plain pool's casts'
+//! units in runs, see `Batch`), reply; rebuild after a
 //! panic; drain and `terminate` on shutdown. The loop also records, in a
 //! thread-local, which pool and worker its thread is, so the pool never
 //! queues a worker's own call behind that worker.
@@ -374,14 +375,6 @@ impl<W: Worker> WorkerLoop<W> {
         }
     }
 
-    /// The next envelope: polled for up to `spin`, so a busy worker takes
-    /// its next request without a futex round trip, then waited for, so an
-    /// idle worker costs no CPU. `None` once every sender is gone. With the
-    /// mailbox it came from (the shard whose unit it holds).
-    ///
-    /// A stealing worker also takes from the other mailboxes, and sleeps in
-    /// the pool's [`Idle`] room instead of its own channel; it returns
-    /// `None` once its shard is drained (see `steal.rs`).
     /// How many finished casts' units this worker may keep before it gives
     /// them back: 1 (none kept) in a stealing or ordered pool, whose
     /// workers handle other shards' units too; else an eighth of its
@@ -393,6 +386,14 @@ impl<W: Worker> WorkerLoop<W> {
         (self.table.shard(self.index).limit() / 8).clamp(1, BATCH_MAX)
     }
 
+    /// The next envelope: polled for up to `spin`, so a busy worker takes
+    /// its next request without a futex round trip, then waited for, so an
+    /// idle worker costs no CPU. `None` once every sender is gone. With the
+    /// mailbox it came from (the shard whose unit it holds).
+    ///
+    /// A stealing worker also takes from the other mailboxes, and sleeps in
+    /// the pool's [`Idle`] room instead of its own channel; it returns
+    /// `None` once its shard is drained (see `steal.rs`).
     fn next_envelope(&self, stole: bool, batch: &mut Batch) -> Option<(usize, Envelope<W>)> {
         if let Some(stealing) = &self.steal {
             let shard = self.table.shard(self.index);
@@ -418,6 +419,9 @@ impl<W: Worker> WorkerLoop<W> {
             }
             Look::Empty => {
                 batch.give_back(&self.table);
+                // A resize may have changed the limit; the give-back just
+                // brought the shard's line here, so the read is a hit.
+                batch.size = self.batch_size();
                 if drained(self.table.shard(self.index)) {
                     return None;
                 }
@@ -518,7 +522,8 @@ const BATCH_MAX: usize = 32;
 ///
 /// A unit is kept only after its cast was handled, so it is held longer,
 /// never shorter, and the bound stays exact. The batch goes back when it
-/// reaches its size (at most an eighth of the shard's limit), when the
+/// reaches its size (at most an eighth of the shard's limit, read again
+/// whenever the mailbox runs empty, so a resize is followed), when the
 /// worker finds its mailbox empty, and with the unit of the next call,
 /// before that call's reply. So a unit waits for at most one more
 /// handler, and at most `size` of them wait at once.
