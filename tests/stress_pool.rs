@@ -34,6 +34,30 @@ impl Worker for Marker {
     }
 }
 
+/// Watches the bound while a storm runs: at least one reading, however
+/// late the scheduler runs this thread (a small storm can end before it is
+/// first scheduled), and as many as fit until `done`. Joining it re-raises
+/// a failed reading.
+fn watch_the_bound<W: Worker>(
+    pool: &Pool<W>,
+    capacity: usize,
+    done: &Arc<AtomicBool>,
+    barrier: &Arc<Barrier>,
+) -> thread::JoinHandle<()> {
+    let (pool, done, barrier) = (pool.clone(), done.clone(), barrier.clone());
+    thread::spawn(move || {
+        barrier.wait();
+        loop {
+            let over = done.load(SeqCst);
+            let usage = pool.usage();
+            assert!(usage <= capacity, "usage {usage} > capacity {capacity}");
+            if over {
+                break;
+            }
+        }
+    })
+}
+
 fn storm(threads: usize, capacity: usize, workers: usize) {
     let total = threads * PER_THREAD;
     let marks: Arc<Vec<AtomicU8>> = Arc::new((0..total).map(|_| AtomicU8::new(0)).collect());
@@ -49,23 +73,7 @@ fn storm(threads: usize, capacity: usize, workers: usize) {
     let barrier = Arc::new(Barrier::new(threads + 2));
     let done = Arc::new(AtomicBool::new(false));
 
-    // Watches the bound while the storm runs: at least one reading, however
-    // late the scheduler runs this thread (a small storm can end before it
-    // is first scheduled), and as many as fit until the storm is over.
-    let monitor = {
-        let (pool, done, barrier) = (pool.clone(), done.clone(), barrier.clone());
-        thread::spawn(move || {
-            barrier.wait();
-            loop {
-                let over = done.load(SeqCst);
-                let usage = pool.usage();
-                assert!(usage <= capacity, "usage {usage} > capacity {capacity}");
-                if over {
-                    break;
-                }
-            }
-        })
-    };
+    let monitor = watch_the_bound(&pool, capacity, &done, &barrier);
     let producers: Vec<_> = (0..threads)
         .map(|t| {
             let (pool, barrier) = (pool.clone(), barrier.clone());
@@ -220,20 +228,7 @@ fn a_plain_pool_keeps_each_senders_order_through_its_overflow() {
     pool.set_capacity(GROWN).unwrap();
     let barrier = Arc::new(Barrier::new(THREADS + 2));
     let done = Arc::new(AtomicBool::new(false));
-    let monitor = {
-        let (pool, done, barrier) = (pool.clone(), done.clone(), barrier.clone());
-        thread::spawn(move || {
-            barrier.wait();
-            loop {
-                let over = done.load(SeqCst);
-                let usage = pool.usage();
-                assert!(usage <= GROWN, "usage {usage} > capacity {GROWN}");
-                if over {
-                    break;
-                }
-            }
-        })
-    };
+    let monitor = watch_the_bound(&pool, GROWN, &done, &barrier);
     let producers: Vec<_> = (0..THREADS)
         .map(|t| {
             let (pool, barrier) = (pool.clone(), barrier.clone());
