@@ -63,9 +63,12 @@ use steal::Idle;
 ///   finished and gives them back in one atomic step: when the run
 ///   reaches an eighth of its shard's limit (at most 32), when it finds
 ///   its mailbox empty, and with the unit of its next call, before that
-///   call's reply. A cast's unit is therefore held a little longer, never
-///   shorter (the bound stays exact): at most for one more handler, and
-///   never more than an eighth of a shard's units at once. A stream of
+///   call's reply. A cast's unit is therefore held longer, never shorter
+///   (the bound stays exact): at most while the worker handles 31 more
+///   casts (a run's length less one), fewer if its mailbox runs empty or a
+///   call comes first; and a run holds at most an eighth of the shard's
+///   limit as the worker last read it (again whenever its mailbox runs
+///   empty, so a resize is followed). A stream of
 ///   casts then moves the shard's cache line between the producer and the
 ///   worker once a run instead of once a message.
 /// * **One order per sender.** A worker takes one thread's requests in the

@@ -525,8 +525,10 @@ const BATCH_MAX: usize = 32;
 /// reaches its size (at most an eighth of the shard's limit, read again
 /// whenever the mailbox runs empty, so a resize is followed), when the
 /// worker finds its mailbox empty, and with the unit of the next call,
-/// before that call's reply. So a unit waits for at most one more
-/// handler, and at most `size` of them wait at once.
+/// before that call's reply. So a kept unit waits at most while the
+/// worker handles `size - 1` more casts (31 at most), fewer when the
+/// mailbox runs empty or a call comes first, and at most `size` units
+/// wait at once.
 struct Batch {
     /// The worker's shard: every kept unit is one of its own.
     index: usize,
