@@ -17,7 +17,7 @@
 //! | word    | bits                     | changed by                        |
 //! |---------|--------------------------|-----------------------------------|
 //! | `taken` | `2 × units ever taken`, bit 0 = CLOSED | CAS in [`Shard::try_take`], `fetch_or` in [`Shard::close`] |
-//! | `given` | `2 × units ever given back` | `fetch_add` in [`Shard::give_back`] |
+//! | `given` | `2 × units ever given back` | `fetch_add` in [`Shard::give_back_many`] |
 //!
 //! so `usage = (taken - given) / 2` (wrapping), and a shard's *accepted* and
 //! *released* counts are free. Admission is one CAS on `taken`, release one
@@ -270,7 +270,7 @@ impl Shard {
         // Relaxed: the CAS below re-checks this exact value, and the limit
         // is checked again after it (see there).
         let mut taken = self.taken.load(Relaxed);
-        // Acquire: pairs with the AcqRel RMW in `give_back`, so work done
+        // Acquire: pairs with the AcqRel RMW in `give_back_many`, so work done
         // under a released unit happens-before work under the unit that
         // replaces it.
         let mut given = self.given.load(Acquire);
@@ -395,12 +395,6 @@ impl Shard {
         }
     }
 
-    /// Gives one unit back.
-    #[inline]
-    pub(crate) fn give_back(&self, panicked: bool) {
-        self.give_back_many(1, usize::from(panicked));
-    }
-
     /// Gives `units` back in one RMW, `panicked` of them given back by a
     /// panic.
     #[inline]
@@ -450,7 +444,7 @@ impl Shard {
 
     /// `(usage, taken, given)` in units, read as in [`usage`](Self::usage).
     fn counts(&self) -> (usize, usize, usize) {
-        // Acquire on all three: pairs with the AcqRel RMWs in `give_back`
+        // Acquire on all three: pairs with the AcqRel RMWs in `give_back_many`
         // and `close`, so a drainer that reads 0 has also seen every
         // release (and the work before it) and the CLOSED bit.
         let mut given = self.given.load(Acquire);
@@ -478,7 +472,7 @@ impl Shard {
     fn lower_bound(&self) -> (usize, usize, usize) {
         // Acquire: as the comment above says, pairs with the take's Release.
         let taken = self.taken.load(Acquire);
-        // Acquire: pairs with the AcqRel RMW in `give_back`, as in `counts`.
+        // Acquire: pairs with the AcqRel RMW in `give_back_many`, as in `counts`.
         let given = self.given.load(Acquire);
         let gap = taken.wrapping_sub(given);
         let usage = if (gap as isize) < 0 { 0 } else { gap / UNIT };
@@ -492,12 +486,12 @@ impl Shard {
 
     /// Units held now, with `given` read through an RMW: the read for a
     /// caller that wrote a flag first and must not miss a racing
-    /// [`give_back`](Self::give_back) that would then miss the flag (the
+    /// [`give_back_many`](Self::give_back_many) that would then miss the flag (the
     /// store→load pattern of [`Table::mark_full`] and of the supervisor's
     /// `wait_idle`).
     pub(crate) fn usage_synced(&self) -> usize {
         // AcqRel RMW (it adds nothing): `given`'s modification order puts it
-        // either after a racing `give_back` (then it reads that release, and
+        // either after a racing `give_back_many` (then it reads that release, and
         // Acquire makes the releaser's earlier writes visible) or before it
         // (then the release's AcqRel RMW reads this one or a later RMW in its
         // release sequence, so whatever the caller wrote before this call is
@@ -517,7 +511,7 @@ impl Shard {
     /// one more admission and one more release than `taken` and `given`
     /// count.
     fn stats(&self, handed: usize) -> ShardStats {
-        // Acquire, and before `given`: pairs with the Release in `give_back`
+        // Acquire, and before `given`: pairs with the Release in `give_back_many`
         // (every panic counted here has its unit counted in `given`).
         let panicked = self.panicked.load(Acquire);
         // Relaxed: a phantom is counted after its unit is back; a snapshot
@@ -1599,7 +1593,7 @@ impl Table {
     /// the give-back and after it (`waiters.rs`, "Hand-off" and "Wake-up").
     /// Relaxed loads: the first only picks the path (the hand-off re-checks
     /// under the lock); the second is ordered after a waiter's count store
-    /// by the RMW on `given` in `give_back` (see there).
+    /// by the RMW on `given` in `give_back_many` (see there).
     #[inline(always)]
     fn release_to_room(&self, room: &Room, i: usize, panicked: bool) {
         if room.count.load(Relaxed) > 0 && self.hand_off(room, i, panicked) {
@@ -1764,30 +1758,32 @@ impl Table {
             }
             return;
         }
-        if self.full.contains(i) {
-            self.unmark(i);
-        }
-        self.shards[i].give_back_many(units, panicked);
-        if self.full.contains(i) {
-            self.unmark(i);
-        }
+        self.give_back_many(i, units, panicked);
     }
 
     /// The unit of shard `i` back in the table, with the full-set steps.
     #[inline(always)]
     fn give_back(&self, i: usize, panicked: bool) {
-        // Step 2: unmark *before* the unit comes back. If this thread is
+        self.give_back_many(i, 1, usize::from(panicked));
+    }
+
+    /// `units` units of shard `i` back in the table in one RMW, with the
+    /// full-set steps (a run of units is one release to the protocol).
+    #[inline(always)]
+    fn give_back_many(&self, i: usize, units: usize, panicked: usize) {
+        // Step 2: unmark *before* the units come back. If this thread is
         // descheduled between the two, the shard is still full, so the
         // clear bit only sends a caller to a shard it finds full: the
-        // harmless direction. Whoever sees the unit back (through the RMW
-        // in `give_back`) also sees this clear.
+        // harmless direction. Whoever sees the units back (through the RMW
+        // in `give_back_many`) also sees this clear.
         if self.full.contains(i) {
             self.unmark(i);
         }
-        self.shards[i].give_back(panicked);
+        self.shards[i].give_back_many(units, panicked);
         // Step 3: a marker that saw the shard full before this release (its
         // re-read RMW on `given` came first) may have set the bit again;
-        // the AcqRel RMW in `give_back` makes its `insert` visible here.
+        // the AcqRel RMW in `give_back_many` makes its `insert` visible
+        // here.
         if self.full.contains(i) {
             self.unmark(i);
         }
@@ -1878,7 +1874,7 @@ impl Table {
     /// The sum of the shards' `given` words.
     fn given_total(&self) -> usize {
         self.shards.iter().fold(0usize, |sum, shard| {
-            // Acquire: pairs with the AcqRel RMW in `give_back`, as in
+            // Acquire: pairs with the AcqRel RMW in `give_back_many`, as in
             // `Shard::counts`.
             sum.wrapping_add(shard.given.load(Acquire))
         })

@@ -555,6 +555,12 @@ impl Batch {
             unit.release(panicked);
             return;
         }
+        self.hold(unit, panicked);
+    }
+
+    /// Adds a unit of this worker's shard to the batch.
+    fn hold(&mut self, unit: Unit<'_>, panicked: bool) {
+        debug_assert_eq!(unit.index, self.index);
         // Forgotten, not dropped: the batch gives it back.
         let _ = ManuallyDrop::new(unit);
         self.held += 1;
@@ -578,15 +584,13 @@ impl Batch {
 
     /// Gives every kept unit back together with `unit` (a call's).
     fn give_back_with(&mut self, table: &Table, unit: Unit<'_>, panicked: bool) {
-        if self.held == 0 || unit.index != self.index {
+        if unit.index == self.index {
+            self.hold(unit, panicked);
+            self.give_back(table);
+        } else {
             self.give_back(table);
             unit.release(panicked);
-            return;
         }
-        let _ = ManuallyDrop::new(unit);
-        self.held += 1;
-        self.panicked += usize::from(panicked);
-        self.give_back(table);
     }
 }
 
