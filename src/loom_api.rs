@@ -76,6 +76,12 @@ impl Table {
         self.0.release(shard, false)
     }
 
+    /// Gives back `units` units of shard `shard` in one release (a plain
+    /// pool worker's run of finished casts).
+    pub fn release_many(&self, shard: usize, units: usize) {
+        self.0.release_many(shard, units, 0)
+    }
+
     /// Admits one unit on shard `shard` only (a pinned keyed request).
     pub fn acquire_only(&self, shard: usize) -> Result<usize, Error> {
         self.0.acquire_only(shard)

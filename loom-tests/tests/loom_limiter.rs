@@ -8,7 +8,9 @@
 //! * a release makes room again: a `try_acquire` that happens-after a drop
 //!   is admitted (one shard, and two shards where it must walk);
 //! * the full-set bitmap never *stays* set on a shard with room: once a
-//!   filler racing a releaser has returned, a free unit is found.
+//!   filler racing a releaser has returned, a free unit is found; the same
+//!   when the releaser gives back a run of units in one RMW (a plain pool
+//!   worker's finished casts, `Table::release_many`).
 //!
 //! Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p loom-tests --release`
@@ -19,6 +21,7 @@ use std::sync::Arc;
 
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::thread;
+use sidejob::loom_api::Table;
 use sidejob::{Error, Limiter, OwnedPermit};
 
 fn limiter(capacity: usize, shards: usize) -> Arc<Limiter> {
@@ -289,6 +292,40 @@ fn full_bit_never_stays_set_filler_marks_releaser_gives_back() {
 fn full_bit_never_stays_set_filler_marks_releaser_gives_back_2_shards() {
     // Limits 2 and 1: shard 0 is filled by the filler or found by a walk.
     bit_never_stays_set(3, 2, 2, 1);
+}
+
+/// (d, a run) Shard 0 (limit 2) is filled and marked; shard 1 (limit 1)
+/// is held. Shard 0 gets both its units back in one `release_many` while a
+/// filler tries to take one there, marking the shard if it finds it full.
+/// After both return, a caller starting at the full shard 1 must reach
+/// shard 0 whenever it has room: a caller is never refused by its own
+/// shard's bit, so only a walk shows a bit left set. The run is one
+/// release to the full-set protocol.
+#[test]
+fn full_bit_never_stays_set_after_a_run_is_given_back() {
+    loom::model(|| {
+        let table = Arc::new(Table::new(3, 2));
+        assert_eq!(table.acquire_at(0), Ok(0));
+        assert_eq!(table.acquire_at(0), Ok(0));
+        assert_eq!(table.acquire_at(1), Ok(1));
+        let releaser = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.release_many(0, 2))
+        };
+        let filler = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.acquire_at(0).is_ok())
+        };
+        releaser.join().unwrap();
+        let kept = usize::from(filler.join().unwrap());
+        assert_eq!(table.usage(), 1 + kept);
+        assert_eq!(
+            table.acquire_at(1),
+            Ok(0),
+            "shard 0 has room, yet a walk skipped it: a full bit stayed set"
+        );
+        assert!(table.bound_holds());
+    });
 }
 
 /// (d, second form) The filler is also the releaser: thread A takes a unit
