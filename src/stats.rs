@@ -49,16 +49,21 @@ use crate::sync::{AtomicUsize, Ordering::Relaxed};
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
-    /// The configured capacity.
+    /// The capacity in force: the builder's, or the last `set_capacity`.
     pub capacity: usize,
     /// Units admitted and not yet released.
     pub usage: usize,
-    /// The sum of each shard's highest usage. Exact with one shard. With
-    /// several it is an upper bound on the highest total usage, and it may
-    /// be a total that no instant reached: shards may have peaked at
-    /// different times. Never above `capacity`, except that units taken by
-    /// the pool's `*_unbounded` calls count too, so with them it can pass
-    /// `capacity` (as `usage` can).
+    /// The sum of each shard's highest usage since the front-end was built.
+    /// Exact with one shard. With several it is an upper bound on the
+    /// highest total usage, and it may be a total that no instant reached:
+    /// shards may have peaked at different times.
+    ///
+    /// It is a record of the past, so it can read above the `capacity` in
+    /// force: after a shrink it keeps the highs reached under the larger
+    /// capacity (fill 8, shrink to 2: `peak_usage` 8); a resize that moves
+    /// room from one shard to another lets each keep its own high; and the
+    /// units of the pool's `*_unbounded` calls count too (as in `usage`).
+    /// Without resizes or unbounded calls it never passes `capacity`.
     pub peak_usage: usize,
     /// Units ever admitted.
     pub accepted: u64,
@@ -78,11 +83,21 @@ pub struct Stats {
     /// Callers waiting for a unit now (always 0 without a waiting room:
     /// see `max_waiters` on the builders).
     pub waiting: usize,
-    /// The most callers that ever waited at once.
+    /// The most callers that ever waited for a unit at once.
     pub peak_waiting: usize,
+    /// Callers waiting for a busy key now, on a
+    /// [`Supervisor`](crate::Supervisor) with keyed waits
+    /// ([`reserve_keyed`](crate::Supervisor::reserve_keyed)); they are not
+    /// in `waiting`, which counts waits for a unit. 0 elsewhere.
+    pub waiting_for_keys: usize,
+    /// The most callers that ever waited for keys at once (0 but on a
+    /// supervisor with keyed waits).
+    pub peak_waiting_for_keys: usize,
     /// Callers that waited and gave up: their `max_wait` or deadline ran
     /// out ([`Error::Timeout`](crate::Error::Timeout)), or the adaptive
-    /// queue order timed them out.
+    /// queue order timed them out. On a [`Supervisor`](crate::Supervisor),
+    /// waits for a busy key that ran out count here too (a caller times
+    /// out once, waiting for its key or for capacity).
     pub timed_out: u64,
     /// Callers that waited and were admitted. A waiter's admission is
     /// counted before its wait returns, so its own `stats()` includes it.

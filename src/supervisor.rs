@@ -1231,14 +1231,14 @@ impl Supervisor {
     /// `accepted` children admitted, `completed` ended normally (or aborted,
     /// or refused a thread by the OS), `panicked` ended by a panic.
     pub fn stats(&self) -> Stats {
-        self.inner.common.table.stats()
+        self.inner.common.stats()
     }
 
     /// Reads the stats while the supervisor or any of its children lives,
     /// without keeping it alive: for a [`Reporter`](crate::Reporter).
     pub(crate) fn weak_stats(&self) -> impl Fn() -> Option<Stats> + Send + 'static {
         let common = Arc::downgrade(&self.inner.common);
-        move || common.upgrade().map(|common| common.table.stats())
+        move || common.upgrade().map(|common| common.stats())
     }
 
     /// Blocks until no child is left, or `timeout` has passed; `true` if
@@ -1393,6 +1393,16 @@ struct Idle {
 }
 
 impl Common {
+    /// The table's figures with the key set's: its waiters, and its waits
+    /// that ran out in `timed_out`.
+    fn stats(&self) -> Stats {
+        let mut stats = self.table.stats();
+        stats.timed_out += self.keys.timed_out();
+        stats.waiting_for_keys = self.keys.waiting();
+        stats.peak_waiting_for_keys = self.keys.peak_waiting();
+        stats
+    }
+
     /// No unit held on any shard, read through the RMW that pairs with the
     /// leavers' releases (module docs). No unit means no occupied slot: a
     /// slot is freed before its unit is given back, and the RMW synchronizes
@@ -1442,20 +1452,41 @@ impl Future for WaitIdle<'_> {
         let this = self.get_mut();
         let common = this.common;
         if let Some((key, seen)) = this.registered {
-            let mut idle = common.idle.lock();
+            let idle = common.idle.lock();
             if idle.epoch == seen {
                 // No leaver has woken anyone since we registered: the wake
                 // we wait for is still to come (module docs), and our
-                // waker is still listed. Keep it current.
-                if let Some((_, waker)) = idle.wakers.iter_mut().find(|(k, _)| *k == key) {
-                    if !waker.will_wake(cx.waker()) {
-                        waker.clone_from(cx.waker());
+                // waker is still listed. Keep it current: compared under
+                // the lock, cloned and dropped outside it (a waker is code
+                // we do not own).
+                match idle.wakers.iter().find(|(k, _)| *k == key) {
+                    Some((_, waker)) if waker.will_wake(cx.waker()) => return Poll::Pending,
+                    Some(_) => {
+                        drop(idle);
+                        let mut fresh = cx.waker().clone();
+                        let mut idle = common.idle.lock();
+                        if idle.epoch == seen {
+                            if let Some((_, waker)) =
+                                idle.wakers.iter_mut().find(|(k, _)| *k == key)
+                            {
+                                std::mem::swap(waker, &mut fresh);
+                                drop(idle);
+                                // The old waker, after the lock.
+                                drop(fresh);
+                                return Poll::Pending;
+                            }
+                        }
+                        // Woken while the waker was cloned: scan again.
+                        drop(idle);
+                        drop(fresh);
                     }
-                    return Poll::Pending;
+                    None => {
+                        // Not listed (cannot happen: only a bump or our own
+                        // drop removes it): scan again rather than wait for
+                        // nothing.
+                        debug_assert!(false, "a registered waker went missing");
+                    }
                 }
-                // Not listed (cannot happen: only a bump or our own drop
-                // removes it): scan again rather than wait for nothing.
-                debug_assert!(false, "a registered waker went missing");
             }
             // The epoch moved, and the bump took our waker: scan again.
             this.registered = None;
@@ -1478,14 +1509,19 @@ impl Future for WaitIdle<'_> {
                 return Poll::Ready(());
             }
             // Step 3: register, unless a leaver bumped the epoch meanwhile.
+            // The waker is cloned before the lock (and dropped after it if
+            // unused): code we do not own.
+            let waker = cx.waker().clone();
             let mut idle = common.idle.lock();
             if idle.epoch == seen {
                 let key = idle.next_key;
                 idle.next_key = key.wrapping_add(1);
-                idle.wakers.push((key, cx.waker().clone()));
+                idle.wakers.push((key, waker));
                 this.registered = Some((key, seen));
                 return Poll::Pending;
             }
+            drop(idle);
+            drop(waker);
         }
     }
 }
@@ -1496,13 +1532,16 @@ impl WaitIdle<'_> {
     fn finish(&mut self) {
         if let Some((key, seen)) = self.registered.take() {
             let mut idle = self.common.idle.lock();
+            let mut waker = None;
             if idle.epoch == seen {
                 if let Some(at) = idle.wakers.iter().position(|(k, _)| *k == key) {
-                    // Dropped under the lock: a waker's drop only drops a
-                    // reference, it runs no task.
-                    idle.wakers.swap_remove(at);
+                    waker = Some(idle.wakers.swap_remove(at));
                 }
             }
+            drop(idle);
+            // After the lock: a waker's drop is code we do not own (it may
+            // end a child of this very supervisor).
+            drop(waker);
         }
         if self.counted {
             self.counted = false;

@@ -57,13 +57,71 @@ pub(crate) mod os_thread {
 }
 
 /// Parking a thread that waits in a waiting room (`engine/waiters.rs`):
-/// std's park normally, loom's in a model (a loom thread parked with std's
-/// park would block the whole model).
+/// std's park normally; in a model, a parker of loom's lock and condition
+/// variable with std's meaning (a loom thread parked with std's park would
+/// block the whole model).
+///
+/// Not loom's own `thread::park`: loom's `unpark` makes a thread runnable
+/// whatever it is blocked on, so an unpark that arrives late (after the
+/// waiter saw its ticket and went on to block in a lock or a `join`) wakes
+/// that other wait, which loom then reports as its own internal error.
+/// std's unpark only leaves a token for the next park, and so does this
+/// parker. Waking after the control lock is let go (`waiters.rs`, "Foreign
+/// code") makes such late unparks routine.
 pub(crate) mod park {
     #[cfg(loom)]
-    pub(crate) use loom::thread::{current, Thread};
+    pub(crate) use self::model::{current, Thread};
     #[cfg(not(loom))]
     pub(crate) use std::thread::{current, Thread};
+
+    #[cfg(loom)]
+    mod model {
+        use std::sync::Arc;
+
+        use loom::sync::{Condvar, Mutex};
+
+        /// A thread's token and the condition variable it sleeps on.
+        #[derive(Debug)]
+        struct Parker {
+            token: Mutex<bool>,
+            woken: Condvar,
+        }
+
+        loom::thread_local! {
+            static PARKER: Arc<Parker> = Arc::new(Parker {
+                token: Mutex::new(false),
+                woken: Condvar::new(),
+            });
+        }
+
+        /// A handle that unparks one model thread.
+        #[derive(Debug, Clone)]
+        pub(crate) struct Thread(Arc<Parker>);
+
+        impl Thread {
+            /// Leaves the token and wakes the thread if it sleeps.
+            pub(crate) fn unpark(&self) {
+                *self.0.token.lock().unwrap() = true;
+                self.0.woken.notify_one();
+            }
+        }
+
+        /// The calling thread's handle.
+        pub(crate) fn current() -> Thread {
+            PARKER.with(|parker| Thread(Arc::clone(parker)))
+        }
+
+        /// Sleeps until the token is there, and takes it.
+        pub(super) fn park() {
+            PARKER.with(|parker| {
+                let mut token = parker.token.lock().unwrap();
+                while !*token {
+                    token = parker.woken.wait(token).unwrap();
+                }
+                *token = false;
+            });
+        }
+    }
 
     /// Parks the calling thread until it is unparked or `deadline` passes
     /// (`None`: no deadline). May return early, as std's park may: callers
@@ -84,7 +142,7 @@ pub(crate) mod park {
         #[cfg(loom)]
         {
             let _ = deadline;
-            loom::thread::park();
+            model::park();
         }
     }
 }

@@ -355,8 +355,53 @@ fn waiting_for_a_busy_key_times_out() {
         Error::Timeout
     );
     assert_eq!((sup.busy_keys(), sup.waiting_for_keys()), (1, 0));
-    drop(holder);
+    // Both waits ran out waiting for the key: both are in the figures.
+    let stats = sup.stats();
+    assert_eq!(stats.timed_out, 2);
+    assert_eq!(
+        (stats.waiting_for_keys, stats.peak_waiting_for_keys),
+        (0, 1)
+    );
+    // A wait for capacity that runs out counts in the same figure, once.
+    let other = sup.try_reserve_keyed("other").unwrap();
+    let fill: Vec<_> = (0..2).map(|_| sup.try_reserve().unwrap()).collect();
+    assert_eq!(sup.reserve_keyed("third").unwrap_err(), Error::Timeout);
+    assert_eq!(sup.stats().timed_out, 3);
+    assert_eq!(sup.stats().peak_waiting, 1);
+    drop((holder, other, fill));
     assert_eq!(sup.busy_keys(), 0);
+}
+
+/// Several callers wait for one key at once: the peak says how many.
+#[test]
+fn the_peak_of_key_waiters_counts_them_at_once() {
+    let sup = Supervisor::builder()
+        .capacity(8)
+        .max_waiters(8)
+        .max_wait(FOREVER)
+        .build()
+        .unwrap();
+    let holder = sup.try_reserve_keyed("k").unwrap();
+    let mut waiting: Vec<Waiting<'_>> = (0..3)
+        .map(|_| Box::pin(sup.reserve_keyed_async("k")) as Waiting<'_>)
+        .collect();
+    for wait in &mut waiting {
+        assert!(poll_once(wait.as_mut()).is_pending());
+    }
+    let stats = sup.stats();
+    assert_eq!(
+        (stats.waiting_for_keys, stats.peak_waiting_for_keys),
+        (3, 3)
+    );
+    assert_eq!((stats.waiting, stats.peak_waiting), (0, 0));
+    drop(waiting);
+    drop(holder);
+    let stats = sup.stats();
+    assert_eq!(
+        (stats.waiting_for_keys, stats.peak_waiting_for_keys),
+        (0, 3)
+    );
+    assert_eq!(stats.timed_out, 0, "a dropped wait is not a timeout");
 }
 
 #[test]

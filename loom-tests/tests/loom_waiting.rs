@@ -12,7 +12,13 @@
 //! * growing the capacity wakes a blocked waiter with the new room;
 //! * closing the table wakes a blocked waiter with `Shutdown`;
 //! * a waiter queued during a shrink's debt is served once releases repay
-//!   it.
+//!   it;
+//! * a take undone after a racing shrink (it read the old limit) serves a
+//!   waiter that queued while the unit was counted;
+//! * code the crate does not own runs after the control lock: a re-poll's
+//!   old waker whose drop gives a unit back into the same table, and a
+//!   grow's wake-up of a waker that calls back into the table, both finish
+//!   (under the lock, both deadlocked).
 //!
 //! Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p loom-tests --release --test loom_waiting`
@@ -185,5 +191,184 @@ fn a_waiter_in_a_debt_is_served_once_it_is_repaid() {
         assert_eq!(table.usage(), 1);
         assert_eq!(table.acquire_at(0), Err(Error::Overload));
         table.release(got);
+    });
+}
+
+/// A take undone after a racing shrink serves the room. Capacity 2 over
+/// one shard, a room of one. X holds a unit, gives it back, shrinks to 1
+/// and waits; T takes once (and gives back what it got). T may read the
+/// old limit, land its CAS after the shrink's un-gate, and undo itself
+/// above the new limit: that unit must reach X, who may have queued while
+/// it was counted. With the undo a plain give-back, X sleeps forever
+/// (loom reports the deadlock) while the unit is free.
+#[test]
+fn a_take_undone_after_a_shrink_serves_a_waiter() {
+    loom::model(|| {
+        let table = Arc::new(Table::with_waiters(2, 1, 1));
+        let x = table.acquire_at(0).expect("X's unit");
+        let taker = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || {
+                if let Ok(shard) = table.acquire_at(0) {
+                    table.release(shard);
+                }
+            })
+        };
+        table.release(x);
+        table.set_capacity(1);
+        let got = table.acquire_waiting().expect("served");
+        taker.join().unwrap();
+        assert_eq!(table.usage(), 1);
+        assert_eq!(table.waiting(), 0);
+        table.release(got);
+        assert_eq!(table.usage(), 0);
+    });
+}
+
+/// A waker that owns a unit of the table its future waits on: its last
+/// drop gives the unit back (tokio's `release_permits_at_drop`).
+struct OwnsUnit {
+    table: Arc<Table>,
+    shard: usize,
+}
+
+impl std::task::Wake for OwnsUnit {
+    fn wake(self: Arc<Self>) {}
+}
+
+impl Drop for OwnsUnit {
+    fn drop(&mut self) {
+        self.table.release(self.shard);
+    }
+}
+
+/// A waker that raises a flag.
+struct Flag(loom::sync::atomic::AtomicBool);
+
+impl std::task::Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, loom::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A re-poll swaps the waiter's waker; the old one's drop gives a unit
+/// back into this very table while another thread releases a second one.
+/// The old waker is dropped after the control lock (dropped under it, the
+/// release's hand-off took the lock again: a deadlock). Once both units
+/// are back, the waiter holds one (and its new waker was woken if the
+/// re-poll left it pending), the other is back, nobody is left queued.
+#[test]
+fn a_waker_swap_whose_old_waker_gives_a_unit_back() {
+    loom::model(|| {
+        let table = Arc::new(Table::with_waiters(2, 1, 1));
+        let first = table.acquire_at(0).expect("unit one");
+        let second = table.acquire_at(0).expect("unit two");
+        let releaser = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.release(second))
+        };
+        let mut wait = Box::pin(table.acquire_async());
+        let owning = std::task::Waker::from(Arc::new(OwnsUnit {
+            table: Arc::clone(&table),
+            shard: first,
+        }));
+        let polled = wait.as_mut().poll(&mut Context::from_waker(&owning));
+        // The room's clone (if queued) is now the only one that owns the
+        // unit: the swap below drops it.
+        drop(owning);
+        let got = match polled {
+            Poll::Ready(got) => got,
+            Poll::Pending => {
+                let flag = Arc::new(Flag(loom::sync::atomic::AtomicBool::new(false)));
+                let waker = std::task::Waker::from(Arc::clone(&flag));
+                let mut cx = Context::from_waker(&waker);
+                match wait.as_mut().poll(&mut cx) {
+                    Poll::Ready(got) => got,
+                    Poll::Pending => {
+                        // Both units are back once the releaser is done:
+                        // one of them was handed to this waiter, through
+                        // the new waker.
+                        releaser.join().unwrap();
+                        assert!(
+                            flag.0.load(loom::sync::atomic::Ordering::SeqCst),
+                            "granted, yet the new waker was not woken"
+                        );
+                        match wait.as_mut().poll(&mut cx) {
+                            Poll::Ready(got) => {
+                                drop(wait);
+                                finish(&table, got.expect("a unit"));
+                                return;
+                            }
+                            Poll::Pending => panic!("both units back, the waiter still queued"),
+                        }
+                    }
+                }
+            }
+        };
+        drop(wait);
+        releaser.join().unwrap();
+        finish(&table, got.expect("a unit"));
+    });
+
+    /// The end state: one unit held (the waiter's), nobody queued; then none.
+    fn finish(table: &Table, got: usize) {
+        assert_eq!(table.waiting(), 0);
+        assert_eq!(table.usage(), 1);
+        table.release(got);
+        assert_eq!(table.usage(), 0);
+    }
+}
+
+/// A waker whose `wake` calls back into the table.
+struct Reentrant {
+    table: Arc<Table>,
+    got: loom::sync::Mutex<Vec<Result<usize, Error>>>,
+}
+
+impl std::task::Wake for Reentrant {
+    fn wake(self: Arc<Self>) {
+        let got = self.table.acquire_at(0);
+        if let Ok(shard) = got {
+            self.table.release(shard);
+        }
+        self.got.lock().unwrap().push(got);
+    }
+}
+
+/// A grow hands a new unit to a waiting future whose waker calls
+/// `acquire_at` on the same table: woken after the un-gate and the lock,
+/// the call answers (woken under the lock, before the un-gate, it found
+/// the shard gated and took the lock again). The waiter ends with its
+/// unit; the waker saw the table open.
+#[test]
+fn a_grow_wakes_a_reentrant_waker_after_the_lock() {
+    loom::model(|| {
+        let table = Arc::new(Table::with_waiters(1, 1, 1));
+        let held = table.acquire_at(0).expect("the one unit");
+        let reentrant = Arc::new(Reentrant {
+            table: Arc::clone(&table),
+            got: loom::sync::Mutex::new(Vec::new()),
+        });
+        let waker = std::task::Waker::from(Arc::clone(&reentrant));
+        let mut wait = Box::pin(table.acquire_async());
+        assert!(wait
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+        let grower = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.set_capacity(3))
+        };
+        grower.join().unwrap();
+        let got = match wait.as_mut().poll(&mut Context::from_waker(&waker)) {
+            Poll::Ready(got) => got.expect("the grown unit"),
+            Poll::Pending => panic!("the grow served nobody"),
+        };
+        // Woken once; the third unit was free when it ran.
+        let answers = reentrant.got.lock().unwrap().clone();
+        assert_eq!(answers, [Ok(0)]);
+        table.release(got);
+        table.release(held);
+        assert_eq!(table.usage(), 0);
     });
 }

@@ -210,42 +210,61 @@ impl AsyncIdle {
         }
     }
 
-    /// Puts `me`'s waker in its slot and counts it asleep.
+    /// Puts `me`'s waker in its slot and counts it asleep. The waker is
+    /// cloned before the lock and the one it replaces dropped after it: a
+    /// waker is the runtime's code, not ours, and never runs under a lock
+    /// of ours.
     fn register(&self, me: usize, waker: &Waker) {
+        let fresh = Some(waker.clone());
         let mut wakers = self.wakers.lock();
-        match &mut wakers[me] {
-            Some(old) => old.clone_from(waker),
-            empty @ None => {
-                *empty = Some(waker.clone());
-                // Relaxed: under the lock; the fence after the caller's
-                // registration orders it before its re-check.
-                self.sleepers.fetch_add(1, Ordering::Relaxed);
-            }
+        let old = std::mem::replace(&mut wakers[me], fresh);
+        if old.is_none() {
+            // Relaxed: under the lock; the fence after the caller's
+            // registration orders it before its re-check.
+            self.sleepers.fetch_add(1, Ordering::Relaxed);
         }
+        drop(wakers);
+        drop(old);
     }
 
     /// Whether `me` was woken (its slot emptied by a waker); if not, its
-    /// waker is refreshed to `waker`.
+    /// waker is refreshed to `waker` (cloned and dropped outside the lock,
+    /// as in `register`).
     fn woken(&self, me: usize, waker: &Waker) -> bool {
+        {
+            let wakers = self.wakers.lock();
+            match &wakers[me] {
+                None => return true,
+                Some(old) if old.will_wake(waker) => return false,
+                Some(_) => {}
+            }
+        }
+        let mut fresh = Some(waker.clone());
         let mut wakers = self.wakers.lock();
-        match &mut wakers[me] {
+        let woken = match &mut wakers[me] {
+            None => true,
             Some(old) => {
-                if !old.will_wake(waker) {
-                    old.clone_from(waker);
-                }
+                std::mem::swap(old, fresh.as_mut().expect("just cloned"));
                 false
             }
-            None => true,
-        }
+        };
+        drop(wakers);
+        // The replaced waker, or the unused clone.
+        drop(fresh);
+        woken
     }
 
-    /// Takes `me`'s waker back out of its slot, if nobody took it.
+    /// Takes `me`'s waker back out of its slot, if nobody took it; dropped
+    /// after the lock.
     fn cancel(&self, me: usize) {
         let mut wakers = self.wakers.lock();
-        if wakers[me].take().is_some() {
+        let old = wakers[me].take();
+        if old.is_some() {
             // Relaxed: under the lock.
             self.sleepers.fetch_sub(1, Ordering::Relaxed);
         }
+        drop(wakers);
+        drop(old);
     }
 
     /// Sleeps until woken, unless `ready` holds right after the

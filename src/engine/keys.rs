@@ -181,6 +181,10 @@ pub(crate) struct KeySet {
     /// Callers waiting for a key now. Touched only by callers that found
     /// their key busy and may wait, never on the admission path.
     waiting: CachePadded<AtomicUsize>,
+    /// The most callers that ever waited for keys at once.
+    peak_waiting: AtomicUsize,
+    /// Waits for a key that ran out (`Timeout`).
+    timed_out: AtomicU64,
 }
 
 /// One shard of the key set, on cache lines of its own.
@@ -339,6 +343,8 @@ impl KeySet {
             max_waiters,
             max_wait,
             waiting: CachePadded::new(AtomicUsize::new(0)),
+            peak_waiting: AtomicUsize::new(0),
+            timed_out: AtomicU64::new(0),
         }
     }
 
@@ -416,11 +422,21 @@ impl KeySet {
     /// Counts a waiter in, unless `max_waiters` wait already.
     fn join_waiters(&self) -> bool {
         // Relaxed: a bound on a count; nothing is published through it.
-        if self.waiting.fetch_add(1, Relaxed) >= self.max_waiters {
+        let before = self.waiting.fetch_add(1, Relaxed);
+        if before >= self.max_waiters {
             self.waiting.fetch_sub(1, Relaxed);
             return false;
         }
+        // Relaxed: a statistic. The count after this join, which every
+        // waiter counted in `waiting` then was part of at once.
+        self.peak_waiting.fetch_max(before + 1, Relaxed);
         true
+    }
+
+    /// A wait for a key ran out: counted for `Stats::timed_out`.
+    fn record_timeout(&self) {
+        // Relaxed: a count, read by `stats` only.
+        self.timed_out.fetch_add(1, Relaxed);
     }
 
     fn leave_waiters(&self) {
@@ -445,6 +461,9 @@ impl KeySet {
         }
         let result = self.wait_blocking_counted(id, deadline);
         self.leave_waiters();
+        if let Err(Error::Timeout) = result {
+            self.record_timeout();
+        }
         result
     }
 
@@ -457,7 +476,8 @@ impl KeySet {
         let condvar = Arc::new(Condvar::new());
         let mut state = shard.state.lock();
         // The key may have freed while we allocated.
-        let ticket = match shard.enqueue(&mut state, id, Wake::Thread(Arc::clone(&condvar)), None) {
+        let mut wake = Some(Wake::Thread(Arc::clone(&condvar)));
+        let ticket = match shard.enqueue(&mut state, id, &mut wake, None) {
             Ok(Some(ticket)) => ticket,
             Ok(None) => return Ok(self.slot(id)),
             Err(err) => return Err(err),
@@ -469,7 +489,8 @@ impl KeySet {
                 Standing::Queued => {}
             }
             if state.closed {
-                shard.cancel(&mut state, id, ticket);
+                // A thread's wake: ours to drop anywhere.
+                drop(shard.cancel(&mut state, id, ticket));
                 return Err(Error::Shutdown);
             }
             // A deadline too far to represent: wait in long steps.
@@ -481,7 +502,7 @@ impl KeySet {
                     // Handed a count just as time ran out: keep it.
                     return Ok(self.slot(id));
                 }
-                shard.cancel(&mut state, id, ticket);
+                drop(shard.cancel(&mut state, id, ticket));
                 return Err(Error::Timeout);
             }
         }
@@ -501,10 +522,12 @@ impl KeySet {
         }
     }
 
-    /// Marks every shard closed and wakes every waiter.
+    /// Marks every shard closed and wakes every waiter. Every shard is
+    /// closed before any waiter is woken, and a waker that panics keeps
+    /// no other asleep: its panic goes on up once all are woken.
     pub(crate) fn close(&self) {
+        let mut woken = Vec::new();
         for shard in self.shards.iter() {
-            let mut woken = Vec::new();
             let mut state = shard.state.lock();
             state.closed = true;
             for entry in state.map.iter_mut() {
@@ -512,10 +535,17 @@ impl KeySet {
                     woken.extend(waiter.wake.take());
                 }
             }
-            drop(state);
-            for wake in woken {
-                wake.wake();
+        }
+        let mut panic = None;
+        for wake in woken {
+            if let Err(payload) =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || wake.wake()))
+            {
+                panic.get_or_insert(payload);
             }
+        }
+        if let Some(payload) = panic {
+            std::panic::resume_unwind(payload);
         }
     }
 
@@ -558,6 +588,18 @@ impl KeySet {
     pub(crate) fn waiting(&self) -> usize {
         // Relaxed: a reading.
         self.waiting.load(Relaxed)
+    }
+
+    /// The most callers that ever waited for keys at once.
+    pub(crate) fn peak_waiting(&self) -> usize {
+        // Relaxed: a reading.
+        self.peak_waiting.load(Relaxed)
+    }
+
+    /// Waits for a key that ran out.
+    pub(crate) fn timed_out(&self) -> u64 {
+        // Relaxed: a reading.
+        self.timed_out.load(Relaxed)
     }
 }
 
@@ -744,12 +786,14 @@ impl KeyShard {
     }
 
     /// Under the lock, for a caller that found the key busy: takes a count
-    /// if one freed meanwhile (`None`), else queues a waiter (its ticket).
+    /// if one freed meanwhile (`None`), else queues a waiter (its ticket)
+    /// with the wake taken out of `wake`. A wake not taken is the caller's
+    /// to drop after the lock (a waker is code we do not own).
     fn enqueue(
         &self,
         state: &mut ShardState,
         id: u64,
-        wake: Wake,
+        wake: &mut Option<Wake>,
         deadline: Option<Instant>,
     ) -> Result<Option<u64>, Error> {
         if state.closed {
@@ -781,7 +825,7 @@ impl KeyShard {
                 .expect("inserted above");
             entry.queue.push_back(Waiter {
                 ticket,
-                wake: Some(wake),
+                wake: wake.take(),
                 deadline,
                 expired: false,
             });
@@ -792,9 +836,12 @@ impl KeyShard {
     }
 
     /// Takes a waiter that gives up out of its queue (it must still be
-    /// queued), forgetting the entry if nothing else holds it.
-    fn cancel(&self, state: &mut ShardState, id: u64, ticket: u64) {
+    /// queued), forgetting the entry if nothing else holds it. Its wake
+    /// comes back, for the caller to drop after the lock.
+    #[must_use = "drop the wake after the lock"]
+    fn cancel(&self, state: &mut ShardState, id: u64, ticket: u64) -> Option<Wake> {
         let index = self.pin(id);
+        let mut wake = None;
         if let Ok(mut found) = state.map.find_entry(map_hash(id), |entry| entry.id == id) {
             let entry = found.get_mut();
             if let Some(at) = entry
@@ -802,7 +849,7 @@ impl KeyShard {
                 .iter()
                 .position(|waiter| waiter.ticket == ticket)
             {
-                entry.queue.remove(at);
+                wake = entry.queue.remove(at).and_then(|waiter| waiter.wake);
             }
             if entry.is_spent() {
                 found.remove();
@@ -810,6 +857,7 @@ impl KeyShard {
             }
         }
         self.unpin(state, index);
+        wake
     }
 }
 
@@ -833,24 +881,44 @@ impl ShardState {
         }
     }
 
-    /// Points a queued task at `waker`.
-    fn set_waker(&mut self, id: u64, ticket: u64, waker: &Waker) {
-        let waiter = self
-            .map
+    /// How a queued wait stands, as its poll answers it: `None` while it
+    /// waits, else its outcome (granted, timed out, or closed).
+    fn outcome(&self, id: u64, ticket: u64) -> Option<Result<(), Error>> {
+        match self.standing(id, ticket) {
+            Standing::Granted => Some(Ok(())),
+            Standing::Expired => Some(Err(Error::Timeout)),
+            Standing::Queued if self.closed => Some(Err(Error::Shutdown)),
+            Standing::Queued => None,
+        }
+    }
+
+    /// The queued waiter of `id` with `ticket`, if it is queued.
+    fn waiter_mut(&mut self, id: u64, ticket: u64) -> Option<&mut Waiter> {
+        self.map
             .find_mut(map_hash(id), |entry| entry.id == id)
             .and_then(|entry| {
                 entry
                     .queue
                     .iter_mut()
                     .find(|waiter| waiter.ticket == ticket)
-            });
-        if let Some(waiter) = waiter {
-            if let Some(Wake::Task(stored)) = &waiter.wake {
-                if stored.will_wake(waker) {
-                    return;
-                }
-            }
-            waiter.wake = Some(Wake::Task(waker.clone()));
+            })
+    }
+
+    /// True if the queued task would be woken through `waker` already (a
+    /// comparison of pointers, no code of the waker's).
+    fn will_wake(&mut self, id: u64, ticket: u64, waker: &Waker) -> bool {
+        self.waiter_mut(id, ticket)
+            .is_some_and(|waiter| matches!(&waiter.wake, Some(Wake::Task(w)) if w.will_wake(waker)))
+    }
+
+    /// Points a queued task at `wake`; the wake it replaces (or `wake`
+    /// itself if the waiter is gone), for the caller to drop after the
+    /// lock.
+    #[must_use = "drop the old wake after the lock"]
+    fn replace_wake(&mut self, id: u64, ticket: u64, wake: Wake) -> Option<Wake> {
+        match self.waiter_mut(id, ticket) {
+            Some(waiter) => waiter.wake.replace(wake),
+            None => Some(wake),
         }
     }
 
@@ -889,8 +957,11 @@ impl crate::engine::alarm::Alarm for KeyShard {
         }
         state.armed = next;
         drop(state);
+        // On the watcher's own thread: a waker that panics has no caller
+        // to tell (the panic hook has reported it), and must neither keep
+        // the others asleep nor stop the watcher.
         for wake in woken {
-            wake.wake();
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || wake.wake()));
         }
         next
     }
@@ -938,15 +1009,22 @@ impl<'a> std::future::Future for WaitKey<'a> {
                 return Poll::Ready(Err(Error::KeyBusy));
             }
             let deadline = this.deadline;
+            // Cloned before the lock, and dropped after it if unused: a
+            // waker is code we do not own.
+            let mut wake = Some(Wake::Task(cx.waker().clone()));
             let mut state = shard.state.lock();
-            let queued = shard.enqueue(&mut state, id, Wake::Task(cx.waker().clone()), deadline);
+            let queued = shard.enqueue(&mut state, id, &mut wake, deadline);
             let ticket = match queued {
                 Ok(Some(ticket)) => ticket,
                 other => {
                     drop(state);
                     set.leave_waiters();
                     this.done = true;
-                    return Poll::Ready(other.map(|_| set.slot(id)));
+                    // A count taken (`Ok(None)`) is held by the slot made
+                    // here, so a panicking drop of the wake strands nothing.
+                    let outcome = other.map(|_| set.slot(id));
+                    drop(wake);
+                    return Poll::Ready(outcome);
                 }
             };
             this.ticket = Some(ticket);
@@ -962,23 +1040,63 @@ impl<'a> std::future::Future for WaitKey<'a> {
             return Poll::Pending;
         };
         let mut state = shard.state.lock();
-        let outcome = match state.standing(id, ticket) {
-            Standing::Granted => Ok(()),
-            Standing::Expired => Err(Error::Timeout),
-            Standing::Queued if state.closed => Err(Error::Shutdown),
-            Standing::Queued => {
-                state.set_waker(id, ticket, cx.waker());
+        let mut outcome = state.outcome(id, ticket);
+        if outcome.is_none() && !state.will_wake(id, ticket, cx.waker()) {
+            // Still queued, with another waker: cloned outside the lock,
+            // swapped in under it, the old one dropped outside it.
+            drop(state);
+            let wake = Wake::Task(cx.waker().clone());
+            state = shard.state.lock();
+            outcome = state.outcome(id, ticket);
+            let unused = match outcome {
+                None => state.replace_wake(id, ticket, wake),
+                Some(_) => Some(wake),
+            };
+            if outcome.is_none() {
+                drop(state);
+                // The old waker's drop may end a child of this very key,
+                // which hands its count to this waiter: the new waker, in
+                // place now, is woken for it.
+                drop(unused);
                 return Poll::Pending;
             }
-        };
-        if outcome.is_err() {
-            shard.cancel(&mut state, id, ticket);
+            let ended = this.finish(state, outcome);
+            drop(unused);
+            return ended;
         }
+        if outcome.is_none() {
+            return Poll::Pending;
+        }
+        this.finish(state, outcome)
+    }
+}
+
+impl<'a> WaitKey<'a> {
+    /// Ends the wait with `outcome` (read under `state`'s lock, which this
+    /// lets go): out of the queue unless granted, out of the waiters'
+    /// count, a timeout counted, and the waker dropped after the lock.
+    fn finish(
+        &mut self,
+        mut state: crate::sync::MutexGuard<'_, ShardState>,
+        outcome: Option<Result<(), Error>>,
+    ) -> std::task::Poll<Result<KeySlot<'a>, Error>> {
+        let (set, id) = (self.set, self.id);
+        let outcome = outcome.expect("a finished wait has an outcome");
+        let ticket = self.ticket.take().expect("a queued wait has a ticket");
+        let wake = match outcome {
+            Ok(()) => None,
+            Err(_) => set.shard(id).cancel(&mut state, id, ticket),
+        };
         drop(state);
-        this.ticket = None;
-        this.done = true;
+        self.done = true;
         set.leave_waiters();
-        Poll::Ready(outcome.map(|()| set.slot(id)))
+        if let Err(Error::Timeout) = outcome {
+            set.record_timeout();
+        }
+        let result = outcome.map(|()| set.slot(id));
+        // Last: a granted count is in its slot guard by now.
+        drop(wake);
+        std::task::Poll::Ready(result)
     }
 }
 
@@ -990,8 +1108,9 @@ impl Drop for WaitKey<'_> {
         let shard = self.set.shard(self.id);
         let mut state = shard.state.lock();
         let granted = matches!(state.standing(self.id, ticket), Standing::Granted);
+        let mut wake = None;
         if !granted {
-            shard.cancel(&mut state, self.id, ticket);
+            wake = shard.cancel(&mut state, self.id, ticket);
         }
         drop(state);
         self.set.leave_waiters();
@@ -999,6 +1118,9 @@ impl Drop for WaitKey<'_> {
             // Handed a count we no longer want: pass it on.
             drop(self.set.slot(self.id));
         }
+        // After the lock: the waiter's own waker, if it was still queued
+        // (then no count was handed to it).
+        drop(wake);
     }
 }
 
@@ -1103,8 +1225,8 @@ mod tests {
         let (first, second) = {
             let mut state = shard.state.lock();
             let waker = Waker::from(Arc::new(Noop));
-            let first = shard.enqueue(&mut state, h, Wake::Task(waker.clone()), None);
-            let second = shard.enqueue(&mut state, h, Wake::Task(waker.clone()), None);
+            let first = shard.enqueue(&mut state, h, &mut Some(Wake::Task(waker.clone())), None);
+            let second = shard.enqueue(&mut state, h, &mut Some(Wake::Task(waker.clone())), None);
             let (first, second) = (first.unwrap().unwrap(), second.unwrap().unwrap());
             let entry = state.map.find_mut(map_hash(h), |e| e.id == h).unwrap();
             assert!(entry.resident);
@@ -1122,7 +1244,7 @@ mod tests {
         assert!(matches!(state.standing(h, second), Standing::Granted));
         assert_eq!(count_of(shard.slots[5].load(Relaxed)), 1, "handed over");
         // The expired waiter leaves; the entry goes, the slot unpins.
-        shard.cancel(&mut state, h, first);
+        drop(shard.cancel(&mut state, h, first));
         drop(state);
         assert_eq!(shard.slots[5].load(Relaxed), h | ONE);
         drop(set.slot(h)); // the granted count, released

@@ -133,6 +133,8 @@
 //! deadline watcher (`alarm.rs`) holds that alarm weakly and rings it to
 //! time out async waiters, which therefore arm no timer of their own.
 
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+
 use crossbeam_utils::CachePadded;
 
 use crate::error::{ConfigError, Error};
@@ -662,14 +664,37 @@ impl std::future::Future for WaitUnit<'_> {
                 return Poll::Ready(table.finished(room, state));
             }
             // Still waiting: point the node at this waker, under the lock
-            // that a grant takes, so the grant wakes the right task.
-            let control = &mut *table.control.lock();
+            // that a grant takes, so the grant wakes the right task. A
+            // waker is code we do not own (its clone and drop may re-enter
+            // this table): it is compared under the lock, cloned and
+            // dropped outside it.
+            let control = table.control.lock();
             let state = queued.ticket.state();
             if state != State::Waiting {
+                drop(control);
                 this.queued = None;
                 return Poll::Ready(table.finished(room, state));
             }
-            control.queue.set_waker(queued.key, cx.waker());
+            if control.queue.will_wake(queued.key, cx.waker()) {
+                return Poll::Pending;
+            }
+            drop(control);
+            let wake = Wake::Task(cx.waker().clone());
+            let mut control = table.control.lock();
+            let state = queued.ticket.state();
+            if state != State::Waiting {
+                // Ended while the waker was cloned: the clone goes unused.
+                drop(control);
+                drop(wake);
+                this.queued = None;
+                return Poll::Ready(table.finished(room, state));
+            }
+            let old = control.queue.replace_wake(queued.key, wake);
+            drop(control);
+            // The old waker's drop may release a unit into this very
+            // table, which may hand it to this very waiter: the new waker,
+            // now in place, is woken for it.
+            drop(old);
             return Poll::Pending;
         }
         // First poll: the fast path, then the queue.
@@ -747,7 +772,10 @@ impl crate::engine::alarm::Alarm for RoomAlarm {
         let mut control = self.control.lock();
         let next = control.queue.expire(&self.room, now, &mut woken);
         drop(control);
-        woken.wake_all(&self.room);
+        // On the watcher's own thread, a waker's panic has no caller to go
+        // to: the panic hook has reported it, every other waiter was woken
+        // (`Woken::wake_all`), and the watcher must go on ringing.
+        let _ = catch_unwind(AssertUnwindSafe(|| woken.wake_all(&self.room)));
         next
     }
 }
@@ -982,10 +1010,15 @@ impl Table {
     ) -> Result<(Queued, bool), Error> {
         let mut control = self.control.lock();
         if self.is_closing() {
+            drop(control);
+            // A waker is dropped outside the lock (`waiters.rs`, "Foreign
+            // code").
+            drop(wake);
             return Err(Error::Shutdown);
         }
         if control.queue.len() >= room.policy.max_waiters {
             drop(control);
+            drop(wake);
             self.count_refusal();
             return Err(Error::Overload);
         }
@@ -1017,29 +1050,41 @@ impl Table {
     /// was taken out here, else the outcome someone else gave it).
     /// `took_own`: the waiter took a unit from the table itself, an
     /// admission after waiting that no grant counted: counted here.
-    fn withdraw(&self, room: &Room, queued: &Queued, took_own: bool) -> State {
+    ///
+    /// With `Waiting`, the waiter's own waker comes back too: the caller
+    /// drops it once its own bookkeeping is done (`waiters.rs`, "Foreign
+    /// code"), since its drop may panic.
+    fn withdraw(&self, room: &Room, queued: &Queued, took_own: bool) -> (State, Option<Wake>) {
         let mut control = self.control.lock();
         // Under the lock, the state is settled: only a holder of the lock
         // ends a wait.
         let state = queued.ticket.state();
+        let mut wake = None;
         if state == State::Waiting {
-            control.queue.cancel(room, queued.key);
+            wake = control.queue.cancel(room, queued.key);
             if took_own {
                 control.queue.count_waited(true);
             }
         }
-        state
+        (state, wake)
     }
 
     /// After queuing, the caller took `shard` from the table itself (its
     /// re-check): leave the queue, and give back a second unit if one was
     /// handed over meanwhile.
     fn leave_with(&self, room: &Room, queued: &Queued, shard: usize) -> usize {
-        match self.withdraw(room, queued, true) {
+        let (state, wake) = self.withdraw(room, queued, true);
+        match state {
             // A second unit, handed over meanwhile: its grant counted this
             // wait; the unit goes to the next waiter, or back to the table.
             State::Granted(second) => self.return_unused(second),
             _ => room.add_waited_time(queued.since_ticks, room.ticks()),
+        }
+        // The waiter's waker, last. If its drop panics, the unit taken
+        // goes back before the panic goes on: nobody holds it.
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(move || drop(wake))) {
+            self.return_unused(shard);
+            resume_unwind(panic);
         }
         shard
     }
@@ -1075,8 +1120,12 @@ impl Table {
     /// The waiter's own deadline passed: `Timeout`, unless its wait ended
     /// meanwhile (then that outcome: a unit handed over just now is kept).
     fn give_up(&self, room: &Room, queued: Queued) -> Result<usize, Error> {
-        let state = self.withdraw(room, &queued, false);
-        self.finished(room, state)
+        let (state, wake) = self.withdraw(room, &queued, false);
+        let result = self.finished(room, state);
+        // Some only if the wait had not ended: nothing was handed over, so
+        // nothing is lost if the waker's drop panics.
+        drop(wake);
+        result
     }
 
     /// A queued future was dropped: out of the queue, and a unit handed to
@@ -1087,14 +1136,18 @@ impl Table {
             return;
         };
         let mut state = queued.ticket.state();
+        let mut wake = None;
         if state == State::Waiting {
-            state = self.withdraw(room, &queued, false);
+            (state, wake) = self.withdraw(room, &queued, false);
         }
         if let State::Granted(shard) = state {
             // The grant counted a wait that admitted nobody.
             self.control.lock().queue.count_waited(false);
             self.return_unused(shard);
         }
+        // Last, after the lock: the waiter's own waker, if it was still
+        // queued (then nothing was handed to it).
+        drop(wake);
     }
 
     #[cold]
@@ -1292,22 +1345,25 @@ impl Table {
     /// is no debt, no shard is gated, so the probe cannot come back here.
     #[cold]
     fn acquire_gated(&self, start: usize, except_start: bool) -> Result<usize, Error> {
+        let mut woken = Woken::default();
         let mut control = self.control.lock();
-        if control.debt && !self.settle(&mut control) {
-            drop(control);
-            return self.refused();
-        }
-        if except_start {
+        let result = if control.debt && !self.settle(&mut control, &mut woken) {
+            self.refused()
+        } else if except_start {
             self.acquire_slow(start, true)
         } else {
             self.try_at::<false>(start)
-        }
+        };
+        drop(control);
+        // The waiters a settled debt served, after the lock.
+        self.wake_keeping(woken, result.ok());
+        result
     }
 
     /// Ends a debt if the units held are back within the capacity: splits
-    /// it over the holdings and un-gates. True if there is no debt now.
-    /// Under the control lock.
-    fn settle(&self, control: &mut Control) -> bool {
+    /// it over the holdings and un-gates, pushing the waiters it served
+    /// onto `woken`. True if there is no debt now. Under the control lock.
+    fn settle(&self, control: &mut Control, woken: &mut Woken) -> bool {
         // While in debt every shard is gated, so no bounded take lands:
         // these readings only fall (unbounded takes aside, which the next
         // settle sees).
@@ -1315,10 +1371,31 @@ impl Table {
         match split::split(self.capacity(), &held, self.caps.as_deref()) {
             Some(limits) => {
                 control.debt = false;
-                self.apply(control, &limits, true);
+                self.apply(control, &limits, true, woken);
                 true
             }
             None => false,
+        }
+    }
+
+    /// Wakes the waiters in `woken`, after the control lock (`waiters.rs`,
+    /// "Foreign code"). A waker's panic goes on up to the caller.
+    fn wake(&self, woken: Woken) {
+        if let Some(room) = self.room.as_deref() {
+            woken.wake_all(room);
+        }
+    }
+
+    /// [`wake`](Self::wake) for a caller that has just taken a unit of
+    /// shard `taken` and not yet handed it to anyone: if a waker panics,
+    /// the unit goes back to the table before the panic goes on, so the
+    /// panic strands nothing.
+    fn wake_keeping(&self, woken: Woken, taken: Option<usize>) {
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| self.wake(woken))) {
+            if let Some(shard) = taken {
+                self.return_unused(shard);
+            }
+            resume_unwind(panic);
         }
     }
 
@@ -1337,6 +1414,7 @@ impl Table {
         if capacity > max {
             return Err(ConfigError::too_large("capacity", max));
         }
+        let mut woken = Woken::default();
         let mut control = self.control.lock();
         // 1. Gate: from here every take goes to `acquire_gated`, which waits
         //    for this lock. AcqRel: the RMW puts the gate in each word's
@@ -1356,21 +1434,27 @@ impl Table {
         match split::split(capacity, &held, self.caps.as_deref()) {
             Some(limits) => {
                 control.debt = false;
-                self.apply(&mut control, &limits, true);
+                self.apply(&mut control, &limits, true, &mut woken);
             }
             None => {
                 control.debt = true;
                 let limits = split::even(capacity, self.shards.len(), self.caps.as_deref());
-                self.apply(&mut control, &limits, false);
+                self.apply(&mut control, &limits, false, &mut woken);
             }
         }
+        drop(control);
+        // 4. Wake the waiters a grow served: un-gated and unlocked, so a
+        //    waker that calls back into the table finds it open, and one
+        //    that panics leaves it consistent.
+        self.wake(woken);
         Ok(())
     }
 
-    /// Stores `limits`, hands new room to waiters, un-gates every shard if
-    /// `ungate`, and marks each shard full or not under its new limit.
-    /// Under the control lock.
-    fn apply(&self, control: &mut Control, limits: &[usize], ungate: bool) {
+    /// Stores `limits`, hands new room to waiters (pushing them onto
+    /// `woken`, for the caller to wake after the lock), un-gates every
+    /// shard if `ungate`, and marks each shard full or not under its new
+    /// limit. Under the control lock.
+    fn apply(&self, control: &mut Control, limits: &[usize], ungate: bool, woken: &mut Woken) {
         for (shard, &limit) in self.shards.iter().zip(limits) {
             // Relaxed: published by the Release un-gating RMW below (or, in
             // debt, by the control lock that `settle` takes before it
@@ -1379,11 +1463,9 @@ impl Table {
         }
         if ungate {
             // Growing hands the new room to waiters first: while the shards
-            // are still gated, no newcomer can take it.
-            if let Some(room) = self.room.as_deref() {
-                // Under the lock: a resize is not on anyone's hot path.
-                self.grant_waiting(control).wake_all(room);
-            }
+            // are still gated, no newcomer can take it. They are woken by
+            // the caller, after the un-gate and the lock.
+            self.grant_waiting(control, woken);
             for shard in self.shards.iter() {
                 // Release: pairs with the AcqRel CAS in `try_take` that
                 // reads this value (or a later one in its release
@@ -1527,11 +1609,17 @@ impl Table {
     fn take_only(&self, i: usize) -> Take {
         match self.take_at(i) {
             Take::Gated => {
+                let mut woken = Woken::default();
                 let mut control = self.control.lock();
-                if control.debt && !self.settle(&mut control) {
-                    return Take::Full;
-                }
-                self.take_at(i)
+                let take = if control.debt && !self.settle(&mut control, &mut woken) {
+                    Take::Full
+                } else {
+                    self.take_at(i)
+                };
+                drop(control);
+                let taken = matches!(take, Take::Taken { .. }).then_some(i);
+                self.wake_keeping(woken, taken);
+                take
             }
             take => take,
         }
@@ -1642,13 +1730,11 @@ impl Table {
     /// "Wake-up").
     #[cold]
     fn grant_from_table(&self) {
-        let woken = {
-            let mut control = self.control.lock();
-            self.grant_waiting(&mut control)
-        };
-        if let Some(room) = self.room.as_deref() {
-            woken.wake_all(room);
-        }
+        let mut woken = Woken::default();
+        let mut control = self.control.lock();
+        self.grant_waiting(&mut control, &mut woken);
+        drop(control);
+        self.wake(woken);
     }
 
     /// Takes units from the table for waiters, in the room's order, while
@@ -1656,10 +1742,9 @@ impl Table {
     /// is half-way: the shards are gated only by the resize that holds the
     /// lock and calls this before un-gating (its new room goes to waiters
     /// first), or by a debt, when nothing is granted.
-    fn grant_waiting(&self, control: &mut Control) -> Woken {
-        let mut woken = Woken::default();
+    fn grant_waiting(&self, control: &mut Control, woken: &mut Woken) {
         let Some(room) = self.room.as_deref() else {
-            return woken;
+            return;
         };
         // In a debt, the waiters' only hope is that the releases repaid it:
         // settle it here (a release with waiters comes here), or they would
@@ -1667,8 +1752,8 @@ impl Table {
         // settles a debt otherwise. Settling un-gates and grants the
         // waiters itself (`apply`).
         if control.debt {
-            self.settle(control);
-            return woken;
+            self.settle(control, woken);
+            return;
         }
         while control.queue.len() > 0 && !control.debt {
             // Under the lock, with no debt: nothing is gated but by the
@@ -1677,14 +1762,14 @@ impl Table {
                 break;
             };
             // The unit's take was counted by `take_any`.
-            if !control.queue.grant(room, shard, now, || {}, &mut woken) {
+            if !control.queue.grant(room, shard, now, || {}, woken) {
                 // The adaptive order expired the last waiters: nobody took
-                // it. Not an admission: give it back unseen.
-                self.undo(shard);
+                // it. Not an admission: give it back unseen (nobody waits
+                // now, and a newcomer re-checks the table).
+                self.give_back_unseen(shard);
                 break;
             }
         }
-        woken
     }
 
     /// One unit from any shard that has room, read through an RMW on each
@@ -1733,12 +1818,36 @@ impl Table {
         }
     }
 
-    /// Gives back a unit nobody held: a take above a limit a racing resize
-    /// lowered under it (`Take::Over`), or a unit taken for a waiter that
-    /// left before it got it. Left out of the stats; the shard is full (or
-    /// near it) after an over-take, so it is marked as a filler would.
+    /// Gives back a take above a limit that a racing resize lowered under
+    /// it (`Take::Over`): nobody held it, so it is left out of the stats,
+    /// and like every unit that comes back it serves the room: a waiter
+    /// may have queued while the unit was counted (it saw the shard full)
+    /// and re-checked before it came back. The hand-off is not used (the
+    /// unit is over its shard's limit, so nobody may hold it): the unit
+    /// goes back, then units are taken for waiters under the limits, as a
+    /// release that found a waiter on its way out does (`waiters.rs`,
+    /// "Wake-up").
+    ///
+    /// Never under the control lock: a take made under it cannot land
+    /// over its limit, since limits change only under that lock, so both
+    /// its reads of the limit see the same value.
     #[cold]
     fn undo(&self, i: usize) {
+        self.give_back_unseen(i);
+        if let Some(room) = self.room.as_deref() {
+            // Relaxed: ordered after a waiter's count store by the RMW on
+            // `given` just made, as in `release_to_room`.
+            if room.count.load(Relaxed) > 0 {
+                self.grant_from_table();
+            }
+        }
+    }
+
+    /// Gives back a unit nobody held (an over-take, or a unit taken for a
+    /// waiter that left before it got it), left out of the stats. The
+    /// shard is full (or near it) after an over-take, so it is marked as a
+    /// filler would.
+    fn give_back_unseen(&self, i: usize) {
         self.give_back(i, false);
         // Relaxed: a count, read by `stats` only.
         self.shards[i].phantom.fetch_add(1, Relaxed);
@@ -1911,6 +2020,8 @@ impl Table {
             forgotten: shards.iter().map(|s| s.forgotten).sum(),
             waiting: room.waiting,
             peak_waiting: room.peak_waiting,
+            waiting_for_keys: 0,
+            peak_waiting_for_keys: 0,
             timed_out: room.timed_out,
             waited: room.waited,
             waited_time: room.waited_time,

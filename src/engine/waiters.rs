@@ -49,13 +49,14 @@
 //!   `Expired` and is woken, and the room re-arms for the earliest left.
 //!   A grant and an expiry of one node are both under the lock, so a
 //!   waiter is either handed a unit or timed out, never both; either way
-//!   it finishes in its own poll (`Table::finish_wait`, which counts the
+//!   it finishes in its own poll (`Table::finished`, which counts the
 //!   `Timeout`). The count the releases read is republished under the same
 //!   lock, so no atomic ordering beyond the lock's is involved.
 //! * **Cancellation.** A waiter that gives up (a blocked thread's deadline,
 //!   a dropped future) takes its node out under the lock if its ticket
-//!   still says it waits; an async waiter expired by the watcher finds its
-//!   node already gone. If a unit was handed to it first, it keeps it (a
+//!   still says it waits, in O(1) wherever it stands (the waiting nodes
+//!   are a doubly linked list through their keys); an async waiter expired
+//!   by the watcher finds its node already gone. If a unit was handed to it first, it keeps it (a
 //!   blocking waiter, or any waiter in its final poll) or releases it (a
 //!   dropped future), and that release
 //!   hands it to the next waiter or back to the table: a unit is never
@@ -63,6 +64,21 @@
 //!   concurrency-limits had, their PR #179). A dropped future leaves the
 //!   room's armed instant as it is: the watcher's ring re-derives it.
 //! * **Shutdown** (`close`) wakes every waiter with `Error::Shutdown`.
+//! * **Foreign code.** A task's waker is code the crate does not own: its
+//!   `wake`, `clone` and `drop` may re-enter the table (a waker that owns a
+//!   permit of it releases that permit when dropped), take long, or panic.
+//!   So under the control lock the engine only moves its own state: a
+//!   waker is cloned before the lock is taken, and every waker the queue
+//!   lets go of (woken, replaced, or of a waiter that left) is handed back
+//!   to the caller ([`Woken`], or an `Option<Wake>`) and woken or dropped
+//!   after the lock. A resize wakes the waiters it served after it has
+//!   un-gated the shards and let the lock go. A waker that panics does not
+//!   keep the others asleep: [`Woken::wake_all`] wakes every one, adds
+//!   every figure, then lets the first panic go on up to its caller, whose
+//!   table is consistent by then. Units come back to the table only
+//!   outside the lock too, so a unit given back always serves the room
+//!   (`Table::release`, and `Table::undo` for a take a racing shrink
+//!   cancelled).
 //!
 //! # Order
 //!
@@ -72,7 +88,7 @@
 //! `interval`, serve the newest waiter (whose caller has not given up yet)
 //! and time out the waiters older than `target` (a CoDel-style deadline).
 
-use std::collections::VecDeque;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
@@ -151,8 +167,10 @@ impl QueueOrder {
 /// How long one waiter may wait unless the builder says otherwise.
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(1);
 
-/// The most waiters a queue may hold: far beyond any sensible queue, and it
-/// keeps a cancellation's linear search short.
+/// The most waiters a queue may hold: far beyond any sensible queue. Every
+/// way of leaving the queue (a grant, a timeout, a dropped future) is O(1)
+/// whatever the queue's length; only the deadline watcher's ring walks it,
+/// once per ring, on its own thread.
 pub const MAX_WAITERS: usize = 1 << 20;
 
 /// How many tickets of ended waits a queue keeps for reuse.
@@ -183,8 +201,11 @@ impl Policy {
         if self.max_waiters > MAX_WAITERS {
             return Err(ConfigError::too_large("max_waiters", MAX_WAITERS));
         }
-        if let QueueOrder::AdaptiveLifo { target, .. } = self.order {
-            if target.is_zero() {
+        if let QueueOrder::AdaptiveLifo { interval, target } = self.order {
+            // A zero target times every waiter out as a unit comes; a zero
+            // interval makes every queue "standing" from its first waiter,
+            // which is LIFO with that timeout: neither is adaptive LIFO.
+            if target.is_zero() || interval.is_zero() {
                 return Err(ConfigError::zero_duration("queue_order"));
             }
         }
@@ -365,6 +386,13 @@ impl Ticket {
 }
 
 /// How to wake a waiter.
+///
+/// A task's [`Waker`] is code the crate does not own: its `wake`, `clone`
+/// and `drop` may re-enter the table (a waker that owns a permit of it), be
+/// slow, or panic. So a `Wake` is only *moved* under the control lock,
+/// never woken, cloned or dropped there: the queue hands the ones it lets
+/// go of back to the caller ([`Woken`], or an `Option<Wake>` to drop),
+/// which lets them go after the lock.
 #[derive(Debug)]
 pub(crate) enum Wake {
     /// A blocked thread, parked until its ticket changes.
@@ -379,6 +407,12 @@ impl Wake {
             Wake::Thread(thread) => thread.unpark(),
             Wake::Task(waker) => waker.wake(),
         }
+    }
+
+    /// True if waking `self` wakes the task of `waker`: a comparison of
+    /// pointers (std's `will_wake`), no code of the waker's.
+    fn will_wake(&self, waker: &Waker) -> bool {
+        matches!(self, Wake::Task(stored) if stored.will_wake(waker))
     }
 }
 
@@ -416,12 +450,23 @@ impl Woken {
 
     /// Wakes them all, then adds the granted waits' time to `room`'s
     /// figures: the clock is read here, by the releaser, after the wake-up,
-    /// so that a granted waiter runs on without reading it. After the lock
-    /// is let go, where the caller can: a woken waiter may take it next.
+    /// so that a granted waiter runs on without reading it. Never under
+    /// the control lock: a waker may take it (module docs, "Foreign code").
+    ///
+    /// A waker that panics does not stop the others: every one is woken
+    /// and every figure added, then the first panic goes on up to the
+    /// caller, whose table is consistent by then (nothing of it is left
+    /// half-done: the lock is free, the shards un-gated).
     pub(crate) fn wake_all(mut self, room: &Room) {
+        let mut panic = None;
         for ended in self.first.iter_mut().chain(self.more.iter_mut()) {
             if let Some(wake) = ended.wake.take() {
-                wake.wake();
+                // The closure owns `wake`: a panic in its `wake` (or its
+                // drop) is caught here and the next one is woken all the
+                // same.
+                if let Err(payload) = catch_unwind(AssertUnwindSafe(move || wake.wake())) {
+                    panic.get_or_insert(payload);
+                }
             }
         }
         let mut now = None;
@@ -431,8 +476,14 @@ impl Woken {
                 room.add_waited_time(since, now);
             }
         }
+        if let Some(payload) = panic {
+            resume_unwind(payload);
+        }
     }
 }
+
+/// No node: the end of the waiting list.
+const NIL: usize = usize::MAX;
 
 #[derive(Debug)]
 struct Node {
@@ -446,13 +497,22 @@ struct Node {
     /// under loom (no clock there), hence the allow.
     #[cfg_attr(loom, allow(dead_code))]
     deadline: Option<Instant>,
+    /// Its neighbours in the waiting list: the next older and the next
+    /// newer waiter's key, or [`NIL`].
+    older: usize,
+    newer: usize,
 }
 
 /// The queue of waiters, in the table's control lock. A node lives while
 /// its waiter waits: whoever ends the wait (a grant, an expiry, a close, or
 /// the waiter giving up through [`Queue::cancel`]) frees it, and the
 /// outcome lives on in the waiter's [`Ticket`].
-#[derive(Debug, Default)]
+///
+/// The waiting nodes form a doubly linked list through their keys, oldest
+/// to newest, so a grant at either end and a waiter leaving from anywhere
+/// are O(1) under the lock: a room of [`MAX_WAITERS`] whose waiters give up
+/// newest first holds the lock no longer per leave than one of ten.
+#[derive(Debug)]
 pub(crate) struct Queue {
     nodes: Vec<Option<Node>>,
     free: Vec<usize>,
@@ -460,8 +520,11 @@ pub(crate) struct Queue {
     /// them ([`Queue::ticket`]): a wait then allocates nothing, and neither
     /// its end nor its waiter frees anything. At most [`SPARE_TICKETS`].
     spare: Vec<Arc<Ticket>>,
-    /// Keys of the nodes still waiting, oldest first.
-    order: VecDeque<usize>,
+    /// The ends of the waiting list, or [`NIL`] when nobody waits.
+    oldest: usize,
+    newest: usize,
+    /// How many nodes the list holds.
+    len: usize,
     /// Since when the queue has been non-empty without a break.
     standing_since: Option<Instant>,
     /// The instant the room is registered with the deadline watcher for
@@ -473,10 +536,26 @@ pub(crate) struct Queue {
     counts: QueueCounts,
 }
 
+impl Default for Queue {
+    fn default() -> Self {
+        Queue {
+            nodes: Vec::new(),
+            free: Vec::new(),
+            spare: Vec::new(),
+            oldest: NIL,
+            newest: NIL,
+            len: 0,
+            standing_since: None,
+            armed: None,
+            counts: QueueCounts::default(),
+        }
+    }
+}
+
 impl Queue {
     /// How many wait.
     pub(crate) fn len(&self) -> usize {
-        self.order.len()
+        self.len
     }
 
     /// Queues a waiter, to be expired at `deadline` by the watcher (async
@@ -498,6 +577,8 @@ impl Queue {
             since: now,
             since_ticks,
             deadline,
+            older: self.newest,
+            newer: NIL,
         };
         let key = match self.free.pop() {
             Some(key) => {
@@ -509,13 +590,51 @@ impl Queue {
                 self.nodes.len() - 1
             }
         };
-        if self.order.is_empty() {
-            self.standing_since = Some(now);
+        match self.newest {
+            NIL => {
+                self.oldest = key;
+                self.standing_since = Some(now);
+            }
+            newest => self.node_mut(newest).newer = key,
         }
-        self.order.push_back(key);
-        room.set_count(self.len());
-        self.counts.peak = self.counts.peak.max(self.len());
+        self.newest = key;
+        self.len += 1;
+        room.set_count(self.len);
+        self.counts.peak = self.counts.peak.max(self.len);
         (key, ticket, since_ticks)
+    }
+
+    /// Takes the waiting node `key` out of the list (its node stays until
+    /// freed).
+    fn unlink(&mut self, key: usize) {
+        let node = self.node(key);
+        let (older, newer) = (node.older, node.newer);
+        match older {
+            NIL => self.oldest = newer,
+            older => self.node_mut(older).newer = newer,
+        }
+        match newer {
+            NIL => self.newest = older,
+            newer => self.node_mut(newer).older = older,
+        }
+        self.len -= 1;
+        if self.len == 0 {
+            self.standing_since = None;
+        }
+    }
+
+    /// Takes the oldest waiting node out of the list; its key.
+    fn pop_oldest(&mut self) -> Option<usize> {
+        let key = (self.oldest != NIL).then_some(self.oldest)?;
+        self.unlink(key);
+        Some(key)
+    }
+
+    /// Takes the newest waiting node out of the list; its key.
+    fn pop_newest(&mut self) -> Option<usize> {
+        let key = (self.newest != NIL).then_some(self.newest)?;
+        self.unlink(key);
+        Some(key)
     }
 
     /// A ticket for a new wait: a spare one whose waiter has let go of it,
@@ -538,16 +657,22 @@ impl Queue {
         Arc::new(Ticket::default())
     }
 
-    /// Points a queued task at `waker`, cloning it only if it would wake
-    /// another task than the one stored (a re-poll usually brings the same).
-    pub(crate) fn set_waker(&mut self, key: usize, waker: &Waker) {
-        let node = self.node_mut(key);
-        if let Some(Wake::Task(stored)) = &node.wake {
-            if stored.will_wake(waker) {
-                return;
-            }
-        }
-        node.wake = Some(Wake::Task(waker.clone()));
+    /// True if the queued task of `key` would be woken through `waker`
+    /// already: a re-poll usually brings the same waker, and then nothing
+    /// is cloned or swapped. A comparison, no code of the waker's.
+    pub(crate) fn will_wake(&self, key: usize, waker: &Waker) -> bool {
+        self.node(key)
+            .wake
+            .as_ref()
+            .is_some_and(|w| w.will_wake(waker))
+    }
+
+    /// Points the queued waiter of `key` at `wake`; the wake it replaces,
+    /// for the caller to drop after letting the lock go (a waker's drop is
+    /// code the crate does not own).
+    #[must_use = "drop the old wake after the control lock"]
+    pub(crate) fn replace_wake(&mut self, key: usize, wake: Wake) -> Option<Wake> {
+        self.node_mut(key).wake.replace(wake)
     }
 
     /// Arms the room for a new waiter's `deadline`: true if the caller must
@@ -582,25 +707,24 @@ impl Queue {
     ) -> Option<Instant> {
         let mut next: Option<Instant> = None;
         let mut ended = Vec::new();
-        self.order.retain(|&key| {
-            let Some(node) = self.nodes[key].as_ref() else {
-                debug_assert!(false, "a queued key has a node");
-                return false;
-            };
-            match node.deadline {
+        let mut key = self.oldest;
+        while key != NIL {
+            let node = self.node(key);
+            let (newer, deadline) = (node.newer, node.deadline);
+            match deadline {
                 Some(deadline) if deadline <= now => {
+                    self.unlink(key);
                     ended.push(key);
-                    false
                 }
                 Some(deadline) => {
                     next = Some(next.map_or(deadline, |next| next.min(deadline)));
-                    true
                 }
-                None => true,
+                None => {}
             }
-        });
-        self.settle_standing();
-        room.set_count(self.len());
+            key = newer;
+        }
+        // The count before the tickets (see `end`).
+        room.set_count(self.len);
         for key in ended {
             self.end(key, State::Expired, woken);
         }
@@ -631,14 +755,13 @@ impl Queue {
 
     /// The waiter of `key` gives up (its deadline passed, its future was
     /// dropped, or it took a unit from the table itself) and found its
-    /// ticket still `Waiting` under the lock: its node goes.
-    pub(crate) fn cancel(&mut self, room: &Room, key: usize) {
-        if let Some(pos) = self.order.iter().position(|&k| k == key) {
-            self.order.remove(pos);
-            self.settle_standing();
-        }
-        room.set_count(self.len());
-        self.free_node(key);
+    /// ticket still `Waiting` under the lock: its node goes, in O(1). Its
+    /// wake is handed back, to be dropped after the lock.
+    #[must_use = "drop the wake after the control lock"]
+    pub(crate) fn cancel(&mut self, room: &Room, key: usize) -> Option<Wake> {
+        self.unlink(key);
+        room.set_count(self.len);
+        self.free_node(key).and_then(|node| node.wake)
     }
 
     /// Hands a unit of `shard` to the next waiter by the room's order,
@@ -667,24 +790,22 @@ impl Queue {
                     .is_some_and(|since| now.saturating_duration_since(since) >= interval);
                 if standing {
                     // Time out everyone past the target, oldest first.
-                    while let Some(&oldest) = self.order.front() {
-                        if now.saturating_duration_since(self.node(oldest).since) < target {
-                            break;
-                        }
-                        self.order.pop_front();
-                        expired.push(oldest);
+                    while self.oldest != NIL
+                        && now.saturating_duration_since(self.node(self.oldest).since) >= target
+                    {
+                        expired.extend(self.pop_oldest());
                     }
                 }
                 standing
             }
         };
         let key = if lifo {
-            self.order.pop_back()
+            self.pop_newest()
         } else {
-            self.order.pop_front()
+            self.pop_oldest()
         };
-        self.settle_standing();
-        room.set_count(self.len());
+        // The count before the tickets (see `end`).
+        room.set_count(self.len);
         for oldest in expired {
             self.end(oldest, State::Expired, woken);
         }
@@ -698,15 +819,18 @@ impl Queue {
 
     /// Wakes every waiter with `Closed`.
     pub(crate) fn close_all(&mut self, room: &Room, woken: &mut Woken) {
-        let closed = std::mem::take(&mut self.order);
-        self.standing_since = None;
+        let mut closed = Vec::with_capacity(self.len);
+        while let Some(key) = self.pop_oldest() {
+            closed.push(key);
+        }
+        // The count before the tickets (see `end`).
         room.set_count(0);
         for key in closed {
             self.end(key, State::Closed, woken);
         }
     }
 
-    /// Ends the wait of `key` (already out of `order`, and the count the
+    /// Ends the wait of `key` (already out of the list, and the count the
     /// releases read already published without it) with `state`: the
     /// ticket says so, the node goes, and its waiter is to be woken.
     ///
@@ -743,18 +867,24 @@ impl Queue {
         node
     }
 
-    fn settle_standing(&mut self) {
-        if self.order.is_empty() {
-            self.standing_since = None;
-        }
-    }
-
     fn node(&self, key: usize) -> &Node {
         self.nodes[key].as_ref().expect("a waiting key has a node")
     }
 
     fn node_mut(&mut self, key: usize) -> &mut Node {
         self.nodes[key].as_mut().expect("a waiting key has a node")
+    }
+
+    /// The keys of the waiting nodes, oldest first (for the tests).
+    #[cfg(test)]
+    fn keys(&self) -> Vec<usize> {
+        let mut keys = Vec::with_capacity(self.len);
+        let mut key = self.oldest;
+        while key != NIL {
+            keys.push(key);
+            key = self.node(key).newer;
+        }
+        keys
     }
 }
 
@@ -842,7 +972,7 @@ mod tests {
         assert_eq!(d.state(), State::Granted(1));
         assert_eq!(c.state(), State::Waiting);
         assert_eq!(woken.len(), 3);
-        queue.cancel(&room, c_key);
+        assert!(queue.cancel(&room, c_key).is_some());
         assert_eq!((queue.len(), room.waiting()), (0, 0));
         assert!(queue.standing_since.is_none());
     }
@@ -872,7 +1002,7 @@ mod tests {
         assert_eq!((d.state(), woken.len()), (State::Expired, 1));
         // A stale ring (its node was served): nothing expires, and the
         // registration at 10 ms is still pending, so nothing new.
-        queue.cancel(&room, a_key);
+        drop(queue.cancel(&room, a_key));
         assert_eq!(a.state(), State::Waiting, "a cancel leaves the ticket");
         assert_eq!(queue.expire(&room, ms(7), &mut woken), None);
         // The ring at 20 ms expires b, keeps the blocked thread (it times
@@ -897,7 +1027,7 @@ mod tests {
         let mut queue = Queue::default();
         let (a_key, _) = push(&mut queue, &room, now, None);
         let (b_key, b) = push(&mut queue, &room, now, None);
-        queue.cancel(&room, a_key);
+        drop(queue.cancel(&room, a_key));
         assert_eq!(queue.len(), 1);
         let mut woken = Woken::default();
         queue.close_all(&room, &mut woken);
@@ -936,6 +1066,120 @@ mod tests {
             ..Policy::default()
         };
         assert_eq!(zero_target.room().unwrap_err().field(), "queue_order");
+        // A zero interval: every queue would stand from its first waiter.
+        let zero_interval = Policy {
+            max_waiters: 1,
+            order: QueueOrder::AdaptiveLifo {
+                interval: Duration::ZERO,
+                target: Duration::from_millis(5),
+            },
+            ..Policy::default()
+        };
+        assert_eq!(zero_interval.room().unwrap_err().field(), "queue_order");
         assert!(Policy::default().room().unwrap().is_none());
+    }
+
+    /// A task waker that does nothing: the list model compares wakers.
+    struct NoopTask;
+
+    impl std::task::Wake for NoopTask {
+        fn wake(self: Arc<Self>) {}
+    }
+
+    /// One step of the list model.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Push,
+        /// Cancel the waiter at this index of the model (modulo its length).
+        Cancel(usize),
+        GrantFifo,
+        GrantLifo,
+        /// A wake handed back by a re-poll with another waker.
+        Repoll(usize),
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            3 => Just(Step::Push),
+            2 => any::<usize>().prop_map(Step::Cancel),
+            1 => Just(Step::GrantFifo),
+            1 => Just(Step::GrantLifo),
+            1 => any::<usize>().prop_map(Step::Repoll),
+        ]
+    }
+
+    proptest::proptest! {
+        /// The linked list against a `VecDeque` of keys: after every step
+        /// the waiting keys, oldest first, the length, the published count
+        /// and the ends agree; a grant serves the model's end; a cancel
+        /// from anywhere hands back the waiter's wake.
+        #[test]
+        fn the_waiting_list_keeps_its_order_through_any_sequence(
+            steps in proptest::collection::vec(step(), 1..200)
+        ) {
+            let now = Instant::now();
+            let fifo = room(QueueOrder::Fifo);
+            let lifo = room(QueueOrder::Lifo);
+            let mut queue = Queue::default();
+            let mut model: std::collections::VecDeque<usize> = Default::default();
+            let mut tickets = std::collections::HashMap::new();
+            let task = Waker::from(Arc::new(NoopTask));
+            for step in steps {
+                let mut woken = Woken::default();
+                // The room whose count this step published, if it did.
+                let mut published = None;
+                match step {
+                    Step::Push => {
+                        let (key, ticket) = push(&mut queue, &fifo, now, None);
+                        proptest::prop_assert!(!model.contains(&key));
+                        model.push_back(key);
+                        tickets.insert(key, ticket);
+                        published = Some(&fifo);
+                    }
+                    Step::Cancel(at) if !model.is_empty() => {
+                        let key = model.remove(at % model.len()).unwrap();
+                        proptest::prop_assert!(queue.cancel(&fifo, key).is_some());
+                        proptest::prop_assert_eq!(tickets[&key].state(), State::Waiting);
+                        published = Some(&fifo);
+                    }
+                    Step::GrantFifo => {
+                        let granted = queue.grant(&fifo, 7, || now, || {}, &mut woken);
+                        proptest::prop_assert_eq!(granted, !model.is_empty());
+                        if let Some(key) = model.pop_front() {
+                            proptest::prop_assert_eq!(tickets[&key].state(), State::Granted(7));
+                        }
+                        published = Some(&fifo);
+                    }
+                    Step::GrantLifo => {
+                        let granted = queue.grant(&lifo, 3, || now, || {}, &mut woken);
+                        proptest::prop_assert_eq!(granted, !model.is_empty());
+                        if let Some(key) = model.pop_back() {
+                            proptest::prop_assert_eq!(tickets[&key].state(), State::Granted(3));
+                        }
+                        published = Some(&lifo);
+                    }
+                    Step::Repoll(at) if !model.is_empty() => {
+                        let key = model[at % model.len()];
+                        // A thread's wake never stands for a task's waker.
+                        let was_task = matches!(queue.node(key).wake, Some(Wake::Task(_)));
+                        proptest::prop_assert_eq!(queue.will_wake(key, &task), was_task);
+                        let old = queue.replace_wake(key, Wake::Task(task.clone()));
+                        proptest::prop_assert!(old.is_some());
+                        proptest::prop_assert!(queue.will_wake(key, &task));
+                    }
+                    Step::Cancel(_) | Step::Repoll(_) => {}
+                }
+                if let Some(room) = published {
+                    proptest::prop_assert_eq!(room.waiting(), model.len());
+                }
+                let keys: Vec<usize> = model.iter().copied().collect();
+                proptest::prop_assert_eq!(queue.keys(), keys);
+                proptest::prop_assert_eq!(queue.len(), model.len());
+                proptest::prop_assert_eq!(queue.oldest, model.front().copied().unwrap_or(NIL));
+                proptest::prop_assert_eq!(queue.newest, model.back().copied().unwrap_or(NIL));
+                proptest::prop_assert_eq!(queue.standing_since.is_some(), !model.is_empty());
+            }
+        }
     }
 }
