@@ -264,12 +264,14 @@ pub use limiter::{Limiter, LimiterBuilder, OwnedPermit, Permit};
 pub use pool::asynchronous::{
     worker::AsyncWorker, AsyncPool, WeakAsyncPool, MAX_DEFAULT_ASYNC_WORKERS,
 };
-pub use pool::{KeyedMode, Pool, PoolBuilder, WeakPool, DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT};
+pub use pool::{
+    KeyedMode, Pool, PoolBuilder, WeakPool, DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT, MAX_WORKERS,
+};
 pub use probe::Probe;
 pub use reporter::{Observe, Reporter, ReporterBuilder, ReporterHandle, DEFAULT_INTERVAL};
 pub use shepherd::{
     Completion, Failure, Handler, Jitter, LastAttempt, ManualClock, Reason, Recovery, RetryBudget,
-    RetryPolicy, Shepherd, ShepherdBuilder, ShepherdStats, UnitRelease, MAX_WORKERS,
+    RetryPolicy, Shepherd, ShepherdBuilder, ShepherdStats, UnitRelease,
 };
 pub use stats::{Rates, ShardStats, Stats};
 #[cfg(feature = "tokio")]

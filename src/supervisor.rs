@@ -283,7 +283,10 @@ impl Supervisor {
     ///   `f` is dropped without running.
     /// * [`Error::Spawn`] when the OS refuses to start the thread (too many
     ///   threads, no memory for the stack). The unit was released: the
-    ///   refusal is not an `Overload`.
+    ///   refusal is not an `Overload`. (A thread that starts but cannot
+    ///   map its signal stack aborts the process inside std, which this
+    ///   cannot catch: on Linux, at about 16,000 live threads; see
+    ///   [`SupervisorBuilder::capacity`].)
     ///
     /// # Examples
     ///
@@ -1933,6 +1936,13 @@ impl SupervisorBuilder {
     /// the supervisor is built (80 KB for 10,000 children), so admission
     /// never allocates; with the `tokio` feature, also a 16-byte cell per
     /// unit for the abort handle of a task (see `Supervisor::abort_all`).
+    ///
+    /// The capacity also counts tasks and reserved children, so it is not
+    /// limited to what the OS can run as threads; but children started by
+    /// [`Supervisor::spawn`] are OS threads, and past some thousands of
+    /// those std may abort the process instead of returning
+    /// [`Error::Spawn`] (see [`MAX_WORKERS`](crate::MAX_WORKERS) for why).
+    /// For thread children, keep the capacity in the low thousands.
     pub fn capacity(&mut self, capacity: usize) -> &mut Self {
         self.capacity = Some(capacity);
         self

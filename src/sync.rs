@@ -50,10 +50,86 @@ pub(crate) use const_thread_local;
 /// OS threads for workers and children. Loom never runs these: its model
 /// threads are coroutines on one OS thread, and a worker blocks on channels
 /// loom cannot see.
+///
+/// Under `cfg(test)`, `Builder` is std's behind a seam: a test may have the
+/// next spawns from its own thread refused, as the OS refuses a thread, so
+/// the builders' paths for a refused thread (shut down and join what
+/// started, return the error) are tested without exhausting the OS.
 pub(crate) mod os_thread {
-    pub(crate) use std::thread::{current, panicking, Builder, JoinHandle, Result, ThreadId};
+    #[cfg(test)]
+    pub(crate) use refusing::{refuse_spawns_after, Builder};
+    #[cfg(not(test))]
+    pub(crate) use std::thread::Builder;
+    pub(crate) use std::thread::{current, panicking, JoinHandle, Result, ThreadId};
     #[cfg(test)]
     pub(crate) use std::thread::{park, Thread};
+
+    #[cfg(test)]
+    mod refusing {
+        use std::cell::Cell;
+        use std::io;
+
+        std::thread_local! {
+            /// Spawns from this thread still allowed; `None`: all.
+            static SPAWNS_LEFT: Cell<Option<usize>> = const { Cell::new(None) };
+        }
+
+        /// Lets the next `allowed` spawns from the calling thread through
+        /// and refuses the ones after (`WouldBlock`, as Linux's `EAGAIN`),
+        /// until the returned guard is dropped.
+        pub(crate) fn refuse_spawns_after(allowed: usize) -> Refusing {
+            SPAWNS_LEFT.with(|left| left.set(Some(allowed)));
+            Refusing(())
+        }
+
+        /// Ends [`refuse_spawns_after`] when dropped.
+        #[must_use = "spawns are refused only while the guard lives"]
+        pub(crate) struct Refusing(());
+
+        impl Drop for Refusing {
+            fn drop(&mut self) {
+                SPAWNS_LEFT.with(|left| left.set(None));
+            }
+        }
+
+        /// std's `Builder`, with the seam.
+        #[derive(Debug)]
+        pub(crate) struct Builder(std::thread::Builder);
+
+        impl Builder {
+            pub(crate) fn new() -> Self {
+                Builder(std::thread::Builder::new())
+            }
+
+            pub(crate) fn name(self, name: String) -> Self {
+                Builder(self.0.name(name))
+            }
+
+            pub(crate) fn stack_size(self, size: usize) -> Self {
+                Builder(self.0.stack_size(size))
+            }
+
+            /// As std's; a refused spawn drops `f`, as std's does.
+            pub(crate) fn spawn<F, T>(self, f: F) -> io::Result<std::thread::JoinHandle<T>>
+            where
+                F: FnOnce() -> T + Send + 'static,
+                T: Send + 'static,
+            {
+                let refused = SPAWNS_LEFT.with(|left| match left.get() {
+                    Some(0) => true,
+                    Some(n) => {
+                        left.set(Some(n - 1));
+                        false
+                    }
+                    None => false,
+                });
+                if refused {
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                self.0.spawn(f)
+            }
+        }
+    }
 }
 
 /// Parking a thread that waits in a waiting room (`engine/waiters.rs`):

@@ -147,6 +147,27 @@ fn builders_name_the_bad_field() {
     );
 }
 
+/// An interval past the end of time means no ticks on a timer: a spawned
+/// reporter reads its front-end when spawned and when stopped. Its thread
+/// used to panic adding the interval to `Instant::now()`, and `stop` lost
+/// the last report.
+#[test]
+fn an_interval_past_the_end_of_time_reports_at_stop_only() {
+    let limiter = Arc::new(Limiter::new(4).unwrap());
+    let handle = Reporter::builder()
+        .interval(Duration::MAX)
+        .build(&limiter)
+        .unwrap()
+        .spawn()
+        .unwrap();
+    let permit = limiter.try_acquire().unwrap();
+    // `stop` sets the flag under the lock the thread reads it under, and
+    // the thread ticks after reading it: the permit is seen.
+    let last = handle.stop().expect("the reporter's last report");
+    assert_eq!((last.usage, last.accepted), (1, 1));
+    drop(permit);
+}
+
 #[test]
 fn a_waiting_alarm_watches_the_queue_not_the_usage() {
     // Capacity 1, room for 4: usage sits at 1 whenever anyone waits, so

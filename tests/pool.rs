@@ -8,7 +8,7 @@ use std::thread;
 use std::time::Duration;
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
-use sidejob::{Error, Pool, Worker};
+use sidejob::{Error, Pool, Worker, MAX_WORKERS};
 
 mod common;
 use common::GATE_PATIENCE;
@@ -511,6 +511,28 @@ fn bad_configuration_is_a_config_error_naming_the_field() {
         .unwrap_err();
     assert_eq!(err.field(), "name");
     assert!(err.to_string().contains("NUL"));
+}
+
+/// More worker threads than [`MAX_WORKERS`] are refused before any starts.
+/// `workers(20_000)` used to abort the whole process: each thread takes four
+/// memory mappings (its stack, the signal stack std gives it, a guard page
+/// for each), Linux allows 65,530 by default, and a thread that cannot map
+/// its signal stack panics where it cannot unwind. `MAX_WORKERS + 1` is
+/// here so that the test fails, rather than aborts, without the limit.
+#[test]
+fn more_workers_than_max_workers_is_a_config_error() {
+    for workers in [MAX_WORKERS + 1, 20_000, usize::MAX] {
+        let err = Pool::builder()
+            .capacity(1)
+            .workers(workers)
+            .build(|_| Echo)
+            .unwrap_err();
+        assert_eq!(err.field(), "workers");
+        assert_eq!(
+            err.to_string(),
+            format!("invalid `workers`: must be at most {MAX_WORKERS}")
+        );
+    }
 }
 
 #[test]

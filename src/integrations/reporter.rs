@@ -291,7 +291,8 @@ impl Reporter {
     /// Runs the reporter on a thread of its own, named
     /// `{name}-reporter`: a tick at once (on the caller's thread, before
     /// this returns), then one every
-    /// [`interval`](ReporterBuilder::interval), until
+    /// [`interval`](ReporterBuilder::interval) (none for an interval past
+    /// the end of the clock's range), until
     /// [`ReporterHandle::stop`] (which ticks one last time) or until the
     /// front-end is gone.
     ///
@@ -362,11 +363,17 @@ struct Shared {
 /// stop, tick, repeat; on a stop, one last tick. Returns the last stats read.
 fn run(mut reporter: Reporter, first: Option<Stats>, shared: &Shared) -> Option<Stats> {
     let mut last = first?;
-    let mut deadline = now() + reporter.interval;
+    let start = now();
+    let mut deadline = next_tick(start, reporter.interval, start);
     loop {
         let mut stopping = shared.stopping.lock();
         while !*stopping {
-            let (guard, timed_out) = shared.wake.wait_until(stopping, deadline);
+            let Some(at) = deadline else {
+                // No tick on a timer: wait for the stop alone.
+                stopping = shared.wake.wait(stopping);
+                continue;
+            };
+            let (guard, timed_out) = shared.wake.wait_until(stopping, at);
             stopping = guard;
             if timed_out {
                 break;
@@ -383,9 +390,22 @@ fn run(mut reporter: Reporter, first: Option<Stats>, shared: &Shared) -> Option<
         if stop {
             return Some(last);
         }
-        // Keep the cadence, but never try to catch up on missed ticks.
-        deadline = (deadline + reporter.interval).max(ticked);
+        deadline = deadline.and_then(|at| next_tick(at, reporter.interval, ticked));
     }
+}
+
+/// The tick after the one due at `deadline`: `interval` later, but never
+/// before `ticked` (the time of the tick just made), so a reporter that fell
+/// behind keeps its cadence without catching up on missed ticks. `None`
+/// when that instant is past the end of the clock's range
+/// (`Duration::MAX`, say): no tick is ever due, and the thread reports only
+/// when stopped.
+///
+/// An interval that large is taken, not refused: "never on a timer" is what
+/// it says, the bound is the platform's `Instant` range (not ours to name),
+/// and a report at stop still loses nothing.
+fn next_tick(deadline: Instant, interval: Duration, ticked: Instant) -> Option<Instant> {
+    deadline.checked_add(interval).map(|next| next.max(ticked))
 }
 
 /// A running reporter thread; made by [`Reporter::spawn`].
@@ -477,7 +497,31 @@ impl Default for ReporterBuilder {
 
 impl ReporterBuilder {
     /// How often a spawned reporter ticks; [`DEFAULT_INTERVAL`] (a second)
-    /// by default. Must not be zero.
+    /// by default. Must not be zero ([`build`](Self::build) refuses it).
+    ///
+    /// An interval that reaches past the end of the clock's range
+    /// ([`Duration::MAX`], say) means no tick on a timer: a spawned
+    /// reporter reads its front-end when spawned and when stopped, and
+    /// notices a front-end that is gone only then.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sidejob::Supervisor;
+    /// # use sidejob::Reporter;
+    ///
+    /// let sup = Supervisor::new(8)?;
+    /// let err = Reporter::builder().interval(Duration::ZERO).build(&sup).unwrap_err();
+    /// assert_eq!(err.to_string(), "invalid `interval`: must be longer than zero");
+    ///
+    /// // Reports at spawn and at stop only.
+    /// let handle = Reporter::builder().interval(Duration::MAX).build(&sup)?.spawn()?;
+    /// sup.spawn(|| ())?.join().unwrap();
+    /// let last = handle.stop().expect("the supervisor is alive");
+    /// assert_eq!((last.accepted, last.completed), (1, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn interval(&mut self, interval: Duration) -> &mut Self {
         self.interval = interval;
         self
@@ -546,5 +590,27 @@ impl ReporterBuilder {
             interval: self.interval,
             alarms,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_tick_keeps_the_cadence_without_catching_up() {
+        let t0 = now();
+        let s = Duration::from_secs;
+        // On time: one interval after the last deadline.
+        assert_eq!(next_tick(t0, s(1), t0), Some(t0 + s(1)));
+        // Fell behind by three intervals: due at once, not three times.
+        assert_eq!(next_tick(t0, s(1), t0 + s(4)), Some(t0 + s(4)));
+        // Zero (which the builder refuses) would be the tick just made.
+        assert_eq!(next_tick(t0, Duration::ZERO, t0 + s(1)), Some(t0 + s(1)));
+        // A long interval that fits the clock's range.
+        let year = s(365 * 24 * 3600);
+        assert_eq!(next_tick(t0, year, t0), Some(t0 + year));
+        // Past the end of the clock: never.
+        assert_eq!(next_tick(t0, Duration::MAX, t0), None);
     }
 }

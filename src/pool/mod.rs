@@ -1523,6 +1523,30 @@ pub const DEFAULT_SPIN_WAIT: Duration = Duration::from_micros(50);
 /// bounds the cost of a mistake to one tick's worth of CPU per request.
 pub const MAX_SPIN_WAIT: Duration = Duration::from_millis(10);
 
+/// The most worker threads a thread pool ([`PoolBuilder::workers`]) or a
+/// [`Shepherd`](crate::Shepherd) ([`ShepherdBuilder::workers`](crate::ShepherdBuilder::workers))
+/// runs: 4096. Their builders refuse more with a [`ConfigError`] naming
+/// `workers`, before starting any thread. An async pool's workers are
+/// tasks, not threads: this does not limit them.
+///
+/// Why a limit at all: past a number of threads the OS will not give, std
+/// does not always return an error, it can abort the process. Each thread
+/// costs four memory mappings (its stack and guard page, and the signal
+/// stack std sets up for it with its own guard page), and Linux allows a
+/// process 65,530 (`vm.max_map_count`). The signal stack is mapped by the
+/// new thread itself once it runs, after `spawn` returned `Ok`; when that
+/// fails, std panics where it cannot unwind, and the process aborts
+/// (measured: a program starting 20,000 threads aborts at about 16,370).
+///
+/// Why 4096: that many threads take 16,384 mappings, a quarter of Linux's
+/// default, leaving the rest to the heap, the libraries and the program's
+/// other threads and pools; they also reserve 8 GiB of address space at
+/// std's 2 MiB stacks. And a pool of thousands of OS threads is not what
+/// this crate is for: a thread pool's workers run blocking or CPU-bound
+/// handlers and are sized to the cores (one per shard); for thousands of
+/// I/O-bound handlers, use an async pool, whose workers are tasks.
+pub const MAX_WORKERS: usize = 4096;
+
 /// Configures a [`Pool`]; made by [`Pool::builder`].
 ///
 /// # Examples
@@ -1696,6 +1720,32 @@ impl PoolBuilder {
     /// All of them run whatever the capacity: with less capacity than
     /// workers, some workers' share is 0 and they idle (parked, no CPU)
     /// until [`Pool::set_capacity`] grows it.
+    ///
+    /// A thread pool runs at most [`MAX_WORKERS`] (4096) worker threads
+    /// (the default is capped there too): [`build`](Self::build) refuses
+    /// more, before starting any thread, since past some thousands of
+    /// threads std aborts the process rather than return an error (see
+    /// [`MAX_WORKERS`] for why and why that number). An async pool's
+    /// workers are tasks, limited only by the shard table (65,536).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::Worker;
+    /// # struct Echo;
+    /// # impl Worker for Echo {
+    /// #     type Request = u64;
+    /// #     type Reply = u64;
+    /// #     type Message = ();
+    /// #     fn handle_call(&mut self, n: u64) -> u64 { n }
+    /// #     fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// use sidejob::{Pool, MAX_WORKERS};
+    ///
+    /// let err = Pool::builder().capacity(64).workers(20_000).build(|_| Echo).unwrap_err();
+    /// assert_eq!(err.field(), "workers");
+    /// assert_eq!(err.to_string(), format!("invalid `workers`: must be at most {MAX_WORKERS}"));
+    /// ```
     pub fn workers(&mut self, workers: usize) -> &mut Self {
         self.workers = Some(workers);
         self
@@ -1889,7 +1939,7 @@ impl PoolBuilder {
     /// # Errors
     ///
     /// [`ConfigError`] naming the field when `capacity` is unset, 0 or too
-    /// large, `workers` is 0 or too large, `spin_wait` is longer than
+    /// large, `workers` is 0 or above [`MAX_WORKERS`], `spin_wait` is longer than
     /// [`MAX_SPIN_WAIT`], or `name` contains a NUL byte;
     /// naming `workers` if the OS refused to start a worker thread (the
     /// threads already started are shut down first).
@@ -1907,7 +1957,15 @@ impl PoolBuilder {
         if self.max_queued_per_key == Some(0) {
             return Err(ConfigError::zero("max_queued_per_key"));
         }
-        let workers = self.workers.unwrap_or_else(num_cpus::get);
+        // The default is capped, so it is never refused.
+        let workers = self
+            .workers
+            .unwrap_or_else(|| num_cpus::get().min(MAX_WORKERS));
+        // Checked before anything starts: too many threads abort the
+        // process instead of failing `spawn` (see MAX_WORKERS).
+        if workers > MAX_WORKERS {
+            return Err(ConfigError::too_large("workers", MAX_WORKERS));
+        }
         let table = Table::new(capacity, workers, self.probe)
             .map_err(|err| {
                 // The table calls its shards "shards"; here they are workers.

@@ -47,7 +47,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::error::{ConfigError, Error, Refused};
 use crate::health::{Alarm, AlarmEvent};
-use crate::pool::{DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT};
+use crate::pool::{DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT, MAX_WORKERS};
 use crate::probe::Probe;
 use crate::sync::{
     now, os_thread, Arc, AtomicUsize, Condvar, Mutex, Ordering::Relaxed, Ordering::SeqCst,
@@ -67,10 +67,6 @@ use self::worker::{run_timer, WorkerLoop};
 /// back with the reason it was refused.
 type Submitted<H> =
     Result<Completion<<H as Handler>::Output, <H as Handler>::Error>, Refused<<H as Handler>::Op>>;
-
-/// The most workers a shepherd runs: each is an OS thread owning a
-/// resource; far beyond any sensible count.
-pub const MAX_WORKERS: usize = 4096;
 
 /// Retries and delays idempotent operations on a fixed set of workers, one
 /// per limited resource, and completes each caller's [`Completion`] with
@@ -748,6 +744,28 @@ impl ShepherdBuilder {
 
     /// How many workers, one handler (one resource) each. Defaults to the
     /// number of CPUs; for CPU-bound work the seed advises one fewer.
+    ///
+    /// Each worker is an OS thread: at least 1, at most [`MAX_WORKERS`]
+    /// (4096; the default is capped there too). [`build`](Self::build)
+    /// refuses more before starting any thread, since past some thousands
+    /// of threads std aborts the process rather than return an error (see
+    /// [`MAX_WORKERS`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::Handler;
+    /// # struct Echo;
+    /// # impl Handler for Echo {
+    /// #     type Op = u8; type Output = u8; type Error = ();
+    /// #     fn handle(&mut self, n: &u8, _: u32) -> Result<u8, ()> { Ok(*n) }
+    /// # }
+    /// use sidejob::{Shepherd, MAX_WORKERS};
+    ///
+    /// let err = Shepherd::builder().capacity(64).workers(20_000).build(|_| Echo).unwrap_err();
+    /// assert_eq!(err.field(), "workers");
+    /// assert_eq!(err.to_string(), format!("invalid `workers`: must be at most {MAX_WORKERS}"));
+    /// ```
     pub fn workers(&mut self, workers: usize) -> &mut Self {
         self.workers = Some(workers);
         self
@@ -894,7 +912,10 @@ impl ShepherdBuilder {
             return Err(ConfigError::nul("name"));
         }
         let capacity = self.capacity.ok_or(ConfigError::missing("capacity"))?;
-        let workers = self.workers.unwrap_or_else(num_cpus::get);
+        // The default is capped, so it is never refused.
+        let workers = self
+            .workers
+            .unwrap_or_else(|| num_cpus::get().min(MAX_WORKERS));
         if workers == 0 {
             return Err(ConfigError::zero("workers"));
         }

@@ -5,4 +5,5 @@ mod keyed_model;
 mod keyed_pool_model;
 mod limiter_model;
 mod pool_model;
+mod spawn_refusal;
 mod supervisor_model;
