@@ -17,9 +17,16 @@
 //! 5. **Queue orders under a standing queue.** Arrivals faster than
 //!    service, then slower: served waits (p50/p99) and the share timed out,
 //!    for FIFO, LIFO and adaptive LIFO. For the docs; no target.
+//! 6. **Leaving the room.** `n` async waiters queued (one poll each), then
+//!    dropped newest first and oldest first, up to `MAX_WAITERS`: ns per
+//!    waiter that leaves, against tokio's `Semaphore::acquire_owned`
+//!    futures (an intrusive list, O(1) per leave). Target: flat in `n`,
+//!    and within 2x of tokio's.
 //!
 //! The criterion groups cover 1 and 3; the ratio table (only under
-//! `cargo bench`, which passes `--bench`) prints all five.
+//! `cargo bench`, which passes `--bench`) prints all six.
+//! `SIDEJOB_WAITING_ONLY=6` (or any list of section numbers) prints only
+//! those sections.
 
 mod common;
 
@@ -538,13 +545,106 @@ fn saturated_group(c: &mut Criterion) {
     group.finish();
 }
 
+// ---- 6. leaving the room ---------------------------------------------------------
+
+/// Queues `n` futures made by `make`, each polled once (pending), and
+/// times dropping them all, newest first or oldest first: ns per future.
+fn leave<F: Future>(n: usize, newest_first: bool, mut make: impl FnMut() -> F) -> f64 {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut queued: Vec<std::pin::Pin<Box<F>>> = (0..n)
+        .map(|_| {
+            let mut future = Box::pin(make());
+            assert!(future.as_mut().poll(&mut cx).is_pending());
+            future
+        })
+        .collect();
+    if newest_first {
+        // A `Vec` drops its elements first to last.
+        queued.reverse();
+    }
+    let began = Instant::now();
+    drop(black_box(queued));
+    began.elapsed().as_nanos() as f64 / n as f64
+}
+
+/// [`leave`] for ours: a limiter whose one unit is held, `n` waiters.
+fn leave_ours(n: usize, newest_first: bool) -> f64 {
+    let limiter = Arc::new(
+        Limiter::builder()
+            .capacity(1)
+            .max_waiters(n)
+            .max_wait(Duration::MAX)
+            .build()
+            .unwrap(),
+    );
+    let held = limiter.try_acquire_owned().unwrap();
+    let ns = leave(n, newest_first, || Arc::clone(&limiter).acquire_owned_async());
+    assert_eq!(limiter.waiting(), 0);
+    drop(held);
+    ns
+}
+
+/// [`leave`] for tokio's semaphore.
+fn leave_tokio(n: usize, newest_first: bool) -> f64 {
+    let semaphore = Arc::new(Semaphore::new(1));
+    let held = Arc::clone(&semaphore).try_acquire_owned().unwrap();
+    let ns = leave(n, newest_first, || Arc::clone(&semaphore).acquire_owned());
+    drop(held);
+    assert_eq!(semaphore.available_permits(), 1);
+    ns
+}
+
+fn leaving_table() {
+    println!("6. leaving the room: ns per waiter dropped, best of 3 (newest first / oldest first):");
+    for n in [1_000, 100_000, sidejob::MAX_WAITERS] {
+        let rounds = if n > 100_000 { 1 } else { 3 };
+        let ns = best_of(
+            rounds,
+            &mut [
+                &mut || leave_ours(n, true),
+                &mut || leave_ours(n, false),
+                &mut || leave_tokio(n, true),
+                &mut || leave_tokio(n, false),
+            ],
+        );
+        let [ours_new, ours_old, tokio_new, tokio_old] = ns[..] else {
+            unreachable!()
+        };
+        println!(
+            "   n = {n:>7}: sidejob {ours_new:>6.1} / {ours_old:>6.1}, tokio Semaphore {tokio_new:>6.1} / {tokio_old:>6.1}"
+        );
+        println!(
+            "ratio leave n={n} ours/tokio newest-first = {:.2}, oldest-first = {:.2}   (target <= 2, flat in n)",
+            ours_new / tokio_new,
+            ours_old / tokio_old
+        );
+    }
+}
+
 // ---- the ratio table ---------------------------------------------------------
 
+/// True if section `n` of the ratio table is to be printed.
+fn section(n: u32) -> bool {
+    match std::env::var("SIDEJOB_WAITING_ONLY") {
+        Ok(only) => only.split(',').any(|s| s.trim() == n.to_string()),
+        Err(_) => true,
+    }
+}
+
 fn ratio_table() {
-    const ITERS: u64 = 2_000_000;
-    const ROUNDS: usize = 7;
     println!();
     println!("== waiting: side-by-side ratios ==");
+    if section(1) || section(2) || section(3) || section(4) || section(5) {
+        ratio_sections();
+    }
+    if section(6) {
+        leaving_table();
+    }
+}
+
+fn ratio_sections() {
+    const ITERS: u64 = 2_000_000;
+    const ROUNDS: usize = 7;
 
     // 1. Idle policy.
     let with_room = limiter(1 << 20, 64);
