@@ -11,6 +11,7 @@ use std::task::{Context, Poll, Waker};
 use sidejob::tower::{BoxError, LimitLayer};
 use sidejob::{Error, Limiter};
 use tokio::sync::oneshot;
+use tower::limit::ConcurrencyLimit;
 use tower::util::BoxCloneService;
 use tower::{service_fn, Layer, Service, ServiceExt};
 
@@ -518,4 +519,188 @@ async fn with_room_for_everyone_nothing_is_refused_and_the_bound_holds() {
         ((TASKS * 300) as u64, 0, 0, 0, 0)
     );
     assert!(stats.peak_waiting <= TASKS - CAPACITY);
+}
+
+// ---- Inner reservations (hardening round 2, item 10) ----
+//
+// tower's contract: an inner service polled ready has reserved (tower's
+// `ConcurrencyLimit` holds a permit, `Buffer` a slot) until it is called
+// or dropped. A request the layer does not send to the inner service must
+// not keep that reservation, or another clone's `poll_ready` (another
+// keep-alive connection) stays pending while the refused or waiting one
+// lives. Each test fails on the code before the fix.
+
+/// An inner service that reserves in `poll_ready`: tower's
+/// `ConcurrencyLimit` with one permit, over a service answering at once.
+type Reserving = ConcurrencyLimit<
+    tower::util::ServiceFn<fn(u32) -> std::future::Ready<Result<u32, Infallible>>>,
+>;
+
+/// A [`Reserving`] service.
+fn reserving() -> Reserving {
+    ConcurrencyLimit::new(
+        service_fn((|n| std::future::ready(Ok(n))) as fn(u32) -> _),
+        1,
+    )
+}
+
+/// Polls `service` ready once, with a no-op waker.
+fn poll_ready_once<S: Service<Req>, Req>(service: &mut S) -> Poll<Result<(), S::Error>> {
+    poll_once(&mut std::future::poll_fn(|cx| service.poll_ready(cx)))
+}
+
+/// Clone `a` of `layer`'s service is polled ready (reserving the inner
+/// service's only permit) and its request refused in `call`: clone `b`
+/// must get the permit while `a` lives, and `a` must reserve again later.
+fn a_refused_clone_frees_the_inner_permit<L>(layer: L, limiter: &Arc<Limiter>)
+where
+    L: Layer<Reserving>,
+    L::Service: Service<u32, Response = u32, Error = BoxError> + Clone,
+    <L::Service as Service<u32>>::Future: Unpin,
+{
+    let service = layer.layer(reserving());
+    let (mut a, mut b) = (service.clone(), service);
+    // Every unit of ours out; the inner's permit free.
+    let held = limiter.try_acquire().unwrap();
+    assert!(matches!(poll_ready_once(&mut a), Poll::Ready(Ok(()))));
+    match poll_once(&mut a.call(1)) {
+        Poll::Ready(Err(e)) => assert_eq!(e.downcast_ref::<Error>(), Some(&Error::Overload)),
+        _ => panic!("expected an immediate refusal"),
+    }
+    assert!(
+        matches!(poll_ready_once(&mut b), Poll::Ready(Ok(()))),
+        "the refused clone still holds the inner service's permit"
+    );
+    drop(held);
+    assert!(matches!(poll_once(&mut b.call(2)), Poll::Ready(Ok(2))));
+    // The refused clone reserves again on its next `poll_ready`.
+    assert!(matches!(poll_ready_once(&mut a), Poll::Ready(Ok(()))));
+    assert!(matches!(poll_once(&mut a.call(3)), Poll::Ready(Ok(3))));
+    // Accepted: the held unit, b's request, a's second.
+    let stats = limiter.stats();
+    assert_eq!((stats.accepted, stats.rejected, stats.usage), (3, 1, 0));
+}
+
+#[test]
+fn a_refused_request_gives_back_the_inner_reservation() {
+    let limiter = Arc::new(Limiter::new(1).unwrap());
+    a_refused_clone_frees_the_inner_permit(LimitLayer::new(Arc::clone(&limiter)), &limiter);
+}
+
+#[test]
+fn a_request_refused_in_call_by_a_waiting_layer_gives_back_the_inner_reservation() {
+    // No waiting room: refused in `call`, as in the fail-fast mode.
+    let limiter = Arc::new(Limiter::new(1).unwrap());
+    a_refused_clone_frees_the_inner_permit(LimitLayer::waiting(Arc::clone(&limiter)), &limiter);
+}
+
+#[test]
+fn a_waiting_request_holds_no_inner_reservation() {
+    let limiter = with_room(1, 1, LONG);
+    let service = LimitLayer::waiting(Arc::clone(&limiter)).layer(reserving());
+    let (mut a, mut b) = (service.clone(), service);
+    let held = limiter.try_acquire_owned().unwrap();
+
+    assert!(matches!(poll_ready_once(&mut a), Poll::Ready(Ok(()))));
+    let mut waiting = a.call(1);
+    assert!(poll_once(&mut waiting).is_pending());
+    assert_eq!(limiter.waiting(), 1);
+    // Another connection gets the inner's permit while a's request waits.
+    assert!(
+        matches!(poll_ready_once(&mut b), Poll::Ready(Ok(()))),
+        "the waiting request (or its clone) holds the inner service's permit"
+    );
+
+    // The unit is handed to the waiter, which then polls its own clone of
+    // the inner service ready: pending while b holds the permit, with the
+    // unit held (the request is admitted, its handler not yet free).
+    drop(held);
+    assert!(poll_once(&mut waiting).is_pending());
+    assert_eq!((limiter.usage(), limiter.waiting()), (1, 0));
+    drop(b); // gives the permit back: the waiter's inner is ready
+    assert!(matches!(poll_once(&mut waiting), Poll::Ready(Ok(1))));
+    drop(waiting);
+    let stats = limiter.stats();
+    assert_eq!(
+        (stats.accepted, stats.waited, stats.usage, stats.rejected),
+        (2, 1, 0, 0),
+        "the held unit and the waiter"
+    );
+
+    // a itself holds nothing either: a fresh clone reserves at once.
+    let mut c = a.clone();
+    assert!(matches!(poll_ready_once(&mut c), Poll::Ready(Ok(()))));
+}
+
+#[test]
+fn a_handed_over_request_dropped_while_its_inner_is_not_ready_gives_the_unit_back() {
+    let limiter = with_room(1, 1, LONG);
+    let service = LimitLayer::waiting(Arc::clone(&limiter)).layer(reserving());
+    let (mut a, mut b) = (service.clone(), service);
+    let held = limiter.try_acquire_owned().unwrap();
+    assert!(matches!(poll_ready_once(&mut a), Poll::Ready(Ok(()))));
+    let mut waiting = a.call(1);
+    assert!(poll_once(&mut waiting).is_pending());
+    assert!(matches!(poll_ready_once(&mut b), Poll::Ready(Ok(()))));
+    drop(held);
+    assert!(poll_once(&mut waiting).is_pending(), "the inner is b's");
+    assert_eq!(limiter.usage(), 1);
+    drop(waiting); // a client that hung up
+    assert_eq!((limiter.usage(), limiter.waiting()), (0, 0));
+    // b still holds the inner's permit and is admitted at once.
+    assert!(matches!(poll_once(&mut b.call(2)), Poll::Ready(Ok(2))));
+    // The held unit, the dropped waiter's, b's.
+    let stats = limiter.stats();
+    assert_eq!((stats.accepted, stats.completed, stats.usage), (3, 3, 0));
+}
+
+/// An inner service whose `poll_ready` fails once `broken` is set.
+#[derive(Clone)]
+struct Breakable {
+    broken: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Service<u32> for Breakable {
+    type Response = u32;
+    type Error = std::io::Error;
+    type Future = std::future::Ready<Result<u32, std::io::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), std::io::Error>> {
+        Poll::Ready(if self.broken.load(SeqCst) {
+            Err(std::io::Error::other("inner broken"))
+        } else {
+            Ok(())
+        })
+    }
+
+    fn call(&mut self, n: u32) -> Self::Future {
+        std::future::ready(Ok(n))
+    }
+}
+
+#[test]
+fn a_handed_over_request_whose_inner_fails_to_get_ready_answers_its_error_and_gives_the_unit_back()
+{
+    let limiter = with_room(1, 1, LONG);
+    let broken = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut service = LimitLayer::waiting(Arc::clone(&limiter)).layer(Breakable {
+        broken: Arc::clone(&broken),
+    });
+    let held = limiter.try_acquire_owned().unwrap();
+    assert!(matches!(poll_ready_once(&mut service), Poll::Ready(Ok(()))));
+    let mut waiting = service.call(1);
+    assert!(poll_once(&mut waiting).is_pending());
+    broken.store(true, SeqCst);
+    drop(held);
+    match poll_once(&mut waiting) {
+        Poll::Ready(Err(e)) => {
+            assert!(e.downcast_ref::<Error>().is_none());
+            assert_eq!(e.to_string(), "inner broken");
+        }
+        _ => panic!("expected the inner service's error"),
+    }
+    assert_eq!((limiter.usage(), limiter.waiting()), (0, 0));
+    let stats = limiter.stats();
+    // The held unit and the waiter's.
+    assert_eq!((stats.accepted, stats.waited, stats.completed), (2, 1, 2));
 }

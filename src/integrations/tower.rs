@@ -31,6 +31,29 @@
 //! learns about overload from the response, not from `poll_ready`, which
 //! is exactly what a load-shedding server wants.
 //!
+//! # The inner service's reservation
+//!
+//! `poll_ready` passes the inner service's readiness on, and an inner
+//! service that reserves in `poll_ready` (tower's [`ConcurrencyLimit`] a
+//! permit, `Buffer` a slot) holds that reservation for the request that
+//! follows; tower ends a reservation only when the service is called or
+//! dropped. A refused request never reaches the inner service, so `call`
+//! drops the polled inner service and keeps a fresh, unpolled clone for
+//! the next `poll_ready`: the refused clone holds nothing, and another
+//! clone (another keep-alive connection) reserves at once. A request that
+//! must [wait](#waiting) does the same and waits with an unpolled clone of
+//! its own. Neither holds an inner reservation it does not use.
+//!
+//! So the inner service must be `Clone` in both modes. The services a
+//! tower stack hands a layer nearly always are (axum's routes and
+//! handlers, tonic's generated servers, `BoxCloneService`; hyper-util's
+//! `TowerToHyperService` requires it too); put one that is not behind
+//! tower's `Buffer`. An admitted request clones nothing; a refusal costs
+//! one clone of the inner service (for a boxed service, axum's `Route`
+//! among them, an allocation). tower's own
+//! `Filter`, which needs no `Clone`, keeps the reservation when it
+//! rejects: the starvation above.
+//!
 //! # What a refusal looks like
 //!
 //! By default ([`Reject`]) the service's error is tower's boxed error,
@@ -71,10 +94,15 @@
 //! at once; a unit handed to it meanwhile goes to the next waiter. A unit
 //! free at `call` is taken there, as in the fail-fast layer, and the inner
 //! service is called at once; only a request that must wait pays for it:
-//! one clone of the inner service (tower's idiom for calling a service
-//! later: the clone polled ready goes with the request, a fresh clone
-//! stays behind for the next `poll_ready`) and one allocation for the
-//! wait.
+//! two clones of the inner service and one allocation for the wait. The
+//! request waits with a clone that was never polled ready, so it holds no
+//! reservation of the inner service while it waits (the clone polled
+//! ready for it is dropped in `call`, the other clone stays behind for the
+//! next `poll_ready`). Once a unit is handed to it, the response future
+//! polls its clone ready and then calls it; the unit is held meanwhile (the
+//! request is admitted, the inner service not yet ready for it), and goes
+//! back if the inner service's `poll_ready` fails (that error is the
+//! answer) or the response future is dropped.
 //!
 //! Why a constructor of its own rather than "wait whenever the limiter has
 //! a waiting room":
@@ -84,11 +112,10 @@
 //!   bound an API route that must fail fast and a batch route that may
 //!   queue, sharing one capacity; deciding by the limiter alone would make
 //!   that impossible.
-//! * Waiting needs the inner service to be `Clone` (it is called later,
-//!   from the response future) and a response future that carries the
-//!   request. The fail-fast layer needs neither, so it keeps working on
-//!   services that are not `Clone`, and its future stays the small one it
-//!   was: its cost is unchanged (`benches/tower.rs`).
+//! * Waiting needs a response future that carries the request and a
+//!   clone of the inner service, to call it later. The fail-fast layer
+//!   needs neither, so its future stays the small one it was: its cost is
+//!   unchanged (`benches/tower.rs`).
 //!
 //! A waiting layer over a limiter with no waiting room (`max_waiters` 0,
 //! the default) refuses at once in `call`, as the fail-fast layer does:
@@ -198,6 +225,11 @@ impl LimitLayer<Reject> {
     /// A layer admitting requests through `limiter`; refusals are
     /// [`Error::Overload`] in a [`BoxError`].
     ///
+    /// The inner service must be `Clone`: a refused request gives back
+    /// what the inner service reserved in `poll_ready` by dropping it for
+    /// a fresh clone (see
+    /// [The inner service's reservation](self#the-inner-services-reservation)).
+    ///
     /// # Examples
     ///
     /// ```
@@ -236,7 +268,9 @@ impl LimitLayer<Reject, Wait> {
     /// * [`Error::Shutdown`] once the limiter is closed.
     ///
     /// The inner service must be `Clone`: a request that waits is sent to
-    /// it later, from its response future.
+    /// a clone of it later, from its response future, polled ready only
+    /// once a unit is handed over (see
+    /// [The inner service's reservation](self#the-inner-services-reservation)).
     ///
     /// # Examples
     ///
@@ -422,17 +456,22 @@ impl<R, M: fmt::Debug> fmt::Debug for LimitLayer<R, M> {
 /// A service that admits each request through a [`Limiter`]; made by
 /// [`LimitLayer`].
 ///
-/// * `poll_ready` is the inner service's: it reserves nothing and never
-///   waits for capacity.
+/// * `poll_ready` is the inner service's: it reserves nothing of the
+///   limiter's and never waits for capacity.
 /// * `call` takes a unit. Admitted, it calls the inner service and the
 ///   [`ResponseFuture`] holds the unit until the inner future completes
-///   (or is dropped). Refused, it does not call the inner service and
-///   returns a future that is ready at once with the refusal (see
-///   [`Reject`] and [`RespondWith`]).
+///   (or is dropped). Refused, it does not call the inner service, gives
+///   back whatever the inner service reserved in `poll_ready` (it drops
+///   the polled inner service and keeps a fresh clone), and returns a
+///   future that is ready at once with the refusal (see [`Reject`] and
+///   [`RespondWith`]).
 /// * In [`Wait`] mode ([`LimitLayer::waiting`]), a request that finds no
 ///   unit free gets a [`WaitResponseFuture`] that waits in the limiter's
-///   waiting room, then calls (a clone of) the inner service.
+///   waiting room, then polls its own clone of the inner service ready
+///   and calls it.
 ///
+/// The inner service must be `Clone` (see
+/// [The inner service's reservation](self#the-inner-services-reservation)).
 /// Clones share the limiter.
 pub struct Limit<S, R = Reject, M = FailFast> {
     inner: S,
@@ -462,7 +501,7 @@ impl<S, R, M> Limit<S, R, M> {
 
 impl<S, R, Request> Service<Request> for Limit<S, R, FailFast>
 where
-    S: Service<Request>,
+    S: Service<Request> + Clone,
     R: Refusal<S::Response, S::Error>,
     S::Error: Into<R::Error>,
 {
@@ -490,11 +529,7 @@ where
                     }),
                 },
             },
-            Err(error) => ResponseFuture {
-                state: State::Refused {
-                    answer: Some(self.refusal.refuse(error)),
-                },
-            },
+            Err(error) => self.refuse(error),
         }
     }
 }
@@ -537,11 +572,7 @@ where
                 if error == Error::Overload {
                     self.limiter.count_refusal();
                 }
-                ResponseFuture {
-                    state: State::Refused {
-                        answer: Some(self.refusal.refuse(error)),
-                    },
-                }
+                self.refuse(error)
             }
         };
         WaitResponseFuture {
@@ -550,22 +581,56 @@ where
     }
 }
 
+impl<S, R, M> Limit<S, R, M> {
+    /// The response future of a request refused in `call`, with the inner
+    /// service's reservation given back. Cold: refusals only.
+    #[cold]
+    fn refuse<Request>(&mut self, error: Error) -> ResponseFuture<S::Future, S::Response, R::Error>
+    where
+        S: Service<Request> + Clone,
+        R: Refusal<S::Response, S::Error>,
+    {
+        // The inner service was polled ready for this request and may have
+        // reserved (tower's `ConcurrencyLimit` a permit, `Buffer` a slot).
+        // tower has no "unreserve": a reservation ends when the service is
+        // called or dropped. So the polled service is dropped and a fresh,
+        // unpolled clone stays for the next `poll_ready` (the `mem::replace`
+        // of tower's `AsyncFilter`). Keeping the polled one, as tower's
+        // `Filter` does on a rejection, would hold the reservation for as
+        // long as this clone lives (an idle keep-alive connection's) and
+        // starve every other clone. This is why the fail-fast mode needs
+        // `S: Clone`; an admitted request clones nothing.
+        let fresh = self.inner.clone();
+        drop(std::mem::replace(&mut self.inner, fresh));
+        ResponseFuture {
+            state: State::Refused {
+                answer: Some(self.refusal.refuse(error)),
+            },
+        }
+    }
+}
+
 impl<S, R> Limit<S, R, Wait> {
     /// The response future of a request that must wait: the wait, then the
-    /// call. Cold: only requests that found every unit out come here.
+    /// inner service's readiness, then the call. Cold: only requests that
+    /// found every unit out come here.
     #[cold]
     fn wait<Request>(&mut self, request: Request) -> WaitResponseFuture<S, Request, R>
     where
         S: Service<Request> + Clone,
         R: Refusal<S::Response, S::Error>,
     {
-        // tower's idiom for calling a service later: the clone that was
-        // polled ready goes with the request, a fresh clone stays here and
-        // is polled ready before the next call. (Polling the fresh clone
-        // in the response future instead would hold a unit while the inner
-        // service is not ready.)
+        // The request waits with an unpolled clone and polls it ready only
+        // once a unit is handed over, so nothing of the inner service's is
+        // reserved during the wait. The clone polled ready for it is
+        // dropped here, giving its reservation back, and a fresh one stays
+        // for the next `poll_ready`: two clones, on a path that already
+        // allocates. (Carrying the polled clone instead, tower's idiom for
+        // a call made later, held an inner reservation, `ConcurrencyLimit`'s
+        // permit, for the whole wait, and the other clones starved.)
+        let service = self.inner.clone();
         let fresh = self.inner.clone();
-        let service = std::mem::replace(&mut self.inner, fresh);
+        drop(std::mem::replace(&mut self.inner, fresh));
         WaitResponseFuture {
             state: WaitState::Queued {
                 // Boxed: `acquire_owned_async`'s future has no name to
@@ -722,15 +787,19 @@ where
 pin_project_lite::pin_project! {
     /// The response future of a [`Limit`] in [`Wait`] mode: a request
     /// admitted or refused in `call`, as [`ResponseFuture`]; or a request
-    /// waiting in the limiter's waiting room, which calls the inner
-    /// service once a unit is handed to it.
+    /// waiting in the limiter's waiting room, which, once a unit is handed
+    /// to it, polls its clone of the inner service ready (holding the
+    /// unit) and calls it. While it waits it holds no reservation of the
+    /// inner service. If the inner service's `poll_ready` fails, that
+    /// error is the answer and the unit goes back.
     ///
     /// # Cancel safety
     ///
     /// Dropping it while it waits leaves the queue at once: the limiter's
     /// [`waiting`](Limiter::waiting) count drops, and a unit handed to it
     /// meanwhile goes to the next waiter (or back to the limiter). Dropping
-    /// it after admission gives the unit back, as [`ResponseFuture`] does.
+    /// it after admission, the inner service ready or not, gives the unit
+    /// back, as [`ResponseFuture`] does.
     #[must_use = "futures do nothing unless polled; a waiting request waits only while this is polled"]
     pub struct WaitResponseFuture<S, Request, R>
     where
@@ -753,6 +822,9 @@ pin_project_lite::pin_project! {
             acquire: Acquire,
             call: Option<Deferred<S, Request, R>>,
         },
+        Handed {
+            handed: Option<Handed<S, Request>>,
+        },
         Called {
             #[pin]
             response: ResponseFuture<S::Future, S::Response, R::Error>,
@@ -763,8 +835,9 @@ pin_project_lite::pin_project! {
 /// The wait for a unit (`Limiter::acquire_owned_async`).
 type Acquire = Pin<Box<dyn Future<Output = Result<OwnedPermit, Error>> + Send>>;
 
-/// What a waiting request needs once its wait ends: the service to call
-/// and the request, or the refusal to answer with.
+/// What a waiting request needs once its wait ends: a clone of the
+/// service (not yet polled ready) and the request, or the refusal to
+/// answer with.
 struct Deferred<S, Request, R> {
     service: S,
     request: Request,
@@ -773,38 +846,47 @@ struct Deferred<S, Request, R> {
     timer: TimerSpec,
 }
 
+/// A request handed a unit after its wait, polling its clone of the inner
+/// service ready before calling it. Dropping it gives the unit back.
+struct Handed<S, Request> {
+    service: S,
+    request: Request,
+    unit: Unit,
+    timer: Timer,
+}
+
 impl<S, Request, R> Deferred<S, Request, R>
 where
     S: Service<Request>,
     R: Refusal<S::Response, S::Error>,
 {
-    /// The wait ended with `admitted`: call the inner service on the unit,
-    /// or answer the refusal.
-    fn run(
-        mut self,
-        admitted: Result<OwnedPermit, Error>,
-    ) -> ResponseFuture<S::Future, S::Response, R::Error> {
+    /// The wait ended with `admitted`: on to the inner service's readiness
+    /// with the unit, or answer the refusal.
+    fn admit(self, admitted: Result<OwnedPermit, Error>) -> WaitState<S, Request, R> {
         match admitted {
             Ok(permit) => {
                 // The unit moves from the permit (and its `Arc` of the
                 // limiter) to the shard's anchor before the inner service
-                // runs, so a panic in `call` still gives it back.
+                // is polled, so a panic in `poll_ready` or `call` still
+                // gives it back.
                 let shard = permit.into_shard();
-                let permit = Unit {
-                    anchor: Arc::clone(&self.anchors[shard]),
-                    shard,
-                };
-                ResponseFuture {
-                    state: State::Admitted {
+                WaitState::Handed {
+                    handed: Some(Handed {
+                        unit: Unit {
+                            anchor: Arc::clone(&self.anchors[shard]),
+                            shard,
+                        },
                         timer: start_timer(&self.timer),
-                        future: self.service.call(self.request),
-                        permit: Some(permit),
-                    },
+                        service: self.service,
+                        request: self.request,
+                    }),
                 }
             }
-            Err(error) => ResponseFuture {
-                state: State::Refused {
-                    answer: Some(self.refusal.refuse(error)),
+            Err(error) => WaitState::Called {
+                response: ResponseFuture {
+                    state: State::Refused {
+                        answer: Some(self.refusal.refuse(error)),
+                    },
                 },
             },
         }
@@ -830,9 +912,47 @@ where
                         // rather than a panic, as `ResponseFuture`.
                         return Poll::Pending;
                     };
-                    let response = call.run(admitted);
                     // The finished wait (and its box) is dropped here.
-                    state.set(WaitState::Called { response });
+                    state.set(call.admit(admitted));
+                }
+                WaitStateProj::Handed { handed } => {
+                    // Unreachable when `None`: the state moves on below.
+                    let Some(ready) = handed.as_mut() else {
+                        return Poll::Pending;
+                    };
+                    // The unit is held while the inner service gets ready:
+                    // the request is admitted, its handler is not free yet.
+                    match ready.service.poll_ready(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Err(error)) => {
+                            // The unit goes back (counted as completed) and
+                            // its time is recorded, as for an inner error.
+                            if let Some(mut failed) = handed.take() {
+                                stop_timer(&mut failed.timer);
+                            }
+                            return Poll::Ready(Err(error.into()));
+                        }
+                        Poll::Ready(Ok(())) => {}
+                    }
+                    let Some(Handed {
+                        mut service,
+                        request,
+                        unit,
+                        timer,
+                    }) = handed.take()
+                    else {
+                        return Poll::Pending;
+                    };
+                    let future = service.call(request);
+                    state.set(WaitState::Called {
+                        response: ResponseFuture {
+                            state: State::Admitted {
+                                future,
+                                permit: Some(unit),
+                                timer,
+                            },
+                        },
+                    });
                 }
                 WaitStateProj::Called { response } => return response.poll(cx),
             }
@@ -848,6 +968,7 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
             WaitState::Queued { .. } => "waiting",
+            WaitState::Handed { .. } => "admitted",
             WaitState::Called { response } => match response.state {
                 State::Admitted { .. } => "admitted",
                 State::Refused { .. } => "refused",
