@@ -13,19 +13,23 @@ use std::time::Duration;
 use redis::{Client, Connection, Script, Value};
 
 use crate::store::{
-    Grant, InitArgs, InitReply, LeaseStore, NodeLease, RenewArgs, RenewReply, Status, StoreError,
+    FleetCapacity, Grant, InitArgs, InitReply, LeaseStore, NodeLease, RenewArgs, RenewReply,
+    Status, StoreError,
 };
 
 const PRELUDE: &str = include_str!("../lua/prelude.lua");
 
 /// The scripts' source, prelude included, for reading or for loading as a
-/// Redis Function library by hand.
+/// Redis Function library by hand: `"init"`, `"renew"`, `"release"`,
+/// `"status"` or `"capacity"` (the admin's
+/// [`set_fleet_capacity`](LeaseStore::set_fleet_capacity)).
 pub fn script_source(name: &str) -> Option<String> {
     let body = match name {
         "init" => include_str!("../lua/init.lua"),
         "renew" => include_str!("../lua/renew.lua"),
         "release" => include_str!("../lua/release.lua"),
         "status" => include_str!("../lua/status.lua"),
+        "capacity" => include_str!("../lua/capacity.lua"),
         _ => return None,
     };
     Some(format!("{PRELUDE}\n{body}"))
@@ -75,6 +79,7 @@ pub(crate) struct BudgetScripts {
     renew: Script,
     release: Script,
     status: Script,
+    capacity: Script,
 }
 
 impl RedisConn {
@@ -119,6 +124,7 @@ impl BudgetScripts {
             renew: script("renew"),
             release: script("release"),
             status: script("status"),
+            capacity: script("capacity"),
         }
     }
 }
@@ -183,17 +189,21 @@ impl RedisConn {
         Ok(self.conn.as_mut().expect("just set"))
     }
 
+    /// Runs one script with `args`; a renewal's get the connection's
+    /// `run_id` and then `tail` appended.
     fn run(
         &mut self,
         budget: &BudgetScripts,
         which: Which,
         args: Vec<String>,
+        tail: Vec<String>,
     ) -> Result<Value, StoreError> {
         let keys = &budget.keys;
         let script = match which {
             Which::Renew => &budget.renew,
             Which::Release => &budget.release,
             Which::Status => &budget.status,
+            Which::Capacity => &budget.capacity,
         };
         let (conn, run_id) = self.connection()?;
         let mut inv = script.prepare_invoke();
@@ -205,6 +215,9 @@ impl RedisConn {
         }
         if matches!(which, Which::Renew) {
             inv.arg(run_id.as_str());
+        }
+        for a in &tail {
+            inv.arg(a);
         }
         let result = inv.invoke::<Value>(conn);
         if result.is_err() {
@@ -219,6 +232,7 @@ enum Which {
     Renew,
     Release,
     Status,
+    Capacity,
 }
 
 fn items(v: Value) -> Result<Vec<Value>, StoreError> {
@@ -247,7 +261,7 @@ fn int(v: &Value) -> Result<i64, StoreError> {
 }
 
 fn grant(a: &[Value]) -> Result<Grant, StoreError> {
-    if a.len() < 9 {
+    if a.len() < 11 {
         return Err(StoreError(format!("short renew reply {a:?}")));
     }
     let target = int(&a[5])?;
@@ -261,6 +275,10 @@ fn grant(a: &[Value]) -> Result<Grant, StoreError> {
         learn_remaining_ms: int(&a[6])?.max(0) as u64,
         now_ms: int(&a[7])?,
         reap_in_ms: (reap_in >= 0).then_some(reap_in as u64),
+        capacity: FleetCapacity {
+            capacity: int(&a[9])?.max(0) as u64,
+            version: int(&a[10])?.max(0) as u64,
+        },
     })
 }
 
@@ -279,6 +297,10 @@ impl LeaseStore for RedisStore {
 
     fn status(&mut self) -> Result<Option<Status>, StoreError> {
         self.bound().status()
+    }
+
+    fn set_fleet_capacity(&mut self, capacity: u64) -> Result<Option<FleetCapacity>, StoreError> {
+        self.bound().set_fleet_capacity(capacity)
     }
 }
 
@@ -304,7 +326,11 @@ impl LeaseStore for Bound<'_> {
             a.need.to_string(),
             a.want.to_string(),
         ];
-        let reply = items(self.conn.run(self.budget, Which::Renew, args)?)?;
+        let tail = vec![
+            a.capacity.capacity.to_string(),
+            a.capacity.version.to_string(),
+        ];
+        let reply = items(self.conn.run(self.budget, Which::Renew, args, tail)?)?;
         match reply.first().map(text).transpose()?.as_deref() {
             Some("OK") => Ok(RenewReply::Ok(grant(&reply)?)),
             Some("STALE") => Ok(RenewReply::Stale(grant(&reply)?)),
@@ -318,16 +344,20 @@ impl LeaseStore for Bound<'_> {
             self.budget,
             Which::Release,
             vec![node.to_string(), req.to_string()],
+            Vec::new(),
         )?;
         Ok(int(&v)?.max(0) as u64)
     }
 
     fn status(&mut self) -> Result<Option<Status>, StoreError> {
-        let a = items(self.conn.run(self.budget, Which::Status, Vec::new())?)?;
+        let a = items(
+            self.conn
+                .run(self.budget, Which::Status, Vec::new(), Vec::new())?,
+        )?;
         if a.first().map(text).transpose()?.as_deref() == Some("NOBUDGET") {
             return Ok(None);
         }
-        if a.len() < 9 {
+        if a.len() < 10 {
             return Err(StoreError(format!("short status reply {a:?}")));
         }
         let mut nodes = Vec::new();
@@ -346,6 +376,7 @@ impl LeaseStore for Bound<'_> {
         }
         Ok(Some(Status {
             capacity: int(&a[1])?.max(0) as u64,
+            capacity_version: int(&a[9])?.max(0) as u64,
             granted: int(&a[2])?.max(0) as u64,
             learn_remaining_ms: int(&a[3])?.max(0) as u64,
             losses: int(&a[4])?.max(0) as u64,
@@ -354,6 +385,25 @@ impl LeaseStore for Bound<'_> {
             now_ms: int(&a[7])?,
             nodes,
         }))
+    }
+
+    fn set_fleet_capacity(&mut self, capacity: u64) -> Result<Option<FleetCapacity>, StoreError> {
+        let a = items(self.conn.run(
+            self.budget,
+            Which::Capacity,
+            vec![capacity.to_string()],
+            Vec::new(),
+        )?)?;
+        match a.first().map(text).transpose()?.as_deref() {
+            Some("NOBUDGET") => Ok(None),
+            Some("OK") if a.len() >= 3 => Ok(Some(FleetCapacity {
+                capacity: int(&a[1])?.max(0) as u64,
+                version: int(&a[2])?.max(0) as u64,
+            })),
+            _ => Err(StoreError(format!(
+                "unexpected set_fleet_capacity reply {a:?}"
+            ))),
+        }
     }
 }
 
@@ -364,7 +414,7 @@ impl RedisConn {
         args: Vec<String>,
         a: &InitArgs,
     ) -> Result<InitReply, StoreError> {
-        // ARGV: capacity, ttl, grace, epoch, fresh, run_id, test, debug_now.
+        // ARGV: capacity, ttl, grace, epoch, fresh, run_id, test, debug_now, cap_ver.
         let keys = &budget.keys;
         let script = &budget.init;
         let (conn, run_id) = self.connection()?;
@@ -377,7 +427,8 @@ impl RedisConn {
         }
         inv.arg(run_id.as_str())
             .arg(if a.test { "1" } else { "0" })
-            .arg(a.debug_now.map(|n| n.to_string()).unwrap_or_default());
+            .arg(a.debug_now.map(|n| n.to_string()).unwrap_or_default())
+            .arg(a.capacity_version.to_string());
         let result = inv.invoke::<Value>(conn);
         if result.is_err() {
             self.conn = None;

@@ -13,7 +13,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sidejob::Limiter;
-use sidejob_redis::{Budget, Keeper, LeaseStore, RedisStore, RenewArgs, RenewReply};
+use sidejob_redis::{
+    Budget, FleetCapacity, Keeper, LeaseStore, RedisStore, RenewArgs, RenewReply, Status,
+};
 use support::oracle::{load, Resource};
 use support::proxy::{Proxy, BLACKHOLE, PASS};
 
@@ -37,6 +39,22 @@ fn budget(url: &str, name: &str) -> Budget {
         .pause_margin(ms(50))
         .build()
         .expect("valid budget")
+}
+
+/// `budget(url, name)` with the capacity setting `capacity` at `version`.
+fn budget_at(url: &str, name: &str, capacity: usize, version: u64) -> Budget {
+    let mut b = Budget::builder();
+    b.url(url)
+        .name(name)
+        .capacity(capacity)
+        .capacity_version(version)
+        .fresh(true)
+        .ttl(ms(1000))
+        .renew_every(ms(200))
+        .grace(ms(300))
+        .max_hold(ms(200))
+        .pause_margin(ms(50));
+    b.build().expect("valid budget")
 }
 
 struct Node {
@@ -105,6 +123,28 @@ fn wait(node: &Node, secs: u64, what: &str, pred: impl FnMut(&sidejob_redis::Kee
         "{what}: {:?}",
         node.keeper().stats()
     );
+}
+
+/// Polls the budget's status until `pred` holds (at most `secs`).
+fn status_until(budget: &Budget, secs: u64, what: &str, mut pred: impl FnMut(&Status) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut last = None;
+    while Instant::now() < deadline {
+        if let Ok(Some(s)) = budget.status() {
+            if pred(&s) {
+                return;
+            }
+            last = Some(s);
+        }
+        std::thread::sleep(ms(5)); // polling Redis for a lease state
+    }
+    panic!("{what}: {last:?}");
+}
+
+/// From now on, the resource's high-water mark counts only what is in
+/// flight from here.
+fn reset_high(resource: &Resource) {
+    resource.high.store(resource.inflight.load(SeqCst), SeqCst);
 }
 
 fn assert_bound(resource: &Resource) {
@@ -402,6 +442,7 @@ fn stale_and_reordered_requests_change_nothing() {
     let mut store = RedisStore::new(&redis.url(), "stale", ms(1000)).unwrap();
     let init = sidejob_redis::InitArgs {
         capacity: 10,
+        capacity_version: 0,
         ttl_ms: 1000,
         grace_ms: 300,
         epoch: "e".into(),
@@ -418,6 +459,7 @@ fn stale_and_reordered_requests_change_nothing() {
         has,
         need: want,
         want,
+        capacity: setting(10, 0),
     };
     let RenewReply::Ok(first) = store.renew(&args(5, 0, 4)).unwrap() else {
         panic!()
@@ -598,4 +640,163 @@ fn failover_to_a_replica_that_lost_writes() {
     );
     drop((a, b));
     assert_bound(&resource);
+}
+
+const fn setting(capacity: u64, version: u64) -> FleetCapacity {
+    FleetCapacity { capacity, version }
+}
+
+/// Issue 11 (hardening round 2): a node started with an old capacity used
+/// to overwrite the fleet's as it joined (the trial: C lowered to 15, a
+/// node configured with 30 joined, the fleet ran at 30). Now the capacity
+/// is a versioned setting: an admin lowers it (version 1), a node still
+/// configured with the old one (version 0) follows the fleet's and says
+/// so, and only a deploy with a higher version changes it again. From the
+/// moment the fleet's grants fit the lowered capacity, the units in flight
+/// never exceed it. Before the fix the stale node's `init` put 12 back.
+#[test]
+fn a_node_with_an_old_capacity_follows_the_fleet() {
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
+    let old = budget_at(&redis.url(), "fleetcap", C, 0);
+    let resource = Arc::new(Resource::default());
+    let a = Node::start(&old, &resource, true);
+    let b = Node::start(&old, &resource, true);
+    for n in [&a, &b] {
+        wait(n, 5, "loaded nodes get shares", |s| s.leased >= 2);
+        assert_eq!(n.keeper().stats().capacity_mismatch, None);
+    }
+    // The admin lowers the fleet to 6: a new version of the setting.
+    assert_eq!(old.set_fleet_capacity(6).unwrap(), setting(6, 1));
+    status_until(&old, 5, "the grants come down to 6", |s| s.granted <= 6);
+    reset_high(&resource);
+    for n in [&a, &b] {
+        wait(n, 2, "the running nodes say they follow 6", |s| {
+            s.capacity == Some(setting(6, 1))
+        });
+        let m = n.keeper().stats().capacity_mismatch.expect("a mismatch");
+        assert_eq!(
+            (m.configured(), m.in_force()),
+            (setting(C as u64, 0), setting(6, 1))
+        );
+    }
+    // A node still configured with 12 (version 0) joins, loaded: it
+    // changes nothing, and says why.
+    let stale = Node::start(&old, &resource, true);
+    let mut polls = 0;
+    while stale.keeper().stats().renewals < 5 {
+        let status = old.status().unwrap().unwrap();
+        assert_eq!(
+            (status.capacity, status.capacity_version),
+            (6, 1),
+            "{status:?}"
+        );
+        assert!(status.granted <= 6, "{status:?}");
+        polls += 1;
+        assert!(
+            polls < 2000,
+            "the stale node never renewed: {:?}",
+            stale.keeper().stats()
+        );
+        std::thread::sleep(ms(5)); // polling Redis while the stale node runs
+    }
+    let stats = stale.keeper().stats();
+    assert_eq!(stats.configured_capacity, setting(C as u64, 0));
+    assert_eq!(stats.capacity, Some(setting(6, 1)));
+    let mismatch = stats.capacity_mismatch.expect("the stale node says so");
+    assert!(
+        mismatch.to_string().contains("is not in force"),
+        "{mismatch}"
+    );
+    assert!(
+        resource.high() <= 6,
+        "{} in flight after the fleet adopted 6",
+        resource.high()
+    );
+    // A deploy with a higher version changes it deliberately: to 9.
+    let newer = budget_at(&redis.url(), "fleetcap", 9, 2);
+    let d = Node::start(&newer, &resource, true);
+    wait(&d, 5, "the deploy's setting is in force", |s| {
+        s.capacity == Some(setting(9, 2)) && s.renewals >= 1
+    });
+    assert_eq!(d.keeper().stats().capacity_mismatch, None);
+    wait(&a, 2, "the older nodes follow it", |s| {
+        s.capacity == Some(setting(9, 2))
+    });
+    println!("{mismatch}");
+    drop((a, b, stale, d));
+    assert!(resource.high() <= 9, "{}", resource.high());
+}
+
+/// Issue 11: after a state loss the first node to re-create the budget
+/// used to decide the capacity from its own configuration. A node that
+/// learned the fleet's setting now re-creates the budget with it, and
+/// restores it if a stale node re-created the budget first (here the test
+/// plays that node while `a` is cut off by its proxy, so the stale node
+/// surely comes first). Learning mode keeps every grant from growing
+/// meanwhile, so the bound of 6 holds throughout. Before the fix the
+/// budget came back at 12.
+#[test]
+fn a_lost_budget_comes_back_with_the_fleet_capacity() {
+    let Some(mut redis) = support::redis::start(false) else {
+        return;
+    };
+    let old = budget_at(&redis.url(), "recreate", C, 0);
+    let proxy = Proxy::start(redis.port);
+    let resource = Arc::new(Resource::default());
+    let a = Node::start(&budget_at(&proxy.url(), "recreate", C, 0), &resource, true);
+    wait(&a, 5, "a gets a share", |s| s.leased >= 2);
+    old.set_fleet_capacity(6).unwrap();
+    wait(&a, 2, "a learns the fleet's setting", |s| {
+        s.capacity == Some(setting(6, 1))
+    });
+    status_until(&old, 5, "the grants come down to 6", |s| s.granted <= 6);
+    reset_high(&resource);
+    proxy.set(BLACKHOLE); // a cannot re-create the budget before the stale node
+    redis.restart(); // empty: the budget is gone
+                     // A node that knows only its configuration (12, version 0) re-creates it.
+    let mut stale = RedisStore::new(&redis.url(), "recreate", ms(1000)).unwrap();
+    stale
+        .init(&sidejob_redis::InitArgs {
+            capacity: C as u64,
+            capacity_version: 0,
+            ttl_ms: 1000,
+            grace_ms: 300,
+            epoch: "stale".into(),
+            fresh: false,
+            test: false,
+            debug_now: None,
+        })
+        .expect("the stale node re-creates the budget");
+    let status = old.status().unwrap().unwrap();
+    assert_eq!(
+        (status.capacity, status.epoch.as_str()),
+        (C as u64, "stale")
+    );
+    proxy.set(PASS);
+    let late = Node::start(&old, &resource, true);
+    wait(&a, 3, "a renews into learning mode", |s| s.learning);
+    status_until(&old, 2, "a restored the fleet's setting", |s| {
+        (s.capacity, s.capacity_version) == (6, 1)
+    });
+    wait(&a, 5, "out of learning mode", |s| {
+        !s.learning && s.leased >= 1
+    });
+    wait(&late, 5, "the late node follows 6", |s| {
+        s.capacity == Some(setting(6, 1)) && s.capacity_mismatch.is_some()
+    });
+    let status = old.status().unwrap().unwrap();
+    assert_eq!(
+        (status.capacity, status.capacity_version),
+        (6, 1),
+        "{status:?}"
+    );
+    assert!(status.granted <= 6, "{status:?}");
+    drop((a, late));
+    assert!(
+        resource.high() <= 6,
+        "{} in flight after the fleet adopted 6",
+        resource.high()
+    );
 }
