@@ -2,20 +2,21 @@
 //!
 //! Each call runs one script with `EVALSHA` (redis-rs `Script`, which
 //! reloads it after `NOSCRIPT`, so a `SCRIPT FLUSH` or a restart costs one
-//! extra round trip). The connection has read and write timeouts of the
-//! renew timeout; any error drops it, and the next call reconnects and
-//! fetches the server's `run_id` once, which the scripts compare with the
-//! one that last wrote the budget (a restart or failover enters learning
-//! mode).
+//! extra round trip). Each call, connecting included, ends within the
+//! renew timeout (the socket timeouts are what is left of it); any error
+//! drops the connection, and the next call reconnects and fetches the
+//! server's `run_id` once, which the scripts compare with the one that last
+//! wrote the budget (a restart or failover enters learning mode).
 
 use std::time::Duration;
 
-use redis::{Client, Connection, Script, Value};
+use redis::{Client, Connection, IntoConnectionInfo, Script, Value};
 
 use crate::store::{
     FleetCapacity, Grant, InitArgs, InitReply, LeaseStore, NodeLease, RenewArgs, RenewReply,
     Status, StoreError,
 };
+use crate::sync::Instant;
 
 const PRELUDE: &str = include_str!("../lua/prelude.lua");
 
@@ -84,8 +85,12 @@ pub(crate) struct BudgetScripts {
 
 impl RedisConn {
     pub(crate) fn new(url: &str, timeout: Duration) -> Result<Self, StoreError> {
-        let client =
-            Client::open(url).map_err(|e| StoreError(format!("bad Redis URL {url:?}: {e}")))?;
+        let bad = |e| StoreError(format!("bad Redis URL {url:?}: {e}"));
+        let info = url.into_connection_info().map_err(bad)?;
+        // No `CLIENT SETINFO` on connecting: two more replies to wait for
+        // (see `connection`), for a label in `CLIENT LIST`.
+        let redis = info.redis_settings().clone().set_skip_set_lib_name();
+        let client = Client::open(info.set_redis_settings(redis)).map_err(bad)?;
         Ok(RedisConn {
             client,
             conn: None,
@@ -93,23 +98,14 @@ impl RedisConn {
         })
     }
 
-    /// The store of one budget over this connection, with `timeout` on
-    /// this call's connect, read and write.
+    /// The store of one budget over this connection; each of its calls,
+    /// connecting included, ends within `timeout`.
     pub(crate) fn bind<'a>(
         &'a mut self,
         budget: &'a BudgetScripts,
         timeout: Duration,
     ) -> Bound<'a> {
-        if timeout != self.timeout {
-            self.timeout = timeout;
-            if let Some((c, _)) = &self.conn {
-                if c.set_read_timeout(Some(timeout)).is_err()
-                    || c.set_write_timeout(Some(timeout)).is_err()
-                {
-                    self.conn = None;
-                }
-            }
-        }
+        self.timeout = timeout;
         Bound { conn: self, budget }
     }
 }
@@ -167,14 +163,40 @@ impl RedisStore {
 }
 
 impl RedisConn {
+    /// The connection for one call (opened if need be, with the server's
+    /// `run_id`), its read and write timeouts set to what is left of the
+    /// call's timeout, so that the whole call, connecting included, ends
+    /// within it: the keeper drops a lease's capacity before a call only
+    /// if its admission window could end within one timeout.
     fn connection(&mut self) -> Result<&mut (Connection, String), StoreError> {
+        let deadline = Instant::now() + self.timeout;
+        // A socket timeout of zero means none: at least 1 ms.
+        let left = || {
+            deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1))
+        };
+        if let Some((conn, _)) = &self.conn {
+            if conn.set_read_timeout(Some(left())).is_err()
+                || conn.set_write_timeout(Some(left())).is_err()
+            {
+                self.conn = None;
+            }
+        }
         if self.conn.is_none() {
+            // redis-rs's connect waits up to its timeout for the TCP
+            // connect, then again for *each* reply of its set-up pipeline
+            // (AUTH or HELLO, SELECT: two at most without CLIENT SETINFO),
+            // even after one timed out. A quarter of the call's timeout
+            // bounds the connect by half of it, and leaves `INFO` and the
+            // script the rest. (With the whole timeout, a frozen Redis held
+            // a reconnecting call for three timeouts.)
             let mut conn = self
                 .client
-                .get_connection_with_timeout(self.timeout)
+                .get_connection_with_timeout(self.timeout / 4)
                 .map_err(err)?;
-            conn.set_read_timeout(Some(self.timeout)).map_err(err)?;
-            conn.set_write_timeout(Some(self.timeout)).map_err(err)?;
+            conn.set_read_timeout(Some(left())).map_err(err)?;
+            conn.set_write_timeout(Some(left())).map_err(err)?;
             let info: String = redis::cmd("INFO")
                 .arg("server")
                 .query(&mut conn)
@@ -184,6 +206,8 @@ impl RedisConn {
                 .find_map(|l| l.strip_prefix("run_id:"))
                 .map(|s| s.trim().to_string())
                 .ok_or_else(|| StoreError("INFO server has no run_id".into()))?;
+            conn.set_read_timeout(Some(left())).map_err(err)?;
+            conn.set_write_timeout(Some(left())).map_err(err)?;
             self.conn = Some((conn, run_id));
         }
         Ok(self.conn.as_mut().expect("just set"))

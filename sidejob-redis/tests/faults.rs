@@ -800,3 +800,63 @@ fn a_lost_budget_comes_back_with_the_fleet_capacity() {
         resource.high()
     );
 }
+
+/// The keeper drops a lease's capacity before any call whose renew timeout
+/// could outlast its admission window, so a store call must never block
+/// for longer than that timeout, connecting included. Before, a call that
+/// had to reconnect to a frozen Redis (or through a proxy that accepts and
+/// then drops everything) blocked for 2 timeouts in redis-rs's connection
+/// set-up alone (it waits the whole timeout for each of the two `CLIENT
+/// SETINFO` replies, even after the first timed out), then a third for
+/// `INFO`: the capacity dropped up to ~2 timeouts after `admit_until`,
+/// beyond the pause margin (measured: 75 ms late with ε = 50 ms).
+#[test]
+fn a_store_call_blocks_no_longer_than_the_renew_timeout() {
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
+    let timeout = ms(300);
+    let renew = |req| RenewArgs {
+        node: "n".into(),
+        req,
+        epoch_seen: String::new(),
+        ver_seen: 0,
+        has: 0,
+        need: 1,
+        want: 1,
+        capacity: setting(10, 0),
+    };
+    let proxy = Proxy::start(redis.port);
+    let mut connected = RedisStore::new(&redis.url(), "block", timeout).unwrap();
+    assert!(connected.status().is_ok());
+    let check = |what: &str, call: &mut dyn FnMut() -> bool| {
+        let t = Instant::now();
+        assert!(!call(), "{what}: the call succeeded");
+        let took = t.elapsed();
+        println!("{what}: failed after {took:?} (timeout {timeout:?})");
+        assert!(
+            took < timeout + ms(100),
+            "{what}: blocked {took:?}, timeout {timeout:?}"
+        );
+    };
+    // A partition that accepts connections and drops the bytes.
+    proxy.set(BLACKHOLE);
+    let mut through_proxy = RedisStore::new(&proxy.url(), "block", timeout).unwrap();
+    check("connect through a blackhole", &mut || {
+        through_proxy.renew(&renew(1)).is_ok()
+    });
+    // A frozen Redis: new connections are accepted by the kernel, nothing answers.
+    redis.freeze();
+    let mut fresh = RedisStore::new(&redis.url(), "block", timeout).unwrap();
+    check("connect to a frozen Redis", &mut || {
+        fresh.renew(&renew(2)).is_ok()
+    });
+    check("a call on an open connection", &mut || {
+        connected.renew(&renew(3)).is_ok()
+    });
+    check("reconnect to a frozen Redis", &mut || {
+        connected.renew(&renew(4)).is_ok()
+    });
+    redis.thaw();
+    proxy.set(PASS);
+}
