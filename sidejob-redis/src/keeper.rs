@@ -339,8 +339,8 @@ impl Budget {
     /// A lowered capacity holds for grants at once: no grant grows while
     /// the fleet holds more, and every node above its share of the new
     /// capacity is asked down to it at its next renewal, so the units in
-    /// flight come down to it within about a renew period plus the longest
-    /// hold. A change that Redis loses before any node renewed (a failover
+    /// flight come down to it within about a renew period plus the time the
+    /// units above it take to come back. A change that Redis loses before any node renewed (a failover
     /// right after it) is lost: read [`status`](Self::status) to check.
     ///
     /// # Errors
