@@ -981,3 +981,24 @@ fn a_store_call_blocks_no_longer_than_the_renew_timeout() {
     redis.thaw();
     proxy.set(PASS);
 }
+
+/// The admin call on a budget no node has created says so, and creates
+/// nothing; on an existing one it bumps the version each time.
+#[test]
+fn set_fleet_capacity_needs_the_budget_and_bumps_the_version() {
+    let Some(redis) = support::redis::start(false) else {
+        return;
+    };
+    let budget = budget(&redis.url(), "admin");
+    let err = budget.set_fleet_capacity(6).unwrap_err();
+    assert!(err.to_string().contains("does not exist in Redis"), "{err}");
+    assert!(budget.status().unwrap().is_none());
+    let resource = Arc::new(Resource::default());
+    let node = Node::start(&budget, &resource, false);
+    wait(&node, 5, "the node created the budget", |s| s.renewals >= 1);
+    assert_eq!(budget.set_fleet_capacity(6).unwrap(), setting(6, 1));
+    assert_eq!(budget.set_fleet_capacity(8).unwrap(), setting(8, 2));
+    wait(&node, 2, "the node follows", |s| {
+        s.capacity == Some(setting(8, 2))
+    });
+}
