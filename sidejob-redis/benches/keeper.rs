@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use sidejob::Limiter;
-use sidejob_redis::{Budget, InitArgs, Keeper, LeaseStore, RedisStore, RenewArgs, RenewReply};
+use sidejob_redis::{
+    Budget, FleetCapacity, InitArgs, Keeper, LeaseStore, RedisStore, RenewArgs, RenewReply,
+};
 
 struct Server(Child, u16);
 
@@ -138,6 +140,7 @@ fn budget_store(url: &str, name: &str) -> RedisStore {
     store
         .init(&InitArgs {
             capacity: 100_000,
+            capacity_version: 0,
             ttl_ms: 10_000,
             grace_ms: 5_000,
             epoch: "e".into(),
@@ -165,6 +168,10 @@ fn renew_cost(url: &str, nodes: u64) {
             has: 0,
             need: 100,
             want: 120,
+            capacity: FleetCapacity {
+                capacity: 100_000,
+                version: 0,
+            },
         };
         let t = Instant::now();
         let reply = store.renew(&args).expect("renew");
@@ -199,6 +206,10 @@ fn renew_cost(url: &str, nodes: u64) {
                             has: 0,
                             need: 10,
                             want: 12,
+                            capacity: FleetCapacity {
+                                capacity: 100_000,
+                                version: 0,
+                            },
                         };
                         let reply = store.renew(&args).expect("renew");
                         assert!(matches!(reply, RenewReply::Ok(_)), "{reply:?}");

@@ -1,4 +1,4 @@
--- renew(node, req, epoch_seen, ver_seen, has, need, want, run_id)
+-- renew(node, req, epoch_seen, ver_seen, has, need, want, run_id, capacity, cap_ver)
 -- Heartbeat, grow and shrink in one atomic step (CLUSTER.md section 2.4).
 if redis.call('EXISTS', meta) == 0 then return {'NOBUDGET'} end
 local now = clock()
@@ -7,10 +7,21 @@ local req, epoch_seen, ver_seen = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local has, need, want = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local run_id = ARGV[8]
 local m = redis.call('HMGET', meta, 'capacity', 'ttl', 'grace', 'epoch', 'granted', 'seq',
-  'learn_until', 'run_id', 'losses')
+  'learn_until', 'run_id', 'losses', 'cap_ver')
 local cap, ttl, grace, epoch = tonumber(m[1]), tonumber(m[2]), tonumber(m[3]), m[4]
 local granted, seq, learn_until = tonumber(m[5]), tonumber(m[6]), tonumber(m[7])
 local losses = tonumber(m[9])
+local cap_ver = num(m[10]) or 0
+
+-- 1b. The capacity setting the node knows (configured or learned) replaces
+-- the budget's only if its version is higher: an older configuration never
+-- overrides the fleet's, and a budget re-created after a state loss by a
+-- node that knew less gets the fleet's setting back.
+if tonumber(ARGV[10]) > cap_ver then
+  cap, cap_ver = tonumber(ARGV[9]), tonumber(ARGV[10])
+  redis.call('HSET', meta, 'capacity', fmt(cap), 'cap_ver', fmt(cap_ver))
+  redis.call('HDEL', meta, 'fair_at') -- the cached fair-share sums are stale
+end
 
 -- Learning mode: no grant grows until every forgotten holder has drained.
 local function lose()
@@ -38,7 +49,8 @@ local ver = num(redis.call('HGET', info, node .. ':ver')) or 0
 -- 4. Deduplicate: an old or repeated request changes nothing.
 if req <= (num(redis.call('HGET', info, node .. ':req')) or 0) then
   save_meta()
-  return {'STALE', rec or 0, ttl, ver, epoch, -1, math.max(0, learn_until - now), now, -1}
+  return {'STALE', rec or 0, ttl, ver, epoch, -1, math.max(0, learn_until - now), now, -1,
+    cap, cap_ver}
 end
 
 -- 5. The store forgot something this node holds.
@@ -120,14 +132,21 @@ if now >= learn_until and want > g and granted < cap then
   end
 end
 
--- 9. Starvation and shrink targets.
+-- 9. Starvation and shrink targets. While the fleet holds more than the
+-- capacity (it was lowered), every node above its fair share is asked down
+-- to it, without the 10 % hysteresis: the fair shares sum to at most the
+-- capacity, so the grants come down to it.
 if want > g then
   redis.call('ZADD', starve, fmt(now + ttl), node)
 else
   redis.call('ZREM', starve, node)
 end
 local target = -1
-if (others > 0 or granted > cap) and g * 10 > fair * 11 then target = fair end
+if granted > cap and g > fair then
+  target = fair
+elseif others > 0 and g * 10 > fair * 11 then
+  target = fair
+end
 
 -- 10. Record, 11. answer.
 seq = seq + 1
@@ -147,4 +166,5 @@ for i = 1, #first, 2 do
     break
   end
 end
-return {'OK', g, ttl, seq, epoch, target, math.max(0, learn_until - now), now, reap_in}
+return {'OK', g, ttl, seq, epoch, target, math.max(0, learn_until - now), now, reap_in,
+  cap, cap_ver}

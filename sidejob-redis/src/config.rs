@@ -110,6 +110,7 @@ pub struct Budget {
     pub(crate) url: Option<String>,
     pub(crate) name: String,
     pub(crate) capacity: usize,
+    pub(crate) capacity_version: u64,
     pub(crate) ttl: Duration,
     pub(crate) renew_every: Duration,
     pub(crate) grace: Duration,
@@ -136,9 +137,16 @@ impl Budget {
         &self.name
     }
 
-    /// The fleet-wide capacity `C`, reserved floors included.
+    /// The fleet-wide capacity `C`, reserved floors included, as
+    /// configured (the fleet's may be another: see
+    /// [`BudgetBuilder::capacity`]).
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// The version of the configured capacity setting.
+    pub fn capacity_version(&self) -> u64 {
+        self.capacity_version
     }
 
     /// The part of the capacity Redis leases out: `C` less the reserved
@@ -156,7 +164,7 @@ impl Budget {
         }
     }
 
-    fn max_nodes(&self) -> usize {
+    pub(crate) fn max_nodes(&self) -> usize {
         match self.fallback {
             Fallback::FailClosed => 0,
             Fallback::ReservedFloor { max_nodes, .. } => max_nodes,
@@ -208,6 +216,7 @@ pub struct BudgetBuilder {
     url: Option<String>,
     name: Option<String>,
     capacity: Option<usize>,
+    capacity_version: u64,
     ttl: Duration,
     renew_every: Duration,
     grace: Duration,
@@ -229,6 +238,7 @@ impl Default for BudgetBuilder {
             url: None,
             name: None,
             capacity: None,
+            capacity_version: 0,
             ttl: Duration::from_secs(10),
             renew_every: Duration::from_secs(2),
             grace: Duration::from_secs(5),
@@ -261,11 +271,50 @@ impl BudgetBuilder {
         self
     }
 
-    /// The fleet-wide capacity `C`. Required; at least 1. A node that
-    /// creates the budget writes it; one that finds it updates it (so a
-    /// deploy can lower it: holders then get shrink targets).
+    /// The fleet-wide capacity `C`. Required; at least 1.
+    ///
+    /// It is a setting with a version ([`capacity_version`](Self::capacity_version),
+    /// 0 by default): a node that creates the budget writes it, and one
+    /// that finds the budget replaces the fleet's capacity only if its
+    /// version is higher than the budget's. So a node started with an old
+    /// configuration never changes the fleet's capacity; it follows the
+    /// fleet's and says so in
+    /// [`KeeperStats::capacity_mismatch`](crate::KeeperStats::capacity_mismatch).
+    /// Changing `C` is deliberate: [`Budget::set_fleet_capacity`], or a
+    /// deploy with a higher `capacity_version`.
     pub fn capacity(&mut self, capacity: usize) -> &mut Self {
         self.capacity = Some(capacity);
+        self
+    }
+
+    /// The version of the [`capacity`](Self::capacity) setting. Default 0.
+    ///
+    /// The budget in Redis keeps the capacity of the highest version any
+    /// node or admin has set; at equal versions the one already there
+    /// stays. Raise it with the capacity to change `C` by a deploy: nodes
+    /// with the new version replace the fleet's capacity, nodes still on
+    /// an older one follow it. [`Budget::set_fleet_capacity`] bumps the
+    /// budget's version by one, so a configured version must exceed the
+    /// one it returned to take effect after it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sidejob_redis::Budget;
+    ///
+    /// // Lowered from 300 (version 0) by the deploy that says so.
+    /// let budget = Budget::builder()
+    ///     .name("orders-db")
+    ///     .capacity(200)
+    ///     .capacity_version(1)
+    ///     .max_hold(Duration::from_secs(3))
+    ///     .build()?;
+    /// assert_eq!((budget.capacity(), budget.capacity_version()), (200, 1));
+    /// # Ok::<(), sidejob_redis::ConfigError>(())
+    /// ```
+    pub fn capacity_version(&mut self, version: u64) -> &mut Self {
+        self.capacity_version = version;
         self
     }
 
@@ -435,6 +484,7 @@ impl BudgetBuilder {
             url: self.url.clone(),
             name,
             capacity,
+            capacity_version: self.capacity_version,
             ttl: self.ttl,
             renew_every: self.renew_every,
             grace: self.grace,

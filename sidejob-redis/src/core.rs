@@ -42,11 +42,18 @@
 //! * **Give-back**: a shrink target, or a grant above `want` for three
 //!   windows, lowers the local capacity; the node reports as soon as its
 //!   usage fits.
+//! * **Fleet capacity.** The node's configured capacity is a versioned
+//!   setting ([`FleetCapacity`]); every reply says which one is in force,
+//!   and the node remembers the highest it has seen. It sends that one with
+//!   every call (and creates the budget with it after a state loss), so the
+//!   store adopts it if its copy is older; a configured setting that is not
+//!   in force shows as [`KeeperStats::capacity_mismatch`].
 
+use std::fmt;
 use std::time::Duration;
 
 use crate::config::Budget;
-use crate::store::{Grant, RenewArgs, RenewReply};
+use crate::store::{FleetCapacity, Grant, RenewArgs, RenewReply};
 
 /// A reading of the local front-end, taken by the keeper.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -89,6 +96,10 @@ pub struct Core {
     headroom: f64,
     /// Units the floor keeps local.
     pub floor: u64,
+    /// The fleet capacity this node was configured with.
+    configured: FleetCapacity,
+    /// The highest fleet capacity setting a reply has shown.
+    fleet: Option<FleetCapacity>,
     // Lease.
     req: u64,
     epoch: String,
@@ -172,7 +183,105 @@ pub struct KeeperStats {
     /// Timed renewals whose reply grew the grant (the reaped share or the
     /// end of learning mode arrived with them).
     pub timed_grows: u64,
+    /// The fleet capacity in force (units Redis leases to the whole fleet,
+    /// reserved floors excluded) and its setting's version, from the last
+    /// reply; `None` before the first.
+    pub capacity: Option<FleetCapacity>,
+    /// This node's configured setting: the budget's leased capacity and
+    /// its [`capacity_version`](crate::BudgetBuilder::capacity_version).
+    pub configured_capacity: FleetCapacity,
+    /// Set while the fleet runs at another capacity than this node was
+    /// configured with, because the budget's setting is newer (or as new
+    /// and was there first); its `Display` says what to do.
+    pub capacity_mismatch: Option<CapacityMismatch>,
 }
+
+/// A node's configured fleet capacity is not the one in force: the budget
+/// in Redis holds a setting of a higher version (an admin's
+/// [`set_fleet_capacity`](crate::Budget::set_fleet_capacity), or a deploy
+/// with a higher [`capacity_version`](crate::BudgetBuilder::capacity_version)),
+/// or one of the same version that another node wrote first. The node
+/// follows the fleet's setting; this says so, in
+/// [`KeeperStats::capacity_mismatch`], for a log line or an alert.
+///
+/// # Examples
+///
+/// ```
+/// use std::{sync::Arc, time::Duration};
+/// use sidejob::Limiter;
+/// use sidejob_redis::{Budget, FleetCapacity, LeaseStore, MemoryStore};
+///
+/// let ms = Duration::from_millis;
+/// let budget = |capacity| {
+///     Budget::builder()
+///         .name("doc").capacity(capacity).fresh(true)
+///         .ttl(ms(1000)).renew_every(ms(200)).grace(ms(300)).max_hold(ms(200)).pause_margin(ms(50))
+///         .build()
+/// };
+/// let mut store = MemoryStore::new();
+/// let first = budget(8)?.attach_store(store.clone(), Arc::new(Limiter::new(1)?));
+/// assert!(first.wait_for(ms(5000), |s| s.capacity.is_some()));
+/// // An admin lowers the fleet's capacity; a node still configured with 8 joins.
+/// assert_eq!(store.set_fleet_capacity(5)?, Some(FleetCapacity { capacity: 5, version: 1 }));
+/// let stale = budget(8)?.attach_store(store.clone(), Arc::new(Limiter::new(1)?));
+/// assert!(stale.wait_for(ms(5000), |s| s.capacity_mismatch.is_some()));
+/// let mismatch = stale.stats().capacity_mismatch.unwrap();
+/// assert_eq!(mismatch.in_force(), FleetCapacity { capacity: 5, version: 1 });
+/// assert!(mismatch.to_string().contains("is not in force"), "{mismatch}");
+/// assert_eq!(store.status()?.unwrap().capacity, 5); // the stale node changed nothing
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapacityMismatch {
+    configured: FleetCapacity,
+    in_force: FleetCapacity,
+}
+
+impl CapacityMismatch {
+    /// The mismatch, if `in_force` differs from `configured` and is not
+    /// about to be replaced by it (its version is not lower).
+    fn between(configured: FleetCapacity, in_force: FleetCapacity) -> Option<Self> {
+        (in_force.capacity != configured.capacity && !configured.replaces(&in_force)).then_some(
+            CapacityMismatch {
+                configured,
+                in_force,
+            },
+        )
+    }
+
+    /// This node's configured setting.
+    pub fn configured(&self) -> FleetCapacity {
+        self.configured
+    }
+
+    /// The setting in force for the fleet.
+    pub fn in_force(&self) -> FleetCapacity {
+        self.in_force
+    }
+}
+
+impl fmt::Display for CapacityMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (c, i) = (self.configured, self.in_force);
+        write!(
+            f,
+            "configured fleet capacity {} (version {}) is not in force: the budget's is {} (version {}), ",
+            c.capacity, c.version, i.capacity, i.version
+        )?;
+        if i.version > c.version {
+            write!(f, "a newer setting")?;
+        } else {
+            write!(f, "written first at the same version")?;
+        }
+        write!(
+            f,
+            ", which this node follows; to change it, call set_fleet_capacity or configure capacity_version above {}",
+            i.version
+        )
+    }
+}
+
+impl std::error::Error for CapacityMismatch {}
 
 impl Core {
     /// A core for node `node` under `budget`, at monotonic time 0.
@@ -191,6 +300,11 @@ impl Core {
             max_block: (leased_cap / 8).max(budget.min_block),
             headroom: budget.headroom,
             floor: budget.floor() as u64,
+            configured: FleetCapacity {
+                capacity: leased_cap,
+                version: budget.capacity_version,
+            },
+            fleet: None,
             req: 0,
             epoch: String::new(),
             ver: 0,
@@ -234,6 +348,26 @@ impl Core {
     /// The node id.
     pub fn node(&self) -> &str {
         &self.node
+    }
+
+    /// The fleet capacity setting this node sends with every call (and
+    /// creates a missing budget with): the highest it knows, the fleet's
+    /// as a reply last showed it unless its own configured one is newer.
+    pub fn capacity_setting(&self) -> FleetCapacity {
+        match self.fleet {
+            Some(f) if !self.configured.replaces(&f) => f,
+            _ => self.configured,
+        }
+    }
+
+    /// Learns the setting a reply showed; the growth step's ceiling follows
+    /// the capacity in force.
+    fn learn_capacity(&mut self, seen: FleetCapacity) {
+        if self.fleet.is_none_or(|f| !f.replaces(&seen)) {
+            self.fleet = Some(seen);
+            self.max_block = (seen.capacity / 8).max(self.min_block);
+            self.block = self.block.min(self.max_block);
+        }
     }
 
     /// The local capacity the front-end should have: floor + leased.
@@ -418,6 +552,7 @@ impl Core {
             has,
             need: self.need,
             want: self.want,
+            capacity: self.capacity_setting(),
         }
     }
 
@@ -450,7 +585,10 @@ impl Core {
                 self.next_call = now;
                 return None;
             }
-            Some(RenewReply::Stale(_)) | None => {
+            stale_or_none => {
+                if let Some(RenewReply::Stale(g)) = stale_or_none {
+                    self.learn_capacity(g.capacity); // the store's, even unrenewed
+                }
                 self.failures += 1;
                 self.failing = true;
                 self.next_call = now + self.renew_every / 2;
@@ -459,6 +597,7 @@ impl Core {
         };
         self.renewals += 1;
         self.failing = false;
+        self.learn_capacity(grant.capacity);
         if timed && grant.grant > self.grant {
             self.timed_grows += 1;
         }
@@ -546,6 +685,11 @@ impl Core {
             target: self.target,
             timed_renewals: self.timed_renewals,
             timed_grows: self.timed_grows,
+            capacity: self.fleet,
+            configured_capacity: self.configured,
+            capacity_mismatch: self
+                .fleet
+                .and_then(|f| CapacityMismatch::between(self.configured, f)),
         }
     }
 }

@@ -25,7 +25,7 @@ use sidejob::{Limiter, Pool, Stats, Supervisor, Worker};
 use crate::config::{Budget, ConfigError};
 use crate::core::{Core, Due, KeeperStats, Reading};
 use crate::redis_store::{BudgetScripts, RedisConn, RedisStore};
-use crate::store::{InitArgs, LeaseStore, RenewReply, Status, StoreError};
+use crate::store::{FleetCapacity, InitArgs, LeaseStore, RenewReply, Status, StoreError};
 use crate::sync::{thread, Arc, AtomicU64, Condvar, Instant, Mutex, Relaxed, Weak};
 
 /// A front-end whose capacity a keeper drives: [`Limiter`], [`Pool`] and
@@ -287,6 +287,7 @@ impl Budget {
         });
         let init = InitArgs {
             capacity: self.leased_capacity() as u64,
+            capacity_version: self.capacity_version,
             ttl_ms: self.ttl.as_millis() as u64,
             grace_ms: self.grace.as_millis() as u64,
             epoch: node_id(),
@@ -323,6 +324,69 @@ impl Budget {
             .as_deref()
             .ok_or_else(|| StoreError("the budget has no url".into()))?;
         RedisStore::new(url, &self.name, self.renew_timeout)?.status()
+    }
+
+    /// Changes the fleet's capacity `C` deliberately (a one-off connection
+    /// to the budget's Redis): the budget's capacity becomes `capacity`
+    /// (reserved floors included, as in [`BudgetBuilder::capacity`](crate::BudgetBuilder::capacity)) with a
+    /// version one above the budget's, in one atomic script. Nodes
+    /// configured with an older setting follow it (each says so in
+    /// [`KeeperStats::capacity_mismatch`](crate::KeeperStats::capacity_mismatch)),
+    /// and nodes that learned it restore it if Redis loses the budget.
+    /// Returns the new setting as Redis holds it: the units it leases (the
+    /// capacity less this budget's reserved floors) and the version.
+    ///
+    /// A lowered capacity holds for grants at once: no grant grows while
+    /// the fleet holds more, and every node above its share of the new
+    /// capacity is asked down to it at its next renewal, so the units in
+    /// flight come down to it within about a renew period plus the time the
+    /// units above it take to come back. A change that Redis loses before any node renewed (a failover
+    /// right after it) is lost: read [`status`](Self::status) to check.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] that says so if the budget has no URL, if
+    /// `capacity` is below the reserved floors, if the budget does not
+    /// exist in Redis (no node has created it, or Redis lost it and no
+    /// node has re-created it yet), or if Redis cannot be reached.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use sidejob_redis::Budget;
+    ///
+    /// let budget = Budget::builder()
+    ///     .url("redis://127.0.0.1:6379/")
+    ///     .name("orders-db")
+    ///     .capacity(300)
+    ///     .max_hold(Duration::from_secs(3))
+    ///     .build()?;
+    /// // The database is struggling: lower the whole fleet to 150.
+    /// let setting = budget.set_fleet_capacity(150)?;
+    /// assert_eq!(setting.capacity, 150);
+    /// println!("fleet capacity 150 in force, version {}", setting.version);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_fleet_capacity(&self, capacity: usize) -> Result<FleetCapacity, StoreError> {
+        let url = self
+            .url
+            .as_deref()
+            .ok_or_else(|| StoreError("the budget has no url".into()))?;
+        let floors = self.floor() * self.max_nodes();
+        let leased = capacity.checked_sub(floors).ok_or_else(|| {
+            StoreError(format!(
+                "fleet capacity {capacity} is below the reserved floors ({floors} units)"
+            ))
+        })?;
+        RedisStore::new(url, &self.name, self.renew_timeout)?
+            .set_fleet_capacity(leased as u64)?
+            .ok_or_else(|| {
+                StoreError(format!(
+                    "budget `{}` does not exist in Redis: no node has created it yet, or Redis lost it and no node has re-created it",
+                    self.name
+                ))
+            })
     }
 }
 
@@ -558,7 +622,13 @@ fn step(atts: &mut [Attachment], i: usize, conn: &mut Option<RedisConn>) -> Opti
     match due {
         Due::Nothing => {}
         Due::Init => {
-            let init = a.init.clone();
+            // The highest capacity setting the node knows, not only its
+            // configured one: a budget re-created after a state loss gets
+            // the fleet's capacity back rather than a stale node's.
+            let mut init = a.init.clone();
+            let setting = a.core.capacity_setting();
+            init.capacity = setting.capacity;
+            init.capacity_version = setting.version;
             let ok = a.call(conn, |s| s.init(&init)).is_ok();
             let t = a.now();
             a.core.on_init(t, ok);

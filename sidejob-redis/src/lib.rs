@@ -34,7 +34,9 @@
 //! # Contents
 //!
 //! * [`Budget`], [`BudgetBuilder`], [`Fallback`], [`ConfigError`]: the
-//!   fleet-wide budget and its checked timing.
+//!   fleet-wide budget and its checked timing; [`FleetCapacity`] and
+//!   [`CapacityMismatch`]: its capacity as a versioned setting, changed
+//!   deliberately ([`Budget::set_fleet_capacity`]).
 //! * [`Keeper`], [`Resizable`], [`KeeperStats`]: the keepers (one thread
 //!   and one connection per Redis address, serving every attached budget)
 //!   and the front-ends they drive.
@@ -54,7 +56,7 @@ mod redis_store;
 mod store;
 mod sync;
 
-pub use crate::core::{Core, Due, KeeperStats, Reading};
+pub use crate::core::{CapacityMismatch, Core, Due, KeeperStats, Reading};
 pub use config::{Budget, BudgetBuilder, ConfigError, Fallback};
 #[doc(hidden)]
 pub use keeper::keeper_thread_running;
@@ -62,5 +64,6 @@ pub use keeper::{Keeper, Resizable};
 pub use model::{MemoryStore, Meta, Model};
 pub use redis_store::{script_source, RedisStore};
 pub use store::{
-    Grant, InitArgs, InitReply, LeaseStore, NodeLease, RenewArgs, RenewReply, Status, StoreError,
+    FleetCapacity, Grant, InitArgs, InitReply, LeaseStore, NodeLease, RenewArgs, RenewReply,
+    Status, StoreError,
 };

@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::store::{
-    Grant, InitArgs, InitReply, LeaseStore, NodeLease, RenewArgs, RenewReply, Status, StoreError,
+    FleetCapacity, Grant, InitArgs, InitReply, LeaseStore, NodeLease, RenewArgs, RenewReply,
+    Status, StoreError,
 };
 use crate::sync::{Arc, Mutex};
 
@@ -21,6 +22,8 @@ use crate::sync::{Arc, Mutex};
 pub struct Meta {
     /// Global capacity `C`.
     pub capacity: i64,
+    /// The version of the capacity setting (`cap_ver`).
+    pub capacity_version: i64,
     /// Lease TTL in ms.
     pub ttl: i64,
     /// Grace in ms.
@@ -67,16 +70,17 @@ struct Info {
 /// # Examples
 ///
 /// ```
-/// use sidejob_redis::{InitArgs, Model, RenewArgs, RenewReply};
+/// use sidejob_redis::{FleetCapacity, InitArgs, Model, RenewArgs, RenewReply};
 ///
 /// let mut model = Model::default();
 /// model.init(0, "run1", &InitArgs {
-///     capacity: 10, ttl_ms: 1000, grace_ms: 500, epoch: "e".into(),
+///     capacity: 10, capacity_version: 0, ttl_ms: 1000, grace_ms: 500, epoch: "e".into(),
 ///     fresh: false, test: false, debug_now: None,
 /// });
 /// // A budget created without `fresh` starts in learning mode: no growth.
 /// let args = RenewArgs {
 ///     node: "a".into(), req: 1, epoch_seen: "e".into(), ver_seen: 0, has: 0, need: 5, want: 5,
+///     capacity: FleetCapacity { capacity: 10, version: 0 },
 /// };
 /// let RenewReply::Ok(grant) = model.renew(10, "run1", &args) else { unreachable!() };
 /// assert_eq!((grant.grant, grant.learn_remaining_ms), (0, 1490));
@@ -118,15 +122,20 @@ impl Model {
     /// `init` at store time `real_now` on the store process `run_id`.
     pub fn init(&mut self, real_now: i64, run_id: &str, a: &InitArgs) -> InitReply {
         let (cap, ttl, grace) = (a.capacity as i64, a.ttl_ms as i64, a.grace_ms as i64);
+        let cap_ver = a.capacity_version as i64;
         if let Some(m) = &mut self.meta {
-            m.capacity = cap;
             m.ttl = ttl;
             m.grace = grace;
+            if cap_ver > m.capacity_version {
+                m.capacity = cap;
+                m.capacity_version = cap_ver;
+            }
             m.fair_at = None;
             return InitReply::Exists(m.epoch.clone());
         }
         let mut meta = Meta {
             capacity: cap,
+            capacity_version: cap_ver,
             ttl,
             grace,
             epoch: a.epoch.clone(),
@@ -157,10 +166,24 @@ impl Model {
 
     /// `renew` at store time `real_now` on the store process `run_id`.
     pub fn renew(&mut self, real_now: i64, run_id: &str, a: &RenewArgs) -> RenewReply {
-        let Some(meta) = self.meta.clone() else {
+        let Some(mut meta) = self.meta.clone() else {
             return RenewReply::NoBudget;
         };
         let now = self.clock(real_now);
+        // 1b. A capacity setting of a higher version replaces the budget's.
+        if a.capacity.version as i64 > meta.capacity_version {
+            meta.capacity = a.capacity.capacity as i64;
+            meta.capacity_version = a.capacity.version as i64;
+            meta.fair_at = None;
+            let m = self.meta.as_mut().expect("meta exists");
+            m.capacity = meta.capacity;
+            m.capacity_version = meta.capacity_version;
+            m.fair_at = None;
+        }
+        let setting = FleetCapacity {
+            capacity: u(meta.capacity),
+            version: u(meta.capacity_version),
+        };
         let node = a.node.as_str();
         let (req, has, need, want) = (a.req as i64, a.has as i64, a.need as i64, a.want as i64);
         let (cap, ttl, grace) = (meta.capacity, meta.ttl, meta.grace);
@@ -207,6 +230,7 @@ impl Model {
                 learn_remaining_ms: u(learn_until - now),
                 now_ms: now,
                 reap_in_ms: None,
+                capacity: setting,
             });
         }
         if has > 0 && (a.epoch_seen != epoch || rec.is_none() || a.ver_seen as i64 > ver) {
@@ -297,7 +321,10 @@ impl Model {
         } else {
             self.starve.remove(node);
         }
-        let target = ((others > 0 || granted > cap) && g * 10 > fair * 11).then_some(u(fair));
+        // While the fleet holds more than the capacity, every node above its
+        // fair share is asked down to it (no hysteresis).
+        let target =
+            ((granted > cap && g > fair) || (others > 0 && g * 10 > fair * 11)).then_some(u(fair));
         seq += 1;
         self.held.insert(node.to_string(), g);
         self.exp.insert(node.to_string(), now + ttl);
@@ -328,6 +355,20 @@ impl Model {
             learn_remaining_ms: u(learn_until - now),
             now_ms: now,
             reap_in_ms,
+            capacity: setting,
+        })
+    }
+
+    /// `set_capacity`, the admin's change: the capacity becomes `capacity`
+    /// with a version one above the budget's; `None` if there is no budget.
+    pub fn set_fleet_capacity(&mut self, capacity: u64) -> Option<FleetCapacity> {
+        let m = self.meta.as_mut()?;
+        m.capacity = capacity as i64;
+        m.capacity_version += 1;
+        m.fair_at = None;
+        Some(FleetCapacity {
+            capacity,
+            version: u(m.capacity_version),
         })
     }
 
@@ -365,6 +406,7 @@ impl Model {
         nodes.sort_by(|a, b| (a.expires_ms, &a.node).cmp(&(b.expires_ms, &b.node)));
         Some(Status {
             capacity: u(m.capacity),
+            capacity_version: u(m.capacity_version),
             granted: u(m.granted),
             learn_remaining_ms: u(m.learn_until - now),
             losses: u(m.losses),
@@ -441,5 +483,9 @@ impl LeaseStore for MemoryStore {
 
     fn status(&mut self) -> Result<Option<Status>, StoreError> {
         Ok(self.model.lock().status(Self::now()))
+    }
+
+    fn set_fleet_capacity(&mut self, capacity: u64) -> Result<Option<FleetCapacity>, StoreError> {
+        Ok(self.model.lock().set_fleet_capacity(capacity))
     }
 }

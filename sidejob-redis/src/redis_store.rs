@@ -2,30 +2,35 @@
 //!
 //! Each call runs one script with `EVALSHA` (redis-rs `Script`, which
 //! reloads it after `NOSCRIPT`, so a `SCRIPT FLUSH` or a restart costs one
-//! extra round trip). The connection has read and write timeouts of the
-//! renew timeout; any error drops it, and the next call reconnects and
-//! fetches the server's `run_id` once, which the scripts compare with the
-//! one that last wrote the budget (a restart or failover enters learning
-//! mode).
+//! extra round trip). Each call, connecting included, ends within the
+//! renew timeout (the socket timeouts are what is left of it); any error
+//! drops the connection, and the next call reconnects and fetches the
+//! server's `run_id` once, which the scripts compare with the one that last
+//! wrote the budget (a restart or failover enters learning mode).
 
 use std::time::Duration;
 
-use redis::{Client, Connection, Script, Value};
+use redis::{Client, Connection, IntoConnectionInfo, Script, Value};
 
 use crate::store::{
-    Grant, InitArgs, InitReply, LeaseStore, NodeLease, RenewArgs, RenewReply, Status, StoreError,
+    FleetCapacity, Grant, InitArgs, InitReply, LeaseStore, NodeLease, RenewArgs, RenewReply,
+    Status, StoreError,
 };
+use crate::sync::Instant;
 
 const PRELUDE: &str = include_str!("../lua/prelude.lua");
 
 /// The scripts' source, prelude included, for reading or for loading as a
-/// Redis Function library by hand.
+/// Redis Function library by hand: `"init"`, `"renew"`, `"release"`,
+/// `"status"` or `"capacity"` (the admin's
+/// [`set_fleet_capacity`](LeaseStore::set_fleet_capacity)).
 pub fn script_source(name: &str) -> Option<String> {
     let body = match name {
         "init" => include_str!("../lua/init.lua"),
         "renew" => include_str!("../lua/renew.lua"),
         "release" => include_str!("../lua/release.lua"),
         "status" => include_str!("../lua/status.lua"),
+        "capacity" => include_str!("../lua/capacity.lua"),
         _ => return None,
     };
     Some(format!("{PRELUDE}\n{body}"))
@@ -75,12 +80,17 @@ pub(crate) struct BudgetScripts {
     renew: Script,
     release: Script,
     status: Script,
+    capacity: Script,
 }
 
 impl RedisConn {
     pub(crate) fn new(url: &str, timeout: Duration) -> Result<Self, StoreError> {
-        let client =
-            Client::open(url).map_err(|e| StoreError(format!("bad Redis URL {url:?}: {e}")))?;
+        let bad = |e| StoreError(format!("bad Redis URL {url:?}: {e}"));
+        let info = url.into_connection_info().map_err(bad)?;
+        // No `CLIENT SETINFO` on connecting: two more replies to wait for
+        // (see `connection`), for a label in `CLIENT LIST`.
+        let redis = info.redis_settings().clone().set_skip_set_lib_name();
+        let client = Client::open(info.set_redis_settings(redis)).map_err(bad)?;
         Ok(RedisConn {
             client,
             conn: None,
@@ -88,23 +98,14 @@ impl RedisConn {
         })
     }
 
-    /// The store of one budget over this connection, with `timeout` on
-    /// this call's connect, read and write.
+    /// The store of one budget over this connection; each of its calls,
+    /// connecting included, ends within `timeout`.
     pub(crate) fn bind<'a>(
         &'a mut self,
         budget: &'a BudgetScripts,
         timeout: Duration,
     ) -> Bound<'a> {
-        if timeout != self.timeout {
-            self.timeout = timeout;
-            if let Some((c, _)) = &self.conn {
-                if c.set_read_timeout(Some(timeout)).is_err()
-                    || c.set_write_timeout(Some(timeout)).is_err()
-                {
-                    self.conn = None;
-                }
-            }
-        }
+        self.timeout = timeout;
         Bound { conn: self, budget }
     }
 }
@@ -119,6 +120,7 @@ impl BudgetScripts {
             renew: script("renew"),
             release: script("release"),
             status: script("status"),
+            capacity: script("capacity"),
         }
     }
 }
@@ -161,14 +163,40 @@ impl RedisStore {
 }
 
 impl RedisConn {
+    /// The connection for one call (opened if need be, with the server's
+    /// `run_id`), its read and write timeouts set to what is left of the
+    /// call's timeout, so that the whole call, connecting included, ends
+    /// within it: the keeper drops a lease's capacity before a call only
+    /// if its admission window could end within one timeout.
     fn connection(&mut self) -> Result<&mut (Connection, String), StoreError> {
+        let deadline = Instant::now() + self.timeout;
+        // A socket timeout of zero means none: at least 1 ms.
+        let left = || {
+            deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1))
+        };
+        if let Some((conn, _)) = &self.conn {
+            if conn.set_read_timeout(Some(left())).is_err()
+                || conn.set_write_timeout(Some(left())).is_err()
+            {
+                self.conn = None;
+            }
+        }
         if self.conn.is_none() {
+            // redis-rs's connect waits up to its timeout for the TCP
+            // connect, then again for *each* reply of its set-up pipeline
+            // (AUTH or HELLO, SELECT: two at most without CLIENT SETINFO),
+            // even after one timed out. A quarter of the call's timeout
+            // bounds the connect by half of it, and leaves `INFO` and the
+            // script the rest. (With the whole timeout, a frozen Redis held
+            // a reconnecting call for three timeouts.)
             let mut conn = self
                 .client
-                .get_connection_with_timeout(self.timeout)
+                .get_connection_with_timeout(self.timeout / 4)
                 .map_err(err)?;
-            conn.set_read_timeout(Some(self.timeout)).map_err(err)?;
-            conn.set_write_timeout(Some(self.timeout)).map_err(err)?;
+            conn.set_read_timeout(Some(left())).map_err(err)?;
+            conn.set_write_timeout(Some(left())).map_err(err)?;
             let info: String = redis::cmd("INFO")
                 .arg("server")
                 .query(&mut conn)
@@ -178,22 +206,28 @@ impl RedisConn {
                 .find_map(|l| l.strip_prefix("run_id:"))
                 .map(|s| s.trim().to_string())
                 .ok_or_else(|| StoreError("INFO server has no run_id".into()))?;
+            conn.set_read_timeout(Some(left())).map_err(err)?;
+            conn.set_write_timeout(Some(left())).map_err(err)?;
             self.conn = Some((conn, run_id));
         }
         Ok(self.conn.as_mut().expect("just set"))
     }
 
+    /// Runs one script with `args`; a renewal's get the connection's
+    /// `run_id` and then `tail` appended.
     fn run(
         &mut self,
         budget: &BudgetScripts,
         which: Which,
         args: Vec<String>,
+        tail: Vec<String>,
     ) -> Result<Value, StoreError> {
         let keys = &budget.keys;
         let script = match which {
             Which::Renew => &budget.renew,
             Which::Release => &budget.release,
             Which::Status => &budget.status,
+            Which::Capacity => &budget.capacity,
         };
         let (conn, run_id) = self.connection()?;
         let mut inv = script.prepare_invoke();
@@ -205,6 +239,9 @@ impl RedisConn {
         }
         if matches!(which, Which::Renew) {
             inv.arg(run_id.as_str());
+        }
+        for a in &tail {
+            inv.arg(a);
         }
         let result = inv.invoke::<Value>(conn);
         if result.is_err() {
@@ -219,6 +256,7 @@ enum Which {
     Renew,
     Release,
     Status,
+    Capacity,
 }
 
 fn items(v: Value) -> Result<Vec<Value>, StoreError> {
@@ -247,7 +285,7 @@ fn int(v: &Value) -> Result<i64, StoreError> {
 }
 
 fn grant(a: &[Value]) -> Result<Grant, StoreError> {
-    if a.len() < 9 {
+    if a.len() < 11 {
         return Err(StoreError(format!("short renew reply {a:?}")));
     }
     let target = int(&a[5])?;
@@ -261,6 +299,10 @@ fn grant(a: &[Value]) -> Result<Grant, StoreError> {
         learn_remaining_ms: int(&a[6])?.max(0) as u64,
         now_ms: int(&a[7])?,
         reap_in_ms: (reap_in >= 0).then_some(reap_in as u64),
+        capacity: FleetCapacity {
+            capacity: int(&a[9])?.max(0) as u64,
+            version: int(&a[10])?.max(0) as u64,
+        },
     })
 }
 
@@ -279,6 +321,10 @@ impl LeaseStore for RedisStore {
 
     fn status(&mut self) -> Result<Option<Status>, StoreError> {
         self.bound().status()
+    }
+
+    fn set_fleet_capacity(&mut self, capacity: u64) -> Result<Option<FleetCapacity>, StoreError> {
+        self.bound().set_fleet_capacity(capacity)
     }
 }
 
@@ -304,7 +350,11 @@ impl LeaseStore for Bound<'_> {
             a.need.to_string(),
             a.want.to_string(),
         ];
-        let reply = items(self.conn.run(self.budget, Which::Renew, args)?)?;
+        let tail = vec![
+            a.capacity.capacity.to_string(),
+            a.capacity.version.to_string(),
+        ];
+        let reply = items(self.conn.run(self.budget, Which::Renew, args, tail)?)?;
         match reply.first().map(text).transpose()?.as_deref() {
             Some("OK") => Ok(RenewReply::Ok(grant(&reply)?)),
             Some("STALE") => Ok(RenewReply::Stale(grant(&reply)?)),
@@ -318,16 +368,20 @@ impl LeaseStore for Bound<'_> {
             self.budget,
             Which::Release,
             vec![node.to_string(), req.to_string()],
+            Vec::new(),
         )?;
         Ok(int(&v)?.max(0) as u64)
     }
 
     fn status(&mut self) -> Result<Option<Status>, StoreError> {
-        let a = items(self.conn.run(self.budget, Which::Status, Vec::new())?)?;
+        let a = items(
+            self.conn
+                .run(self.budget, Which::Status, Vec::new(), Vec::new())?,
+        )?;
         if a.first().map(text).transpose()?.as_deref() == Some("NOBUDGET") {
             return Ok(None);
         }
-        if a.len() < 9 {
+        if a.len() < 10 {
             return Err(StoreError(format!("short status reply {a:?}")));
         }
         let mut nodes = Vec::new();
@@ -346,6 +400,7 @@ impl LeaseStore for Bound<'_> {
         }
         Ok(Some(Status {
             capacity: int(&a[1])?.max(0) as u64,
+            capacity_version: int(&a[9])?.max(0) as u64,
             granted: int(&a[2])?.max(0) as u64,
             learn_remaining_ms: int(&a[3])?.max(0) as u64,
             losses: int(&a[4])?.max(0) as u64,
@@ -354,6 +409,25 @@ impl LeaseStore for Bound<'_> {
             now_ms: int(&a[7])?,
             nodes,
         }))
+    }
+
+    fn set_fleet_capacity(&mut self, capacity: u64) -> Result<Option<FleetCapacity>, StoreError> {
+        let a = items(self.conn.run(
+            self.budget,
+            Which::Capacity,
+            vec![capacity.to_string()],
+            Vec::new(),
+        )?)?;
+        match a.first().map(text).transpose()?.as_deref() {
+            Some("NOBUDGET") => Ok(None),
+            Some("OK") if a.len() >= 3 => Ok(Some(FleetCapacity {
+                capacity: int(&a[1])?.max(0) as u64,
+                version: int(&a[2])?.max(0) as u64,
+            })),
+            _ => Err(StoreError(format!(
+                "unexpected set_fleet_capacity reply {a:?}"
+            ))),
+        }
     }
 }
 
@@ -364,7 +438,7 @@ impl RedisConn {
         args: Vec<String>,
         a: &InitArgs,
     ) -> Result<InitReply, StoreError> {
-        // ARGV: capacity, ttl, grace, epoch, fresh, run_id, test, debug_now.
+        // ARGV: capacity, ttl, grace, epoch, fresh, run_id, test, debug_now, cap_ver.
         let keys = &budget.keys;
         let script = &budget.init;
         let (conn, run_id) = self.connection()?;
@@ -377,7 +451,8 @@ impl RedisConn {
         }
         inv.arg(run_id.as_str())
             .arg(if a.test { "1" } else { "0" })
-            .arg(a.debug_now.map(|n| n.to_string()).unwrap_or_default());
+            .arg(a.debug_now.map(|n| n.to_string()).unwrap_or_default())
+            .arg(a.capacity_version.to_string());
         let result = inv.invoke::<Value>(conn);
         if result.is_err() {
             self.conn = None;

@@ -7,12 +7,52 @@
 
 use std::fmt;
 
+/// A fleet capacity and the version of the setting that chose it.
+///
+/// The budget in Redis carries one; a setting replaces it only if its
+/// version is higher, so a node configured with an older setting never
+/// overrides a newer one, and a deliberate change (an admin's
+/// [`set_fleet_capacity`](LeaseStore::set_fleet_capacity), or a deploy with
+/// a higher [`capacity_version`](crate::BudgetBuilder::capacity_version))
+/// does.
+///
+/// # Examples
+///
+/// ```
+/// use sidejob_redis::FleetCapacity;
+///
+/// let configured = FleetCapacity { capacity: 30, version: 0 };
+/// let in_force = FleetCapacity { capacity: 15, version: 1 };
+/// assert!(in_force.replaces(&configured));
+/// assert!(!configured.replaces(&in_force));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FleetCapacity {
+    /// Units Redis leases to the whole fleet (the capacity less any
+    /// reserved floors).
+    pub capacity: u64,
+    /// The setting's version: a higher one replaces a lower one.
+    pub version: u64,
+}
+
+impl FleetCapacity {
+    /// Whether this setting replaces `other` in the store: only if its
+    /// version is higher (at equal versions the store keeps what it has).
+    pub fn replaces(&self, other: &FleetCapacity) -> bool {
+        self.version > other.version
+    }
+}
+
 /// Arguments of `init`: creates the budget if it is missing, else updates
-/// its capacity, TTL and grace.
+/// its TTL and grace, and its capacity only if `capacity_version` is higher
+/// than the budget's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InitArgs {
     /// The global capacity Redis manages (after any reserved floor).
     pub capacity: u64,
+    /// The version of that capacity setting: it replaces the budget's only
+    /// if higher (see [`FleetCapacity`]).
+    pub capacity_version: u64,
     /// Lease TTL `T` in milliseconds of the store's clock.
     pub ttl_ms: u64,
     /// Grace `G` in milliseconds: a lease is reaped only at expiry + `G`.
@@ -45,6 +85,11 @@ pub struct RenewArgs {
     pub need: u64,
     /// `need` plus headroom: what the node asks for.
     pub want: u64,
+    /// The highest fleet capacity setting the node knows (its configured
+    /// one or one it learned from the store): the store adopts it if its
+    /// version is higher than the budget's, so a budget re-created after a
+    /// state loss gets the fleet's setting back.
+    pub capacity: FleetCapacity,
 }
 
 /// What `init` did.
@@ -86,6 +131,8 @@ pub struct Grant {
     /// (its expiry + grace), if there is one: a node held below what it
     /// wants renews then, so a crashed node's share comes back at once.
     pub reap_in_ms: Option<u64>,
+    /// The fleet capacity in force after this call, and its version.
+    pub capacity: FleetCapacity,
 }
 
 /// What `renew` answered.
@@ -120,6 +167,8 @@ pub struct NodeLease {
 pub struct Status {
     /// Global capacity.
     pub capacity: u64,
+    /// The version of the capacity setting (see [`FleetCapacity`]).
+    pub capacity_version: u64,
     /// Sum of all grants.
     pub granted: u64,
     /// Milliseconds of learning mode left.
@@ -157,18 +206,33 @@ impl std::error::Error for StoreError {}
 /// # Examples
 ///
 /// ```
-/// use sidejob_redis::{InitArgs, LeaseStore, MemoryStore, RenewArgs, RenewReply};
+/// use sidejob_redis::{FleetCapacity, InitArgs, LeaseStore, MemoryStore, RenewArgs, RenewReply};
 ///
 /// let mut store = MemoryStore::new();
 /// let epoch = store.init(&InitArgs {
-///     capacity: 10, ttl_ms: 1000, grace_ms: 500, epoch: "e1".into(),
+///     capacity: 10, capacity_version: 0, ttl_ms: 1000, grace_ms: 500, epoch: "e1".into(),
 ///     fresh: true, test: false, debug_now: None,
 /// })?.epoch().to_string();
-/// let reply = store.renew(&RenewArgs {
+/// let mut args = RenewArgs {
 ///     node: "a".into(), req: 1, epoch_seen: epoch, ver_seen: 0, has: 0, need: 4, want: 6,
-/// })?;
-/// match reply {
+///     capacity: FleetCapacity { capacity: 10, version: 0 },
+/// };
+/// match store.renew(&args)? {
 ///     RenewReply::Ok(grant) => assert_eq!(grant.grant, 6),
+///     other => panic!("unexpected {other:?}"),
+/// }
+/// // An admin lowers the fleet's capacity: a new version of the setting.
+/// let lowered = store.set_fleet_capacity(4)?.expect("the budget exists");
+/// assert_eq!(lowered, FleetCapacity { capacity: 4, version: 1 });
+/// // The node still reports its old setting: it does not override the new one,
+/// // and it is asked to shrink to its share of the new capacity.
+/// args.req = 2;
+/// args.has = 6;
+/// match store.renew(&args)? {
+///     RenewReply::Ok(grant) => {
+///         assert_eq!(grant.capacity, lowered);
+///         assert_eq!(grant.target, Some(4));
+///     }
 ///     other => panic!("unexpected {other:?}"),
 /// }
 /// # Ok::<(), sidejob_redis::StoreError>(())
@@ -182,4 +246,25 @@ pub trait LeaseStore: Send {
     fn release(&mut self, node: &str, req: u64) -> Result<u64, StoreError>;
     /// Reads the whole budget; `None` if it does not exist.
     fn status(&mut self) -> Result<Option<Status>, StoreError>;
+
+    /// An admin's deliberate change of the fleet capacity: sets it to
+    /// `capacity` with a version one above the budget's, in one atomic
+    /// step, so no node configured with an older setting overrides it.
+    /// Returns the new setting, or `None` if the budget does not exist.
+    ///
+    /// A lowered capacity is in force at once for grants: no grant grows
+    /// while the fleet holds more, and every node above its share of the
+    /// new capacity is asked to shrink to it.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] if the call did not complete; the default
+    /// implementation, for stores that do not support it, always returns
+    /// one saying so.
+    fn set_fleet_capacity(&mut self, capacity: u64) -> Result<Option<FleetCapacity>, StoreError> {
+        let _ = capacity;
+        Err(StoreError(
+            "this lease store does not implement set_fleet_capacity".into(),
+        ))
+    }
 }

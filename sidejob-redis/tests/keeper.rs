@@ -331,3 +331,36 @@ fn a_draining_keeper_does_not_stall_the_others() {
     assert_eq!(l1.capacity(), 0);
     drop(k2);
 }
+
+/// `Budget::set_fleet_capacity` says what went wrong: no URL, a capacity
+/// below the reserved floors (checked before connecting), an unreachable
+/// Redis (nothing listens on port 1).
+#[test]
+fn set_fleet_capacity_errors_name_what_went_wrong() {
+    let mut b = Budget::builder();
+    b.name("admin")
+        .capacity(10)
+        .max_hold(ms(200))
+        .ttl(ms(1000))
+        .renew_every(ms(200))
+        .pause_margin(ms(50));
+    let err = b.build().unwrap().set_fleet_capacity(5).unwrap_err();
+    assert!(err.to_string().contains("no url"), "{err}");
+    b.url("redis://127.0.0.1:1/")
+        .fallback(Fallback::ReservedFloor {
+            per_node: 2,
+            max_nodes: 3,
+        });
+    let budget = b.build().unwrap();
+    let err = budget.set_fleet_capacity(5).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("below the reserved floors (6 units)"),
+        "{err}"
+    );
+    let err = budget.set_fleet_capacity(8).unwrap_err();
+    assert!(
+        err.to_string().starts_with("lease store call failed"),
+        "{err}"
+    );
+}

@@ -306,6 +306,7 @@ pub fn run(cfg: &SimConfig) -> SimResult {
             weight: weights[i] / wsum,
             init: InitArgs {
                 capacity: cfg.capacity,
+                capacity_version: 0,
                 ttl_ms: T_MS,
                 grace_ms: grace,
                 epoch: format!("e{}", cfg.seed),
@@ -514,7 +515,14 @@ pub fn run(cfg: &SimConfig) -> SimResult {
                 }
                 let call = match due {
                     Due::Nothing => None,
-                    Due::Init => Some((Call::Init(n.init.clone()), local, 0)),
+                    Due::Init => {
+                        // As the keeper does: the highest setting it knows.
+                        let mut init = n.init.clone();
+                        let setting = n.core.capacity_setting();
+                        init.capacity = setting.capacity;
+                        init.capacity_version = setting.version;
+                        Some((Call::Init(init), local, 0))
+                    }
                     Due::Renew => {
                         if let Some(c) = n.core.prepare(local, &r) {
                             n.capacity = c as u64;
