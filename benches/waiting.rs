@@ -578,7 +578,9 @@ fn leave_ours(n: usize, newest_first: bool) -> f64 {
             .unwrap(),
     );
     let held = limiter.try_acquire_owned().unwrap();
-    let ns = leave(n, newest_first, || Arc::clone(&limiter).acquire_owned_async());
+    let ns = leave(n, newest_first, || {
+        Arc::clone(&limiter).acquire_owned_async()
+    });
     assert_eq!(limiter.waiting(), 0);
     drop(held);
     ns
@@ -595,7 +597,9 @@ fn leave_tokio(n: usize, newest_first: bool) -> f64 {
 }
 
 fn leaving_table() {
-    println!("6. leaving the room: ns per waiter dropped, best of 3 (newest first / oldest first):");
+    println!(
+        "6. leaving the room: ns per waiter dropped, best of 3 (newest first / oldest first):"
+    );
     for n in [1_000, 100_000, sidejob::MAX_WAITERS] {
         let rounds = if n > 100_000 { 1 } else { 3 };
         let ns = best_of(

@@ -19,8 +19,12 @@ use crate::waiters::{Policy, QueueOrder};
 /// across shards (by default one per CPU), each a counter on its own cache
 /// line; a caller starts at its own shard and moves on only if that one is
 /// full, so callers on different cores do not contend. The split is exact:
-/// the shard limits add up to `capacity`, and a permit is refused only when
-/// every shard is at its limit.
+/// the shard limits add up to `capacity`, so no more than `capacity`
+/// permits are ever out. A refusal means every shard was *seen* at its
+/// limit during the call, not that all were full at one instant: a permit
+/// freed on a shard the caller had already passed does not save the call,
+/// so callers near the capacity are, rarely, refused while a unit is free
+/// ([`Error::Overload`] says exactly what a refusal promises).
 ///
 /// # Where the permit goes
 ///
@@ -111,8 +115,9 @@ impl Limiter {
     ///
     /// # Errors
     ///
-    /// * [`Error::Overload`] when every shard is at its limit; the refusal
-    ///   is counted in [`Stats::rejected`].
+    /// * [`Error::Overload`] when every shard was seen at its limit during
+    ///   the call (see [`Error::Overload`] for what that promises); the
+    ///   refusal is counted in [`Stats::rejected`].
     /// * [`Error::Shutdown`] once [`close`](Self::close) has been called.
     ///
     /// # Examples
@@ -141,7 +146,8 @@ impl Limiter {
     ///
     /// # Errors
     ///
-    /// * [`Error::Overload`] when every shard is at its limit.
+    /// * [`Error::Overload`] when every shard was seen at its limit during
+    ///   the call.
     /// * [`Error::Shutdown`] once [`close`](Self::close) has been called.
     ///
     /// # Examples

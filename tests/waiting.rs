@@ -416,8 +416,9 @@ fn lifo_serves_the_newest_waiter_first() {
 #[test]
 fn adaptive_lifo_times_out_waiters_past_the_target_once_the_queue_stands() {
     // Standing at once, and every waiter is older than 1 ns by the time a
-    // unit is freed: the freed unit expires them all and goes back to the
-    // table. `max_wait` is LONG, so each `Timeout` is the order's doing.
+    // unit is freed: the freed unit goes to the newest (timing it out too
+    // would hand the unit back the instant it came), and the other two
+    // time out. `max_wait` is LONG, so each `Timeout` is the order's doing.
     let order = QueueOrder::AdaptiveLifo {
         interval: Duration::ZERO,
         target: Duration::from_nanos(1),
@@ -433,12 +434,15 @@ fn adaptive_lifo_times_out_waiters_past_the_target_once_the_queue_stands() {
         })
         .collect();
     drop(held);
-    for waiter in waiters {
-        assert_eq!(waiter.join().unwrap(), Err(Error::Timeout));
-    }
+    let outcomes: Vec<_> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
+    assert_eq!(
+        outcomes,
+        [Err(Error::Timeout), Err(Error::Timeout), Ok(())],
+        "the newest is served, the older two time out"
+    );
     let stats = limiter.stats();
-    assert_eq!((stats.timed_out, stats.waited, stats.waiting), (3, 0, 0));
-    // Nobody held the freed unit: it is back in the table.
+    assert_eq!((stats.timed_out, stats.waited, stats.waiting), (2, 1, 0));
+    // The newest gave its unit back: it is in the table.
     every_unit_is_there(&limiter);
 }
 

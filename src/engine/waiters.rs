@@ -141,12 +141,15 @@ pub enum QueueOrder {
     /// until they time out.
     Lifo,
     /// FIFO until the queue has stood non-empty for `interval`; from then
-    /// on LIFO, and waiters that have waited longer than `target` are
-    /// timed out when a unit is handed over, so a standing queue cannot
-    /// hold requests that will only miss their callers' deadlines.
+    /// on LIFO, and when a unit is handed over, the *other* waiters that
+    /// have waited longer than `target` are timed out, so a standing queue
+    /// cannot hold requests that will only miss their callers' deadlines.
+    /// The waiter the unit goes to is served whatever its wait: a unit is
+    /// there for it, and its caller's own `max_wait` has not run out.
     AdaptiveLifo {
         /// How long the queue must stay non-empty before it counts as
-        /// standing.
+        /// standing. Zero: it stands from its first waiter (LIFO, with the
+        /// target's timeouts, from the start).
         interval: Duration,
         /// The longest a waiter may wait while the queue stands.
         target: Duration,
@@ -201,11 +204,9 @@ impl Policy {
         if self.max_waiters > MAX_WAITERS {
             return Err(ConfigError::too_large("max_waiters", MAX_WAITERS));
         }
-        if let QueueOrder::AdaptiveLifo { interval, target } = self.order {
-            // A zero target times every waiter out as a unit comes; a zero
-            // interval makes every queue "standing" from its first waiter,
-            // which is LIFO with that timeout: neither is adaptive LIFO.
-            if target.is_zero() || interval.is_zero() {
+        if let QueueOrder::AdaptiveLifo { target, .. } = self.order {
+            // A zero target would time out every waiter but the one served.
+            if target.is_zero() {
                 return Err(ConfigError::zero_duration("queue_order"));
             }
         }
@@ -780,29 +781,30 @@ impl Queue {
         woken: &mut Woken,
     ) -> bool {
         let mut expired = Vec::new();
-        let lifo = match room.policy.order {
-            QueueOrder::Fifo => false,
-            QueueOrder::Lifo => true,
+        let key = match room.policy.order {
+            QueueOrder::Fifo => self.pop_oldest(),
+            QueueOrder::Lifo => self.pop_newest(),
             QueueOrder::AdaptiveLifo { interval, target } => {
                 let now = now();
                 let standing = self
                     .standing_since
                     .is_some_and(|since| now.saturating_duration_since(since) >= interval);
                 if standing {
-                    // Time out everyone past the target, oldest first.
+                    // The newest is served, whatever its wait: the unit is
+                    // here for it (timing it out would hand the unit back
+                    // to the table the instant it came). Of the others,
+                    // those past the target time out, oldest first.
+                    let newest = self.pop_newest();
                     while self.oldest != NIL
                         && now.saturating_duration_since(self.node(self.oldest).since) >= target
                     {
                         expired.extend(self.pop_oldest());
                     }
+                    newest
+                } else {
+                    self.pop_oldest()
                 }
-                standing
             }
-        };
-        let key = if lifo {
-            self.pop_newest()
-        } else {
-            self.pop_oldest()
         };
         // The count before the tickets (see `end`).
         room.set_count(self.len);
@@ -975,6 +977,19 @@ mod tests {
         assert!(queue.cancel(&room, c_key).is_some());
         assert_eq!((queue.len(), room.waiting()), (0, 0));
         assert!(queue.standing_since.is_none());
+        // Every waiter past the target: the newest is still served (the
+        // unit is there for it), the others time out.
+        let (_, e) = push(&mut queue, &room, t0 + Duration::from_millis(300), None);
+        let (_, f) = push(&mut queue, &room, t0 + Duration::from_millis(301), None);
+        assert!(queue.grant(
+            &room,
+            2,
+            || t0 + Duration::from_millis(900),
+            || {},
+            &mut woken
+        ));
+        assert_eq!((e.state(), f.state()), (State::Expired, State::Granted(2)));
+        assert_eq!(queue.len(), 0);
     }
 
     #[test]
@@ -1066,16 +1081,6 @@ mod tests {
             ..Policy::default()
         };
         assert_eq!(zero_target.room().unwrap_err().field(), "queue_order");
-        // A zero interval: every queue would stand from its first waiter.
-        let zero_interval = Policy {
-            max_waiters: 1,
-            order: QueueOrder::AdaptiveLifo {
-                interval: Duration::ZERO,
-                target: Duration::from_millis(5),
-            },
-            ..Policy::default()
-        };
-        assert_eq!(zero_interval.room().unwrap_err().field(), "queue_order");
         assert!(Policy::default().room().unwrap().is_none());
     }
 
