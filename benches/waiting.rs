@@ -550,7 +550,13 @@ fn saturated_group(c: &mut Criterion) {
 /// Queues `n` futures made by `make`, each polled once (pending), and
 /// times dropping them all, newest first or oldest first: ns per future.
 fn leave<F: Future>(n: usize, newest_first: bool, mut make: impl FnMut() -> F) -> f64 {
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    /// A waker that does nothing (`Waker::noop` is newer than our MSRV).
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    let waker = std::task::Waker::from(Arc::new(Noop));
+    let mut cx = std::task::Context::from_waker(&waker);
     let mut queued: Vec<std::pin::Pin<Box<F>>> = (0..n)
         .map(|_| {
             let mut future = Box::pin(make());

@@ -57,6 +57,25 @@ impl Wake for Counting {
     }
 }
 
+/// The swap: `wait` was polled once (pending) with a waker that owns what
+/// it waits for, and only the room holds that waker now. Polls it with a
+/// new waker, so the room drops the old one, which gives back what it
+/// owned, which is handed to this very future: ready at once, or pending
+/// with the new waker woken, and ready on the next poll.
+fn swap_wakers<F: Future + ?Sized>(mut wait: Pin<&mut F>) -> F::Output {
+    let woken = Arc::new(Counting::default());
+    let second = Waker::from(Arc::clone(&woken));
+    let mut cx = Context::from_waker(&second);
+    if let Poll::Ready(got) = wait.as_mut().poll(&mut cx) {
+        return got;
+    }
+    assert_eq!(woken.0.load(SeqCst), 1, "the new waker was not woken");
+    match wait.poll(&mut cx) {
+        Poll::Ready(got) => got,
+        Poll::Pending => panic!("woken, yet still pending"),
+    }
+}
+
 /// A waker that owns a permit of the limiter its future waits on: when
 /// its last clone is dropped, the permit goes back into the same table.
 struct Owning(#[allow(dead_code)] Mutex<Option<OwnedPermit>>);
@@ -84,22 +103,7 @@ fn a_waker_whose_drop_releases_a_permit_can_be_swapped() {
             .is_pending());
         // The room's clone is now the only one: it owns the permit.
         drop(first);
-        let woken = Arc::new(Counting::default());
-        let second = Waker::from(Arc::clone(&woken));
-        let mut cx = Context::from_waker(&second);
-        let got = match wait.as_mut().poll(&mut cx) {
-            Poll::Ready(got) => got,
-            Poll::Pending => {
-                // The permit was handed to this future as the old waker
-                // went, and the new waker was told.
-                assert_eq!(woken.0.load(SeqCst), 1, "the new waker was not woken");
-                match wait.as_mut().poll(&mut cx) {
-                    Poll::Ready(got) => got,
-                    Poll::Pending => panic!("woken, yet still pending"),
-                }
-            }
-        };
-        got.map(|permit| permit.shard())
+        swap_wakers(wait.as_mut()).map(|permit| permit.shard())
     });
     assert_eq!(outcome, Ok(0));
     assert_eq!(limiter.usage(), 0, "the permit went back when dropped");
@@ -200,8 +204,8 @@ fn a_waker_that_panics_in_a_grow_leaves_the_table_consistent() {
         // Un-gated and unlocked: a fail-fast admission answers at once.
         assert_eq!(shared.try_acquire().map(drop), Err(Error::Overload));
         assert_eq!(counting.0.load(SeqCst), 1, "the second waiter was woken");
-        let noop = Waker::noop();
-        let mut cx = Context::from_waker(noop);
+        let idle = Waker::from(Arc::new(Counting::default()));
+        let mut cx = Context::from_waker(&idle);
         let a = match first.as_mut().poll(&mut cx) {
             Poll::Ready(got) => got.unwrap(),
             Poll::Pending => panic!("the first waiter lost its unit"),
@@ -293,20 +297,7 @@ fn a_keyed_waker_whose_drop_ends_the_keys_child_can_be_swapped() {
             .poll(&mut Context::from_waker(&first))
             .is_pending());
         drop(first);
-        let woken = Arc::new(Counting::default());
-        let second = Waker::from(Arc::clone(&woken));
-        let mut cx = Context::from_waker(&second);
-        let got = match wait.as_mut().poll(&mut cx) {
-            Poll::Ready(got) => got,
-            Poll::Pending => {
-                assert_eq!(woken.0.load(SeqCst), 1, "the new waker was not woken");
-                match wait.as_mut().poll(&mut cx) {
-                    Poll::Ready(got) => got,
-                    Poll::Pending => panic!("woken, yet still pending"),
-                }
-            }
-        };
-        got.map(drop)
+        swap_wakers(wait.as_mut()).map(drop)
     });
     assert_eq!(outcome, Ok(()));
     assert_eq!(sup.busy_keys(), 0);

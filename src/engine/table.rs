@@ -675,6 +675,8 @@ impl std::future::Future for WaitUnit<'_> {
                 this.queued = None;
                 return Poll::Ready(table.finished(room, state));
             }
+            // Still queued (so its node is its own): the same task, as a
+            // re-poll usually brings, needs nothing.
             if control.queue.will_wake(queued.key, cx.waker()) {
                 return Poll::Pending;
             }
