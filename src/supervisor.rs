@@ -1430,9 +1430,8 @@ impl Common {
         // After unlocking, so the woken waiters do not wake into a held
         // lock, and no waker runs code of its executor under it.
         self.idle_cv.notify_all();
-        for (_, waker) in wakers {
-            waker.wake();
-        }
+        // Every one woken even if one panics (`engine/foreign.rs`).
+        crate::engine::foreign::each_then_resume(wakers, |(_, waker)| waker.wake());
     }
 }
 

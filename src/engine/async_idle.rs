@@ -205,9 +205,8 @@ impl AsyncIdle {
             self.sleepers.fetch_sub(taken.len(), Ordering::Relaxed);
             taken
         };
-        for waker in wakers {
-            waker.wake();
-        }
+        // Every one woken even if one panics (`foreign.rs`).
+        crate::engine::foreign::each_then_resume(wakers, Waker::wake);
     }
 
     /// Puts `me`'s waker in its slot and counts it asleep. The waker is

@@ -100,6 +100,7 @@ use std::time::Instant;
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
+use crate::engine::foreign::each_then_resume;
 use crate::error::Error;
 use crate::sync::{
     now, Arc, AtomicU64, AtomicUsize, Condvar, Mutex,
@@ -536,17 +537,7 @@ impl KeySet {
                 }
             }
         }
-        let mut panic = None;
-        for wake in woken {
-            if let Err(payload) =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || wake.wake()))
-            {
-                panic.get_or_insert(payload);
-            }
-        }
-        if let Some(payload) = panic {
-            std::panic::resume_unwind(payload);
-        }
+        each_then_resume(woken, Wake::wake);
     }
 
     /// How many keys have live children (or waiters) now: a reading, shard
@@ -960,9 +951,7 @@ impl crate::engine::alarm::Alarm for KeyShard {
         // On the watcher's own thread: a waker that panics has no caller
         // to tell (the panic hook has reported it), and must neither keep
         // the others asleep nor stop the watcher.
-        for wake in woken {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || wake.wake()));
-        }
+        crate::engine::foreign::each_quietly(woken, Wake::wake);
         next
     }
 }

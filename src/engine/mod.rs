@@ -7,6 +7,8 @@
 //! * `split`: how a capacity is split over the shards.
 //! * `waiters`: the bounded waiting room.
 //! * `alarm`: the one deadline watcher that times out async waiters.
+//! * `foreign`: running code the crate does not own over a batch (wakers),
+//!   each item's turn coming whatever the ones before it do.
 //! * `probe`: where a caller starts (its thread's index or its CPU).
 //! * `keys`: the set of busy keys, for keyed admission on the supervisor.
 //! * `jump`: the jump consistent hash, a key to one of `n` buckets.
@@ -17,6 +19,7 @@
 pub(crate) mod alarm;
 #[cfg(any(feature = "tokio", loom))]
 pub(crate) mod async_idle;
+pub(crate) mod foreign;
 pub(crate) mod jump;
 pub(crate) mod keys;
 pub(crate) mod probe;

@@ -777,7 +777,7 @@ impl crate::engine::alarm::Alarm for RoomAlarm {
         // On the watcher's own thread, a waker's panic has no caller to go
         // to: the panic hook has reported it, every other waiter was woken
         // (`Woken::wake_all`), and the watcher must go on ringing.
-        let _ = catch_unwind(AssertUnwindSafe(|| woken.wake_all(&self.room)));
+        crate::engine::foreign::quietly(|| woken.wake_all(&self.room));
         next
     }
 }

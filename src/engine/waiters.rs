@@ -94,6 +94,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
+use crate::engine::foreign::each_then_resume;
 use crate::error::ConfigError;
 use crate::sync::{
     park, Arc, AtomicU64, AtomicUsize, CoarseClock,
@@ -459,17 +460,14 @@ impl Woken {
     /// caller, whose table is consistent by then (nothing of it is left
     /// half-done: the lock is free, the shards un-gated).
     pub(crate) fn wake_all(mut self, room: &Room) {
-        let mut panic = None;
-        for ended in self.first.iter_mut().chain(self.more.iter_mut()) {
-            if let Some(wake) = ended.wake.take() {
-                // The closure owns `wake`: a panic in its `wake` (or its
-                // drop) is caught here and the next one is woken all the
-                // same.
-                if let Err(payload) = catch_unwind(AssertUnwindSafe(move || wake.wake())) {
-                    panic.get_or_insert(payload);
-                }
-            }
-        }
+        let wakes = self
+            .first
+            .iter_mut()
+            .chain(self.more.iter_mut())
+            .filter_map(|ended| ended.wake.take());
+        // The figures are added before a panic goes on, so a panic in the
+        // waking never leaves them short.
+        let panicked = catch_unwind(AssertUnwindSafe(|| each_then_resume(wakes, Wake::wake)));
         let mut now = None;
         for ended in self.first.iter().chain(&self.more) {
             if let Some(since) = ended.granted_since {
@@ -477,7 +475,7 @@ impl Woken {
                 room.add_waited_time(since, now);
             }
         }
-        if let Some(payload) = panic {
+        if let Err(payload) = panicked {
             resume_unwind(payload);
         }
     }
