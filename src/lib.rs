@@ -227,9 +227,8 @@ struct ReadmeDoctests;
 
 // The layout shows the architecture: the engine every front-end drives,
 // one folder per front-end that has more than one file, the integrations
-// behind their features. The `use` lines keep the engine's modules at
-// `crate::table`, `crate::probe`... so a path names the idea, not the
-// folder.
+// behind their features. Each module has one path (`crate::engine::table`),
+// no alias at the root.
 mod engine;
 mod error;
 mod integrations;
@@ -245,10 +244,6 @@ mod sync;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-use engine::{keys, probe, split, table, waiters};
-use integrations::{health, reporter};
-use pool::worker;
-
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use integrations::metrics;
@@ -256,19 +251,23 @@ pub use integrations::metrics;
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub use integrations::tower;
 
+pub use engine::probe::Probe;
+pub use engine::waiters::{QueueOrder, DEFAULT_MAX_WAIT, MAX_WAITERS};
 pub use error::{ConfigError, Error, Refused, TryCallError};
-pub use health::{Alarm, AlarmBuilder, AlarmEvent, AlarmState, Watched};
+pub use integrations::health::{Alarm, AlarmBuilder, AlarmEvent, AlarmState, Watched};
+pub use integrations::reporter::{
+    Observe, Reporter, ReporterBuilder, ReporterHandle, DEFAULT_INTERVAL,
+};
 pub use limiter::{Limiter, LimiterBuilder, OwnedPermit, Permit};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use pool::asynchronous::{
     worker::AsyncWorker, AsyncPool, WeakAsyncPool, MAX_DEFAULT_ASYNC_WORKERS,
 };
+pub use pool::worker::Worker;
 pub use pool::{
     KeyedMode, Pool, PoolBuilder, WeakPool, DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT, MAX_WORKERS,
 };
-pub use probe::Probe;
-pub use reporter::{Observe, Reporter, ReporterBuilder, ReporterHandle, DEFAULT_INTERVAL};
 pub use shepherd::{
     Completion, Failure, Handler, Jitter, LastAttempt, ManualClock, Reason, Recovery, RetryBudget,
     RetryPolicy, Shepherd, ShepherdBuilder, ShepherdStats, UnitRelease,
@@ -279,5 +278,3 @@ pub use supervisor::Task;
 pub use supervisor::{
     Child, ChildGuard, ChildId, ChildInfo, ChildKind, Supervisor, SupervisorBuilder,
 };
-pub use waiters::{QueueOrder, DEFAULT_MAX_WAIT, MAX_WAITERS};
-pub use worker::Worker;

@@ -3,12 +3,12 @@
 
 use std::fmt;
 
+use crate::engine::probe::Probe;
+use crate::engine::table::Table;
+use crate::engine::waiters::{Policy, QueueOrder};
 use crate::error::{ConfigError, Error};
-use crate::probe::Probe;
 use crate::stats::Stats;
 use crate::sync::{os_thread, Arc};
-use crate::table::Table;
-use crate::waiters::{Policy, QueueOrder};
 
 /// A fail-fast, sharded concurrency limit: at most `capacity` permits are
 /// out at once, and the next [`try_acquire`](Limiter::try_acquire) is

@@ -6,26 +6,27 @@
 //! decide that its shard is drained. The mailbox around them is modelled by
 //! the test with a loom `Mutex<VecDeque>`.
 
+use crate::engine::probe::Probe;
 use crate::error::Error;
-use crate::probe::Probe;
 
 /// The admission table, as the front-ends use it.
 #[derive(Debug)]
-pub struct Table(crate::table::Table);
+pub struct Table(crate::engine::table::Table);
 
 impl Table {
     /// `capacity` units over `shards` shards.
     pub fn new(capacity: usize, shards: usize) -> Table {
         Table(
-            crate::table::Table::new(capacity, shards, Probe::Thread).expect("valid model config"),
+            crate::engine::table::Table::new(capacity, shards, Probe::Thread)
+                .expect("valid model config"),
         )
     }
 
     /// `capacity` units over `shards` shards, refusing through the count of
     /// marked shards that tables of more than 64 shards use.
     pub fn with_count(capacity: usize, shards: usize) -> Table {
-        let mut table =
-            crate::table::Table::new(capacity, shards, Probe::Thread).expect("valid model config");
+        let mut table = crate::engine::table::Table::new(capacity, shards, Probe::Thread)
+            .expect("valid model config");
         table.force_counted();
         Table(table)
     }
@@ -33,12 +34,12 @@ impl Table {
     /// `capacity` units over `shards` shards, with a waiting room for
     /// `max_waiters` callers (FIFO, no deadline: loom has no clock).
     pub fn with_waiters(capacity: usize, shards: usize, max_waiters: usize) -> Table {
-        let policy = crate::waiters::Policy {
+        let policy = crate::engine::waiters::Policy {
             max_waiters,
             max_wait: std::time::Duration::MAX,
-            order: crate::waiters::QueueOrder::Fifo,
+            order: crate::engine::waiters::QueueOrder::Fifo,
         };
-        let table = crate::table::Table::new(capacity, shards, Probe::Thread)
+        let table = crate::engine::table::Table::new(capacity, shards, Probe::Thread)
             .and_then(|table| table.with_policy(&policy))
             .expect("valid model config");
         Table(table)
@@ -135,7 +136,7 @@ impl Table {
 
     /// The worker's exit rule for shard `shard` (see `worker::drained`).
     pub fn drained(&self, shard: usize) -> bool {
-        crate::worker::drained(self.0.shard(shard))
+        crate::pool::worker::drained(self.0.shard(shard))
     }
 
     /// Units held now.
@@ -235,8 +236,8 @@ impl Idle {
     /// live on the shards of a table of their own here (in a pool, on the
     /// pool's table, which only matters to the caches).
     pub fn new(workers: usize) -> Idle {
-        let table =
-            crate::table::Table::new(workers, workers, Probe::Thread).expect("valid model config");
+        let table = crate::engine::table::Table::new(workers, workers, Probe::Thread)
+            .expect("valid model config");
         Idle(crate::pool::steal::Idle::new(crate::sync::Arc::new(table)))
     }
 

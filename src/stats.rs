@@ -201,7 +201,7 @@ impl Stats {
 /// Counts rejections without a locked instruction or a shared line.
 ///
 /// Slot `i` is written only by the live thread whose
-/// [`thread_index`](crate::probe::thread_index) is `i`, so a plain load and
+/// [`thread_index`](crate::engine::probe::thread_index) is `i`, so a plain load and
 /// store is an exact increment. Threads with larger indices share
 /// `overflow` and pay an RMW.
 #[derive(Debug)]

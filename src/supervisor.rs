@@ -117,16 +117,16 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
+use crate::engine::keys::{KeySet, KeySlot};
+use crate::engine::probe::Probe;
+use crate::engine::table::Table;
+use crate::engine::waiters::{Policy, QueueOrder};
 use crate::error::{ConfigError, Error};
-use crate::keys::{KeySet, KeySlot};
-use crate::probe::Probe;
 use crate::stats::Stats;
 use crate::sync::{
     now, os_thread, yield_now, Arc, AtomicU64, AtomicUsize, CoarseClock, Condvar, Mutex,
     Ordering::{Acquire, Relaxed, Release},
 };
-use crate::table::Table;
-use crate::waiters::{Policy, QueueOrder};
 
 /// A fail-fast bound on live children, with a registry of which are alive:
 /// Erlang's `sidejob_supervisor`, for threads and tasks.

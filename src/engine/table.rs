@@ -137,11 +137,11 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
 use crossbeam_utils::CachePadded;
 
+use crate::engine::probe::{thread_index, Probe};
+use crate::engine::split;
+use crate::engine::waiters::{Policy, Queue, Room, State, Ticket, Wake, Woken};
 use crate::error::{ConfigError, Error};
-use crate::probe::{thread_index, Probe};
-use crate::split;
 use crate::stats::{RejectCounter, ShardStats, Stats};
-use crate::waiters::{Policy, Queue, Room, State, Ticket, Wake, Woken};
 use std::time::Instant;
 
 use crate::sync::{

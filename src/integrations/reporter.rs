@@ -13,14 +13,14 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::error::{ConfigError, Error};
-use crate::health::{Alarm, Watched};
+use crate::integrations::health::{Alarm, Watched};
 use crate::limiter::Limiter;
+use crate::pool::worker::Worker;
 use crate::pool::Pool;
 use crate::shepherd::{Handler, Shepherd};
 use crate::stats::Stats;
 use crate::supervisor::Supervisor;
 use crate::sync::{now, os_thread, Arc, Condvar, Mutex, Weak};
-use crate::worker::Worker;
 
 /// How often a reporter ticks unless told otherwise: every second.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);

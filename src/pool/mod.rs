@@ -17,15 +17,15 @@ use std::hash::{BuildHasher, Hash};
 use std::time::{Duration, Instant};
 
 use crate::engine::jump::jump_hash;
+use crate::engine::probe::Probe;
+use crate::engine::table::Table;
+use crate::engine::waiters::{Policy, QueueOrder};
 use crate::error::{ConfigError, Error, Refused, TryCallError};
-use crate::probe::Probe;
-use crate::stats::Stats;
-use crate::sync::{now, os_thread, spin_poll, Arc, Mutex, Weak};
-use crate::table::Table;
-use crate::waiters::{Policy, QueueOrder};
-use crate::worker::{
+use crate::pool::worker::{
     calling_key, calling_worker, Envelope, Factory, Job, Stealing, Worker, WorkerLoop,
 };
+use crate::stats::Stats;
+use crate::sync::{now, os_thread, spin_poll, Arc, Mutex, Weak};
 use key_queue::KeyQueues;
 use mailbox::Outbox;
 use ordered::Ordered;

@@ -104,8 +104,8 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
+use crate::engine::table::Table;
 use crate::sync::{fence, spin_poll, Arc, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
-use crate::table::Table;
 
 /// A worker's own mailbox is polled this many times for each look at the
 /// other mailboxes while it spins.

@@ -15,12 +15,12 @@ use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
+use crate::engine::table::Table;
 use crate::error::Error;
 use crate::pool::mailbox::{Inbox, Look};
 use crate::pool::ordered::Ordered;
 use crate::pool::steal::{self, Idle};
 use crate::sync::{const_thread_local, spin_poll, Arc};
-use crate::table::Table;
 
 /// The state and handlers of one pool worker, like an Erlang `gen_server`.
 ///
@@ -693,6 +693,6 @@ pub(crate) fn drop_payload(payload: Box<dyn Any + Send>) {
 /// The closed bit and the counts live in the shard's own `taken` word: a
 /// take that beat the close is already in the count this reads, and one that
 /// did not was refused. `loom-tests/tests/loom_pool_shutdown.rs` checks it.
-pub(crate) fn drained(shard: &crate::table::Shard) -> bool {
+pub(crate) fn drained(shard: &crate::engine::table::Shard) -> bool {
     shard.is_closed() && shard.usage() == 0
 }

@@ -45,15 +45,15 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
+use crate::engine::probe::Probe;
+use crate::engine::table::Table;
+use crate::engine::waiters::{Policy, QueueOrder};
 use crate::error::{ConfigError, Error, Refused};
-use crate::health::{Alarm, AlarmEvent};
+use crate::integrations::health::{Alarm, AlarmEvent};
 use crate::pool::{DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT, MAX_WORKERS};
-use crate::probe::Probe;
 use crate::sync::{
     now, os_thread, Arc, AtomicUsize, Condvar, Mutex, Ordering::Relaxed, Ordering::SeqCst,
 };
-use crate::table::Table;
-use crate::waiters::{Policy, QueueOrder};
 
 use self::clock::{Clock, Stamps};
 use self::line::Line;

@@ -90,9 +90,9 @@ use super::queue::{InMemory, Store};
 use super::stats::Counters;
 use crossbeam_utils::CachePadded;
 
+use crate::engine::table::Table;
+use crate::pool::worker::drop_quietly;
 use crate::sync::{Arc, AtomicUsize, Condvar, Mutex, Ordering::SeqCst};
-use crate::table::Table;
-use crate::worker::drop_quietly;
 
 /// Builds a worker's handler; shared by every worker thread.
 pub(crate) type Factory<H> = dyn Fn(usize) -> H + Send + Sync;

@@ -44,8 +44,8 @@ use super::handle::LastAttempt;
 use super::handler::{Handler, Recovery};
 use super::queue::Store;
 use super::state::{Decision, Record, Shared};
+use crate::pool::worker::{drop_payload, drop_quietly};
 use crate::sync::Arc;
-use crate::worker::{drop_payload, drop_quietly};
 
 /// How long the timer waits when it has no deadline: it re-checks after a
 /// spurious wake-up anyway.

@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use proptest::prelude::*;
 
+use crate::pool::worker::Job as PoolJob;
 use crate::pool::{Admission, ReplyReceiver};
-use crate::worker::Job as PoolJob;
 use crate::{Error, KeyedMode, Pool, Worker};
 
 const KEYS: usize = 3;

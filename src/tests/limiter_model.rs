@@ -25,10 +25,10 @@
 
 use proptest::prelude::*;
 
+use crate::engine::probe::Probe;
+use crate::engine::split;
+use crate::engine::table::Table;
 use crate::error::Error;
-use crate::probe::Probe;
-use crate::split;
-use crate::table::Table;
 
 #[derive(Debug, Clone)]
 enum Action {

@@ -14,12 +14,12 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 
 use crate::error::Error;
+use crate::integrations::reporter::Reporter;
+use crate::pool::worker::Worker;
 use crate::pool::{KeyedMode, Pool};
-use crate::reporter::Reporter;
 use crate::shepherd::{Handler, Shepherd};
 use crate::supervisor::Supervisor;
 use crate::sync::os_thread::refuse_spawns_after;
-use crate::worker::Worker;
 
 /// Counts states built and dropped.
 #[derive(Default)]

@@ -6,9 +6,9 @@
 
 use std::future::Future;
 
+use crate::engine::table::Table;
+use crate::pool::worker::pool_id;
 use crate::sync::Arc;
-use crate::table::Table;
-use crate::worker::pool_id;
 
 tokio::task_local! {
     /// `(pool_id, index)` of the worker whose loop is being polled.

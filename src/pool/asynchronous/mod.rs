@@ -25,10 +25,10 @@ use self::current::{as_worker, calling_worker};
 use self::mailbox::{mailboxes, Envelope, Mailboxes};
 use self::worker::{AsyncEnvelope, AsyncFactory, AsyncWorker, TaskLoop};
 use super::{deadline_after, PoolBuilder, DEFAULT_STEAL};
+use crate::engine::table::Table;
 use crate::error::{ConfigError, Error, Refused, TryCallError};
 use crate::stats::Stats;
 use crate::sync::{now, Arc, Weak};
-use crate::table::Table;
 
 /// How many workers an async pool runs unless told: one per unit of
 /// capacity, up to this many.

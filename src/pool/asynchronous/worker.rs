@@ -8,10 +8,10 @@ use std::future::Future;
 
 use super::mailbox::{Envelope, Inbox};
 use super::unwind::guarded;
+use crate::engine::table::Table;
 use crate::error::Error;
+use crate::pool::worker::{drained, drop_payload, drop_quietly};
 use crate::sync::Arc;
-use crate::table::Table;
-use crate::worker::{drained, drop_payload, drop_quietly};
 
 /// The state and async handlers of one worker of an
 /// [`AsyncPool`](crate::AsyncPool), like an Erlang `gen_server` whose
