@@ -1,0 +1,475 @@
+//! The hot path: admission from the caller's own shard, the walk over
+//! the shards not marked full, the refusal, and the release; down to the
+//! shard's CAS on `taken` and its RMW on `given`. Everything else in the
+//! table is a cold path this one falls into (a gated shard: `resize.rs`; a
+//! waiting room: `room.rs`).
+//!
+//! **What `Overload` promises.** A caller starts at the shard its
+//! [`Probe`](crate::Probe) names, tries it if its bit is clear (or if its own counters show room:
+//! a caller is never refused by its own shard's stale bit), and otherwise
+//! walks the clear bits from there, wrapping once. `Overload` means every
+//! shard was *seen* full during the call: tried and found full (confirmed
+//! by an RMW on its `given` word, see [`Shard::try_take`]), or marked. The
+//! shards are not all read at one instant, so a unit freed on a shard
+//! after the caller passed it does not save the call: N threads that each
+//! hold at most one unit of capacity N can still, rarely, be refused.
+//! Erlang's sidejob answers the same way. A refusal while a shard has room
+//! needs one of:
+//!
+//! * that shard's unit came back after the walk passed it (above), or
+//! * a marker set its bit in the few instructions before a release of it
+//!   (between steps 2 and 3 of the full set's protocol, `full.rs`), and the releaser is still between its RMW on
+//!   `given` and step 3. That ends when the releaser runs again. Without a
+//!   racing marker, a descheduled releaser never keeps a free shard looking
+//!   full: step 2 cleared the bit before the unit came back.
+//!
+//! `loom-tests/tests/loom_limiter.rs` checks: no false `Full` from the
+//! counters, no bit that stays set, and no refusal by a bit (or count)
+//! whose shard's release the caller has already seen.
+
+use super::{Shard, Table, Take, BITS, CLOSED, FLAGS, UNIT};
+use crate::engine::probe::thread_index;
+use crate::error::Error;
+use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
+
+impl Table {
+    /// `position mod shard_count`, without a division (Lemire, "Faster
+    /// remainder by direct computation", 2019): exact for 32-bit positions
+    /// and shard counts below 2^32.
+    #[inline]
+    pub(crate) fn reduce(&self, position: usize) -> usize {
+        if self.mask != 0 || self.shards.len() == 1 {
+            return position & self.mask;
+        }
+        let low = self.magic.wrapping_mul(position as u32 as u64);
+        ((u128::from(low) * self.shards.len() as u128) >> 64) as usize
+    }
+
+    /// The shard the calling thread would try first.
+    #[inline]
+    pub(crate) fn home_shard(&self) -> usize {
+        self.reduce(self.probe.start())
+    }
+
+    /// Admits one unit, starting where the caller's probe says.
+    ///
+    /// Returns the shard it was taken from; `Overload` (counted) when every
+    /// shard is at its limit, `Shutdown` once closed.
+    #[inline]
+    pub(crate) fn acquire(&self) -> Result<usize, Error> {
+        self.acquire_at(self.home_shard())
+    }
+
+    /// Admits one unit, trying shard `start` first; an `Overload` is
+    /// counted.
+    #[inline]
+    pub(crate) fn acquire_at(&self, start: usize) -> Result<usize, Error> {
+        self.try_at::<true>(start)
+    }
+
+    /// [`acquire_at`](Self::acquire_at), counting an `Overload` only if
+    /// `COUNT` (not for a caller that may wait instead).
+    // inline(always), like the release steps below: this is the hot path,
+    // and left to itself the compiler kept it out of line once the cold
+    // paths (gated, waiting) grew around it, a call that cost 5 to 10 % of
+    // an acquire + release (benches/admission.rs against the earlier code).
+    #[inline(always)]
+    pub(super) fn try_at<const COUNT: bool>(&self, start: usize) -> Result<usize, Error> {
+        debug_assert!(start < self.shards.len());
+        let word = self.full.word(start / BITS);
+        let marked = word & (1 << (start % BITS)) != 0;
+        // A set bit on the caller's own shard is checked against the shard
+        // itself (two loads of a line this caller's core usually holds): a
+        // bit can be set for a moment after a release (see the module
+        // docs), and a caller must not be refused by its own shard's stale
+        // bit. Other shards' bits are trusted: checking them all would make
+        // a rejection cost grow with the shard count.
+        if !marked || !self.shards[start].looks_full() {
+            match self.take_at(start) {
+                Take::Taken { .. } => return Ok(start),
+                // Marked full or undone by `take_at`: walk on.
+                Take::Full | Take::Over => {}
+                Take::Closed => return Err(Error::Shutdown),
+                Take::Gated => {
+                    let result = self.acquire_gated(start, false);
+                    if COUNT && result == Err(Error::Overload) {
+                        self.count_refusal();
+                    }
+                    return result;
+                }
+            }
+        } else if self.all_marked(word) {
+            // The own shard is full and every other shard is marked full:
+            // under overload, this is the whole answer, whatever the shard
+            // count.
+            return self.refuse::<COUNT>();
+        }
+        let result = self.acquire_slow(start, false);
+        if COUNT && result == Err(Error::Overload) {
+            self.count_refusal();
+        }
+        result
+    }
+
+    /// The walk: every shard after `start` whose bit is clear, wrapping once.
+    /// `except_start`: the caller must not be served by `start` (see
+    /// [`acquire_except`](Self::acquire_except)); only the gated path needs
+    /// to know, since the walk never comes back to `start`.
+    #[cold]
+    pub(super) fn acquire_slow(&self, start: usize, except_start: bool) -> Result<usize, Error> {
+        let words = self.full.len();
+        let (first_word, first_bit) = (start / BITS, start % BITS);
+        for step in 0..=words {
+            let w = (first_word + step) % words;
+            // Bits after `start` in its own word on the first visit, bits
+            // before it on the wrap-around visit, all bits in between.
+            let mut wanted = usize::MAX;
+            if step == 0 {
+                wanted = usize::MAX.checked_shl(first_bit as u32 + 1).unwrap_or(0);
+            }
+            if step == words {
+                wanted = (1 << first_bit) - 1;
+            }
+            let mut candidates = !self.full.word(w) & wanted & self.valid_bits(w);
+            while candidates != 0 {
+                let bit = candidates.trailing_zeros() as usize;
+                candidates &= candidates - 1;
+                let i = w * BITS + bit;
+                match self.take_at(i) {
+                    Take::Taken { .. } => return Ok(i),
+                    Take::Full | Take::Over => {}
+                    Take::Closed => return Err(Error::Shutdown),
+                    Take::Gated => return self.acquire_gated(start, except_start),
+                }
+            }
+        }
+        self.refused()
+    }
+
+    /// One take on shard `i` with the full-set steps that follow every
+    /// take (the protocol in the module docs): the shard's bit is set when
+    /// this take filled it or found it full, and a take that landed over a
+    /// limit lowered meanwhile is undone. The one place those steps are
+    /// written, for the fast path, the walk and the pinned take alike.
+    #[inline(always)]
+    pub(super) fn take_at(&self, i: usize) -> Take {
+        let take = self.shards[i].try_take();
+        match take {
+            Take::Taken { now_full: true } | Take::Full => self.mark_full(i),
+            Take::Over => self.undo(i),
+            Take::Taken { now_full: false } | Take::Closed | Take::Gated => {}
+        }
+        take
+    }
+
+    /// Every shard was full: `Overload` (counted by the caller's entry
+    /// point), unless shutdown has begun. Inlined: under overload this is
+    /// the hot path.
+    #[inline]
+    pub(super) fn refused(&self) -> Result<usize, Error> {
+        // Relaxed: only picks the more useful error; a caller racing with
+        // shutdown may get either, and neither admits anything.
+        if self.closed.load(Relaxed) {
+            return Err(Error::Shutdown);
+        }
+        Err(Error::Overload)
+    }
+
+    /// [`refused`](Self::refused), counting an `Overload` if `COUNT`: the
+    /// fast refusal, one load of `closed` and the per-thread count.
+    #[inline]
+    fn refuse<const COUNT: bool>(&self) -> Result<usize, Error> {
+        // Relaxed: as in `refused`.
+        if self.closed.load(Relaxed) {
+            return Err(Error::Shutdown);
+        }
+        if COUNT {
+            self.count_refusal();
+        }
+        Err(Error::Overload)
+    }
+
+    /// Counts one `Overload` answered to the calling thread (also for a
+    /// caller that answered it after an uncounted [`probe`](Self::probe)).
+    #[inline]
+    pub(crate) fn count_refusal(&self) {
+        self.rejected.record(thread_index());
+    }
+
+    /// Admits one unit on any shard but `skip`, walking from the one after
+    /// it: for a caller that must not be served by shard `skip` (a pool
+    /// worker calling its own pool). `Overload` (counted) when every other
+    /// shard is full, and with a single shard.
+    pub(crate) fn acquire_except(&self, skip: usize) -> Result<usize, Error> {
+        debug_assert!(skip < self.shards.len());
+        // The walk from `skip` visits every shard but `skip` itself.
+        let result = self.acquire_slow(skip, true);
+        if let Err(Error::Overload) = result {
+            self.count_refusal();
+        }
+        result
+    }
+
+    /// Admits one unit on shard `i` and on no other (a pinned keyed pool
+    /// request, whose worker is fixed by its key). `Overload` (counted)
+    /// when that shard is at its limit, whatever room the others have;
+    /// never waits.
+    pub(crate) fn acquire_only(&self, i: usize) -> Result<usize, Error> {
+        debug_assert!(i < self.shards.len());
+        let result = match self.take_only(i) {
+            Take::Taken { .. } => Ok(i),
+            Take::Closed => Err(Error::Shutdown),
+            Take::Full | Take::Over | Take::Gated => Err(Error::Overload),
+        };
+        if result == Err(Error::Overload) {
+            self.count_refusal();
+        }
+        result
+    }
+
+    /// Takes one unit on the caller's home shard whatever the limit
+    /// (`*_unbounded` calls). `Shutdown` once closed.
+    pub(crate) fn acquire_unbounded(&self) -> Result<usize, Error> {
+        self.acquire_unbounded_on(self.home_shard())
+    }
+
+    /// Takes one unit on shard `i` whatever the limit (an `*_unbounded`
+    /// call that must not land on the caller's own shard). `Shutdown` once
+    /// closed.
+    pub(crate) fn acquire_unbounded_on(&self, i: usize) -> Result<usize, Error> {
+        debug_assert!(i < self.shards.len());
+        if self.shards[i].take_unbounded() {
+            Ok(i)
+        } else {
+            Err(Error::Shutdown)
+        }
+    }
+
+    /// Records that the unit held on shard `i` will never be given back
+    /// (its holder called `forget`): it stays counted in the usage, so the
+    /// capacity shrinks by one for good, and the stats say why.
+    pub(crate) fn forget(&self, i: usize) {
+        // Relaxed: a count, read only by `stats`.
+        self.shards[i].forgotten.fetch_add(1, Relaxed);
+    }
+
+    /// Gives back one unit taken from shard `i` (steps 2 and 3 of the
+    /// protocol in the module docs).
+    #[inline(always)]
+    pub(crate) fn release(&self, i: usize, panicked: bool) {
+        match self.room.as_deref() {
+            None => self.give_back(i, panicked),
+            Some(room) => self.release_to_room(room, i, panicked),
+        }
+    }
+
+    /// Gives back `units` units of shard `i` at once, `panicked` of them
+    /// by a panic: one RMW where no waiter can take them, else one
+    /// release each (a waiter may be handed each).
+    pub(crate) fn release_many(&self, i: usize, units: usize, panicked: usize) {
+        if units == 0 {
+            return;
+        }
+        if self.room.is_some() {
+            for k in 0..units {
+                self.release(i, k < panicked);
+            }
+            return;
+        }
+        self.give_back_many(i, units, panicked);
+    }
+
+    /// The unit of shard `i` back in the table, with the full-set steps.
+    #[inline(always)]
+    pub(super) fn give_back(&self, i: usize, panicked: bool) {
+        self.give_back_many(i, 1, usize::from(panicked));
+    }
+
+    /// `units` units of shard `i` back in the table in one RMW, with the
+    /// full-set steps (a run of units is one release to the protocol).
+    #[inline(always)]
+    pub(super) fn give_back_many(&self, i: usize, units: usize, panicked: usize) {
+        // Step 2: unmark *before* the units come back. If this thread is
+        // descheduled between the two, the shard is still full, so the
+        // clear bit only sends a caller to a shard it finds full: the
+        // harmless direction. Whoever sees the units back (through the RMW
+        // in `give_back_many`) also sees this clear.
+        if self.full.contains(i) {
+            self.unmark(i);
+        }
+        self.shards[i].give_back_many(units, panicked);
+        // Step 3: a marker that saw the shard full before this release (its
+        // re-read RMW on `given` came first) may have set the bit again;
+        // the AcqRel RMW in `give_back_many` makes its `insert` visible
+        // here.
+        if self.full.contains(i) {
+            self.unmark(i);
+        }
+    }
+}
+
+impl Shard {
+    /// Takes one unit if the shard is open and under its limit.
+    ///
+    /// `Full` is only answered when the shard was full at one instant: the
+    /// instant of an RMW on `given`, which reads its newest value. A plain
+    /// load of `given` may lag (in the memory model, and across a
+    /// preemption) behind releases that came before the `taken` we hold,
+    /// and two such reads can add up to a usage the shard never had.
+    #[inline]
+    pub(crate) fn try_take(&self) -> Take {
+        self.try_take_masked(FLAGS)
+    }
+
+    /// [`try_take`](Self::try_take), stopping only at the flags in `stop`:
+    /// `FLAGS` normally, `CLOSED` alone for a take made under the control
+    /// lock for a waiter while the shards are gated.
+    #[inline(always)]
+    pub(super) fn try_take_masked(&self, stop: usize) -> Take {
+        // Relaxed: the CAS below re-checks this exact value, and the limit
+        // is checked again after it (see there).
+        let mut taken = self.taken.load(Relaxed);
+        // Acquire: pairs with the AcqRel RMW in `give_back_many`, so work done
+        // under a released unit happens-before work under the unit that
+        // replaces it.
+        let mut given = self.given.load(Acquire);
+        loop {
+            if taken & stop != 0 {
+                return if taken & CLOSED != 0 {
+                    Take::Closed
+                } else {
+                    Take::Gated
+                };
+            }
+            let gap = taken.wrapping_sub(given);
+            if (gap as isize) < 0 {
+                // Units were taken *and* given back after our `taken` was
+                // read, so `given` passed it. Every release we read was
+                // preceded (happens-before) by its take, so a fresh read of
+                // `taken` covers them. Relaxed, as above.
+                taken = self.taken.load(Relaxed);
+                continue;
+            }
+            let usage = gap / UNIT;
+            let limit = self.limit();
+            if usage >= limit {
+                // Full by these reads; confirm against the newest `given`.
+                // AcqRel RMW (adds nothing): it reads the last release in
+                // `given`'s modification order. Unchanged means the shard
+                // was full at this RMW (`taken` only grows).
+                let newest = self.given.fetch_add(0, AcqRel);
+                if newest == given {
+                    return Take::Full;
+                }
+                given = newest;
+                continue;
+            }
+            // Release on success: publishes the releases this taker read,
+            // so a reader that reads `taken` and then `given` with Acquire
+            // (`Shard::counts`) never computes a usage above the limit.
+            // Acquire on success: pairs with the Release of a resize's
+            // un-gating RMW on this word, for the limit read below.
+            // Relaxed on failure: the loop re-reads. Against a fixed limit
+            // the bound needs no ordering: this RMW succeeds only against
+            // the value the check used, and `given` can only have grown.
+            match self
+                .taken
+                .compare_exchange_weak(taken, taken + UNIT, AcqRel, Relaxed)
+            {
+                Ok(_) => {
+                    let now = usage + 1;
+                    // The limit may have been lowered since it was checked:
+                    // a resize gated this word, stored a new limit and
+                    // un-gated it, leaving the very value this CAS expected.
+                    // The CAS read that un-gating RMW (or a later one), so
+                    // this read sees the new limit. Over it, the take is
+                    // undone (`Table::undo`): nobody ever held it. One load
+                    // of a line this CAS just wrote.
+                    let limit = self.limit();
+                    if now > limit {
+                        return Take::Over;
+                    }
+                    // Relaxed: a statistic.
+                    if now > self.peak.load(Relaxed) {
+                        self.peak.fetch_max(now, Relaxed);
+                    }
+                    return Take::Taken {
+                        now_full: now >= limit,
+                    };
+                }
+                Err(actual) => {
+                    taken = actual;
+                    // Acquire: as above.
+                    given = self.given.load(Acquire);
+                }
+            }
+        }
+    }
+
+    /// True if one reading of the counters shows the shard at its limit.
+    /// No RMW: this is on the rejection fast path.
+    #[inline]
+    fn looks_full(&self) -> bool {
+        // Acquire: pairs with the Release take CAS in `try_take`, so every
+        // release that happened-before the take we read is visible to the
+        // `given` load below: the gap is a usage the shard had at one
+        // instant, never one it did not have.
+        let taken = self.taken.load(Acquire);
+        // Relaxed: a newer value only shows more room.
+        let given = self.given.load(Relaxed);
+        let gap = taken.wrapping_sub(given);
+        // A negative gap (`given` passed the `taken` we read) means units
+        // were given back since: not full.
+        (gap as isize) >= 0 && gap / UNIT >= self.limit()
+    }
+
+    /// Takes one unit whatever the limit; `false` if the shard is closed.
+    /// Used by the pool's `*_unbounded` calls, which must still be counted.
+    pub(crate) fn take_unbounded(&self) -> bool {
+        // Relaxed: as in `try_take`, the CAS decides against this value.
+        let mut taken = self.taken.load(Relaxed);
+        loop {
+            if taken & CLOSED != 0 {
+                return false;
+            }
+            // Relaxed: the same word's modification order orders this take
+            // against `close`; nothing else is published.
+            match self
+                .taken
+                .compare_exchange_weak(taken, taken + UNIT, Relaxed, Relaxed)
+            {
+                Ok(_) => {
+                    // The usage just after this take, with `given` read
+                    // after it: never more than the shard held then (a
+                    // newer `given` only lowers it), so the peak stays a
+                    // usage the shard really had. Relaxed: a statistic.
+                    let gap = (taken + UNIT).wrapping_sub(self.given.load(Relaxed));
+                    if (gap as isize) > 0 {
+                        self.peak.fetch_max(gap / UNIT, Relaxed);
+                    }
+                    return true;
+                }
+                Err(actual) => taken = actual,
+            }
+        }
+    }
+
+    /// Gives `units` back in one RMW, `panicked` of them given back by a
+    /// panic.
+    #[inline]
+    pub(crate) fn give_back_many(&self, units: usize, panicked: usize) {
+        // Release: pairs with the Acquire load in `try_take` (the next holder
+        // sees this holder's work) and with the Acquire in `Table::mark_full`'s
+        // re-read. Acquire: pairs with the Release of that same re-read, so
+        // the full-set load in `Table::release` sees a bit set by a marker
+        // whose re-read came before this RMW.
+        self.given.fetch_add(units * UNIT, AcqRel);
+        if panicked > 0 {
+            // Release, and after `given`: pairs with the Acquire load in
+            // `stats`, so a snapshot that counts this panic also counts its
+            // unit as given back, and `completed = given - panicked` never
+            // goes negative.
+            self.panicked.fetch_add(panicked, Release);
+        }
+    }
+}

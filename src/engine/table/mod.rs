@@ -1,0 +1,408 @@
+//! The sharded admission table: the one engine behind [`Limiter`], [`Pool`]
+//! and [`Supervisor`].
+//!
+//! [`Limiter`]: crate::Limiter
+//! [`Pool`]: crate::Pool
+//! [`Supervisor`]: crate::Supervisor
+//!
+//! One protocol a file, the hot path first:
+//!
+//! * `admit.rs`: **the hot path.** Admission (`try_at`: the caller's own
+//!   shard, the walk, the refusal) and release (`release`, `give_back_many`),
+//!   down to the shard's CAS (`Shard::try_take`) and RMW. What `Overload`
+//!   promises.
+//! * `full.rs`: the full set, a bitmap of shards marked full, and the
+//!   protocol that keeps it from ever *staying* wrong in the harmful
+//!   direction.
+//! * `readings.rs`: usage and stats, read without stopping anyone.
+//! * `resize.rs`: `set_capacity`: gate, read, split, un-gate; the debt of a
+//!   shrink below the holdings.
+//! * `room.rs`: the waiting room's side of the table: queueing, hand-off,
+//!   wake-up, cancellation (the queue itself is `waiters.rs`).
+//!
+//! This file holds the types they share, the constants of the shard words,
+//! construction, and shutdown.
+//!
+//! # Layout
+//!
+//! Capacity `C` is split over `M` shards. Shard `i` may hold
+//! `limit_i` units; the limits are `C / M`, the first `C % M` one more, and
+//! add up to exactly `C` (with `C < M` the last shards' limit is 0: they
+//! are marked full from the start, and kept so that a resize can grow into
+//! them). Each shard is one 128-byte
+//! padded line holding two counters:
+//!
+//! | word    | bits                     | changed by                        |
+//! |---------|--------------------------|-----------------------------------|
+//! | `taken` | `4 × units ever taken`, bit 0 = CLOSED, bit 1 = GATED | CAS in [`Shard::try_take`], `fetch_or` in [`Shard::close`] and in a resize's gate |
+//! | `given` | `4 × units ever given back` | `fetch_add` in [`Shard::give_back_many`] |
+//!
+//! so `usage = (taken - given) / 4` (wrapping), and a shard's *accepted* and
+//! *released* counts are free. Admission is one CAS on `taken`, release one
+//! RMW on `given`: the floor of two locked instructions per unit. CLOSED
+//! lives in the `taken` word, so admission versus shutdown is decided by that
+//! one word's modification order: a take either precedes the close (and is
+//! admitted, so the pool drains it) or sees CLOSED and is refused.
+
+use crossbeam_utils::CachePadded;
+
+use crate::engine::probe::Probe;
+use crate::engine::split;
+use crate::engine::waiters::{Queue, Room, Woken};
+use crate::error::ConfigError;
+use crate::stats::RejectCounter;
+use crate::sync::{
+    Arc, AtomicBool, AtomicUsize, Mutex,
+    Ordering::{AcqRel, Acquire, Relaxed},
+};
+
+mod admit;
+mod full;
+mod readings;
+mod resize;
+mod room;
+
+#[cfg(not(loom))]
+use room::RoomAlarm;
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+/// Bit 0 of `taken`: the shard admits nothing more.
+const CLOSED: usize = 1;
+/// Bit 1 of `taken`: takes go through [`Table::acquire_gated`]: a resize is
+/// in progress, or the table is in debt (see the module docs).
+const GATED: usize = 2;
+/// The flag bits of `taken`.
+const FLAGS: usize = CLOSED | GATED;
+/// One unit in `taken` and `given`.
+const UNIT: usize = 4;
+/// Bits per word of the full set.
+const BITS: usize = usize::BITS as usize;
+/// How often [`Shard::counts`] retries for an exact reading before it falls
+/// back to a lower bound. One under loom, so models reach the fallback.
+#[cfg(not(loom))]
+const CONSISTENT_READ_TRIES: usize = 8;
+#[cfg(loom)]
+const CONSISTENT_READ_TRIES: usize = 1;
+
+/// The largest capacity a table accepts: usage is kept in units of four in
+/// a `usize`, with one bit to spare.
+pub(crate) const MAX_CAPACITY: usize = usize::MAX >> 4;
+/// The largest shard count: far beyond any core count, and it keeps the
+/// fast modulo within 32 bits.
+pub(crate) const MAX_SHARDS: usize = 1 << 16;
+/// What one attempt on one shard found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Take {
+    /// A unit was taken; `now_full` if it was the shard's last.
+    Taken { now_full: bool },
+    /// The shard was at its limit.
+    Full,
+    /// The shard is closed.
+    Closed,
+    /// The shard is gated: take through [`Table::acquire_gated`].
+    Gated,
+    /// A unit was taken above a limit that a racing resize lowered: give
+    /// it back with [`Table::undo`] and treat the shard as full.
+    Over,
+}
+
+/// One shard: its limit and its two counters, on a line of its own.
+#[derive(Debug)]
+pub(crate) struct Shard {
+    /// `4 × units ever taken`, plus [`CLOSED`] in bit 0 and [`GATED`] in
+    /// bit 1.
+    taken: AtomicUsize,
+    /// `4 × units ever given back`.
+    given: AtomicUsize,
+    /// How many units this shard may hold at once. Changed only by a
+    /// resize, while the shard is gated.
+    limit: AtomicUsize,
+    /// The most units ever held at once.
+    peak: AtomicUsize,
+    /// Units given back by a panic.
+    panicked: AtomicUsize,
+    /// Units whose holder gave them up for good (`Permit::forget`).
+    forgotten: AtomicUsize,
+    /// Units that nobody held: takes undone because a racing resize
+    /// lowered the limit under them, and units taken for a waiter that left
+    /// meanwhile. Each is counted once in `taken` and once in `given`, and
+    /// left out of the stats.
+    phantom: AtomicUsize,
+    /// Raised while this shard's consumer polls for its next request: a
+    /// stealing pool's worker (`pool/steal.rs`); no other front-end uses
+    /// it. It lives here, beside the counters, because the producer that
+    /// reads it has just taken a unit on this line, so the read costs no
+    /// cache miss, and the worker writes it beside its release. On a line
+    /// of its own it was one more miss per request: a stealing pool's
+    /// round trip read a median of 1.18x the plain pool's, against
+    /// 1.07-1.10x here (`benches/results/steal-attended-2026-11-26.txt`).
+    attended: AtomicBool,
+}
+
+/// Which shards are at their limit, one bit each (see the module docs).
+#[derive(Debug)]
+struct FullSet {
+    /// Word 0, inline: with up to 64 shards (the usual case) every probe
+    /// and release reads it, and one load beats a pointer and a load.
+    first: CachePadded<AtomicUsize>,
+    /// Words 1 and up, for tables of more than 64 shards.
+    rest: Box<[CachePadded<AtomicUsize>]>,
+}
+
+/// What the control lock guards.
+#[derive(Debug, Default)]
+struct Control {
+    /// More units are held than the capacity in force: every shard stays
+    /// gated, and `acquire_gated` admits nothing until `settle` ends it.
+    /// No unit is handed to a waiter meanwhile.
+    debt: bool,
+    /// The waiters, if the table has a waiting room (`waiters.rs`).
+    queue: Queue,
+    /// Per shard, the units handed from a release straight to a waiter
+    /// (see `Shard::stats`). Empty until the first hand-off.
+    handed: Vec<usize>,
+}
+
+/// The admission table shared by every front-end.
+#[derive(Debug)]
+pub(crate) struct Table {
+    shards: Box<[CachePadded<Shard>]>,
+    full: FullSet,
+    /// `shards - 1` when the shard count is a power of two (the common
+    /// case: one shard per CPU), else 0 and [`Table::reduce`] uses `magic`.
+    mask: usize,
+    /// `u64::MAX / shards + 1`, for Lemire's fast modulo in [`Table::reduce`].
+    magic: u64,
+    /// The full set's value when every shard is full, if it fits one word
+    /// (up to 64 shards); otherwise 0, and `full_count` says it.
+    all_full: usize,
+    /// With more shards than one word of the full set holds: how many bits
+    /// are set, so that a refusal is one load whatever the shard count.
+    /// Kept only then (`counted`); with one word, the word is the summary.
+    full_count: CachePadded<AtomicUsize>,
+    counted: bool,
+    /// The capacity in force: the sum of the shard limits.
+    capacity: AtomicUsize,
+    /// Each shard's largest limit, if bounded (the supervisor's slots).
+    caps: Option<Box<[usize]>>,
+    /// Serializes resizes, the gated path and the waiting room. In an
+    /// `Arc` so that the room's alarm can reach it.
+    control: Arc<Mutex<Control>>,
+    /// The waiting room, if the front-end's builder asked for one.
+    room: Option<Arc<Room>>,
+    /// What the deadline watcher rings for this room's async waiters; the
+    /// watcher holds it weakly.
+    #[cfg(not(loom))]
+    alarm: Option<Arc<RoomAlarm>>,
+    probe: Probe,
+    rejected: RejectCounter,
+    /// Set once shutdown begins; read only to tell `Shutdown` from
+    /// `Overload` on the cold path.
+    closed: AtomicBool,
+}
+
+impl Table {
+    /// A table of `capacity` units over `shards` shards. Every shard is
+    /// kept whatever the capacity (a shard whose limit is 0 is full), so the
+    /// table can grow into all of them.
+    pub(crate) fn new(capacity: usize, shards: usize, probe: Probe) -> Result<Self, ConfigError> {
+        Table::with_caps(capacity, shards, probe, None)
+    }
+
+    /// As [`new`](Self::new), with each shard's limit bounded by the even
+    /// split of `max_capacity` (whatever later resizes ask for): for the
+    /// supervisor, whose registry has that many slots per shard.
+    pub(crate) fn with_max(
+        capacity: usize,
+        max_capacity: usize,
+        shards: usize,
+        probe: Probe,
+    ) -> Result<Self, ConfigError> {
+        if capacity > max_capacity {
+            return Err(ConfigError::too_large("capacity", max_capacity));
+        }
+        if shards == 0 {
+            return Err(ConfigError::zero("shards"));
+        }
+        let caps = split::even(max_capacity, shards, None).into_boxed_slice();
+        Table::with_caps(capacity, shards, probe, Some(caps))
+    }
+
+    fn with_caps(
+        capacity: usize,
+        count: usize,
+        probe: Probe,
+        caps: Option<Box<[usize]>>,
+    ) -> Result<Self, ConfigError> {
+        if capacity == 0 {
+            return Err(ConfigError::zero("capacity"));
+        }
+        if capacity > MAX_CAPACITY {
+            return Err(ConfigError::too_large("capacity", MAX_CAPACITY));
+        }
+        if count == 0 {
+            return Err(ConfigError::zero("shards"));
+        }
+        if count > MAX_SHARDS {
+            return Err(ConfigError::too_large("shards", MAX_SHARDS));
+        }
+        let shards: Box<[_]> = split::even(capacity, count, caps.as_deref())
+            .into_iter()
+            .map(|limit| CachePadded::new(Shard::new(limit)))
+            .collect();
+        let slots = (2 * count.max(num_cpus::get())).clamp(16, 256);
+        let table = Table {
+            full: FullSet::new(count),
+            mask: if count.is_power_of_two() {
+                count - 1
+            } else {
+                0
+            },
+            magic: (u64::MAX / count as u64).wrapping_add(1),
+            all_full: if count <= BITS {
+                usize::MAX >> (BITS - count)
+            } else {
+                0
+            },
+            full_count: CachePadded::new(AtomicUsize::new(0)),
+            counted: count > BITS,
+            shards,
+            capacity: AtomicUsize::new(capacity),
+            caps,
+            control: Arc::new(Mutex::new(Control::default())),
+            room: None,
+            #[cfg(not(loom))]
+            alarm: None,
+            probe,
+            rejected: RejectCounter::new(slots),
+            closed: AtomicBool::new(false),
+        };
+        // Shards whose limit is 0 are full from the start.
+        for i in 0..count {
+            if table.shards[i].limit() == 0 {
+                table.mark_full(i);
+            }
+        }
+        Ok(table)
+    }
+
+    /// Keeps the count of marked shards even with few shards, so loom
+    /// models can check the protocol that tables of more than 64 shards use
+    /// without building 65 of them.
+    #[cfg(loom)]
+    pub(crate) fn force_counted(&mut self) {
+        self.counted = true;
+    }
+
+    /// The capacity in force.
+    pub(crate) fn capacity(&self) -> usize {
+        // Relaxed: a reading; the limits themselves decide admission.
+        self.capacity.load(Relaxed)
+    }
+
+    /// Units free now: the capacity less the usage (0 while units above a
+    /// shrunk capacity drain). A reading, not a reservation.
+    pub(crate) fn available(&self) -> usize {
+        self.capacity().saturating_sub(self.usage())
+    }
+
+    /// The most units shard `i` can ever hold: its cap, or its limit in a
+    /// table without caps.
+    pub(crate) fn cap(&self, i: usize) -> usize {
+        match &self.caps {
+            Some(caps) => caps[i],
+            None => self.shards[i].limit(),
+        }
+    }
+
+    pub(crate) fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    pub(crate) fn shard(&self, i: usize) -> &Shard {
+        &self.shards[i]
+    }
+
+    /// Refuses all later admissions; units already taken stay counted.
+    pub(crate) fn close(&self) {
+        // Relaxed: the flag only chooses between two refusals (see
+        // `refuse`); the shard words carry the real decision.
+        self.closed.store(true, Relaxed);
+        for shard in self.shards.iter() {
+            shard.close();
+        }
+        if let Some(room) = &self.room {
+            let mut woken = Woken::default();
+            let mut control = self.control.lock();
+            control.queue.close_all(room, &mut woken);
+            drop(control);
+            woken.wake_all(room);
+        }
+    }
+
+    /// True once [`close`](Self::close) has begun: to tell `Shutdown` from
+    /// another refusal. A take may still be admitted on a shard the close
+    /// has not reached yet.
+    pub(crate) fn is_closing(&self) -> bool {
+        // Relaxed: informational; callers that act on it read the shard word.
+        self.closed.load(Relaxed)
+    }
+
+    /// True once [`close`](Self::close) has closed every shard: a take
+    /// that begins after this answered true is refused, whatever its
+    /// shard. (While the close runs, [`is_closing`](Self::is_closing) is
+    /// true and this is not yet.)
+    pub(crate) fn is_closed(&self) -> bool {
+        // The last shard: a closer closes the shards in order, so whoever
+        // closed it closed every other one before. Its Acquire load
+        // (`Shard::is_closed`) pairs with that closer's AcqRel `fetch_or`,
+        // so each earlier close happens-before this read, and a take that
+        // follows it reads its shard's word at or after the close: CLOSED.
+        self.shards.last().is_some_and(|shard| shard.is_closed())
+    }
+}
+
+impl Shard {
+    pub(super) fn new(limit: usize) -> Self {
+        Shard {
+            taken: AtomicUsize::new(0),
+            given: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            panicked: AtomicUsize::new(0),
+            forgotten: AtomicUsize::new(0),
+            phantom: AtomicUsize::new(0),
+            limit: AtomicUsize::new(limit),
+            attended: AtomicBool::new(false),
+        }
+    }
+
+    /// The flag a stealing pool's worker raises while it polls this
+    /// shard's mailbox; why it lives here is on the field.
+    #[inline]
+    pub(crate) fn attended(&self) -> &AtomicBool {
+        &self.attended
+    }
+
+    /// How many units this shard may hold at once.
+    #[inline]
+    pub(crate) fn limit(&self) -> usize {
+        // Relaxed: a take re-reads it after its CAS, which synchronizes with
+        // the resize's un-gating RMW (see `try_take`).
+        self.limit.load(Relaxed)
+    }
+
+    /// Refuses every later take. Takes that came first stay counted.
+    pub(crate) fn close(&self) {
+        // AcqRel: the close is ordered against every take by `taken`'s
+        // modification order (all are RMWs on it); Release/Acquire lets a
+        // drainer that reads CLOSED also see what the closer did before.
+        self.taken.fetch_or(CLOSED, AcqRel);
+    }
+
+    /// True once [`close`](Self::close) has run.
+    pub(crate) fn is_closed(&self) -> bool {
+        // Acquire: pairs with the AcqRel `fetch_or` in `close`.
+        self.taken.load(Acquire) & CLOSED != 0
+    }
+}

@@ -1,0 +1,670 @@
+//! The waiting room's side of the table: a caller queues when every shard
+//! is full, a release hands its unit to the next waiter, a waiter gives up.
+//!
+//! A table may have a waiting room (`waiters.rs`): its queue lives in the
+//! control lock beside the debt, and a release reads one more word, the
+//! number waiting, before and after it gives its unit back. The protocol is
+//! in `waiters.rs`. The control lock and the room sit behind `Arc`s so
+//! that the room's alarm (`RoomAlarm`) can reach them: the process-wide
+//! deadline watcher (`alarm.rs`) holds that alarm weakly and rings it to
+//! time out async waiters, which therefore arm no timer of their own.
+
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::time::Instant;
+
+use super::{Control, Table, Take, CLOSED, FLAGS};
+use crate::engine::waiters::{Policy, Room, State, Ticket, Wake, Woken};
+use crate::error::{ConfigError, Error};
+#[cfg(not(loom))]
+use crate::sync::Mutex;
+use crate::sync::{now, park, Arc, Ordering::Relaxed};
+
+/// The future of [`Table::acquire_async`]: a unit's shard.
+#[must_use = "futures do nothing unless polled"]
+pub(crate) struct WaitUnit<'a> {
+    table: &'a Table,
+    /// The caller's own deadline, if any; `max_wait` bounds it too.
+    deadline: Option<Instant>,
+    /// The waiter's node and ticket, while it is queued. Its deadline is
+    /// the room's watcher's business (`alarm.rs`): the future arms no
+    /// timer.
+    queued: Option<Queued>,
+}
+
+/// A queued waiter's hold on its place: the node's key (valid while the
+/// ticket says `Waiting`), the ticket, and when it arrived on the room's
+/// clock (`Room::ticks`).
+#[derive(Debug)]
+struct Queued {
+    key: usize,
+    ticket: Arc<Ticket>,
+    since_ticks: u64,
+}
+
+impl std::fmt::Debug for WaitUnit<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WaitUnit")
+            .field("queued", &self.queued.is_some())
+            .finish()
+    }
+}
+
+impl std::future::Future for WaitUnit<'_> {
+    type Output = Result<usize, Error>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        use std::task::Poll;
+
+        let this = self.get_mut();
+        let table = this.table;
+        let Some(room) = table.room.as_deref() else {
+            // No room: the fast path alone.
+            return Poll::Ready(match table.try_at::<false>(table.home_shard()) {
+                Err(Error::Overload) => {
+                    table.count_refusal();
+                    Err(Error::Overload)
+                }
+                other => other,
+            });
+        };
+        if let Some(queued) = &this.queued {
+            // Granted, closed or expired: read without the lock (the
+            // ticket's Acquire load pairs with the Release store of whoever
+            // ended the wait, under the lock).
+            let state = queued.ticket.state();
+            if state != State::Waiting {
+                this.queued = None;
+                return Poll::Ready(table.finished(room, state));
+            }
+            // Still waiting: point the node at this waker, under the lock
+            // that a grant takes, so the grant wakes the right task. A
+            // waker is code we do not own (its clone and drop may re-enter
+            // this table): it is compared under the lock, cloned and
+            // dropped outside it.
+            let control = table.control.lock();
+            let state = queued.ticket.state();
+            if state != State::Waiting {
+                drop(control);
+                this.queued = None;
+                return Poll::Ready(table.finished(room, state));
+            }
+            // Still queued (so its node is its own): the same task, as a
+            // re-poll usually brings, needs nothing.
+            if control.queue.will_wake(queued.key, cx.waker()) {
+                return Poll::Pending;
+            }
+            drop(control);
+            let wake = Wake::Task(cx.waker().clone());
+            let mut control = table.control.lock();
+            let state = queued.ticket.state();
+            if state != State::Waiting {
+                // Ended while the waker was cloned: the clone goes unused.
+                drop(control);
+                drop(wake);
+                this.queued = None;
+                return Poll::Ready(table.finished(room, state));
+            }
+            let old = control.queue.replace_wake(queued.key, wake);
+            drop(control);
+            // The old waker's drop may release a unit into this very
+            // table, which may hand it to this very waiter: the new waker,
+            // now in place, is woken for it.
+            drop(old);
+            return Poll::Pending;
+        }
+        // First poll: the fast path, then the queue.
+        match table.try_at::<false>(table.home_shard()) {
+            Err(Error::Overload) => {}
+            other => return Poll::Ready(other),
+        }
+        let now = now();
+        let deadline = table.wait_deadline(room, this.deadline, now);
+        // Already past (a zero `max_wait`, a caller's deadline gone by):
+        // queue without one, re-check once, then time out below, as a timer
+        // armed for zero would.
+        let overdue = deadline.is_some_and(|deadline| deadline <= now);
+        let watched = deadline.filter(|_| !overdue);
+        let wake = Wake::Task(cx.waker().clone());
+        let entered = table.enter_room(room, wake, now, watched);
+        let (queued, arm) = match entered {
+            Ok(entered) => entered,
+            Err(err) => return Poll::Ready(Err(err)),
+        };
+        if arm {
+            // Before the re-check, even if it finds a unit: the queue now
+            // counts on a registration at this instant (`Queue::arm`'s
+            // invariant).
+            table.arm(watched);
+        }
+        if let Some(shard) = table.recheck(room, &queued) {
+            return Poll::Ready(Ok(shard));
+        }
+        if overdue {
+            return Poll::Ready(table.give_up(room, queued));
+        }
+        this.queued = Some(queued);
+        Poll::Pending
+    }
+}
+
+impl Drop for WaitUnit<'_> {
+    fn drop(&mut self) {
+        let Some(queued) = self.queued.take() else {
+            return;
+        };
+        self.table.abandon(queued);
+    }
+}
+
+/// What [`Table::take_any`] found.
+enum Found {
+    /// A unit of this shard, taken.
+    Unit(usize),
+    /// No room on an open shard, but a gated one was passed over.
+    Gated,
+    /// No room, or the table is closed.
+    Nothing,
+}
+
+/// What the deadline watcher rings (`alarm.rs`): a table's control lock and
+/// room, shared with the table. The watcher holds it weakly, and the table
+/// holds the only strong handle, so a dropped table is never rung.
+#[cfg(not(loom))]
+#[derive(Debug)]
+pub(super) struct RoomAlarm {
+    control: Arc<Mutex<Control>>,
+    room: Arc<Room>,
+}
+
+#[cfg(not(loom))]
+impl crate::engine::alarm::Alarm for RoomAlarm {
+    /// Expires the waiters whose deadline passed, under the control lock,
+    /// and wakes them after it: each then finishes with `Timeout` (counted)
+    /// in its poll. A grant and an expiry of one node are both under the
+    /// lock, so a waiter is either handed a unit or timed out, never both.
+    fn ring(&self, now: Instant) -> Option<Instant> {
+        let mut woken = Woken::default();
+        let mut control = self.control.lock();
+        let next = control.queue.expire(&self.room, now, &mut woken);
+        drop(control);
+        // On the watcher's own thread, a waker's panic has no caller to go
+        // to: the panic hook has reported it, every other waiter was woken
+        // (`Woken::wake_all`), and the watcher must go on ringing.
+        crate::engine::foreign::quietly(|| woken.wake_all(&self.room));
+        next
+    }
+}
+
+impl Table {
+    /// Gives the table the waiting room `policy` asks for (none when its
+    /// `max_waiters` is 0).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming `max_waiters` or `queue_order`.
+    pub(crate) fn with_policy(mut self, policy: &Policy) -> Result<Self, ConfigError> {
+        self.room = policy.room()?;
+        #[cfg(not(loom))]
+        {
+            self.alarm = self.room.as_ref().map(|room| {
+                Arc::new(RoomAlarm {
+                    control: Arc::clone(&self.control),
+                    room: Arc::clone(room),
+                })
+            });
+        }
+        Ok(self)
+    }
+
+    /// True if the table has a waiting room.
+    pub(crate) fn has_room(&self) -> bool {
+        self.room.is_some()
+    }
+
+    /// One attempt from the caller's home shard that does not count an
+    /// `Overload`: for a caller that will wait next.
+    pub(crate) fn probe(&self) -> Result<usize, Error> {
+        self.try_at::<false>(self.home_shard())
+    }
+
+    /// How many wait for a unit now.
+    pub(crate) fn waiting(&self) -> usize {
+        self.room.as_ref().map_or(0, |room| room.waiting())
+    }
+
+    /// Admits one unit from the caller's home shard, waiting in the room
+    /// (if any) when every shard is full, until `deadline` at the latest
+    /// (`None`: `max_wait` alone bounds it). Blocks the thread.
+    ///
+    /// `Overload` (counted) when there is no room or it is full,
+    /// `Timeout` when the wait ran out, `Shutdown` once closed.
+    // inline(always): `Supervisor::reserve`, `Pool::call` and `cast` come
+    // here on every admission; out of line it cost the supervisor's
+    // reserve + drop a third (benches/supervisor.rs).
+    #[inline(always)]
+    pub(crate) fn acquire_waiting(&self, deadline: Option<Instant>) -> Result<usize, Error> {
+        match self.try_at::<false>(self.home_shard()) {
+            Err(Error::Overload) => self.acquire_or_wait(deadline),
+            other => other,
+        }
+    }
+
+    /// Every shard was full: wait in the room, or `Overload` (counted).
+    #[cold]
+    fn acquire_or_wait(&self, deadline: Option<Instant>) -> Result<usize, Error> {
+        match &self.room {
+            Some(room) => self.wait_blocking(room, deadline),
+            None => {
+                self.count_refusal();
+                Err(Error::Overload)
+            }
+        }
+    }
+
+    /// The earlier of `deadline` and the room's `max_wait` from now.
+    fn wait_deadline(
+        &self,
+        room: &Room,
+        deadline: Option<Instant>,
+        now: Instant,
+    ) -> Option<Instant> {
+        let own = now.checked_add(room.policy.max_wait);
+        match (own, deadline) {
+            (Some(own), Some(deadline)) => Some(own.min(deadline)),
+            (own, deadline) => own.or(deadline),
+        }
+    }
+
+    /// Queues the caller, if the room has space and the table is open: its
+    /// hold on its place, and whether it must [`arm`](Self::arm) the
+    /// watcher for `deadline` next. `deadline` is an async waiter's (the
+    /// watcher expires it); a blocked thread passes `None` and times
+    /// itself. `Overload` (counted) when the room is full.
+    fn enter_room(
+        &self,
+        room: &Room,
+        wake: Wake,
+        now: Instant,
+        deadline: Option<Instant>,
+    ) -> Result<(Queued, bool), Error> {
+        let mut control = self.control.lock();
+        if self.is_closing() {
+            drop(control);
+            // A waker is dropped outside the lock (`waiters.rs`, "Foreign
+            // code").
+            drop(wake);
+            return Err(Error::Shutdown);
+        }
+        if control.queue.len() >= room.policy.max_waiters {
+            drop(control);
+            drop(wake);
+            self.count_refusal();
+            return Err(Error::Overload);
+        }
+        let (key, ticket, since_ticks) = control.queue.push(room, wake, now, deadline);
+        let arm = deadline.is_some_and(|deadline| control.queue.arm(deadline));
+        let queued = Queued {
+            key,
+            ticket,
+            since_ticks,
+        };
+        Ok((queued, arm))
+    }
+
+    /// Registers the room with the deadline watcher for `deadline` (which
+    /// `enter_room` armed). Never under the control lock (`alarm.rs`, "Lock
+    /// order"). Under loom, nothing: there is no watcher, and models set no
+    /// deadline.
+    fn arm(&self, deadline: Option<Instant>) {
+        #[cfg(not(loom))]
+        if let (Some(deadline), Some(alarm)) = (deadline, &self.alarm) {
+            crate::engine::alarm::arm(deadline, Arc::downgrade(alarm) as _);
+        }
+        #[cfg(loom)]
+        let _ = deadline;
+    }
+
+    /// Takes a waiter's node out of the queue if its wait has not ended
+    /// yet; the state its ticket had under the lock (`Waiting` if the node
+    /// was taken out here, else the outcome someone else gave it).
+    /// `took_own`: the waiter took a unit from the table itself, an
+    /// admission after waiting that no grant counted: counted here.
+    ///
+    /// With `Waiting`, the waiter's own waker comes back too: the caller
+    /// drops it once its own bookkeeping is done (`waiters.rs`, "Foreign
+    /// code"), since its drop may panic.
+    fn withdraw(&self, room: &Room, queued: &Queued, took_own: bool) -> (State, Option<Wake>) {
+        let mut control = self.control.lock();
+        // Under the lock, the state is settled: only a holder of the lock
+        // ends a wait.
+        let state = queued.ticket.state();
+        let mut wake = None;
+        if state == State::Waiting {
+            wake = control.queue.cancel(room, queued.key);
+            if took_own {
+                control.queue.count_waited(true);
+            }
+        }
+        (state, wake)
+    }
+
+    /// After queuing, the caller took `shard` from the table itself (its
+    /// re-check): leave the queue, and give back a second unit if one was
+    /// handed over meanwhile.
+    fn leave_with(&self, room: &Room, queued: &Queued, shard: usize) -> usize {
+        let (state, wake) = self.withdraw(room, queued, true);
+        match state {
+            // A second unit, handed over meanwhile: its grant counted this
+            // wait; the unit goes to the next waiter, or back to the table.
+            State::Granted(second) => self.return_unused(second),
+            _ => room.add_waited_time(queued.since_ticks, room.ticks()),
+        }
+        // The waiter's waker, last. If its drop panics, the unit taken
+        // goes back before the panic goes on: nobody holds it.
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(move || drop(wake))) {
+            self.return_unused(shard);
+            resume_unwind(panic);
+        }
+        shard
+    }
+
+    /// Gives back a unit that was admitted but never used: a waiter was
+    /// handed it and gave up (or took another itself), or a keyed request
+    /// took it and was refused by its key. Released as usual, so the next
+    /// waiter gets it, and counted as a phantom, so that its admission,
+    /// which nobody used, is not counted in `accepted` (nor its return in
+    /// `completed`).
+    pub(crate) fn return_unused(&self, shard: usize) {
+        self.release(shard, false);
+        // Relaxed: a count for `stats`.
+        self.shards[shard].phantom.fetch_add(1, Relaxed);
+    }
+
+    /// The result of a wait that ended in `state` (read from its ticket),
+    /// with its figures: the time waited, or a timeout.
+    fn finished(&self, room: &Room, state: State) -> Result<usize, Error> {
+        match state {
+            // Counted by the grant (`Queue::end`), and its time by the
+            // releaser after the wake-up, so this waiter does not read the
+            // clock.
+            State::Granted(shard) => Ok(shard),
+            State::Closed => Err(Error::Shutdown),
+            State::Expired | State::Waiting => {
+                room.record_timeout();
+                Err(Error::Timeout)
+            }
+        }
+    }
+
+    /// The waiter's own deadline passed: `Timeout`, unless its wait ended
+    /// meanwhile (then that outcome: a unit handed over just now is kept).
+    fn give_up(&self, room: &Room, queued: Queued) -> Result<usize, Error> {
+        let (state, wake) = self.withdraw(room, &queued, false);
+        let result = self.finished(room, state);
+        // Some only if the wait had not ended: nothing was handed over, so
+        // nothing is lost if the waker's drop panics.
+        drop(wake);
+        result
+    }
+
+    /// A queued future was dropped: out of the queue, and a unit handed to
+    /// it meanwhile goes to the next waiter or back to the table. Never
+    /// stranded.
+    fn abandon(&self, queued: Queued) {
+        let Some(room) = self.room.as_deref() else {
+            return;
+        };
+        let mut state = queued.ticket.state();
+        let mut wake = None;
+        if state == State::Waiting {
+            (state, wake) = self.withdraw(room, &queued, false);
+        }
+        if let State::Granted(shard) = state {
+            // The grant counted a wait that admitted nobody.
+            self.control.lock().queue.count_waited(false);
+            self.return_unused(shard);
+        }
+        // Last, after the lock: the waiter's own waker, if it was still
+        // queued (then nothing was handed to it).
+        drop(wake);
+    }
+
+    #[cold]
+    fn wait_blocking(&self, room: &Room, deadline: Option<Instant>) -> Result<usize, Error> {
+        let start = now();
+        let deadline = self.wait_deadline(room, deadline, start);
+        // No deadline in the node: this thread times its own wait below.
+        let wake = Wake::Thread(park::current());
+        let (queued, _) = self.enter_room(room, wake, start, None)?;
+        if let Some(shard) = self.recheck(room, &queued) {
+            return Ok(shard);
+        }
+        loop {
+            // Acquire (in `state`): pairs with the Release store of whoever
+            // ended the wait; the unpark follows that store.
+            let state = queued.ticket.state();
+            if state != State::Waiting {
+                return self.finished(room, state);
+            }
+            if deadline.is_some_and(|deadline| now() >= deadline) {
+                return self.give_up(room, queued);
+            }
+            // An unpark that came before this park is not lost (std's park
+            // keeps a token); an early return only re-checks.
+            park::park_until(deadline);
+        }
+    }
+
+    /// [`acquire_waiting`](Self::acquire_waiting) as a future: never blocks
+    /// the executor's thread. Cancel safe: dropping it leaves nothing
+    /// queued and strands no unit (one handed over meanwhile goes to the
+    /// next waiter or back to the table).
+    pub(crate) fn acquire_async(&self, deadline: Option<Instant>) -> WaitUnit<'_> {
+        WaitUnit {
+            table: self,
+            deadline,
+            queued: None,
+        }
+    }
+
+    /// A release in a table with a waiting room: one more word read before
+    /// the give-back and after it (`waiters.rs`, "Hand-off" and "Wake-up").
+    /// Relaxed loads: the first only picks the path (the hand-off re-checks
+    /// under the lock); the second is ordered after a waiter's count store
+    /// by the RMW on `given` in `give_back_many` (see there).
+    #[inline(always)]
+    pub(super) fn release_to_room(&self, room: &Room, i: usize, panicked: bool) {
+        if room.count.load(Relaxed) > 0 && self.hand_off(room, i, panicked) {
+            return;
+        }
+        self.give_back(i, panicked);
+        if room.count.load(Relaxed) > 0 {
+            self.grant_from_table();
+        }
+    }
+
+    /// Hands a released unit of shard `i` straight to the next waiter;
+    /// false if there is none (or the table is in debt, when a hand-off
+    /// would admit above the capacity).
+    #[cold]
+    fn hand_off(&self, room: &Room, i: usize, panicked: bool) -> bool {
+        let mut woken = Woken::default();
+        let mut control = self.control.lock();
+        let shards = self.shards.len();
+        let Control {
+            debt,
+            queue,
+            handed,
+        } = &mut *control;
+        let counted = || {
+            // Under the lock, which `stats` takes: a waiter's own `stats()`
+            // after its wait returns includes this hand-off.
+            if handed.is_empty() {
+                handed.resize(shards, 0);
+            }
+            handed[i] += 1;
+            if panicked {
+                // Relaxed: a count for `stats`; the waiter sees it through
+                // its ticket, written after this.
+                self.shards[i].panicked.fetch_add(1, Relaxed);
+            }
+        };
+        let handed = !*debt && queue.grant(room, i, now, counted, &mut woken);
+        drop(control);
+        woken.wake_all(room);
+        handed
+    }
+
+    /// A waiter came in while this release gave its unit back: take units
+    /// from the table for the waiters while there are any (`waiters.rs`,
+    /// "Wake-up").
+    #[cold]
+    fn grant_from_table(&self) {
+        let mut woken = Woken::default();
+        let mut control = self.control.lock();
+        self.grant_waiting(&mut control, &mut woken);
+        drop(control);
+        self.wake(woken);
+    }
+
+    /// Takes units from the table for waiters, in the room's order, while
+    /// there are both; what to wake. Under the control lock, so no resize
+    /// is half-way: the shards are gated only by the resize that holds the
+    /// lock and calls this before un-gating (its new room goes to waiters
+    /// first), or by a debt, when nothing is granted.
+    pub(super) fn grant_waiting(&self, control: &mut Control, woken: &mut Woken) {
+        let Some(room) = self.room.as_deref() else {
+            return;
+        };
+        // In a debt, the waiters' only hope is that the releases repaid it:
+        // settle it here (a release with waiters comes here), or they would
+        // sleep to their deadline with room free, since only an admission
+        // settles a debt otherwise. Settling un-gates and grants the
+        // waiters itself (`apply`).
+        if control.debt {
+            self.settle(control, woken);
+            return;
+        }
+        while control.queue.len() > 0 && !control.debt {
+            // Under the lock, with no debt: nothing is gated but by the
+            // resize calling this, whose gate `CLOSED` alone ignores.
+            let Found::Unit(shard) = self.take_any(CLOSED) else {
+                break;
+            };
+            // The unit's take was counted by `take_any`.
+            if !control.queue.grant(room, shard, now, || {}, woken) {
+                // The adaptive order expired the last waiters: nobody took
+                // it. Not an admission: give it back unseen (nobody waits
+                // now, and a newcomer re-checks the table).
+                self.give_back_unseen(shard);
+                break;
+            }
+        }
+    }
+
+    /// One unit from any shard that has room, read through an RMW on each
+    /// shard's `given` (so a release ordered before it is seen), stopping
+    /// at the flags in `stop`.
+    fn take_any(&self, stop: usize) -> Found {
+        let start = self.home_shard();
+        let count = self.shards.len();
+        let mut found = Found::Nothing;
+        for step in 0..count {
+            let i = (start + step) % count;
+            let shard = &self.shards[i];
+            if shard.usage_synced() >= shard.limit() {
+                continue;
+            }
+            match shard.try_take_masked(stop) {
+                Take::Taken { now_full } => {
+                    if now_full {
+                        self.mark_full(i);
+                    }
+                    return Found::Unit(i);
+                }
+                Take::Full => self.mark_full(i),
+                Take::Over => self.undo(i),
+                Take::Closed => return Found::Nothing,
+                Take::Gated => found = Found::Gated,
+            }
+        }
+        found
+    }
+
+    /// A new waiter's re-check, after its count is out (`waiters.rs`,
+    /// "Wake-up"): a unit from the table (leaving the queue), or nothing.
+    /// A gated shard is a resize (which grants the waiters itself before
+    /// it un-gates) or a debt, which nobody else may come to settle if the
+    /// releases that repaid it came before this waiter was counted: so the
+    /// waiter settles it, and is granted with the others, under the lock.
+    fn recheck(&self, room: &Room, queued: &Queued) -> Option<usize> {
+        match self.take_any(FLAGS) {
+            Found::Unit(shard) => Some(self.leave_with(room, queued, shard)),
+            Found::Gated => {
+                self.grant_from_table();
+                None
+            }
+            Found::Nothing => None,
+        }
+    }
+
+    /// Gives back a take above a limit that a racing resize lowered under
+    /// it (`Take::Over`): nobody held it, so it is left out of the stats,
+    /// and like every unit that comes back it serves the room: a waiter
+    /// may have queued while the unit was counted (it saw the shard full)
+    /// and re-checked before it came back. The hand-off is not used (the
+    /// unit is over its shard's limit, so nobody may hold it): the unit
+    /// goes back, then units are taken for waiters under the limits, as a
+    /// release that found a waiter on its way out does (`waiters.rs`,
+    /// "Wake-up").
+    ///
+    /// Never under the control lock: a take made under it cannot land
+    /// over its limit, since limits change only under that lock, so both
+    /// its reads of the limit see the same value.
+    #[cold]
+    pub(super) fn undo(&self, i: usize) {
+        self.give_back_unseen(i);
+        if let Some(room) = self.room.as_deref() {
+            // Relaxed: ordered after a waiter's count store by the RMW on
+            // `given` just made, as in `release_to_room`.
+            if room.count.load(Relaxed) > 0 {
+                self.grant_from_table();
+            }
+        }
+    }
+
+    /// Gives back a unit nobody held (an over-take, or a unit taken for a
+    /// waiter that left before it got it), left out of the stats. The
+    /// shard is full (or near it) after an over-take, so it is marked as a
+    /// filler would.
+    fn give_back_unseen(&self, i: usize) {
+        self.give_back(i, false);
+        // Relaxed: a count, read by `stats` only.
+        self.shards[i].phantom.fetch_add(1, Relaxed);
+        self.mark_full(i);
+    }
+
+    /// Wakes the waiters in `woken`, after the control lock (`waiters.rs`,
+    /// "Foreign code"). A waker's panic goes on up to the caller.
+    pub(super) fn wake(&self, woken: Woken) {
+        if let Some(room) = self.room.as_deref() {
+            woken.wake_all(room);
+        }
+    }
+
+    /// [`wake`](Self::wake) for a caller that has just taken a unit of
+    /// shard `taken` and not yet handed it to anyone: if a waker panics,
+    /// the unit goes back to the table before the panic goes on, so the
+    /// panic strands nothing.
+    pub(super) fn wake_keeping(&self, woken: Woken, taken: Option<usize>) {
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| self.wake(woken))) {
+            if let Some(shard) = taken {
+                self.return_unused(shard);
+            }
+            resume_unwind(panic);
+        }
+    }
+}
