@@ -252,6 +252,7 @@ pub use integrations::metrics;
 pub use integrations::tower;
 
 pub use engine::probe::Probe;
+pub use engine::threads::{DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT, MAX_WORKERS};
 pub use engine::waiters::{QueueOrder, DEFAULT_MAX_WAIT, MAX_WAITERS};
 pub use error::{ConfigError, Error, Refused, TryCallError};
 pub use integrations::health::{Alarm, AlarmBuilder, AlarmEvent, AlarmState, Watched};
@@ -265,9 +266,7 @@ pub use pool::asynchronous::{
     worker::AsyncWorker, AsyncPool, WeakAsyncPool, MAX_DEFAULT_ASYNC_WORKERS,
 };
 pub use pool::worker::Worker;
-pub use pool::{
-    KeyedMode, Pool, PoolBuilder, WeakPool, DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT, MAX_WORKERS,
-};
+pub use pool::{KeyedMode, Pool, PoolBuilder, WeakPool};
 pub use shepherd::{
     Completion, Failure, Handler, Jitter, LastAttempt, ManualClock, Reason, Recovery, RetryBudget,
     RetryPolicy, Shepherd, ShepherdBuilder, ShepherdStats, UnitRelease,

@@ -413,14 +413,14 @@ pub fn after_release(idle: &Idle, me: usize, from: usize) {
 }
 
 /// The room where a stealing async pool's free workers await work
-/// (`engine/async_idle.rs`).
+/// (`pool/async_idle.rs`).
 #[derive(Debug)]
-pub struct AsyncIdle(crate::engine::async_idle::AsyncIdle);
+pub struct AsyncIdle(crate::pool::async_idle::AsyncIdle);
 
 impl AsyncIdle {
     /// An empty room for `workers` workers.
     pub fn new(workers: usize) -> AsyncIdle {
-        AsyncIdle(crate::engine::async_idle::AsyncIdle::new(workers))
+        AsyncIdle(crate::pool::async_idle::AsyncIdle::new(workers))
     }
 
     /// What a producer does right after it queued an envelope at `to`.
@@ -449,7 +449,7 @@ pub async fn next_envelope_async(
     idle: &AsyncIdle,
     table: &Table,
 ) -> Option<usize> {
-    crate::engine::async_idle::next(me, mailboxes, &idle.0, || table.drained(me))
+    crate::pool::async_idle::next(me, mailboxes, &idle.0, || table.drained(me))
         .await
         .map(|(from, ())| from)
 }
@@ -457,7 +457,7 @@ pub async fn next_envelope_async(
 /// What a stealing async worker does after it gave back a unit of shard
 /// `from` (`async_idle::after_release`).
 pub fn after_release_async(idle: &AsyncIdle, me: usize, from: usize) {
-    crate::engine::async_idle::after_release(&idle.0, me, from)
+    crate::pool::async_idle::after_release(&idle.0, me, from)
 }
 
 /// A thread pool's mailbox (`pool/mailbox.rs`) over lanes loom can see: a

@@ -1,4 +1,4 @@
-//! Stealing in the async pool (`engine/async_idle.rs`), driven through the
+//! Stealing in the async pool (`pool/async_idle.rs`), driven through the
 //! real take loop over mailboxes loom can see, each worker a future under
 //! loom's `block_on` (whose waker unparks a loom thread, so a waker nobody
 //! wakes is a deadlock loom reports): a free worker is woken for work

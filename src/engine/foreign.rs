@@ -8,6 +8,11 @@
 //! to the caller whose call woke them; on a thread of the crate's own
 //! (the deadline watcher), which has no caller to tell, the panics are
 //! dropped once the panic hook has reported them ([`each_quietly`]).
+//!
+//! A user's value dropped by the crate (a request nobody will handle, a
+//! reply nobody reads, a panic's payload) is foreign code too: its `Drop`
+//! may panic, and must not take a worker down ([`drop_quietly`],
+//! [`drop_payload`]).
 //! `catch_unwind` costs nothing until something panics.
 
 use std::any::Any;
@@ -27,7 +32,7 @@ pub(crate) fn each_then_resume<T>(items: impl IntoIterator<Item = T>, mut each: 
 #[cfg_attr(loom, allow(dead_code))]
 pub(crate) fn each_quietly<T>(items: impl IntoIterator<Item = T>, mut each: impl FnMut(T)) {
     if let Some(payload) = each_caught(items, &mut each) {
-        drop_quietly(payload);
+        drop_payload(payload);
     }
 }
 
@@ -35,7 +40,7 @@ pub(crate) fn each_quietly<T>(items: impl IntoIterator<Item = T>, mut each: impl
 #[cfg_attr(loom, allow(dead_code))]
 pub(crate) fn quietly(f: impl FnOnce()) {
     if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
-        drop_quietly(payload);
+        drop_payload(payload);
     }
 }
 
@@ -49,18 +54,32 @@ fn each_caught<T>(
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| each(item))) {
             match first {
                 None => first = Some(payload),
-                Some(_) => drop_quietly(payload),
+                Some(_) => drop_payload(payload),
             }
         }
     }
     first
 }
 
-/// Drops a panic's payload, whose own `Drop` is foreign code too: a panic
-/// there is caught, and its payload forgotten (leaked, never dropped).
-fn drop_quietly(payload: Box<dyn Any + Send>) {
+/// Drops `value`, catching a panic from its `Drop`.
+pub(crate) fn drop_quietly<T>(value: T) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
+        drop_payload(payload);
+    }
+}
+
+/// Drops a caught panic's payload, which is user data (`panic_any`) and
+/// whose `Drop` may panic in turn.
+pub(crate) fn drop_payload(payload: Box<dyn Any + Send>) {
     if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
-        std::mem::forget(again);
+        // The payload's drop panicked, and the new payload may be just as
+        // hostile: dropping it could panic again, and so on without end. One
+        // retry under a catch covers the common case (a payload whose Drop
+        // panics with a plain message); anything past that is leaked rather
+        // than risking the loop (forgetting is safe, and only leaks memory).
+        if let Err(third) = catch_unwind(AssertUnwindSafe(move || drop(again))) {
+            std::mem::forget(third);
+        }
     }
 }
 

@@ -10,19 +10,16 @@
 //! * `foreign`: running code the crate does not own over a batch (wakers),
 //!   each item's turn coming whatever the ones before it do.
 //! * `probe`: where a caller starts (its thread's index or its CPU).
+//! * `threads`: what the front-ends that start worker threads share (how
+//!   many at most, how long a waiting thread spins).
 //! * `keys`: the set of busy keys, for keyed admission on the supervisor.
-//! * `jump`: the jump consistent hash, a key to one of `n` buckets.
-//! * `async_idle`: where a stealing async pool's free workers await work
-//!   (here, not under `pool/asynchronous/`, so loom builds it without tokio).
 
 #[cfg(not(loom))]
 pub(crate) mod alarm;
-#[cfg(any(feature = "tokio", loom))]
-pub(crate) mod async_idle;
 pub(crate) mod foreign;
-pub(crate) mod jump;
 pub(crate) mod keys;
 pub(crate) mod probe;
 pub(crate) mod split;
 pub(crate) mod table;
+pub(crate) mod threads;
 pub(crate) mod waiters;

@@ -27,6 +27,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::error::ConfigError;
+use crate::shepherd::{Handler, Shepherd};
 use crate::sync::{Arc, Mutex};
 
 /// Which figure of a front-end an [`Alarm`] watches.
@@ -277,6 +278,20 @@ fn step(
             }
         }
         (Machine::Raised { .. }, true) => (Machine::Raised { below_since: None }, None),
+    }
+}
+
+/// A shepherd's own health figure: its operations due and waiting for a
+/// worker. Here, beside the alarm, so the shepherd needs nothing of this
+/// module.
+impl<H: Handler> Shepherd<H> {
+    /// Feeds `alarm` the [`due`](Self::due) count, at the shepherd's clock
+    /// time; the change it caused, if any. Call it on a timer (a
+    /// [`Reporter`](crate::Reporter) feeds only the [`Stats`](crate::Stats)
+    /// figures; this is the shepherd's own). See the example on
+    /// [`Shepherd`].
+    pub fn observe_due(&self, alarm: &Alarm) -> Option<AlarmEvent> {
+        alarm.observe(self.due(), self.now())
     }
 }
 

@@ -5,6 +5,10 @@
 
 #[cfg(feature = "tokio")]
 pub(crate) mod asynchronous;
+// Not under `asynchronous/`, so loom builds it without tokio.
+#[cfg(any(feature = "tokio", loom))]
+pub(crate) mod async_idle;
+pub(crate) mod jump;
 pub(crate) mod key_queue;
 pub(crate) mod mailbox;
 pub(crate) mod ordered;
@@ -16,11 +20,12 @@ use std::future::Future;
 use std::hash::{BuildHasher, Hash};
 use std::time::{Duration, Instant};
 
-use crate::engine::jump::jump_hash;
 use crate::engine::probe::Probe;
 use crate::engine::table::Table;
+use crate::engine::threads;
 use crate::engine::waiters::{Policy, QueueOrder};
 use crate::error::{ConfigError, Error, Refused, TryCallError};
+use crate::pool::jump::jump_hash;
 use crate::pool::worker::{
     calling_key, calling_worker, Envelope, Factory, Job, Stealing, Worker, WorkerLoop,
 };
@@ -1508,45 +1513,6 @@ fn poll_slot<M>(slot: &oneshot::Receiver<M>, spin: Duration) -> Option<Option<M>
 /// Whether a [`Pool`] steals unless [`PoolBuilder::steal`] says otherwise.
 pub(crate) const DEFAULT_STEAL: bool = false;
 
-/// How long a waiting caller or an idle worker polls before parking, unless
-/// [`PoolBuilder::spin_wait`] says otherwise.
-pub const DEFAULT_SPIN_WAIT: Duration = Duration::from_micros(50);
-
-/// The longest [`PoolBuilder::spin_wait`] a pool accepts: 10 ms.
-///
-/// Spinning only pays while it is shorter than parking and being woken (a
-/// futex round trip, 5–40 µs); past a millisecond or so it buys nothing.
-/// Every worker spins this long after each request before it parks, and so
-/// does every waiting caller: a budget much larger would keep an idle pool
-/// burning a core per worker (with `Duration::MAX`, forever). 10 ms leaves
-/// two orders of magnitude of room for experiments above the default and
-/// bounds the cost of a mistake to one tick's worth of CPU per request.
-pub const MAX_SPIN_WAIT: Duration = Duration::from_millis(10);
-
-/// The most worker threads a thread pool ([`PoolBuilder::workers`]) or a
-/// [`Shepherd`](crate::Shepherd) ([`ShepherdBuilder::workers`](crate::ShepherdBuilder::workers))
-/// runs: 4096. Their builders refuse more with a [`ConfigError`] naming
-/// `workers`, before starting any thread. An async pool's workers are
-/// tasks, not threads: this does not limit them.
-///
-/// Why a limit at all: past a number of threads the OS will not give, std
-/// does not always return an error, it can abort the process. Each thread
-/// costs four memory mappings (its stack and guard page, and the signal
-/// stack std sets up for it with its own guard page), and Linux allows a
-/// process 65,530 (`vm.max_map_count`). The signal stack is mapped by the
-/// new thread itself once it runs, after `spawn` returned `Ok`; when that
-/// fails, std panics where it cannot unwind, and the process aborts
-/// (measured: a program starting 20,000 threads aborts at about 16,370).
-///
-/// Why 4096: that many threads take 16,384 mappings, a quarter of Linux's
-/// default, leaving the rest to the heap, the libraries and the program's
-/// other threads and pools; they also reserve 8 GiB of address space at
-/// std's 2 MiB stacks. And a pool of thousands of OS threads is not what
-/// this crate is for: a thread pool's workers run blocking or CPU-bound
-/// handlers and are sized to the cores (one per shard); for thousands of
-/// I/O-bound handlers, use an async pool, whose workers are tasks.
-pub const MAX_WORKERS: usize = 4096;
-
 /// Configures a [`Pool`]; made by [`Pool::builder`].
 ///
 /// # Examples
@@ -1721,11 +1687,11 @@ impl PoolBuilder {
     /// workers, some workers' share is 0 and they idle (parked, no CPU)
     /// until [`Pool::set_capacity`] grows it.
     ///
-    /// A thread pool runs at most [`MAX_WORKERS`] (4096) worker threads
+    /// A thread pool runs at most [`MAX_WORKERS`](crate::MAX_WORKERS) (4096) worker threads
     /// (the default is capped there too): [`build`](Self::build) refuses
     /// more, before starting any thread, since past some thousands of
     /// threads std aborts the process rather than return an error (see
-    /// [`MAX_WORKERS`] for why and why that number). An async pool's
+    /// [`MAX_WORKERS`](crate::MAX_WORKERS) for why and why that number). An async pool's
     /// workers are tasks, limited only by the shard table (65,536).
     ///
     /// # Examples
@@ -1766,7 +1732,7 @@ impl PoolBuilder {
 
     /// How long a caller waiting for its reply, and a worker waiting for
     /// its next request, poll before they park. Defaults to
-    /// [`DEFAULT_SPIN_WAIT`] (50 µs).
+    /// [`DEFAULT_SPIN_WAIT`](crate::DEFAULT_SPIN_WAIT) (50 µs).
     ///
     /// Waking a parked thread costs a futex round trip (5–40 µs on small
     /// virtual machines) where a hand-off between two running threads costs
@@ -1774,7 +1740,7 @@ impl PoolBuilder {
     /// Past the budget both sides park: an idle pool costs no CPU. Zero
     /// parks at once (lowest CPU use, highest latency); longer budgets help
     /// callers whose requests arrive a little further apart. At most
-    /// [`MAX_SPIN_WAIT`] (10 ms): [`build`](Self::build) refuses more.
+    /// [`MAX_SPIN_WAIT`](crate::MAX_SPIN_WAIT) (10 ms): [`build`](Self::build) refuses more.
     ///
     /// # Examples
     ///
@@ -1939,8 +1905,8 @@ impl PoolBuilder {
     /// # Errors
     ///
     /// [`ConfigError`] naming the field when `capacity` is unset, 0 or too
-    /// large, `workers` is 0 or above [`MAX_WORKERS`], `spin_wait` is longer than
-    /// [`MAX_SPIN_WAIT`], or `name` contains a NUL byte;
+    /// large, `workers` is 0 or above [`MAX_WORKERS`](crate::MAX_WORKERS), `spin_wait` is longer than
+    /// [`MAX_SPIN_WAIT`](crate::MAX_SPIN_WAIT), or `name` contains a NUL byte;
     /// naming `workers` if the OS refused to start a worker thread (the
     /// threads already started are shut down first).
     pub fn build<W, F>(&self, factory: F) -> Result<Pool<W>, ConfigError>
@@ -1950,22 +1916,11 @@ impl PoolBuilder {
     {
         let name: Arc<str> = Arc::from(ConfigError::check_name(self.name.as_deref())?);
         let capacity = self.capacity.ok_or(ConfigError::missing("capacity"))?;
-        let spin = self.spin_wait.unwrap_or(DEFAULT_SPIN_WAIT);
-        if spin > MAX_SPIN_WAIT {
-            return Err(ConfigError::too_long("spin_wait", MAX_SPIN_WAIT));
-        }
+        let spin = threads::spin_wait(self.spin_wait)?;
         if self.max_queued_per_key == Some(0) {
             return Err(ConfigError::zero("max_queued_per_key"));
         }
-        // The default is capped, so it is never refused.
-        let workers = self
-            .workers
-            .unwrap_or_else(|| num_cpus::get().min(MAX_WORKERS));
-        // Checked before anything starts: too many threads abort the
-        // process instead of failing `spawn` (see MAX_WORKERS).
-        if workers > MAX_WORKERS {
-            return Err(ConfigError::too_large("workers", MAX_WORKERS));
-        }
+        let workers = threads::workers(self.workers)?;
         let table = Table::new(capacity, workers, self.probe)
             .map_err(|err| {
                 // The table calls its shards "shards"; here they are workers.

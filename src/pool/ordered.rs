@@ -41,13 +41,14 @@
 //! `call_keyed_async` (whose callers may leave before the reply), and if
 //! the reply cannot be delivered.
 
+use crate::engine::foreign::drop_quietly;
 use crate::engine::table::Table;
 use crate::error::Error;
 use crate::pool::key_queue::{Admit, KeyQueues};
 use crate::pool::mailbox::Outbox;
 use crate::pool::post;
 use crate::pool::steal::Idle;
-use crate::pool::worker::{drop_quietly, Envelope, Job, Keyed, Worker};
+use crate::pool::worker::{Envelope, Job, Keyed, Worker};
 use crate::sync::Arc;
 
 /// The shared part of an ordered pool: the key queues and where a key's

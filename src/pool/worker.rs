@@ -9,12 +9,12 @@
 //! a reply nobody waits for, a broken worker state or a panic payload. Each
 //! envelope's unit is held by a guard that gives it back on every path.
 
-use std::any::Any;
 use std::cell::Cell;
 use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
+use crate::engine::foreign::{drop_payload, drop_quietly};
 use crate::engine::table::Table;
 use crate::error::Error;
 use crate::pool::mailbox::{Inbox, Look};
@@ -660,28 +660,6 @@ impl<W: Worker> Drop for Turn<'_, W> {
         CURRENT_KEY.with(|key| key.set(None));
         if let Some(ordered) = self.ordered {
             ordered.finish(self.id);
-        }
-    }
-}
-
-/// Drops `value`, catching a panic from its `Drop`.
-pub(crate) fn drop_quietly<T>(value: T) {
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
-        drop_payload(payload);
-    }
-}
-
-/// Drops a caught panic's payload, which is user data (`panic_any`) and
-/// whose `Drop` may panic in turn.
-pub(crate) fn drop_payload(payload: Box<dyn Any + Send>) {
-    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
-        // The payload's drop panicked, and the new payload may be just as
-        // hostile: dropping it could panic again, and so on without end. One
-        // retry under a catch covers the common case (a payload whose Drop
-        // panics with a plain message); anything past that is leaked rather
-        // than risking the loop (forgetting is safe, and only leaks memory).
-        if let Err(third) = catch_unwind(AssertUnwindSafe(move || drop(again))) {
-            std::mem::forget(third);
         }
     }
 }

@@ -47,10 +47,9 @@ use crossbeam_utils::CachePadded;
 
 use crate::engine::probe::Probe;
 use crate::engine::table::Table;
+use crate::engine::threads;
 use crate::engine::waiters::{Policy, QueueOrder};
 use crate::error::{ConfigError, Error, Refused};
-use crate::integrations::health::{Alarm, AlarmEvent};
-use crate::pool::{DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT, MAX_WORKERS};
 use crate::sync::{
     now, os_thread, Arc, AtomicUsize, Condvar, Mutex, Ordering::Relaxed, Ordering::SeqCst,
 };
@@ -454,14 +453,10 @@ impl<H: Handler> Shepherd<H> {
         shared.due()
     }
 
-    /// Feeds `alarm` the [`due`](Self::due) count, at the shepherd's clock
-    /// time; the change it caused, if any. Call it on a timer (a
-    /// [`Reporter`](crate::Reporter) feeds only the [`Stats`](crate::Stats)
-    /// figures; this is the shepherd's own). See the example on
-    /// [`Shepherd`].
-    pub fn observe_due(&self, alarm: &Alarm) -> Option<AlarmEvent> {
-        let due = self.due();
-        alarm.observe(due, self.inner.shared.clock.now())
+    /// The shepherd's clock's time (the real clock, or a
+    /// [`ManualClock`]'s).
+    pub(crate) fn now(&self) -> std::time::Instant {
+        self.inner.shared.clock.now()
     }
 
     /// A snapshot of the figures; see [`ShepherdStats`].
@@ -745,11 +740,11 @@ impl ShepherdBuilder {
     /// How many workers, one handler (one resource) each. Defaults to the
     /// number of CPUs; for CPU-bound work the seed advises one fewer.
     ///
-    /// Each worker is an OS thread: at least 1, at most [`MAX_WORKERS`]
+    /// Each worker is an OS thread: at least 1, at most [`MAX_WORKERS`](crate::MAX_WORKERS)
     /// (4096; the default is capped there too). [`build`](Self::build)
     /// refuses more before starting any thread, since past some thousands
     /// of threads std aborts the process rather than return an error (see
-    /// [`MAX_WORKERS`]).
+    /// [`MAX_WORKERS`](crate::MAX_WORKERS)).
     ///
     /// # Examples
     ///
@@ -819,7 +814,7 @@ impl ShepherdBuilder {
 
     /// How long an idle worker, and a waiting [`Completion::wait`], poll
     /// before they sleep; [`DEFAULT_SPIN_WAIT`](crate::DEFAULT_SPIN_WAIT)
-    /// by default, at most [`MAX_SPIN_WAIT`]. See
+    /// by default, at most [`MAX_SPIN_WAIT`](crate::MAX_SPIN_WAIT). See
     /// [`PoolBuilder::spin_wait`](crate::PoolBuilder::spin_wait).
     ///
     /// A completion spins only if, when it was submitted, at most
@@ -895,8 +890,8 @@ impl ShepherdBuilder {
     /// # Errors
     ///
     /// [`ConfigError`] naming the field when `capacity` is unset, 0 or too
-    /// large; `workers` is 0 or above [`MAX_WORKERS`]; `shards` is 0 or too
-    /// large; `spin_wait` is above [`MAX_SPIN_WAIT`]; `attempt_timeout` is
+    /// large; `workers` is 0 or above [`MAX_WORKERS`](crate::MAX_WORKERS); `shards` is 0 or too
+    /// large; `spin_wait` is above [`MAX_SPIN_WAIT`](crate::MAX_SPIN_WAIT); `attempt_timeout` is
     /// zero; `name` has a NUL byte; the retry policy is invalid
     /// (`max_attempts` 0, `backoff` initial above max, `budget` out of
     /// range); or the waiting settings are (`max_waiters`, `queue_order`).
@@ -912,20 +907,8 @@ impl ShepherdBuilder {
             return Err(ConfigError::nul("name"));
         }
         let capacity = self.capacity.ok_or(ConfigError::missing("capacity"))?;
-        // The default is capped, so it is never refused.
-        let workers = self
-            .workers
-            .unwrap_or_else(|| num_cpus::get().min(MAX_WORKERS));
-        if workers == 0 {
-            return Err(ConfigError::zero("workers"));
-        }
-        if workers > MAX_WORKERS {
-            return Err(ConfigError::too_large("workers", MAX_WORKERS));
-        }
-        let spin = self.spin_wait.unwrap_or(DEFAULT_SPIN_WAIT);
-        if spin > MAX_SPIN_WAIT {
-            return Err(ConfigError::too_long("spin_wait", MAX_SPIN_WAIT));
-        }
+        let workers = threads::workers(self.workers)?;
+        let spin = threads::spin_wait(self.spin_wait)?;
         if self.attempt_timeout.is_some_and(|t| t.is_zero()) {
             return Err(ConfigError::zero_duration("attempt_timeout"));
         }

@@ -90,8 +90,8 @@ use super::queue::{InMemory, Store};
 use super::stats::Counters;
 use crossbeam_utils::CachePadded;
 
+use crate::engine::foreign::drop_quietly;
 use crate::engine::table::Table;
-use crate::pool::worker::drop_quietly;
 use crate::sync::{Arc, AtomicUsize, Condvar, Mutex, Ordering::SeqCst};
 
 /// Builds a worker's handler; shared by every worker thread.

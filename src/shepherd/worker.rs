@@ -44,7 +44,7 @@ use super::handle::LastAttempt;
 use super::handler::{Handler, Recovery};
 use super::queue::Store;
 use super::state::{Decision, Record, Shared};
-use crate::pool::worker::{drop_payload, drop_quietly};
+use crate::engine::foreign::{drop_payload, drop_quietly};
 use crate::sync::Arc;
 
 /// How long the timer waits when it has no deadline: it re-checks after a

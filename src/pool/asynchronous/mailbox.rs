@@ -19,15 +19,15 @@
 //!   a crossbeam channel, and should not: a free worker must be woken for
 //!   work at *any* mailbox, so it sleeps in the pool's
 //!   [`AsyncIdle`] room instead, and every delivery rings it
-//!   (`engine/async_idle.rs` has the protocol and its argument).
+//!   (`pool/async_idle.rs` has the protocol and its argument).
 //!   crossbeam's channel rather than `async-channel` or a `SegQueue`: it is
 //!   already a dependency, and only its `try_recv`, `send` and `is_empty`
 //!   are used, which is all an MPMC queue offers.
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::engine::async_idle::{self, AsyncIdle};
 use crate::error::Error;
+use crate::pool::async_idle::{self, AsyncIdle};
 use crate::sync::Arc;
 
 /// The reply slot of one call.

@@ -7,7 +7,7 @@
 //! One idea per file: the mailbox seam (`mailbox.rs`), the worker loop
 //! (`worker.rs`), which worker the running task is (`current.rs`), a panic
 //! catch for futures (`unwind.rs`). Stealing's wake-up protocol is
-//! `engine/async_idle.rs` (there so loom builds it without tokio).
+//! `pool/async_idle.rs` (there so loom builds it without tokio).
 
 mod current;
 mod mailbox;

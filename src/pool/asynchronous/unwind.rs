@@ -9,7 +9,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::pin;
 use std::task::Poll;
 
-use crate::pool::worker::drop_payload;
+use crate::engine::foreign::drop_payload;
 
 /// Runs `future` to its end. `Err` with the payload if a poll panicked;
 /// the future is then dropped at once (a panic from that drop is caught

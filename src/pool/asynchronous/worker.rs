@@ -8,9 +8,10 @@ use std::future::Future;
 
 use super::mailbox::{Envelope, Inbox};
 use super::unwind::guarded;
+use crate::engine::foreign::{drop_payload, drop_quietly};
 use crate::engine::table::Table;
 use crate::error::Error;
-use crate::pool::worker::{drained, drop_payload, drop_quietly};
+use crate::pool::worker::drained;
 use crate::sync::Arc;
 
 /// The state and async handlers of one worker of an
