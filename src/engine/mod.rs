@@ -12,12 +12,10 @@
 //! * `probe`: where a caller starts (its thread's index or its CPU).
 //! * `threads`: what the front-ends that start worker threads share (how
 //!   many at most, how long a waiting thread spins).
-//! * `keys`: the set of busy keys, for keyed admission on the supervisor.
 
 #[cfg(not(loom))]
 pub(crate) mod alarm;
 pub(crate) mod foreign;
-pub(crate) mod keys;
 pub(crate) mod probe;
 pub(crate) mod split;
 pub(crate) mod table;

@@ -1,0 +1,199 @@
+//! [`SupervisorBuilder`]: capacity, shards, waiting, keys, thread settings; checked once, in `build`.
+
+use super::{Common, Idle, Inner, RegistryShard, Supervisor, MAX_CHILDREN};
+use crate::engine::probe::Probe;
+use crate::engine::table::Table;
+use crate::engine::waiters::{Policy, QueueOrder};
+use crate::error::ConfigError;
+use crate::supervisor::keys::KeySet;
+use crate::sync::{Arc, AtomicUsize, CoarseClock, Condvar, Mutex};
+use crossbeam_utils::CachePadded;
+use std::time::Duration;
+
+/// Configures a [`Supervisor`]; made by [`Supervisor::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use sidejob::{Probe, Supervisor};
+///
+/// let sup = Supervisor::builder()
+///     .name("get_fsm")
+///     .capacity(10_000)
+///     .shards(4)
+///     .probe(Probe::Thread)
+///     .build()?;
+/// assert_eq!((sup.name(), sup.capacity(), sup.shards()), ("get_fsm", 10_000, 4));
+///
+/// let err = Supervisor::builder().name("bad\0name").capacity(1).build().unwrap_err();
+/// assert_eq!(err.field(), "name");
+/// # Ok::<(), sidejob::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct SupervisorBuilder {
+    name: Option<String>,
+    capacity: Option<usize>,
+    shards: Option<usize>,
+    max_capacity: Option<usize>,
+    probe: Probe,
+    stack_size: Option<usize>,
+    policy: Policy,
+    per_key: Option<usize>,
+}
+
+impl SupervisorBuilder {
+    /// The supervisor's name; spawned threads are named `{name}-child`.
+    /// Defaults to `sidejob`. Must not contain a NUL byte.
+    pub fn name(&mut self, name: impl Into<String>) -> &mut Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// How many children may be alive at once. Required; at least 1 and
+    /// at most 2^24. The registry allocates an 8-byte slot per unit when
+    /// the supervisor is built (80 KB for 10,000 children), so admission
+    /// never allocates; with the `tokio` feature, also a 16-byte cell per
+    /// unit for the abort handle of a task (see `Supervisor::abort_all`).
+    ///
+    /// The capacity also counts tasks and reserved children, so it is not
+    /// limited to what the OS can run as threads; but children started by
+    /// [`Supervisor::spawn`] are OS threads, and past some thousands of
+    /// those std may abort the process instead of returning
+    /// [`Error::Spawn`](crate::Error::Spawn) (see [`MAX_WORKERS`](crate::MAX_WORKERS) for why).
+    /// For thread children, keep the capacity in the low thousands.
+    pub fn capacity(&mut self, capacity: usize) -> &mut Self {
+        self.capacity = Some(capacity);
+        self
+    }
+
+    /// How many shards to split the capacity and the registry over.
+    /// Defaults to the number of CPUs. Every shard is kept even with less
+    /// capacity than shards (the extra shards' share is 0 until the
+    /// capacity grows).
+    pub fn shards(&mut self, shards: usize) -> &mut Self {
+        self.shards = Some(shards);
+        self
+    }
+
+    /// Where a caller starts probing; see [`Probe`].
+    pub fn probe(&mut self, probe: Probe) -> &mut Self {
+        self.probe = probe;
+        self
+    }
+
+    /// How many callers of [`Supervisor::spawn`], [`reserve`](crate::Supervisor::reserve),
+    /// [`reserve_async`](crate::Supervisor::reserve_async) and
+    /// `spawn_task_async` (feature `tokio`) may wait for capacity when
+    /// `capacity` children are alive; past that they get `Overload` at
+    /// once. Defaults to 0: no waiting, fail fast.
+    /// [`try_reserve`](crate::Supervisor::try_reserve) and `spawn_task` never
+    /// wait.
+    pub fn max_waiters(&mut self, waiters: usize) -> &mut Self {
+        self.policy.max_waiters = waiters;
+        self
+    }
+
+    /// How long one caller may wait for capacity before it gets
+    /// [`Error::Timeout`](crate::Error::Timeout). Defaults to
+    /// [`DEFAULT_MAX_WAIT`](crate::DEFAULT_MAX_WAIT) (1 s).
+    pub fn max_wait(&mut self, wait: Duration) -> &mut Self {
+        self.policy.max_wait = wait;
+        self
+    }
+
+    /// Which waiter a freed unit goes to; see [`QueueOrder`]. Defaults to
+    /// FIFO.
+    pub fn queue_order(&mut self, order: QueueOrder) -> &mut Self {
+        self.policy.order = order;
+        self
+    }
+
+    /// How many children of one key may be alive at once, for the keyed
+    /// forms ([`Supervisor::reserve_keyed`] and friends). Defaults to 1:
+    /// a key's children run one after another. At least 1; children
+    /// admitted without a key are not counted against any key.
+    pub fn per_key(&mut self, children: usize) -> &mut Self {
+        self.per_key = Some(children);
+        self
+    }
+
+    /// The largest capacity [`Supervisor::set_capacity`] may set later.
+    /// Defaults to `capacity`; at most 2^24. The registry's slots are
+    /// allocated for it up front (8 bytes each), so a resize never
+    /// allocates and admission never does.
+    pub fn max_capacity(&mut self, max: usize) -> &mut Self {
+        self.max_capacity = Some(max);
+        self
+    }
+
+    /// The stack size, in bytes, of threads started by
+    /// [`Supervisor::spawn`]. Defaults to std's (2 MiB, or
+    /// `RUST_MIN_STACK`). A size the OS cannot give makes `spawn` fail with
+    /// [`Error::Spawn`](crate::Error::Spawn).
+    pub fn stack_size(&mut self, bytes: usize) -> &mut Self {
+        self.stack_size = Some(bytes);
+        self
+    }
+
+    /// Builds the supervisor.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the field when `capacity` is unset, 0 or
+    /// above 2^24 (the registry allocates a slot per unit up front),
+    /// `shards` is 0 or too large, `per_key` is 0 or above 2^32 - 1, or
+    /// `name` contains a NUL byte (thread names cannot).
+    ///
+    /// ```
+    /// use sidejob::Supervisor;
+    ///
+    /// let err = Supervisor::builder().capacity(8).per_key(0).build().unwrap_err();
+    /// assert_eq!(err.field(), "per_key");
+    /// ```
+    pub fn build(&self) -> Result<Supervisor, ConfigError> {
+        let name = ConfigError::check_name(self.name.as_deref())?.to_owned();
+        let capacity = self.capacity.ok_or(ConfigError::missing("capacity"))?;
+        if capacity > MAX_CHILDREN {
+            return Err(ConfigError::too_large("capacity", MAX_CHILDREN));
+        }
+        let max = self.max_capacity.unwrap_or(capacity);
+        if max > MAX_CHILDREN {
+            return Err(ConfigError::too_large("max_capacity", MAX_CHILDREN));
+        }
+        let per_key = match self.per_key.unwrap_or(1) {
+            0 => return Err(ConfigError::zero("per_key")),
+            n => u32::try_from(n)
+                .map_err(|_| ConfigError::too_large("per_key", u32::MAX as usize))?,
+        };
+        let shards = self.shards.unwrap_or_else(num_cpus::get);
+        let table =
+            Table::with_max(capacity, max, shards, self.probe)?.with_policy(&self.policy)?;
+        let keys = KeySet::new(
+            table.shard_count(),
+            max,
+            per_key,
+            self.policy.max_waiters,
+            self.policy.max_wait,
+        );
+        let common = Arc::new(Common {
+            keys,
+            table,
+            waiters: CachePadded::new(AtomicUsize::new(0)),
+            idle: Mutex::new(Idle::default()),
+            idle_cv: Condvar::new(),
+        });
+        let registry = (0..common.table.shard_count())
+            .map(|index| Arc::new(RegistryShard::new(index, Arc::clone(&common))))
+            .collect();
+        Ok(Supervisor {
+            inner: Arc::new(Inner {
+                common,
+                registry,
+                clock: CoarseClock::new(),
+                thread_name: format!("{name}-child"),
+                name,
+                stack_size: self.stack_size,
+            }),
+        })
+    }
+}
