@@ -136,7 +136,7 @@ impl Table {
 
     /// The worker's exit rule for shard `shard` (see `worker::drained`).
     pub fn drained(&self, shard: usize) -> bool {
-        crate::pool::worker::drained(self.0.shard(shard))
+        crate::pool::worker_loop::drained(self.0.shard(shard))
     }
 
     /// Units held now.

@@ -2,7 +2,8 @@
 
 use super::{deadline_after, wait_reply, wait_reply_until, Admission, Inner, Pool, ReplyReceiver};
 use crate::error::{Error, Refused, TryCallError};
-use crate::pool::worker::{calling_worker, Envelope, Worker};
+use crate::pool::worker::{Envelope, Worker};
+use crate::pool::worker_loop::calling_worker;
 use crate::sync::{now, Arc};
 use std::future::Future;
 use std::time::Duration;

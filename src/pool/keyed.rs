@@ -6,7 +6,8 @@ use super::{
 };
 use crate::error::{Error, Refused};
 use crate::pool::jump::jump_hash;
-use crate::pool::worker::{calling_key, calling_worker, Envelope, Job, Worker};
+use crate::pool::worker::{Envelope, Job, Worker};
+use crate::pool::worker_loop::{calling_key, calling_worker};
 use crate::sync::{now, Arc};
 use std::future::Future;
 use std::hash::{BuildHasher, Hash};

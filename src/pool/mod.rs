@@ -52,6 +52,7 @@ pub(crate) mod ordered;
 pub(crate) mod steal;
 
 pub(crate) mod worker;
+pub(crate) mod worker_loop;
 
 /// A capacity-limited pool of workers: requests beyond `capacity` are
 /// refused with [`Error::Overload`] at once instead of queueing.

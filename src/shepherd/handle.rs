@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use super::state::Unit;
+use super::unit::Unit;
 use crate::sync::{now, spin_poll, Arc, Condvar, Mutex};
 
 /// Why the shepherd stopped trying an operation; see [`Failure::reason`].

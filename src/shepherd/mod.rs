@@ -29,6 +29,7 @@ mod policy;
 mod queue;
 mod state;
 mod stats;
+mod unit;
 mod worker;
 
 pub use clock::ManualClock;
@@ -922,7 +923,7 @@ impl ShepherdBuilder {
         let start = self.clock.now();
         let table = Arc::new(table);
         let shared = Arc::new(Shared {
-            homes: state::Homes::new(&table),
+            homes: unit::Homes::new(&table),
             unit_release: self.unit_release,
             table,
             line: Line::new(workers),

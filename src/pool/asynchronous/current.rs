@@ -7,7 +7,7 @@
 use std::future::Future;
 
 use crate::engine::table::Table;
-use crate::pool::worker::pool_id;
+use crate::pool::worker_loop::pool_id;
 use crate::sync::Arc;
 
 tokio::task_local! {

@@ -11,7 +11,7 @@ use super::unwind::guarded;
 use crate::engine::foreign::{drop_payload, drop_quietly};
 use crate::engine::table::Table;
 use crate::error::Error;
-use crate::pool::worker::drained;
+use crate::pool::worker_loop::drained;
 use crate::sync::Arc;
 
 /// The state and async handlers of one worker of an
