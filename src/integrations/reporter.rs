@@ -102,7 +102,9 @@ impl<W: Worker> sealed::Sealed for Pool<W> {
 impl<W: Worker> Observe for Pool<W> {}
 
 #[cfg(feature = "tokio")]
-impl<W: crate::AsyncWorker> sealed::Sealed for crate::AsyncPool<W> {
+impl<W: crate::pool::asynchronous::worker::AsyncWorker> sealed::Sealed
+    for crate::pool::asynchronous::AsyncPool<W>
+{
     fn source(&self) -> Source {
         let read = self.weak_stats();
         Source {
@@ -113,7 +115,10 @@ impl<W: crate::AsyncWorker> sealed::Sealed for crate::AsyncPool<W> {
     }
 }
 #[cfg(feature = "tokio")]
-impl<W: crate::AsyncWorker> Observe for crate::AsyncPool<W> {}
+impl<W: crate::pool::asynchronous::worker::AsyncWorker> Observe
+    for crate::pool::asynchronous::AsyncPool<W>
+{
+}
 
 impl sealed::Sealed for Supervisor {
     fn source(&self) -> Source {
