@@ -1,0 +1,530 @@
+//! The queue of waiters under the table's control lock: a doubly linked list through the waiters' keys (every way of leaving it is O(1)), the order a grant serves, the deadlines the watcher expires, and the wakers it hands back to be woken or dropped after the lock.
+
+use super::{QueueOrder, Room, State, Ticket, SPARE_TICKETS};
+use crate::engine::foreign::each_then_resume;
+use crate::sync::{park, Arc, Ordering::Relaxed};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+impl QueueOrder {
+    /// Adaptive LIFO with the figures of "Fail at Scale": a queue that
+    /// stands for 100 ms switches to LIFO and a 5 ms wait target.
+    pub const fn adaptive_lifo() -> QueueOrder {
+        QueueOrder::AdaptiveLifo {
+            interval: Duration::from_millis(100),
+            target: Duration::from_millis(5),
+        }
+    }
+}
+
+/// The waiting figures kept under the control lock, where the grants that
+/// change them already are: plain integers, no locked instruction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct QueueCounts {
+    /// The most that ever waited at once.
+    pub(crate) peak: usize,
+    /// Waits that ended in an admission.
+    pub(crate) waited: u64,
+}
+
+/// How to wake a waiter.
+///
+/// A task's [`Waker`] is code the crate does not own: its `wake`, `clone`
+/// and `drop` may re-enter the table (a waker that owns a permit of it), be
+/// slow, or panic. So a `Wake` is only *moved* under the control lock,
+/// never woken, cloned or dropped there: the queue hands the ones it lets
+/// go of back to the caller ([`Woken`], or an `Option<Wake>` to drop),
+/// which lets them go after the lock.
+#[derive(Debug)]
+pub(crate) enum Wake {
+    /// A blocked thread, parked until its ticket changes.
+    Thread(park::Thread),
+    /// A task.
+    Task(Waker),
+}
+
+impl Wake {
+    fn wake(self) {
+        match self {
+            Wake::Thread(thread) => thread.unpark(),
+            Wake::Task(waker) => waker.wake(),
+        }
+    }
+
+    /// True if waking `self` wakes the task of `waker`: a comparison of
+    /// pointers (std's `will_wake`), no code of the waker's.
+    fn will_wake(&self, waker: &Waker) -> bool {
+        matches!(self, Wake::Task(stored) if stored.will_wake(waker))
+    }
+}
+
+/// The waiters to wake once the control lock is let go. A FIFO hand-off
+/// wakes exactly one, so the first is kept inline: a release allocates
+/// nothing.
+#[derive(Debug, Default)]
+pub(crate) struct Woken {
+    first: Option<Ended>,
+    more: Vec<Ended>,
+}
+
+/// A wait that ended: how to wake its waiter, and when it arrived if it
+/// was granted (its wait's time is added after the wake-up).
+#[derive(Debug)]
+struct Ended {
+    wake: Option<Wake>,
+    granted_since: Option<u64>,
+}
+
+impl Woken {
+    fn push(&mut self, ended: Ended) {
+        if self.first.is_none() {
+            self.first = Some(ended);
+        } else {
+            self.more.push(ended);
+        }
+    }
+
+    /// How many are to be woken.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.more.len()
+    }
+
+    /// Wakes them all, then adds the granted waits' time to `room`'s
+    /// figures: the clock is read here, by the releaser, after the wake-up,
+    /// so that a granted waiter runs on without reading it. Never under
+    /// the control lock: a waker may take it (module docs, "Foreign code").
+    ///
+    /// A waker that panics does not stop the others: every one is woken
+    /// and every figure added, then the first panic goes on up to the
+    /// caller, whose table is consistent by then (nothing of it is left
+    /// half-done: the lock is free, the shards un-gated).
+    pub(crate) fn wake_all(mut self, room: &Room) {
+        let wakes = self
+            .first
+            .iter_mut()
+            .chain(self.more.iter_mut())
+            .filter_map(|ended| ended.wake.take());
+        // The figures are added before a panic goes on, so a panic in the
+        // waking never leaves them short.
+        let panicked = catch_unwind(AssertUnwindSafe(|| each_then_resume(wakes, Wake::wake)));
+        let mut now = None;
+        for ended in self.first.iter().chain(&self.more) {
+            if let Some(since) = ended.granted_since {
+                let now = *now.get_or_insert_with(|| room.ticks());
+                room.add_waited_time(since, now);
+            }
+        }
+        if let Err(payload) = panicked {
+            resume_unwind(payload);
+        }
+    }
+}
+
+/// No node: the end of the waiting list.
+pub(super) const NIL: usize = usize::MAX;
+
+#[derive(Debug)]
+pub(super) struct Node {
+    ticket: Arc<Ticket>,
+    pub(super) wake: Option<Wake>,
+    since: Instant,
+    /// `since` on the room's clock, for `waited_time` (see [`Room::ticks`]).
+    since_ticks: u64,
+    /// When the deadline watcher expires it: set for async waiters only
+    /// (a blocked thread times its own wait). The watcher does not run
+    /// under loom (no clock there), hence the allow.
+    #[cfg_attr(loom, allow(dead_code))]
+    deadline: Option<Instant>,
+    /// Its neighbours in the waiting list: the next older and the next
+    /// newer waiter's key, or [`NIL`].
+    older: usize,
+    newer: usize,
+}
+
+/// The queue of waiters, in the table's control lock. A node lives while
+/// its waiter waits: whoever ends the wait (a grant, an expiry, a close, or
+/// the waiter giving up through [`Queue::cancel`]) frees it, and the
+/// outcome lives on in the waiter's [`Ticket`].
+///
+/// The waiting nodes form a doubly linked list through their keys, oldest
+/// to newest, so a grant at either end and a waiter leaving from anywhere
+/// are O(1) under the lock: a room of [`MAX_WAITERS`] whose waiters give up
+/// newest first holds the lock no longer per leave than one of ten.
+#[derive(Debug)]
+pub(crate) struct Queue {
+    nodes: Vec<Option<Node>>,
+    pub(super) free: Vec<usize>,
+    /// Tickets of ended waits, reused once their waiter has let go of
+    /// them ([`Queue::ticket`]): a wait then allocates nothing, and neither
+    /// its end nor its waiter frees anything. At most [`SPARE_TICKETS`].
+    spare: Vec<Arc<Ticket>>,
+    /// The ends of the waiting list, or [`NIL`] when nobody waits.
+    pub(super) oldest: usize,
+    pub(super) newest: usize,
+    /// How many nodes the list holds.
+    len: usize,
+    /// Since when the queue has been non-empty without a break.
+    pub(super) standing_since: Option<Instant>,
+    /// The instant the room is registered with the deadline watcher for
+    /// (`alarm.rs`), if any. Invariant: every waiting node's deadline is at
+    /// or after it, and a registration at it is pending (or ringing now),
+    /// so no node outlives its deadline by more than the watcher's lag.
+    armed: Option<Instant>,
+    /// The figures kept here, under the lock.
+    counts: QueueCounts,
+}
+
+impl Default for Queue {
+    fn default() -> Self {
+        Queue {
+            nodes: Vec::new(),
+            free: Vec::new(),
+            spare: Vec::new(),
+            oldest: NIL,
+            newest: NIL,
+            len: 0,
+            standing_since: None,
+            armed: None,
+            counts: QueueCounts::default(),
+        }
+    }
+}
+
+impl Queue {
+    /// How many wait.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Queues a waiter, to be expired at `deadline` by the watcher (async
+    /// waiters; `None` for a blocked thread, or no deadline); its key, its
+    /// ticket and its arrival on the room's clock ([`Room::ticks`]). Call
+    /// [`arm`](Self::arm) with the deadline next.
+    pub(crate) fn push(
+        &mut self,
+        room: &Room,
+        wake: Wake,
+        now: Instant,
+        deadline: Option<Instant>,
+    ) -> (usize, Arc<Ticket>, u64) {
+        let ticket = self.ticket();
+        let since_ticks = room.ticks();
+        let node = Node {
+            ticket: Arc::clone(&ticket),
+            wake: Some(wake),
+            since: now,
+            since_ticks,
+            deadline,
+            older: self.newest,
+            newer: NIL,
+        };
+        let key = match self.free.pop() {
+            Some(key) => {
+                self.nodes[key] = Some(node);
+                key
+            }
+            None => {
+                self.nodes.push(Some(node));
+                self.nodes.len() - 1
+            }
+        };
+        match self.newest {
+            NIL => {
+                self.oldest = key;
+                self.standing_since = Some(now);
+            }
+            newest => self.node_mut(newest).newer = key,
+        }
+        self.newest = key;
+        self.len += 1;
+        room.set_count(self.len);
+        self.counts.peak = self.counts.peak.max(self.len);
+        (key, ticket, since_ticks)
+    }
+
+    /// Takes the waiting node `key` out of the list (its node stays until
+    /// freed).
+    fn unlink(&mut self, key: usize) {
+        let node = self.node(key);
+        let (older, newer) = (node.older, node.newer);
+        match older {
+            NIL => self.oldest = newer,
+            older => self.node_mut(older).newer = newer,
+        }
+        match newer {
+            NIL => self.newest = older,
+            newer => self.node_mut(newer).older = older,
+        }
+        self.len -= 1;
+        if self.len == 0 {
+            self.standing_since = None;
+        }
+    }
+
+    /// Takes the oldest waiting node out of the list; its key.
+    fn pop_oldest(&mut self) -> Option<usize> {
+        let key = (self.oldest != NIL).then_some(self.oldest)?;
+        self.unlink(key);
+        Some(key)
+    }
+
+    /// Takes the newest waiting node out of the list; its key.
+    fn pop_newest(&mut self) -> Option<usize> {
+        let key = (self.newest != NIL).then_some(self.newest)?;
+        self.unlink(key);
+        Some(key)
+    }
+
+    /// A ticket for a new wait: a spare one whose waiter has let go of it,
+    /// or a new one. The oldest spares are tried first (their waiters are
+    /// the likeliest to be done), a few at most.
+    fn ticket(&mut self) -> Arc<Ticket> {
+        for i in 0..self.spare.len().min(4) {
+            // `get_mut` answers only if nobody else holds the ticket, and
+            // synchronizes with the waiter's drop of its handle (Release
+            // there, Acquire here): the waiter's last read of the state
+            // came before the reset below.
+            if Arc::get_mut(&mut self.spare[i]).is_some() {
+                let ticket = self.spare.swap_remove(i);
+                // Relaxed: nobody else holds it; its next waiter gets it
+                // through the control lock.
+                ticket.state.store(State::WAITING, Relaxed);
+                return ticket;
+            }
+        }
+        Arc::new(Ticket::default())
+    }
+
+    /// True if the queued task of `key` would be woken through `waker`
+    /// already: a re-poll usually brings the same waker, and then nothing
+    /// is cloned or swapped. A comparison, no code of the waker's.
+    pub(crate) fn will_wake(&self, key: usize, waker: &Waker) -> bool {
+        self.node(key)
+            .wake
+            .as_ref()
+            .is_some_and(|w| w.will_wake(waker))
+    }
+
+    /// Points the queued waiter of `key` at `wake`; the wake it replaces,
+    /// for the caller to drop after letting the lock go (a waker's drop is
+    /// code the crate does not own).
+    #[must_use = "drop the old wake after the control lock"]
+    pub(crate) fn replace_wake(&mut self, key: usize, wake: Wake) -> Option<Wake> {
+        self.node_mut(key).wake.replace(wake)
+    }
+
+    /// Arms the room for a new waiter's `deadline`: true if the caller must
+    /// register it with the deadline watcher (it is earlier than the
+    /// instant armed, or none is), after letting the control lock go.
+    /// With FIFO and a fixed `max_wait`, deadlines only grow: only the
+    /// first waiter after a ring arms.
+    pub(crate) fn arm(&mut self, deadline: Instant) -> bool {
+        if self.armed.is_some_and(|armed| armed <= deadline) {
+            return false;
+        }
+        self.armed = Some(deadline);
+        true
+    }
+
+    /// The watcher rang at `now`: expires every waiting node whose deadline
+    /// has passed (pushing what to wake onto `woken`; each finishes with
+    /// `Timeout` in its own poll), and answers the instant the watcher must
+    /// ring again, if it must.
+    ///
+    /// It must not if no node waits with a deadline, or if a registration
+    /// later than `now` (so not the one ringing: the watcher took every
+    /// entry up to `now`) is pending at or before the earliest deadline
+    /// left: that one will ring in time. Linear in the queue: once per
+    /// ring, on the watcher's thread.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn expire(
+        &mut self,
+        room: &Room,
+        now: Instant,
+        woken: &mut Woken,
+    ) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        let mut ended = Vec::new();
+        let mut key = self.oldest;
+        while key != NIL {
+            let node = self.node(key);
+            let (newer, deadline) = (node.newer, node.deadline);
+            match deadline {
+                Some(deadline) if deadline <= now => {
+                    self.unlink(key);
+                    ended.push(key);
+                }
+                Some(deadline) => {
+                    next = Some(next.map_or(deadline, |next| next.min(deadline)));
+                }
+                None => {}
+            }
+            key = newer;
+        }
+        // The count before the tickets (see `end`).
+        room.set_count(self.len);
+        for key in ended {
+            self.end(key, State::Expired, woken);
+        }
+        match (self.armed, next) {
+            (Some(armed), next) if armed > now && next.map_or(true, |next| armed <= next) => None,
+            (_, next) => {
+                self.armed = next;
+                next
+            }
+        }
+    }
+
+    /// The figures kept under the lock.
+    pub(crate) fn counts(&self) -> QueueCounts {
+        self.counts
+    }
+
+    /// A wait ended in an admission that no grant counted (the waiter took
+    /// its own unit), or a granted one that admitted nobody after all (its
+    /// future was dropped as the unit came): `waited` moves by one.
+    pub(crate) fn count_waited(&mut self, admitted: bool) {
+        if admitted {
+            self.counts.waited += 1;
+        } else {
+            self.counts.waited -= 1;
+        }
+    }
+
+    /// The waiter of `key` gives up (its deadline passed, its future was
+    /// dropped, or it took a unit from the table itself) and found its
+    /// ticket still `Waiting` under the lock: its node goes, in O(1). Its
+    /// wake is handed back, to be dropped after the lock.
+    #[must_use = "drop the wake after the control lock"]
+    pub(crate) fn cancel(&mut self, room: &Room, key: usize) -> Option<Wake> {
+        self.unlink(key);
+        room.set_count(self.len);
+        self.free_node(key).and_then(|node| node.wake)
+    }
+
+    /// Hands a unit of `shard` to the next waiter by the room's order,
+    /// pushing what to wake once the lock is let go onto `woken` (with the
+    /// waiters the adaptive order expired on the way). False if nobody
+    /// waits. `now` is read only by the adaptive order (a clock read costs
+    /// more than the rest of a FIFO grant). `counted` runs just before the
+    /// waiter's ticket says it is granted, so what it counts is seen by the
+    /// waiter (through the ticket's Release store) when its wait returns.
+    pub(crate) fn grant(
+        &mut self,
+        room: &Room,
+        shard: usize,
+        now: impl FnOnce() -> Instant,
+        counted: impl FnOnce(),
+        woken: &mut Woken,
+    ) -> bool {
+        let mut expired = Vec::new();
+        let key = match room.policy.order {
+            QueueOrder::Fifo => self.pop_oldest(),
+            QueueOrder::Lifo => self.pop_newest(),
+            QueueOrder::AdaptiveLifo { interval, target } => {
+                let now = now();
+                let standing = self
+                    .standing_since
+                    .is_some_and(|since| now.saturating_duration_since(since) >= interval);
+                if standing {
+                    // The newest is served, whatever its wait: the unit is
+                    // here for it (timing it out would hand the unit back
+                    // to the table the instant it came). Of the others,
+                    // those past the target time out, oldest first.
+                    let newest = self.pop_newest();
+                    while self.oldest != NIL
+                        && now.saturating_duration_since(self.node(self.oldest).since) >= target
+                    {
+                        expired.extend(self.pop_oldest());
+                    }
+                    newest
+                } else {
+                    self.pop_oldest()
+                }
+            }
+        };
+        // The count before the tickets (see `end`).
+        room.set_count(self.len);
+        for oldest in expired {
+            self.end(oldest, State::Expired, woken);
+        }
+        let Some(key) = key else {
+            return false;
+        };
+        counted();
+        self.end(key, State::Granted(shard), woken);
+        true
+    }
+
+    /// Wakes every waiter with `Closed`.
+    pub(crate) fn close_all(&mut self, room: &Room, woken: &mut Woken) {
+        let mut closed = Vec::with_capacity(self.len);
+        while let Some(key) = self.pop_oldest() {
+            closed.push(key);
+        }
+        // The count before the tickets (see `end`).
+        room.set_count(0);
+        for key in closed {
+            self.end(key, State::Closed, woken);
+        }
+    }
+
+    /// Ends the wait of `key` (already out of the list, and the count the
+    /// releases read already published without it) with `state`: the
+    /// ticket says so, the node goes, and its waiter is to be woken.
+    ///
+    /// The count first: a waiter that reads its outcome (Acquire) then
+    /// sees a count that no longer includes it, as `waiting()` after an
+    /// admission should.
+    fn end(&mut self, key: usize, state: State, woken: &mut Woken) {
+        let Some(node) = self.free_node(key) else {
+            debug_assert!(false, "an ended key has a node");
+            return;
+        };
+        let granted = matches!(state, State::Granted(_));
+        if granted {
+            // Counted before the lock is let go, so that the waiter's
+            // `stats()` (which takes the lock) includes its own wait; its
+            // time follows the wake-up (`Woken::wake_all`).
+            self.counts.waited += 1;
+        }
+        node.ticket.end(state);
+        if self.spare.len() < SPARE_TICKETS {
+            self.spare.push(node.ticket);
+        }
+        woken.push(Ended {
+            wake: node.wake,
+            granted_since: granted.then_some(node.since_ticks),
+        });
+    }
+
+    fn free_node(&mut self, key: usize) -> Option<Node> {
+        let node = self.nodes[key].take();
+        if node.is_some() {
+            self.free.push(key);
+        }
+        node
+    }
+
+    pub(super) fn node(&self, key: usize) -> &Node {
+        self.nodes[key].as_ref().expect("a waiting key has a node")
+    }
+
+    fn node_mut(&mut self, key: usize) -> &mut Node {
+        self.nodes[key].as_mut().expect("a waiting key has a node")
+    }
+
+    /// The keys of the waiting nodes, oldest first (for the tests).
+    #[cfg(test)]
+    pub(super) fn keys(&self) -> Vec<usize> {
+        let mut keys = Vec::with_capacity(self.len);
+        let mut key = self.oldest;
+        while key != NIL {
+            keys.push(key);
+            key = self.node(key).newer;
+        }
+        keys
+    }
+}

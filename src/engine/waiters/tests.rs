@@ -1,0 +1,302 @@
+//! The waiting room's unit tests and the proptest model of its list.
+
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+use super::queue::NIL;
+use super::*;
+use crate::sync::{park, Arc};
+
+fn waker() -> Wake {
+    Wake::Thread(park::current())
+}
+
+fn room(order: QueueOrder) -> Room {
+    Room::new(Policy {
+        max_waiters: 16,
+        order,
+        ..Policy::default()
+    })
+}
+
+/// Queues a waiter; its key and ticket.
+fn push(
+    queue: &mut Queue,
+    room: &Room,
+    now: Instant,
+    deadline: Option<Instant>,
+) -> (usize, Arc<Ticket>) {
+    let (key, ticket, _) = queue.push(room, waker(), now, deadline);
+    (key, ticket)
+}
+
+#[test]
+fn fifo_and_lifo_grant_in_their_order() {
+    let now = Instant::now();
+    for (order, expected) in [(QueueOrder::Fifo, [0, 1, 2]), (QueueOrder::Lifo, [2, 1, 0])] {
+        let room = room(order);
+        let mut queue = Queue::default();
+        let tickets: Vec<_> = (0..3)
+            .map(|_| push(&mut queue, &room, now, None).1)
+            .collect();
+        let mut woken = Woken::default();
+        for (i, &want) in expected.iter().enumerate() {
+            assert!(queue.grant(&room, i, || now, || {}, &mut woken));
+            assert_eq!(tickets[want].state(), State::Granted(i));
+        }
+        assert_eq!(woken.len(), 3);
+        assert!(!queue.grant(&room, 9, || now, || {}, &mut woken));
+        // Every node was freed by its grant, for reuse.
+        assert_eq!(queue.free.len(), 3);
+    }
+}
+
+#[test]
+fn adaptive_lifo_is_fifo_until_the_queue_stands_then_expires_the_old() {
+    let order = QueueOrder::AdaptiveLifo {
+        interval: Duration::from_millis(100),
+        target: Duration::from_millis(5),
+    };
+    let t0 = Instant::now();
+    let room = room(order);
+    let mut queue = Queue::default();
+    let (_, a) = push(&mut queue, &room, t0, None);
+    let (_, b) = push(&mut queue, &room, t0 + Duration::from_millis(50), None);
+    let mut woken = Woken::default();
+    // Not standing yet: FIFO.
+    assert!(queue.grant(
+        &room,
+        0,
+        || t0 + Duration::from_millis(60),
+        || {},
+        &mut woken
+    ));
+    assert_eq!(a.state(), State::Granted(0));
+    // Standing since t0 (never empty): b is older than the target and
+    // expires; the fresh d is served.
+    let (c_key, c) = push(&mut queue, &room, t0 + Duration::from_millis(199), None);
+    let (_, d) = push(&mut queue, &room, t0 + Duration::from_millis(200), None);
+    assert!(queue.grant(
+        &room,
+        1,
+        || t0 + Duration::from_millis(201),
+        || {},
+        &mut woken
+    ));
+    assert_eq!(b.state(), State::Expired);
+    assert_eq!(d.state(), State::Granted(1));
+    assert_eq!(c.state(), State::Waiting);
+    assert_eq!(woken.len(), 3);
+    assert!(queue.cancel(&room, c_key).is_some());
+    assert_eq!((queue.len(), room.waiting()), (0, 0));
+    assert!(queue.standing_since.is_none());
+    // Every waiter past the target: the newest is still served (the
+    // unit is there for it), the others time out.
+    let (_, e) = push(&mut queue, &room, t0 + Duration::from_millis(300), None);
+    let (_, f) = push(&mut queue, &room, t0 + Duration::from_millis(301), None);
+    assert!(queue.grant(
+        &room,
+        2,
+        || t0 + Duration::from_millis(900),
+        || {},
+        &mut woken
+    ));
+    assert_eq!((e.state(), f.state()), (State::Expired, State::Granted(2)));
+    assert_eq!(queue.len(), 0);
+}
+
+#[test]
+fn arm_registers_only_earlier_deadlines_and_expire_rearms() {
+    let t0 = Instant::now();
+    let ms = |n| t0 + Duration::from_millis(n);
+    let room = room(QueueOrder::Fifo);
+    let mut queue = Queue::default();
+    let (_, blocked) = push(&mut queue, &room, t0, None);
+    let (a_key, a) = push(&mut queue, &room, t0, Some(ms(10)));
+    assert!(queue.arm(ms(10)));
+    // FIFO with one `max_wait`: later deadlines register nothing.
+    let (_, b) = push(&mut queue, &room, t0, Some(ms(20)));
+    assert!(!queue.arm(ms(20)));
+    let (_, c) = push(&mut queue, &room, t0, Some(ms(30)));
+    assert!(!queue.arm(ms(30)));
+    // A caller's earlier deadline does.
+    let (_, d) = push(&mut queue, &room, t0, Some(ms(5)));
+    assert!(queue.arm(ms(5)));
+    let mut woken = Woken::default();
+    // The ring at 5 ms: d expires. `armed` is 5, the ring's own, so the
+    // earliest left (10) is registered: a duplicate of a's entry, which
+    // the queue no longer knows of (`alarm.rs`, "Duplicates").
+    assert_eq!(queue.expire(&room, ms(5), &mut woken), Some(ms(10)));
+    assert_eq!((d.state(), woken.len()), (State::Expired, 1));
+    // A stale ring (its node was served): nothing expires, and the
+    // registration at 10 ms is still pending, so nothing new.
+    drop(queue.cancel(&room, a_key));
+    assert_eq!(a.state(), State::Waiting, "a cancel leaves the ticket");
+    assert_eq!(queue.expire(&room, ms(7), &mut woken), None);
+    // The ring at 20 ms expires b, keeps the blocked thread (it times
+    // itself), and asks for 30.
+    push(&mut queue, &room, t0, None);
+    assert_eq!(queue.expire(&room, ms(20), &mut woken), Some(ms(30)));
+    assert_eq!(b.state(), State::Expired);
+    assert_eq!(c.state(), State::Waiting);
+    assert_eq!(blocked.state(), State::Waiting);
+    assert_eq!(queue.expire(&room, ms(30), &mut woken), None);
+    assert_eq!(c.state(), State::Expired);
+    assert_eq!(queue.len(), 2);
+    // Nothing armed any more: the next deadline registers.
+    push(&mut queue, &room, t0, Some(ms(40)));
+    assert!(queue.arm(ms(40)));
+}
+
+#[test]
+fn cancel_and_close() {
+    let now = Instant::now();
+    let room = room(QueueOrder::Fifo);
+    let mut queue = Queue::default();
+    let (a_key, _) = push(&mut queue, &room, now, None);
+    let (b_key, b) = push(&mut queue, &room, now, None);
+    drop(queue.cancel(&room, a_key));
+    assert_eq!(queue.len(), 1);
+    let mut woken = Woken::default();
+    queue.close_all(&room, &mut woken);
+    assert_eq!(b.state(), State::Closed);
+    assert_eq!((woken.len(), room.waiting()), (1, 0));
+    // Keys are reused.
+    assert!([a_key, b_key].contains(&push(&mut queue, &room, now, None).0));
+}
+
+#[test]
+fn states_round_trip_through_the_ticket_word() {
+    for state in [
+        State::Waiting,
+        State::Expired,
+        State::Closed,
+        State::Granted(0),
+        State::Granted(65_535),
+    ] {
+        assert_eq!(State::decode(state.encode()), state);
+    }
+}
+
+#[test]
+fn policy_validation_names_the_field() {
+    let too_many = Policy {
+        max_waiters: MAX_WAITERS + 1,
+        ..Policy::default()
+    };
+    assert_eq!(too_many.room().unwrap_err().field(), "max_waiters");
+    let zero_target = Policy {
+        max_waiters: 1,
+        order: QueueOrder::AdaptiveLifo {
+            interval: Duration::ZERO,
+            target: Duration::ZERO,
+        },
+        ..Policy::default()
+    };
+    assert_eq!(zero_target.room().unwrap_err().field(), "queue_order");
+    assert!(Policy::default().room().unwrap().is_none());
+}
+
+/// A task waker that does nothing: the list model compares wakers.
+struct NoopTask;
+
+impl std::task::Wake for NoopTask {
+    fn wake(self: Arc<Self>) {}
+}
+
+/// One step of the list model.
+#[derive(Debug, Clone)]
+enum Step {
+    Push,
+    /// Cancel the waiter at this index of the model (modulo its length).
+    Cancel(usize),
+    GrantFifo,
+    GrantLifo,
+    /// A wake handed back by a re-poll with another waker.
+    Repoll(usize),
+}
+
+fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+    use proptest::prelude::*;
+    prop_oneof![
+        3 => Just(Step::Push),
+        2 => any::<usize>().prop_map(Step::Cancel),
+        1 => Just(Step::GrantFifo),
+        1 => Just(Step::GrantLifo),
+        1 => any::<usize>().prop_map(Step::Repoll),
+    ]
+}
+
+proptest::proptest! {
+    /// The linked list against a `VecDeque` of keys: after every step
+    /// the waiting keys, oldest first, the length, the published count
+    /// and the ends agree; a grant serves the model's end; a cancel
+    /// from anywhere hands back the waiter's wake.
+    #[test]
+    fn the_waiting_list_keeps_its_order_through_any_sequence(
+        steps in proptest::collection::vec(step(), 1..200)
+    ) {
+        let now = Instant::now();
+        let fifo = room(QueueOrder::Fifo);
+        let lifo = room(QueueOrder::Lifo);
+        let mut queue = Queue::default();
+        let mut model: std::collections::VecDeque<usize> = Default::default();
+        let mut tickets = std::collections::HashMap::new();
+        let task = Waker::from(Arc::new(NoopTask));
+        for step in steps {
+            let mut woken = Woken::default();
+            // The room whose count this step published, if it did.
+            let mut published = None;
+            match step {
+                Step::Push => {
+                    let (key, ticket) = push(&mut queue, &fifo, now, None);
+                    proptest::prop_assert!(!model.contains(&key));
+                    model.push_back(key);
+                    tickets.insert(key, ticket);
+                    published = Some(&fifo);
+                }
+                Step::Cancel(at) if !model.is_empty() => {
+                    let key = model.remove(at % model.len()).unwrap();
+                    proptest::prop_assert!(queue.cancel(&fifo, key).is_some());
+                    proptest::prop_assert_eq!(tickets[&key].state(), State::Waiting);
+                    published = Some(&fifo);
+                }
+                Step::GrantFifo => {
+                    let granted = queue.grant(&fifo, 7, || now, || {}, &mut woken);
+                    proptest::prop_assert_eq!(granted, !model.is_empty());
+                    if let Some(key) = model.pop_front() {
+                        proptest::prop_assert_eq!(tickets[&key].state(), State::Granted(7));
+                    }
+                    published = Some(&fifo);
+                }
+                Step::GrantLifo => {
+                    let granted = queue.grant(&lifo, 3, || now, || {}, &mut woken);
+                    proptest::prop_assert_eq!(granted, !model.is_empty());
+                    if let Some(key) = model.pop_back() {
+                        proptest::prop_assert_eq!(tickets[&key].state(), State::Granted(3));
+                    }
+                    published = Some(&lifo);
+                }
+                Step::Repoll(at) if !model.is_empty() => {
+                    let key = model[at % model.len()];
+                    // A thread's wake never stands for a task's waker.
+                    let was_task = matches!(queue.node(key).wake, Some(Wake::Task(_)));
+                    proptest::prop_assert_eq!(queue.will_wake(key, &task), was_task);
+                    let old = queue.replace_wake(key, Wake::Task(task.clone()));
+                    proptest::prop_assert!(old.is_some());
+                    proptest::prop_assert!(queue.will_wake(key, &task));
+                }
+                Step::Cancel(_) | Step::Repoll(_) => {}
+            }
+            if let Some(room) = published {
+                proptest::prop_assert_eq!(room.waiting(), model.len());
+            }
+            let keys: Vec<usize> = model.iter().copied().collect();
+            proptest::prop_assert_eq!(queue.keys(), keys);
+            proptest::prop_assert_eq!(queue.len(), model.len());
+            proptest::prop_assert_eq!(queue.oldest, model.front().copied().unwrap_or(NIL));
+            proptest::prop_assert_eq!(queue.newest, model.back().copied().unwrap_or(NIL));
+            proptest::prop_assert_eq!(queue.standing_since.is_some(), !model.is_empty());
+        }
+    }
+}
