@@ -55,6 +55,26 @@
 //! each key to one pool of its own, or share it explicitly (an `Arc` the
 //! factory hands to every worker).
 //!
+//! # Guide
+//!
+//! The [`guide`] module has a page per topic; the sections below give
+//! each in brief.
+//!
+//! * [`guide::choosing`]: which front-end for which work, and what one
+//!   unit of capacity is in each.
+//! * [`guide::waiting`]: a bounded waiting room, when failing fast is too
+//!   strict; queue orders.
+//! * [`guide::resizing`]: moving the capacity at run time.
+//! * [`guide::keyed`]: one at a time per key, for children and for pool
+//!   requests.
+//! * [`guide::stealing`]: queued work taken by whichever worker is free.
+//! * [`guide::async_workers`]: stateful handlers that await I/O.
+//! * [`guide::tower`]: limiting an axum, tonic or hyper service.
+//! * [`guide::metrics`]: metrics export and health alarms.
+//! * [`guide::shepherd`]: retried and delayed idempotent operations.
+//! * [`guide::semantics`]: every promise, in full.
+//! * [`guide::correctness`]: how the promises are checked.
+//!
 //! # Choosing a front-end
 //!
 //! All of them share one engine, the sharded admission table, and one
@@ -69,6 +89,8 @@
 //! | idempotent operations that may fail, retried and delayed on one worker per resource | [`Shepherd`] | an operation, from `submit` | its final outcome, after every retry |
 //! | an HTTP or gRPC route (feature `tower`) | `tower::LimitLayer` over a [`Limiter`] | a request | its response is ready |
 //!
+//! More in [`guide::choosing`].
+//!
 //! # Fail fast, or wait a little
 //!
 //! Admission fails fast by default: full means [`Error::Overload`] at once.
@@ -78,7 +100,7 @@
 //! to the next waiter (FIFO by default), never to a newcomer. The `try_`
 //! forms never wait. [`Limiter::acquire`], [`Limiter::acquire_async`],
 //! [`Pool::call`], [`Pool::call_async`], [`Supervisor::reserve_async`] and
-//! friends wait under the policy.
+//! friends wait under the policy. More in [`guide::waiting`].
 //!
 //! # Resizing
 //!
@@ -86,7 +108,7 @@
 //! moves the capacity at run time, exactly: once it returns, nothing is
 //! admitted while that many units are held. A shrink never revokes a unit;
 //! those above the new capacity drain first. `available()` says how many
-//! units are free, to size a batch of claims.
+//! units are free, to size a batch of claims. More in [`guide::resizing`].
 //!
 //! # One at a time per key
 //!
@@ -103,7 +125,8 @@
 //! picks how: `Pinned` (the default) runs a key's requests on its own
 //! worker (jump consistent hash), for per-key state; `Ordered` keeps a FIFO
 //! queue per key and lets whichever worker is free take the next key whose
-//! turn it is, so a hot key holds one worker, not its neighbours.
+//! turn it is, so a hot key holds one worker, not its neighbours. More in
+//! [`guide::keyed`].
 //!
 //! # How admission works
 //!
@@ -114,7 +137,8 @@
 //! else walks on to the next shard whose "full" bit is clear. A small bitmap
 //! of full shards (and, past 64 shards, a count of them) makes the refusal
 //! cost the same at 2 or 65,536 shards. Releasing is one RMW on the shard's
-//! own line. [`Error::Overload`] says exactly what a refusal promises.
+//! own line. [`Error::Overload`] says exactly what a refusal promises, and
+//! [`guide::semantics`] gives the argument in full.
 //!
 //! # Semantics
 //!
@@ -177,16 +201,19 @@
 //! memory ordering or protocol step was removed or weakened once to see a
 //! model fail. Proptest state machines (in the
 //! spirit of sidejob's QuickCheck models) predict exactly which request is
-//! admitted; stress tests check the bound and count every request.
+//! admitted; stress tests check the bound and count every request. More in
+//! [`guide::correctness`].
 //!
 //! # Performance
 //!
-//! Measured against peers in the same run (`benches/`; ratios in the
-//! README): an acquire + release costs about 1.25x a bare atomic CAS loop
-//! (1.07-1.10x the engine before waiting and resize existed), a rejection
-//! under overload 2-3x tokio's failed `try_acquire` at any shard count,
-//! and a `call` round trip about 1.2x two raw channels whose ends both
-//! spin, because callers and workers spin briefly before they park.
+//! Measured against peers in the same run (`benches/`, one results file
+//! per bench in `benches/results/`; `PERFORMANCE.md` in the repository has
+//! the figures, their ranges and how they were reached): an acquire +
+//! release costs 1.27-1.29x a bare atomic CAS loop and about half of
+//! tokio's `Semaphore::try_acquire`; a refusal under overload 1.5-2.8x
+//! tokio's failed `try_acquire`, the same at 2 or 65,536 shards; a `call`
+//! round trip about 1.2x two raw channels whose ends both spin, because
+//! callers and workers spin briefly before they park.
 //!
 //! # Feature flags
 //!
@@ -224,6 +251,53 @@
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The user's guide: one page per topic.
+///
+/// Each page is documentation only (no items); its text lives in
+/// `docs/guide/<topic>.md`, and its examples run as doctests. Where an
+/// item's own documentation already holds a topic in full (the tower
+/// layer, the reporter's series, the shepherd's semantics), the page says
+/// so and links to it.
+pub mod guide {
+    #[doc = include_str!("../docs/guide/choosing.md")]
+    pub mod choosing {}
+    #[doc = include_str!("../docs/guide/waiting.md")]
+    pub mod waiting {}
+    #[doc = include_str!("../docs/guide/resizing.md")]
+    pub mod resizing {}
+    #[doc = include_str!("../docs/guide/keyed.md")]
+    pub mod keyed {}
+    #[doc = include_str!("../docs/guide/stealing.md")]
+    pub mod stealing {}
+    // Items behind a feature are linked only when it is on (a link to a
+    // missing item fails the docs build); the page names them in plain
+    // code spans either way.
+    #[doc = include_str!("../docs/guide/async_workers.md")]
+    #[cfg_attr(
+        feature = "tokio",
+        doc = "\nThe types: [`AsyncPool`](crate::AsyncPool), [`AsyncWorker`](crate::AsyncWorker), [`PoolBuilder::build_async`](crate::PoolBuilder::build_async)."
+    )]
+    pub mod async_workers {}
+    #[doc = include_str!("../docs/guide/tower.md")]
+    #[cfg_attr(
+        feature = "tower",
+        doc = "\nThe module: [`sidejob::tower`](crate::tower), and [`LimitLayer`](crate::tower::LimitLayer)."
+    )]
+    pub mod tower {}
+    #[doc = include_str!("../docs/guide/metrics.md")]
+    #[cfg_attr(
+        feature = "metrics",
+        doc = "\nThe series' names: [`sidejob::metrics`](crate::metrics)."
+    )]
+    pub mod metrics {}
+    #[doc = include_str!("../docs/guide/shepherd.md")]
+    pub mod shepherd {}
+    #[doc = include_str!("../docs/guide/semantics.md")]
+    pub mod semantics {}
+    #[doc = include_str!("../docs/guide/correctness.md")]
+    pub mod correctness {}
+}
 
 // The layout shows the architecture: the engine every front-end drives,
 // one folder per front-end that has more than one file, the integrations
