@@ -1,6 +1,6 @@
-//! Keyed admission against what the task-worker spec
-//! (`shared/seeds/003-worker-concurrency-spec.md`) writes by hand, measured
-//! side by side in one run.
+//! Keyed admission against what a task worker (a service that claims
+//! tasks of workflows and runs each workflow's tasks one after another)
+//! writes by hand, measured side by side in one run.
 //!
 //! The operation: admit a task of workflow `id` unless that workflow has a
 //! task in flight, then end it. Each thread cycles over 1,000 workflow ids
@@ -10,12 +10,12 @@
 //! |------|-----|
 //! | `sidejob_try_reserve_keyed` (ours) | `sup.try_reserve_keyed(&id)` + drop of the guard (per key 1, capacity 1024) |
 //! | `semaphore_mutex_hashset` | tokio `Semaphore::try_acquire_owned` + `Mutex<HashSet<u64>>` insert; on exit remove, then drop the permit |
-//! | `semaphore_dashset` | the same with `dashmap::DashSet<u64>`, as the spec's `in_flight_workflows` |
+//! | `semaphore_dashset` | the same with `dashmap::DashSet<u64>`, as a task worker's `in_flight_workflows` set |
 //!
 //! The peers take the key with `insert` (which answers whether it was
-//! there) rather than the spec's `contains` then `insert`, which lets two
+//! there) rather than a `contains` then `insert`, which lets two
 //! racing claims of one workflow both in: the correct form, no slower.
-//! Keys are `u64` ids (the spec's are UUIDs; a `u128` hashes at the same
+//! Keys are `u64` ids (a task worker's are often UUIDs; a `u128` hashes at the same
 //! cost). Criterion times each case; then the ratio table, ours against
 //! each peer, measured again with the cases interleaved (median of 7
 //! rounds), 1 thread and 2 threads.
@@ -56,7 +56,8 @@ impl Keyed for Ours {
     }
 }
 
-/// The spec's fields: a semaphore and a set of in-flight workflow ids.
+/// A hand-written task worker's fields: a semaphore and a set of in-flight
+/// workflow ids.
 struct SemaphoreMutexSet {
     semaphore: Arc<Semaphore>,
     in_flight: Mutex<HashSet<u64>>,
@@ -82,7 +83,7 @@ impl Keyed for SemaphoreMutexSet {
     fn admit_and_end(&self, id: u64) {
         let permit = self.admit(id).unwrap();
         black_box(&permit);
-        // The task's end, as the spec writes it.
+        // The task's end, as a hand-written worker writes it.
         self.in_flight.lock().unwrap().remove(&id);
         drop(permit);
     }
@@ -209,7 +210,9 @@ fn main() {
     const ROUNDS: usize = 7;
     const ROUND: u64 = 500_000;
     println!();
-    println!("keyed admission + exit: ours against the spec's hand-written forms, side by side in this run");
+    println!(
+        "keyed admission + exit: ours against the hand-written forms, side by side in this run"
+    );
     println!(
         "{:<8} {:<26} {:>12} {:>14} {:>16}",
         "threads", "case", "ns/op", "ops/s (all)", "ours' throughput"

@@ -6,7 +6,7 @@
 //! without queueing. `GET /health` is outside the layer, so it answers
 //! even while `/work` is full (with the limiter's usage, for a probe).
 //!
-//! With `--max-waiters N` it is the Unisave worker's setup instead
+//! With `--max-waiters N` it waits instead
 //! (`LimitLayer::waiting`): past the capacity, up to `N` requests wait
 //! (for at most `--max-wait-ms`, default 10 s) and are served in arrival
 //! order as units free; past the waiting room, `429 Too Many Requests`;
@@ -36,7 +36,7 @@ use sidejob::tower::LimitLayer;
 use sidejob::{Error, Limiter};
 
 /// The answer to a refused request: `503` with `Retry-After`, so clients
-/// back off. (The Unisave worker answers `429 Too Many Requests`; either
+/// back off. (`429 Too Many Requests` is the other common answer; either
 /// is one line here.)
 pub fn busy(_: Error) -> Response {
     (
@@ -61,7 +61,7 @@ where
 }
 
 /// The answer of the waiting route: `429` when the waiting room is full
-/// too (the Unisave worker's answer), `503` when a request waited its
+/// too, `503` when a request waited its
 /// whole `max_wait` (or the limiter was closed).
 pub fn queue_full(error: Error) -> Response {
     let (status, body) = match error {

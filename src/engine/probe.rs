@@ -16,7 +16,7 @@
 //!   `c mod shards`, so cores whose numbers differ by a multiple of the
 //!   shard count share one. It costs a call into libc on every admission.
 //!
-//! `benches/admission.rs` measures both; the README gives the numbers behind
+//! `benches/admission.rs` measures both; `PERFORMANCE.md` gives the numbers behind
 //! the default.
 //!
 //! The thread index has a second job: it names the one thread allowed to

@@ -61,7 +61,7 @@ pub const TIME_IN_POOL: &str = "sidejob_time_in_pool_seconds";
 pub const ALARM: &str = "sidejob_alarm";
 
 /// Gauge: shepherd operations due and waiting for a worker
-/// ([`ShepherdStats::due`]): the seed's health figure.
+/// ([`ShepherdStats::due`]): the shepherd's health figure.
 pub const SHEPHERD_DUE: &str = "sidejob_shepherd_due";
 /// Gauge: shepherd operations waiting for their time, a delay or a
 /// retry's backoff ([`ShepherdStats::delayed`]).

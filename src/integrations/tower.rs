@@ -62,7 +62,7 @@
 //! [`LimitLayer::on_overload`] a function of yours turns the refusal into a
 //! response instead, and the service keeps the inner service's error type:
 //! an axum app answers `503 Service Unavailable` with `Retry-After` (or
-//! `429 Too Many Requests`, as the Unisave worker does) with no
+//! `429 Too Many Requests`) with no
 //! `HandleErrorLayer`.
 //!
 //! # Streamed bodies
@@ -82,8 +82,7 @@
 //! waiting room ([`max_waiters`](crate::LimiterBuilder::max_waiters),
 //! [`max_wait`](crate::LimiterBuilder::max_wait),
 //! [`queue_order`](crate::LimiterBuilder::queue_order)) and calls the inner
-//! service once a unit is handed to it: the Unisave worker's setup, 10 at
-//! once, 20 more waiting, `429` past that. The refusal function receives
+//! service once a unit is handed to it: for example 10 at once, 20 more waiting, `429` past that. The refusal function receives
 //! the [`Error`], so it can answer [`Error::Overload`] (the waiting room
 //! is full too: `429`) and [`Error::Timeout`] (waited `max_wait`: `503`)
 //! differently.
@@ -274,7 +273,7 @@ impl LimitLayer<Reject, Wait> {
     ///
     /// # Examples
     ///
-    /// The Unisave worker's limit: 10 requests at once, up to 20 more wait
+    /// 10 requests at once, up to 20 more wait
     /// (for at most 10 s), `429 Too Many Requests` past that:
     ///
     /// ```

@@ -88,7 +88,7 @@ pub struct PoolBuilder {
 ///   any key; plain requests still run on their own worker unless the
 ///   pool also [steals](crate::PoolBuilder::steal).
 ///
-/// `benches/keyed_pool.rs` measures both against a hot key (README).
+/// `benches/keyed_pool.rs` measures both against a hot key (`PERFORMANCE.md`).
 ///
 /// # Examples
 ///
@@ -296,7 +296,7 @@ impl PoolBuilder {
     /// existing workers see. It also costs a little on a plain `call`: one
     /// caller's round trip on 2 workers measured medians of 1.01× to 1.09×
     /// the round trip without it, by run (mostly the sleep protocol's two
-    /// fences; see the README).
+    /// fences; see `PERFORMANCE.md`).
     ///
     /// It applies to an async pool (`build_async`, feature `tokio`) the
     /// same way, with the same default: a free worker

@@ -6,7 +6,7 @@
 //! It needs no table and no memory: a loop of expected `ln n` steps, each a
 //! step of a 64-bit linear congruential generator seeded with the key. The
 //! buckets are numbered `0..n`, so it suits workers that are added and
-//! removed at the end (Pulse's dedicated workers, a pool's pinned mode),
+//! removed at the end (a pool's pinned mode: its workers are numbered),
 //! not arbitrary removals.
 //!
 //! Crate-private for now: the pool's pinned mode is its one user. Users who

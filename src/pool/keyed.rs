@@ -50,7 +50,7 @@ impl<W: Worker> Pool<W> {
     /// before the reply when another request waits on the key's stripe,
     /// else by this caller once it has the reply (its stripe's cache line
     /// then stays on the caller's core: about 1.05× a plain `call`'s round
-    /// trip instead of 1.26×, README). A key is known by its hash (64 bits,
+    /// trip instead of 1.26×, `PERFORMANCE.md`). A key is known by its hash (64 bits,
     /// seeded per pool; the ordered mode's queues use 62 of them): two keys
     /// whose hashes agree are serialized together, which is safe and only
     /// costs parallelism.

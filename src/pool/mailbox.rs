@@ -16,7 +16,7 @@
 //! trivial handler (`benches/dispatch.rs`, the worker loop) took 37-44 ns
 //! a message over the ring and 153-224 ns over the list, with the worker
 //! giving units back in runs either way
-//! (`benches/results/worker-loop-ring-2026-11-26.txt`).
+//! (`PERFORMANCE.md`, the dispatch bench).
 //!
 //! So each mailbox is both: an array channel (the *ring*), sized from the
 //! shard's limit at build time, and an unbounded list channel (the

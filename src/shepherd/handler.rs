@@ -13,11 +13,11 @@
 #[non_exhaustive]
 pub enum Recovery {
     /// Keep serving with this value (after any reset the handler did
-    /// itself in [`Handler::recover`]: the seed's "state reset").
+    /// itself in [`Handler::recover`]: a state reset).
     #[default]
     Keep,
-    /// Drop this value and build a fresh one with the factory (the seed's
-    /// "full restart"): a broken connection, a poisoned cache.
+    /// Drop this value and build a fresh one with the factory (a full
+    /// restart): a broken connection, a poisoned cache.
     Rebuild,
 }
 
@@ -28,7 +28,7 @@ pub enum Recovery {
 /// A shepherd runs one handler per worker thread, built by the factory
 /// given to [`ShepherdBuilder::build`](crate::ShepherdBuilder::build), so
 /// `handle` takes `&mut self` and needs no lock. Operations must be
-/// independent and idempotent (the seed's rule): an attempt may be
+/// independent and idempotent: an attempt may be
 /// repeated after a failure, a panic or a timeout, so `handle` sees the
 /// operation by reference and the attempt number (1 for the first).
 ///

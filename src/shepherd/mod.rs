@@ -2,7 +2,7 @@
 //! each owning one limited resource, with a completion handle per
 //! operation: the fourth front-end on the admission table.
 //!
-//! The pattern is the seed's "pooled workers and a shepherd": a queue of
+//! The pattern is "pooled workers and a shepherd": a queue of
 //! independent, idempotent operations; one worker per resource instance (a
 //! database connection, a CPU); and a shepherd that hands each due
 //! operation to whichever worker is free, retries a failed one after a
@@ -173,7 +173,7 @@ type Submitted<H> =
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
-/// Watch the seed's health figure: alarm when the due count stays above the
+/// Watch the health figure: alarm when the due count stays above the
 /// worker count for too long.
 ///
 /// ```
@@ -276,7 +276,7 @@ impl<H: Handler> Shepherd<H> {
     }
 
     /// Like [`submit`](Self::submit), but the operation becomes due only
-    /// after `delay` (on the shepherd's clock): the seed's delayed enqueue.
+    /// after `delay` (on the shepherd's clock): a delayed enqueue.
     /// Until then it holds its unit of capacity and no worker.
     ///
     /// # Errors
@@ -445,8 +445,8 @@ impl<H: Handler> Shepherd<H> {
         &self.inner.name
     }
 
-    /// Operations due now and waiting for a worker: the seed's health
-    /// figure, which should routinely drop below [`workers`](Self::workers).
+    /// Operations due now and waiting for a worker: the health figure,
+    /// which should routinely drop below [`workers`](Self::workers).
     pub fn due(&self) -> usize {
         let shared = &*self.inner.shared;
         let mut core = shared.core.lock();
@@ -739,7 +739,8 @@ impl ShepherdBuilder {
     }
 
     /// How many workers, one handler (one resource) each. Defaults to the
-    /// number of CPUs; for CPU-bound work the seed advises one fewer.
+    /// number of CPUs; for CPU-bound work, one fewer leaves a core for the
+    /// shepherd's own threads and the callers.
     ///
     /// Each worker is an OS thread: at least 1, at most [`MAX_WORKERS`](crate::MAX_WORKERS)
     /// (4096; the default is capped there too). [`build`](Self::build)

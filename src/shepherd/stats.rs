@@ -8,8 +8,8 @@ use crossbeam_utils::CachePadded;
 
 use crate::sync::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
-/// A point-in-time reading of a [`Shepherd`](crate::Shepherd): the seed's
-/// monitoring figures (operations due, workers busy and asleep, processing
+/// A point-in-time reading of a [`Shepherd`](crate::Shepherd): the figures
+/// a worker pool of this kind is monitored by (operations due, workers busy and asleep, processing
 /// time) and the retry counters, beside the admission table's [`Stats`].
 ///
 /// `due`, `delayed`, `running`, `busy` and `next_due` are read together
@@ -37,9 +37,9 @@ use crate::sync::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ShepherdStats {
-    /// Operations due and waiting for a worker: the figure the seed's
-    /// health alarm watches (it "must routinely drop below the number of
-    /// workers").
+    /// Operations due and waiting for a worker: the health figure to
+    /// watch. It must routinely drop below the number of workers; one that
+    /// stays above it means the workers cannot keep up.
     pub due: usize,
     /// Operations waiting for their time: a `submit_after` delay or a
     /// retry's backoff. They occupy no worker.

@@ -136,7 +136,7 @@ pub(crate) struct Shard {
     /// cache miss, and the worker writes it beside its release. On a line
     /// of its own it was one more miss per request: a stealing pool's
     /// round trip read a median of 1.18x the plain pool's, against
-    /// 1.07-1.10x here (`benches/results/steal-attended-2026-11-26.txt`).
+    /// 1.07-1.10x here (`PERFORMANCE.md`, the dispatch bench).
     attended: AtomicBool,
 }
 
