@@ -9,7 +9,7 @@
 //! futures-timer's global thread (an allocation, a lock-free list push, an
 //! unpark of that thread, and the thread's own heap update) cost more than
 //! the whole hand-off it guarded: 2x tokio's semaphore at the median and
-//! 46x at p99 (`benches/results/waiting.txt`).
+//! 46x at p99 (`PERFORMANCE.md`, the waiting bench).
 //!
 //! Instead each room keeps at most one *armed* instant (in its queue,
 //! `Queue::arm`): the earliest deadline among its async waiters. A waiter

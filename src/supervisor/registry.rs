@@ -292,7 +292,7 @@ impl Inner {
     // `inline(always)` here and on `claim`, `try_claim` and `leave`: with
     // plain `#[inline]` LLVM kept `enter` out of line in the bench binary
     // (though not in a small example), and reserve + drop cost ~40 ns
-    // there against ~29 ns inlined (benches/results/supervisor.txt). The
+    // there against ~29 ns inlined (`PERFORMANCE.md`, the supervisor bench). The
     // callers are `reserve`, `reserve_at`, `spawn` and `spawn_task_on`.
     #[inline(always)]
     pub(super) fn enter(&self, admit: Admit, kind: ChildKind) -> Result<ChildGuard, Error> {
