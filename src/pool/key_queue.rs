@@ -137,7 +137,7 @@ pub(crate) enum Admit<T> {
 /// behind the one out.
 struct Entry<T> {
     key: u64,
-    queue: VecDeque<T>,
+    pub(super) queue: VecDeque<T>,
 }
 
 /// One stripe: the slot words, and under the lock the rest.
