@@ -1,0 +1,389 @@
+//! Requests to an async pool: `call_async` (and its timed and `try_` forms) and `cast`, each admitted on a unit of the table, then sent to that unit's worker task.
+
+use super::current::calling_worker;
+use super::deadline_after;
+use super::mailbox::Envelope;
+use super::worker::AsyncWorker;
+use super::{Admission, AsyncPool, Inner, ReplyReceiver};
+use crate::error::{Error, Refused, TryCallError};
+use crate::sync::{now, Arc};
+use std::future::Future;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// Where a call stands when its future is returned.
+enum Pending<W: AsyncWorker, T> {
+    /// Admitted and sent: the reply (or nothing, for a cast) is awaited.
+    Sent(T),
+    /// Every shard was full and the pool has a waiting room: the future
+    /// waits for a unit, then sends.
+    Wait(Arc<Inner<W>>, Unsent<W>),
+    /// Refused at once.
+    Refused(Error),
+}
+
+/// A request or message waiting for a unit.
+pub(super) enum Unsent<W: AsyncWorker> {
+    Call(W::Request),
+    Cast(W::Message),
+}
+
+impl<W: AsyncWorker> AsyncPool<W> {
+    /// Sends `request` now and returns a future of its reply.
+    ///
+    /// Admission happens here, when `call_async` is called, not when the
+    /// future is first polled: a full pool refuses at once (the future then
+    /// resolves to the error immediately), and an admitted request runs even
+    /// if the future is never polled. With a waiting room
+    /// ([`PoolBuilder::max_waiters`](crate::PoolBuilder::max_waiters)) a refused caller's future waits for a
+    /// unit, in the room's order, for up to
+    /// [`max_wait`](PoolBuilder::max_wait). A worker of this pool never
+    /// waits for its capacity.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Overload`]: every shard was at its limit (and the waiting
+    ///   room, if any, was full).
+    /// * [`Error::Timeout`]: it waited `max_wait` for capacity in vain.
+    /// * [`Error::Shutdown`]: the pool is shut down.
+    /// * [`Error::WorkerPanicked`]: the handler panicked on this request.
+    /// * [`Error::CallingSelf`]: called from a handler of this pool, which
+    ///   has one worker: the call could only queue behind its caller.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future does not cancel a request that was sent: it will
+    /// be handled, and its unit released when it is; only the reply is
+    /// dropped. A request still waiting for capacity is not sent: dropping
+    /// the future gives up the wait and drops the request, and a unit
+    /// handed to it meanwhile goes to the next waiter.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{AsyncWorker, Pool};
+    /// # struct Echo;
+    /// # impl AsyncWorker for Echo {
+    /// #     type Request = u8; type Reply = u8; type Message = ();
+    /// #     async fn handle_call(&mut self, n: u8) -> u8 { n }
+    /// #     async fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    /// let replies = runtime.block_on(async {
+    ///     let pool = Pool::builder().capacity(64).build_async(|_| Echo)?;
+    ///     let calls: Vec<_> = (0..8).map(|n| pool.call_async(n)).collect();
+    ///     let mut replies = Vec::new();
+    ///     for call in calls {
+    ///         replies.push(call.await?);
+    ///     }
+    ///     Ok::<_, Box<dyn std::error::Error>>(replies)
+    /// })?;
+    /// assert_eq!(replies, (0..8).collect::<Vec<u8>>());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn call_async(
+        &self,
+        request: W::Request,
+    ) -> impl Future<Output = Result<W::Reply, Error>> + Send + 'static {
+        let pending = self.start_call(request);
+        async move {
+            let reply = match pending {
+                Pending::Sent(reply) => reply,
+                Pending::Refused(error) => return Err(error),
+                Pending::Wait(inner, job) => inner.wait_and_call(job, None).await?,
+            };
+            // A dropped reply slot means the worker is gone.
+            reply.await.unwrap_or(Err(Error::Shutdown))
+        }
+    }
+
+    /// Like [`call_async`](Self::call_async), but the future gives up after
+    /// `timeout` with [`Error::Timeout`].
+    ///
+    /// The timeout covers both waits, for capacity (with a waiting room)
+    /// and for the reply. As with Erlang's `gen_server:call`, a request
+    /// that timed out may still run: it was admitted. Its unit is released
+    /// when the worker finishes it, and its reply is dropped.
+    ///
+    /// # Errors
+    ///
+    /// As [`call_async`](Self::call_async), plus [`Error::Timeout`].
+    ///
+    /// # Panics
+    ///
+    /// The future panics when polled outside a tokio runtime with timers
+    /// enabled (`enable_time`, or `enable_all`), as `tokio::time::timeout`
+    /// does.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sidejob::{AsyncWorker, Error, Pool};
+    ///
+    /// /// Never answers until told to.
+    /// struct Stuck(std::sync::Arc<tokio::sync::Notify>);
+    /// impl AsyncWorker for Stuck {
+    ///     type Request = (); type Reply = (); type Message = ();
+    ///     async fn handle_call(&mut self, _: ()) { self.0.notified().await }
+    ///     async fn handle_cast(&mut self, _: ()) {}
+    /// }
+    ///
+    /// let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+    /// runtime.block_on(async {
+    ///     let go = std::sync::Arc::new(tokio::sync::Notify::new());
+    ///     let pool = {
+    ///         let go = go.clone();
+    ///         Pool::builder().capacity(1).workers(1).build_async(move |_| Stuck(go.clone()))?
+    ///     };
+    ///     let answer = pool.call_timeout((), Duration::from_millis(10)).await;
+    ///     assert_eq!(answer, Err(Error::Timeout));
+    ///     assert_eq!(pool.usage(), 1); // still admitted: it ends when told
+    ///     go.notify_one();
+    ///     pool.shutdown_async().await;
+    ///     assert_eq!(pool.usage(), 0);
+    ///     Ok::<(), Box<dyn std::error::Error>>(())
+    /// })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn call_timeout(
+        &self,
+        request: W::Request,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<W::Reply, Error>> + Send + 'static {
+        // One deadline for the wait for capacity and the wait for the reply.
+        let deadline = deadline_after(now(), timeout);
+        let pending = self.start_call(request);
+        async move {
+            let reply = match pending {
+                Pending::Sent(reply) => reply,
+                Pending::Refused(error) => return Err(error),
+                Pending::Wait(inner, job) => inner.wait_and_call(job, deadline).await?,
+            };
+            let Some(deadline) = deadline else {
+                return reply.await.unwrap_or(Err(Error::Shutdown));
+            };
+            match tokio::time::timeout_at(deadline.into(), reply).await {
+                Ok(outcome) => outcome.unwrap_or(Err(Error::Shutdown)),
+                Err(_elapsed) => Err(Error::Timeout),
+            }
+        }
+    }
+
+    /// Sends `message` to a worker, without waiting for it to be handled;
+    /// the future answers once it is admitted.
+    ///
+    /// As with [`call_async`](Self::call_async), admission is tried when
+    /// `cast` is called: without a waiting room the future is ready at
+    /// once, and a message admitted is handled even if the future is never
+    /// polled. With a waiting room, a refused message waits for a unit in
+    /// the future (a worker of this pool never waits). `Ok` means admitted:
+    /// the message will be handled exactly once, even if the pool shuts
+    /// down first. A panic in its handler is counted in
+    /// [`Stats::panicked`](crate::Stats::panicked); nobody else is told.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Overload`] when every shard is at its limit (and the room,
+    /// if any, is full), [`Error::Timeout`] when it waited `max_wait` in
+    /// vain, [`Error::Shutdown`] once the pool is shut down.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{AsyncWorker, Pool};
+    /// # struct Sink;
+    /// # impl AsyncWorker for Sink {
+    /// #     type Request = (); type Reply = (); type Message = u64;
+    /// #     async fn handle_call(&mut self, _: ()) {}
+    /// #     async fn handle_cast(&mut self, _: u64) {}
+    /// # }
+    /// let runtime = tokio::runtime::Runtime::new()?;
+    /// runtime.block_on(async {
+    ///     let pool = Pool::builder().capacity(100).build_async(|_| Sink)?;
+    ///     for n in 0..10 {
+    ///         pool.cast(n).await?;
+    ///     }
+    ///     pool.shutdown_async().await;
+    ///     assert_eq!(pool.stats().completed, 10);
+    ///     Ok::<(), Box<dyn std::error::Error>>(())
+    /// })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cast(
+        &self,
+        message: W::Message,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'static {
+        let can_wait = self.inner.table.has_room() && self.calling_worker().is_none();
+        let admission = if can_wait {
+            Admission::Probe
+        } else {
+            Admission::Try
+        };
+        let pending = match self.submit_cast(admission, message) {
+            Ok(()) => Pending::Sent(()),
+            Err(refused) if can_wait && refused.error() == Error::Overload => {
+                let (_, message) = refused.into_parts();
+                Pending::Wait(Arc::clone(&self.inner), Unsent::Cast(message))
+            }
+            Err(refused) => Pending::Refused(refused.error()),
+        };
+        async move {
+            match pending {
+                Pending::Sent(()) => Ok(()),
+                Pending::Refused(error) => Err(error),
+                Pending::Wait(inner, job) => inner.wait_and_send(job, None).await.map(drop),
+            }
+        }
+    }
+
+    /// Like [`call_async`](Self::call_async), but never waits for capacity,
+    /// and a request that is not admitted is handed back in the error.
+    ///
+    /// # Errors
+    ///
+    /// * [`TryCallError::Refused`], holding the request: [`Error::Overload`],
+    ///   [`Error::Shutdown`] or [`Error::CallingSelf`].
+    /// * [`TryCallError::Failed`]: admitted, but no reply will come
+    ///   ([`Error::WorkerPanicked`], or [`Error::Shutdown`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{AsyncWorker, Error, Pool};
+    /// # struct Len;
+    /// # impl AsyncWorker for Len {
+    /// #     type Request = Vec<u8>; type Reply = usize; type Message = ();
+    /// #     async fn handle_call(&mut self, bytes: Vec<u8>) -> usize { bytes.len() }
+    /// #     async fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    /// runtime.block_on(async {
+    ///     let pool = Pool::builder().capacity(4).build_async(|_| Len)?;
+    ///     assert_eq!(pool.try_call(vec![1, 2, 3]).await?, 3);
+    ///     pool.shutdown();
+    ///     let refused = pool.try_call(vec![4]).await.unwrap_err();
+    ///     assert_eq!(refused.error(), Error::Shutdown);
+    ///     assert_eq!(refused.into_request(), Some(vec![4])); // not lost
+    ///     Ok::<(), Box<dyn std::error::Error>>(())
+    /// })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_call(
+        &self,
+        request: W::Request,
+    ) -> impl Future<Output = Result<W::Reply, TryCallError<W::Request>>> + Send + 'static {
+        let submitted = self.submit_call(Admission::Try, request);
+        async move {
+            let reply = submitted?;
+            reply
+                .await
+                .unwrap_or(Err(Error::Shutdown))
+                .map_err(TryCallError::Failed)
+        }
+    }
+
+    /// Like [`cast`](Self::cast), but never waits, and a message that is
+    /// not admitted is handed back. Not async: it answers at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Refused`] holding the message: [`Error::Overload`] when every
+    /// shard is at its limit, [`Error::Shutdown`] once the pool is shut
+    /// down.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{AsyncWorker, Pool};
+    /// # struct Sink;
+    /// # impl AsyncWorker for Sink {
+    /// #     type Request = (); type Reply = (); type Message = String;
+    /// #     async fn handle_call(&mut self, _: ()) {}
+    /// #     async fn handle_cast(&mut self, _: String) {}
+    /// # }
+    /// let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    /// let _guard = runtime.enter();
+    /// let pool = Pool::builder().capacity(4).build_async(|_| Sink)?;
+    /// pool.try_cast("kept".to_string())?;
+    /// pool.shutdown();
+    /// let refused = pool.try_cast("returned".to_string()).unwrap_err();
+    /// assert!(refused.is_shutdown());
+    /// assert_eq!(refused.into_inner(), "returned");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_cast(&self, message: W::Message) -> Result<(), Refused<W::Message>> {
+        self.submit_cast(Admission::Try, message)
+    }
+
+    #[inline]
+    pub(super) fn calling_worker(&self) -> Option<usize> {
+        calling_worker(&self.inner.table)
+    }
+
+    /// Tries admission for a call and sends it; or says how its future
+    /// waits.
+    fn start_call(&self, request: W::Request) -> Pending<W, ReplyReceiver<W>> {
+        // A worker of this pool never waits for its capacity (a unit handed
+        // over could be its own shard's, which only it serves).
+        let can_wait = self.inner.table.has_room() && self.calling_worker().is_none();
+        let admission = if can_wait {
+            Admission::Probe
+        } else {
+            Admission::Try
+        };
+        match self.submit_call(admission, request) {
+            Ok(reply) => Pending::Sent(reply),
+            Err(refused) if can_wait && refused.error() == Error::Overload => {
+                let (_, request) = refused.into_parts();
+                Pending::Wait(Arc::clone(&self.inner), Unsent::Call(request))
+            }
+            // A refused request is dropped now, not kept in the future.
+            Err(refused) => Pending::Refused(refused.error()),
+        }
+    }
+
+    /// Admits one unit and posts a call; the receiver of its reply, or the
+    /// request back.
+    #[inline]
+    pub(super) fn submit_call(
+        &self,
+        admission: Admission,
+        request: W::Request,
+    ) -> Result<ReplyReceiver<W>, Refused<W::Request>> {
+        let admitted = match self.calling_worker() {
+            None => self.inner.admit(admission),
+            Some(worker) => self.inner.admit_from_worker(worker),
+        };
+        let shard = match admitted {
+            Ok(shard) => shard,
+            Err(error) => return Err(Refused::new(error, request)),
+        };
+        let (reply, receiver) = oneshot::channel();
+        match self.inner.deliver(shard, Envelope::Call(request, reply)) {
+            Ok(()) => Ok(receiver),
+            Err(Envelope::Call(request, _)) => Err(Refused::new(Error::Shutdown, request)),
+            Err(_) => unreachable!("a mailbox hands back the envelope it was given"),
+        }
+    }
+
+    /// Admits one unit and posts a cast, or hands the message back. A
+    /// worker's cast needs no reply, so it may go to any shard, its own
+    /// included.
+    #[inline]
+    pub(super) fn submit_cast(
+        &self,
+        admission: Admission,
+        message: W::Message,
+    ) -> Result<(), Refused<W::Message>> {
+        let shard = match self.inner.admit(admission) {
+            Ok(shard) => shard,
+            Err(error) => return Err(Refused::new(error, message)),
+        };
+        match self.inner.deliver(shard, Envelope::Cast(message)) {
+            Ok(()) => Ok(()),
+            Err(Envelope::Cast(message)) => Err(Refused::new(Error::Shutdown, message)),
+            Err(_) => unreachable!("a mailbox hands back the envelope it was given"),
+        }
+    }
+}
