@@ -37,7 +37,7 @@ impl<W: AsyncWorker> AsyncPool<W> {
     /// if the future is never polled. With a waiting room
     /// ([`PoolBuilder::max_waiters`](crate::PoolBuilder::max_waiters)) a refused caller's future waits for a
     /// unit, in the room's order, for up to
-    /// [`max_wait`](PoolBuilder::max_wait). A worker of this pool never
+    /// [`max_wait`](crate::PoolBuilder::max_wait). A worker of this pool never
     /// waits for its capacity.
     ///
     /// # Errors

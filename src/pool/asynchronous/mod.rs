@@ -94,7 +94,7 @@ pub const MAX_DEFAULT_ASYNC_WORKERS: usize = 256;
 ///
 /// # Stealing
 ///
-/// Built with [`PoolBuilder::steal(true)`](PoolBuilder::steal), a worker
+/// Built with [`PoolBuilder::steal(true)`](crate::PoolBuilder::steal), a worker
 /// whose own mailbox is empty takes the oldest request waiting at another
 /// worker, so one slow request (a long await, a slow server) no longer
 /// holds up the requests queued behind it while other workers are free.
@@ -317,7 +317,7 @@ impl<W: AsyncWorker> AsyncPool<W> {
 
     /// Begins the shutdown and returns at once: new requests are refused
     /// with [`Error::Shutdown`]; the workers handle everything admitted
-    /// before, run [`terminate`](AsyncWorker::terminate) and end.
+    /// before, run [`terminate`](crate::AsyncWorker::terminate) and end.
     /// Idempotent. [`shutdown_async`](Self::shutdown_async) also waits for
     /// them.
     ///
