@@ -73,7 +73,7 @@
 //! handlers run at once, not how many responses are still being sent. A
 //! handler that builds its whole body before returning (the usual axum
 //! handler) is covered in full. To bound streaming too, move an
-//! [`OwnedPermit`] into the body stream yourself.
+//! [`OwnedPermit`](crate::OwnedPermit) into the body stream yourself.
 //!
 //! # Waiting
 //!
@@ -148,19 +148,19 @@
 //!
 //! [`ConcurrencyLimit`]: https://docs.rs/tower/latest/tower/limit/struct.ConcurrencyLimit.html
 
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
-use tower_layer::Layer;
-use tower_service::Service;
-
-use crossbeam_utils::CachePadded;
-
 use crate::error::Error;
-use crate::limiter::{Limiter, OwnedPermit};
+use crate::limiter::Limiter;
 use crate::sync::Arc;
+use crossbeam_utils::CachePadded;
+use std::fmt;
+use tower_layer::Layer;
+
+mod future;
+mod service;
+
+use future::{Deferred, State, WaitState};
+pub use future::{ResponseFuture, WaitResponseFuture};
+pub use service::Limit;
 
 /// tower's boxed error (the same type as `tower::BoxError`), the error of a
 /// [`Limit`] that [`Reject`]s.
@@ -452,224 +452,6 @@ impl<R, M: fmt::Debug> fmt::Debug for LimitLayer<R, M> {
     }
 }
 
-/// A service that admits each request through a [`Limiter`]; made by
-/// [`LimitLayer`].
-///
-/// * `poll_ready` is the inner service's: it reserves nothing of the
-///   limiter's and never waits for capacity.
-/// * `call` takes a unit. Admitted, it calls the inner service and the
-///   [`ResponseFuture`] holds the unit until the inner future completes
-///   (or is dropped). Refused, it does not call the inner service, gives
-///   back whatever the inner service reserved in `poll_ready` (it drops
-///   the polled inner service and keeps a fresh clone), and returns a
-///   future that is ready at once with the refusal (see [`Reject`] and
-///   [`RespondWith`]).
-/// * In [`Wait`] mode ([`LimitLayer::waiting`]), a request that finds no
-///   unit free gets a [`WaitResponseFuture`] that waits in the limiter's
-///   waiting room, then polls its own clone of the inner service ready
-///   and calls it.
-///
-/// The inner service must be `Clone` (see
-/// [The inner service's reservation](self#the-inner-services-reservation)).
-/// Clones share the limiter.
-pub struct Limit<S, R = Reject, M = FailFast> {
-    inner: S,
-    limiter: Arc<Limiter>,
-    anchors: Anchors,
-    refusal: R,
-    timer: TimerSpec,
-    mode: M,
-}
-
-impl<S, R, M> Limit<S, R, M> {
-    /// The limiter requests are admitted through.
-    pub fn limiter(&self) -> &Arc<Limiter> {
-        &self.limiter
-    }
-
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
-
-impl<S, R, Request> Service<Request> for Limit<S, R, FailFast>
-where
-    S: Service<Request> + Clone,
-    R: Refusal<S::Response, S::Error>,
-    S::Error: Into<R::Error>,
-{
-    type Response = S::Response;
-    type Error = R::Error;
-    type Future = ResponseFuture<S::Future, S::Response, R::Error>;
-
-    #[inline]
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // Only the inner service's readiness: see the module docs for why
-        // no unit is reserved here.
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    #[inline]
-    fn call(&mut self, request: Request) -> Self::Future {
-        match self.limiter.take_unit() {
-            Ok(shard) => ResponseFuture {
-                state: State::Admitted {
-                    timer: start_timer(&self.timer),
-                    future: self.inner.call(request),
-                    permit: Some(Unit {
-                        anchor: Arc::clone(&self.anchors[shard]),
-                        shard,
-                    }),
-                },
-            },
-            Err(error) => self.refuse(error),
-        }
-    }
-}
-
-impl<S, R, Request> Service<Request> for Limit<S, R, Wait>
-where
-    S: Service<Request> + Clone,
-    R: Refusal<S::Response, S::Error>,
-    S::Error: Into<R::Error>,
-{
-    type Response = S::Response;
-    type Error = R::Error;
-    type Future = WaitResponseFuture<S, Request, R>;
-
-    #[inline]
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // As the fail-fast mode: nothing reserved, no wait for capacity.
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    #[inline]
-    fn call(&mut self, request: Request) -> Self::Future {
-        // Uncounted: a request that goes on to wait is not a refusal; the
-        // waiting room counts one if it is refused for good.
-        let response = match self.limiter.take_unit_uncounted() {
-            Ok(shard) => ResponseFuture {
-                state: State::Admitted {
-                    timer: start_timer(&self.timer),
-                    future: self.inner.call(request),
-                    permit: Some(Unit {
-                        anchor: Arc::clone(&self.anchors[shard]),
-                        shard,
-                    }),
-                },
-            },
-            // A limiter without a waiting room refuses here, counted,
-            // without the clone and allocation of a wait.
-            Err(Error::Overload) if self.limiter.has_room() => return self.wait(request),
-            Err(error) => {
-                if error == Error::Overload {
-                    self.limiter.count_refusal();
-                }
-                self.refuse(error)
-            }
-        };
-        WaitResponseFuture {
-            state: WaitState::Called { response },
-        }
-    }
-}
-
-impl<S, R, M> Limit<S, R, M> {
-    /// The response future of a request refused in `call`, with the inner
-    /// service's reservation given back. Cold: refusals only.
-    #[cold]
-    fn refuse<Request>(&mut self, error: Error) -> ResponseFuture<S::Future, S::Response, R::Error>
-    where
-        S: Service<Request> + Clone,
-        R: Refusal<S::Response, S::Error>,
-    {
-        // The inner service was polled ready for this request and may have
-        // reserved (tower's `ConcurrencyLimit` a permit, `Buffer` a slot).
-        // tower has no "unreserve": a reservation ends when the service is
-        // called or dropped. So the polled service is dropped and a fresh,
-        // unpolled clone stays for the next `poll_ready` (the `mem::replace`
-        // of tower's `AsyncFilter`). Keeping the polled one, as tower's
-        // `Filter` does on a rejection, would hold the reservation for as
-        // long as this clone lives (an idle keep-alive connection's) and
-        // starve every other clone. This is why the fail-fast mode needs
-        // `S: Clone`; an admitted request clones nothing.
-        let fresh = self.inner.clone();
-        drop(std::mem::replace(&mut self.inner, fresh));
-        ResponseFuture {
-            state: State::Refused {
-                answer: Some(self.refusal.refuse(error)),
-            },
-        }
-    }
-}
-
-impl<S, R> Limit<S, R, Wait> {
-    /// The response future of a request that must wait: the wait, then the
-    /// inner service's readiness, then the call. Cold: only requests that
-    /// found every unit out come here.
-    #[cold]
-    fn wait<Request>(&mut self, request: Request) -> WaitResponseFuture<S, Request, R>
-    where
-        S: Service<Request> + Clone,
-        R: Refusal<S::Response, S::Error>,
-    {
-        // The request waits with an unpolled clone and polls it ready only
-        // once a unit is handed over, so nothing of the inner service's is
-        // reserved during the wait. The clone polled ready for it is
-        // dropped here, giving its reservation back, and a fresh one stays
-        // for the next `poll_ready`: two clones, on a path that already
-        // allocates. (Carrying the polled clone instead, tower's idiom for
-        // a call made later, held an inner reservation, `ConcurrencyLimit`'s
-        // permit, for the whole wait, and the other clones starved.)
-        let service = self.inner.clone();
-        let fresh = self.inner.clone();
-        drop(std::mem::replace(&mut self.inner, fresh));
-        WaitResponseFuture {
-            state: WaitState::Queued {
-                // Boxed: `acquire_owned_async`'s future has no name to
-                // store it under. One allocation, for a request that waits.
-                acquire: Box::pin(Arc::clone(&self.limiter).acquire_owned_async()),
-                call: Some(Deferred {
-                    service,
-                    request,
-                    refusal: self.refusal.clone(),
-                    anchors: Arc::clone(&self.anchors),
-                    timer: self.timer.clone(),
-                }),
-            },
-        }
-    }
-}
-
-impl<S: Clone, R: Clone, M: Clone> Clone for Limit<S, R, M> {
-    fn clone(&self) -> Self {
-        Limit {
-            inner: self.inner.clone(),
-            limiter: Arc::clone(&self.limiter),
-            anchors: Arc::clone(&self.anchors),
-            refusal: self.refusal.clone(),
-            timer: self.timer.clone(),
-            mode: self.mode.clone(),
-        }
-    }
-}
-
-impl<S: fmt::Debug, R, M: fmt::Debug> fmt::Debug for Limit<S, R, M> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Limit")
-            .field("inner", &self.inner)
-            .field("limiter", &self.limiter)
-            .field("mode", &self.mode)
-            .finish_non_exhaustive()
-    }
-}
-
 /// How a [`Limit`] answers a request it refused, and what error type the
 /// service has. Implemented by [`Reject`] and [`RespondWith`]; implement it
 /// to map refusals to an error type of your own.
@@ -724,261 +506,6 @@ where
     }
 }
 
-pin_project_lite::pin_project! {
-    /// The response future of a [`Limit`]: the inner service's future and
-    /// the unit it holds, or an answer ready at once for a refused request.
-    ///
-    /// The unit is given back when the inner future completes, or when
-    /// this future is dropped unfinished (a cancelled request).
-    #[must_use = "futures do nothing unless polled; the unit is held until this completes or drops"]
-    pub struct ResponseFuture<F, T, E> {
-        #[pin]
-        state: State<F, T, E>,
-    }
-}
-
-pin_project_lite::pin_project! {
-    #[project = StateProj]
-    enum State<F, T, E> {
-        Admitted {
-            #[pin]
-            future: F,
-            permit: Option<Unit>,
-            timer: Timer,
-        },
-        Refused {
-            answer: Option<Result<T, E>>,
-        },
-    }
-}
-
-impl<F, T, E, Fe> Future for ResponseFuture<F, T, E>
-where
-    F: Future<Output = Result<T, Fe>>,
-    Fe: Into<E>,
-{
-    type Output = Result<T, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().state.project() {
-            StateProj::Admitted {
-                future,
-                permit,
-                timer,
-            } => {
-                let output = std::task::ready!(future.poll(cx));
-                // Give the unit back as soon as the response is ready, not
-                // when the caller drops this future.
-                drop(permit.take());
-                stop_timer(timer);
-                Poll::Ready(output.map_err(Into::into))
-            }
-            StateProj::Refused { answer } => match answer.take() {
-                Some(answer) => Poll::Ready(answer),
-                // Polled again after completion: a contract breach by the
-                // caller. Pending rather than a panic; it never completes.
-                None => Poll::Pending,
-            },
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// The response future of a [`Limit`] in [`Wait`] mode: a request
-    /// admitted or refused in `call`, as [`ResponseFuture`]; or a request
-    /// waiting in the limiter's waiting room, which, once a unit is handed
-    /// to it, polls its clone of the inner service ready (holding the
-    /// unit) and calls it. While it waits it holds no reservation of the
-    /// inner service. If the inner service's `poll_ready` fails, that
-    /// error is the answer and the unit goes back.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping it while it waits leaves the queue at once: the limiter's
-    /// [`waiting`](Limiter::waiting) count drops, and a unit handed to it
-    /// meanwhile goes to the next waiter (or back to the limiter). Dropping
-    /// it after admission, the inner service ready or not, gives the unit
-    /// back, as [`ResponseFuture`] does.
-    #[must_use = "futures do nothing unless polled; a waiting request waits only while this is polled"]
-    pub struct WaitResponseFuture<S, Request, R>
-    where
-        S: Service<Request>,
-        R: Refusal<S::Response, S::Error>,
-    {
-        #[pin]
-        state: WaitState<S, Request, R>,
-    }
-}
-
-pin_project_lite::pin_project! {
-    #[project = WaitStateProj]
-    enum WaitState<S, Request, R>
-    where
-        S: Service<Request>,
-        R: Refusal<S::Response, S::Error>,
-    {
-        Queued {
-            acquire: Acquire,
-            call: Option<Deferred<S, Request, R>>,
-        },
-        Handed {
-            handed: Option<Handed<S, Request>>,
-        },
-        Called {
-            #[pin]
-            response: ResponseFuture<S::Future, S::Response, R::Error>,
-        },
-    }
-}
-
-/// The wait for a unit (`Limiter::acquire_owned_async`).
-type Acquire = Pin<Box<dyn Future<Output = Result<OwnedPermit, Error>> + Send>>;
-
-/// What a waiting request needs once its wait ends: a clone of the
-/// service (not yet polled ready) and the request, or the refusal to
-/// answer with.
-struct Deferred<S, Request, R> {
-    service: S,
-    request: Request,
-    refusal: R,
-    anchors: Anchors,
-    timer: TimerSpec,
-}
-
-/// A request handed a unit after its wait, polling its clone of the inner
-/// service ready before calling it. Dropping it gives the unit back.
-struct Handed<S, Request> {
-    service: S,
-    request: Request,
-    unit: Unit,
-    timer: Timer,
-}
-
-impl<S, Request, R> Deferred<S, Request, R>
-where
-    S: Service<Request>,
-    R: Refusal<S::Response, S::Error>,
-{
-    /// The wait ended with `admitted`: on to the inner service's readiness
-    /// with the unit, or answer the refusal.
-    fn admit(self, admitted: Result<OwnedPermit, Error>) -> WaitState<S, Request, R> {
-        match admitted {
-            Ok(permit) => {
-                // The unit moves from the permit (and its `Arc` of the
-                // limiter) to the shard's anchor before the inner service
-                // is polled, so a panic in `poll_ready` or `call` still
-                // gives it back.
-                let shard = permit.into_shard();
-                WaitState::Handed {
-                    handed: Some(Handed {
-                        unit: Unit {
-                            anchor: Arc::clone(&self.anchors[shard]),
-                            shard,
-                        },
-                        timer: start_timer(&self.timer),
-                        service: self.service,
-                        request: self.request,
-                    }),
-                }
-            }
-            Err(error) => WaitState::Called {
-                response: ResponseFuture {
-                    state: State::Refused {
-                        answer: Some(self.refusal.refuse(error)),
-                    },
-                },
-            },
-        }
-    }
-}
-
-impl<S, Request, R, Fe> Future for WaitResponseFuture<S, Request, R>
-where
-    S: Service<Request, Error = Fe>,
-    R: Refusal<S::Response, Fe>,
-    Fe: Into<R::Error>,
-{
-    type Output = Result<S::Response, R::Error>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut state = self.project().state;
-        loop {
-            match state.as_mut().project() {
-                WaitStateProj::Queued { acquire, call } => {
-                    let admitted = std::task::ready!(acquire.as_mut().poll(cx));
-                    let Some(call) = call.take() else {
-                        // Unreachable: the state moves on below. Pending
-                        // rather than a panic, as `ResponseFuture`.
-                        return Poll::Pending;
-                    };
-                    // The finished wait (and its box) is dropped here.
-                    state.set(call.admit(admitted));
-                }
-                WaitStateProj::Handed { handed } => {
-                    // Unreachable when `None`: the state moves on below.
-                    let Some(ready) = handed.as_mut() else {
-                        return Poll::Pending;
-                    };
-                    // The unit is held while the inner service gets ready:
-                    // the request is admitted, its handler is not free yet.
-                    match ready.service.poll_ready(cx) {
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(Err(error)) => {
-                            // The unit goes back (counted as completed) and
-                            // its time is recorded, as for an inner error.
-                            if let Some(mut failed) = handed.take() {
-                                stop_timer(&mut failed.timer);
-                            }
-                            return Poll::Ready(Err(error.into()));
-                        }
-                        Poll::Ready(Ok(())) => {}
-                    }
-                    let Some(Handed {
-                        mut service,
-                        request,
-                        unit,
-                        timer,
-                    }) = handed.take()
-                    else {
-                        return Poll::Pending;
-                    };
-                    let future = service.call(request);
-                    state.set(WaitState::Called {
-                        response: ResponseFuture {
-                            state: State::Admitted {
-                                future,
-                                permit: Some(unit),
-                                timer,
-                            },
-                        },
-                    });
-                }
-                WaitStateProj::Called { response } => return response.poll(cx),
-            }
-        }
-    }
-}
-
-impl<S, Request, R> fmt::Debug for WaitResponseFuture<S, Request, R>
-where
-    S: Service<Request>,
-    R: Refusal<S::Response, S::Error>,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match &self.state {
-            WaitState::Queued { .. } => "waiting",
-            WaitState::Handed { .. } => "admitted",
-            WaitState::Called { response } => match response.state {
-                State::Admitted { .. } => "admitted",
-                State::Refused { .. } => "refused",
-            },
-        };
-        f.debug_struct("WaitResponseFuture")
-            .field("state", &state)
-            .finish()
-    }
-}
-
 /// One `Arc<Limiter>` per shard, each in an allocation of its own on its
 /// own cache lines: a request admitted on shard `i` keeps the limiter alive
 /// by cloning anchor `i`.
@@ -1014,10 +541,13 @@ impl Drop for Unit {
 // types are `()` and the functions nothing, so no field needs a `cfg`.
 #[cfg(feature = "metrics")]
 type TimerSpec = Option<::metrics::Histogram>;
+
 #[cfg(not(feature = "metrics"))]
 type TimerSpec = ();
+
 #[cfg(feature = "metrics")]
 type Timer = Option<(::metrics::Histogram, std::time::Instant)>;
+
 #[cfg(not(feature = "metrics"))]
 type Timer = ();
 
@@ -1044,17 +574,5 @@ fn stop_timer(timer: &mut Timer) {
     #[cfg(not(feature = "metrics"))]
     {
         let () = *timer;
-    }
-}
-
-impl<F, T, E> fmt::Debug for ResponseFuture<F, T, E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match &self.state {
-            State::Admitted { .. } => "admitted",
-            State::Refused { .. } => "refused",
-        };
-        f.debug_struct("ResponseFuture")
-            .field("state", &state)
-            .finish()
     }
 }

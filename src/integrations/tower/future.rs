@@ -1,0 +1,278 @@
+//! The response futures: [`ResponseFuture`] holds an admitted request's unit until the inner response is ready; [`WaitResponseFuture`] first waits for a unit, then polls the inner service ready and calls it.
+
+use super::{start_timer, stop_timer, Anchors, Refusal, Timer, TimerSpec, Unit};
+use crate::error::Error;
+use crate::limiter::OwnedPermit;
+use crate::sync::Arc;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tower_service::Service;
+
+pin_project_lite::pin_project! {
+    /// The response future of a [`Limit`]: the inner service's future and
+    /// the unit it holds, or an answer ready at once for a refused request.
+    ///
+    /// The unit is given back when the inner future completes, or when
+    /// this future is dropped unfinished (a cancelled request).
+    #[must_use = "futures do nothing unless polled; the unit is held until this completes or drops"]
+    pub struct ResponseFuture<F, T, E> {
+        #[pin]
+        pub(super) state: State<F, T, E>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = StateProj]
+    pub(super) enum State<F, T, E> {
+        Admitted {
+            #[pin]
+            future: F,
+            permit: Option<Unit>,
+            timer: Timer,
+        },
+        Refused {
+            answer: Option<Result<T, E>>,
+        },
+    }
+}
+
+impl<F, T, E, Fe> Future for ResponseFuture<F, T, E>
+where
+    F: Future<Output = Result<T, Fe>>,
+    Fe: Into<E>,
+{
+    type Output = Result<T, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Admitted {
+                future,
+                permit,
+                timer,
+            } => {
+                let output = std::task::ready!(future.poll(cx));
+                // Give the unit back as soon as the response is ready, not
+                // when the caller drops this future.
+                drop(permit.take());
+                stop_timer(timer);
+                Poll::Ready(output.map_err(Into::into))
+            }
+            StateProj::Refused { answer } => match answer.take() {
+                Some(answer) => Poll::Ready(answer),
+                // Polled again after completion: a contract breach by the
+                // caller. Pending rather than a panic; it never completes.
+                None => Poll::Pending,
+            },
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The response future of a [`Limit`] in [`Wait`] mode: a request
+    /// admitted or refused in `call`, as [`ResponseFuture`]; or a request
+    /// waiting in the limiter's waiting room, which, once a unit is handed
+    /// to it, polls its clone of the inner service ready (holding the
+    /// unit) and calls it. While it waits it holds no reservation of the
+    /// inner service. If the inner service's `poll_ready` fails, that
+    /// error is the answer and the unit goes back.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping it while it waits leaves the queue at once: the limiter's
+    /// [`waiting`](Limiter::waiting) count drops, and a unit handed to it
+    /// meanwhile goes to the next waiter (or back to the limiter). Dropping
+    /// it after admission, the inner service ready or not, gives the unit
+    /// back, as [`ResponseFuture`] does.
+    #[must_use = "futures do nothing unless polled; a waiting request waits only while this is polled"]
+    pub struct WaitResponseFuture<S, Request, R>
+    where
+        S: Service<Request>,
+        R: Refusal<S::Response, S::Error>,
+    {
+        #[pin]
+        pub(super) state: WaitState<S, Request, R>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = WaitStateProj]
+    pub(super) enum WaitState<S, Request, R>
+    where
+        S: Service<Request>,
+        R: Refusal<S::Response, S::Error>,
+    {
+        Queued {
+            acquire: Acquire,
+            call: Option<Deferred<S, Request, R>>,
+        },
+        Handed {
+            handed: Option<Handed<S, Request>>,
+        },
+        Called {
+            #[pin]
+            response: ResponseFuture<S::Future, S::Response, R::Error>,
+        },
+    }
+}
+
+/// The wait for a unit (`Limiter::acquire_owned_async`).
+type Acquire = Pin<Box<dyn Future<Output = Result<OwnedPermit, Error>> + Send>>;
+
+/// What a waiting request needs once its wait ends: a clone of the
+/// service (not yet polled ready) and the request, or the refusal to
+/// answer with.
+pub(super) struct Deferred<S, Request, R> {
+    pub(super) service: S,
+    pub(super) request: Request,
+    pub(super) refusal: R,
+    pub(super) anchors: Anchors,
+    pub(super) timer: TimerSpec,
+}
+
+/// A request handed a unit after its wait, polling its clone of the inner
+/// service ready before calling it. Dropping it gives the unit back.
+struct Handed<S, Request> {
+    service: S,
+    request: Request,
+    unit: Unit,
+    timer: Timer,
+}
+
+impl<S, Request, R> Deferred<S, Request, R>
+where
+    S: Service<Request>,
+    R: Refusal<S::Response, S::Error>,
+{
+    /// The wait ended with `admitted`: on to the inner service's readiness
+    /// with the unit, or answer the refusal.
+    fn admit(self, admitted: Result<OwnedPermit, Error>) -> WaitState<S, Request, R> {
+        match admitted {
+            Ok(permit) => {
+                // The unit moves from the permit (and its `Arc` of the
+                // limiter) to the shard's anchor before the inner service
+                // is polled, so a panic in `poll_ready` or `call` still
+                // gives it back.
+                let shard = permit.into_shard();
+                WaitState::Handed {
+                    handed: Some(Handed {
+                        unit: Unit {
+                            anchor: Arc::clone(&self.anchors[shard]),
+                            shard,
+                        },
+                        timer: start_timer(&self.timer),
+                        service: self.service,
+                        request: self.request,
+                    }),
+                }
+            }
+            Err(error) => WaitState::Called {
+                response: ResponseFuture {
+                    state: State::Refused {
+                        answer: Some(self.refusal.refuse(error)),
+                    },
+                },
+            },
+        }
+    }
+}
+
+impl<S, Request, R, Fe> Future for WaitResponseFuture<S, Request, R>
+where
+    S: Service<Request, Error = Fe>,
+    R: Refusal<S::Response, Fe>,
+    Fe: Into<R::Error>,
+{
+    type Output = Result<S::Response, R::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.project().state;
+        loop {
+            match state.as_mut().project() {
+                WaitStateProj::Queued { acquire, call } => {
+                    let admitted = std::task::ready!(acquire.as_mut().poll(cx));
+                    let Some(call) = call.take() else {
+                        // Unreachable: the state moves on below. Pending
+                        // rather than a panic, as `ResponseFuture`.
+                        return Poll::Pending;
+                    };
+                    // The finished wait (and its box) is dropped here.
+                    state.set(call.admit(admitted));
+                }
+                WaitStateProj::Handed { handed } => {
+                    // Unreachable when `None`: the state moves on below.
+                    let Some(ready) = handed.as_mut() else {
+                        return Poll::Pending;
+                    };
+                    // The unit is held while the inner service gets ready:
+                    // the request is admitted, its handler is not free yet.
+                    match ready.service.poll_ready(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Err(error)) => {
+                            // The unit goes back (counted as completed) and
+                            // its time is recorded, as for an inner error.
+                            if let Some(mut failed) = handed.take() {
+                                stop_timer(&mut failed.timer);
+                            }
+                            return Poll::Ready(Err(error.into()));
+                        }
+                        Poll::Ready(Ok(())) => {}
+                    }
+                    let Some(Handed {
+                        mut service,
+                        request,
+                        unit,
+                        timer,
+                    }) = handed.take()
+                    else {
+                        return Poll::Pending;
+                    };
+                    let future = service.call(request);
+                    state.set(WaitState::Called {
+                        response: ResponseFuture {
+                            state: State::Admitted {
+                                future,
+                                permit: Some(unit),
+                                timer,
+                            },
+                        },
+                    });
+                }
+                WaitStateProj::Called { response } => return response.poll(cx),
+            }
+        }
+    }
+}
+
+impl<S, Request, R> fmt::Debug for WaitResponseFuture<S, Request, R>
+where
+    S: Service<Request>,
+    R: Refusal<S::Response, S::Error>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            WaitState::Queued { .. } => "waiting",
+            WaitState::Handed { .. } => "admitted",
+            WaitState::Called { response } => match response.state {
+                State::Admitted { .. } => "admitted",
+                State::Refused { .. } => "refused",
+            },
+        };
+        f.debug_struct("WaitResponseFuture")
+            .field("state", &state)
+            .finish()
+    }
+}
+
+impl<F, T, E> fmt::Debug for ResponseFuture<F, T, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Admitted { .. } => "admitted",
+            State::Refused { .. } => "refused",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish()
+    }
+}
