@@ -179,7 +179,7 @@ impl<W: Worker> Pool<W> {
         let admission = if can_wait {
             Admission::Probe
         } else {
-            Admission::Home
+            Admission::Try
         };
         let pending = match self.submit_call(admission, request) {
             Ok(reply) => Pending::Reply(reply),
@@ -294,7 +294,7 @@ impl<W: Worker> Pool<W> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn try_call(&self, request: W::Request) -> Result<W::Reply, TryCallError<W::Request>> {
-        let reply = self.submit_call(Admission::Home, request)?;
+        let reply = self.submit_call(Admission::Try, request)?;
         wait_reply(reply, self.inner.spin).map_err(TryCallError::Failed)
     }
 
@@ -328,7 +328,7 @@ impl<W: Worker> Pool<W> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn try_cast(&self, message: W::Message) -> Result<(), Refused<W::Message>> {
-        self.submit_cast(Admission::Home, message)
+        self.submit_cast(Admission::Try, message)
     }
 
     /// Like [`call`](Self::call), but never refused for capacity: the
@@ -411,8 +411,8 @@ impl<W: Worker> Pool<W> {
         request: W::Request,
     ) -> Result<ReplyReceiver<W>, Refused<W::Request>> {
         let admitted = match calling_worker(&self.inner.table) {
-            None => self.inner.admit(admission),
-            Some(worker) => self.inner.admit_from_worker(admission, worker),
+            None => self.inner.table.admit(admission),
+            Some(worker) => self.inner.table.admit_from_worker(admission, worker),
         };
         let shard = match admitted {
             Ok(shard) => shard,
@@ -432,7 +432,7 @@ impl<W: Worker> Pool<W> {
         admission: Admission,
         message: W::Message,
     ) -> Result<(), Refused<W::Message>> {
-        let shard = match self.inner.admit(admission) {
+        let shard = match self.inner.table.admit(admission) {
             Ok(shard) => shard,
             Err(error) => return Err(Refused::new(error, message)),
         };

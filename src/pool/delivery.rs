@@ -1,9 +1,9 @@
-//! Admission and delivery: the unit a request takes (from the caller's shard, never a worker's own when a worker calls its pool) and the mailbox it goes to, waking the worker.
+//! Delivery: the mailbox a request goes to, waking its worker, and the
+//! pool's shutdown. (The unit it takes is the table's `Admission`.)
 
 use super::mailbox::Outbox;
-use super::{Admission, Inner};
+use super::Inner;
 use crate::engine::table::Table;
-use crate::error::Error;
 use crate::pool::worker::{Envelope, Worker};
 use crate::sync::os_thread;
 
@@ -34,50 +34,6 @@ pub(crate) fn post<W: Worker>(
 }
 
 impl<W: Worker> Inner<W> {
-    #[inline]
-    pub(super) fn admit(&self, admission: Admission) -> Result<usize, Error> {
-        match admission {
-            Admission::Home => self.table.acquire(),
-            Admission::At(start) => self.table.acquire_at(self.table.reduce(start)),
-            Admission::Unbounded => self.table.acquire_unbounded(),
-            Admission::Wait(deadline) => self.table.acquire_waiting(deadline),
-            Admission::Probe => self.table.probe(),
-        }
-    }
-
-    /// Admission for a call made by this pool's own worker `me`, which
-    /// would wait for its reply: never on `me`'s shard, whose queue only
-    /// `me` serves.
-    #[cold]
-    pub(super) fn admit_from_worker(
-        &self,
-        admission: Admission,
-        me: usize,
-    ) -> Result<usize, Error> {
-        let shards = self.table.shard_count();
-        if shards == 1 {
-            // Only the caller could serve it. Once shutdown has begun,
-            // `Shutdown` is the answer every other caller gets too.
-            return Err(if self.table.is_closing() {
-                Error::Shutdown
-            } else {
-                Error::CallingSelf
-            });
-        }
-        match admission {
-            Admission::Unbounded => {
-                let home = self.table.home_shard();
-                let other = if home == me { (me + 1) % shards } else { home };
-                self.table.acquire_unbounded_on(other)
-            }
-            // A worker never waits for its own pool's capacity: a unit
-            // handed over could be its own shard's, which only it serves.
-            Admission::Home | Admission::At(_) | Admission::Wait(_) | Admission::Probe => {
-                self.table.acquire_except(me)
-            }
-        }
-    }
-
     /// Posts an envelope holding a unit of shard `shard` to its worker; the
     /// envelope back if the worker is gone.
     #[inline]

@@ -223,7 +223,7 @@ impl<W: Worker> Pool<W> {
         let admission = if can_wait {
             Admission::Probe
         } else {
-            Admission::Home
+            Admission::Try
         };
         let pending = match self.submit_keyed_call(admission, id, request) {
             Ok(reply) => KeyedPending::Reply(reply),
@@ -380,8 +380,8 @@ impl<W: Worker> Pool<W> {
             return Err((refused_self(), job));
         }
         let admitted = match me {
-            Some(worker) if waits => inner.admit_from_worker(admission, worker),
-            _ => inner.admit(admission),
+            Some(worker) if waits => inner.table.admit_from_worker(admission, worker),
+            _ => inner.table.admit(admission),
         };
         match admitted {
             Ok(shard) => inner.submit_keyed_on(shard, id, job),

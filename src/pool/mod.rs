@@ -11,7 +11,7 @@
 //! `jump.rs` (a key to its worker); the async pool in `asynchronous/`
 //! with `async_idle.rs`.
 
-use crate::engine::table::Table;
+use crate::engine::table::{Admission, Table};
 use crate::error::{ConfigError, Error};
 use crate::pool::worker::{Envelope, Worker};
 use crate::stats::Stats;
@@ -19,7 +19,7 @@ use crate::sync::{os_thread, Arc, Mutex, Weak};
 use mailbox::Outbox;
 use ordered::Ordered;
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use steal::Idle;
 
 mod builder;
@@ -193,23 +193,6 @@ struct Inner<W: Worker> {
     ordered: Option<Arc<Ordered<W>>>,
     /// Hashes keys (seeded per pool).
     hasher: hashbrown::DefaultHashBuilder,
-}
-
-/// Where a request takes its unit.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Admission {
-    /// Probe from the caller's own shard (the normal path).
-    Home,
-    /// Probe from this shard (tests model a caller on a chosen shard).
-    #[cfg_attr(not(test), allow(dead_code))]
-    At(usize),
-    /// The caller's own shard, whatever its limit.
-    Unbounded,
-    /// As `Home`, then wait under the pool's waiting policy (if any) until
-    /// the deadline (if any).
-    Wait(Option<Instant>),
-    /// As `Home`, but an `Overload` is not counted: the caller waits next.
-    Probe,
 }
 
 /// A pending reply.

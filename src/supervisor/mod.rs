@@ -132,10 +132,11 @@ mod spawn;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
+use crate::engine::table::Admission;
 pub use builder::SupervisorBuilder;
 pub use child::{Child, ChildGuard, ChildId, ChildInfo, ChildKind};
 use idle::Idle;
-use registry::{kind_of, started_of, Admit, RegistryShard, MAX_CHILDREN};
+use registry::{kind_of, started_of, RegistryShard, MAX_CHILDREN};
 #[cfg(feature = "tokio")]
 pub use spawn::Task;
 

@@ -1,6 +1,7 @@
 //! The registry of live children: one padded run of slot words per table shard, each word an occupant (its kind, generation and start time) or free; and the admission that takes a unit of the table and a slot together.
 
 use super::{ChildGuard, ChildId, ChildKind, Common, Inner};
+use crate::engine::table::Admission;
 use crate::error::Error;
 #[cfg(feature = "tokio")]
 use crate::sync::Mutex;
@@ -295,13 +296,8 @@ impl Inner {
     // there against ~29 ns inlined (`PERFORMANCE.md`, the supervisor bench). The
     // callers are `reserve`, `reserve_at`, `spawn` and `spawn_task_on`.
     #[inline(always)]
-    pub(super) fn enter(&self, admit: Admit, kind: ChildKind) -> Result<ChildGuard, Error> {
-        let table = &self.common.table;
-        let shard = match admit {
-            Admit::Wait => table.acquire_waiting(None)?,
-            Admit::Try => table.acquire()?,
-            Admit::At(start) => table.acquire_at(start)?,
-        };
+    pub(super) fn enter(&self, admission: Admission, kind: ChildKind) -> Result<ChildGuard, Error> {
+        let shard = self.common.table.admit(admission)?;
         Ok(self.register(shard, kind))
     }
 
@@ -323,16 +319,4 @@ impl Inner {
             key: 0,
         }
     }
-}
-
-/// How a child is admitted.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Admit {
-    /// From the caller's home shard, waiting under the supervisor's
-    /// waiting policy (if any).
-    Wait,
-    /// From the caller's home shard, never waiting.
-    Try,
-    /// From this shard, never waiting (the model tests' seam).
-    At(usize),
 }

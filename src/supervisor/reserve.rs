@@ -1,6 +1,6 @@
 //! Reserving a child's unit for a child the caller starts itself: `reserve`, `try_reserve`, `reserve_async`.
 
-use super::{Admit, ChildGuard, ChildKind, Supervisor};
+use super::{Admission, ChildGuard, ChildKind, Supervisor};
 use crate::error::Error;
 
 impl Supervisor {
@@ -36,7 +36,7 @@ impl Supervisor {
     /// ```
     #[inline]
     pub fn reserve(&self) -> Result<ChildGuard, Error> {
-        self.inner.enter(Admit::Wait, ChildKind::Reserved)
+        self.inner.enter(Admission::Wait(None), ChildKind::Reserved)
     }
 
     /// [`reserve`](Self::reserve) that never waits for capacity, whatever
@@ -59,7 +59,7 @@ impl Supervisor {
     /// ```
     #[inline]
     pub fn try_reserve(&self) -> Result<ChildGuard, Error> {
-        self.inner.enter(Admit::Try, ChildKind::Reserved)
+        self.inner.enter(Admission::Try, ChildKind::Reserved)
     }
 
     /// [`reserve`](Self::reserve) as a future: waits for capacity (under
@@ -111,6 +111,6 @@ impl Supervisor {
     #[cfg_attr(any(not(test), loom), allow(dead_code))]
     pub(crate) fn reserve_at(&self, start: usize) -> Result<ChildGuard, Error> {
         let start = start % self.inner.common.table.shard_count();
-        self.inner.enter(Admit::At(start), ChildKind::Reserved)
+        self.inner.enter(Admission::At(start), ChildKind::Reserved)
     }
 }

@@ -2,7 +2,7 @@
 
 #[cfg(feature = "tokio")]
 use super::{kind_of, ChildGuard, ChildId};
-use super::{Admit, Child, ChildKind, Supervisor};
+use super::{Admission, Child, ChildKind, Supervisor};
 use crate::error::Error;
 use crate::sync::os_thread;
 #[cfg(feature = "tokio")]
@@ -56,7 +56,7 @@ impl Supervisor {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let mut guard = self.inner.enter(Admit::Wait, ChildKind::Thread)?;
+        let mut guard = self.inner.enter(Admission::Wait(None), ChildKind::Thread)?;
         let id = guard.id();
         let mut builder = os_thread::Builder::new().name(self.inner.thread_name.clone());
         if let Some(size) = self.inner.stack_size {
@@ -170,7 +170,7 @@ impl Supervisor {
     {
         // Never waits: this is a plain function called on a runtime's
         // thread, which must not block. `spawn_task_async` waits.
-        let guard = self.inner.enter(Admit::Try, ChildKind::Task)?;
+        let guard = self.inner.enter(Admission::Try, ChildKind::Task)?;
         Ok(self.spawn_guarded(handle, guard, future))
     }
 
@@ -278,7 +278,7 @@ impl Supervisor {
         let key = keys
             .try_enter(keys.id(key))
             .map_err(|err| self.keyed_refusal(err))?;
-        let guard = self.inner.enter(Admit::Try, ChildKind::Task)?;
+        let guard = self.inner.enter(Admission::Try, ChildKind::Task)?;
         Ok(self.spawn_guarded(&handle, guard.with_key(key), future))
     }
 

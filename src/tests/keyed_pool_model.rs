@@ -35,8 +35,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use proptest::prelude::*;
 
+use crate::engine::table::Admission;
 use crate::pool::worker::Job as PoolJob;
-use crate::pool::{Admission, ReplyReceiver};
+use crate::pool::ReplyReceiver;
 use crate::{Error, KeyedMode, Pool, Worker};
 
 const KEYS: usize = 3;

@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use proptest::prelude::*;
 
-use crate::pool::{Admission, ReplyReceiver};
+use crate::engine::table::Admission;
+use crate::pool::ReplyReceiver;
 use crate::{Error, Pool, Worker};
 
 /// What a blocked handler is told to do.

@@ -26,7 +26,7 @@ use crate::{ChildGuard, ChildId, Error, Supervisor};
 
 #[derive(Debug, Clone)]
 enum Action {
-    /// Admit a child, starting the probe at this shard (mod shard count).
+    /// Admission a child, starting the probe at this shard (mod shard count).
     Spawn { start: usize },
     /// End the live child at this position (mod the live count), normally
     /// or by a panic.

@@ -56,12 +56,14 @@ use crate::sync::{
     Ordering::{AcqRel, Acquire, Relaxed},
 };
 
+mod admission;
 mod admit;
 mod full;
 mod readings;
 mod resize;
 mod room;
 
+pub(crate) use admission::Admission;
 #[cfg(not(loom))]
 use room::RoomAlarm;
 #[cfg(all(test, not(loom)))]

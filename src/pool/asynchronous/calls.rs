@@ -352,8 +352,8 @@ impl<W: AsyncWorker> AsyncPool<W> {
         request: W::Request,
     ) -> Result<ReplyReceiver<W>, Refused<W::Request>> {
         let admitted = match self.calling_worker() {
-            None => self.inner.admit(admission),
-            Some(worker) => self.inner.admit_from_worker(worker),
+            None => self.inner.table.admit(admission),
+            Some(worker) => self.inner.table.admit_from_worker(admission, worker),
         };
         let shard = match admitted {
             Ok(shard) => shard,
@@ -376,7 +376,7 @@ impl<W: AsyncWorker> AsyncPool<W> {
         admission: Admission,
         message: W::Message,
     ) -> Result<(), Refused<W::Message>> {
-        let shard = match self.inner.admit(admission) {
+        let shard = match self.inner.table.admit(admission) {
             Ok(shard) => shard,
             Err(error) => return Err(Refused::new(error, message)),
         };

@@ -1,4 +1,6 @@
-//! Admission and delivery for an async pool: the unit a request takes (never on the calling worker's own shard) and the mailbox it goes to, waking a sleeping worker.
+//! Delivery for an async pool: waiting for a unit and sending, the
+//! mailbox a request goes to (waking a sleeping worker), shutdown. (The
+//! unit a request takes is the table's `Admission`.)
 
 use super::mailbox::Envelope;
 use super::worker::{AsyncEnvelope, AsyncWorker};
@@ -7,39 +9,7 @@ use crate::error::Error;
 use std::time::Instant;
 use tokio::sync::oneshot;
 
-/// How a request takes its unit.
-#[derive(Clone, Copy)]
-pub(super) enum Admission {
-    /// Fail fast, counting an `Overload`.
-    Try,
-    /// Fail fast without counting an `Overload`: the caller waits next.
-    Probe,
-}
-
 impl<W: AsyncWorker> Inner<W> {
-    #[inline]
-    pub(super) fn admit(&self, admission: Admission) -> Result<usize, Error> {
-        match admission {
-            Admission::Try => self.table.acquire(),
-            Admission::Probe => self.table.probe(),
-        }
-    }
-
-    /// Admission for a call made by this pool's own worker `me`, which
-    /// waits for its reply: never on `me`'s shard, whose queue only `me`
-    /// serves, and never waiting.
-    #[cold]
-    pub(super) fn admit_from_worker(&self, me: usize) -> Result<usize, Error> {
-        if self.table.shard_count() == 1 {
-            return Err(if self.table.is_closing() {
-                Error::Shutdown
-            } else {
-                Error::CallingSelf
-            });
-        }
-        self.table.acquire_except(me)
-    }
-
     /// Waits under the room's policy for a unit (until `deadline` at most),
     /// then sends `job`; the reply's receiver for a call.
     pub(super) async fn wait_and_send(

@@ -12,7 +12,7 @@
 use self::mailbox::Mailboxes;
 use self::worker::{AsyncEnvelope, AsyncWorker};
 use super::{deadline_after, PoolBuilder, DEFAULT_STEAL};
-use crate::engine::table::Table;
+use crate::engine::table::{Admission, Table};
 use crate::error::{ConfigError, Error};
 use crate::stats::Stats;
 use crate::sync::{Arc, Weak};
@@ -25,7 +25,6 @@ mod calls;
 mod delivery;
 
 use calls::Unsent;
-use delivery::Admission;
 
 mod current;
 
