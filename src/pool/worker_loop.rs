@@ -15,7 +15,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 use crate::engine::foreign::{drop_payload, drop_quietly};
-use crate::engine::table::Table;
+use crate::engine::table::{Batch, Table, Unit};
 use crate::error::Error;
 use crate::pool::mailbox::{Inbox, Look};
 use crate::pool::ordered::Ordered;
@@ -373,115 +373,6 @@ impl<W: Worker> WorkerLoop<W> {
 /// The most finished casts' units a plain pool's worker keeps before it
 /// gives them back.
 const BATCH_MAX: usize = 32;
-
-/// The units of a plain pool worker's finished casts, kept to be given back
-/// in one RMW: one producer casting to one worker with a trivial handler
-/// otherwise moves the shard's line between their cores on every message
-/// (`mailbox.rs` says what else that loop needed).
-///
-/// A unit is kept only after its cast was handled, so it is held longer,
-/// never shorter, and the bound stays exact. The batch goes back when it
-/// reaches its size (at most an eighth of the shard's limit, read again
-/// whenever the mailbox runs empty, so a resize is followed), when the
-/// worker finds its mailbox empty, and with the unit of the next call,
-/// before that call's reply. So a kept unit waits at most while the
-/// worker handles `size - 1` more casts (31 at most), fewer when the
-/// mailbox runs empty or a call comes first, and at most `size` units
-/// wait at once.
-struct Batch {
-    /// The worker's shard: every kept unit is one of its own.
-    index: usize,
-    size: usize,
-    held: usize,
-    /// How many of the kept units were given back by a panic.
-    panicked: usize,
-}
-
-impl Batch {
-    fn new(index: usize, size: usize) -> Self {
-        Batch {
-            index,
-            size,
-            held: 0,
-            panicked: 0,
-        }
-    }
-
-    /// Keeps the unit of a handled cast, or gives it back at once if
-    /// batches are off or it belongs to another shard.
-    fn keep(&mut self, unit: Unit<'_>, panicked: bool) {
-        if self.size == 1 || unit.index != self.index {
-            unit.release(panicked);
-            return;
-        }
-        self.hold(unit, panicked);
-    }
-
-    /// Adds a unit of this worker's shard to the batch.
-    fn hold(&mut self, unit: Unit<'_>, panicked: bool) {
-        debug_assert_eq!(unit.index, self.index);
-        // Forgotten, not dropped: the batch gives it back.
-        let _ = ManuallyDrop::new(unit);
-        self.held += 1;
-        self.panicked += usize::from(panicked);
-    }
-
-    /// Gives the batch back if it reached its size.
-    #[inline]
-    fn give_back_if_full(&mut self, table: &Table) {
-        if self.held >= self.size {
-            self.give_back(table);
-        }
-    }
-
-    /// Gives every kept unit back.
-    fn give_back(&mut self, table: &Table) {
-        table.release_many(self.index, self.held, self.panicked);
-        self.held = 0;
-        self.panicked = 0;
-    }
-
-    /// Gives every kept unit back together with `unit` (a call's).
-    fn give_back_with(&mut self, table: &Table, unit: Unit<'_>, panicked: bool) {
-        if unit.index == self.index {
-            self.hold(unit, panicked);
-            self.give_back(table);
-        } else {
-            self.give_back(table);
-            unit.release(panicked);
-        }
-    }
-}
-
-/// One admitted unit of shard `index`, held while its envelope is handled:
-/// given back by [`release`](Self::release), or by `Drop` (counted as a
-/// panic) if processing unwinds first. Exactly once either way.
-#[must_use = "dropping the unit releases it at once"]
-struct Unit<'a> {
-    table: &'a Table,
-    index: usize,
-}
-
-impl<'a> Unit<'a> {
-    fn new(table: &'a Table, index: usize) -> Self {
-        Unit { table, index }
-    }
-
-    /// Gives the unit back; `panicked` says whether its handler panicked.
-    fn release(self, panicked: bool) {
-        // Forgetting `self` (no destructor runs) is what makes the release
-        // happen once: the guard's `Drop` is for the unwinding path only.
-        let unit = ManuallyDrop::new(self);
-        unit.table.release(unit.index, panicked);
-    }
-}
-
-impl Drop for Unit<'_> {
-    fn drop(&mut self) {
-        // Only reached when processing unwound before `release`.
-        self.table.release(self.index, true);
-    }
-}
 
 /// A key's turn, held while its request is handled: passed on to the key's
 /// next request by [`pass`](Self::pass), or by `Drop` if processing

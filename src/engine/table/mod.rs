@@ -62,10 +62,12 @@ mod full;
 mod readings;
 mod resize;
 mod room;
+mod unit;
 
 pub(crate) use admission::Admission;
 #[cfg(not(loom))]
 use room::RoomAlarm;
+pub(crate) use unit::{Batch, Unit};
 #[cfg(all(test, not(loom)))]
 mod tests;
 

@@ -9,7 +9,7 @@ use std::future::Future;
 use super::mailbox::{Envelope, Inbox};
 use super::unwind::guarded;
 use crate::engine::foreign::{drop_payload, drop_quietly};
-use crate::engine::table::Table;
+use crate::engine::table::{Table, Unit};
 use crate::error::Error;
 use crate::pool::worker_loop::drained;
 use crate::sync::Arc;
@@ -143,10 +143,7 @@ impl<W: AsyncWorker> TaskLoop<W> {
             // Held until given back below, on the shard that admitted it;
             // released by its `Drop` if the runtime drops this task while
             // the handler runs.
-            let unit = Unit {
-                table: &self.table,
-                index: from,
-            };
+            let unit = Unit::new(&self.table, from);
             let outcome = self.handle(&mut state, job).await;
             let panicked = outcome.is_err();
             // The unit goes back before the reply is delivered: a caller
@@ -252,29 +249,5 @@ impl<W: AsyncWorker> Drop for TaskLoop<W> {
             }
             drop_quietly(envelope);
         });
-    }
-}
-
-/// One admitted unit of shard `index`, held while its envelope is handled:
-/// given back by [`release`](Self::release), or by `Drop` if the task is
-/// dropped first. Exactly once either way.
-#[must_use = "dropping the unit releases it at once"]
-struct Unit<'a> {
-    table: &'a Table,
-    index: usize,
-}
-
-impl Unit<'_> {
-    fn release(self, panicked: bool) {
-        // Forgetting `self` makes the release happen once: the guard's
-        // `Drop` is for the path where the task is dropped mid-handler.
-        let unit = std::mem::ManuallyDrop::new(self);
-        unit.table.release(unit.index, panicked);
-    }
-}
-
-impl Drop for Unit<'_> {
-    fn drop(&mut self) {
-        self.table.release(self.index, false);
     }
 }
