@@ -1,7 +1,7 @@
-//! Bounded waiting through the Pool and the Supervisor (issue 8): calls,
-//! casts and children wait for capacity under the builder's policy, the
-//! `try_` forms never do, deadlines cover the wait, a dropped async waiter
-//! leaves nothing behind, and shutdown wakes the waiters.
+//! Waiting for capacity on the `Supervisor` (issue 8): `reserve` and
+//! `spawn` wait under the builder's policy, `try_reserve` never does, and
+//! `close` wakes blocking and async waiters with `Shutdown`. (The room
+//! itself is tested on the `Limiter`, `tests/limiter/waiting.rs`.)
 
 use std::sync::mpsc;
 use std::thread;
@@ -9,14 +9,10 @@ use std::time::Duration;
 
 use sidejob::{Error, Supervisor};
 
-/// Spins (yielding) until `cond` holds: the tests line threads up on the
-/// pool's own counters, never on sleeps.
-fn until(cond: impl Fn() -> bool) {
-    while !cond() {
-        thread::yield_now();
-    }
-}
+use crate::common::{current_thread, until};
 
+/// Issue 8: `reserve` waits for a unit and is served when one frees;
+/// `try_reserve` refuses at once.
 #[test]
 fn supervisor_reserve_waits_and_try_reserve_does_not() {
     let sup = Supervisor::builder()
@@ -40,6 +36,7 @@ fn supervisor_reserve_waits_and_try_reserve_does_not() {
     assert_eq!(sup.stats().waited, 1);
 }
 
+/// Issue 8: `spawn` on a full supervisor waits for a child to end.
 #[test]
 fn supervisor_spawn_waits_for_a_child_to_end() {
     let sup = Supervisor::builder()
@@ -62,6 +59,8 @@ fn supervisor_spawn_waits_for_a_child_to_end() {
     assert!(sup.wait_idle(Duration::from_secs(60)));
 }
 
+/// Issue 8: `close` wakes the blocking and the async waiters with
+/// `Shutdown`.
 #[test]
 fn supervisor_close_wakes_async_and_blocking_waiters() {
     let sup = Supervisor::builder()
@@ -75,9 +74,7 @@ fn supervisor_close_wakes_async_and_blocking_waiters() {
         let sup = sup.clone();
         thread::spawn(move || sup.reserve().map(drop))
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     let result = rt.block_on(async {
         let waiting = async { sup.reserve_async().await.map(drop) };
         let closing = async {
