@@ -2,11 +2,9 @@
 //! held, and what a refusal looks like.
 
 use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use sidejob::tower::{BoxError, LimitLayer};
 use sidejob::{Error, Limiter};
@@ -15,10 +13,8 @@ use tower::limit::ConcurrencyLimit;
 use tower::util::BoxCloneService;
 use tower::{service_fn, Layer, Service, ServiceExt};
 
-/// Polls a future once with a no-op waker.
-fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
-    Pin::new(f).poll(&mut Context::from_waker(&noop_waker()))
-}
+mod common;
+use common::poll_once;
 
 /// An inner service that counts its calls and answers when told to.
 fn gated() -> (
@@ -199,15 +195,6 @@ async fn concurrent_calls_never_exceed_capacity_and_all_are_counted() {
         (stats.accepted, stats.rejected, stats.usage),
         (ok, refused, 0)
     );
-}
-
-/// A waker that does nothing (`Waker::noop` is newer than our MSRV).
-fn noop_waker() -> Waker {
-    struct Noop;
-    impl std::task::Wake for Noop {
-        fn wake(self: Arc<Self>) {}
-    }
-    Waker::from(Arc::new(Noop))
 }
 
 // ---- Waiting mode (`LimitLayer::waiting`) ----
