@@ -145,6 +145,16 @@ fn inner_errors_pass_through_boxed() {
     assert_eq!(limiter.usage(), 0);
 }
 
+/// The inner service of the concurrent tests: counts the requests inside
+/// it (and the most at once), yields once, answers.
+async fn crowd(inside: Arc<AtomicUsize>, peak: Arc<AtomicUsize>) -> Result<(), Infallible> {
+    let now = inside.fetch_add(1, SeqCst) + 1;
+    peak.fetch_max(now, SeqCst);
+    tokio::task::yield_now().await;
+    inside.fetch_sub(1, SeqCst);
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_calls_never_exceed_capacity_and_all_are_counted() {
     const CAPACITY: usize = 4;
@@ -153,16 +163,7 @@ async fn concurrent_calls_never_exceed_capacity_and_all_are_counted() {
     let peak = Arc::new(AtomicUsize::new(0));
     let service = LimitLayer::new(Arc::clone(&limiter)).layer(service_fn({
         let (inside, peak) = (Arc::clone(&inside), Arc::clone(&peak));
-        move |_: ()| {
-            let (inside, peak) = (Arc::clone(&inside), Arc::clone(&peak));
-            async move {
-                let now = inside.fetch_add(1, SeqCst) + 1;
-                peak.fetch_max(now, SeqCst);
-                tokio::task::yield_now().await;
-                inside.fetch_sub(1, SeqCst);
-                Ok::<_, Infallible>(())
-            }
-        }
+        move |_: ()| crowd(Arc::clone(&inside), Arc::clone(&peak))
     }));
     let tasks: Vec<_> = (0..16)
         .map(|_| {
@@ -469,16 +470,7 @@ async fn with_room_for_everyone_nothing_is_refused_and_the_bound_holds() {
     let peak = Arc::new(AtomicUsize::new(0));
     let service = LimitLayer::waiting(Arc::clone(&limiter)).layer(service_fn({
         let (inside, peak) = (Arc::clone(&inside), Arc::clone(&peak));
-        move |_: ()| {
-            let (inside, peak) = (Arc::clone(&inside), Arc::clone(&peak));
-            async move {
-                let now = inside.fetch_add(1, SeqCst) + 1;
-                peak.fetch_max(now, SeqCst);
-                tokio::task::yield_now().await;
-                inside.fetch_sub(1, SeqCst);
-                Ok::<_, Infallible>(())
-            }
-        }
+        move |_: ()| crowd(Arc::clone(&inside), Arc::clone(&peak))
     }));
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {

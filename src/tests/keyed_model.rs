@@ -140,6 +140,32 @@ impl Model {
         }
         self.usage[shard] -= 1;
     }
+
+    /// The future `gone` is dropped: it leaves the queue it was in, and
+    /// passes on whatever it held or was handed.
+    fn cancel(&mut self, gone: Pending<'_>, pending: &mut [Pending<'_>]) {
+        let (key, id, stage) = (gone.key, gone.id, gone.stage);
+        drop(gone.future);
+        match stage {
+            Stage::ForKey => {
+                let queue = self.key_queue.get_mut(&key).unwrap();
+                queue.retain(|&q| q != id);
+            }
+            Stage::KeyGranted => self.release_key(key, pending),
+            Stage::ForUnit => {
+                self.unit_queue.retain(|&q| q != id);
+                self.release_key(key, pending);
+            }
+            Stage::UnitGranted(shard) => {
+                // A unit handed and never used: released as usual, and its
+                // admission taken back out of `accepted` (the table counts
+                // it as a phantom).
+                self.counts.accepted -= 1;
+                self.release_unit(shard, pending);
+                self.release_key(key, pending);
+            }
+        }
+    }
 }
 
 struct Noop;
@@ -262,28 +288,7 @@ fn run(
                     continue;
                 }
                 let gone = pending.remove(k % pending.len());
-                let (key, id) = (gone.key, gone.id);
-                let stage = gone.stage;
-                drop(gone.future);
-                match stage {
-                    Stage::ForKey => {
-                        let queue = model.key_queue.get_mut(&key).unwrap();
-                        queue.retain(|&q| q != id);
-                    }
-                    Stage::KeyGranted => model.release_key(key, &mut pending),
-                    Stage::ForUnit => {
-                        model.unit_queue.retain(|&q| q != id);
-                        model.release_key(key, &mut pending);
-                    }
-                    Stage::UnitGranted(shard) => {
-                        // A unit handed and never used: released as usual,
-                        // and its admission taken back out of `accepted`
-                        // (the table counts it as a phantom).
-                        model.counts.accepted -= 1;
-                        model.release_unit(shard, &mut pending);
-                        model.release_key(key, &mut pending);
-                    }
-                }
+                model.cancel(gone, &mut pending);
             }
         }
 
@@ -334,22 +339,7 @@ fn run(
 
     // Drain: drop the futures, then end every child.
     while let Some(gone) = pending.pop() {
-        let stage = gone.stage;
-        let (key, id) = (gone.key, gone.id);
-        drop(gone.future);
-        match stage {
-            Stage::ForKey => model.key_queue.get_mut(&key).unwrap().retain(|&q| q != id),
-            Stage::KeyGranted => model.release_key(key, &mut pending),
-            Stage::ForUnit => {
-                model.unit_queue.retain(|&q| q != id);
-                model.release_key(key, &mut pending);
-            }
-            Stage::UnitGranted(shard) => {
-                model.counts.accepted -= 1;
-                model.release_unit(shard, &mut pending);
-                model.release_key(key, &mut pending);
-            }
-        }
+        model.cancel(gone, &mut pending);
     }
     for (guard, key, shard) in live.drain(..) {
         drop(guard);
