@@ -1,5 +1,5 @@
 //! Public behaviour of `AsyncPool`: every semantic `Pool` promises, checked
-//! against async workers (tests/pool.rs, case by case, for tokio tasks),
+//! against async workers (tests/pool/, case by case, for tokio tasks),
 //! with `Notify` gates and channels, never sleeps.
 
 use std::collections::HashSet;

@@ -2,7 +2,7 @@
 //! `AsyncPool` share, checked by the same test bodies against each. The
 //! handlers differ only in how they wait at the gate (a condition variable
 //! on a worker thread, a `Notify` on a worker task). Each kind's own
-//! behaviour is in tests/pool.rs and tests/async_pool.rs.
+//! behaviour is in tests/pool/ and tests/async_pool.rs.
 
 use std::future::Future;
 use std::pin::Pin;
