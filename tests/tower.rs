@@ -18,8 +18,7 @@ use common::poll_once;
 
 /// An inner service that counts its calls and answers when told to.
 fn gated() -> (
-    impl Service<oneshot::Receiver<u32>, Response = u32, Error = Infallible, Future: Unpin + Send>
-        + Clone,
+    BoxCloneService<oneshot::Receiver<u32>, u32, Infallible>,
     Arc<AtomicUsize>,
 ) {
     let calls = Arc::new(AtomicUsize::new(0));
@@ -203,12 +202,12 @@ async fn concurrent_calls_never_exceed_capacity_and_all_are_counted() {
 /// A request of the recording service: its id, and when to answer.
 type Job = (u32, oneshot::Receiver<u32>);
 
+/// The ids the recording service was called with, in order.
+type Log = std::sync::Mutex<Vec<u32>>;
+
 /// An inner service that records the order it is called in (a call
 /// happens at admission) and answers each job when its sender says.
-fn recording() -> (
-    impl Service<Job, Response = u32, Error = Infallible, Future: Unpin + Send> + Clone + Send,
-    Arc<std::sync::Mutex<Vec<u32>>>,
-) {
+fn recording() -> (BoxCloneService<Job, u32, Infallible>, Arc<Log>) {
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = Arc::clone(&order);
     let service = service_fn(move |(id, rx): Job| {
