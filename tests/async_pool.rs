@@ -1,5 +1,5 @@
 //! Public behaviour of `AsyncPool`: every semantic `Pool` promises, checked
-//! against async workers (tests/pool.rs, case by case, for tokio tasks),
+//! against async workers (tests/pool/, case by case, for tokio tasks),
 //! with `Notify` gates and channels, never sleeps.
 
 use std::collections::HashSet;
@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use sidejob::{AsyncPool, AsyncWorker, Error, Pool, Reporter, WeakAsyncPool};
 use tokio::sync::{mpsc, Notify};
+
+mod common;
+use common::multi_thread;
 
 /// What one request asks the worker to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,17 +158,9 @@ fn probe_pool(capacity: usize, workers: usize, waiters: usize) -> Fixture {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn call_returns_the_handlers_reply_and_cast_is_handled() {
-    runtime().block_on(async {
+    multi_thread().block_on(async {
         let f = probe_pool(64, 2, 0);
         assert_eq!(f.pool.call_async(Job::Echo(5)).await, Ok(5));
         for id in 10..20 {
@@ -182,7 +177,7 @@ fn call_returns_the_handlers_reply_and_cast_is_handled() {
 
 #[test]
 fn capacity_is_exact_counting_queued_and_running_with_handlers_parked_on_a_notify() {
-    runtime().block_on(async {
+    multi_thread().block_on(async {
         let mut f = probe_pool(4, 2, 0);
         for id in 0..4 {
             f.pool.cast(Job::Park(id)).await.unwrap();
@@ -210,7 +205,7 @@ fn capacity_is_exact_counting_queued_and_running_with_handlers_parked_on_a_notif
 
 #[test]
 fn the_unit_is_released_before_the_reply_arrives() {
-    runtime().block_on(async {
+    multi_thread().block_on(async {
         let f = probe_pool(1, 1, 0);
         // Capacity 1: a reply that came before its unit was given back
         // would make the next call see the pool full.
@@ -223,7 +218,7 @@ fn the_unit_is_released_before_the_reply_arrives() {
 
 #[test]
 fn call_timeout_gives_up_and_the_request_still_runs_and_frees_its_unit() {
-    runtime().block_on(async {
+    multi_thread().block_on(async {
         let f = probe_pool(1, 1, 0);
         let answer = f
             .pool
@@ -247,7 +242,7 @@ fn call_timeout_gives_up_and_the_request_still_runs_and_frees_its_unit() {
 
 #[test]
 fn a_panic_fails_only_its_request_and_the_rebuilt_worker_serves_its_mailbox() {
-    runtime().block_on(async {
+    multi_thread().block_on(async {
         let mut f = probe_pool(8, 1, 0);
         assert_eq!(f.pool.call_async(Job::Count).await, Ok(1));
         f.pool.cast(Job::Park(0)).await.unwrap();
@@ -276,7 +271,7 @@ fn a_panic_fails_only_its_request_and_the_rebuilt_worker_serves_its_mailbox() {
 
 #[test]
 fn a_factory_that_panics_is_retried_on_the_next_request() {
-    runtime().block_on(async {
+    multi_thread().block_on(async {
         let builds = Arc::new(AtomicUsize::new(0));
         let pool = {
             let builds = builds.clone();
@@ -304,7 +299,7 @@ fn a_factory_that_panics_is_retried_on_the_next_request() {
 
 #[test]
 fn shutdown_racing_with_callers_from_many_tasks_handles_every_admitted_request_once() {
-    let rt = runtime();
+    let rt = multi_thread();
     for round in 0..20 {
         rt.block_on(async {
             let f = probe_pool(32, 4, 0);
@@ -359,7 +354,7 @@ fn shutdown_racing_with_callers_from_many_tasks_handles_every_admitted_request_o
 
 #[test]
 fn dropping_the_last_handle_shuts_down_and_the_workers_drain_and_terminate() {
-    runtime().block_on(async {
+    multi_thread().block_on(async {
         let f = probe_pool(16, 2, 0);
         for id in 0..10 {
             f.pool.cast(Job::Park(id)).await.unwrap();
@@ -379,7 +374,7 @@ fn dropping_the_last_handle_shuts_down_and_the_workers_drain_and_terminate() {
 
 #[test]
 fn after_shutdown_every_form_is_refused_with_shutdown() {
-    runtime().block_on(async {
+    multi_thread().block_on(async {
         let f = probe_pool(4, 2, 1);
         f.pool.shutdown();
         assert!(f.pool.is_shutdown());
@@ -400,7 +395,7 @@ fn after_shutdown_every_form_is_refused_with_shutdown() {
 
 #[test]
 fn a_worker_calling_its_own_pool_is_never_queued_behind_itself() {
-    runtime().block_on(async {
+    multi_thread().block_on(async {
         // One worker: refused at once (it would wait for itself).
         let one = probe_pool(4, 1, 4);
         assert_eq!(one.pool.call_async(Job::CallSelf).await, Ok(0));
@@ -415,7 +410,7 @@ fn a_worker_calling_its_own_pool_is_never_queued_behind_itself() {
 
 #[test]
 fn a_waiting_room_admits_a_waiter_when_a_unit_frees_and_times_out_otherwise() {
-    runtime().block_on(async {
+    multi_thread().block_on(async {
         let mut f = probe_pool(1, 1, 1);
         f.pool.cast(Job::Park(0)).await.unwrap();
         assert_eq!(f.started.recv().await, Some(0));
@@ -447,12 +442,12 @@ fn a_waiting_room_admits_a_waiter_when_a_unit_frees_and_times_out_otherwise() {
 
 #[test]
 fn a_dropped_runtime_gives_back_the_units_of_what_its_workers_had_not_done() {
-    let worker_rt = runtime();
+    let worker_rt = multi_thread();
     let f = {
         let _guard = worker_rt.enter();
         probe_pool(8, 2, 0)
     };
-    let caller_rt = runtime();
+    let caller_rt = multi_thread();
     let pending = caller_rt.block_on(async {
         let mut f_started = f.started;
         let mut pending = Vec::new();
@@ -497,7 +492,7 @@ fn bad_configuration_is_a_config_error_naming_the_field() {
     assert_eq!(err.field(), "workers");
     assert!(err.to_string().contains("no tokio runtime"), "{err}");
 
-    let rt = runtime();
+    let rt = multi_thread();
     let _guard = rt.enter();
     let cases = [
         (
@@ -560,7 +555,7 @@ fn bad_configuration_is_a_config_error_naming_the_field() {
 fn handles_and_futures_are_send_and_sync() {
     fn send_sync<T: Send + Sync>(_: &T) {}
     fn send<T: Send + 'static>(_: &T) {}
-    let rt = runtime();
+    let rt = multi_thread();
     let _guard = rt.enter();
     let f = probe_pool(2, 1, 0);
     send_sync(&f.pool);
@@ -574,7 +569,7 @@ fn handles_and_futures_are_send_and_sync() {
 
 #[test]
 fn a_reporter_reads_an_async_pool_without_keeping_it_alive() {
-    let rt = runtime();
+    let rt = multi_thread();
     let guard = rt.enter();
     let mut f = probe_pool(4, 2, 0);
     drop(guard);

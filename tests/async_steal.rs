@@ -15,6 +15,9 @@ use sidejob::{AsyncPool, AsyncWorker, Error, Pool, WeakAsyncPool};
 use tokio::runtime::Runtime;
 use tokio::sync::Semaphore;
 
+mod common;
+use common::{current_thread, multi_thread};
+
 #[derive(Debug)]
 enum Job {
     /// Tell the test this worker started, then wait at this worker's gate.
@@ -72,19 +75,11 @@ struct Rig {
     terminated: Arc<AtomicUsize>,
 }
 
-fn runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// A stealing async pool of 2 workers, capacity 16 (8 a shard), on a
 /// runtime of its own; the test thread is outside it, so its requests all
 /// start at one home shard.
 fn rig() -> Rig {
-    let runtime = runtime();
+    let runtime = multi_thread();
     let gates: Vec<_> = (0..2).map(|_| Arc::new(Semaphore::new(0))).collect();
     let (started_tx, started) = unbounded();
     let (ran_tx, ran) = unbounded();
@@ -278,9 +273,7 @@ fn a_dropped_runtime_resolves_every_caller_and_gives_back_every_unit() {
     // The workers are dropped mid-request (the Blocks) and with requests
     // queued: their units come back, the callers hear `Shutdown`.
     drop(runtime);
-    let other = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
+    let other = current_thread();
     for call in calls {
         assert_eq!(other.block_on(call), Err(Error::Shutdown));
     }
@@ -305,7 +298,7 @@ impl AsyncWorker for Index {
 fn a_caller_never_meets_its_own_unit_even_when_stolen() {
     // One unit a shard: a caller that calls again right after its reply
     // would be refused if the unit were released after the reply.
-    let runtime = runtime();
+    let runtime = multi_thread();
     let pool = Pool::builder()
         .capacity(3)
         .workers(3)
@@ -348,7 +341,7 @@ impl AsyncWorker for Caller {
 
 #[test]
 fn a_worker_calling_its_own_pool_is_served_by_another_worker() {
-    let runtime = runtime();
+    let runtime = multi_thread();
     let slot = Arc::new(OnceLock::new());
     let pool = {
         let slot = slot.clone();
@@ -411,7 +404,7 @@ fn stress_stealing_keeps_the_bound_and_handles_each_admitted_request_once() {
     const THREADS: usize = 2;
     const PER: usize = 500;
     let total = (TASKS + THREADS) * PER;
-    let runtime = runtime();
+    let runtime = multi_thread();
     let running = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let marks: Arc<Vec<AtomicBool>> =

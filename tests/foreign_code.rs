@@ -12,17 +12,18 @@ use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
 use std::time::Duration;
 
 use sidejob::{Error, Limiter, OwnedPermit, Supervisor};
 
+mod common;
+use common::bounded;
+
 /// A `max_wait` no passing test reaches.
 const LONG: Duration = Duration::from_secs(60);
-/// How long a scenario may take before it counts as hung.
-const HUNG: Duration = Duration::from_secs(20);
 
 fn limiter(capacity: usize, waiters: usize) -> Arc<Limiter> {
     Arc::new(
@@ -34,17 +35,6 @@ fn limiter(capacity: usize, waiters: usize) -> Arc<Limiter> {
             .build()
             .unwrap(),
     )
-}
-
-/// Runs `scenario` on a thread of its own; its result, or a failure if it
-/// has not finished within [`HUNG`].
-fn bounded<T: Send + 'static>(what: &str, scenario: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(scenario());
-    });
-    rx.recv_timeout(HUNG)
-        .unwrap_or_else(|_| panic!("{what}: hung (a waker ran under the control lock?)"))
 }
 
 /// A waker that counts its wake-ups.

@@ -3,10 +3,13 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Waker};
+use std::task::Context;
 use std::time::{Duration, Instant};
 
 use sidejob::{Alarm, AlarmEvent, AlarmState, Limiter, Reporter, Watched};
+
+mod common;
+use common::noop_waker;
 
 /// An alarm on usage above 2 held for 30 s, cleared after 5 s back down,
 /// recording its events; and a reporter on a limiter of 4 feeding it.
@@ -224,13 +227,4 @@ fn a_waiting_alarm_watches_the_queue_not_the_usage() {
     drop(queue);
     drop(held);
     assert_eq!((limiter.usage(), limiter.waiting()), (0, 0));
-}
-
-/// A waker that does nothing (`Waker::noop` is newer than our MSRV).
-fn noop_waker() -> Waker {
-    struct Noop;
-    impl std::task::Wake for Noop {
-        fn wake(self: Arc<Self>) {}
-    }
-    Waker::from(Arc::new(Noop))
 }

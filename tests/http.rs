@@ -32,6 +32,21 @@ struct Inside {
     peak: AtomicUsize,
 }
 
+/// The limited route's handler: counts itself inside (and the most ever),
+/// takes a ticket at `gate` and gives it back (closed gate, everyone waits;
+/// open, many tickets, they pass), yields once more if `dwell`, and leaves.
+async fn handler(inside: Arc<Inside>, gate: Arc<Semaphore>, dwell: bool) -> String {
+    let now = inside.now.fetch_add(1, SeqCst) + 1;
+    inside.peak.fetch_max(now, SeqCst);
+    gate.acquire().await.unwrap().forget();
+    gate.add_permits(1);
+    if dwell {
+        tokio::task::yield_now().await;
+    }
+    inside.now.fetch_sub(1, SeqCst);
+    "done\n".to_string()
+}
+
 async fn get(client: &HttpClient, url: &str) -> (StatusCode, Option<String>, String) {
     let request = Request::get(url).body(Empty::new()).unwrap();
     let response = client.request(request).await.expect("loopback request");
@@ -63,20 +78,7 @@ async fn flood() {
     let gate = Arc::new(Semaphore::new(0));
     let work = {
         let (inside, gate) = (Arc::clone(&inside), Arc::clone(&gate));
-        move || {
-            let (inside, gate) = (Arc::clone(&inside), Arc::clone(&gate));
-            async move {
-                let now = inside.now.fetch_add(1, SeqCst) + 1;
-                inside.peak.fetch_max(now, SeqCst);
-                // Each request takes a ticket and gives it back: closed
-                // gate, everyone waits; open (many tickets), they pass.
-                gate.acquire().await.unwrap().forget();
-                gate.add_permits(1);
-                tokio::task::yield_now().await;
-                inside.now.fetch_sub(1, SeqCst);
-                "done\n".to_string()
-            }
-        }
+        move || handler(Arc::clone(&inside), Arc::clone(&gate), true)
     };
     let router = axum_server::app(Arc::clone(&limiter), work);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -205,17 +207,7 @@ async fn burst() {
     let gate = Arc::new(Semaphore::new(0));
     let work = {
         let (inside, gate) = (Arc::clone(&inside), Arc::clone(&gate));
-        move || {
-            let (inside, gate) = (Arc::clone(&inside), Arc::clone(&gate));
-            async move {
-                let now = inside.now.fetch_add(1, SeqCst) + 1;
-                inside.peak.fetch_max(now, SeqCst);
-                gate.acquire().await.unwrap().forget();
-                gate.add_permits(1);
-                inside.now.fetch_sub(1, SeqCst);
-                "done\n".to_string()
-            }
-        }
+        move || handler(Arc::clone(&inside), Arc::clone(&gate), false)
     };
     let router = axum_server::queued_app(Arc::clone(&limiter), work);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -14,7 +14,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use sidejob::{Error, KeyedMode, Pool, Worker};
 
 mod common;
-use common::GATE_PATIENCE;
+use common::{current_thread, GATE_PATIENCE};
 
 /// What a handler does.
 #[derive(Debug, Clone)]
@@ -655,9 +655,7 @@ fn calling_self_with_a_key() {
 fn async_and_timed_keyed_calls() {
     for (mode, steal) in MODES {
         let rig = rig(mode, 64, 2, steal);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
+        let runtime = current_thread();
         runtime.block_on(async {
             let calls: Vec<_> = (0..16)
                 .map(|seq| {

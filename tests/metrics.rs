@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use metrics::{SharedString, Unit};
@@ -14,6 +14,9 @@ use sidejob::{
     Alarm, Error, Handler, Limiter, Pool, Reporter, RetryPolicy, Shepherd, Stats, Supervisor,
     Worker,
 };
+
+mod common;
+use common::noop_waker;
 
 /// One snapshot: the debugging recorder's snapshots drain the values, so
 /// each check takes one and reads every series from it.
@@ -187,15 +190,6 @@ fn the_waiting_figures_are_exported_exactly() {
     assert_eq!((stats.accepted, stats.completed, stats.usage), (2, 2, 0));
     assert!(stats.waited_time >= Duration::from_millis(6), "{stats:?}");
     assert_exported(&snapshotter, &labels, &stats);
-}
-
-/// A waker that does nothing (`Waker::noop` is newer than our MSRV).
-fn noop_waker() -> Waker {
-    struct Noop;
-    impl std::task::Wake for Noop {
-        fn wake(self: Arc<Self>) {}
-    }
-    Waker::from(Arc::new(Noop))
 }
 
 struct Echo;

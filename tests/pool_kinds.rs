@@ -2,7 +2,7 @@
 //! `AsyncPool` share, checked by the same test bodies against each. The
 //! handlers differ only in how they wait at the gate (a condition variable
 //! on a worker thread, a `Notify` on a worker task). Each kind's own
-//! behaviour is in tests/pool.rs and tests/async_pool.rs.
+//! behaviour is in tests/pool/ and tests/async_pool.rs.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,6 +11,9 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use sidejob::{AsyncPool, AsyncWorker, Error, Pool, Worker};
 use tokio::sync::{mpsc, Notify};
+
+mod common;
+use common::multi_thread;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Job {
@@ -216,11 +219,7 @@ fn run<K: Kind, Fut>(body: impl FnOnce(Arc<Shared>, mpsc::UnboundedReceiver<u64>
 where
     Fut: Future<Output = ()>,
 {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = multi_thread();
     let (started, receiver) = mpsc::unbounded_channel();
     let shared = Arc::new(Shared {
         open: AtomicBool::new(false),

@@ -4,10 +4,8 @@
 //! shutdown.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
-use std::task::{Context, Waker};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -15,6 +13,9 @@ use sidejob::{
     Alarm, Completion, Error, Failure, Handler, Jitter, LastAttempt, ManualClock, Reason, Recovery,
     RetryBudget, RetryPolicy, Shepherd, UnitRelease,
 };
+
+mod common;
+use common::{current_thread, poll_once};
 
 /// A guard for waits that must end: a test fails instead of hanging.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -734,11 +735,7 @@ fn the_unit_comes_back_as_the_outcome_is_handed_over() {
     let mut polled = shepherd.submit(5).unwrap();
     open.send(()).unwrap();
     held(1, "in, not taken");
-    let mut cx = Context::from_waker(Waker::noop());
-    assert_eq!(
-        Pin::new(&mut polled).poll(&mut cx),
-        std::task::Poll::Ready(Ok(5))
-    );
+    assert_eq!(poll_once(&mut polled), std::task::Poll::Ready(Ok(5)));
     assert_eq!(
         shepherd.usage(),
         0,
@@ -826,15 +823,12 @@ fn a_completion_is_a_future_and_can_still_be_waited_for_after_a_poll() {
         .unwrap();
     let mut done = shepherd.submit(1).unwrap();
     // Polled once (turned async), then waited for on a thread.
-    let mut cx = Context::from_waker(Waker::noop());
-    assert!(Pin::new(&mut done).poll(&mut cx).is_pending());
+    assert!(poll_once(&mut done).is_pending());
     let done = done.wait_timeout(Duration::from_millis(1)).unwrap_err();
     open.send(()).unwrap();
     assert_eq!(done.wait(), Ok(1));
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
+    let runtime = current_thread();
     let handle = shepherd.submit(2).unwrap();
     open.send(()).unwrap();
     assert_eq!(runtime.block_on(handle), Ok(2));

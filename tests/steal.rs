@@ -11,7 +11,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use sidejob::{Error, Pool, Worker};
 
 mod common;
-use common::GATE_PATIENCE;
+use common::{current_thread, GATE_PATIENCE};
 
 #[derive(Debug)]
 enum Job {
@@ -166,9 +166,7 @@ fn a_panic_in_a_stolen_request_restarts_the_worker_that_ran_it() {
     let after = rig.pool.call_async(Job::Fast(7));
     assert_eq!(rig.pool.stats().shards[home].usage, 4);
     rig.gates[other].send(()).unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
+    let runtime = current_thread();
     assert_eq!(runtime.block_on(panicking), Err(Error::WorkerPanicked));
     // The request behind it was taken by the rebuilt worker.
     assert_eq!(runtime.block_on(after), Ok(other));

@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use sidejob::{AsyncWorker, Error, Pool};
 
+mod common;
+use common::{multi_thread, Rng};
+
 const TASKS: usize = 4_000;
 const PER_TASK: usize = 20;
 
@@ -39,18 +42,6 @@ impl AsyncWorker for Marker {
     }
 }
 
-/// xorshift64: a cheap, seeded, per-task source of choices.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 /// What became of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fate {
@@ -69,11 +60,7 @@ async fn yields(n: u64) {
 }
 
 fn storm(capacity: usize, workers: usize, waiters: usize) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = multi_thread();
     let total = TASKS * PER_TASK;
     let marks: Arc<Vec<AtomicU8>> = Arc::new((0..total).map(|_| AtomicU8::new(0)).collect());
     rt.block_on(async {

@@ -12,6 +12,9 @@ use std::thread;
 
 use sidejob::{Error, KeyedMode, Pool, Worker};
 
+mod common;
+use common::Rng;
+
 const THREADS: u64 = 6;
 const PER_THREAD: u64 = 2_000;
 const KEYS: u64 = 12;
@@ -60,18 +63,6 @@ impl Worker for Recorder {
     }
     fn handle_cast(&mut self, req: Req) {
         self.run(req)
-    }
-}
-
-/// A small xorshift generator: reproducible per thread, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
     }
 }
 

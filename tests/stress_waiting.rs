@@ -47,6 +47,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use sidejob::{Error, Limiter, QueueOrder};
 
+mod common;
+use common::{multi_thread, Rng};
+
 const START: usize = 8;
 const THREADS: usize = 3;
 const THREAD_ATTEMPTS: usize = 16_000;
@@ -57,22 +60,6 @@ const MAX_RESIZES: usize = 20_000;
 /// many resizes, so the churn overlaps resizing however the threads are
 /// scheduled (a fast run once left the resizer 6 turns).
 const MIN_RESIZES: usize = 10;
-
-/// A small xorshift: deterministic per seed, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// The shared books.
 struct Books {
@@ -362,11 +349,7 @@ fn stress(order: QueueOrder, seed: u64) {
         checked: AtomicUsize::new(0),
         resizes: AtomicUsize::new(0),
     });
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .unwrap();
+    let rt = multi_thread();
     let done = Arc::new(AtomicBool::new(false));
     let start = Arc::new(Barrier::new(THREADS + 2));
 

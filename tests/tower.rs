@@ -2,11 +2,9 @@
 //! held, and what a refusal looks like.
 
 use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use sidejob::tower::{BoxError, LimitLayer};
 use sidejob::{Error, Limiter};
@@ -15,15 +13,12 @@ use tower::limit::ConcurrencyLimit;
 use tower::util::BoxCloneService;
 use tower::{service_fn, Layer, Service, ServiceExt};
 
-/// Polls a future once with a no-op waker.
-fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
-    Pin::new(f).poll(&mut Context::from_waker(&noop_waker()))
-}
+mod common;
+use common::poll_once;
 
 /// An inner service that counts its calls and answers when told to.
 fn gated() -> (
-    impl Service<oneshot::Receiver<u32>, Response = u32, Error = Infallible, Future: Unpin + Send>
-        + Clone,
+    BoxCloneService<oneshot::Receiver<u32>, u32, Infallible>,
     Arc<AtomicUsize>,
 ) {
     let calls = Arc::new(AtomicUsize::new(0));
@@ -149,6 +144,16 @@ fn inner_errors_pass_through_boxed() {
     assert_eq!(limiter.usage(), 0);
 }
 
+/// The inner service of the concurrent tests: counts the requests inside
+/// it (and the most at once), yields once, answers.
+async fn crowd(inside: Arc<AtomicUsize>, peak: Arc<AtomicUsize>) -> Result<(), Infallible> {
+    let now = inside.fetch_add(1, SeqCst) + 1;
+    peak.fetch_max(now, SeqCst);
+    tokio::task::yield_now().await;
+    inside.fetch_sub(1, SeqCst);
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_calls_never_exceed_capacity_and_all_are_counted() {
     const CAPACITY: usize = 4;
@@ -157,16 +162,7 @@ async fn concurrent_calls_never_exceed_capacity_and_all_are_counted() {
     let peak = Arc::new(AtomicUsize::new(0));
     let service = LimitLayer::new(Arc::clone(&limiter)).layer(service_fn({
         let (inside, peak) = (Arc::clone(&inside), Arc::clone(&peak));
-        move |_: ()| {
-            let (inside, peak) = (Arc::clone(&inside), Arc::clone(&peak));
-            async move {
-                let now = inside.fetch_add(1, SeqCst) + 1;
-                peak.fetch_max(now, SeqCst);
-                tokio::task::yield_now().await;
-                inside.fetch_sub(1, SeqCst);
-                Ok::<_, Infallible>(())
-            }
-        }
+        move |_: ()| crowd(Arc::clone(&inside), Arc::clone(&peak))
     }));
     let tasks: Vec<_> = (0..16)
         .map(|_| {
@@ -201,26 +197,17 @@ async fn concurrent_calls_never_exceed_capacity_and_all_are_counted() {
     );
 }
 
-/// A waker that does nothing (`Waker::noop` is newer than our MSRV).
-fn noop_waker() -> Waker {
-    struct Noop;
-    impl std::task::Wake for Noop {
-        fn wake(self: Arc<Self>) {}
-    }
-    Waker::from(Arc::new(Noop))
-}
-
 // ---- Waiting mode (`LimitLayer::waiting`) ----
 
 /// A request of the recording service: its id, and when to answer.
 type Job = (u32, oneshot::Receiver<u32>);
 
+/// The ids the recording service was called with, in order.
+type Log = std::sync::Mutex<Vec<u32>>;
+
 /// An inner service that records the order it is called in (a call
 /// happens at admission) and answers each job when its sender says.
-fn recording() -> (
-    impl Service<Job, Response = u32, Error = Infallible, Future: Unpin + Send> + Clone + Send,
-    Arc<std::sync::Mutex<Vec<u32>>>,
-) {
+fn recording() -> (BoxCloneService<Job, u32, Infallible>, Arc<Log>) {
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = Arc::clone(&order);
     let service = service_fn(move |(id, rx): Job| {
@@ -482,16 +469,7 @@ async fn with_room_for_everyone_nothing_is_refused_and_the_bound_holds() {
     let peak = Arc::new(AtomicUsize::new(0));
     let service = LimitLayer::waiting(Arc::clone(&limiter)).layer(service_fn({
         let (inside, peak) = (Arc::clone(&inside), Arc::clone(&peak));
-        move |_: ()| {
-            let (inside, peak) = (Arc::clone(&inside), Arc::clone(&peak));
-            async move {
-                let now = inside.fetch_add(1, SeqCst) + 1;
-                peak.fetch_max(now, SeqCst);
-                tokio::task::yield_now().await;
-                inside.fetch_sub(1, SeqCst);
-                Ok::<_, Infallible>(())
-            }
-        }
+        move |_: ()| crowd(Arc::clone(&inside), Arc::clone(&peak))
     }));
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {

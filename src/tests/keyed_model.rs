@@ -29,13 +29,13 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
-use std::panic::{self, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use proptest::prelude::*;
 
+use super::harness::{drop_unwinding, even_split, shard_usage, walk, Counts};
 use crate::{ChildGuard, Error, Supervisor};
 
 /// Enough keys that some share a resident slot (16 per shard here) in
@@ -95,18 +95,12 @@ struct Model {
     key_queue: HashMap<u8, VecDeque<u64>>,
     /// Ids of the futures queued for a unit, oldest first.
     unit_queue: VecDeque<u64>,
-    accepted: u64,
-    rejected: u64,
-    completed: u64,
-    panicked: u64,
+    counts: Counts,
 }
 
 impl Model {
     fn predict(&self, start: usize) -> Option<usize> {
-        let m = self.limits.len();
-        (0..m)
-            .map(|step| (start % m + step) % m)
-            .find(|&i| self.usage[i] < self.limits[i])
+        walk(start, self.limits.len(), |i| self.usage[i] < self.limits[i])
     }
 
     fn has_room(&self) -> bool {
@@ -141,10 +135,36 @@ impl Model {
         if let Some(id) = self.unit_queue.pop_front() {
             let waiter = pending.iter_mut().find(|p| p.id == id).unwrap();
             waiter.stage = Stage::UnitGranted(shard);
-            self.accepted += 1;
+            self.counts.accepted += 1;
             return;
         }
         self.usage[shard] -= 1;
+    }
+
+    /// The future `gone` is dropped: it leaves the queue it was in, and
+    /// passes on whatever it held or was handed.
+    fn cancel(&mut self, gone: Pending<'_>, pending: &mut [Pending<'_>]) {
+        let (key, id, stage) = (gone.key, gone.id, gone.stage);
+        drop(gone.future);
+        match stage {
+            Stage::ForKey => {
+                let queue = self.key_queue.get_mut(&key).unwrap();
+                queue.retain(|&q| q != id);
+            }
+            Stage::KeyGranted => self.release_key(key, pending),
+            Stage::ForUnit => {
+                self.unit_queue.retain(|&q| q != id);
+                self.release_key(key, pending);
+            }
+            Stage::UnitGranted(shard) => {
+                // A unit handed and never used: released as usual, and its
+                // admission taken back out of `accepted` (the table counts
+                // it as a phantom).
+                self.counts.accepted -= 1;
+                self.release_unit(shard, pending);
+                self.release_key(key, pending);
+            }
+        }
     }
 }
 
@@ -171,12 +191,8 @@ fn check(sup: &Supervisor, model: &Model, live: usize) -> Result<(), TestCaseErr
     prop_assert_eq!(sup.waiting_for_keys(), queued);
     prop_assert_eq!(sup.waiting(), model.unit_queue.len());
     let stats = sup.stats();
-    prop_assert_eq!(stats.accepted, model.accepted);
-    prop_assert_eq!(stats.rejected, model.rejected);
-    prop_assert_eq!(stats.completed, model.completed);
-    prop_assert_eq!(stats.panicked, model.panicked);
-    let per_shard: Vec<usize> = stats.shards.iter().map(|s| s.usage).collect();
-    prop_assert_eq!(&per_shard, &model.usage);
+    model.counts.check(&stats)?;
+    prop_assert_eq!(shard_usage(&stats), model.usage.clone());
     Ok(())
 }
 
@@ -196,18 +212,13 @@ fn run(
         .unwrap();
     let count = sup.shards();
     let mut model = Model {
-        limits: (0..count)
-            .map(|i| capacity / count + usize::from(i < capacity % count))
-            .collect(),
+        limits: even_split(capacity, count),
         usage: vec![0; count],
         per_key,
         held: HashMap::new(),
         key_queue: HashMap::new(),
         unit_queue: VecDeque::new(),
-        accepted: 0,
-        rejected: 0,
-        completed: 0,
-        panicked: 0,
+        counts: Counts::default(),
     };
     // Live children: the guard, its key and shard.
     let mut live: Vec<(ChildGuard, u8, usize)> = Vec::new();
@@ -226,11 +237,11 @@ fn run(
                     prop_assert_eq!(guard.id().shard(), shard);
                     model.take_key(key);
                     model.usage[shard] += 1;
-                    model.accepted += 1;
+                    model.counts.accepted += 1;
                     live.push((guard, key, shard));
                 } else {
                     prop_assert_eq!(got.map(drop), Err(Error::Overload));
-                    model.rejected += 1;
+                    model.counts.rejected += 1;
                 }
             }
             Action::Wait { key } => {
@@ -262,15 +273,11 @@ fn run(
                 }
                 let (guard, key, shard) = live.remove(k % live.len());
                 if panic {
-                    let unwound = panic::catch_unwind(AssertUnwindSafe(move || {
-                        let _guard = guard;
-                        panic::resume_unwind(Box::new("child crashed"));
-                    }));
-                    prop_assert!(unwound.is_err());
-                    model.panicked += 1;
+                    prop_assert!(drop_unwinding(guard));
+                    model.counts.panicked += 1;
                 } else {
                     drop(guard);
-                    model.completed += 1;
+                    model.counts.completed += 1;
                 }
                 // The unit first, then the key.
                 model.release_unit(shard, &mut pending);
@@ -281,28 +288,7 @@ fn run(
                     continue;
                 }
                 let gone = pending.remove(k % pending.len());
-                let (key, id) = (gone.key, gone.id);
-                let stage = gone.stage;
-                drop(gone.future);
-                match stage {
-                    Stage::ForKey => {
-                        let queue = model.key_queue.get_mut(&key).unwrap();
-                        queue.retain(|&q| q != id);
-                    }
-                    Stage::KeyGranted => model.release_key(key, &mut pending),
-                    Stage::ForUnit => {
-                        model.unit_queue.retain(|&q| q != id);
-                        model.release_key(key, &mut pending);
-                    }
-                    Stage::UnitGranted(shard) => {
-                        // A unit handed and never used: released as usual,
-                        // and its admission taken back out of `accepted`
-                        // (the table counts it as a phantom).
-                        model.accepted -= 1;
-                        model.release_unit(shard, &mut pending);
-                        model.release_key(key, &mut pending);
-                    }
-                }
+                model.cancel(gone, &mut pending);
             }
         }
 
@@ -327,7 +313,7 @@ fn run(
                     let shard = guard.id().shard();
                     prop_assert!(model.usage[shard] < model.limits[shard]);
                     model.usage[shard] += 1;
-                    model.accepted += 1;
+                    model.counts.accepted += 1;
                     let done = pending.remove(i);
                     live.push((guard, done.key, shard));
                 }
@@ -353,26 +339,11 @@ fn run(
 
     // Drain: drop the futures, then end every child.
     while let Some(gone) = pending.pop() {
-        let stage = gone.stage;
-        let (key, id) = (gone.key, gone.id);
-        drop(gone.future);
-        match stage {
-            Stage::ForKey => model.key_queue.get_mut(&key).unwrap().retain(|&q| q != id),
-            Stage::KeyGranted => model.release_key(key, &mut pending),
-            Stage::ForUnit => {
-                model.unit_queue.retain(|&q| q != id);
-                model.release_key(key, &mut pending);
-            }
-            Stage::UnitGranted(shard) => {
-                model.accepted -= 1;
-                model.release_unit(shard, &mut pending);
-                model.release_key(key, &mut pending);
-            }
-        }
+        model.cancel(gone, &mut pending);
     }
     for (guard, key, shard) in live.drain(..) {
         drop(guard);
-        model.completed += 1;
+        model.counts.completed += 1;
         model.release_unit(shard, &mut pending);
         model.release_key(key, &mut pending);
     }

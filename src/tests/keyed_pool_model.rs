@@ -28,25 +28,18 @@
 //! crate-private `Admission::At` seam.
 
 use std::collections::{HashMap, VecDeque};
-use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use proptest::prelude::*;
 
+use super::harness::{shard_limits, shard_usage, wait_until, walk, Counts, GatedPool, Go};
 use crate::engine::table::Admission;
 use crate::pool::worker::Job as PoolJob;
 use crate::pool::ReplyReceiver;
 use crate::{Error, KeyedMode, Pool, Worker};
 
 const KEYS: usize = 3;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Go {
-    Finish,
-    Crash,
-}
 
 /// A request: its key and its number.
 type Req = (usize, u64);
@@ -61,10 +54,7 @@ impl Gated {
     fn pass(&mut self, (key, id): Req) -> u64 {
         let go = self.gates[key].recv();
         self.log.lock().unwrap().push((key, id));
-        if go == Ok(Go::Crash) {
-            // `resume_unwind` skips the panic hook: the output stays quiet.
-            panic::resume_unwind(Box::new("told to crash"));
-        }
+        Go::obey(go);
         id
     }
 }
@@ -117,38 +107,21 @@ struct Model {
     keys: Vec<VecDeque<Admitted>>,
     /// Per key, the admission order.
     order: HashMap<usize, Vec<u64>>,
-    accepted: u64,
-    rejected: u64,
-    completed: u64,
-    panicked: u64,
+    counts: Counts,
 }
 
 impl Model {
     fn unit(&self, start: usize) -> Option<usize> {
-        let n = self.limits.len();
-        (0..n)
-            .map(|step| (start % n + step) % n)
-            .find(|&shard| self.usage[shard] < self.limits[shard])
-    }
-}
-
-/// Polls until `done` holds; a hang is a failure, never a pass.
-fn wait_until(mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(Instant::now() < deadline, "the pool never got there");
-        std::thread::yield_now();
+        walk(start, self.limits.len(), |shard| {
+            self.usage[shard] < self.limits[shard]
+        })
     }
 }
 
 fn check(pool: &Pool<Gated>, model: &Model) -> Result<(), TestCaseError> {
     let stats = pool.stats();
-    let usage: Vec<usize> = stats.shards.iter().map(|s| s.usage).collect();
-    prop_assert_eq!(&usage, &model.usage, "per-shard usage");
-    prop_assert_eq!(stats.accepted, model.accepted);
-    prop_assert_eq!(stats.rejected, model.rejected);
-    prop_assert_eq!(stats.completed, model.completed);
-    prop_assert_eq!(stats.panicked, model.panicked);
+    prop_assert_eq!(&shard_usage(&stats), &model.usage, "per-shard usage");
+    model.counts.check(&stats)?;
     for key in 0..KEYS {
         prop_assert_eq!(
             pool.key_load(&key),
@@ -158,12 +131,6 @@ fn check(pool: &Pool<Gated>, model: &Model) -> Result<(), TestCaseError> {
         );
     }
     Ok(())
-}
-
-/// Fields drop in order: the gates close before the pool shuts down.
-struct Harness {
-    gates: Vec<Sender<Go>>,
-    pool: Pool<Gated>,
 }
 
 fn run(
@@ -193,9 +160,10 @@ fn run(
             .unwrap()
     };
     prop_assume!(pool.workers() >= KEYS);
-    let harness = Harness { gates, pool };
-    let (gates, pool) = (&harness.gates, &harness.pool);
-    let limits: Vec<usize> = pool.stats().shards.iter().map(|s| s.limit).collect();
+    // The gates close before the pool shuts down (see `GatedPool`).
+    let gated = GatedPool { gates, pool };
+    let (gates, pool) = (&gated.gates, &gated.pool);
+    let limits = shard_limits(&pool.stats());
     let mut model = Model {
         usage: vec![0; limits.len()],
         limits,
@@ -224,7 +192,7 @@ fn run(
                 match (predicted, outcome) {
                     (Some((shard, false)), Ok(reply)) => {
                         model.usage[shard] += 1;
-                        model.accepted += 1;
+                        model.counts.accepted += 1;
                         model.keys[key].push_back(Admitted {
                             id: next_id,
                             shard,
@@ -233,7 +201,7 @@ fn run(
                         model.order.entry(key).or_default().push(next_id);
                     }
                     (Some((_, true)), Err(Error::KeyBusy)) => {}
-                    (None, Err(Error::Overload)) => model.rejected += 1,
+                    (None, Err(Error::Overload)) => model.counts.rejected += 1,
                     (predicted, outcome) => {
                         prop_assert!(false, "predicted {:?}, got {:?}", predicted, outcome.err())
                     }
@@ -243,9 +211,7 @@ fn run(
                 let Some(job) = model.keys[key].pop_front() else {
                     continue;
                 };
-                gates[key]
-                    .send(if crash { Go::Crash } else { Go::Finish })
-                    .unwrap();
+                gates[key].send(Go::crash_if(crash)).unwrap();
                 match job.reply {
                     // The unit and the key's turn go back before the reply.
                     Some(reply) => {
@@ -258,7 +224,7 @@ fn run(
                     }
                     None => {
                         let load = model.keys[key].len();
-                        let (completed, panicked) = (model.completed, model.panicked);
+                        let (completed, panicked) = (model.counts.completed, model.counts.panicked);
                         wait_until(|| {
                             let stats = pool.stats();
                             stats.completed + stats.panicked > completed + panicked
@@ -268,9 +234,9 @@ fn run(
                 }
                 model.usage[job.shard] -= 1;
                 if crash {
-                    model.panicked += 1;
+                    model.counts.panicked += 1;
                 } else {
-                    model.completed += 1;
+                    model.counts.completed += 1;
                 }
             }
         }
@@ -285,7 +251,7 @@ fn run(
                 prop_assert_eq!(reply.recv().unwrap(), Ok(job.id));
             }
             model.usage[job.shard] -= 1;
-            model.completed += 1;
+            model.counts.completed += 1;
         }
     }
     pool.shutdown();
@@ -301,7 +267,7 @@ fn run(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig::with_cases(40))]
 
     #[test]
     fn keyed_pool_matches_the_model(
@@ -310,10 +276,6 @@ proptest! {
         cap in 1..4usize,
         actions in proptest::collection::vec(action(), 1..60),
     ) {
-        let outcome = panic::catch_unwind(AssertUnwindSafe(|| run(capacity, shards, cap, actions)));
-        match outcome {
-            Ok(result) => result?,
-            Err(panic) => panic::resume_unwind(panic),
-        }
+        run(capacity, shards, cap, actions)?;
     }
 }

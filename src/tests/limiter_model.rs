@@ -25,6 +25,7 @@
 
 use proptest::prelude::*;
 
+use super::harness::{even_split, shard_limits, shard_usage, walk, Counts};
 use crate::engine::probe::Probe;
 use crate::engine::split;
 use crate::engine::table::Table;
@@ -57,26 +58,18 @@ struct Model {
     limits: Vec<usize>,
     usage: Vec<usize>,
     peak: Vec<usize>,
-    accepted: u64,
-    rejected: u64,
-    completed: u64,
+    counts: Counts,
 }
 
 impl Model {
     fn new(capacity: usize, shards: usize) -> Self {
-        let count = shards;
-        let limits: Vec<usize> = (0..count)
-            .map(|i| capacity / count + usize::from(i < capacity % count))
-            .collect();
         Model {
             capacity,
             debt: false,
-            usage: vec![0; count],
-            peak: vec![0; count],
-            limits,
-            accepted: 0,
-            rejected: 0,
-            completed: 0,
+            usage: vec![0; shards],
+            peak: vec![0; shards],
+            limits: even_split(capacity, shards),
+            counts: Counts::default(),
         }
     }
 
@@ -90,29 +83,26 @@ impl Model {
                     self.debt = false;
                 }
                 None => {
-                    self.rejected += 1;
+                    self.counts.rejected += 1;
                     return None;
                 }
             }
         }
-        let n = self.limits.len();
-        let shard = (0..n)
-            .map(|step| (start + step) % n)
-            .find(|&i| self.usage[i] < self.limits[i]);
+        let shard = walk(start, self.limits.len(), |i| self.usage[i] < self.limits[i]);
         match shard {
             Some(i) => {
                 self.usage[i] += 1;
                 self.peak[i] = self.peak[i].max(self.usage[i]);
-                self.accepted += 1;
+                self.counts.accepted += 1;
             }
-            None => self.rejected += 1,
+            None => self.counts.rejected += 1,
         }
         shard
     }
 
     fn release(&mut self, shard: usize) {
         self.usage[shard] -= 1;
-        self.completed += 1;
+        self.counts.completed += 1;
     }
 
     fn resize(&mut self, capacity: usize) {
@@ -173,20 +163,16 @@ fn check(capacity: usize, shards: usize, actions: Vec<Action>) -> Result<(), Tes
             }
         }
         prop_assert_eq!(table.usage(), model.total());
-        let stats = table.stats();
-        let usage: Vec<usize> = stats.shards.iter().map(|s| s.usage).collect();
-        prop_assert_eq!(&usage, &model.usage);
+        prop_assert_eq!(shard_usage(&table.stats()), model.usage.clone());
     }
 
     let stats = table.stats();
     prop_assert_eq!(stats.capacity, model.capacity);
-    prop_assert_eq!(stats.accepted, model.accepted);
-    prop_assert_eq!(stats.rejected, model.rejected);
-    prop_assert_eq!(stats.completed, model.completed);
-    prop_assert_eq!(stats.panicked, 0);
+    // No panics here: the model's `panicked` stays 0.
+    model.counts.check(&stats)?;
     let peaks: Vec<usize> = stats.shards.iter().map(|s| s.peak_usage).collect();
     prop_assert_eq!(&peaks, &model.peak);
-    let limits: Vec<usize> = stats.shards.iter().map(|s| s.limit).collect();
+    let limits = shard_limits(&stats);
     prop_assert_eq!(&limits, &model.limits);
     prop_assert_eq!(limits.iter().sum::<usize>(), model.capacity);
 

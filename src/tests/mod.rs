@@ -1,9 +1,13 @@
 //! Crate-private protocol tests: proptest models that drive the engine
-//! through seams the public API does not expose.
+//! through seams the public API does not expose, on one harness
+//! (`harness.rs`: the split and walk they predict with, the counters they
+//! check, the gated pool they drive).
 
+mod harness;
 mod keyed_model;
 mod keyed_pool_model;
 mod limiter_model;
 mod pool_model;
+mod shepherd_model;
 mod spawn_refusal;
 mod supervisor_model;

@@ -20,32 +20,21 @@
 //! job.
 
 use std::collections::VecDeque;
-use std::panic::{self, AssertUnwindSafe};
-use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use proptest::prelude::*;
 
+use super::harness::{shard_limits, shard_usage, wait_until, walk, Counts, GatedPool, Go};
 use crate::engine::table::Admission;
 use crate::pool::ReplyReceiver;
 use crate::{Error, Pool, Worker};
-
-/// What a blocked handler is told to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Go {
-    Finish,
-    Crash,
-}
 
 /// A worker that waits at its gate in every handler.
 struct Gated(Receiver<Go>);
 
 impl Gated {
     fn pass(&mut self) {
-        if self.0.recv() == Ok(Go::Crash) {
-            // `resume_unwind` skips the panic hook: the output stays quiet.
-            panic::resume_unwind(Box::new("told to crash"));
-        }
+        Go::obey(self.0.recv());
     }
 }
 
@@ -95,47 +84,23 @@ enum Job {
 struct Model {
     limits: Vec<usize>,
     queues: Vec<VecDeque<Job>>,
-    accepted: u64,
-    rejected: u64,
-    completed: u64,
-    panicked: u64,
+    counts: Counts,
 }
 
 impl Model {
     /// The shard a request from `start` lands on, or `None` for Overload.
     fn admit(&self, start: usize) -> Option<usize> {
-        let n = self.limits.len();
-        (0..n)
-            .map(|step| (start % n + step) % n)
-            .find(|&shard| self.queues[shard].len() < self.limits[shard])
-    }
-}
-
-/// Polls until `done` holds; a hang is a failure, never a pass.
-fn wait_until(mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(Instant::now() < deadline, "the pool never got there");
-        std::thread::yield_now();
+        walk(start, self.limits.len(), |shard| {
+            self.queues[shard].len() < self.limits[shard]
+        })
     }
 }
 
 fn check(pool: &Pool<Gated>, model: &Model) -> Result<(), TestCaseError> {
     let stats = pool.stats();
-    let usage: Vec<usize> = stats.shards.iter().map(|s| s.usage).collect();
     let expected: Vec<usize> = model.queues.iter().map(VecDeque::len).collect();
-    prop_assert_eq!(usage, expected, "per-worker usage");
-    prop_assert_eq!(stats.accepted, model.accepted);
-    prop_assert_eq!(stats.rejected, model.rejected);
-    prop_assert_eq!(stats.completed, model.completed);
-    prop_assert_eq!(stats.panicked, model.panicked);
-    Ok(())
-}
-
-/// Fields drop in order: the gates close before the pool shuts down.
-struct Harness {
-    gates: Vec<Sender<Go>>,
-    pool: Pool<Gated>,
+    prop_assert_eq!(shard_usage(&stats), expected, "per-worker usage");
+    model.counts.check(&stats)
 }
 
 fn run(capacity: usize, workers: usize, actions: Vec<Action>) -> Result<(), TestCaseError> {
@@ -149,16 +114,13 @@ fn run(capacity: usize, workers: usize, actions: Vec<Action>) -> Result<(), Test
         .unwrap();
     // If a check fails half-way, workers are still waiting at their gates:
     // closing the gates first lets the pool's drop drain instead of hang.
-    let harness = Harness { gates, pool };
-    let (gates, pool) = (&harness.gates, &harness.pool);
-    let limits: Vec<usize> = pool.stats().shards.iter().map(|s| s.limit).collect();
+    let gated = GatedPool { gates, pool };
+    let (gates, pool) = (&gated.gates, &gated.pool);
+    let limits = shard_limits(&pool.stats());
     let mut model = Model {
         queues: limits.iter().map(|_| VecDeque::new()).collect(),
         limits,
-        accepted: 0,
-        rejected: 0,
-        completed: 0,
-        panicked: 0,
+        counts: Counts::default(),
     };
     let mut next_id = 0u64;
 
@@ -180,9 +142,9 @@ fn run(capacity: usize, workers: usize, actions: Vec<Action>) -> Result<(), Test
                 match (predicted, outcome) {
                     (Some(shard), Ok(job)) => {
                         model.queues[shard].push_back(job);
-                        model.accepted += 1;
+                        model.counts.accepted += 1;
                     }
-                    (None, Err(Error::Overload)) => model.rejected += 1,
+                    (None, Err(Error::Overload)) => model.counts.rejected += 1,
                     (predicted, outcome) => {
                         prop_assert!(false, "predicted {:?}, got {:?}", predicted, outcome.err())
                     }
@@ -194,9 +156,7 @@ fn run(capacity: usize, workers: usize, actions: Vec<Action>) -> Result<(), Test
                     continue;
                 };
                 let before = pool.stats().shards[shard].clone();
-                gates[shard]
-                    .send(if crash { Go::Crash } else { Go::Finish })
-                    .unwrap();
+                gates[shard].send(Go::crash_if(crash)).unwrap();
                 match job {
                     Job::Call(id, reply) => {
                         // The unit is released before the reply is sent, so
@@ -214,9 +174,9 @@ fn run(capacity: usize, workers: usize, actions: Vec<Action>) -> Result<(), Test
                     }),
                 }
                 if crash {
-                    model.panicked += 1;
+                    model.counts.panicked += 1;
                 } else {
-                    model.completed += 1;
+                    model.counts.completed += 1;
                 }
             }
         }
@@ -230,7 +190,7 @@ fn run(capacity: usize, workers: usize, actions: Vec<Action>) -> Result<(), Test
             if let Job::Call(id, reply) = job {
                 prop_assert_eq!(reply.recv().unwrap(), Ok(id));
             }
-            model.completed += 1;
+            model.counts.completed += 1;
         }
     }
     pool.shutdown();
@@ -240,7 +200,7 @@ fn run(capacity: usize, workers: usize, actions: Vec<Action>) -> Result<(), Test
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig::with_cases(48))]
 
     #[test]
     fn pool_matches_the_model(
@@ -249,11 +209,7 @@ proptest! {
         actions in proptest::collection::vec(action(), 1..60),
     ) {
         // Handlers that crash unwind through `catch_unwind` in the worker;
-        // nothing here should reach the test thread.
-        let outcome = panic::catch_unwind(AssertUnwindSafe(|| run(capacity, workers, actions)));
-        match outcome {
-            Ok(result) => result?,
-            Err(panic) => panic::resume_unwind(panic),
-        }
+        // a panic that reached this thread would fail the case.
+        run(capacity, workers, actions)?;
     }
 }

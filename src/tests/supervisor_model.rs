@@ -18,10 +18,10 @@
 //! skips the panic hook, so the test output stays quiet).
 
 use std::collections::HashSet;
-use std::panic::{self, AssertUnwindSafe};
 
 use proptest::prelude::*;
 
+use super::harness::{drop_unwinding, even_split, shard_usage, walk, Counts};
 use crate::{ChildGuard, ChildId, Error, Supervisor};
 
 #[derive(Debug, Clone)]
@@ -49,35 +49,22 @@ struct Model {
     usage: Vec<usize>,
     /// Live children: the real guard and the shard the model predicted.
     live: Vec<(ChildGuard, usize)>,
-    accepted: u64,
-    rejected: u64,
-    completed: u64,
-    panicked: u64,
+    counts: Counts,
 }
 
 impl Model {
     fn new(capacity: usize, shards: usize) -> Model {
-        let count = shards;
-        let limits = (0..count)
-            .map(|i| capacity / count + usize::from(i < capacity % count))
-            .collect();
         Model {
-            limits,
-            usage: vec![0; count],
+            limits: even_split(capacity, shards),
+            usage: vec![0; shards],
             live: Vec::new(),
-            accepted: 0,
-            rejected: 0,
-            completed: 0,
-            panicked: 0,
+            counts: Counts::default(),
         }
     }
 
     /// The shard a child admitted from `start` lands on, if any.
     fn predict(&self, start: usize) -> Option<usize> {
-        let m = self.limits.len();
-        (0..m)
-            .map(|step| (start % m + step) % m)
-            .find(|&i| self.usage[i] < self.limits[i])
+        walk(start, self.limits.len(), |i| self.usage[i] < self.limits[i])
     }
 }
 
@@ -102,12 +89,8 @@ fn check(sup: &Supervisor, model: &Model) -> Result<(), TestCaseError> {
     prop_assert_eq!(sup.count(), model.live.len());
 
     let stats = sup.stats();
-    prop_assert_eq!(stats.accepted, model.accepted);
-    prop_assert_eq!(stats.rejected, model.rejected);
-    prop_assert_eq!(stats.completed, model.completed);
-    prop_assert_eq!(stats.panicked, model.panicked);
-    let per_shard: Vec<usize> = stats.shards.iter().map(|s| s.usage).collect();
-    prop_assert_eq!(&per_shard, &model.usage);
+    model.counts.check(&stats)?;
+    prop_assert_eq!(shard_usage(&stats), model.usage.clone());
     Ok(())
 }
 
@@ -132,10 +115,10 @@ fn run(capacity: usize, shards: usize, actions: Vec<Action>) -> Result<(), TestC
                             "admitted on the predicted shard"
                         );
                         model.usage[shard] += 1;
-                        model.accepted += 1;
+                        model.counts.accepted += 1;
                         model.live.push((guard, shard));
                     }
-                    (Err(Error::Overload), None) => model.rejected += 1,
+                    (Err(Error::Overload), None) => model.counts.rejected += 1,
                     (got, want) => {
                         prop_assert!(
                             false,
@@ -153,17 +136,12 @@ fn run(capacity: usize, shards: usize, actions: Vec<Action>) -> Result<(), TestC
                 }
                 let (guard, shard) = model.live.remove(k % model.live.len());
                 if panic {
-                    let unwound = panic::catch_unwind(AssertUnwindSafe(move || {
-                        let _guard = guard;
-                        // Unwinds without the panic hook: the guard drops
-                        // with `thread::panicking()` true.
-                        panic::resume_unwind(Box::new("child crashed"));
-                    }));
-                    prop_assert!(unwound.is_err());
-                    model.panicked += 1;
+                    // The guard drops with `thread::panicking()` true.
+                    prop_assert!(drop_unwinding(guard));
+                    model.counts.panicked += 1;
                 } else {
                     drop(guard);
-                    model.completed += 1;
+                    model.counts.completed += 1;
                 }
                 model.usage[shard] -= 1;
             }
@@ -178,7 +156,7 @@ fn run(capacity: usize, shards: usize, actions: Vec<Action>) -> Result<(), TestC
         drop(guard);
         model.usage[shard] -= 1;
     }
-    model.completed += left;
+    model.counts.completed += left;
     check(&sup, &model)?;
     prop_assert!(sup.wait_idle(std::time::Duration::ZERO));
     Ok(())

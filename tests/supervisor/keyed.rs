@@ -11,38 +11,20 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Barrier, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::Poll;
 use std::thread;
 use std::time::Duration;
 
 use sidejob::{ChildGuard, Error, Supervisor};
 
-/// Long enough never to be reached by a passing test.
-const FOREVER: Duration = Duration::from_secs(120);
-
-struct Noop;
-
-impl Wake for Noop {
-    fn wake(self: Arc<Self>) {}
-}
-
-/// Polls `future` once with a waker that does nothing.
-fn poll_once<F: Future + ?Sized>(future: Pin<&mut F>) -> Poll<F::Output> {
-    let waker = Waker::from(Arc::new(Noop));
-    future.poll(&mut Context::from_waker(&waker))
-}
+use crate::common::{current_thread, poll_once, until, FOREVER};
 
 /// A waiting keyed admission, boxed to be kept in a list and dropped at will.
 type Waiting<'a> = Pin<Box<dyn Future<Output = Result<ChildGuard, Error>> + Send + 'a>>;
 
-/// Spins (yielding) until `cond` holds: for "this waiter is queued now",
-/// which no channel can say.
-fn until(cond: impl Fn() -> bool) {
-    while !cond() {
-        thread::yield_now();
-    }
-}
-
+/// `KeyBusy` exactly when the key has `per_key` live children; other keys
+/// and unkeyed children are not held back; a busy key answers before the
+/// capacity, and `Overload` leaves the key free.
 #[test]
 fn key_busy_exactly_when_the_key_has_per_key_live_children() {
     let sup = Supervisor::builder()
@@ -75,6 +57,8 @@ fn key_busy_exactly_when_the_key_has_per_key_live_children() {
     assert!(sup.which_children().is_empty());
 }
 
+/// A keyed guard is listed and released like any child, and frees its
+/// key.
 #[test]
 fn a_keyed_guard_is_listed_and_released_like_any_child() {
     let sup = Supervisor::new(2).unwrap();
@@ -87,6 +71,8 @@ fn a_keyed_guard_is_listed_and_released_like_any_child() {
     assert_eq!(sup.stats().completed, 1);
 }
 
+/// A keyed guard dropped while its thread unwinds releases its key and
+/// counts as panicked.
 #[test]
 fn a_guard_dropped_while_panicking_releases_its_key() {
     let sup = Supervisor::new(2).unwrap();
@@ -102,6 +88,7 @@ fn a_guard_dropped_while_panicking_releases_its_key() {
     assert!(sup.try_reserve_keyed("k").is_ok());
 }
 
+/// `per_key(0)` is a configuration error naming `per_key`.
 #[test]
 fn per_key_zero_is_a_config_error() {
     let err = Supervisor::builder()
@@ -267,6 +254,8 @@ fn blocked_waiters_of_a_key_are_served_first_come_first_served() {
     );
 }
 
+/// A key's async waiters are served in FIFO order; one dropped while
+/// queued leaves, one dropped after it was handed the key passes it on.
 #[test]
 fn async_waiters_of_a_key_are_served_in_order_and_dropped_ones_lose_nothing() {
     let sup = Supervisor::builder()
@@ -280,7 +269,7 @@ fn async_waiters_of_a_key_are_served_in_order_and_dropped_ones_lose_nothing() {
         .map(|_| Box::pin(sup.reserve_keyed_async("wf")) as Waiting<'_>)
         .collect();
     for waiter in waiters.iter_mut() {
-        assert!(poll_once(waiter.as_mut()).is_pending());
+        assert!(poll_once(waiter).is_pending());
     }
     assert_eq!(sup.waiting_for_keys(), 4);
     // A queued waiter dropped: it leaves the queue.
@@ -294,16 +283,16 @@ fn async_waiters_of_a_key_are_served_in_order_and_dropped_ones_lose_nothing() {
     drop(first);
     assert_eq!(sup.waiting_for_keys(), 2);
     assert_eq!(sup.busy_keys(), 1);
-    let Poll::Ready(third) = poll_once(waiters[0].as_mut()) else {
+    let Poll::Ready(third) = poll_once(&mut waiters[0]) else {
         panic!("the third waiter was not handed the key");
     };
     let third = third.unwrap();
     assert!(
-        poll_once(waiters[1].as_mut()).is_pending(),
+        poll_once(&mut waiters[1]).is_pending(),
         "FIFO: the fourth waits"
     );
     drop(third);
-    let Poll::Ready(fourth) = poll_once(waiters[1].as_mut()) else {
+    let Poll::Ready(fourth) = poll_once(&mut waiters[1]) else {
         panic!("the fourth waiter was not handed the key");
     };
     drop(fourth.unwrap());
@@ -327,7 +316,7 @@ fn a_future_dropped_while_waiting_for_capacity_releases_its_key() {
         .unwrap();
     let full = sup.try_reserve().unwrap();
     let mut waiting = Box::pin(sup.reserve_keyed_async("k"));
-    assert!(poll_once(waiting.as_mut()).is_pending());
+    assert!(poll_once(&mut waiting).is_pending());
     assert_eq!(sup.busy_keys(), 1, "the key is taken first");
     assert_eq!(sup.waiting(), 1, "then the wait for capacity");
     drop(waiting);
@@ -336,6 +325,8 @@ fn a_future_dropped_while_waiting_for_capacity_releases_its_key() {
     assert!(sup.try_reserve_keyed("k").is_ok());
 }
 
+/// Waiting for a busy key ends with `Timeout` after `max_wait`, blocking or
+/// async (woken by the deadline watcher), and both are counted.
 #[test]
 fn waiting_for_a_busy_key_times_out() {
     let sup = Supervisor::builder()
@@ -347,9 +338,7 @@ fn waiting_for_a_busy_key_times_out() {
     let holder = sup.try_reserve_keyed("k").unwrap();
     assert_eq!(sup.reserve_keyed("k").unwrap_err(), Error::Timeout);
     // The async form is timed out by the deadline watcher.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     assert_eq!(
         rt.block_on(sup.reserve_keyed_async("k")).unwrap_err(),
         Error::Timeout
@@ -386,7 +375,7 @@ fn the_peak_of_key_waiters_counts_them_at_once() {
         .map(|_| Box::pin(sup.reserve_keyed_async("k")) as Waiting<'_>)
         .collect();
     for wait in &mut waiting {
-        assert!(poll_once(wait.as_mut()).is_pending());
+        assert!(poll_once(wait).is_pending());
     }
     let stats = sup.stats();
     assert_eq!(
@@ -404,6 +393,8 @@ fn the_peak_of_key_waiters_counts_them_at_once() {
     assert_eq!(stats.timed_out, 0, "a dropped wait is not a timeout");
 }
 
+/// The waiting room for keys is bounded by `max_waiters`: past it,
+/// `KeyBusy` at once.
 #[test]
 fn the_waiting_room_for_keys_is_bounded() {
     let sup = Supervisor::builder()
@@ -414,19 +405,21 @@ fn the_waiting_room_for_keys_is_bounded() {
         .unwrap();
     let holder = sup.try_reserve_keyed("k").unwrap();
     let mut first = Box::pin(sup.reserve_keyed_async("k"));
-    assert!(poll_once(first.as_mut()).is_pending());
+    assert!(poll_once(&mut first).is_pending());
     // The room is full: refused at once with KeyBusy.
     let mut second = Box::pin(sup.reserve_keyed_async("k"));
     assert!(matches!(
-        poll_once(second.as_mut()),
+        poll_once(&mut second),
         Poll::Ready(Err(Error::KeyBusy))
     ));
     assert_eq!(sup.reserve_keyed("k").unwrap_err(), Error::KeyBusy);
     drop(holder);
-    assert!(matches!(poll_once(first.as_mut()), Poll::Ready(Ok(_))));
+    assert!(matches!(poll_once(&mut first), Poll::Ready(Ok(_))));
     assert_eq!((sup.busy_keys(), sup.waiting_for_keys()), (0, 0));
 }
 
+/// `close` wakes the key's blocking and async waiters with `Shutdown`; a
+/// busy key of a closed supervisor answers `Shutdown` too.
 #[test]
 fn close_wakes_key_waiters_with_shutdown() {
     let sup = Supervisor::builder()
@@ -441,12 +434,12 @@ fn close_wakes_key_waiters_with_shutdown() {
         thread::spawn(move || sup.reserve_keyed("k").map(drop))
     };
     let mut pending = Box::pin(sup.reserve_keyed_async("k"));
-    assert!(poll_once(pending.as_mut()).is_pending());
+    assert!(poll_once(&mut pending).is_pending());
     until(|| sup.waiting_for_keys() == 2);
     sup.close();
     assert_eq!(blocked.join().unwrap().unwrap_err(), Error::Shutdown);
     assert!(matches!(
-        poll_once(pending.as_mut()),
+        poll_once(&mut pending),
         Poll::Ready(Err(Error::Shutdown))
     ));
     assert_eq!(sup.try_reserve_keyed("x").unwrap_err(), Error::Shutdown);
@@ -460,6 +453,7 @@ fn close_wakes_key_waiters_with_shutdown() {
     );
 }
 
+/// The keyed waiting future is `Send`.
 #[test]
 fn keyed_futures_are_send() {
     fn is_send<T: Send>(_: &T) {}
@@ -471,6 +465,7 @@ fn keyed_futures_are_send() {
 #[cfg(feature = "tokio")]
 mod tasks {
     use super::*;
+    use crate::common::multi_thread;
 
     /// Many tokio tasks over a few keys on a multi-threaded runtime: a
     /// key's tasks never overlap and run in submission order; every task
@@ -542,10 +537,7 @@ mod tasks {
     /// a task of the key runs, and never two at once.
     #[test]
     fn spawn_task_keyed_refuses_a_busy_key_and_admits_it_again_after() {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .build()
-            .unwrap();
+        let rt = multi_thread();
         let sup = Supervisor::new(64).unwrap();
         let live = Arc::new(AtomicUsize::new(0));
         let (admitted, busy) = rt.block_on({
@@ -594,11 +586,10 @@ mod tasks {
         assert_eq!((sup.count(), sup.busy_keys()), (0, 0));
     }
 
+    /// A keyed task that panics or is aborted releases its key.
     #[test]
     fn a_panicking_or_aborted_keyed_task_releases_its_key() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
+        let rt = current_thread();
         let sup = Supervisor::new(4).unwrap();
         rt.block_on(async {
             let task = sup
@@ -622,6 +613,8 @@ mod tasks {
         assert_eq!((stats.panicked, stats.completed), (1, 2));
     }
 
+    /// `spawn_task_keyed` outside a runtime is `Error::Spawn` and holds neither
+    /// a unit nor the key.
     #[test]
     fn spawn_task_keyed_outside_a_runtime_is_an_error_and_takes_nothing() {
         let sup = Supervisor::new(4).unwrap();

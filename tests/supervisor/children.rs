@@ -1,7 +1,7 @@
-//! Public behaviour of `Supervisor`: the bound, the listing, panics, exact
-//! accounting under concurrency, guards in tokio tasks, `spawn_task`, bad
-//! configuration, auto traits. Synchronised with barriers and channels;
-//! nothing sleeps and nothing asserts on time.
+//! A `Supervisor`'s children: the bound is exact across shards, a child
+//! holds its unit until it ends, the listing is the live set, panics
+//! release and are counted, an OS refusal is a spawn error, the books
+//! balance under concurrency, bad configuration names its field.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,14 +11,15 @@ use std::time::Duration;
 
 use sidejob::{ChildGuard, ChildId, ChildKind, Error, Supervisor};
 
-/// Long enough never to be reached by a passing test.
-const FOREVER: Duration = Duration::from_secs(120);
+use crate::common::FOREVER;
 
 fn sorted(mut ids: Vec<ChildId>) -> Vec<ChildId> {
     ids.sort();
     ids
 }
 
+/// The handles are `Send + Sync`, a guard `Send + 'static`, a `ChildId` a
+/// copyable key; the supervisor and its builder are `Clone`.
 #[test]
 fn auto_traits() {
     fn send_sync<T: Send + Sync>() {}
@@ -34,6 +35,8 @@ fn auto_traits() {
     clone::<sidejob::SupervisorBuilder>();
 }
 
+/// Exactly `capacity` children are admitted however the shards split it;
+/// the next reserve and spawn are `Overload`.
 #[test]
 fn bound_is_exact_across_shards() {
     for (capacity, shards) in [(1, 1), (3, 2), (7, 3), (8, 8), (2, 8)] {
@@ -55,6 +58,8 @@ fn bound_is_exact_across_shards() {
     }
 }
 
+/// A spawned thread holds its unit until it ends; the unit is free again
+/// after.
 #[test]
 fn spawned_threads_hold_their_unit_until_they_end() {
     let sup = Supervisor::builder()
@@ -82,6 +87,8 @@ fn spawned_threads_hold_their_unit_until_they_end() {
     assert_eq!(sup.spawn(|| 9).unwrap().join().unwrap(), 9);
 }
 
+/// `which_children` and `children` list exactly the live children (guards
+/// and threads), each once, with their kind and name.
 #[test]
 fn listing_equals_the_live_set() {
     let sup = Supervisor::builder()
@@ -140,6 +147,8 @@ fn listing_equals_the_live_set() {
     assert!(sup.wait_idle(Duration::ZERO));
 }
 
+/// A child thread that panics gives its unit back, is counted in
+/// `panicked`, and its payload reaches `join`.
 #[test]
 fn a_panicking_child_releases_its_unit_and_is_counted() {
     let sup = Supervisor::new(1).unwrap();
@@ -154,6 +163,7 @@ fn a_panicking_child_releases_its_unit_and_is_counted() {
     assert_eq!(sup.spawn(|| 1).unwrap().join().unwrap(), 1);
 }
 
+/// A guard dropped while its thread unwinds counts as panicked.
 #[test]
 fn a_guard_dropped_by_unwinding_counts_as_panicked() {
     let sup = Supervisor::new(2).unwrap();
@@ -168,6 +178,8 @@ fn a_guard_dropped_by_unwinding_counts_as_panicked() {
     assert_eq!(sup.count(), 0);
 }
 
+/// A thread the OS refuses is `Error::Spawn`, not `Overload`, and takes no
+/// unit.
 #[test]
 fn os_refusal_is_a_spawn_error_not_overload() {
     // No OS gives a thread a stack of 2^60 bytes.
@@ -184,6 +196,8 @@ fn os_refusal_is_a_spawn_error_not_overload() {
     assert!(sup.reserve().is_ok());
 }
 
+/// Four threads reserving and spawning at once: never more than the
+/// capacity alive, and the books balance exactly.
 #[test]
 fn many_short_children_from_several_threads_are_accounted_exactly() {
     const THREADS: usize = 4;
@@ -249,25 +263,8 @@ fn many_short_children_from_several_threads_are_accounted_exactly() {
     assert!(stats.peak_usage <= 8);
 }
 
-#[test]
-fn wait_idle_wakes_when_the_last_child_leaves() {
-    let sup = Supervisor::builder().capacity(4).shards(2).build().unwrap();
-    let guards: Vec<_> = (0..4).map(|_| sup.reserve().unwrap()).collect();
-    assert!(!sup.wait_idle(Duration::ZERO));
-    let (waiting_tx, waiting_rx) = mpsc::channel();
-    let waiter = {
-        let sup = sup.clone();
-        thread::spawn(move || {
-            waiting_tx.send(()).unwrap();
-            sup.wait_idle(FOREVER)
-        })
-    };
-    waiting_rx.recv().unwrap();
-    drop(guards);
-    assert!(waiter.join().unwrap());
-    assert_eq!(sup.count(), 0);
-}
-
+/// Bad configuration is a `ConfigError` naming the field; the setters
+/// never panic.
 #[test]
 fn bad_configuration_names_the_field() {
     let err = Supervisor::builder()
@@ -316,161 +313,4 @@ fn bad_configuration_names_the_field() {
         .build()
         .unwrap_err();
     assert_eq!(err.field(), "max_capacity");
-}
-
-#[test]
-fn reserve_bounds_tokio_tasks() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .build()
-        .unwrap();
-    let sup = Supervisor::new(3).unwrap();
-    rt.block_on(async {
-        let (release_tx, _) = tokio::sync::broadcast::channel::<()>(1);
-        let mut tasks = Vec::new();
-        let mut refused = 0;
-        for _ in 0..5 {
-            match sup.reserve() {
-                Ok(guard) => {
-                    let mut release = release_tx.subscribe();
-                    tasks.push(tokio::spawn(async move {
-                        let _guard = guard;
-                        release.recv().await.unwrap();
-                    }));
-                }
-                Err(Error::Overload) => refused += 1,
-                Err(other) => panic!("{other}"),
-            }
-        }
-        assert_eq!((tasks.len(), refused), (3, 2));
-        assert_eq!(sup.which_children().len(), 3);
-        release_tx.send(()).unwrap();
-        for task in tasks {
-            task.await.unwrap();
-        }
-        assert_eq!(sup.count(), 0);
-        let stats = sup.stats();
-        assert_eq!((stats.accepted, stats.rejected, stats.completed), (3, 2, 3));
-    });
-}
-
-#[cfg(feature = "tokio")]
-mod tasks {
-    use super::*;
-
-    fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap()
-    }
-
-    #[test]
-    fn spawn_task_completes_and_releases() {
-        let rt = runtime();
-        let sup = Supervisor::new(2).unwrap();
-        rt.block_on(async {
-            let (tx, rx) = tokio::sync::oneshot::channel::<u8>();
-            let task = sup.spawn_task(async move { rx.await.unwrap() }).unwrap();
-            assert_eq!(sup.which_children(), [task.id()]);
-            assert_eq!(sup.children()[0].kind, ChildKind::Task);
-            tx.send(5).unwrap();
-            assert_eq!(task.await.unwrap(), 5);
-            assert_eq!(sup.count(), 0);
-            assert_eq!(sup.stats().completed, 1);
-        });
-    }
-
-    #[test]
-    fn spawn_task_panic_releases_and_is_counted() {
-        let rt = runtime();
-        let sup = Supervisor::new(1).unwrap();
-        rt.block_on(async {
-            let task = sup
-                .spawn_task(async {
-                    tokio::task::yield_now().await;
-                    panic!("task crashed")
-                })
-                .unwrap();
-            let err: tokio::task::JoinError = task.await.unwrap_err();
-            assert!(err.is_panic());
-            let payload = err.into_panic();
-            assert_eq!(payload.downcast_ref::<&str>(), Some(&"task crashed"));
-            assert_eq!(sup.count(), 0);
-            let stats = sup.stats();
-            assert_eq!((stats.completed, stats.panicked), (0, 1));
-            // The unit is free again.
-            assert_eq!(sup.spawn_task(async { 3 }).unwrap().await.unwrap(), 3);
-        });
-    }
-
-    #[test]
-    fn spawn_task_abort_releases() {
-        let rt = runtime();
-        let sup = Supervisor::new(1).unwrap();
-        rt.block_on(async {
-            let task = sup.spawn_task(std::future::pending::<()>()).unwrap();
-            // Let it start, so the abort drops a future that has been polled.
-            tokio::task::yield_now().await;
-            assert_eq!(sup.count(), 1);
-            assert!(matches!(sup.spawn_task(async {}), Err(Error::Overload)));
-            task.abort();
-            assert!(task.await.unwrap_err().is_cancelled());
-            assert_eq!(sup.count(), 0);
-            assert!(sup.which_children().is_empty());
-            let stats = sup.stats();
-            assert_eq!((stats.accepted, stats.rejected, stats.completed), (1, 1, 1));
-        });
-    }
-
-    #[test]
-    fn spawn_task_on_a_handle_and_outside_a_runtime() {
-        let rt = runtime();
-        let sup = Supervisor::new(1).unwrap();
-        let err = sup.spawn_task(async {}).unwrap_err();
-        assert_eq!(err, Error::Spawn(std::io::ErrorKind::NotFound));
-        assert_eq!(sup.stats().accepted, 0);
-        let task = sup.spawn_task_on(rt.handle(), async { 11 }).unwrap();
-        assert_eq!(rt.block_on(task).unwrap(), 11);
-        assert_eq!(sup.count(), 0);
-    }
-
-    #[test]
-    fn many_tasks_are_accounted_exactly() {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .build()
-            .unwrap();
-        let sup = Supervisor::builder()
-            .capacity(16)
-            .shards(2)
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let mut tasks = Vec::new();
-            let (mut accepted, mut rejected) = (0u64, 0u64);
-            for i in 0..2_000u64 {
-                match sup.spawn_task(async move { i }) {
-                    Ok(task) => {
-                        accepted += 1;
-                        tasks.push(task);
-                    }
-                    Err(Error::Overload) => rejected += 1,
-                    Err(other) => panic!("{other}"),
-                }
-                if tasks.len() >= 8 {
-                    for task in tasks.drain(..) {
-                        task.await.unwrap();
-                    }
-                }
-            }
-            for task in tasks {
-                task.await.unwrap();
-            }
-            assert_eq!(accepted + rejected, 2_000);
-            assert_eq!(sup.count(), 0);
-            let stats = sup.stats();
-            assert_eq!((stats.accepted, stats.rejected), (accepted, rejected));
-            assert_eq!(stats.completed, accepted);
-        });
-    }
 }

@@ -1,5 +1,7 @@
-//! Public behaviour of `Limiter`: limits, overload, owned permits, stats,
-//! configuration errors, auto traits.
+//! The `Limiter`'s admission: shard limits add up to the capacity, overload
+//! is immediate and counted, both probes admit exactly the capacity, owned
+//! permits move across threads, stats and rates, panics, configuration
+//! errors, `Debug`, auto traits; `close` and `forget` (issue 7).
 
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -16,6 +18,8 @@ fn limiter(capacity: usize, shards: usize) -> Limiter {
         .unwrap()
 }
 
+/// For every capacity and shard count, the shard limits add up to the
+/// capacity, differ by one at most, and exactly that many permits are taken.
 #[test]
 fn shard_limits_sum_to_capacity_exactly() {
     for capacity in 1..=24 {
@@ -48,6 +52,8 @@ fn shard_limits_sum_to_capacity_exactly() {
     }
 }
 
+/// A capacity below the shard count keeps every shard, the extra ones with a
+/// share of 0.
 #[test]
 fn capacity_below_shard_count_keeps_every_shard_at_a_share_of_zero() {
     let limiter = limiter(3, 8);
@@ -61,6 +67,8 @@ fn capacity_below_shard_count_keeps_every_shard_at_a_share_of_zero() {
     assert_eq!(limits, [1, 1, 1, 0, 0, 0, 0, 0]);
 }
 
+/// `Overload` is immediate and counted, and a released unit is found
+/// again.
 #[test]
 fn overload_is_immediate_counted_and_recovers() {
     let limiter = limiter(2, 2);
@@ -84,6 +92,7 @@ fn overload_is_immediate_counted_and_recovers() {
     assert_eq!((stats.accepted, stats.rejected, stats.completed), (3, 5, 3));
 }
 
+/// Both probes (`Thread`, `Cpu`) admit exactly the capacity.
 #[test]
 fn both_probes_admit_exactly_capacity() {
     for probe in [Probe::Thread, Probe::Cpu] {
@@ -104,6 +113,7 @@ fn both_probes_admit_exactly_capacity() {
     }
 }
 
+/// Owned permits move across threads and release where they are dropped.
 #[test]
 fn owned_permits_move_across_threads() {
     let limiter = Arc::new(limiter(3, 2));
@@ -154,6 +164,8 @@ fn owned_permits_move_across_threads() {
     assert!(stats.rejected >= 1);
 }
 
+/// The stats count admissions, refusals and completions per shard, and
+/// `rates_since` divides them by the interval (zero for a zero interval).
 #[test]
 fn stats_count_and_rates() {
     let limiter = limiter(4, 2);
@@ -192,6 +204,7 @@ fn stats_count_and_rates() {
     );
 }
 
+/// A permit dropped while its thread unwinds counts as panicked.
 #[test]
 fn permit_dropped_while_panicking_counts_as_panicked() {
     let limiter = Arc::new(limiter(1, 1));
@@ -208,6 +221,8 @@ fn permit_dropped_while_panicking_counts_as_panicked() {
     assert!(limiter.try_acquire().is_ok());
 }
 
+/// Each bad setting is a `ConfigError` naming its field, a std error,
+/// `Send + Sync`.
 #[test]
 fn config_errors_name_the_field() {
     let err = Limiter::builder().capacity(0).build().unwrap_err();
@@ -244,6 +259,8 @@ fn config_errors_name_the_field() {
     assert!(!boxed.to_string().is_empty());
 }
 
+/// The default shard count follows the CPUs whatever the capacity, so a
+/// small limiter can grow into every shard.
 #[test]
 fn default_shards_follow_the_cpus_whatever_the_capacity() {
     let wide = Limiter::new(1 << 20).unwrap();
@@ -263,6 +280,7 @@ fn default_shards_follow_the_cpus_whatever_the_capacity() {
     );
 }
 
+/// `Debug` names the capacity and the usage.
 #[test]
 fn debug_output_names_the_figures() {
     let limiter = limiter(2, 2);
@@ -273,6 +291,111 @@ fn debug_output_names_the_figures() {
         "{text}"
     );
     assert!(format!("{permit:?}").starts_with("Permit"));
+}
+
+/// Issue 7: `close` refuses every new permit with `Shutdown`, from any
+/// thread, and keeps the held ones counted until they are dropped.
+#[test]
+fn limiter_close_refuses_every_new_permit_and_keeps_the_held_ones() {
+    let limiter = Arc::new(Limiter::builder().capacity(4).shards(2).build().unwrap());
+    let held = limiter.try_acquire().unwrap();
+    let owned = limiter.try_acquire_owned().unwrap();
+    assert!(!limiter.is_closed());
+    limiter.close();
+    assert!(limiter.is_closed());
+    // From this thread and others (other start shards): all refused.
+    assert_eq!(limiter.try_acquire().unwrap_err(), Error::Shutdown);
+    assert_eq!(limiter.try_acquire_owned().unwrap_err(), Error::Shutdown);
+    let others: Vec<_> = (0..4)
+        .map(|_| {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.try_acquire().map(|_| ()))
+        })
+        .collect();
+    for other in others {
+        assert_eq!(other.join().unwrap(), Err(Error::Shutdown));
+    }
+    assert_eq!(limiter.usage(), 2, "held permits stay counted");
+    drop(held);
+    drop(owned);
+    assert_eq!(limiter.usage(), 0);
+    let stats = limiter.stats();
+    assert_eq!((stats.accepted, stats.completed), (2, 2));
+    assert_eq!(
+        stats.rejected, 0,
+        "a refusal after close is not an overload"
+    );
+    // Closing again changes nothing.
+    limiter.close();
+    assert_eq!(limiter.try_acquire().unwrap_err(), Error::Shutdown);
+}
+
+/// Issue 7: a full limiter, once closed, says `Shutdown`, not `Overload`.
+#[test]
+fn a_full_limiter_once_closed_says_shutdown_not_overload() {
+    let limiter = Limiter::builder().capacity(2).shards(2).build().unwrap();
+    let held: Vec<_> = (0..2).map(|_| limiter.try_acquire().unwrap()).collect();
+    assert_eq!(limiter.try_acquire().unwrap_err(), Error::Overload);
+    limiter.close();
+    assert_eq!(limiter.try_acquire().unwrap_err(), Error::Shutdown);
+    drop(held);
+    assert_eq!(limiter.try_acquire().unwrap_err(), Error::Shutdown);
+    assert_eq!(limiter.stats().rejected, 1);
+}
+
+/// Issue 7: a forgotten permit (`Permit::forget`, `OwnedPermit::forget`)
+/// stays counted and shrinks the capacity for good; the owned one drops its
+/// `Arc`.
+#[test]
+fn forgotten_permits_stay_counted_and_shrink_the_capacity_for_good() {
+    let limiter = Arc::new(Limiter::builder().capacity(3).shards(1).build().unwrap());
+    limiter.try_acquire().unwrap().forget();
+    limiter.try_acquire_owned().unwrap().forget();
+    assert_eq!(limiter.usage(), 2);
+    // One unit left, and it is reused as usual.
+    for _ in 0..3 {
+        let last = limiter.try_acquire().unwrap();
+        assert_eq!(limiter.try_acquire().unwrap_err(), Error::Overload);
+        drop(last);
+    }
+    let stats = limiter.stats();
+    assert_eq!(stats.forgotten, 2);
+    assert_eq!(stats.accepted, 5);
+    assert_eq!(stats.completed, 3, "a forgotten unit is not completed");
+    assert_eq!(stats.usage, 2);
+    assert_eq!(stats.shards[0].forgotten, 2);
+    // The owned permit's Arc was dropped by forget: only ours is left.
+    assert_eq!(Arc::strong_count(&limiter), 1);
+}
+
+/// Issue 7: forgetting every unit refuses everything after; `close` still
+/// works.
+#[test]
+fn forgetting_every_unit_refuses_everything_after() {
+    let limiter = Limiter::builder().capacity(2).shards(2).build().unwrap();
+    limiter.try_acquire().unwrap().forget();
+    limiter.try_acquire().unwrap().forget();
+    assert_eq!(limiter.try_acquire().unwrap_err(), Error::Overload);
+    assert_eq!(limiter.usage(), 2);
+    assert_eq!(limiter.stats().forgotten, 2);
+    // Close still works on a limiter whose units are all forgotten.
+    limiter.close();
+    assert_eq!(limiter.try_acquire().unwrap_err(), Error::Shutdown);
+}
+
+/// Issue 7: an owned permit forgotten on another thread is counted once,
+/// on its shard.
+#[test]
+fn a_forgotten_owned_permit_on_another_thread_is_counted_once() {
+    let limiter = Arc::new(Limiter::builder().capacity(2).shards(2).build().unwrap());
+    let permit = limiter.try_acquire_owned().unwrap();
+    let shard = permit.shard();
+    thread::spawn(move || permit.forget()).join().unwrap();
+    let stats = limiter.stats();
+    assert_eq!(stats.forgotten, 1);
+    assert_eq!(stats.shards[shard].forgotten, 1);
+    assert_eq!(stats.shards[shard].usage, 1);
+    assert_eq!(stats.completed, 0);
 }
 
 // Auto traits, checked at compile time.

@@ -1,100 +1,24 @@
-//! Bounded waiting and runtime resize on `Limiter` (issue 8): a waiter is
-//! served when a unit frees, times out after `max_wait`, is refused at once
-//! when the room is full; the queue orders; cancel safety; shutdown;
-//! `try_acquire` never waits; resizes hand room to waiters and never admit
-//! above the capacity in force; `available()`; configuration errors.
-//!
-//! No sleeps and no timed assertions: waiters are lined up by polling
-//! `waiting()` with `yield_now`, admissions are reported over channels,
-//! and the only deadlines are `max_wait`s that either never run out in a
-//! passing test (`LONG`) or must run out (`SHORT`, where only the error is
-//! checked).
+//! The `Limiter`'s waiting room (issue 8): a waiter is served when a unit
+//! frees, times out after `max_wait`, is refused at once when the room is
+//! full; the queue orders (FIFO, LIFO, adaptive LIFO); dropped async waiters
+//! leak nothing; `close` wakes the waiters; `try_acquire` never waits;
+//! configuration errors. (Resizing with waiters: `resize.rs`.)
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
 use std::task::{Context, Poll, Waker};
 use std::thread;
 use std::time::Duration;
 
-use sidejob::{Error, Limiter, OwnedPermit, QueueOrder, MAX_WAITERS};
+use sidejob::{Error, Limiter, QueueOrder, MAX_WAITERS};
 
-/// A `max_wait` that a passing test never reaches: a waiter that sees it
-/// run out fails its assertion (with `Timeout`) instead of hanging.
-const LONG: Duration = Duration::from_secs(30);
-/// A `max_wait` that must run out: only the error is checked, never the time.
-const SHORT: Duration = Duration::from_millis(20);
+use crate::common::{multi_thread, poll_once, until};
+use crate::{every_unit_is_there, fill, room, LONG, SHORT};
 
-fn room(
-    capacity: usize,
-    shards: usize,
-    waiters: usize,
-    wait: Duration,
-    order: QueueOrder,
-) -> Arc<Limiter> {
-    Arc::new(
-        Limiter::builder()
-            .capacity(capacity)
-            .shards(shards)
-            .max_waiters(waiters)
-            .max_wait(wait)
-            .queue_order(order)
-            .build()
-            .unwrap(),
-    )
-}
-
-/// Polls `condition` with `yield_now` until it holds.
-fn until(condition: impl Fn() -> bool) {
-    while !condition() {
-        thread::yield_now();
-    }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .unwrap()
-}
-
-/// A waker that does nothing (`Waker::noop` is newer than our MSRV).
-fn noop_waker() -> Waker {
-    struct Noop;
-    impl std::task::Wake for Noop {
-        fn wake(self: Arc<Self>) {}
-    }
-    Waker::from(Arc::new(Noop))
-}
-
-fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
-    Pin::new(future).poll(&mut Context::from_waker(&noop_waker()))
-}
-
-/// Takes every unit, so the next caller must wait (no refusal counted).
-fn fill(limiter: &Arc<Limiter>) -> Vec<OwnedPermit> {
-    let held: Vec<_> = (0..limiter.capacity())
-        .map(|_| limiter.try_acquire_owned().unwrap())
-        .collect();
-    assert_eq!(limiter.available(), 0);
-    held
-}
-
-/// Takes every unit with `try_acquire`, then checks the next is refused:
-/// no unit was lost or duplicated.
-fn every_unit_is_there(limiter: &Limiter) {
-    assert_eq!(limiter.usage(), 0);
-    assert_eq!(limiter.waiting(), 0);
-    let all: Vec<_> = (0..limiter.capacity())
-        .map(|_| limiter.try_acquire().expect("every unit back"))
-        .collect();
-    assert_eq!(limiter.try_acquire().unwrap_err(), Error::Overload);
-    drop(all);
-    assert_eq!(limiter.usage(), 0);
-}
-
+/// Issue 8: a blocked waiter is handed the freed unit directly (it never
+/// goes back to the table), on one shard or several.
 #[test]
 fn a_blocked_waiter_is_admitted_when_a_unit_frees() {
     for shards in [1, 3] {
@@ -119,10 +43,11 @@ fn a_blocked_waiter_is_admitted_when_a_unit_frees() {
     }
 }
 
+/// Issue 8: async waiters (borrowed and owned) are admitted as units free.
 #[test]
 fn an_async_waiter_is_admitted_when_a_unit_frees() {
     let limiter = room(2, 2, 2, LONG, QueueOrder::Fifo);
-    let rt = runtime();
+    let rt = multi_thread();
     let mut held = fill(&limiter);
     let borrowed = Arc::clone(&limiter);
     let first = rt.spawn(async move { borrowed.acquire_async().await.map(|p| p.shard()) });
@@ -143,6 +68,8 @@ fn an_async_waiter_is_admitted_when_a_unit_frees() {
     every_unit_is_there(&limiter);
 }
 
+/// Issue 8: a waiter, blocking or async, gets `Timeout` after `max_wait`,
+/// and the held unit is undisturbed.
 #[test]
 fn a_waiter_gets_timeout_after_max_wait() {
     let limiter = room(1, 1, 4, SHORT, QueueOrder::Fifo);
@@ -150,7 +77,7 @@ fn a_waiter_gets_timeout_after_max_wait() {
     let err = limiter.acquire().unwrap_err();
     assert_eq!(err, Error::Timeout);
     assert!(err.is_timeout());
-    let rt = runtime();
+    let rt = multi_thread();
     assert_eq!(
         rt.block_on(limiter.acquire_async()).unwrap_err(),
         Error::Timeout
@@ -195,6 +122,8 @@ fn block_on_parked<F: Future + Unpin>(mut future: F) -> (F::Output, usize) {
     }
 }
 
+/// Issue 8: with no release, no newcomer and no runtime, the room's
+/// deadline watcher alone wakes an async waiter with `Timeout`, and re-arms.
 #[test]
 fn an_async_waiter_times_out_with_nothing_but_the_watcher_to_wake_it() {
     // No release, no newcomer, no runtime: only the room's deadline
@@ -222,6 +151,8 @@ fn an_async_waiter_times_out_with_nothing_but_the_watcher_to_wake_it() {
     }
 }
 
+/// Issue 8: rooms with different `max_wait`s share the one watcher; every
+/// unserved waiter of each times out, none is lost.
 #[test]
 fn many_async_waiters_on_several_limiters_time_out() {
     // Rooms with different `max_wait`s share the one watcher; in each,
@@ -239,7 +170,7 @@ fn many_async_waiters_on_several_limiters_time_out() {
         .map(|(&ms, order)| room(2, 2, WAITERS, Duration::from_millis(ms), order))
         .collect();
     let held: Vec<_> = limiters.iter().map(fill).collect();
-    let rt = runtime();
+    let rt = multi_thread();
     let results = rt.block_on(async {
         let tasks: Vec<_> = limiters
             .iter()
@@ -269,6 +200,8 @@ fn many_async_waiters_on_several_limiters_time_out() {
     }
 }
 
+/// Issue 8: past a full room a caller is refused at once with `Overload`,
+/// counted, and does not join the queue.
 #[test]
 fn a_full_room_refuses_at_once_with_overload_counted() {
     // A refused caller that waited instead would get `Timeout` (or hang
@@ -283,7 +216,7 @@ fn a_full_room_refuses_at_once_with_overload_counted() {
         .collect();
     until(|| limiter.waiting() == 2);
     assert_eq!(limiter.acquire().unwrap_err(), Error::Overload);
-    let rt = runtime();
+    let rt = multi_thread();
     assert_eq!(
         rt.block_on(limiter.acquire_async()).unwrap_err(),
         Error::Overload
@@ -308,6 +241,8 @@ fn a_full_room_refuses_at_once_with_overload_counted() {
     every_unit_is_there(&limiter);
 }
 
+/// Issue 8: without a room (`max_waiters` 0, the default) the waiting calls
+/// fail fast like `try_acquire`.
 #[test]
 fn without_a_room_waiting_calls_fail_fast() {
     // The default `max_waiters` is 0: `acquire` is `try_acquire`.
@@ -320,7 +255,7 @@ fn without_a_room_waiting_calls_fail_fast() {
     );
     let held = limiter.try_acquire().unwrap();
     assert_eq!(limiter.acquire().unwrap_err(), Error::Overload);
-    let rt = runtime();
+    let rt = multi_thread();
     assert_eq!(
         rt.block_on(limiter.acquire_async()).unwrap_err(),
         Error::Overload
@@ -386,6 +321,8 @@ fn service_order(order: QueueOrder, capacity: usize, shards: usize, waiters: usi
     served
 }
 
+/// Issue 8: FIFO (and adaptive LIFO while the queue does not stand) serves
+/// the oldest waiter first.
 #[test]
 fn fifo_serves_the_oldest_waiter_first() {
     let oldest_first: Vec<usize> = (0..6).collect();
@@ -400,6 +337,8 @@ fn fifo_serves_the_oldest_waiter_first() {
     assert_eq!(service_order(never_standing, 1, 1, 6), oldest_first);
 }
 
+/// Issue 8: LIFO (and adaptive LIFO once the queue stands) serves the
+/// newest waiter first.
 #[test]
 fn lifo_serves_the_newest_waiter_first() {
     let newest_first: Vec<usize> = (0..6).rev().collect();
@@ -413,6 +352,8 @@ fn lifo_serves_the_newest_waiter_first() {
     assert_eq!(service_order(standing, 1, 1, 6), newest_first);
 }
 
+/// Issue 8: adaptive LIFO, once the queue stands, serves the newest and
+/// times out the waiters older than its target.
 #[test]
 fn adaptive_lifo_times_out_waiters_past_the_target_once_the_queue_stands() {
     // Standing at once, and every waiter is older than 1 ns by the time a
@@ -446,11 +387,13 @@ fn adaptive_lifo_times_out_waiters_past_the_target_once_the_queue_stands() {
     every_unit_is_there(&limiter);
 }
 
+/// Issue 8: async waiters dropped at every stage (timed out, lost a
+/// `select!`, queued, handed a unit) never leak a unit or a place.
 #[test]
 fn dropped_async_waiters_never_leak_a_unit() {
     let limiter = room(2, 2, 8, LONG, QueueOrder::Fifo);
     let mut held = fill(&limiter);
-    let rt = runtime();
+    let rt = multi_thread();
 
     // 1. `tokio::time::timeout` gives up on a queued waiter.
     let gave_up = rt.block_on(async {
@@ -521,11 +464,13 @@ fn dropped_async_waiters_never_leak_a_unit() {
     every_unit_is_there(&limiter);
 }
 
+/// Issue 8: `close` wakes blocked and async waiters with `Shutdown`; later
+/// callers are refused, never queued; held permits stay valid.
 #[test]
 fn close_wakes_blocked_and_async_waiters_with_shutdown() {
     let limiter = room(1, 2, 4, LONG, QueueOrder::Fifo);
     let held = fill(&limiter);
-    let rt = runtime();
+    let rt = multi_thread();
     let blocked: Vec<_> = (0..2)
         .map(|_| {
             let limiter = Arc::clone(&limiter);
@@ -566,6 +511,8 @@ fn close_wakes_blocked_and_async_waiters_with_shutdown() {
     assert_eq!(stats.rejected, 0);
 }
 
+/// Issue 8: `try_acquire` never waits, and a freed unit goes to the queued
+/// waiter, not to a `try_acquire` newcomer.
 #[test]
 fn try_acquire_never_waits_nor_jumps_the_queue() {
     let limiter = room(1, 1, 4, LONG, QueueOrder::Fifo);
@@ -601,194 +548,8 @@ fn try_acquire_never_waits_nor_jumps_the_queue() {
     every_unit_is_there(&limiter);
 }
 
-#[test]
-fn growing_the_capacity_admits_waiters_without_a_release() {
-    for shards in [1, 2, 4] {
-        let limiter = room(1, shards, 4, LONG, QueueOrder::Fifo);
-        let held = fill(&limiter);
-        let (admitted_tx, admitted_rx) = mpsc::channel();
-        let (release_tx, release_rx) = mpsc::channel::<()>();
-        let release_rx = Arc::new(std::sync::Mutex::new(release_rx));
-        let waiters: Vec<_> = (0..2)
-            .map(|k| {
-                let shared = Arc::clone(&limiter);
-                let admitted = admitted_tx.clone();
-                let release = Arc::clone(&release_rx);
-                let handle = thread::spawn(move || {
-                    let permit = shared.acquire().expect("admitted by the resize");
-                    admitted.send(k).unwrap();
-                    release.lock().unwrap().recv().unwrap();
-                    drop(permit);
-                });
-                until(|| limiter.waiting() == k + 1);
-                handle
-            })
-            .collect();
-        // One more unit: the oldest waiter has it when `set_capacity`
-        // returns (granted before the shards are un-gated).
-        limiter.set_capacity(2).unwrap();
-        assert_eq!(limiter.waiting(), 1);
-        assert_eq!(limiter.usage(), 2);
-        assert_eq!(admitted_rx.recv().unwrap(), 0);
-        assert_eq!(limiter.try_acquire().unwrap_err(), Error::Overload);
-        limiter.set_capacity(3).unwrap();
-        assert_eq!(admitted_rx.recv().unwrap(), 1);
-        assert_eq!((limiter.waiting(), limiter.usage()), (0, 3));
-        assert_eq!(limiter.available(), 0);
-        for _ in 0..2 {
-            release_tx.send(()).unwrap();
-        }
-        for waiter in waiters {
-            waiter.join().unwrap();
-        }
-        drop(held);
-        let stats = limiter.stats();
-        assert_eq!((stats.waited, stats.timed_out, stats.accepted), (2, 0, 3));
-        every_unit_is_there(&limiter);
-    }
-}
-
-#[test]
-fn growing_from_zero_admits_a_waiter() {
-    let limiter = room(2, 2, 1, LONG, QueueOrder::Fifo);
-    limiter.set_capacity(0).unwrap();
-    assert_eq!(limiter.try_acquire().unwrap_err(), Error::Overload);
-    let waiter = {
-        let limiter = Arc::clone(&limiter);
-        thread::spawn(move || limiter.acquire().map(drop))
-    };
-    until(|| limiter.waiting() == 1);
-    limiter.set_capacity(1).unwrap();
-    assert_eq!(waiter.join().unwrap(), Ok(()));
-    every_unit_is_there(&limiter);
-}
-
-/// Churners admit through `acquire` while the main thread resizes through
-/// `SIZES`; each admission checks that the permits held (an `active`
-/// counter, bumped while a permit is held, never above the usage) are
-/// within the capacity in force. A resize is bracketed by a generation
-/// counter (odd while it runs); an admission whose call began and whose
-/// check ran in one even generation was made under that generation's
-/// capacity, and `set_capacity`'s promise (once it has returned, nothing is
-/// admitted while `n` or more are held) bounds `active` by it, whatever
-/// was held before the shrink.
-#[test]
-fn shrinking_under_churn_never_admits_above_the_new_capacity() {
-    const START: usize = 6;
-    const SIZES: [usize; 8] = [2, 5, 1, 0, 3, 6, 1, 4];
-    const THREADS: usize = 6;
-    // Each resize waits for this many more finished attempts.
-    const STEP: usize = 300;
-    let limiter = room(
-        START,
-        2,
-        THREADS,
-        Duration::from_millis(5),
-        QueueOrder::Fifo,
-    );
-    let generation = Arc::new(AtomicUsize::new(0));
-    let capacity_in_force = Arc::new(AtomicUsize::new(START));
-    let active = Arc::new(AtomicUsize::new(0));
-    let attempts = Arc::new(AtomicUsize::new(0));
-    let checked = Arc::new(AtomicUsize::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let churners: Vec<_> = (0..THREADS)
-        .map(|_| {
-            let limiter = Arc::clone(&limiter);
-            let generation = Arc::clone(&generation);
-            let capacity_in_force = Arc::clone(&capacity_in_force);
-            let active = Arc::clone(&active);
-            let attempts = Arc::clone(&attempts);
-            let checked = Arc::clone(&checked);
-            let stop = Arc::clone(&stop);
-            thread::spawn(move || {
-                let mut outcomes = [0u64; 3]; // admitted, overload, timeout
-                while !stop.load(SeqCst) {
-                    let before = generation.load(SeqCst);
-                    let capacity = capacity_in_force.load(SeqCst);
-                    match limiter.acquire() {
-                        Ok(permit) => {
-                            let now = active.fetch_add(1, SeqCst) + 1;
-                            if before % 2 == 0 && generation.load(SeqCst) == before {
-                                assert!(now <= capacity, "{now} held under capacity {capacity}");
-                                checked.fetch_add(1, SeqCst);
-                            }
-                            thread::yield_now();
-                            active.fetch_sub(1, SeqCst);
-                            drop(permit);
-                            outcomes[0] += 1;
-                        }
-                        Err(Error::Overload) => outcomes[1] += 1,
-                        Err(Error::Timeout) => outcomes[2] += 1,
-                        Err(other) => panic!("{other}"),
-                    }
-                    attempts.fetch_add(1, SeqCst);
-                }
-                outcomes
-            })
-        })
-        .collect();
-    for &size in &SIZES {
-        let target = attempts.load(SeqCst) + STEP;
-        until(|| attempts.load(SeqCst) >= target);
-        generation.fetch_add(1, SeqCst);
-        limiter.set_capacity(size).unwrap();
-        capacity_in_force.store(size, SeqCst);
-        generation.fetch_add(1, SeqCst);
-        assert_eq!(limiter.capacity(), size);
-    }
-    let target = attempts.load(SeqCst) + STEP;
-    until(|| attempts.load(SeqCst) >= target);
-    stop.store(true, SeqCst);
-    let mut totals = [0u64; 3];
-    for churner in churners {
-        for (total, n) in totals.iter_mut().zip(churner.join().unwrap()) {
-            *total += n;
-        }
-    }
-    assert!(checked.load(SeqCst) > 0, "no admission was checked");
-    let stats = limiter.stats();
-    assert_eq!(stats.rejected, totals[1]);
-    assert_eq!(stats.timed_out, totals[2]);
-    assert_eq!(
-        totals.iter().sum::<u64>(),
-        attempts.load(SeqCst) as u64,
-        "every attempt resolved"
-    );
-    assert!(stats.accepted >= totals[0]);
-    assert_eq!(stats.completed, stats.accepted);
-    every_unit_is_there(&limiter);
-}
-
-#[test]
-fn available_follows_usage_and_capacity() {
-    let limiter = room(5, 2, 1, LONG, QueueOrder::Fifo);
-    assert_eq!(limiter.available(), 5);
-    let mut held: Vec<_> = (0..3)
-        .map(|_| limiter.try_acquire_owned().unwrap())
-        .collect();
-    assert_eq!(limiter.available(), 2);
-    limiter.set_capacity(10).unwrap();
-    assert_eq!(limiter.available(), 7);
-    // Three held above a capacity of 2: nothing available until repaid.
-    limiter.set_capacity(2).unwrap();
-    assert_eq!((limiter.capacity(), limiter.available()), (2, 0));
-    drop(held.pop());
-    assert_eq!(limiter.available(), 0);
-    drop(held.pop());
-    assert_eq!(limiter.available(), 1);
-    limiter.set_capacity(0).unwrap();
-    assert_eq!(limiter.available(), 0);
-    drop(held.pop());
-    assert_eq!((limiter.usage(), limiter.available()), (0, 0));
-    limiter.set_capacity(4).unwrap();
-    assert_eq!(limiter.available(), 4);
-    let one = limiter.try_acquire().unwrap();
-    assert_eq!(limiter.available(), 3);
-    drop(one);
-    every_unit_is_there(&limiter);
-}
-
+/// Issue 8: `max_waiters` past `MAX_WAITERS` and an adaptive LIFO target of
+/// zero are configuration errors naming their field.
 #[test]
 fn bad_waiting_config_names_the_field() {
     let err = Limiter::builder()
@@ -846,6 +607,7 @@ fn bad_waiting_config_names_the_field() {
     );
 }
 
+/// Issue 8: the waiting futures are `Send` (the owned one `'static`).
 #[test]
 fn waiting_futures_are_send() {
     fn send<T: Send>(_: &T) {}

@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use sidejob::{Handler, Jitter, ManualClock, Reason, RetryPolicy, Shepherd};
+
+use super::harness::PATIENCE;
+use crate::{Handler, Jitter, ManualClock, Reason, RetryPolicy, Shepherd};
 
 struct FailFirst {
     k: u32,
@@ -31,8 +33,6 @@ impl Handler for FailFirst {
         }
     }
 }
-
-const PATIENCE: Duration = Duration::from_secs(20);
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]

@@ -1,14 +1,18 @@
-//! Bounded waiting through the Pool and the Supervisor (issue 8): calls,
-//! casts and children wait for capacity under the builder's policy, the
-//! `try_` forms never do, deadlines cover the wait, a dropped async waiter
-//! leaves nothing behind, and shutdown wakes the waiters.
+//! Bounded waiting through the `Pool` (issue 8): calls and casts wait for
+//! capacity under the builder's policy, the `try_` forms never do,
+//! deadlines cover the wait, a dropped async waiter leaves nothing behind,
+//! shutdown wakes the waiters, a grown pool serves them. (The room itself
+//! is tested on the `Limiter`, `tests/limiter/waiting.rs`; the
+//! `Supervisor`'s waiting in `tests/supervisor/main.rs`.)
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use sidejob::{Error, Pool, Supervisor, Worker};
+use sidejob::{Error, Pool, Worker};
+
+use crate::common::{multi_thread, until};
 
 /// Calls echo; a cast blocks its worker until the test sends on the gate.
 struct Gated(Arc<Mutex<mpsc::Receiver<()>>>);
@@ -39,14 +43,8 @@ fn gated_pool(max_waiters: usize, max_wait: Duration) -> (Pool<Gated>, mpsc::Sen
     (pool, open)
 }
 
-/// Spins (yielding) until `cond` holds: the tests line threads up on the
-/// pool's own counters, never on sleeps.
-fn until(cond: impl Fn() -> bool) {
-    while !cond() {
-        thread::yield_now();
-    }
-}
-
+/// Issue 8: a `call` on a full pool waits in the room and is served when
+/// the unit frees.
 #[test]
 fn a_call_waits_for_the_unit_and_is_served_when_it_frees() {
     let (pool, open) = gated_pool(4, Duration::from_secs(60));
@@ -64,6 +62,8 @@ fn a_call_waits_for_the_unit_and_is_served_when_it_frees() {
     assert_eq!(pool.waiting(), 0);
 }
 
+/// Issue 8: past a full room, `call` and `cast` are refused at once with
+/// `Overload`; the `try_` forms never wait, even with room in the queue.
 #[test]
 fn past_the_waiting_room_overload_at_once_and_try_forms_never_wait() {
     let (pool, open) = gated_pool(1, Duration::from_secs(60));
@@ -86,6 +86,8 @@ fn past_the_waiting_room_overload_at_once_and_try_forms_never_wait() {
     assert_eq!(waiter.join().unwrap(), Ok(1));
 }
 
+/// Issue 8: `call_timeout`'s deadline covers the wait for capacity; a call
+/// that timed out there was never sent.
 #[test]
 fn call_timeout_covers_the_wait_for_capacity() {
     let (pool, open) = gated_pool(4, Duration::from_secs(60));
@@ -103,6 +105,7 @@ fn call_timeout_covers_the_wait_for_capacity() {
     assert_eq!(pool.stats().completed, 1);
 }
 
+/// Issue 8: `max_wait` bounds a blocking `call` or `cast`.
 #[test]
 fn max_wait_bounds_a_blocking_call() {
     let (pool, open) = gated_pool(4, Duration::from_millis(20));
@@ -113,14 +116,12 @@ fn max_wait_bounds_a_blocking_call() {
     open.send(()).unwrap();
 }
 
+/// Issue 8: `call_async` waits inside its future; one dropped while
+/// waiting leaves the queue, takes no unit, and never runs.
 #[test]
 fn call_async_waits_inside_its_future_and_a_dropped_one_leaves_nothing() {
     let (pool, open) = gated_pool(4, Duration::from_secs(60));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .unwrap();
+    let rt = multi_thread();
     pool.cast(()).unwrap();
     rt.block_on(async {
         // Given up while waiting: the queue is left, no unit leaks.
@@ -139,6 +140,7 @@ fn call_async_waits_inside_its_future_and_a_dropped_one_leaves_nothing() {
     assert_eq!(pool.stats().completed, 2);
 }
 
+/// Issue 8: `shutdown` wakes the waiting callers with `Shutdown`.
 #[test]
 fn shutdown_wakes_waiting_callers_with_shutdown() {
     let (pool, open) = gated_pool(4, Duration::from_secs(60));
@@ -163,6 +165,8 @@ fn shutdown_wakes_waiting_callers_with_shutdown() {
     assert_eq!(pool.usage(), 0);
 }
 
+/// Issue 8: growing the pool hands the new unit to a waiter, with no
+/// release.
 #[test]
 fn growing_the_pool_serves_its_waiters() {
     let (pool, open) = gated_pool(4, Duration::from_secs(60));
@@ -179,82 +183,4 @@ fn growing_the_pool_serves_its_waiters() {
     assert_eq!(pool.usage(), 2);
     open.send(()).unwrap();
     assert_eq!(caller.join().unwrap(), Ok(11));
-}
-
-#[test]
-fn supervisor_reserve_waits_and_try_reserve_does_not() {
-    let sup = Supervisor::builder()
-        .capacity(1)
-        .max_waiters(2)
-        .max_wait(Duration::from_secs(60))
-        .build()
-        .unwrap();
-    let first = sup.reserve().unwrap();
-    assert_eq!(sup.try_reserve().unwrap_err(), Error::Overload);
-    let waiter = {
-        let sup = sup.clone();
-        thread::spawn(move || sup.reserve().map(|guard| guard.id()))
-    };
-    until(|| sup.waiting() == 1);
-    drop(first);
-    let id = waiter.join().unwrap().unwrap();
-    // The waiter's guard was dropped with its thread: no child left.
-    assert_eq!(sup.count(), 0);
-    assert_eq!(id.shard(), 0);
-    assert_eq!(sup.stats().waited, 1);
-}
-
-#[test]
-fn supervisor_spawn_waits_for_a_child_to_end() {
-    let sup = Supervisor::builder()
-        .capacity(1)
-        .shards(1)
-        .max_waiters(1)
-        .max_wait(Duration::from_secs(60))
-        .build()
-        .unwrap();
-    let (go, gate) = mpsc::channel::<()>();
-    let first = sup.spawn(move || gate.recv().unwrap()).unwrap();
-    let second = {
-        let sup = sup.clone();
-        thread::spawn(move || sup.spawn(|| 2).unwrap().join().unwrap())
-    };
-    until(|| sup.waiting() == 1);
-    go.send(()).unwrap();
-    first.join().unwrap();
-    assert_eq!(second.join().unwrap(), 2);
-    assert!(sup.wait_idle(Duration::from_secs(60)));
-}
-
-#[test]
-fn supervisor_close_wakes_async_and_blocking_waiters() {
-    let sup = Supervisor::builder()
-        .capacity(1)
-        .max_waiters(4)
-        .max_wait(Duration::from_secs(60))
-        .build()
-        .unwrap();
-    let held = sup.reserve().unwrap();
-    let blocking = {
-        let sup = sup.clone();
-        thread::spawn(move || sup.reserve().map(drop))
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let result = rt.block_on(async {
-        let waiting = async { sup.reserve_async().await.map(drop) };
-        let closing = async {
-            // `join!` polls the async waiter first, so it is queued by now;
-            // wait for the blocking one too, then close.
-            until(|| sup.waiting() == 2);
-            sup.close();
-        };
-        tokio::join!(waiting, closing).0
-    });
-    assert_eq!(result, Err(Error::Shutdown));
-    assert_eq!(blocking.join().unwrap(), Err(Error::Shutdown));
-    assert_eq!(sup.waiting(), 0);
-    drop(held);
-    assert_eq!(sup.count(), 0);
 }
