@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::PrometheusBuilder;
-use sidejob::{Limiter, Reporter};
+use sidejob::observe::Reporter;
+use sidejob::Limiter;
 
 const ITERS: u64 = 2_000_000;
 const ROUNDS: usize = 9;

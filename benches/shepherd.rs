@@ -21,7 +21,8 @@ use common::{
     time_loop, FRESH_RUNS,
 };
 use crossbeam_channel::{bounded, unbounded};
-use sidejob::{Completion, Handler, ManualClock, Pool, RetryPolicy, Shepherd, Worker};
+use sidejob::shepherd::{Completion, Handler, ManualClock, RetryPolicy, Shepherd};
+use sidejob::{Pool, Worker};
 
 /// A little work per operation, the same for every contender.
 fn work(n: u64, rounds: u32) -> u64 {

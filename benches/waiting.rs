@@ -606,7 +606,7 @@ fn leaving_table() {
     println!(
         "6. leaving the room: ns per waiter dropped, best of 3 (newest first / oldest first):"
     );
-    for n in [1_000, 100_000, sidejob::MAX_WAITERS] {
+    for n in [1_000, 100_000, sidejob::LimiterBuilder::MAX_WAITERS] {
         let rounds = if n > 100_000 { 1 } else { 3 };
         let ns = best_of(
             rounds,

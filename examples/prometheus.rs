@@ -21,8 +21,9 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusBuilder;
+use sidejob::observe::{Alarm, AlarmState, Reporter, Watched};
 use sidejob::tower::LimitLayer;
-use sidejob::{Alarm, AlarmState, Error, Limiter, Reporter, Watched};
+use sidejob::{Error, Limiter};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -60,10 +60,13 @@ pub enum Error {
     /// A child could not be started, and the unit it had been admitted on
     /// was released (or none was taken). From
     /// [`Supervisor::spawn`](crate::Supervisor::spawn): the operating system
-    /// refused the thread, and this carries the OS error's kind. From
-    /// `Supervisor::spawn_task` (feature `tokio`): there is no current tokio
-    /// runtime, [`io::ErrorKind::NotFound`].
+    /// refused the thread, and this carries the OS error's kind.
     Spawn(io::ErrorKind),
+    /// There is no tokio runtime to run the task on: `Supervisor::spawn_task`
+    /// and its siblings (feature `tokio`) were called outside a runtime
+    /// (where `tokio::spawn` would panic). Nothing was admitted; name a
+    /// runtime with `spawn_task_on`.
+    NoRuntime,
     /// A pool's worker called its own pool, and the only worker that could
     /// serve the call was the caller itself: waiting would never end.
     /// Nothing was admitted or counted (not a rejection in the
@@ -142,7 +145,7 @@ pub enum Error {
     /// let refused = sup.try_reserve_keyed(&"workflow-7").unwrap_err();
     /// assert_eq!(refused, Error::KeyBusy);
     /// assert!(refused.is_key_busy());
-    /// assert_eq!(refused.to_string(), "the key already has its limit of live children");
+    /// assert_eq!(refused.to_string(), "the key already has as many at once as it may");
     /// assert!(sup.try_reserve_keyed(&"workflow-8").is_ok()); // other keys run
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -189,8 +192,9 @@ impl fmt::Display for Error {
             Error::Shutdown => f.write_str("shut down"),
             Error::WorkerPanicked => f.write_str("the worker panicked handling the request"),
             Error::Spawn(kind) => write!(f, "could not start the child: {kind}"),
+            Error::NoRuntime => f.write_str("no tokio runtime to spawn the task on"),
             Error::CallingSelf => f.write_str("the call would wait for the calling worker itself"),
-            Error::KeyBusy => f.write_str("the key already has its limit of live children"),
+            Error::KeyBusy => f.write_str("the key already has as many at once as it may"),
         }
     }
 }
@@ -392,8 +396,8 @@ impl<T> From<TryCallError<T>> for Error {
 /// Returned by every `build()` ([`LimiterBuilder`](crate::LimiterBuilder),
 /// [`PoolBuilder`](crate::PoolBuilder),
 /// [`SupervisorBuilder`](crate::SupervisorBuilder),
-/// [`ReporterBuilder`](crate::ReporterBuilder),
-/// [`AlarmBuilder`](crate::AlarmBuilder)) and by the `new`
+/// [`ReporterBuilder`](crate::observe::ReporterBuilder),
+/// [`AlarmBuilder`](crate::observe::AlarmBuilder)) and by the `new`
 /// shorthands. Its message names the field and the rule it broke;
 /// [`ConfigError::field`] gives the field alone.
 ///

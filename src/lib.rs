@@ -86,7 +86,7 @@
 //! | requests to stateful workers (gen_server style) whose handlers block or compute | [`Pool`] | a `call` or `cast` | the worker has *finished* handling it |
 //! | requests to stateful workers whose handlers await I/O (feature `tokio`) | `AsyncPool`, from [`PoolBuilder::build_async`](PoolBuilder) | a `call_async` or `cast` | the worker has *finished* handling it |
 //! | spawned children: threads, tokio tasks, anything | [`Supervisor`] | a [`Child`], [`ChildGuard`] or `Task` | the child ends, normally or by panic |
-//! | idempotent operations that may fail, retried and delayed on one worker per resource | [`Shepherd`] | an operation, from `submit` | its final outcome, after every retry |
+//! | idempotent operations that may fail, retried and delayed on one worker per resource | [`Shepherd`](shepherd::Shepherd) | an operation, from `submit` | its final outcome, after every retry |
 //! | an HTTP or gRPC route (feature `tower`) | `tower::LimitLayer` over a [`Limiter`] | a request | its response is ready |
 //!
 //! More in [`guide::choosing`].
@@ -238,11 +238,11 @@
 //!   or (`LimitLayer::waiting`) waiting in the limiter's waiting room, and
 //!   answers refusals with an error or a response of yours (`429` when the
 //!   room is full, `503` after `max_wait`).
-//! * `metrics`: a [`Reporter`] also exports the [`Stats`] through the
+//! * `metrics`: a [`Reporter`](observe::Reporter) also exports the [`Stats`] through the
 //!   [`metrics`](https://docs.rs/metrics) facade (`sidejob_in_flight`,
 //!   `sidejob_rejected_total`, `sidejob_waiting`, ...; names in
 //!   `sidejob::metrics`), for any exporter. Without it, a reporter only
-//!   feeds its health [`Alarm`]s.
+//!   feeds its health [`Alarm`](observe::Alarm)s.
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -311,7 +311,7 @@ mod limiter;
 #[doc(hidden)]
 pub mod loom_api;
 mod pool;
-mod shepherd;
+pub mod shepherd;
 mod stats;
 mod supervisor;
 mod sync;
@@ -326,25 +326,15 @@ pub use integrations::metrics;
 pub use integrations::tower;
 
 pub use engine::probe::Probe;
-pub use engine::threads::{DEFAULT_SPIN_WAIT, MAX_SPIN_WAIT, MAX_WORKERS};
-pub use engine::waiters::{QueueOrder, DEFAULT_MAX_WAIT, MAX_WAITERS};
+pub use engine::waiters::QueueOrder;
 pub use error::{ConfigError, Error, Refused, TryCallError};
-pub use integrations::health::{Alarm, AlarmBuilder, AlarmEvent, AlarmState, Watched};
-pub use integrations::reporter::{
-    Observe, Reporter, ReporterBuilder, ReporterHandle, DEFAULT_INTERVAL,
-};
+pub use integrations::observe;
 pub use limiter::{Limiter, LimiterBuilder, OwnedPermit, Permit};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-pub use pool::asynchronous::{
-    worker::AsyncWorker, AsyncPool, WeakAsyncPool, MAX_DEFAULT_ASYNC_WORKERS,
-};
+pub use pool::asynchronous::{worker::AsyncWorker, AsyncPool, WeakAsyncPool};
 pub use pool::worker::Worker;
 pub use pool::{KeyedMode, Pool, PoolBuilder, WeakPool};
-pub use shepherd::{
-    Completion, Failure, Handler, Jitter, LastAttempt, ManualClock, Reason, Recovery, RetryBudget,
-    RetryPolicy, Shepherd, ShepherdBuilder, ShepherdStats, UnitRelease,
-};
 pub use stats::{Rates, ShardStats, Stats};
 #[cfg(feature = "tokio")]
 pub use supervisor::Task;

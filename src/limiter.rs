@@ -520,6 +520,19 @@ pub struct LimiterBuilder {
     policy: Policy,
 }
 
+/// The builder's limits and defaults.
+impl LimiterBuilder {
+    /// How long one waiter may wait unless [`max_wait`](Self::max_wait)
+    /// says otherwise: 1 s.
+    pub const DEFAULT_MAX_WAIT: std::time::Duration = crate::engine::waiters::DEFAULT_MAX_WAIT;
+
+    /// The most [`max_waiters`](Self::max_waiters) accepted: far beyond any sensible queue. Every
+    /// way of leaving the queue (a grant, a timeout, a dropped future) is O(1)
+    /// whatever the queue's length; only the deadline watcher's ring walks it,
+    /// once per ring, on its own thread.
+    pub const MAX_WAITERS: usize = crate::engine::waiters::MAX_WAITERS;
+}
+
 impl LimiterBuilder {
     /// How many permits may be out at once. Required; at least 1.
     pub fn capacity(&mut self, capacity: usize) -> &mut Self {
@@ -545,7 +558,7 @@ impl LimiterBuilder {
     /// wait for a permit when every shard is full; past that they get
     /// `Overload` at once. Defaults to 0: no waiting, fail fast.
     /// [`try_acquire`](Limiter::try_acquire) never waits. At most
-    /// [`MAX_WAITERS`](crate::MAX_WAITERS).
+    /// [`MAX_WAITERS`](crate::LimiterBuilder::MAX_WAITERS).
     pub fn max_waiters(&mut self, waiters: usize) -> &mut Self {
         self.policy.max_waiters = waiters;
         self
@@ -553,7 +566,7 @@ impl LimiterBuilder {
 
     /// How long one caller may wait for a permit before it gets
     /// [`Error::Timeout`]. Defaults to
-    /// [`DEFAULT_MAX_WAIT`](crate::DEFAULT_MAX_WAIT) (1 s);
+    /// [`DEFAULT_MAX_WAIT`](crate::LimiterBuilder::DEFAULT_MAX_WAIT) (1 s);
     /// `Duration::MAX` waits as long as it takes.
     pub fn max_wait(&mut self, wait: std::time::Duration) -> &mut Self {
         self.policy.max_wait = wait;
@@ -573,7 +586,7 @@ impl LimiterBuilder {
     ///
     /// [`ConfigError`] naming the field when `capacity` is unset, 0 or too
     /// large, `shards` is 0 or too large, `max_waiters` is above
-    /// [`MAX_WAITERS`](crate::MAX_WAITERS), or an adaptive `queue_order`
+    /// [`MAX_WAITERS`](crate::LimiterBuilder::MAX_WAITERS), or an adaptive `queue_order`
     /// has a zero target.
     pub fn build(&self) -> Result<Limiter, ConfigError> {
         let capacity = self.capacity.ok_or(ConfigError::missing("capacity"))?;

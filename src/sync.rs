@@ -23,7 +23,7 @@ pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, O
 /// (`Limiter::try_acquire_owned` takes `Arc<Limiter>`), and loom only needs
 /// it for leak checks that our models do not rely on. `Weak` goes with it
 /// (a [`WeakPool`](crate::WeakPool) holds one, and a
-/// [`Reporter`](crate::Reporter) holds its front-end through one, so it
+/// [`Reporter`](crate::observe::Reporter) holds its front-end through one, so it
 /// never keeps it alive).
 pub(crate) use std::sync::{Arc, Weak};
 

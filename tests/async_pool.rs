@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use sidejob::{AsyncPool, AsyncWorker, Error, Pool, Reporter, WeakAsyncPool};
+use sidejob::observe::Reporter;
+use sidejob::{AsyncPool, AsyncWorker, Error, Pool, WeakAsyncPool};
 use tokio::sync::{mpsc, Notify};
 
 mod common;
@@ -541,7 +542,10 @@ fn bad_configuration_is_a_config_error_naming_the_field() {
         .capacity(10_000)
         .build_async(|_| Sink)
         .unwrap();
-    assert_eq!(large.workers(), sidejob::MAX_DEFAULT_ASYNC_WORKERS);
+    assert_eq!(
+        large.workers(),
+        sidejob::PoolBuilder::MAX_DEFAULT_ASYNC_WORKERS
+    );
     // On a named runtime, from outside it.
     drop(_guard);
     let named = Pool::builder()

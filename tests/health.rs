@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::task::Context;
 use std::time::{Duration, Instant};
 
-use sidejob::{Alarm, AlarmEvent, AlarmState, Limiter, Reporter, Watched};
+use sidejob::observe::{Alarm, AlarmEvent, AlarmState, Reporter, Watched};
+use sidejob::Limiter;
 
 mod common;
 use common::noop_waker;

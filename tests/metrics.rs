@@ -10,10 +10,9 @@ use std::time::{Duration, Instant};
 use metrics::{SharedString, Unit};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::{CompositeKey, MetricKind};
-use sidejob::{
-    Alarm, Error, Handler, Limiter, Pool, Reporter, RetryPolicy, Shepherd, Stats, Supervisor,
-    Worker,
-};
+use sidejob::observe::{Alarm, Reporter};
+use sidejob::shepherd::{Handler, RetryPolicy, Shepherd};
+use sidejob::{Error, Limiter, Pool, Stats, Supervisor, Worker};
 
 mod common;
 use common::noop_waker;

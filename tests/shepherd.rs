@@ -9,10 +9,12 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use sidejob::{
-    Alarm, Completion, Error, Failure, Handler, Jitter, LastAttempt, ManualClock, Reason, Recovery,
-    RetryBudget, RetryPolicy, Shepherd, UnitRelease,
+use sidejob::observe::Alarm;
+use sidejob::shepherd::{
+    Completion, Failure, Handler, Jitter, LastAttempt, ManualClock, Reason, Recovery, RetryBudget,
+    RetryPolicy, Shepherd, UnitRelease,
 };
+use sidejob::Error;
 
 mod common;
 use common::{current_thread, poll_once};
@@ -847,7 +849,7 @@ fn auto_traits() {
 
 #[test]
 fn bad_configuration_names_the_field() {
-    let field = |builder: &mut sidejob::ShepherdBuilder| {
+    let field = |builder: &mut sidejob::shepherd::ShepherdBuilder| {
         builder
             .build(|_| Panicky { panic_on: vec![] })
             .unwrap_err()

@@ -12,7 +12,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 
-use sidejob::{Completion, Failure, Handler, RetryPolicy, Shepherd};
+use sidejob::shepherd::{Completion, Failure, Handler, RetryPolicy, Shepherd};
 
 const THREADS: usize = 4;
 const PER_THREAD: usize = 300;

@@ -9,9 +9,9 @@ use crate::error::ConfigError;
 
 /// How long a waiting caller or an idle worker polls before parking, unless
 /// the builder's `spin_wait` ([`PoolBuilder::spin_wait`](crate::PoolBuilder::spin_wait),
-/// [`ShepherdBuilder::spin_wait`](crate::ShepherdBuilder::spin_wait)) says
+/// [`ShepherdBuilder::spin_wait`](crate::shepherd::ShepherdBuilder::spin_wait)) says
 /// otherwise.
-pub const DEFAULT_SPIN_WAIT: Duration = Duration::from_micros(50);
+pub(crate) const DEFAULT_SPIN_WAIT: Duration = Duration::from_micros(50);
 
 /// The longest `spin_wait` a pool or a shepherd accepts: 10 ms.
 ///
@@ -22,10 +22,10 @@ pub const DEFAULT_SPIN_WAIT: Duration = Duration::from_micros(50);
 /// burning a core per worker (with `Duration::MAX`, forever). 10 ms leaves
 /// two orders of magnitude of room for experiments above the default and
 /// bounds the cost of a mistake to one tick's worth of CPU per request.
-pub const MAX_SPIN_WAIT: Duration = Duration::from_millis(10);
+pub(crate) const MAX_SPIN_WAIT: Duration = Duration::from_millis(10);
 
 /// The most worker threads a thread pool ([`PoolBuilder::workers`](crate::PoolBuilder::workers)) or a
-/// [`Shepherd`](crate::Shepherd) ([`ShepherdBuilder::workers`](crate::ShepherdBuilder::workers))
+/// [`Shepherd`](crate::shepherd::Shepherd) ([`ShepherdBuilder::workers`](crate::shepherd::ShepherdBuilder::workers))
 /// runs: 4096. Their builders refuse more with a [`ConfigError`] naming
 /// `workers`, before starting any thread. An async pool's workers are
 /// tasks, not threads: this does not limit them.
@@ -46,7 +46,7 @@ pub const MAX_SPIN_WAIT: Duration = Duration::from_millis(10);
 /// this crate is for: a thread pool's workers run blocking or CPU-bound
 /// handlers and are sized to the cores (one per shard); for thousands of
 /// I/O-bound handlers, use an async pool, whose workers are tasks.
-pub const MAX_WORKERS: usize = 4096;
+pub(crate) const MAX_WORKERS: usize = 4096;
 
 /// A builder's `workers` setting, checked: the number of CPUs when unset
 /// (capped at [`MAX_WORKERS`], so a default is never refused). Checked

@@ -4,7 +4,7 @@
 //! The seed case is the shepherd's queue: it "must routinely drop below the
 //! number of workers, and alarms can be set to detect when the count
 //! remains above that threshold for too long". An alarm is a small state
-//! machine fed samples by a [`Reporter`](crate::Reporter) on its tick (never
+//! machine fed samples by a [`Reporter`](crate::observe::Reporter) on its tick (never
 //! by the admission path), each with the time it was taken. Time only comes
 //! in through [`Alarm::observe`]'s `now`, so tests drive an alarm with
 //! instants they make up, and the reporter is the one place that reads the
@@ -48,7 +48,7 @@ pub enum Watched {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use sidejob::{Alarm, Watched};
+    /// use sidejob::observe::{Alarm, Watched};
     ///
     /// let alarm = Alarm::builder()
     ///     .watch(Watched::Waiting)
@@ -99,8 +99,8 @@ type Callback = Arc<dyn Fn(&AlarmEvent) + Send + Sync>;
 /// cleared when it stays at or below it for `clear_after` (0 by default:
 /// the first sample back down clears it).
 ///
-/// Attach it to a [`Reporter`](crate::Reporter) with
-/// [`ReporterBuilder::alarm`](crate::ReporterBuilder::alarm): on every tick
+/// Attach it to a [`Reporter`](crate::observe::Reporter) with
+/// [`ReporterBuilder::alarm`](crate::observe::ReporterBuilder::alarm): on every tick
 /// the reporter feeds it the figure, and with the `metrics` feature
 /// publishes its state as the gauge `sidejob_alarm{name, kind, alarm}`.
 /// Each change calls the callback (on the reporter's thread: keep it
@@ -113,7 +113,7 @@ type Callback = Arc<dyn Fn(&AlarmEvent) + Send + Sync>;
 ///
 /// ```
 /// use std::time::{Duration, Instant};
-/// use sidejob::{Alarm, AlarmState};
+/// use sidejob::observe::{Alarm, AlarmState};
 ///
 /// let alarm = Alarm::builder()
 ///     .name("busy")
@@ -174,7 +174,7 @@ impl Alarm {
     ///
     /// ```
     /// # use std::time::{Duration, Instant};
-    /// # use sidejob::Alarm;
+    /// # use sidejob::observe::Alarm;
     /// let alarm = Alarm::builder().threshold(0).raise_after(Duration::ZERO).build()?;
     /// let now = Instant::now();
     /// assert!(alarm.observe(1, now).is_some()); // raise_after 0: at once
@@ -287,7 +287,7 @@ fn step(
 impl<H: Handler> Shepherd<H> {
     /// Feeds `alarm` the [`due`](Self::due) count, at the shepherd's clock
     /// time; the change it caused, if any. Call it on a timer (a
-    /// [`Reporter`](crate::Reporter) feeds only the [`Stats`](crate::Stats)
+    /// [`Reporter`](crate::observe::Reporter) feeds only the [`Stats`](crate::Stats)
     /// figures; this is the shepherd's own). See the example on
     /// [`Shepherd`].
     pub fn observe_due(&self, alarm: &Alarm) -> Option<AlarmEvent> {
@@ -318,7 +318,7 @@ impl fmt::Debug for Alarm {
 ///
 /// ```
 /// use std::time::Duration;
-/// use sidejob::{Alarm, AlarmState};
+/// use sidejob::observe::{Alarm, AlarmState};
 ///
 /// let workers = 8;
 /// let alarm = Alarm::builder()

@@ -1,5 +1,5 @@
 //! The metric names and the cached `metrics` handles a
-//! [`Reporter`](crate::Reporter) exports a front-end's [`Stats`] through.
+//! [`Reporter`](crate::observe::Reporter) exports a front-end's [`Stats`] through.
 //!
 //! Nothing here runs on the admission path. The table already counts
 //! everything exactly, per shard (`stats.rs`); a reporter reads a
@@ -17,7 +17,7 @@
 //! Prometheus way, and a burst between two scrapes still shows in
 //! [`WAITED`] and [`TIMED_OUT`]. Every series carries the
 //! labels `name` (the front-end's name) and `kind` (`limiter`, `pool`,
-//! `async_pool`, `supervisor` or `shepherd`). A [`Shepherd`](crate::Shepherd) also
+//! `async_pool`, `supervisor` or `shepherd`). A [`Shepherd`](crate::shepherd::Shepherd) also
 //! exports its own figures ([`ShepherdStats`]) under `sidejob_shepherd_*`.
 
 use ::metrics::{Counter, Gauge, Histogram, Label, Unit};
@@ -56,7 +56,7 @@ pub const WAITED_SECONDS: &str = "sidejob_waited_seconds_total";
 /// Histogram: seconds from admission to release, where recorded (the
 /// tower layer's [`record_time`](crate::tower::LimitLayer::record_time)).
 pub const TIME_IN_POOL: &str = "sidejob_time_in_pool_seconds";
-/// Gauge: 1 while an [`Alarm`](crate::Alarm) is raised, else 0; labelled
+/// Gauge: 1 while an [`Alarm`](crate::observe::Alarm) is raised, else 0; labelled
 /// also with `alarm`, the alarm's name.
 pub const ALARM: &str = "sidejob_alarm";
 

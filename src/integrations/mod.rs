@@ -5,6 +5,7 @@
 pub(crate) mod health;
 #[cfg(feature = "metrics")]
 pub mod metrics;
+pub mod observe;
 pub(crate) mod reporter;
 #[cfg(feature = "tower")]
 pub mod tower;

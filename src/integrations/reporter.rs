@@ -1,5 +1,5 @@
 //! [`Reporter`]: reads a front-end's [`Stats`] (and a shepherd's
-//! [`ShepherdStats`](crate::ShepherdStats)) on a tick, exports them as metrics (feature
+//! [`ShepherdStats`](crate::shepherd::ShepherdStats)) on a tick, exports them as metrics (feature
 //! `metrics`) and feeds its health [`Alarm`]s, off the admission path.
 //!
 //! A reporter holds its front-end weakly: it never keeps a limiter, pool,
@@ -23,7 +23,7 @@ use crate::supervisor::Supervisor;
 use crate::sync::{now, os_thread, Arc, Condvar, Mutex, Weak};
 
 /// How often a reporter ticks unless told otherwise: every second.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 
 mod sealed {
     use crate::shepherd::ShepherdStats;
@@ -172,20 +172,20 @@ impl<H: Handler> Observe for Shepherd<H> {}
 /// | `sidejob_waited_seconds_total` | gauge (only grows) | [`Stats::waited_time`], in seconds |
 /// | `sidejob_alarm` (+ label `alarm`) | gauge | 1 while an alarm is raised |
 ///
-/// and for a [`Shepherd`], its own figures ([`ShepherdStats`](crate::ShepherdStats)) as well:
+/// and for a [`Shepherd`], its own figures ([`ShepherdStats`](crate::shepherd::ShepherdStats)) as well:
 ///
 /// | series | type | from |
 /// |---|---|---|
-/// | `sidejob_shepherd_due` | gauge | [`ShepherdStats::due`](crate::ShepherdStats::due) |
-/// | `sidejob_shepherd_delayed` | gauge | [`ShepherdStats::delayed`](crate::ShepherdStats::delayed) |
-/// | `sidejob_shepherd_running` | gauge | [`ShepherdStats::running`](crate::ShepherdStats::running) |
-/// | `sidejob_shepherd_busy_workers` | gauge | [`ShepherdStats::busy`](crate::ShepherdStats::busy) |
-/// | `sidejob_shepherd_idle_workers` | gauge | [`ShepherdStats::idle`](crate::ShepherdStats::idle) |
-/// | `sidejob_shepherd_attempts_total` | counter | [`ShepherdStats::attempts`](crate::ShepherdStats::attempts) |
-/// | `sidejob_shepherd_retries_total` | counter | [`ShepherdStats::retries`](crate::ShepherdStats::retries) |
-/// | `sidejob_shepherd_failures_total` | counter | [`ShepherdStats::failed`](crate::ShepherdStats::failed) (final failures) |
-/// | `sidejob_shepherd_processed_total` | counter | [`ShepherdStats::processed`](crate::ShepherdStats::processed) |
-/// | `sidejob_shepherd_processing_seconds_total` | gauge (only grows) | [`ShepherdStats::processing_time`](crate::ShepherdStats::processing_time), in seconds |
+/// | `sidejob_shepherd_due` | gauge | [`ShepherdStats::due`](crate::shepherd::ShepherdStats::due) |
+/// | `sidejob_shepherd_delayed` | gauge | [`ShepherdStats::delayed`](crate::shepherd::ShepherdStats::delayed) |
+/// | `sidejob_shepherd_running` | gauge | [`ShepherdStats::running`](crate::shepherd::ShepherdStats::running) |
+/// | `sidejob_shepherd_busy_workers` | gauge | [`ShepherdStats::busy`](crate::shepherd::ShepherdStats::busy) |
+/// | `sidejob_shepherd_idle_workers` | gauge | [`ShepherdStats::idle`](crate::shepherd::ShepherdStats::idle) |
+/// | `sidejob_shepherd_attempts_total` | counter | [`ShepherdStats::attempts`](crate::shepherd::ShepherdStats::attempts) |
+/// | `sidejob_shepherd_retries_total` | counter | [`ShepherdStats::retries`](crate::shepherd::ShepherdStats::retries) |
+/// | `sidejob_shepherd_failures_total` | counter | [`ShepherdStats::failed`](crate::shepherd::ShepherdStats::failed) (final failures) |
+/// | `sidejob_shepherd_processed_total` | counter | [`ShepherdStats::processed`](crate::shepherd::ShepherdStats::processed) |
+/// | `sidejob_shepherd_processing_seconds_total` | gauge (only grows) | [`ShepherdStats::processing_time`](crate::shepherd::ShepherdStats::processing_time), in seconds |
 ///
 /// The handles are registered when the reporter is built, with the
 /// recorder installed then: install your exporter first. (The seconds
@@ -205,7 +205,8 @@ impl<H: Handler> Observe for Shepherd<H> {}
 /// ```
 /// use std::sync::Arc;
 /// use std::time::Instant;
-/// use sidejob::{Limiter, Reporter};
+/// use sidejob::Limiter;
+/// use sidejob::observe::Reporter;
 ///
 /// let limiter = Arc::new(Limiter::new(4)?);
 /// let mut reporter = Reporter::builder().name("api").build(&limiter)?;
@@ -223,7 +224,8 @@ impl<H: Handler> Observe for Shepherd<H> {}
 ///
 /// ```
 /// use std::time::Duration;
-/// use sidejob::{Reporter, Supervisor};
+/// use sidejob::Supervisor;
+/// use sidejob::observe::Reporter;
 ///
 /// let sup = Supervisor::new(8)?;
 /// let handle = Reporter::builder()
@@ -465,7 +467,8 @@ impl fmt::Debug for ReporterHandle {
 ///
 /// ```
 /// use std::time::Duration;
-/// use sidejob::{Alarm, Reporter, Supervisor};
+/// use sidejob::Supervisor;
+/// use sidejob::observe::{Alarm, Reporter};
 ///
 /// let sup = Supervisor::builder().name("fsm").capacity(16).build()?;
 /// let busy = Alarm::builder().threshold(12).raise_after(Duration::from_secs(30)).build()?;
@@ -488,6 +491,13 @@ pub struct ReporterBuilder {
     export_metrics: bool,
 }
 
+/// The builder's defaults.
+impl ReporterBuilder {
+    /// How often a reporter ticks unless [`interval`](Self::interval) says
+    /// otherwise: every second.
+    pub const DEFAULT_INTERVAL: Duration = DEFAULT_INTERVAL;
+}
+
 impl Default for ReporterBuilder {
     fn default() -> Self {
         ReporterBuilder {
@@ -501,7 +511,7 @@ impl Default for ReporterBuilder {
 }
 
 impl ReporterBuilder {
-    /// How often a spawned reporter ticks; [`DEFAULT_INTERVAL`] (a second)
+    /// How often a spawned reporter ticks; [`DEFAULT_INTERVAL`](Self::DEFAULT_INTERVAL) (a second)
     /// by default. Must not be zero ([`build`](Self::build) refuses it).
     ///
     /// An interval that reaches past the end of the clock's range
@@ -514,7 +524,7 @@ impl ReporterBuilder {
     /// ```
     /// use std::time::Duration;
     /// use sidejob::Supervisor;
-    /// # use sidejob::Reporter;
+    /// # use sidejob::observe::Reporter;
     ///
     /// let sup = Supervisor::new(8)?;
     /// let err = Reporter::builder().interval(Duration::ZERO).build(&sup).unwrap_err();

@@ -56,6 +56,80 @@ pub struct PoolBuilder {
     max_queued_per_key: Option<usize>,
 }
 
+/// The builder's limits and defaults.
+impl PoolBuilder {
+    /// The most worker threads a thread pool ([`PoolBuilder::workers`](crate::PoolBuilder::workers)) or a
+    /// [`Shepherd`](crate::shepherd::Shepherd) ([`ShepherdBuilder::workers`](crate::shepherd::ShepherdBuilder::workers))
+    /// runs: 4096. Their builders refuse more with a [`ConfigError`] naming
+    /// `workers`, before starting any thread. An async pool's workers are
+    /// tasks, not threads: this does not limit them.
+    ///
+    /// Why a limit at all: past a number of threads the OS will not give, std
+    /// does not always return an error, it can abort the process. Each thread
+    /// costs four memory mappings (its stack and guard page, and the signal
+    /// stack std sets up for it with its own guard page), and Linux allows a
+    /// process 65,530 (`vm.max_map_count`). The signal stack is mapped by the
+    /// new thread itself once it runs, after `spawn` returned `Ok`; when that
+    /// fails, std panics where it cannot unwind, and the process aborts
+    /// (measured: a program starting 20,000 threads aborts at about 16,370).
+    ///
+    /// Why 4096: that many threads take 16,384 mappings, a quarter of Linux's
+    /// default, leaving the rest to the heap, the libraries and the program's
+    /// other threads and pools; they also reserve 8 GiB of address space at
+    /// std's 2 MiB stacks. And a pool of thousands of OS threads is not what
+    /// this crate is for: a thread pool's workers run blocking or CPU-bound
+    /// handlers and are sized to the cores (one per shard); for thousands of
+    /// I/O-bound handlers, use an async pool, whose workers are tasks.
+    pub const MAX_WORKERS: usize = crate::engine::threads::MAX_WORKERS;
+
+    /// How long a waiting caller or an idle worker polls before parking, unless
+    /// the builder's `spin_wait` ([`PoolBuilder::spin_wait`](crate::PoolBuilder::spin_wait),
+    /// [`ShepherdBuilder::spin_wait`](crate::shepherd::ShepherdBuilder::spin_wait)) says
+    /// otherwise.
+    pub const DEFAULT_SPIN_WAIT: Duration = crate::engine::threads::DEFAULT_SPIN_WAIT;
+
+    /// The longest `spin_wait` a pool or a shepherd accepts: 10 ms.
+    ///
+    /// Spinning only pays while it is shorter than parking and being woken (a
+    /// futex round trip, 5–40 µs); past a millisecond or so it buys nothing.
+    /// Every worker spins this long after each request before it parks, and so
+    /// does every waiting caller: a budget much larger would keep an idle pool
+    /// burning a core per worker (with `Duration::MAX`, forever). 10 ms leaves
+    /// two orders of magnitude of room for experiments above the default and
+    /// bounds the cost of a mistake to one tick's worth of CPU per request.
+    pub const MAX_SPIN_WAIT: Duration = crate::engine::threads::MAX_SPIN_WAIT;
+
+    /// How long one waiter may wait unless [`max_wait`](Self::max_wait)
+    /// says otherwise: 1 s.
+    pub const DEFAULT_MAX_WAIT: Duration = crate::engine::waiters::DEFAULT_MAX_WAIT;
+
+    /// The most [`max_waiters`](Self::max_waiters) accepted: far beyond any sensible queue. Every
+    /// way of leaving the queue (a grant, a timeout, a dropped future) is O(1)
+    /// whatever the queue's length; only the deadline watcher's ring walks it,
+    /// once per ring, on its own thread.
+    pub const MAX_WAITERS: usize = crate::engine::waiters::MAX_WAITERS;
+
+    /// How many workers an async pool runs unless told: one per unit of
+    /// capacity, up to this many.
+    ///
+    /// An async worker handles one request at a time, so the worker count is
+    /// how many requests can be *running* (awaiting their I/O) at once; the
+    /// rest of the capacity waits in mailboxes. By Little's law a pool whose
+    /// handlers each wait `L` for I/O serves at most `workers / L` requests a
+    /// second: 2 workers (the thread pool's default on a 2-core machine) with a
+    /// 1 ms database round trip serve 2,000 a second however fast the database
+    /// is. An idle async worker costs a parked task (no thread, no CPU), so the
+    /// default gives every unit of capacity a worker of its own, and requests
+    /// queue only behind requests of the same worker's own state. Past 256 the
+    /// cost that matters is the state each worker builds (often a connection
+    /// to a server, which has its own limit): name the count with
+    /// [`PoolBuilder::workers`].
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub const MAX_DEFAULT_ASYNC_WORKERS: usize =
+        crate::pool::asynchronous::MAX_DEFAULT_ASYNC_WORKERS;
+}
+
 /// How a [`Pool`] keeps the order of keyed requests
 /// ([`call_keyed`](crate::Pool::call_keyed), [`cast_keyed`](crate::Pool::cast_keyed),
 /// [`call_keyed_async`](crate::Pool::call_keyed_async)); set with
@@ -155,7 +229,7 @@ impl PoolBuilder {
 
     /// How long one caller may wait for capacity before it gets
     /// [`Error::Timeout`](crate::Error::Timeout). Defaults to
-    /// [`DEFAULT_MAX_WAIT`](crate::DEFAULT_MAX_WAIT) (1 s).
+    /// [`DEFAULT_MAX_WAIT`](crate::LimiterBuilder::DEFAULT_MAX_WAIT) (1 s).
     pub fn max_wait(&mut self, wait: Duration) -> &mut Self {
         self.policy.max_wait = wait;
         self
@@ -193,11 +267,11 @@ impl PoolBuilder {
     /// workers, some workers' share is 0 and they idle (parked, no CPU)
     /// until [`Pool::set_capacity`] grows it.
     ///
-    /// A thread pool runs at most [`MAX_WORKERS`](crate::MAX_WORKERS) (4096) worker threads
+    /// A thread pool runs at most [`MAX_WORKERS`](crate::PoolBuilder::MAX_WORKERS) (4096) worker threads
     /// (the default is capped there too): [`build`](Self::build) refuses
     /// more, before starting any thread, since past some thousands of
     /// threads std aborts the process rather than return an error (see
-    /// [`MAX_WORKERS`](crate::MAX_WORKERS) for why and why that number). An async pool's
+    /// [`MAX_WORKERS`](crate::PoolBuilder::MAX_WORKERS) for why and why that number). An async pool's
     /// workers are tasks, limited only by the shard table (65,536).
     ///
     /// # Examples
@@ -212,11 +286,11 @@ impl PoolBuilder {
     /// #     fn handle_call(&mut self, n: u64) -> u64 { n }
     /// #     fn handle_cast(&mut self, _: ()) {}
     /// # }
-    /// use sidejob::{Pool, MAX_WORKERS};
+    /// use sidejob::{Pool, PoolBuilder};
     ///
     /// let err = Pool::builder().capacity(64).workers(20_000).build(|_| Echo).unwrap_err();
     /// assert_eq!(err.field(), "workers");
-    /// assert_eq!(err.to_string(), format!("invalid `workers`: must be at most {MAX_WORKERS}"));
+    /// assert_eq!(err.to_string(), format!("invalid `workers`: must be at most {}", PoolBuilder::MAX_WORKERS));
     /// ```
     pub fn workers(&mut self, workers: usize) -> &mut Self {
         self.workers = Some(workers);
@@ -238,7 +312,7 @@ impl PoolBuilder {
 
     /// How long a caller waiting for its reply, and a worker waiting for
     /// its next request, poll before they park. Defaults to
-    /// [`DEFAULT_SPIN_WAIT`](crate::DEFAULT_SPIN_WAIT) (50 µs).
+    /// [`DEFAULT_SPIN_WAIT`](crate::PoolBuilder::DEFAULT_SPIN_WAIT) (50 µs).
     ///
     /// Waking a parked thread costs a futex round trip (5–40 µs on small
     /// virtual machines) where a hand-off between two running threads costs
@@ -246,7 +320,7 @@ impl PoolBuilder {
     /// Past the budget both sides park: an idle pool costs no CPU. Zero
     /// parks at once (lowest CPU use, highest latency); longer budgets help
     /// callers whose requests arrive a little further apart. At most
-    /// [`MAX_SPIN_WAIT`](crate::MAX_SPIN_WAIT) (10 ms): [`build`](Self::build) refuses more.
+    /// [`MAX_SPIN_WAIT`](crate::PoolBuilder::MAX_SPIN_WAIT) (10 ms): [`build`](Self::build) refuses more.
     ///
     /// # Examples
     ///
@@ -411,8 +485,8 @@ impl PoolBuilder {
     /// # Errors
     ///
     /// [`ConfigError`] naming the field when `capacity` is unset, 0 or too
-    /// large, `workers` is 0 or above [`MAX_WORKERS`](crate::MAX_WORKERS), `spin_wait` is longer than
-    /// [`MAX_SPIN_WAIT`](crate::MAX_SPIN_WAIT), or `name` contains a NUL byte;
+    /// large, `workers` is 0 or above [`MAX_WORKERS`](crate::PoolBuilder::MAX_WORKERS), `spin_wait` is longer than
+    /// [`MAX_SPIN_WAIT`](crate::PoolBuilder::MAX_SPIN_WAIT), or `name` contains a NUL byte;
     /// naming `workers` if the OS refused to start a worker thread (the
     /// threads already started are shut down first).
     pub fn build<W, F>(&self, factory: F) -> Result<Pool<W>, ConfigError>

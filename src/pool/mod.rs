@@ -378,7 +378,7 @@ impl<W: Worker> Pool<W> {
     }
 
     /// Reads the stats while the pool's table lives, without keeping the
-    /// pool alive: for a [`Reporter`](crate::Reporter).
+    /// pool alive: for a [`Reporter`](crate::observe::Reporter).
     pub(crate) fn weak_stats(&self) -> impl Fn() -> Option<Stats> + Send + 'static {
         let table = Arc::downgrade(&self.inner.table);
         move || table.upgrade().map(|table| table.stats())

@@ -26,8 +26,8 @@ use std::time::Duration;
 ///
 /// ```
 /// use std::time::Duration;
-/// use sidejob::{Jitter, RetryPolicy, Shepherd};
-/// # use sidejob::Handler;
+/// use sidejob::shepherd::{Jitter, RetryPolicy, Shepherd};
+/// # use sidejob::shepherd::Handler;
 /// # struct Echo;
 /// # impl Handler for Echo {
 /// #     type Op = u8; type Output = u8; type Error = ();
@@ -63,6 +63,32 @@ pub struct ShepherdBuilder {
     unit_release: UnitRelease,
 }
 
+/// The builder's limits and defaults.
+impl ShepherdBuilder {
+    /// The most workers: as for a thread pool
+    /// ([`PoolBuilder::MAX_WORKERS`](crate::PoolBuilder::MAX_WORKERS), which
+    /// says why), since each worker is a thread.
+    pub const MAX_WORKERS: usize = crate::engine::threads::MAX_WORKERS;
+
+    /// How long an idle worker polls before parking, unless
+    /// [`spin_wait`](Self::spin_wait) says otherwise: 50 µs.
+    pub const DEFAULT_SPIN_WAIT: Duration = crate::engine::threads::DEFAULT_SPIN_WAIT;
+
+    /// The longest [`spin_wait`](Self::spin_wait) accepted: 10 ms (see
+    /// [`PoolBuilder::MAX_SPIN_WAIT`](crate::PoolBuilder::MAX_SPIN_WAIT)).
+    pub const MAX_SPIN_WAIT: Duration = crate::engine::threads::MAX_SPIN_WAIT;
+
+    /// How long one waiter may wait unless [`max_wait`](Self::max_wait)
+    /// says otherwise: 1 s.
+    pub const DEFAULT_MAX_WAIT: Duration = crate::engine::waiters::DEFAULT_MAX_WAIT;
+
+    /// The most [`max_waiters`](Self::max_waiters) accepted: far beyond any sensible queue. Every
+    /// way of leaving the queue (a grant, a timeout, a dropped future) is O(1)
+    /// whatever the queue's length; only the deadline watcher's ring walks it,
+    /// once per ring, on its own thread.
+    pub const MAX_WAITERS: usize = crate::engine::waiters::MAX_WAITERS;
+}
+
 impl ShepherdBuilder {
     /// The name of its threads (`{name}-{index}`, `{name}-timer`).
     /// Defaults to `"shepherd"`; must not contain a NUL byte.
@@ -82,26 +108,26 @@ impl ShepherdBuilder {
     /// number of CPUs; for CPU-bound work, one fewer leaves a core for the
     /// shepherd's own threads and the callers.
     ///
-    /// Each worker is an OS thread: at least 1, at most [`MAX_WORKERS`](crate::MAX_WORKERS)
+    /// Each worker is an OS thread: at least 1, at most [`MAX_WORKERS`](crate::PoolBuilder::MAX_WORKERS)
     /// (4096; the default is capped there too). [`build`](Self::build)
     /// refuses more before starting any thread, since past some thousands
     /// of threads std aborts the process rather than return an error (see
-    /// [`MAX_WORKERS`](crate::MAX_WORKERS)).
+    /// [`MAX_WORKERS`](crate::PoolBuilder::MAX_WORKERS)).
     ///
     /// # Examples
     ///
     /// ```
-    /// # use sidejob::Handler;
+    /// # use sidejob::shepherd::Handler;
     /// # struct Echo;
     /// # impl Handler for Echo {
     /// #     type Op = u8; type Output = u8; type Error = ();
     /// #     fn handle(&mut self, n: &u8, _: u32) -> Result<u8, ()> { Ok(*n) }
     /// # }
-    /// use sidejob::{Shepherd, MAX_WORKERS};
+    /// use sidejob::shepherd::{Shepherd, ShepherdBuilder};
     ///
     /// let err = Shepherd::builder().capacity(64).workers(20_000).build(|_| Echo).unwrap_err();
     /// assert_eq!(err.field(), "workers");
-    /// assert_eq!(err.to_string(), format!("invalid `workers`: must be at most {MAX_WORKERS}"));
+    /// assert_eq!(err.to_string(), format!("invalid `workers`: must be at most {}", ShepherdBuilder::MAX_WORKERS));
     /// ```
     pub fn workers(&mut self, workers: usize) -> &mut Self {
         self.workers = Some(workers);
@@ -154,9 +180,9 @@ impl ShepherdBuilder {
         self
     }
 
-    /// How long an idle worker, and a waiting [`Completion::wait`](crate::Completion::wait), poll
-    /// before they sleep; [`DEFAULT_SPIN_WAIT`](crate::DEFAULT_SPIN_WAIT)
-    /// by default, at most [`MAX_SPIN_WAIT`](crate::MAX_SPIN_WAIT). See
+    /// How long an idle worker, and a waiting [`Completion::wait`](crate::shepherd::Completion::wait), poll
+    /// before they sleep; [`DEFAULT_SPIN_WAIT`](crate::PoolBuilder::DEFAULT_SPIN_WAIT)
+    /// by default, at most [`MAX_SPIN_WAIT`](crate::PoolBuilder::MAX_SPIN_WAIT). See
     /// [`PoolBuilder::spin_wait`](crate::PoolBuilder::spin_wait).
     ///
     /// A completion spins only if, when it was submitted, at most
@@ -187,7 +213,7 @@ impl ShepherdBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use sidejob::{Handler, Shepherd, UnitRelease};
+    /// use sidejob::shepherd::{Handler, Shepherd, UnitRelease};
     /// # struct Double;
     /// # impl Handler for Double {
     /// #     type Op = u32; type Output = u32; type Error = ();
@@ -227,13 +253,13 @@ impl ShepherdBuilder {
     /// and the timer thread.
     ///
     /// The factory runs on the worker's own thread, at start and after
-    /// every panic or [`Recovery::Rebuild`](crate::Recovery::Rebuild) (a restart).
+    /// every panic or [`Recovery::Rebuild`](crate::shepherd::Recovery::Rebuild) (a restart).
     ///
     /// # Errors
     ///
     /// [`ConfigError`] naming the field when `capacity` is unset, 0 or too
-    /// large; `workers` is 0 or above [`MAX_WORKERS`](crate::MAX_WORKERS); `shards` is 0 or too
-    /// large; `spin_wait` is above [`MAX_SPIN_WAIT`](crate::MAX_SPIN_WAIT); `attempt_timeout` is
+    /// large; `workers` is 0 or above [`MAX_WORKERS`](crate::PoolBuilder::MAX_WORKERS); `shards` is 0 or too
+    /// large; `spin_wait` is above [`MAX_SPIN_WAIT`](crate::PoolBuilder::MAX_SPIN_WAIT); `attempt_timeout` is
     /// zero; `name` has a NUL byte; the retry policy is invalid
     /// (`max_attempts` 0, `backoff` initial above max, `budget` out of
     /// range); or the waiting settings are (`max_waiters`, `queue_order`).

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::sync::{now, Arc, CoarseClock, Mutex, Weak};
 
 /// A clock that stands still until it is told to move: give it to
-/// [`ShepherdBuilder::clock`](crate::ShepherdBuilder::clock) and the
+/// [`ShepherdBuilder::clock`](crate::shepherd::ShepherdBuilder::clock) and the
 /// shepherd's delays, backoffs, attempt timeouts and retry budget follow it
 /// instead of real time.
 ///
@@ -21,7 +21,7 @@ use crate::sync::{now, Arc, CoarseClock, Mutex, Weak};
 ///
 /// ```
 /// use std::time::Duration;
-/// use sidejob::{Handler, ManualClock, Shepherd};
+/// use sidejob::shepherd::{Handler, ManualClock, Shepherd};
 ///
 /// struct Echo;
 /// impl Handler for Echo {

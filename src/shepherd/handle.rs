@@ -17,13 +17,13 @@ use crate::sync::{now, spin_poll, Arc, Condvar, Mutex};
 #[non_exhaustive]
 pub enum Reason {
     /// The last attempt failed and it was the
-    /// [`max_attempts`](crate::RetryPolicy::max_attempts)-th.
+    /// [`max_attempts`](crate::shepherd::RetryPolicy::max_attempts)-th.
     Exhausted,
     /// The last attempt failed in a way that is not retried: the handler's
-    /// [`is_retryable`](crate::Handler::is_retryable) said no, or the policy
+    /// [`is_retryable`](crate::shepherd::Handler::is_retryable) said no, or the policy
     /// does not retry panics or timeouts.
     NotRetryable,
-    /// A retry was due but the [`RetryBudget`](crate::RetryBudget) had no
+    /// A retry was due but the [`RetryBudget`](crate::shepherd::RetryBudget) had no
     /// retry left: the resource is failing for many operations at once.
     BudgetExhausted,
     /// The shepherd shut down before the operation could succeed: it was
@@ -42,7 +42,7 @@ pub enum LastAttempt<E> {
     Error(E),
     /// The handler panicked.
     Panicked,
-    /// It ran past the [`attempt_timeout`](crate::ShepherdBuilder::attempt_timeout).
+    /// It ran past the [`attempt_timeout`](crate::shepherd::ShepherdBuilder::attempt_timeout).
     TimedOut,
 }
 
@@ -61,7 +61,7 @@ impl<E: fmt::Debug> fmt::Debug for LastAttempt<E> {
 /// last attempt did (with the handler's error, if it returned one), and how
 /// many attempts were made.
 ///
-/// Admission errors never get here: [`Shepherd::submit`](crate::Shepherd::submit)
+/// Admission errors never get here: [`Shepherd::submit`](crate::shepherd::Shepherd::submit)
 /// refuses with the crate's [`Error`](crate::Error) (`Overload`, `Timeout`,
 /// `Shutdown`) and hands the operation back. Once a [`Completion`] exists,
 /// the operation is the shepherd's, and it resolves to its output or to a
@@ -72,7 +72,7 @@ impl<E: fmt::Debug> fmt::Debug for LastAttempt<E> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use sidejob::{Handler, LastAttempt, Reason, RetryPolicy, Shepherd};
+/// use sidejob::shepherd::{Handler, LastAttempt, Reason, RetryPolicy, Shepherd};
 ///
 /// struct Flaky;
 /// impl Handler for Flaky {
@@ -203,7 +203,7 @@ impl<E: fmt::Debug + fmt::Display> std::error::Error for Failure<E> {}
 pub(crate) type Outcome<T, E> = Result<T, Failure<E>>;
 
 /// When an operation's unit of capacity goes back; chosen with
-/// [`ShepherdBuilder::unit_release`](crate::ShepherdBuilder::unit_release).
+/// [`ShepherdBuilder::unit_release`](crate::shepherd::ShepherdBuilder::unit_release).
 ///
 /// Either way, the unit is back before the caller has the outcome, so a
 /// caller that gets its result and submits again never meets its own
@@ -274,7 +274,7 @@ fn hand_over<T, E>((outcome, unit): Delivery<T, E>) -> Outcome<T, E> {
 ///
 /// ```
 /// use std::time::Duration;
-/// # use sidejob::{Handler, Shepherd};
+/// # use sidejob::shepherd::{Handler, Shepherd};
 /// # struct Echo;
 /// # impl Handler for Echo {
 /// #     type Op = u8; type Output = u8; type Error = ();
@@ -293,7 +293,7 @@ fn hand_over<T, E>((outcome, unit): Delivery<T, E>) -> Outcome<T, E> {
 /// # Examples
 ///
 /// ```
-/// # use sidejob::{Handler, Shepherd};
+/// # use sidejob::shepherd::{Handler, Shepherd};
 /// # struct Double;
 /// # impl Handler for Double {
 /// #     type Op = u32; type Output = u32; type Error = ();
@@ -367,7 +367,7 @@ impl<T, E> Completion<T, E> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// # use sidejob::{Handler, Shepherd};
+    /// # use sidejob::shepherd::{Handler, Shepherd};
     /// # struct Echo;
     /// # impl Handler for Echo {
     /// #     type Op = u8; type Output = u8; type Error = ();

@@ -6,7 +6,7 @@
 /// # Examples
 ///
 /// ```
-/// use sidejob::Recovery;
+/// use sidejob::shepherd::Recovery;
 /// assert_ne!(Recovery::Keep, Recovery::Rebuild);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -21,12 +21,12 @@ pub enum Recovery {
     Rebuild,
 }
 
-/// The worker of a [`Shepherd`](crate::Shepherd): owns one limited resource
+/// The worker of a [`Shepherd`](crate::shepherd::Shepherd): owns one limited resource
 /// (a database connection, a CPU) and handles one operation at a time,
 /// returning `Ok` or an error the shepherd may retry.
 ///
 /// A shepherd runs one handler per worker thread, built by the factory
-/// given to [`ShepherdBuilder::build`](crate::ShepherdBuilder::build), so
+/// given to [`ShepherdBuilder::build`](crate::shepherd::ShepherdBuilder::build), so
 /// `handle` takes `&mut self` and needs no lock. Operations must be
 /// independent and idempotent: an attempt may be
 /// repeated after a failure, a panic or a timeout, so `handle` sees the
@@ -36,12 +36,12 @@ pub enum Recovery {
 /// [`is_retryable`](Self::is_retryable) whether another attempt may help
 /// and [`recover`](Self::recover) whether this worker should be rebuilt. A
 /// panic always rebuilds the worker, and is retried if the
-/// [`RetryPolicy`](crate::RetryPolicy) says so (by default it is).
+/// [`RetryPolicy`](crate::shepherd::RetryPolicy) says so (by default it is).
 ///
 /// # Examples
 ///
 /// ```
-/// use sidejob::{Handler, Recovery};
+/// use sidejob::shepherd::{Handler, Recovery};
 ///
 /// /// A client over one connection; the connection may break.
 /// struct Client { connected: bool }
@@ -84,7 +84,7 @@ pub trait Handler: Send + 'static {
     /// What a successful attempt returns to the caller.
     type Output: Send + 'static;
     /// What a failed attempt returns; the last one reaches the caller in a
-    /// [`Failure`](crate::Failure).
+    /// [`Failure`](crate::shepherd::Failure).
     type Error: Send + 'static;
 
     /// Makes one attempt at `op`; `attempt` counts from 1.

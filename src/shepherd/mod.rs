@@ -140,7 +140,7 @@ type Submitted<H> =
 ///
 /// ```
 /// use std::time::Duration;
-/// use sidejob::{Handler, RetryPolicy, Shepherd};
+/// use sidejob::shepherd::{Handler, RetryPolicy, Shepherd};
 ///
 /// /// Fails the first two attempts of every operation, then succeeds.
 /// struct Flaky;
@@ -172,7 +172,8 @@ type Submitted<H> =
 ///
 /// ```
 /// use std::time::Duration;
-/// use sidejob::{Alarm, Handler, Shepherd};
+/// use sidejob::observe::Alarm;
+/// use sidejob::shepherd::{Handler, Shepherd};
 /// # struct Echo;
 /// # impl Handler for Echo {
 /// #     type Op = u8; type Output = u8; type Error = ();
@@ -250,7 +251,8 @@ impl<H: Handler> Shepherd<H> {
     /// # Examples
     ///
     /// ```
-    /// use sidejob::{Error, Handler, Shepherd};
+    /// use sidejob::Error;
+    /// use sidejob::shepherd::{Handler, Shepherd};
     /// # struct Echo;
     /// # impl Handler for Echo {
     /// #     type Op = u8; type Output = u8; type Error = ();
@@ -281,7 +283,7 @@ impl<H: Handler> Shepherd<H> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use sidejob::{Handler, ManualClock, Shepherd};
+    /// use sidejob::shepherd::{Handler, ManualClock, Shepherd};
     /// # struct Echo;
     /// # impl Handler for Echo {
     /// #     type Op = u8; type Output = u8; type Error = ();
@@ -460,7 +462,7 @@ impl<H: Handler> Shepherd<H> {
     }
 
     /// Reads the figures while the shepherd's state lives, without keeping
-    /// it alive: for a [`Reporter`](crate::Reporter).
+    /// it alive: for a [`Reporter`](crate::observe::Reporter).
     pub(crate) fn weak_stats(&self) -> impl Fn() -> Option<ShepherdStats> + Send + 'static {
         let shared = Arc::downgrade(&self.inner.shared);
         let workers = self.inner.workers;
@@ -475,7 +477,7 @@ impl<H: Handler> Shepherd<H> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// # use sidejob::{Handler, Shepherd};
+    /// # use sidejob::shepherd::{Handler, Shepherd};
     /// # struct Echo;
     /// # impl Handler for Echo {
     /// #     type Op = u8; type Output = u8; type Error = ();
@@ -539,7 +541,8 @@ impl<H: Handler> Shepherd<H> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use sidejob::{Error, Handler, Reason, Shepherd};
+    /// use sidejob::Error;
+    /// use sidejob::shepherd::{Handler, Reason, Shepherd};
     /// # struct Echo;
     /// # impl Handler for Echo {
     /// #     type Op = u8; type Output = u8; type Error = ();

@@ -25,7 +25,7 @@
 //! first attempts over a sliding window, plus a small reserve so that a
 //! quiet shepherd can still retry: tower's `TpsBudget` (itself Finagle's
 //! `RetryBudget`). A retry the budget refuses is a final failure
-//! ([`Reason::BudgetExhausted`](crate::Reason::BudgetExhausted)).
+//! ([`Reason::BudgetExhausted`](crate::shepherd::Reason::BudgetExhausted)).
 
 use std::time::{Duration, Instant};
 
@@ -38,7 +38,7 @@ use crate::error::ConfigError;
 ///
 /// ```
 /// use std::time::Duration;
-/// use sidejob::{Jitter, RetryPolicy};
+/// use sidejob::shepherd::{Jitter, RetryPolicy};
 ///
 /// let policy = RetryPolicy::new()
 ///     .backoff(Duration::from_millis(100), Duration::from_secs(1))
@@ -72,7 +72,7 @@ pub enum Jitter {
 ///
 /// ```
 /// use std::time::Duration;
-/// use sidejob::{RetryBudget, RetryPolicy};
+/// use sidejob::shepherd::{RetryBudget, RetryPolicy};
 ///
 /// // Retries at most 10 % of the traffic, with a reserve of 1 retry/s
 /// // averaged over 10 s.
@@ -95,7 +95,7 @@ impl RetryBudget {
     /// A budget over a window of `ttl` (at least a millisecond), with a
     /// reserve of `min_per_sec` retries a second and `percent` % of first
     /// attempts (at most [`MAX_PERCENT`](Self::MAX_PERCENT)). Checked by
-    /// [`ShepherdBuilder::build`](crate::ShepherdBuilder::build).
+    /// [`ShepherdBuilder::build`](crate::shepherd::ShepherdBuilder::build).
     pub const fn new(ttl: Duration, min_per_sec: u32, percent: u32) -> Self {
         RetryBudget {
             ttl,
@@ -128,13 +128,13 @@ impl Default for RetryBudget {
     }
 }
 
-/// When and how often a [`Shepherd`](crate::Shepherd) retries a failed
+/// When and how often a [`Shepherd`](crate::shepherd::Shepherd) retries a failed
 /// operation.
 ///
 /// Defaults: 3 attempts in all, backoff from 100 ms capped at 10 s with
 /// [full jitter](Jitter::Full), panics and attempt timeouts retried like
 /// errors, and the default [`RetryBudget`]. Which errors are retried is the
-/// handler's call ([`Handler::is_retryable`](crate::Handler::is_retryable)).
+/// handler's call ([`Handler::is_retryable`](crate::shepherd::Handler::is_retryable)).
 /// The setters take and return the policy by value (it is a small `Copy`
 /// value, like [`QueueOrder`](crate::QueueOrder)); the shepherd's builder
 /// checks it.
@@ -143,7 +143,7 @@ impl Default for RetryBudget {
 ///
 /// ```
 /// use std::time::Duration;
-/// use sidejob::RetryPolicy;
+/// use sidejob::shepherd::RetryPolicy;
 ///
 /// let policy = RetryPolicy::new()
 ///     .max_attempts(5)
@@ -212,7 +212,7 @@ impl RetryPolicy {
     }
 
     /// Whether an attempt that outlived the shepherd's
-    /// [`attempt_timeout`](crate::ShepherdBuilder::attempt_timeout) is
+    /// [`attempt_timeout`](crate::shepherd::ShepherdBuilder::attempt_timeout) is
     /// retried (`true` by default).
     pub fn retry_timeouts(mut self, retry: bool) -> Self {
         self.retry_timeouts = retry;
@@ -309,7 +309,7 @@ fn duration_from_nanos(nanos: u128) -> Duration {
 /// The jitter source: SplitMix64 (Steele, Lea, Flood, "Fast splittable
 /// pseudorandom number generators", OOPSLA 2014). Jitter needs spread, not
 /// secrecy; a dozen lines beat a dependency, and a seed makes tests exact
-/// ([`ShepherdBuilder::seed`](crate::ShepherdBuilder::seed)).
+/// ([`ShepherdBuilder::seed`](crate::shepherd::ShepherdBuilder::seed)).
 #[derive(Debug, Clone)]
 pub(crate) struct Rng(u64);
 

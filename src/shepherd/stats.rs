@@ -8,7 +8,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::sync::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
-/// A point-in-time reading of a [`Shepherd`](crate::Shepherd): the figures
+/// A point-in-time reading of a [`Shepherd`](crate::shepherd::Shepherd): the figures
 /// a worker pool of this kind is monitored by (operations due, workers busy and asleep, processing
 /// time) and the retry counters, beside the admission table's [`Stats`].
 ///
@@ -19,7 +19,7 @@ use crate::sync::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 /// # Examples
 ///
 /// ```
-/// # use sidejob::{Handler, Shepherd};
+/// # use sidejob::shepherd::{Handler, Shepherd};
 /// # struct Echo;
 /// # impl Handler for Echo {
 /// #     type Op = u8; type Output = u8; type Error = ();
@@ -68,7 +68,7 @@ pub struct ShepherdStats {
     pub budget_refused: u64,
     /// Operations completed with their output.
     pub succeeded: u64,
-    /// Operations completed with a [`Failure`](crate::Failure).
+    /// Operations completed with a [`Failure`](crate::shepherd::Failure).
     pub failed: u64,
     /// Attempts that returned (with a value, an error or a panic).
     pub processed: u64,

@@ -41,6 +41,19 @@ pub struct SupervisorBuilder {
     per_key: Option<usize>,
 }
 
+/// The builder's limits and defaults.
+impl SupervisorBuilder {
+    /// How long one waiter may wait unless [`max_wait`](Self::max_wait)
+    /// says otherwise: 1 s.
+    pub const DEFAULT_MAX_WAIT: Duration = crate::engine::waiters::DEFAULT_MAX_WAIT;
+
+    /// The most [`max_waiters`](Self::max_waiters) accepted: far beyond any sensible queue. Every
+    /// way of leaving the queue (a grant, a timeout, a dropped future) is O(1)
+    /// whatever the queue's length; only the deadline watcher's ring walks it,
+    /// once per ring, on its own thread.
+    pub const MAX_WAITERS: usize = crate::engine::waiters::MAX_WAITERS;
+}
+
 impl SupervisorBuilder {
     /// The supervisor's name; spawned threads are named `{name}-child`.
     /// Defaults to `sidejob`. Must not contain a NUL byte.
@@ -59,7 +72,7 @@ impl SupervisorBuilder {
     /// limited to what the OS can run as threads; but children started by
     /// [`Supervisor::spawn`] are OS threads, and past some thousands of
     /// those std may abort the process instead of returning
-    /// [`Error::Spawn`](crate::Error::Spawn) (see [`MAX_WORKERS`](crate::MAX_WORKERS) for why).
+    /// [`Error::Spawn`](crate::Error::Spawn) (see [`MAX_WORKERS`](crate::PoolBuilder::MAX_WORKERS) for why).
     /// For thread children, keep the capacity in the low thousands.
     pub fn capacity(&mut self, capacity: usize) -> &mut Self {
         self.capacity = Some(capacity);
@@ -95,7 +108,7 @@ impl SupervisorBuilder {
 
     /// How long one caller may wait for capacity before it gets
     /// [`Error::Timeout`](crate::Error::Timeout). Defaults to
-    /// [`DEFAULT_MAX_WAIT`](crate::DEFAULT_MAX_WAIT) (1 s).
+    /// [`DEFAULT_MAX_WAIT`](crate::LimiterBuilder::DEFAULT_MAX_WAIT) (1 s).
     pub fn max_wait(&mut self, wait: Duration) -> &mut Self {
         self.policy.max_wait = wait;
         self

@@ -488,7 +488,7 @@ impl Supervisor {
     }
 
     /// Reads the stats while the supervisor or any of its children lives,
-    /// without keeping it alive: for a [`Reporter`](crate::Reporter).
+    /// without keeping it alive: for a [`Reporter`](crate::observe::Reporter).
     pub(crate) fn weak_stats(&self) -> impl Fn() -> Option<Stats> + Send + 'static {
         let common = Arc::downgrade(&self.inner.common);
         move || common.upgrade().map(|common| common.stats())

@@ -96,7 +96,7 @@ impl Supervisor {
     ///   [`Stats::rejected`](crate::Stats::rejected). `future` is dropped without being polled.
     /// * [`Error::Shutdown`](crate::Error::Shutdown) once [`close`](Self::close) has been called;
     ///   `future` is dropped without being polled.
-    /// * [`Error::Spawn`](crate::Error::Spawn) with [`io::ErrorKind::NotFound`](std::io::ErrorKind::NotFound)
+    /// * [`Error::NoRuntime`](crate::Error::NoRuntime)
     ///   when called outside a tokio runtime (where `tokio::spawn` would
     ///   panic); nothing was admitted. Use
     ///   [`spawn_task_on`](Self::spawn_task_on) to name a runtime.
@@ -130,8 +130,7 @@ impl Supervisor {
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let handle = tokio::runtime::Handle::try_current()
-            .map_err(|_| Error::Spawn(std::io::ErrorKind::NotFound))?;
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         self.spawn_task_on(&handle, future)
     }
 
@@ -220,8 +219,7 @@ impl Supervisor {
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let handle = tokio::runtime::Handle::try_current()
-            .map_err(|_| Error::Spawn(std::io::ErrorKind::NotFound))?;
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let shard = self.inner.common.table.acquire_async(None).await?;
         let guard = self.inner.register(shard, ChildKind::Task);
         Ok(self.spawn_guarded(&handle, guard, future))
@@ -272,8 +270,7 @@ impl Supervisor {
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let handle = tokio::runtime::Handle::try_current()
-            .map_err(|_| Error::Spawn(std::io::ErrorKind::NotFound))?;
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let keys = &self.inner.common.keys;
         let key = keys
             .try_enter(keys.id(key))
@@ -349,8 +346,7 @@ impl Supervisor {
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let handle = tokio::runtime::Handle::try_current()
-            .map_err(|_| Error::Spawn(std::io::ErrorKind::NotFound))?;
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let id = self.inner.common.keys.id(key);
         let (key, shard) = self.keyed_unit_async(id).await?;
         let guard = self.inner.register(shard, ChildKind::Task).with_key(key);

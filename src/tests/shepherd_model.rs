@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use super::harness::PATIENCE;
-use crate::{Handler, Jitter, ManualClock, Reason, RetryPolicy, Shepherd};
+use crate::shepherd::{Handler, Jitter, ManualClock, Reason, RetryPolicy, Shepherd};
 
 struct FailFirst {
     k: u32,

@@ -12,7 +12,7 @@ use std::task::{Context, Poll, Waker};
 use std::thread;
 use std::time::Duration;
 
-use sidejob::{Error, Limiter, QueueOrder, MAX_WAITERS};
+use sidejob::{Error, Limiter, LimiterBuilder, QueueOrder};
 
 use crate::common::{multi_thread, poll_once, until};
 use crate::{every_unit_is_there, fill, room, LONG, SHORT};
@@ -554,14 +554,14 @@ fn try_acquire_never_waits_nor_jumps_the_queue() {
 fn bad_waiting_config_names_the_field() {
     let err = Limiter::builder()
         .capacity(1)
-        .max_waiters(MAX_WAITERS + 1)
+        .max_waiters(LimiterBuilder::MAX_WAITERS + 1)
         .build()
         .unwrap_err();
     assert_eq!(err.field(), "max_waiters");
     assert!(err.to_string().contains("max_waiters"), "{err}");
     assert!(Limiter::builder()
         .capacity(1)
-        .max_waiters(MAX_WAITERS)
+        .max_waiters(LimiterBuilder::MAX_WAITERS)
         .build()
         .is_ok());
 

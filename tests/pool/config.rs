@@ -5,7 +5,7 @@
 use std::thread;
 use std::time::Duration;
 
-use sidejob::{Error, Pool, Refused, TryCallError, WeakPool, Worker, MAX_SPIN_WAIT, MAX_WORKERS};
+use sidejob::{Error, Pool, PoolBuilder, Refused, TryCallError, WeakPool, Worker};
 
 use crate::Echo;
 
@@ -69,7 +69,7 @@ fn bad_configuration_is_a_config_error_naming_the_field() {
 /// here so that the test fails, rather than aborts, without the limit.
 #[test]
 fn more_workers_than_max_workers_is_a_config_error() {
-    for workers in [MAX_WORKERS + 1, 20_000, usize::MAX] {
+    for workers in [PoolBuilder::MAX_WORKERS + 1, 20_000, usize::MAX] {
         let err = Pool::builder()
             .capacity(1)
             .workers(workers)
@@ -78,7 +78,10 @@ fn more_workers_than_max_workers_is_a_config_error() {
         assert_eq!(err.field(), "workers");
         assert_eq!(
             err.to_string(),
-            format!("invalid `workers`: must be at most {MAX_WORKERS}")
+            format!(
+                "invalid `workers`: must be at most {}",
+                PoolBuilder::MAX_WORKERS
+            )
         );
     }
 }
@@ -87,7 +90,10 @@ fn more_workers_than_max_workers_is_a_config_error() {
 /// it is a configuration error, and the cap itself is fine.
 #[test]
 fn spin_wait_beyond_the_cap_is_a_config_error() {
-    for spin in [Duration::MAX, MAX_SPIN_WAIT + Duration::from_nanos(1)] {
+    for spin in [
+        Duration::MAX,
+        PoolBuilder::MAX_SPIN_WAIT + Duration::from_nanos(1),
+    ] {
         let err = Pool::builder()
             .capacity(1)
             .spin_wait(spin)
@@ -98,7 +104,7 @@ fn spin_wait_beyond_the_cap_is_a_config_error() {
     }
     let pool = Pool::builder()
         .capacity(1)
-        .spin_wait(MAX_SPIN_WAIT)
+        .spin_wait(PoolBuilder::MAX_SPIN_WAIT)
         .build(|_| Echo)
         .unwrap();
     assert_eq!(pool.call(1), Ok(1));

@@ -111,14 +111,14 @@ mod spawn_task {
         });
     }
 
-    /// Outside a runtime `spawn_task` is `Spawn(NotFound)` and admits nothing;
+    /// Outside a runtime `spawn_task` is `NoRuntime` and admits nothing;
     /// `spawn_task_on` a handle works from anywhere.
     #[test]
     fn spawn_task_on_a_handle_and_outside_a_runtime() {
         let rt = current_thread();
         let sup = Supervisor::new(1).unwrap();
         let err = sup.spawn_task(async {}).unwrap_err();
-        assert_eq!(err, Error::Spawn(std::io::ErrorKind::NotFound));
+        assert_eq!(err, Error::NoRuntime);
         assert_eq!(sup.stats().accepted, 0);
         let task = sup.spawn_task_on(rt.handle(), async { 11 }).unwrap();
         assert_eq!(rt.block_on(task).unwrap(), 11);

@@ -159,13 +159,13 @@ pub enum QueueOrder {
 }
 
 /// How long one waiter may wait unless the builder says otherwise.
-pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(1);
 
 /// The most waiters a queue may hold: far beyond any sensible queue. Every
 /// way of leaving the queue (a grant, a timeout, a dropped future) is O(1)
 /// whatever the queue's length; only the deadline watcher's ring walks it,
 /// once per ring, on its own thread.
-pub const MAX_WAITERS: usize = 1 << 20;
+pub(crate) const MAX_WAITERS: usize = 1 << 20;
 
 /// How many tickets of ended waits a queue keeps for reuse.
 const SPARE_TICKETS: usize = 64;

@@ -391,7 +391,7 @@ impl<R, M> LimitLayer<R, M> {
     /// installed now: install your exporter first. Each admitted request
     /// then pays two clock reads and one histogram record (tens of
     /// nanoseconds); refused requests pay nothing. Use the same `name` as
-    /// the [`Reporter`](crate::Reporter) exporting the limiter's counters.
+    /// the [`Reporter`](crate::observe::Reporter) exporting the limiter's counters.
     ///
     /// # Examples
     ///

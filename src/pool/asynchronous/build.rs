@@ -17,7 +17,7 @@ impl PoolBuilder {
     /// worker's task, at start and after every panic).
     ///
     /// The settings are the thread pool's, except two: `workers` defaults
-    /// to the capacity, up to [`MAX_DEFAULT_ASYNC_WORKERS`] (see there why
+    /// to the capacity, up to [`MAX_DEFAULT_ASYNC_WORKERS`](Self::MAX_DEFAULT_ASYNC_WORKERS) (see there why
     /// not the CPU count), and `spin_wait` and `pin_workers` do not apply
     /// (a task never spins; the runtime places it). [`steal`](Self::steal)
     /// applies (see [`AsyncPool`]'s "Stealing"); a free worker looks at

@@ -49,7 +49,7 @@ pub(crate) mod worker;
 /// cost that matters is the state each worker builds (often a connection
 /// to a server, which has its own limit): name the count with
 /// [`PoolBuilder::workers`].
-pub const MAX_DEFAULT_ASYNC_WORKERS: usize = 256;
+pub(crate) const MAX_DEFAULT_ASYNC_WORKERS: usize = 256;
 
 /// A capacity-limited pool of async workers: requests beyond `capacity`
 /// are refused with [`Error::Overload`] at once instead of queueing.
@@ -382,7 +382,7 @@ impl<W: AsyncWorker> AsyncPool<W> {
     }
 
     /// Reads the stats while the table lives, without keeping the pool
-    /// alive: for a [`Reporter`](crate::Reporter).
+    /// alive: for a [`Reporter`](crate::observe::Reporter).
     pub(crate) fn weak_stats(&self) -> impl Fn() -> Option<Stats> + Send + 'static {
         let table = Arc::downgrade(&self.inner.table);
         move || table.upgrade().map(|table| table.stats())
