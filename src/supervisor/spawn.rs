@@ -120,7 +120,7 @@ impl Supervisor {
     /// # })?;
     /// // Outside a runtime there is nowhere to spawn: an error, not a panic.
     /// # let sup = Supervisor::new(1)?;
-    /// assert!(matches!(sup.spawn_task(async {}), Err(Error::Spawn(_))));
+    /// assert!(matches!(sup.spawn_task(async {}), Err(Error::NoRuntime)));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[cfg(feature = "tokio")]

@@ -613,14 +613,14 @@ mod tasks {
         assert_eq!((stats.panicked, stats.completed), (1, 2));
     }
 
-    /// `spawn_task_keyed` outside a runtime is `Error::Spawn` and holds neither
-    /// a unit nor the key.
+    /// `spawn_task_keyed` outside a runtime is `Error::NoRuntime` and holds
+    /// neither a unit nor the key.
     #[test]
     fn spawn_task_keyed_outside_a_runtime_is_an_error_and_takes_nothing() {
         let sup = Supervisor::new(4).unwrap();
         assert!(matches!(
             sup.spawn_task_keyed("k", async {}),
-            Err(Error::Spawn(_))
+            Err(Error::NoRuntime)
         ));
         assert_eq!((sup.count(), sup.busy_keys()), (0, 0));
     }
