@@ -23,7 +23,7 @@ end
 local ver = mnum('ver')
 local out = {ver, generation(), mnum('shut'), math.max(0, mnum('learn') - NOW), due}
 for _, x in ipairs(ws) do out[#out + 1] = x end
-if tostring(ver) ~= ARGV[5] then
+if fmt(ver) ~= ARGV[5] then
   for _, s in ipairs(slots()) do out[#out + 1] = s end
 end
 return out

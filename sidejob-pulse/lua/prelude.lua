@@ -50,8 +50,8 @@ local function ensure(ttl, grace, epoch)
     local info = redis.call('INFO', 'server')
     local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) or 0
     local learn = NOW - up * 1000 + ttl + grace
-    redis.call('HSET', META, 'ver', '1', 'ctr', fmt(NOW_US), 'shut', '0',
-      'learn', fmt(learn), 'run', RUN, 'loss', '0', 'epoch', epoch)
+    redis.call('HSET', META, 'ver', fmt(NOW_US), 'ctr', fmt(NOW_US), 'shut', '0',
+      'learn', fmt(learn), 'run', RUN, 'loss', '0', 'epoch', epoch .. '.' .. fmt(NOW_US))
     return true
   end
   if mget('run') ~= RUN then
@@ -72,10 +72,14 @@ local function send(w, fields)
 end
 
 -- Tells every member that the membership changed.
+-- The version only grows, across a loss of state too (it is at least
+-- Redis' clock in microseconds), so a node never mistakes an old view for
+-- a new one.
 local function bump_members()
-  local v = redis.call('HINCRBY', META, 'ver', 1)
+  local v = math.max(mnum('ver') + 1, NOW_US)
+  redis.call('HSET', META, 'ver', fmt(v))
   for _, w in ipairs(redis.call('ZRANGE', P .. 'members', 0, -1)) do
-    send(w, {'t', 'm', 'v', tostring(v)})
+    send(w, {'t', 'm', 'v', fmt(v)})
   end
   return v
 end

@@ -367,6 +367,7 @@ pub(crate) fn spawn(
         retry: false,
         shutdown: false,
         remove_deadline: None,
+        rebalance_due: false,
     };
     run.register(&random_id())?;
     lock(&s.workers).push(cell.clone());
@@ -412,6 +413,9 @@ struct Run {
     retry: bool,
     shutdown: bool,
     remove_deadline: Option<Instant>,
+    /// A membership change arrived before the jobs were re-asserted after
+    /// a state loss: rebalance once they are.
+    rebalance_due: bool,
 }
 
 const RETRY: Duration = Duration::from_millis(50);
@@ -601,7 +605,20 @@ impl Run {
         if let Ok(a) = self.conn.run(&self.s.scripts.view, &self.s.prefix, &[]) {
             self.s
                 .learn_view(a.first().map(num).unwrap_or(0), Some(slots_from(&a, 3)));
+            let generation = a.get(1).map(text).unwrap_or_default();
+            if !generation.is_empty() {
+                lock(&self.s.view).generation = generation;
+            }
         }
+    }
+
+    /// Whether this worker's jobs are asserted under the pool's current
+    /// generation. After Redis lost state they are not, and until they are
+    /// the worker moves nothing and claims nothing: its records may be
+    /// missing, and a hand-over would find no record and drop the job.
+    fn adopted(&self) -> bool {
+        let current = lock(&self.s.view).generation.clone();
+        current.is_empty() || current == lock(&self.cell.state).generation
     }
 
     fn owner(&self, key: &str) -> String {
@@ -651,7 +668,11 @@ impl Run {
                 if m.ver > lock(&self.s.view).ver {
                     self.refresh_view();
                 }
-                self.rebalance();
+                if self.adopted() {
+                    self.rebalance();
+                } else {
+                    self.rebalance_due = true;
+                }
             }
             "X" => self.shutdown = true,
             _ => {}
@@ -710,26 +731,40 @@ impl Run {
                     Arg::B(&payload),
                 ],
             );
-            match a {
-                Ok(a) if a.first().map(text).as_deref() == Some("OK") => {}
-                Ok(_) => {
+            match a.as_ref().ok().and_then(|a| a.first()).map(text).as_deref() {
+                Some("OK") => {}
+                Some("GONE") => {
+                    // Not a member of the new generation yet: register
+                    // (same id, the lease still runs), then adopt.
+                    lock(&self.cell.state).reregister = true;
+                    self.retry = true;
+                    return;
+                }
+                Some(_) => {
                     if let Some(r) = self.running.remove(&k) {
                         self.call_stop(&k, r.token, StopReason::Superseded);
                     }
                 }
-                Err(_) => {
+                None => {
                     self.retry = true;
                     return;
                 }
             }
         }
         lock(&self.cell.state).generation = generation.to_string();
+        if std::mem::take(&mut self.rebalance_due) {
+            self.rebalance();
+        }
     }
 
     /// Retries hand-overs and starts waiting jobs, as far as Redis and the
     /// local bound allow.
     fn pump(&mut self) {
         self.retry = false;
+        if !self.adopted() {
+            self.retry = true;
+            return;
+        }
         let mut tries = self.handoffs.len() * 2;
         while let Some(h) = self.handoffs.pop_front() {
             match self.handoff(&h) {
