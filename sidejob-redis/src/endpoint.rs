@@ -36,11 +36,12 @@ use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 /// assert!(!format!("{e:?}").contains("s3cret"));
 /// assert!(!e.is_tls());
 ///
-/// let tls = Endpoint::parse("rediss://cache.internal:6380/")?
-///     .username("app")
-///     .password("s3cret");
-/// assert!(tls.is_tls());
-/// assert_eq!(tls.to_string(), "rediss://app@cache.internal:6380/0");
+/// // With the `tls` feature: TLS, the password kept out of the URL.
+/// if let Ok(tls) = Endpoint::parse("rediss://cache.internal:6380/") {
+///     let tls = tls.username("app").password("s3cret");
+///     assert!(tls.is_tls());
+///     assert_eq!(tls.to_string(), "rediss://app@cache.internal:6380/0");
+/// }
 /// # Ok::<(), sidejob_redis::EndpointError>(())
 /// ```
 #[derive(Clone)]
@@ -76,9 +77,16 @@ impl Endpoint {
     ///
     /// # Errors
     ///
-    /// If the URL does not parse as a Redis URL; the message has the URL
-    /// with any password replaced by `<redacted>`.
+    /// If the URL does not parse as a Redis URL, or is a `rediss://` URL in
+    /// a build without the `tls` feature; the message has the URL with any
+    /// password replaced by `<redacted>`.
     pub fn parse(url: &str) -> Result<Endpoint, EndpointError> {
+        if cfg!(not(feature = "tls")) && url.starts_with("rediss://") {
+            return Err(EndpointError(format!(
+                "{:?}: a rediss:// endpoint needs the crate feature `tls`",
+                redact_url(url)
+            )));
+        }
         let info = url.into_connection_info().map_err(|e| {
             // The redis crate's message may quote the URL: say only what kind.
             EndpointError(format!(
@@ -235,8 +243,9 @@ pub(crate) fn redact_url(url: &str) -> String {
     let redacted = if creds.contains(':') {
         format!("{user}:<redacted>")
     } else {
-        // `redis://secret@host`: a lone field before `@` is a password to
-        // the redis crate, so it is hidden too.
+        // `redis://field@host`: a user name to the redis crate, but
+        // people write passwords there too; a URL that did not parse is
+        // no place to guess.
         "<redacted>".to_string()
     };
     format!("{}{redacted}{}", &url[..scheme_end], &rest[at..])
@@ -275,10 +284,7 @@ mod tests {
 
     #[test]
     fn redact_url_hides_passwords() {
-        assert_eq!(
-            redact_url("redis://u:p@h:1/"),
-            "redis://u:<redacted>@h:1/"
-        );
+        assert_eq!(redact_url("redis://u:p@h:1/"), "redis://u:<redacted>@h:1/");
         assert_eq!(redact_url("redis://p@h/"), "redis://<redacted>@h/");
         assert_eq!(redact_url("redis://h/"), "redis://h/");
         assert_eq!(redact_url("nonsense"), "<not a URL>");
@@ -288,8 +294,11 @@ mod tests {
     fn no_secret_in_debug_display_or_errors() {
         let e = Endpoint::parse("redis://app:hunter2@127.0.0.1:1/").unwrap();
         assert!(!format!("{e:?}{e}").contains("hunter2"));
-        let e = Endpoint::parse("redis://hunter2@127.0.0.1:1/").unwrap();
+        let e = Endpoint::parse("redis://:hunter2@127.0.0.1:1/").unwrap();
         assert!(!format!("{e:?}{e}").contains("hunter2"));
+        // A lone field before `@` is a user name to the redis crate.
+        let e = Endpoint::parse("redis://alice@127.0.0.1:1/").unwrap();
+        assert_eq!(e.to_string(), "redis://alice@127.0.0.1:1/0");
         let e = e.password("hunter3");
         assert!(!format!("{e:?}{e}").contains("hunter3"));
         let err = Endpoint::parse("redis://app:hunter2@[bad/").unwrap_err();

@@ -175,12 +175,15 @@ impl Drop for Hub {
     }
 }
 
-/// Test hook: whether a keeper thread for `key` (a Redis URL) is running.
+/// Test hook: whether a keeper thread for `url` (a Redis URL) is running.
 #[doc(hidden)]
-pub fn keeper_thread_running(key: &str) -> bool {
+pub fn keeper_thread_running(url: &str) -> bool {
+    let key = crate::endpoint::Endpoint::parse(url)
+        .map(|e| e.identity())
+        .unwrap_or_default();
     HUBS.lock()
         .iter()
-        .any(|(k, w)| k == key && w.strong_count() > 0)
+        .any(|(k, w)| *k == key && w.strong_count() > 0)
 }
 
 /// A running keeper: drives one front-end's capacity from a [`Budget`].

@@ -89,9 +89,7 @@ impl RedisConn {
     pub(crate) fn new(endpoint: &Endpoint, timeout: Duration) -> Result<Self, StoreError> {
         // `Endpoint` skips `CLIENT SETINFO` on connecting: two more replies
         // to wait for (see `connection`), for a label in `CLIENT LIST`.
-        let client: Client = endpoint
-            .client()
-            .map_err(|e| StoreError(e.to_string()))?;
+        let client: Client = endpoint.client().map_err(|e| StoreError(e.to_string()))?;
         Ok(RedisConn {
             client,
             conn: None,
