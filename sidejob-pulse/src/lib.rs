@@ -61,6 +61,11 @@ mod route;
 mod store;
 mod worker;
 
+/// The README's example, compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctest;
+
 pub use error::{ConfigError, Error, RedisError};
 pub use node::{Node, NodeBuilder, MAX_KEY_LEN, MAX_PAYLOAD_LEN};
 pub use sidejob_redis::Endpoint;

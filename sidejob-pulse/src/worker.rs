@@ -646,6 +646,9 @@ impl Run {
                 } else {
                     self.waiting.push_back((m.key, m.token, m.payload));
                 }
+                // Start it before the next message: a notification mailed
+                // right after the start finds the job running.
+                self.pump();
             }
             "x" => {
                 if self.running.get(&m.key).is_some_and(|r| r.token == m.token) {
