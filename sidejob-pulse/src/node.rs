@@ -189,7 +189,12 @@ impl NodeBuilder {
     /// Longest time between two heartbeats of a worker before Redis removes
     /// it and its jobs go to other workers (10 s). At least 100 ms. A
     /// worker that cannot renew stops its jobs a margin (a tenth of it)
-    /// before that, on its own clock.
+    /// before that, on its own clock; Redis removes it a grace (another
+    /// tenth) after it. Heartbeats go every fifth of it.
+    ///
+    /// Every node of a pool should use the same value: after Redis loses
+    /// its state, the pool's learning mode lasts the TTL and grace of the
+    /// node that re-creates it, and must outlast every worker's lease.
     pub fn worker_ttl(&mut self, ttl: Duration) -> &mut Self {
         self.worker_ttl = ttl;
         self
@@ -585,8 +590,13 @@ impl Node {
         let poll = Duration::from_millis(20);
         status("1")?;
         // Polling Redis with a deadline: the queued jobs start on other
-        // nodes, which tell nobody but Redis.
-        while status("0")?.0 > 0 && now() < deadline {
+        // nodes, which tell nobody but Redis. With no worker left, nothing
+        // queued can start: no point waiting.
+        loop {
+            let (queued, members) = status("0")?;
+            if queued == 0 || members == 0 || now() >= deadline {
+                break;
+            }
             std::thread::sleep(poll);
         }
         status("2")?;

@@ -542,6 +542,12 @@ impl Run {
                 block = block.min(RETRY);
             }
             match self.conn.xread(&self.stream, &self.last_id.clone(), block) {
+                Ok(_) if !self.lease_valid() => {
+                    // Woken after the lease ran out (frozen in the read, say):
+                    // act on nothing (the messages stay unread); the top of
+                    // the loop stops every job.
+                    continue;
+                }
                 Ok(msgs) => {
                     let n = msgs.len();
                     for m in msgs {
@@ -567,6 +573,13 @@ impl Run {
             self.pump();
             lock(&self.cell.state).running = self.running.len();
         }
+    }
+
+    /// Whether the lease, as the keeper last renewed it, still runs.
+    fn lease_valid(&self) -> bool {
+        lock(&self.cell.state)
+            .valid_until
+            .is_some_and(|v| now() < v)
     }
 
     /// After a lease loss: a new incarnation, retried until Redis answers
@@ -794,8 +807,7 @@ impl Run {
             let Ok(permit) = self.cell.limiter.try_acquire_owned() else {
                 break; // full: a stop on this thread frees a unit
             };
-            let valid = lock(&self.cell.state).valid_until;
-            if valid.map_or(true, |v| now() >= v) {
+            if !self.lease_valid() {
                 break;
             }
             let tok = token.to_string();
