@@ -573,6 +573,32 @@ fn sigstop_past_the_ttl_then_sigcont() {
     };
     let excused = after.check_one_owner(&faults);
     assert_eq!(excused, held.len(), "each held job overlapped once, frozen");
+    // Thawed, the frozen node stopped every job it had lost before it
+    // started anything again.
+    let t_cont = faults.freezes[0].2;
+    let frozen_ivs = after
+        .by_key
+        .values()
+        .flatten()
+        .filter(|i| i.pid == frozen.pid);
+    let last_lost_stop = frozen_ivs
+        .clone()
+        .filter_map(|i| i.stop.as_ref().filter(|s| s.1 == "LeaseLost").map(|s| s.0))
+        .max()
+        .expect("LeaseLost stops");
+    let first_new_start = frozen_ivs
+        .filter(|i| i.start > t_stop)
+        .map(|i| i.start)
+        .min()
+        .expect("a new start");
+    assert!(
+        last_lost_stop < first_new_start,
+        "stopped its lost jobs first"
+    );
+    assert!(
+        last_lost_stop < t_cont + TTL.as_nanos(),
+        "stopped them within a TTL of SIGCONT"
+    );
     for (pid, n) in &after.stale_ticks {
         assert_eq!(
             *pid, frozen.pid,
