@@ -729,12 +729,18 @@ fn heartbeat(s: &Shared, conn: &mut Conn, t_send: std::time::Instant) -> Result<
     Ok(due)
 }
 
+/// Due jobs fetched per script call.
+const DUE_BATCH: usize = 200;
+
+/// Places due jobs in batches until none is left (at most 50 batches a
+/// heartbeat: 10,000 jobs), routing each over this node's view.
 fn place_due(s: &Shared, conn: &mut Conn) -> Result<(), Error> {
-    for _ in 0..3 {
-        let a = conn.run(&s.scripts.due, &s.prefix, &[Arg::N(200)])?;
+    for _ in 0..50 {
+        let a = conn.run(&s.scripts.due, &s.prefix, &[Arg::N(DUE_BATCH as u64)])?;
         if a.len() < 3 {
             return Ok(());
         }
+        let full = a.len() == 1 + 2 * DUE_BATCH;
         let (ver, owners) = {
             let v = lock(&s.view);
             let owners: Vec<String> = a[1..]
@@ -760,9 +766,11 @@ fn place_due(s: &Shared, conn: &mut Conn) -> Result<(), Error> {
         }
         let r = conn.run(&s.scripts.place, &s.prefix, &args)?;
         match r.first().map(text).as_deref() {
+            // Routed over an old view: learn the new one and go again.
             Some("STALE") => {
                 s.learn_view(r.get(1).map(num).unwrap_or(0), Some(slots_from(&r, 2)));
             }
+            Some("OK") if full => {}
             _ => return Ok(()),
         }
     }

@@ -81,6 +81,15 @@ fn collect(
 }
 
 #[test]
+fn handles_are_send_and_sync() {
+    fn send_sync<T: Send + Sync + 'static>() {}
+    send_sync::<Node>();
+    send_sync::<sidejob_pulse::Worker>();
+    send_sync::<Error>();
+    send_sync::<Job>();
+}
+
+#[test]
 fn dispatch_notify_stop_and_the_errors() {
     let Some(redis) = redis_support::start(false) else {
         return;
