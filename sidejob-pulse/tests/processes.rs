@@ -20,6 +20,10 @@
 #[allow(dead_code)]
 mod redis_support;
 
+#[path = "../../sidejob-redis/tests/support/proxy.rs"]
+#[allow(dead_code)]
+mod proxy;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -617,6 +621,93 @@ fn sigstop_past_the_ttl_then_sigcont() {
     }
 }
 
+fn one_node_cut_off_from_redis_stops_before_its_jobs_move() {
+    let Some(e) = env("partition", false) else {
+        return;
+    };
+    // p0 reaches Redis through a proxy that the test blackholes.
+    let gate = proxy::Proxy::start(e.redis.port);
+    let cut = Proc::spawn("p0", &gate.url(), &e.pool, &e.dir, 2);
+    let others: Vec<Proc> = (1..3).map(|i| e.spawn(&format!("p{i}"), 1)).collect();
+    let client = e.client();
+    let mut want = HashSet::new();
+    dispatch_all(&client, (0..120).map(|i| format!("k{i}")), &mut want);
+    let faults = Faults::default();
+    let before = wait_complete(&e.dir, &faults, &want, Duration::from_secs(20));
+    let held: Vec<String> = before
+        .by_key
+        .iter()
+        .filter(|(_, ivs)| ivs.iter().any(|i| i.pid == cut.pid && i.stop.is_none()))
+        .map(|(k, _)| k.clone())
+        .collect();
+    assert!(!held.is_empty());
+    gate.set(proxy::BLACKHOLE);
+    // Its jobs start elsewhere while it is cut off.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let a = read_audit(&e.dir, &faults);
+        if held.iter().all(|k| {
+            a.by_key[k]
+                .iter()
+                .any(|i| i.pid != cut.pid && i.stop.is_none())
+        }) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cut-off node's jobs did not move"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    gate.set(proxy::PASS);
+    // Healed, it joins again and takes its share back.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let t_heal = wall_ns();
+    let after = loop {
+        let a = read_audit(&e.dir, &faults);
+        let back = a
+            .by_key
+            .values()
+            .any(|ivs| ivs.iter().any(|i| i.pid == cut.pid && i.start > t_heal));
+        if back && a.check_complete(&want).is_ok() {
+            break a;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no settle after the partition healed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // No process was frozen, so no overlap is excused: the cut-off node
+    // stopped each job (LeaseLost) before its new owner started it.
+    assert_eq!(after.check_one_owner(&faults), 0);
+    assert!(after.stale_ticks.is_empty(), "{:?}", after.stale_ticks);
+    let gap = held
+        .iter()
+        .map(|k| {
+            let ivs = &after.by_key[k];
+            let lost = ivs.iter().find(|i| i.pid == cut.pid).unwrap();
+            let (stop, why) = lost.stop.clone().unwrap();
+            assert_eq!(why, "LeaseLost", "{k}");
+            let next = ivs.iter().find(|i| i.start > lost.start).unwrap();
+            next.start - stop
+        })
+        .min()
+        .unwrap();
+    println!(
+        "  {} jobs of the cut-off node stopped on its own clock (LeaseLost); the \
+         smallest gap from such a stop to the new owner's start: {} ms",
+        held.len(),
+        gap / 1_000_000
+    );
+    client.close();
+    drop(gate);
+    cut.quit();
+    for p in others {
+        p.quit();
+    }
+}
+
 fn workers_added_and_removed_under_load() {
     let Some(e) = env("churn", false) else { return };
     let mut procs: Vec<Proc> = (0..2).map(|i| e.spawn(&format!("p{i}"), 1)).collect();
@@ -754,7 +845,7 @@ fn main() {
         return;
     }
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
-    let tests: [(&str, fn()); 5] = [
+    let tests: [(&str, fn()); 6] = [
         (
             "kill9_moves_jobs_within_ttl_plus_pending_ttl",
             kill9_moves_jobs_within_ttl_plus_pending_ttl,
@@ -762,6 +853,10 @@ fn main() {
         (
             "sigstop_past_the_ttl_then_sigcont",
             sigstop_past_the_ttl_then_sigcont,
+        ),
+        (
+            "one_node_cut_off_from_redis_stops_before_its_jobs_move",
+            one_node_cut_off_from_redis_stops_before_its_jobs_move,
         ),
         (
             "workers_added_and_removed_under_load",
