@@ -43,10 +43,12 @@ pub fn run(url: &str) -> Result<Vec<String>, Error> {
         .url(url)
         .worker_ttl(Duration::from_secs(2))
         .join()?;
-    // A client-only node dispatches without hosting workers.
+    // A client-only node dispatches without hosting workers (every node
+    // of a pool shares its worker TTL).
     let client = Node::builder()
         .name("tenants")
         .url(url)
+        .worker_ttl(Duration::from_secs(2))
         .client_only(true)
         .join()?;
     // Two workers, each running at most 100 jobs (a sidejob Limiter).

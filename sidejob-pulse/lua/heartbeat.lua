@@ -3,8 +3,14 @@
 -- lease ran out more than grace ago (their jobs become orphans).
 -- -> {ver, generation, shut, learn_remaining_ms, due, renewed..., [slots...]}
 -- renewed_i is 1 or 0; the slots follow only if ver differs from myver.
+-- An empty epoch: do not re-create a missing pool (this node saw it shut
+-- down); the answer then says shut 2.
 local ttl, grace = tonumber(ARGV[2]), tonumber(ARGV[3])
-ensure(ttl, grace, ARGV[4])
+if not ensure(ttl, grace, ARGV[4]) then
+  local out = {0, '', 2, 0, 0}
+  for i = 6, #ARGV do out[#out + 1] = 0 end
+  return out
+end
 reap(grace)
 local ws = {}
 for i = 6, #ARGV do

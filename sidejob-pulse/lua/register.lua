@@ -2,8 +2,7 @@
 -- the first free slot (or a new one at the end), and every member hears
 -- of it. -> {'OK', ver, generation, slots...} | {'SHUTDOWN'}
 local ttl, grace, w = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[5]
-ensure(ttl, grace, ARGV[4])
-if mnum('shut') ~= 0 then return {'SHUTDOWN'} end
+if not ensure(ttl, grace, ARGV[4]) or mnum('shut') ~= 0 then return {'SHUTDOWN'} end
 redis.call('ZADD', P .. 'members', NOW + ttl, w)
 if not redis.call('LPOS', P .. 'slots', w) then
   local idx = redis.call('LPOS', P .. 'slots', '')

@@ -114,6 +114,10 @@ impl Shared {
     pub(crate) fn is_closed(&self) -> bool {
         lock(&self.state).closed
     }
+
+    pub(crate) fn is_shutting(&self) -> bool {
+        lock(&self.state).shutting
+    }
 }
 
 /// Configures a [`Node`]; made by [`Node::builder`].
@@ -294,7 +298,10 @@ impl NodeBuilder {
             Some(Ok(e)) => e.clone(),
         };
         let opts = self.options()?;
-        let mut conn = Conn::new(&endpoint, opts.io_timeout)?;
+        // The node's own calls (dispatch, stop, notify, shutdown) hold no
+        // lease, so they may wait longer than a worker's (a TLS handshake
+        // on a busy machine): at least a second.
+        let mut conn = Conn::new(&endpoint, opts.io_timeout.max(Duration::from_secs(1)))?;
         let scripts = Scripts::new();
         let prefix = format!("{{sjp:{}}}:", escape_name(&name));
         let epoch = worker::random_id();
@@ -697,10 +704,17 @@ fn heartbeat(s: &Shared, conn: &mut Conn, t_send: std::time::Instant) -> Result<
         return Ok(0);
     }
     let myver = lock(&s.view).ver;
+    // A node that saw the pool shut down never re-creates it: after the
+    // clean-up, a missing pool is a closed one, not a lost one.
+    let epoch = if s.is_shutting() {
+        ""
+    } else {
+        s.epoch.as_str()
+    };
     let mut args = vec![
         Arg::N(ms(s.opts.worker_ttl)),
         Arg::N(ms(s.opts.grace)),
-        Arg::S(&s.epoch),
+        Arg::S(epoch),
         Arg::N(myver),
     ];
     for &i in &live {

@@ -219,12 +219,12 @@ impl WorkerCell {
         }
         if renewed {
             st.valid_until = Some(st.valid_until.map_or(valid_until, |v| v.max(valid_until)));
-        } else if st.generation != generation {
+        } else if !generation.is_empty() && st.generation != generation {
             // Forgotten by a Redis that lost its state: re-register at once
             // (the lease still runs) and re-assert the jobs.
             st.reregister = true;
         }
-        let poke = !renewed || st.generation != generation;
+        let poke = !renewed || (!generation.is_empty() && st.generation != generation);
         drop(st);
         if poke {
             wake(s, conn, wid);
@@ -269,9 +269,12 @@ fn wake(s: &Shared, conn: &mut Conn, wid: &str) {
     if wid.is_empty() {
         return;
     }
+    // NOMKSTREAM: a wake-up never creates a mailbox (nor re-creates one of
+    // a pool that is gone).
     let _ = conn.cmd(
         redis::cmd("XADD")
             .arg(format!("{}s:{wid}", s.prefix))
+            .arg("NOMKSTREAM")
             .arg("MAXLEN")
             .arg("~")
             .arg(100_000)
@@ -429,13 +432,20 @@ impl Run {
     /// Redis lost its state).
     fn register(&mut self, wid: &str) -> Result<(), Error> {
         let t_send = now();
+        // No epoch once the pool is shutting down: a missing pool is then
+        // a closed one, not to be re-created.
+        let epoch = if self.s.is_shutting() {
+            String::new()
+        } else {
+            self.s.epoch.clone()
+        };
         let a = self.conn.run(
             &self.s.scripts.register,
             &self.s.prefix,
             &[
                 Arg::N(ms(self.opts().worker_ttl)),
                 Arg::N(ms(self.opts().grace)),
-                Arg::S(&self.s.epoch),
+                Arg::S(&epoch),
                 Arg::S(wid),
             ],
         )?;

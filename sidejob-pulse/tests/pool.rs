@@ -32,12 +32,15 @@ impl Handler for Rec {
     }
 }
 
+/// A node with a 2 s worker TTL: short enough for a quick learning mode on
+/// a fresh Redis, long enough that six tests sharing two cores keep their
+/// leases (these tests count moves; `processes.rs` is about lease timing).
 fn node(url: &str, pool: &str) -> Node {
     Node::builder()
         .name(pool)
         .url(url)
-        .worker_ttl(Duration::from_millis(1000))
-        .pending_job_ttl(Duration::from_millis(2000))
+        .worker_ttl(Duration::from_millis(2000))
+        .pending_job_ttl(Duration::from_millis(4000))
         .worker_shutdown_ttl(Duration::from_secs(10))
         .join()
         .expect("join")
@@ -103,6 +106,7 @@ fn dispatch_notify_stop_and_the_errors() {
         .name("ops")
         .url(&url)
         .client_only(true)
+        .worker_ttl(Duration::from_millis(2000))
         .join()
         .unwrap();
     for i in 0..20 {
@@ -166,6 +170,7 @@ fn full_refuses_at_once_and_queued_jobs_start_when_a_worker_joins() {
         .name("full")
         .url(&url)
         .client_only(true)
+        .worker_ttl(Duration::from_millis(2000)) // the pool's, as every node's
         .max_queued_jobs(5)
         .join()
         .unwrap();
@@ -314,8 +319,65 @@ fn shutdown_starts_queued_jobs_then_stops_everything_and_cleans_redis() {
     assert!(starts >= 30, "every queued job started: {starts}");
     assert!(owners.is_empty(), "all stopped: {owners:?}");
     assert!(shutdown_stops > 0);
+    // The other node saw the shutdown: its keeper, still running, does not
+    // re-create the pool (two worker TTLs of heartbeats).
     let mut c = redis.conn();
-    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
-    assert!(keys.is_empty(), "left in Redis: {keys:?}");
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
+        assert!(keys.is_empty(), "left in Redis: {keys:?}");
+        std::thread::sleep(Duration::from_millis(100)); // watching for a write
+    }
     assert_eq!(b.dispatch("x", b""), Err(Error::ShuttingDown));
+}
+
+/// Stops slowly: holds the worker's thread in `stop` for a while.
+struct SlowStop(Sender<Ev>, Duration);
+
+impl Handler for SlowStop {
+    fn start(&mut self, job: Job) {
+        let _ = self.0.send(Ev::Start("slow", job.key, job.token));
+    }
+    fn stop(&mut self, key: &str, token: Token, why: StopReason) {
+        std::thread::sleep(self.1); // a handler slow to stop its job
+        let _ = self.0.send(Ev::Stop("slow", key.into(), token, why));
+    }
+}
+
+#[test]
+fn a_shutdown_past_its_ttl_cleans_up_and_no_node_re_creates_the_pool() {
+    let Some(redis) = redis_support::start(false) else {
+        return;
+    };
+    let url = redis.url();
+    let a = Node::builder()
+        .name("late")
+        .url(&url)
+        .worker_ttl(Duration::from_millis(2000))
+        .worker_shutdown_ttl(Duration::from_millis(500))
+        .join()
+        .unwrap();
+    let b = node(&url, "late");
+    let (tx, rx) = channel();
+    let _w = b
+        .add_worker(10, SlowStop(tx, Duration::from_secs(2)))
+        .unwrap();
+    a.dispatch("j", b"").unwrap();
+    assert!(matches!(
+        rx.recv_timeout(Duration::from_secs(10)),
+        Ok(Ev::Start(..))
+    ));
+    // b's worker is still stopping its job when a's shutdown gives up.
+    assert_eq!(a.shutdown(), Err(Error::Timeout { left: 1 }));
+    let mut c = redis.conn();
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
+        assert!(keys.is_empty(), "re-created: {keys:?}");
+        std::thread::sleep(Duration::from_millis(100)); // watching for a write
+    }
+    assert!(matches!(
+        rx.recv_timeout(Duration::from_secs(5)),
+        Ok(Ev::Stop(_, _, _, StopReason::Shutdown))
+    ));
 }

@@ -454,6 +454,7 @@ impl Env {
             .name(&self.pool)
             .url(self.redis.url())
             .client_only(true)
+            .worker_ttl(TTL)
             .max_queued_jobs(100_000)
             .join()
             .unwrap()
