@@ -272,6 +272,26 @@ impl BudgetBuilder {
 
     /// The Redis to use, with its login and TLS settings (see
     /// [`Endpoint`]); replaces [`url`](Self::url).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use sidejob_redis::{Budget, Endpoint};
+    ///
+    /// let redis = Endpoint::parse("rediss://redis.internal:6380/")? // feature `tls`
+    ///     .username("orders") // an ACL user
+    ///     .password(std::env::var("REDIS_PASSWORD")?)
+    ///     .ca_file("/etc/ssl/internal-ca.pem")?; // without it: the system's roots
+    /// let budget = Budget::builder()
+    ///     .endpoint(redis)
+    ///     .name("orders-db")
+    ///     .capacity(300)
+    ///     .max_hold(Duration::from_secs(3))
+    ///     .build()?;
+    /// assert!(!format!("{budget:?}").contains(&std::env::var("REDIS_PASSWORD")?));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn endpoint(&mut self, endpoint: Endpoint) -> &mut Self {
         self.url = Some(Ok(endpoint));
         self
