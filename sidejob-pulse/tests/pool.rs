@@ -381,3 +381,64 @@ fn a_shutdown_past_its_ttl_cleans_up_and_no_node_re_creates_the_pool() {
         Ok(Ev::Stop(_, _, _, StopReason::Shutdown))
     ));
 }
+
+/// Blocks its worker's thread in `start` of one key for a while.
+struct StuckOn(&'static str, Sender<Ev>, &'static str, Duration);
+
+impl Handler for StuckOn {
+    fn start(&mut self, job: Job) {
+        let stuck = job.key == self.2;
+        let _ = self.1.send(Ev::Start(self.0, job.key, job.token));
+        if stuck {
+            std::thread::sleep(self.3); // a start that does not return
+        }
+    }
+    fn stop(&mut self, key: &str, token: Token, why: StopReason) {
+        let _ = self.1.send(Ev::Stop(self.0, key.into(), token, why));
+    }
+}
+
+#[test]
+fn jobs_not_started_within_the_pending_ttl_go_to_their_owner_now() {
+    let Some(redis) = redis_support::start(false) else {
+        return;
+    };
+    let n = Node::builder()
+        .name("pending")
+        .url(redis.url())
+        .worker_ttl(Duration::from_millis(2000))
+        .pending_job_ttl(Duration::from_millis(1000))
+        .join()
+        .unwrap();
+    let (tx, rx) = channel();
+    let stuck_for = Duration::from_secs(5);
+    let _w1 = n
+        .add_worker(100, StuckOn("w1", tx.clone(), "block", stuck_for))
+        .unwrap();
+    n.dispatch("block", b"").unwrap();
+    let mut owners = HashMap::new();
+    collect(&rx, &mut owners, |o| o.contains_key("block"));
+    let t_stuck = Instant::now();
+    // w1's thread is stuck: these are assigned to it and not started.
+    let keys: Vec<String> = (0..20).map(|i| format!("b{i}")).collect();
+    for k in &keys {
+        n.dispatch(k, b"").unwrap();
+    }
+    // A second worker joins; w1 cannot hand anything over, but the keys
+    // that route to w2 now are due after the pending-job TTL and go to it.
+    let _w2 = n.add_worker(100, Rec("w2", tx.clone())).unwrap();
+    let seen = collect(&rx, &mut owners, |o| o.values().any(|(w, _)| *w == "w2"));
+    assert!(
+        t_stuck.elapsed() < stuck_for,
+        "w2 got jobs while w1 was stuck"
+    );
+    assert!(seen.iter().all(|e| matches!(e, Ev::Start("w2", ..))));
+    // w1 comes back: it starts the rest, never one that went to w2.
+    collect(&rx, &mut owners, |o| keys.iter().all(|k| o.contains_key(k)));
+    let on_w2 = keys.iter().filter(|k| owners[*k].0 == "w2").count();
+    assert!(0 < on_w2 && on_w2 < keys.len(), "{on_w2} on w2");
+    assert!(
+        rx.recv_timeout(Duration::from_millis(500)).is_err(),
+        "settled"
+    );
+}
