@@ -7,6 +7,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::endpoint::{Endpoint, EndpointError};
+
 /// What a node's local capacity becomes when its lease is gone (a
 /// partition, a Redis outage, learning mode after Redis lost its state).
 ///
@@ -107,7 +109,7 @@ impl std::error::Error for ConfigError {}
 /// ```
 #[derive(Debug, Clone)]
 pub struct Budget {
-    pub(crate) url: Option<String>,
+    pub(crate) url: Option<Endpoint>,
     pub(crate) name: String,
     pub(crate) capacity: usize,
     pub(crate) capacity_version: u64,
@@ -213,7 +215,7 @@ impl Budget {
 /// ```
 #[derive(Debug, Clone)]
 pub struct BudgetBuilder {
-    url: Option<String>,
+    url: Option<Result<Endpoint, EndpointError>>,
     name: Option<String>,
     capacity: Option<usize>,
     capacity_version: u64,
@@ -257,15 +259,48 @@ impl Default for BudgetBuilder {
 }
 
 impl BudgetBuilder {
-    /// The Redis URL (`redis://host:port/db` or `unix:///path`); needed by
-    /// [`Budget::attach`], not by [`Budget::attach_store`].
-    pub fn url(&mut self, url: impl Into<String>) -> &mut Self {
-        self.url = Some(url.into());
+    /// The Redis URL (`redis://[user[:password]@]host:port/db`,
+    /// `rediss://…` for TLS with the `tls` feature, or `unix:///path`);
+    /// needed by [`Budget::attach`], not by [`Budget::attach_store`]. A URL
+    /// that does not parse is reported by [`build`](Self::build), naming
+    /// `url`, without its password. For a password kept out of the URL or a
+    /// CA of your own, use [`endpoint`](Self::endpoint).
+    pub fn url(&mut self, url: impl AsRef<str>) -> &mut Self {
+        self.url = Some(Endpoint::parse(url.as_ref()));
         self
     }
 
-    /// The budget's name, shared by every node of the fleet. Required; no
-    /// `{` or `}` (the keys' hash tag is `{sj:<name>}`).
+    /// The Redis to use, with its login and TLS settings (see
+    /// [`Endpoint`]); replaces [`url`](Self::url).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use sidejob_redis::{Budget, Endpoint};
+    ///
+    /// let redis = Endpoint::parse("rediss://redis.internal:6380/")? // feature `tls`
+    ///     .username("orders") // an ACL user
+    ///     .password(std::env::var("REDIS_PASSWORD")?)
+    ///     .ca_file("/etc/ssl/internal-ca.pem")?; // without it: the system's roots
+    /// let budget = Budget::builder()
+    ///     .endpoint(redis)
+    ///     .name("orders-db")
+    ///     .capacity(300)
+    ///     .max_hold(Duration::from_secs(3))
+    ///     .build()?;
+    /// assert!(!format!("{budget:?}").contains(&std::env::var("REDIS_PASSWORD")?));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn endpoint(&mut self, endpoint: Endpoint) -> &mut Self {
+        self.url = Some(Ok(endpoint));
+        self
+    }
+
+    /// The budget's name, shared by every node of the fleet. Required,
+    /// non-empty. Its keys' hash tag is `{sj:<name>}`, with the name
+    /// escaped by [`escape_name`](crate::escape_name) so that no name
+    /// reaches into another budget's (or pool's) keys.
     pub fn name(&mut self, name: impl Into<String>) -> &mut Self {
         self.name = Some(name.into());
         self
@@ -423,11 +458,8 @@ impl BudgetBuilder {
             .name
             .clone()
             .ok_or_else(|| ConfigError::new("name", "required"))?;
-        if name.is_empty() || name.contains(['{', '}']) {
-            return Err(ConfigError::new(
-                "name",
-                "must be non-empty and hold no `{` or `}` (it goes inside the keys' hash tag)",
-            ));
+        if name.is_empty() {
+            return Err(ConfigError::new("name", "must be non-empty"));
         }
         let capacity = self
             .capacity
@@ -480,8 +512,13 @@ impl BudgetBuilder {
                 ));
             }
         }
+        let url = match &self.url {
+            None => None,
+            Some(Ok(e)) => Some(e.clone()),
+            Some(Err(e)) => return Err(ConfigError::new("url", e.to_string())),
+        };
         let budget = Budget {
-            url: self.url.clone(),
+            url,
             name,
             capacity,
             capacity_version: self.capacity_version,

@@ -142,10 +142,11 @@ impl Hub {
         });
         let thread = {
             let inbox = inbox.clone();
-            let name = if key.is_empty() {
-                "sidejob-keeper".to_string()
-            } else {
-                format!("sidejob-keeper:{key}")
+            // The key holds a digest of the login; the name shows only
+            // the address part (`Endpoint`'s Display, no password).
+            let name = match key.split_once('#') {
+                Some((shown, _)) => format!("sidejob-keeper:{shown}"),
+                None => "sidejob-keeper".to_string(),
             };
             thread::Builder::new()
                 .name(name)
@@ -174,12 +175,15 @@ impl Drop for Hub {
     }
 }
 
-/// Test hook: whether a keeper thread for `key` (a Redis URL) is running.
+/// Test hook: whether a keeper thread for `url` (a Redis URL) is running.
 #[doc(hidden)]
-pub fn keeper_thread_running(key: &str) -> bool {
+pub fn keeper_thread_running(url: &str) -> bool {
+    let key = crate::endpoint::Endpoint::parse(url)
+        .map(|e| e.identity())
+        .unwrap_or_default();
     HUBS.lock()
         .iter()
-        .any(|(k, w)| k == key && w.strong_count() > 0)
+        .any(|(k, w)| *k == key && w.strong_count() > 0)
 }
 
 /// A running keeper: drives one front-end's capacity from a [`Budget`].
@@ -244,11 +248,11 @@ impl Budget {
     pub fn attach<T: Resizable>(&self, target: T) -> Result<Keeper, ConfigError> {
         let url = self
             .url
-            .as_deref()
+            .as_ref()
             .ok_or_else(|| ConfigError::new("url", "required to attach to Redis"))?;
         let conn =
             RedisConn::new(url, self.renew_timeout).map_err(|e| ConfigError::new("url", e.0))?;
-        let hub = Hub::get(url, Some(conn));
+        let hub = Hub::get(&url.identity(), Some(conn));
         Ok(self.start(
             hub,
             Store::Redis(Box::new(BudgetScripts::new(&self.name))),
@@ -321,9 +325,9 @@ impl Budget {
     pub fn status(&self) -> Result<Option<Status>, StoreError> {
         let url = self
             .url
-            .as_deref()
+            .as_ref()
             .ok_or_else(|| StoreError("the budget has no url".into()))?;
-        RedisStore::new(url, &self.name, self.renew_timeout)?.status()
+        RedisStore::with_endpoint(url, &self.name, self.renew_timeout)?.status()
     }
 
     /// Changes the fleet's capacity `C` deliberately (a one-off connection
@@ -371,7 +375,7 @@ impl Budget {
     pub fn set_fleet_capacity(&self, capacity: usize) -> Result<FleetCapacity, StoreError> {
         let url = self
             .url
-            .as_deref()
+            .as_ref()
             .ok_or_else(|| StoreError("the budget has no url".into()))?;
         let floors = self.floor() * self.max_nodes();
         let leased = capacity.checked_sub(floors).ok_or_else(|| {
@@ -379,7 +383,7 @@ impl Budget {
                 "fleet capacity {capacity} is below the reserved floors ({floors} units)"
             ))
         })?;
-        RedisStore::new(url, &self.name, self.renew_timeout)?
+        RedisStore::with_endpoint(url, &self.name, self.renew_timeout)?
             .set_fleet_capacity(leased as u64)?
             .ok_or_else(|| {
                 StoreError(format!(

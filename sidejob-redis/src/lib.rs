@@ -42,6 +42,9 @@
 //!   and the front-ends they drive.
 //! * [`LeaseStore`] and its calls; [`RedisStore`] (the Lua scripts),
 //!   [`Model`] and [`MemoryStore`] (the same state machine in Rust).
+//! * [`Endpoint`]: where Redis is, with its login and TLS CA, never
+//!   printed with its password; [`escape_name`]: how a user's name goes
+//!   into a key.
 //! * [`Core`]: the keeper's decisions as a sans-IO state machine, shared
 //!   by the keeper thread and the simulation.
 
@@ -50,6 +53,7 @@
 
 mod config;
 mod core;
+mod endpoint;
 mod keeper;
 mod model;
 mod redis_store;
@@ -58,6 +62,7 @@ mod sync;
 
 pub use crate::core::{CapacityMismatch, Core, Due, KeeperStats, Reading};
 pub use config::{Budget, BudgetBuilder, ConfigError, Fallback};
+pub use endpoint::{escape_name, Endpoint, EndpointError};
 #[doc(hidden)]
 pub use keeper::keeper_thread_running;
 pub use keeper::{Keeper, Resizable};

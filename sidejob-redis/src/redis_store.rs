@@ -10,7 +10,9 @@
 
 use std::time::Duration;
 
-use redis::{Client, Connection, IntoConnectionInfo, Script, Value};
+use redis::{Client, Connection, Script, Value};
+
+use crate::endpoint::{escape_name, Endpoint};
 
 use crate::store::{
     FleetCapacity, Grant, InitArgs, InitReply, LeaseStore, NodeLease, RenewArgs, RenewReply,
@@ -84,13 +86,10 @@ pub(crate) struct BudgetScripts {
 }
 
 impl RedisConn {
-    pub(crate) fn new(url: &str, timeout: Duration) -> Result<Self, StoreError> {
-        let bad = |e| StoreError(format!("bad Redis URL {url:?}: {e}"));
-        let info = url.into_connection_info().map_err(bad)?;
-        // No `CLIENT SETINFO` on connecting: two more replies to wait for
-        // (see `connection`), for a label in `CLIENT LIST`.
-        let redis = info.redis_settings().clone().set_skip_set_lib_name();
-        let client = Client::open(info.set_redis_settings(redis)).map_err(bad)?;
+    pub(crate) fn new(endpoint: &Endpoint, timeout: Duration) -> Result<Self, StoreError> {
+        // `Endpoint` skips `CLIENT SETINFO` on connecting: two more replies
+        // to wait for (see `connection`), for a label in `CLIENT LIST`.
+        let client: Client = endpoint.client().map_err(|e| StoreError(e.to_string()))?;
         Ok(RedisConn {
             client,
             conn: None,
@@ -112,7 +111,7 @@ impl RedisConn {
 
 impl BudgetScripts {
     pub(crate) fn new(name: &str) -> Self {
-        let tag = format!("{{sj:{name}}}");
+        let tag = format!("{{sj:{}}}", escape_name(name));
         let script = |n| Script::new(&script_source(n).expect("known script"));
         BudgetScripts {
             keys: ["meta", "held", "exp", "info", "starve"].map(|k| format!("{tag}:{k}")),
@@ -141,10 +140,26 @@ impl RedisStore {
     ///
     /// # Errors
     ///
-    /// If the URL does not parse.
+    /// If the URL does not parse (the message leaves its password out).
     pub fn new(url: &str, name: &str, timeout: Duration) -> Result<Self, StoreError> {
+        let endpoint = Endpoint::parse(url).map_err(|e| StoreError(e.to_string()))?;
+        Self::with_endpoint(&endpoint, name, timeout)
+    }
+
+    /// A store for budget `name` at `endpoint` (its login and TLS
+    /// settings included).
+    ///
+    /// # Errors
+    ///
+    /// A `rediss://` endpoint without the `tls` feature, or a CA that does
+    /// not parse.
+    pub fn with_endpoint(
+        endpoint: &Endpoint,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Self, StoreError> {
         Ok(RedisStore {
-            conn: RedisConn::new(url, timeout)?,
+            conn: RedisConn::new(endpoint, timeout)?,
             budget: BudgetScripts::new(name),
         })
     }

@@ -1,0 +1,166 @@
+//! Every error of the crate, in one place.
+
+use std::fmt;
+
+/// Why a pool operation was refused or failed.
+///
+/// # Examples
+///
+/// ```
+/// use sidejob_pulse::Error;
+///
+/// let e = Error::Full { max_queued_jobs: 1000 };
+/// assert!(e.is_full());
+/// assert_eq!(e.to_string(), "pool full: 1000 jobs queued");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// [`Node::dispatch`](crate::Node::dispatch): as many jobs as
+    /// `max_queued_jobs` are waiting to start; refused at once.
+    Full {
+        /// The bound in force for this node.
+        max_queued_jobs: usize,
+    },
+    /// The key is empty or longer than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN).
+    InvalidKey,
+    /// The payload is longer than [`MAX_PAYLOAD_LEN`](crate::MAX_PAYLOAD_LEN).
+    InvalidPayload,
+    /// [`Node::dispatch`](crate::Node::dispatch): a job with this key is
+    /// already in the pool (stop it first to run it with another payload).
+    Exists,
+    /// [`Node::stop`](crate::Node::stop), [`Node::notify`](crate::Node::notify):
+    /// no job with this key (for `notify`: none assigned to a worker).
+    NotFound,
+    /// The pool is shutting down ([`Node::shutdown`](crate::Node::shutdown)):
+    /// no new job or worker is accepted.
+    ShuttingDown,
+    /// The pool has no state in Redis: it was shut down, or Redis lost its
+    /// state and no worker node has re-created it yet.
+    NoPool,
+    /// This node was closed.
+    Closed,
+    /// [`Node::add_worker`](crate::Node::add_worker) on a client-only node.
+    ClientOnly,
+    /// A graceful step (shutdown, removing a worker) did not finish within
+    /// the worker shutdown TTL; `left` workers or jobs were still there.
+    Timeout {
+        /// Workers (or jobs, when removing one worker) not done in time.
+        left: usize,
+    },
+    /// A setting was wrong.
+    Config(ConfigError),
+    /// Redis could not be reached or answered something unexpected.
+    Redis(RedisError),
+}
+
+impl Error {
+    /// Whether this is [`Error::Full`].
+    pub fn is_full(&self) -> bool {
+        matches!(self, Error::Full { .. })
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Full { max_queued_jobs } => {
+                write!(f, "pool full: {max_queued_jobs} jobs queued")
+            }
+            Error::InvalidKey => write!(
+                f,
+                "invalid job key: empty or longer than {} bytes",
+                crate::MAX_KEY_LEN
+            ),
+            Error::InvalidPayload => write!(
+                f,
+                "invalid payload: longer than {} bytes",
+                crate::MAX_PAYLOAD_LEN
+            ),
+            Error::Exists => f.write_str("a job with this key is already in the pool"),
+            Error::NotFound => f.write_str("no job with this key in the pool"),
+            Error::ShuttingDown => f.write_str("the pool is shutting down"),
+            Error::NoPool => f.write_str(
+                "no such pool in Redis (shut down, or lost by Redis and not re-created yet)",
+            ),
+            Error::Closed => f.write_str("this node is closed"),
+            Error::ClientOnly => f.write_str("a client-only node hosts no workers"),
+            Error::Timeout { left } => {
+                write!(f, "not done within the worker shutdown TTL ({left} left)")
+            }
+            Error::Config(e) => e.fmt(f),
+            Error::Redis(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<ConfigError> for Error {
+    fn from(e: ConfigError) -> Self {
+        Error::Config(e)
+    }
+}
+
+impl From<RedisError> for Error {
+    fn from(e: RedisError) -> Self {
+        Error::Redis(e)
+    }
+}
+
+/// Redis failed: unreachable, refused the login, or answered something
+/// unexpected. The text names the endpoint without its password.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisError(pub(crate) String);
+
+impl fmt::Display for RedisError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RedisError {}
+
+/// A node setting that was missing or broke a rule; names the field.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use sidejob_pulse::{Error, Node};
+///
+/// let err = Node::builder().name("tenants").url("redis://127.0.0.1:1/")
+///     .worker_ttl(Duration::from_millis(10))
+///     .join().unwrap_err();
+/// let Error::Config(c) = err else { panic!("{err}") };
+/// assert_eq!(c.field(), "worker_ttl");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    field: &'static str,
+    problem: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(field: &'static str, problem: impl Into<String>) -> Self {
+        ConfigError {
+            field,
+            problem: problem.into(),
+        }
+    }
+
+    /// The setting that was wrong: `"name"`, `"url"`, `"worker_ttl"`,
+    /// `"pending_job_ttl"`, `"worker_shutdown_ttl"`, `"max_queued_jobs"`,
+    /// `"max_jobs"` or `"job_sink_block"`.
+    pub fn field(&self) -> &'static str {
+        self.field
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid `{}`: {}", self.field, self.problem)
+    }
+}
+
+impl std::error::Error for ConfigError {}

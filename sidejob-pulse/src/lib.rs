@@ -1,0 +1,72 @@
+//! Dedicated keyed workers across nodes, on Redis: each long-running job
+//! has a key, and the key's job runs on exactly one worker of the whole
+//! fleet at a time, while workers join and leave and jobs move to their
+//! new owners.
+//!
+//! A [`Node`] joins a named pool on a Redis. It dispatches jobs
+//! ([`Node::dispatch`]), stops them ([`Node::stop`]), sends them
+//! notifications ([`Node::notify`]), and shuts the whole pool down
+//! ([`Node::shutdown`]). Unless it is client-only, it hosts [`Worker`]s,
+//! each running the user's [`Handler`] with a sidejob
+//! [`Limiter`](sidejob::Limiter) bounding its running jobs. A key's owner
+//! is chosen by jump consistent hash over the live workers, so adding a
+//! worker to `n` moves about `1/(n+1)` of the keys, all to it, and
+//! removing one moves only its keys. Every start carries a fencing
+//! [`Token`] larger than any before it for that key.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::sync::mpsc;
+//! use sidejob_pulse::{Handler, Job, Node, StopReason, Token};
+//!
+//! struct Tenant(mpsc::Sender<String>);
+//! impl Handler for Tenant {
+//!     fn start(&mut self, job: Job) {
+//!         self.0.send(format!("start {} #{}", job.key, job.token)).unwrap();
+//!     }
+//!     fn stop(&mut self, key: &str, _: Token, why: StopReason) {
+//!         self.0.send(format!("stop {key} {why:?}")).unwrap();
+//!     }
+//! }
+//!
+//! let (tx, rx) = mpsc::channel();
+//! let node = Node::builder().name("tenants").url("redis://127.0.0.1:6379/").join()?;
+//! let _worker = node.add_worker(100, Tenant(tx))?;
+//! node.dispatch("tenant-1", b"{}")?;
+//! assert!(rx.recv().unwrap().starts_with("start tenant-1"));
+//! node.shutdown()?;
+//! # Ok::<(), sidejob_pulse::Error>(())
+//! ```
+//!
+//! The design (keys in Redis, the scripts, how ownership moves, which
+//! failures need the fencing token) is in the crate README.
+//!
+//! # Contents
+//!
+//! * [`Node`], [`NodeBuilder`]: a process's handle on a pool.
+//! * [`Worker`], [`Handler`], [`Job`], [`StopReason`], [`Token`]: what
+//!   runs the jobs.
+//! * [`Error`], [`ConfigError`], [`RedisError`]: every failure.
+//! * [`Endpoint`]: Redis' address, login and TLS CA (from
+//!   `sidejob-redis`).
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![warn(missing_debug_implementations)]
+
+mod error;
+mod node;
+mod route;
+mod store;
+mod worker;
+
+/// The README's example, compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctest;
+
+pub use error::{ConfigError, Error, RedisError};
+pub use node::{Node, NodeBuilder, MAX_KEY_LEN, MAX_PAYLOAD_LEN};
+pub use sidejob_redis::Endpoint;
+pub use worker::{Handler, Job, StopReason, Token, Worker};

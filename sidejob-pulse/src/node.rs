@@ -1,0 +1,792 @@
+//! A node: one process's handle on a pool. It dispatches, stops and
+//! notifies jobs, hosts workers, and (unless client-only) runs the keeper
+//! thread that renews its workers' leases and places orphaned jobs.
+
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use sidejob_redis::{escape_name, Endpoint};
+
+use crate::error::{ConfigError, Error, RedisError};
+use crate::route::route;
+use crate::store::{ms, now, num, slots_from, text, Arg, Conn, Scripts};
+use crate::worker::{self, Handler, Worker, WorkerCell};
+
+/// The longest job key, in bytes.
+pub const MAX_KEY_LEN: usize = 1024;
+/// The longest payload (of a job or a notification), in bytes.
+pub const MAX_PAYLOAD_LEN: usize = 1 << 20;
+
+/// Tolerated rate error between a node's monotonic clock and Redis' clock.
+const CLOCK_RATE_MARGIN: f64 = 1e-3;
+
+/// A node's settings, checked by [`NodeBuilder::join`].
+#[derive(Debug, Clone)]
+pub(crate) struct Options {
+    pub(crate) worker_ttl: Duration,
+    pub(crate) pending_job_ttl: Duration,
+    pub(crate) worker_shutdown_ttl: Duration,
+    pub(crate) max_queued_jobs: usize,
+    pub(crate) client_only: bool,
+    pub(crate) job_sink_block: Duration,
+    pub(crate) heartbeat_every: Duration,
+    pub(crate) grace: Duration,
+    pub(crate) stop_margin: Duration,
+    pub(crate) io_timeout: Duration,
+}
+
+impl Options {
+    /// How long after sending a heartbeat that Redis accepted a worker may
+    /// hold its jobs: `ttl·(1−2ρ) − stop_margin`. Redis removes the worker
+    /// only at `ttl + grace` after its script ran (which is later, on
+    /// Redis' clock).
+    pub(crate) fn lease_window(&self) -> Duration {
+        self.worker_ttl
+            .mul_f64(1.0 - 2.0 * CLOCK_RATE_MARGIN)
+            .saturating_sub(self.stop_margin)
+    }
+}
+
+/// The membership as this node last saw it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct View {
+    pub(crate) ver: u64,
+    pub(crate) slots: Vec<String>,
+    pub(crate) generation: String,
+    pub(crate) shut: u64,
+}
+
+/// What the node's threads share.
+pub(crate) struct Shared {
+    pub(crate) name: String,
+    pub(crate) prefix: String,
+    pub(crate) endpoint: Endpoint,
+    pub(crate) opts: Options,
+    pub(crate) scripts: Scripts,
+    pub(crate) epoch: String,
+    conn: Mutex<Conn>,
+    pub(crate) view: Mutex<View>,
+    state: Mutex<NodeState>,
+    pub(crate) workers: Mutex<Vec<Arc<WorkerCell>>>,
+    keeper: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
+}
+
+#[derive(Debug, Default)]
+struct NodeState {
+    closed: bool,
+    shutting: bool,
+}
+
+/// Locks a mutex, recovering it if a panicking thread left it poisoned
+/// (every value behind our locks is consistent between statements).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    pub(crate) fn conn(&self) -> Result<Conn, RedisError> {
+        Conn::new(&self.endpoint, self.opts.io_timeout)
+    }
+
+    /// Folds a newer membership into the view.
+    pub(crate) fn learn_view(&self, ver: u64, slots: Option<Vec<String>>) {
+        let mut v = lock(&self.view);
+        if let Some(slots) = slots {
+            if ver >= v.ver {
+                v.ver = ver;
+                v.slots = slots;
+            }
+        }
+    }
+
+    fn check_open(&self) -> Result<(), Error> {
+        let s = lock(&self.state);
+        if s.closed {
+            Err(Error::Closed)
+        } else if s.shutting {
+            Err(Error::ShuttingDown)
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        lock(&self.state).closed
+    }
+
+    pub(crate) fn is_shutting(&self) -> bool {
+        lock(&self.state).shutting
+    }
+}
+
+/// Configures a [`Node`]; made by [`Node::builder`].
+///
+/// The defaults are the seed's: worker TTL 10 s, pending-job TTL 20 s,
+/// worker shutdown TTL 2 min, 1,000 queued jobs at most.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use sidejob_pulse::Node;
+///
+/// let node = Node::builder()
+///     .name("tenants")
+///     .url("redis://127.0.0.1:6379/")
+///     .worker_ttl(Duration::from_secs(5))
+///     .max_queued_jobs(10_000)
+///     .join()?;
+/// # Ok::<(), sidejob_pulse::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct NodeBuilder {
+    name: Option<String>,
+    endpoint: Option<Result<Endpoint, String>>,
+    worker_ttl: Duration,
+    pending_job_ttl: Duration,
+    worker_shutdown_ttl: Duration,
+    max_queued_jobs: usize,
+    client_only: bool,
+    job_sink_block: Duration,
+}
+
+impl Default for NodeBuilder {
+    fn default() -> Self {
+        NodeBuilder {
+            name: None,
+            endpoint: None,
+            worker_ttl: Duration::from_secs(10),
+            pending_job_ttl: Duration::from_secs(20),
+            worker_shutdown_ttl: Duration::from_secs(120),
+            max_queued_jobs: 1000,
+            client_only: false,
+            job_sink_block: Duration::from_secs(5),
+        }
+    }
+}
+
+impl NodeBuilder {
+    /// The pool's name, shared by every node of the pool. Required,
+    /// non-empty, any characters: it is escaped into the keys' prefix
+    /// `{sjp:<name>}:` so that no name reaches another pool's keys.
+    pub fn name(&mut self, name: impl Into<String>) -> &mut Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The Redis URL (`redis://[user[:password]@]host:port/db`, `rediss://`
+    /// with the `tls` feature, `unix:///path`). A URL that does not parse
+    /// is reported by [`join`](Self::join), without its password.
+    pub fn url(&mut self, url: impl AsRef<str>) -> &mut Self {
+        self.endpoint = Some(Endpoint::parse(url.as_ref()).map_err(|e| e.to_string()));
+        self
+    }
+
+    /// The Redis with its login and TLS settings; replaces
+    /// [`url`](Self::url).
+    pub fn endpoint(&mut self, endpoint: Endpoint) -> &mut Self {
+        self.endpoint = Some(Ok(endpoint));
+        self
+    }
+
+    /// Longest time between two heartbeats of a worker before Redis removes
+    /// it and its jobs go to other workers (10 s). At least 100 ms. A
+    /// worker that cannot renew stops its jobs a margin (a tenth of it)
+    /// before that, on its own clock; Redis removes it a grace (another
+    /// tenth) after it. Heartbeats go every fifth of it.
+    ///
+    /// Every node of a pool should use the same value: after Redis loses
+    /// its state, the pool's learning mode lasts the TTL and grace of the
+    /// node that re-creates it, and must outlast every worker's lease.
+    pub fn worker_ttl(&mut self, ttl: Duration) -> &mut Self {
+        self.worker_ttl = ttl;
+        self
+    }
+
+    /// Longest time a job may stay assigned and not started before it is
+    /// assigned again, to the worker that owns its key then (20 s).
+    pub fn pending_job_ttl(&mut self, ttl: Duration) -> &mut Self {
+        self.pending_job_ttl = ttl;
+        self
+    }
+
+    /// Longest wait for workers to stop gracefully (2 min): in
+    /// [`Node::shutdown`], [`Worker::remove`] and [`Node::close`].
+    pub fn worker_shutdown_ttl(&mut self, ttl: Duration) -> &mut Self {
+        self.worker_shutdown_ttl = ttl;
+        self
+    }
+
+    /// Jobs waiting to start (dispatched, or orphaned, and not yet started)
+    /// past which [`Node::dispatch`] answers [`Error::Full`] (1,000).
+    pub fn max_queued_jobs(&mut self, max: usize) -> &mut Self {
+        self.max_queued_jobs = max;
+        self
+    }
+
+    /// A node that only dispatches: no keeper thread, no workers.
+    pub fn client_only(&mut self, yes: bool) -> &mut Self {
+        self.client_only = yes;
+        self
+    }
+
+    /// Longest blocking read of a worker's mailbox (5 s; it is also cut
+    /// short by the heartbeat period). Shorter makes removal and close
+    /// of idle workers quicker.
+    pub fn job_sink_block(&mut self, block: Duration) -> &mut Self {
+        self.job_sink_block = block;
+        self
+    }
+
+    fn options(&self) -> Result<Options, ConfigError> {
+        let ttl = self.worker_ttl;
+        if ttl < Duration::from_millis(100) {
+            return Err(ConfigError::new("worker_ttl", "must be at least 100 ms"));
+        }
+        if self.pending_job_ttl < Duration::from_millis(10) {
+            return Err(ConfigError::new(
+                "pending_job_ttl",
+                "must be at least 10 ms",
+            ));
+        }
+        if self.worker_shutdown_ttl.is_zero() {
+            return Err(ConfigError::new(
+                "worker_shutdown_ttl",
+                "must be above zero",
+            ));
+        }
+        if self.max_queued_jobs == 0 {
+            return Err(ConfigError::new("max_queued_jobs", "must be at least 1"));
+        }
+        if self.job_sink_block < Duration::from_millis(1) {
+            return Err(ConfigError::new("job_sink_block", "must be at least 1 ms"));
+        }
+        let heartbeat_every = ttl / 5;
+        Ok(Options {
+            worker_ttl: ttl,
+            pending_job_ttl: self.pending_job_ttl,
+            worker_shutdown_ttl: self.worker_shutdown_ttl,
+            max_queued_jobs: self.max_queued_jobs,
+            client_only: self.client_only,
+            job_sink_block: self.job_sink_block.min(heartbeat_every),
+            heartbeat_every,
+            grace: ttl / 10,
+            stop_margin: ttl / 10,
+            io_timeout: (heartbeat_every / 2).min(Duration::from_secs(1)),
+        })
+    }
+
+    /// Joins the pool (creating it in Redis if missing) and, unless
+    /// client-only, starts the keeper thread.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] naming the setting; [`Error::Redis`] if Redis
+    /// cannot be reached or refuses the login.
+    pub fn join(&self) -> Result<Node, Error> {
+        let name = self
+            .name
+            .clone()
+            .ok_or_else(|| ConfigError::new("name", "required"))?;
+        if name.is_empty() {
+            return Err(ConfigError::new("name", "must be non-empty").into());
+        }
+        let endpoint = match &self.endpoint {
+            None => return Err(ConfigError::new("url", "required").into()),
+            Some(Err(e)) => return Err(ConfigError::new("url", e.clone()).into()),
+            Some(Ok(e)) => e.clone(),
+        };
+        let opts = self.options()?;
+        // The node's own calls (dispatch, stop, notify, shutdown) hold no
+        // lease, so they may wait longer than a worker's (a TLS handshake
+        // on a busy machine): at least a second.
+        let mut conn = Conn::new(&endpoint, opts.io_timeout.max(Duration::from_secs(1)))?;
+        let scripts = Scripts::new();
+        let prefix = format!("{{sjp:{}}}:", escape_name(&name));
+        let epoch = worker::random_id();
+        let a = conn.run(
+            &scripts.join,
+            &prefix,
+            &[
+                Arg::N(ms(opts.worker_ttl)),
+                Arg::N(ms(opts.grace)),
+                Arg::S(&epoch),
+            ],
+        )?;
+        let view = View {
+            shut: a.first().map(num).unwrap_or(0),
+            ver: a.get(1).map(num).unwrap_or(0),
+            generation: a.get(2).map(text).unwrap_or_default(),
+            slots: slots_from(&a, 4),
+        };
+        let shared = Arc::new(Shared {
+            name,
+            prefix,
+            endpoint,
+            opts,
+            scripts,
+            epoch,
+            conn: Mutex::new(conn),
+            view: Mutex::new(view),
+            state: Mutex::new(NodeState::default()),
+            workers: Mutex::new(Vec::new()),
+            keeper: Mutex::new(None),
+        });
+        if !shared.opts.client_only {
+            let (tx, rx) = mpsc::channel();
+            let s = shared.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("sidejob-pulse-keeper:{}", s.name))
+                .spawn(move || keeper(s, rx))
+                .map_err(|e| RedisError(format!("cannot start the keeper thread: {e}")))?;
+            *lock(&shared.keeper) = Some((tx, handle));
+        }
+        Ok(Node {
+            shared: shared.clone(),
+            _last: Arc::new(LastHandle(shared)),
+        })
+    }
+}
+
+/// A process's handle on a pool of dedicated workers: dispatch, stop and
+/// notify jobs, host workers. Cheap to clone; the last clone dropped
+/// closes the node.
+///
+/// # Examples
+///
+/// ```no_run
+/// use sidejob_pulse::{Handler, Job, Node, StopReason, Token};
+///
+/// struct Tenants;
+/// impl Handler for Tenants {
+///     fn start(&mut self, job: Job) {
+///         println!("start {} under token {}", job.key, job.token);
+///     }
+///     fn stop(&mut self, key: &str, token: Token, why: StopReason) {
+///         println!("stop {key} ({token}, {why:?})");
+///     }
+/// }
+///
+/// let node = Node::builder().name("tenants").url("redis://127.0.0.1:6379/").join()?;
+/// let worker = node.add_worker(100, Tenants)?;
+/// node.dispatch("tenant-42", b"config")?;
+/// node.notify("tenant-42", b"reload")?;
+/// node.stop("tenant-42")?;
+/// worker.remove()?;
+/// node.shutdown()?;
+/// # Ok::<(), sidejob_pulse::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Node {
+    shared: Arc<Shared>,
+    _last: Arc<LastHandle>,
+}
+
+struct LastHandle(Arc<Shared>);
+
+impl Drop for LastHandle {
+    fn drop(&mut self) {
+        close(&self.0);
+    }
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("pool", &self.shared.name)
+            .field("endpoint", &self.shared.endpoint)
+            .field("client_only", &self.shared.opts.client_only)
+            .field("workers", &lock(&self.shared.workers).len())
+            .finish()
+    }
+}
+
+fn check_key(key: &str) -> Result<(), Error> {
+    if key.is_empty() || key.len() > MAX_KEY_LEN {
+        return Err(Error::InvalidKey);
+    }
+    Ok(())
+}
+
+fn check_payload(payload: &[u8]) -> Result<(), Error> {
+    if payload.len() > MAX_PAYLOAD_LEN {
+        return Err(Error::InvalidPayload);
+    }
+    Ok(())
+}
+
+impl Node {
+    /// Starts a [`NodeBuilder`] with the seed's defaults.
+    pub fn builder() -> NodeBuilder {
+        NodeBuilder::default()
+    }
+
+    /// The pool's name.
+    pub fn pool(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Adds a worker that runs at most `max_jobs` jobs at once (a sidejob
+    /// [`Limiter`](sidejob::Limiter) of that capacity; a job assigned past
+    /// it waits, counted as queued, until one of the worker's jobs stops).
+    /// The worker joins the pool's membership at once; about `1/(n+1)` of
+    /// the keys move to it from the `n` workers there, each stopped by its
+    /// old owner before the new one starts it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ClientOnly`], [`Error::Closed`], [`Error::ShuttingDown`],
+    /// [`Error::Config`] for `max_jobs` 0, or [`Error::Redis`].
+    pub fn add_worker<H: Handler>(&self, max_jobs: usize, handler: H) -> Result<Worker, Error> {
+        if self.shared.opts.client_only {
+            return Err(Error::ClientOnly);
+        }
+        self.shared.check_open()?;
+        worker::spawn(&self.shared, max_jobs, Box::new(handler))
+    }
+
+    /// Dispatches a job: records it in Redis and mails it to the worker
+    /// that owns `key` (jump hash over the live workers). One round trip
+    /// when this node's view of the membership is current. Returns once
+    /// Redis holds the job: from then on it starts, eventually, on exactly
+    /// one worker while one lives (if there is none yet, it waits for one,
+    /// counted as queued).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Full`] at once when `max_queued_jobs` jobs are waiting to
+    /// start; [`Error::InvalidKey`], [`Error::InvalidPayload`];
+    /// [`Error::Exists`] if the key is in the pool; [`Error::ShuttingDown`],
+    /// [`Error::Closed`], [`Error::NoPool`]; [`Error::Redis`] (the job may
+    /// or may not have been recorded: dispatching it again answers
+    /// [`Error::Exists`] if it was).
+    pub fn dispatch(&self, key: &str, payload: &[u8]) -> Result<(), Error> {
+        check_key(key)?;
+        check_payload(payload)?;
+        self.shared.check_open()?;
+        let s = &self.shared;
+        for _ in 0..4 {
+            let (ver, owner) = {
+                let v = lock(&s.view);
+                (
+                    v.ver,
+                    route(key.as_bytes(), &v.slots).unwrap_or("").to_string(),
+                )
+            };
+            let a = lock(&s.conn).run(
+                &s.scripts.dispatch,
+                &s.prefix,
+                &[
+                    Arg::N(ms(s.opts.worker_ttl)),
+                    Arg::N(ms(s.opts.grace)),
+                    Arg::N(ms(s.opts.pending_job_ttl)),
+                    Arg::N(ver),
+                    Arg::N(s.opts.max_queued_jobs as u64),
+                    Arg::S(key),
+                    Arg::B(payload),
+                    Arg::S(&owner),
+                ],
+            )?;
+            match a.first().map(text).as_deref() {
+                Some("OK") => return Ok(()),
+                Some("STALE") => {
+                    s.learn_view(a.get(1).map(num).unwrap_or(0), Some(slots_from(&a, 2)));
+                }
+                Some("FULL") => {
+                    return Err(Error::Full {
+                        max_queued_jobs: s.opts.max_queued_jobs,
+                    })
+                }
+                Some("EXISTS") => return Err(Error::Exists),
+                Some("SHUTDOWN") => return Err(Error::ShuttingDown),
+                Some("NOPOOL") => return Err(Error::NoPool),
+                _ => return Err(unexpected("dispatch", &a)),
+            }
+        }
+        Err(RedisError("dispatch: the membership kept changing (4 tries)".into()).into())
+    }
+
+    /// Stops the job `key`: a job not started yet is dropped at once; a
+    /// running one is stopped by its worker (its handler's
+    /// [`stop`](Handler::stop)) shortly after. A job stopped this way is
+    /// not restarted anywhere.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`], [`Error::InvalidKey`], [`Error::Closed`],
+    /// [`Error::NoPool`], [`Error::Redis`].
+    pub fn stop(&self, key: &str) -> Result<(), Error> {
+        check_key(key)?;
+        if self.shared.is_closed() {
+            return Err(Error::Closed);
+        }
+        let s = &self.shared;
+        let a = lock(&s.conn).run(
+            &s.scripts.stop,
+            &s.prefix,
+            &[
+                Arg::N(ms(s.opts.worker_ttl)),
+                Arg::N(ms(s.opts.grace)),
+                Arg::S(key),
+            ],
+        )?;
+        match a.first().map(text).as_deref() {
+            Some("OK") => Ok(()),
+            Some("NOTFOUND") => Err(Error::NotFound),
+            Some("NOPOOL") => Err(Error::NoPool),
+            _ => Err(unexpected("stop", &a)),
+        }
+    }
+
+    /// Sends `payload` to the worker that holds job `key`, whose handler's
+    /// [`notify`](Handler::notify) gets it after the job's start. At most
+    /// once: a notification to a job that moves meanwhile is dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] if no worker holds the job; [`Error::InvalidKey`],
+    /// [`Error::InvalidPayload`], [`Error::Closed`], [`Error::NoPool`],
+    /// [`Error::Redis`].
+    pub fn notify(&self, key: &str, payload: &[u8]) -> Result<(), Error> {
+        check_key(key)?;
+        check_payload(payload)?;
+        if self.shared.is_closed() {
+            return Err(Error::Closed);
+        }
+        let s = &self.shared;
+        let a = lock(&s.conn).run(
+            &s.scripts.notify,
+            &s.prefix,
+            &[Arg::S(key), Arg::B(payload)],
+        )?;
+        match a.first().map(text).as_deref() {
+            Some("OK") => Ok(()),
+            Some("NOTFOUND") => Err(Error::NotFound),
+            Some("NOPOOL") => Err(Error::NoPool),
+            _ => Err(unexpected("notify", &a)),
+        }
+    }
+
+    /// Shuts the whole pool down, on every node: new jobs are refused
+    /// ([`Error::ShuttingDown`]), the jobs already queued start, then every
+    /// worker stops its jobs ([`StopReason::Shutdown`](crate::StopReason))
+    /// and leaves, then the pool's keys are deleted from Redis. Each wait
+    /// is bounded by the worker shutdown TTL; workers that did not leave by
+    /// then are removed anyway. This node is closed afterwards.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] if workers were still there at the deadline (the
+    /// keys are deleted all the same); [`Error::Redis`].
+    pub fn shutdown(&self) -> Result<(), Error> {
+        let s = &self.shared;
+        lock(&s.state).shutting = true;
+        let status = |phase: &str| -> Result<(u64, u64), Error> {
+            let a = lock(&s.conn).run(
+                &s.scripts.shutdown,
+                &s.prefix,
+                &[Arg::N(ms(s.opts.grace)), Arg::S(phase)],
+            )?;
+            Ok((
+                a.first().map(num).unwrap_or(0),
+                a.get(1).map(num).unwrap_or(0),
+            ))
+        };
+        let deadline = now() + s.opts.worker_shutdown_ttl;
+        let poll = Duration::from_millis(20);
+        status("1")?;
+        // Polling Redis with a deadline: the queued jobs start on other
+        // nodes, which tell nobody but Redis. With no worker left, nothing
+        // queued can start: no point waiting.
+        loop {
+            let (queued, members) = status("0")?;
+            if queued == 0 || members == 0 || now() >= deadline {
+                break;
+            }
+            std::thread::sleep(poll);
+        }
+        status("2")?;
+        let mut left = status("0")?.1;
+        while left > 0 && now() < deadline {
+            std::thread::sleep(poll);
+            left = status("0")?.1;
+        }
+        stop_keeper(s);
+        for w in std::mem::take(&mut *lock(&s.workers)) {
+            w.wait_exit(deadline);
+        }
+        status("3")?;
+        lock(&s.state).closed = true;
+        if left > 0 {
+            return Err(Error::Timeout {
+                left: left as usize,
+            });
+        }
+        Ok(())
+    }
+
+    /// Closes this node: its workers leave the pool (their jobs move to
+    /// other workers, within the worker shutdown TTL) and its keeper stops.
+    /// Workers on other nodes go on. Idempotent; dropping the last handle
+    /// does the same.
+    pub fn close(&self) {
+        close(&self.shared);
+    }
+
+    /// The membership version and slots this node last saw (a free slot is
+    /// `""`): for tests and diagnostics.
+    pub fn membership(&self) -> (u64, Vec<String>) {
+        let v = lock(&self.shared.view);
+        (v.ver, v.slots.clone())
+    }
+}
+
+fn unexpected(what: &str, a: &[redis::Value]) -> Error {
+    RedisError(format!("unexpected {what} reply {a:?}")).into()
+}
+
+fn stop_keeper(s: &Shared) {
+    if let Some((tx, h)) = lock(&s.keeper).take() {
+        drop(tx);
+        let _ = h.join();
+    }
+}
+
+fn close(s: &Arc<Shared>) {
+    {
+        let mut st = lock(&s.state);
+        if st.closed {
+            return;
+        }
+        st.closed = true;
+    }
+    let deadline = now() + s.opts.worker_shutdown_ttl;
+    let workers = std::mem::take(&mut *lock(&s.workers));
+    for w in &workers {
+        w.begin_remove(s);
+    }
+    for w in &workers {
+        w.wait_exit(deadline);
+    }
+    stop_keeper(s);
+}
+
+/// The keeper thread: every heartbeat period, renews the leases of the
+/// node's workers in one script (which also reaps dead workers anywhere in
+/// the pool), then places due jobs (orphans, and jobs not started within
+/// the pending-job TTL) on their owners.
+fn keeper(s: Arc<Shared>, stop: mpsc::Receiver<()>) {
+    let mut conn = match s.conn() {
+        Ok(c) => c,
+        Err(_) => return,
+    };
+    loop {
+        let t_send = now();
+        if let Ok(due) = heartbeat(&s, &mut conn, t_send) {
+            if due > 0 {
+                let _ = place_due(&s, &mut conn);
+            }
+        }
+        let wait = (t_send + s.opts.heartbeat_every).saturating_duration_since(now());
+        match stop.recv_timeout(wait) {
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+    }
+}
+
+fn heartbeat(s: &Shared, conn: &mut Conn, t_send: std::time::Instant) -> Result<u64, Error> {
+    let cells: Vec<Arc<WorkerCell>> = lock(&s.workers).clone();
+    let wids: Vec<String> = cells.iter().map(|c| c.wid()).collect();
+    let live: Vec<usize> = (0..cells.len()).filter(|&i| !wids[i].is_empty()).collect();
+    if live.is_empty() {
+        return Ok(0);
+    }
+    let myver = lock(&s.view).ver;
+    // A node that saw the pool shut down never re-creates it: after the
+    // clean-up, a missing pool is a closed one, not a lost one.
+    let epoch = if s.is_shutting() {
+        ""
+    } else {
+        s.epoch.as_str()
+    };
+    let mut args = vec![
+        Arg::N(ms(s.opts.worker_ttl)),
+        Arg::N(ms(s.opts.grace)),
+        Arg::S(epoch),
+        Arg::N(myver),
+    ];
+    for &i in &live {
+        args.push(Arg::S(&wids[i]));
+    }
+    let a = conn.run(&s.scripts.heartbeat, &s.prefix, &args)?;
+    let ver = a.first().map(num).unwrap_or(0);
+    let generation = a.get(1).map(text).unwrap_or_default();
+    let shut = a.get(2).map(num).unwrap_or(0);
+    let due = a.get(4).map(num).unwrap_or(0);
+    let slots = (a.len() > 5 + live.len()).then(|| slots_from(&a, 5 + live.len()));
+    s.learn_view(ver, slots);
+    {
+        let mut v = lock(&s.view);
+        v.generation = generation.clone();
+        v.shut = shut;
+    }
+    if shut > 0 {
+        lock(&s.state).shutting = true;
+    }
+    let valid_until = t_send + s.opts.lease_window();
+    for (j, &i) in live.iter().enumerate() {
+        let renewed = a.get(5 + j).map(num).unwrap_or(0) == 1;
+        cells[i].heartbeat_result(&wids[i], renewed, valid_until, &generation, s, conn);
+    }
+    Ok(due)
+}
+
+/// Due jobs fetched per script call.
+const DUE_BATCH: usize = 200;
+
+/// Places due jobs in batches until none is left (at most 50 batches a
+/// heartbeat: 10,000 jobs), routing each over this node's view.
+fn place_due(s: &Shared, conn: &mut Conn) -> Result<(), Error> {
+    for _ in 0..50 {
+        let a = conn.run(&s.scripts.due, &s.prefix, &[Arg::N(DUE_BATCH as u64)])?;
+        if a.len() < 3 {
+            return Ok(());
+        }
+        let full = a.len() == 1 + 2 * DUE_BATCH;
+        let (ver, owners) = {
+            let v = lock(&s.view);
+            let owners: Vec<String> = a[1..]
+                .chunks(2)
+                .map(|c| {
+                    route(&crate::store::bytes(&c[0]), &v.slots)
+                        .unwrap_or("")
+                        .to_string()
+                })
+                .collect();
+            (v.ver, owners)
+        };
+        let keys: Vec<Vec<u8>> = a[1..]
+            .chunks(2)
+            .map(|c| crate::store::bytes(&c[0]))
+            .collect();
+        let toks: Vec<String> = a[1..].chunks(2).map(|c| text(&c[1])).collect();
+        let mut args = vec![Arg::N(ms(s.opts.pending_job_ttl)), Arg::N(ver)];
+        for i in 0..keys.len() {
+            args.push(Arg::B(&keys[i]));
+            args.push(Arg::S(&toks[i]));
+            args.push(Arg::S(&owners[i]));
+        }
+        let r = conn.run(&s.scripts.place, &s.prefix, &args)?;
+        match r.first().map(text).as_deref() {
+            // Routed over an old view: learn the new one and go again.
+            Some("STALE") => {
+                s.learn_view(r.get(1).map(num).unwrap_or(0), Some(slots_from(&r, 2)));
+            }
+            Some("OK") if full => {}
+            _ => return Ok(()),
+        }
+    }
+    Ok(())
+}

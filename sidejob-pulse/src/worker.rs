@@ -1,0 +1,915 @@
+//! A worker: one thread that reads its mailbox (a Redis stream), claims
+//! the jobs assigned to it, runs the user's [`Handler`], and hands jobs
+//! over when the membership changes; a sidejob [`Limiter`] bounds how many
+//! of its jobs run at once.
+//!
+//! The worker holds its jobs only while its lease is valid on its own
+//! monotonic clock: `valid_until = t_send + ttl·(1−2ρ) − margin` after the
+//! last heartbeat Redis accepted. It never blocks past that instant (its
+//! mailbox read is cut short there), and when it passes without renewal it
+//! stops every job ([`StopReason::LeaseLost`]) before Redis, at `ttl +
+//! grace` after the heartbeat on Redis' clock, can give them away.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use sidejob::{Limiter, OwnedPermit};
+
+use crate::error::{ConfigError, Error, RedisError};
+use crate::node::{lock, Shared};
+use crate::route::route;
+use crate::store::{ms, now, num, slots_from, text, Arg, Conn, Msg};
+
+/// A fencing token: every assignment of a key to a worker gets a larger
+/// one than any before it, across the whole pool and across a loss of
+/// Redis' state (it is at least Redis' clock in microseconds). A resource
+/// that remembers the largest token it has seen for a key and refuses
+/// smaller ones cannot be written by a worker that lost the key, even one
+/// that was frozen (SIGSTOP, a VM pause) through the hand-over.
+///
+/// # Examples
+///
+/// ```
+/// use sidejob_pulse::Token;
+///
+/// // What a fenced resource does with each write.
+/// fn accept(highest: &mut Option<Token>, t: Token) -> bool {
+///     if highest.is_some_and(|h| t < h) { return false; }
+///     *highest = Some(t);
+///     true
+/// }
+/// let (old, new) = (Token::from_raw(7), Token::from_raw(9));
+/// let mut seen = None;
+/// assert!(accept(&mut seen, new));
+/// assert!(!accept(&mut seen, old), "the stale owner is fenced off");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Token(u64);
+
+impl Token {
+    /// The token's value.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+
+    /// A token from its value (as stored by a resource).
+    pub fn from_raw(v: u64) -> Token {
+        Token(v)
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A job given to [`Handler::start`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Job {
+    /// The job's key.
+    pub key: String,
+    /// The payload it was dispatched with.
+    pub payload: Vec<u8>,
+    /// This assignment's fencing token.
+    pub token: Token,
+}
+
+/// Why [`Handler::stop`] is called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// [`Node::stop`](crate::Node::stop) was called for the key.
+    Requested,
+    /// The membership changed (a worker joined, or this one is being
+    /// removed or closed) and another worker owns the key now; it starts
+    /// the job after this stop returns.
+    Moved,
+    /// This worker's lease ran out on its own clock (Redis unreachable, or
+    /// the process was frozen): the key may be given to another worker, so
+    /// the job stops now. If the process was frozen past the lease, the
+    /// new owner may already run it: only the token fences writes then.
+    LeaseLost,
+    /// After Redis lost its state, another worker asserted the key with a
+    /// newer token.
+    Superseded,
+    /// [`Node::shutdown`](crate::Node::shutdown).
+    Shutdown,
+}
+
+/// What a worker runs: the user's jobs, started and stopped by key.
+///
+/// `start` should return promptly (spawn the job's work, or hand it to a
+/// task): a worker calls its handler from one thread, and a call longer
+/// than the lease's margin (a tenth of the worker TTL) can delay a
+/// lease-lost stop past the moment another worker may start the job. A
+/// panic in a handler call is caught and the job is treated as started
+/// (for `start`) or stopped (for `stop`).
+///
+/// # Examples
+///
+/// ```
+/// use std::collections::HashMap;
+/// use sidejob_pulse::{Handler, Job, StopReason, Token};
+///
+/// /// One background task per tenant.
+/// #[derive(Default)]
+/// struct Tenants { running: HashMap<String, Token> }
+///
+/// impl Handler for Tenants {
+///     fn start(&mut self, job: Job) {
+///         self.running.insert(job.key, job.token); // spawn the tenant's task here
+///     }
+///     fn stop(&mut self, key: &str, _token: Token, _why: StopReason) {
+///         self.running.remove(key);
+///     }
+///     fn notify(&mut self, key: &str, _token: Token, payload: &[u8]) {
+///         assert!(self.running.contains_key(key), "{payload:?}");
+///     }
+/// }
+/// let mut h = Tenants::default();
+/// h.start(Job::for_test("t1", b"cfg", Token::from_raw(1)));
+/// h.stop("t1", Token::from_raw(1), StopReason::Requested);
+/// assert!(h.running.is_empty());
+/// ```
+pub trait Handler: Send + 'static {
+    /// Starts job `job.key`; the worker holds it until `stop`.
+    fn start(&mut self, job: Job);
+    /// Stops job `key` (started under `token`).
+    fn stop(&mut self, key: &str, token: Token, why: StopReason);
+    /// A notification for job `key` ([`Node::notify`](crate::Node::notify)).
+    fn notify(&mut self, key: &str, token: Token, payload: &[u8]) {
+        let _ = (key, token, payload);
+    }
+}
+
+impl Job {
+    /// A job as the worker would hand it, for testing handlers.
+    pub fn for_test(key: &str, payload: &[u8], token: Token) -> Job {
+        Job {
+            key: key.into(),
+            payload: payload.into(),
+            token,
+        }
+    }
+}
+
+/// 128 random bits in hex (std's randomly seeded hasher, twice).
+pub(crate) fn random_id() -> String {
+    let part = || {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0),
+        );
+        h.write_u32(std::process::id());
+        h.finish()
+    };
+    format!("{:016x}{:016x}", part(), part())
+}
+
+/// What the worker thread, the keeper and the handle share.
+pub(crate) struct WorkerCell {
+    state: Mutex<CellState>,
+    changed: Condvar,
+    limiter: Arc<Limiter>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+#[derive(Default)]
+struct CellState {
+    /// The current incarnation's id in Redis ("" when not registered).
+    wid: String,
+    valid_until: Option<Instant>,
+    /// The generation of the pool's state this worker has asserted its
+    /// jobs under.
+    generation: String,
+    /// The keeper found the worker forgotten by a Redis that lost state.
+    reregister: bool,
+    removing: bool,
+    exited: bool,
+    running: usize,
+}
+
+impl WorkerCell {
+    pub(crate) fn wid(&self) -> String {
+        lock(&self.state).wid.clone()
+    }
+
+    /// The keeper's heartbeat answer for incarnation `wid`.
+    pub(crate) fn heartbeat_result(
+        &self,
+        wid: &str,
+        renewed: bool,
+        valid_until: Instant,
+        generation: &str,
+        s: &Shared,
+        conn: &mut Conn,
+    ) {
+        let mut st = lock(&self.state);
+        if st.wid != wid {
+            return;
+        }
+        if renewed {
+            st.valid_until = Some(st.valid_until.map_or(valid_until, |v| v.max(valid_until)));
+        } else if !generation.is_empty() && st.generation != generation {
+            // Forgotten by a Redis that lost its state: re-register at once
+            // (the lease still runs) and re-assert the jobs.
+            st.reregister = true;
+        }
+        let poke = !renewed || (!generation.is_empty() && st.generation != generation);
+        drop(st);
+        if poke {
+            wake(s, conn, wid);
+        }
+    }
+
+    /// Asks the worker to leave (its jobs move); returns at once.
+    pub(crate) fn begin_remove(&self, s: &Shared) {
+        let wid = {
+            let mut st = lock(&self.state);
+            st.removing = true;
+            st.wid.clone()
+        };
+        if let Ok(mut c) = s.conn() {
+            wake(s, &mut c, &wid);
+        }
+    }
+
+    /// Waits until the worker thread has exited, or `deadline`.
+    pub(crate) fn wait_exit(&self, deadline: Instant) -> bool {
+        let mut st = lock(&self.state);
+        while !st.exited {
+            let left = deadline.saturating_duration_since(now());
+            if left.is_zero() {
+                return false;
+            }
+            st = self
+                .changed
+                .wait_timeout(st, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        drop(st);
+        if let Some(h) = lock(&self.thread).take() {
+            let _ = h.join();
+        }
+        true
+    }
+}
+
+fn wake(s: &Shared, conn: &mut Conn, wid: &str) {
+    if wid.is_empty() {
+        return;
+    }
+    // NOMKSTREAM: a wake-up never creates a mailbox (nor re-creates one of
+    // a pool that is gone).
+    let _ = conn.cmd(
+        redis::cmd("XADD")
+            .arg(format!("{}s:{wid}", s.prefix))
+            .arg("NOMKSTREAM")
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(100_000)
+            .arg("*")
+            .arg("t")
+            .arg("w"),
+    );
+}
+
+/// A worker of this node: its handle. Dropping it leaves the worker
+/// running; [`remove`](Self::remove) takes it out of the pool.
+pub struct Worker {
+    cell: Arc<WorkerCell>,
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Worker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Worker")
+            .field("id", &self.id())
+            .field("running", &self.running())
+            .finish()
+    }
+}
+
+impl Worker {
+    /// The worker's current id in Redis (a new one after it lost its lease
+    /// and joined again; empty once it has left).
+    pub fn id(&self) -> String {
+        self.cell.wid()
+    }
+
+    /// Jobs running on this worker now.
+    pub fn running(&self) -> usize {
+        lock(&self.cell.state).running
+    }
+
+    /// The local bound: the [`Limiter`] whose permits running jobs hold.
+    pub fn limiter(&self) -> &Arc<Limiter> {
+        &self.cell.limiter
+    }
+
+    /// Removes the worker from the pool: it leaves the membership, stops
+    /// each of its jobs ([`StopReason::Moved`]) and hands it to its new
+    /// owner, then exits. Waits up to the worker shutdown TTL.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] if the worker had not finished by then (it goes
+    /// on in the background; Redis removes it when its lease runs out).
+    pub fn remove(self) -> Result<(), Error> {
+        self.cell.begin_remove(&self.shared);
+        let deadline = now() + self.shared.opts.worker_shutdown_ttl + Duration::from_secs(1);
+        if self.cell.wait_exit(deadline) {
+            lock(&self.shared.workers).retain(|c| !Arc::ptr_eq(c, &self.cell));
+            Ok(())
+        } else {
+            Err(Error::Timeout {
+                left: self.running(),
+            })
+        }
+    }
+}
+
+/// Starts a worker: registers it (so that errors reach the caller), then
+/// runs its thread.
+pub(crate) fn spawn(
+    s: &Arc<Shared>,
+    max_jobs: usize,
+    handler: Box<dyn Handler>,
+) -> Result<Worker, Error> {
+    let limiter = Arc::new(
+        Limiter::new(max_jobs).map_err(|_| ConfigError::new("max_jobs", "must be at least 1"))?,
+    );
+    let cell = Arc::new(WorkerCell {
+        state: Mutex::new(CellState::default()),
+        changed: Condvar::new(),
+        limiter,
+        thread: Mutex::new(None),
+    });
+    let mut run = Run {
+        s: s.clone(),
+        cell: cell.clone(),
+        handler,
+        conn: s.conn()?,
+        wid: String::new(),
+        stream: String::new(),
+        last_id: "0".into(),
+        running: HashMap::new(),
+        waiting: VecDeque::new(),
+        handoffs: VecDeque::new(),
+        left: false,
+        retry: false,
+        shutdown: false,
+        remove_deadline: None,
+        rebalance_due: false,
+    };
+    run.register(&random_id())?;
+    lock(&s.workers).push(cell.clone());
+    let handle = std::thread::Builder::new()
+        .name(format!("sidejob-pulse-worker:{}", s.name))
+        .spawn(move || run.main())
+        .map_err(|e| RedisError(format!("cannot start the worker thread: {e}")))?;
+    *lock(&cell.thread) = Some(handle);
+    Ok(Worker {
+        cell,
+        shared: s.clone(),
+    })
+}
+
+struct Running {
+    token: u64,
+    payload: Vec<u8>,
+    _permit: OwnedPermit,
+}
+
+enum Handoff {
+    /// Hand the job (stopped here, or never started) to its owner now.
+    Move(String, u64),
+    /// The job was stopped on request: forget it (or re-place it).
+    Done(String, u64),
+}
+
+/// The worker thread's state.
+struct Run {
+    s: Arc<Shared>,
+    cell: Arc<WorkerCell>,
+    handler: Box<dyn Handler>,
+    conn: Conn,
+    wid: String,
+    stream: String,
+    last_id: String,
+    running: HashMap<String, Running>,
+    waiting: VecDeque<(String, u64, Vec<u8>)>,
+    handoffs: VecDeque<Handoff>,
+    /// Left the slots (removal phase 1 done).
+    left: bool,
+    /// Something waits on Redis: wake again soon.
+    retry: bool,
+    shutdown: bool,
+    remove_deadline: Option<Instant>,
+    /// A membership change arrived before the jobs were re-asserted after
+    /// a state loss: rebalance once they are.
+    rebalance_due: bool,
+}
+
+const RETRY: Duration = Duration::from_millis(50);
+
+impl Run {
+    fn opts(&self) -> &crate::node::Options {
+        &self.s.opts
+    }
+
+    /// Registers incarnation `wid` (a new id, or the same one again after
+    /// Redis lost its state).
+    fn register(&mut self, wid: &str) -> Result<(), Error> {
+        let t_send = now();
+        // No epoch once the pool is shutting down: a missing pool is then
+        // a closed one, not to be re-created.
+        let epoch = if self.s.is_shutting() {
+            String::new()
+        } else {
+            self.s.epoch.clone()
+        };
+        let a = self.conn.run(
+            &self.s.scripts.register,
+            &self.s.prefix,
+            &[
+                Arg::N(ms(self.opts().worker_ttl)),
+                Arg::N(ms(self.opts().grace)),
+                Arg::S(&epoch),
+                Arg::S(wid),
+            ],
+        )?;
+        match a.first().map(text).as_deref() {
+            Some("OK") => {}
+            Some("SHUTDOWN") => return Err(Error::ShuttingDown),
+            _ => return Err(RedisError(format!("unexpected register reply {a:?}")).into()),
+        }
+        let generation = a.get(2).map(text).unwrap_or_default();
+        self.s
+            .learn_view(a.get(1).map(num).unwrap_or(0), Some(slots_from(&a, 3)));
+        let fresh = wid != self.wid;
+        {
+            let mut st = lock(&self.cell.state);
+            st.wid = wid.to_string();
+            st.valid_until = Some(t_send + self.opts().lease_window());
+            st.reregister = false;
+            if fresh {
+                st.generation = generation;
+            }
+        }
+        if fresh {
+            self.wid = wid.to_string();
+            self.stream = format!("{}s:{wid}", self.s.prefix);
+            self.last_id = "0".into();
+        }
+        Ok(())
+    }
+
+    fn main(mut self) {
+        self.serve();
+        let mut st = lock(&self.cell.state);
+        st.exited = true;
+        st.wid.clear();
+        st.running = 0;
+        self.cell.changed.notify_all();
+    }
+
+    fn serve(&mut self) {
+        loop {
+            let (valid_until, reregister, removing, generation) = {
+                let st = lock(&self.cell.state);
+                (
+                    st.valid_until,
+                    st.reregister,
+                    st.removing,
+                    st.generation.clone(),
+                )
+            };
+            let t = now();
+            let valid_until = valid_until.unwrap_or(t);
+            if t >= valid_until {
+                // The lease ran out on our clock: stop everything before
+                // Redis can give it away, then join again as a new worker.
+                self.lose_all(StopReason::LeaseLost);
+                self.leave(2);
+                if removing || self.shutdown || self.s.is_closed() {
+                    return;
+                }
+                if !self.rejoin() {
+                    return;
+                }
+                continue;
+            }
+            if self.shutdown {
+                self.lose_all(StopReason::Shutdown);
+                self.leave(2);
+                return;
+            }
+            if reregister {
+                let wid = self.wid.clone();
+                if self.register(&wid).is_err() {
+                    self.retry = true;
+                }
+            }
+            let current = lock(&self.s.view).generation.clone();
+            if !current.is_empty() && current != generation && !reregister {
+                self.adopt_all(&current);
+            }
+            if removing {
+                let deadline = *self
+                    .remove_deadline
+                    .get_or_insert(t + self.opts().worker_shutdown_ttl);
+                if !self.left {
+                    if self.leave(1) {
+                        self.left = true;
+                        self.refresh_view();
+                        self.rebalance();
+                    } else {
+                        self.retry = true;
+                    }
+                }
+                self.pump();
+                let idle =
+                    self.running.is_empty() && self.waiting.is_empty() && self.handoffs.is_empty();
+                if (self.left && idle) || now() >= deadline {
+                    self.lose_all(StopReason::Moved);
+                    self.leave(2);
+                    return;
+                }
+            }
+            let mut block = self.opts().job_sink_block.min(valid_until - t);
+            if self.retry {
+                block = block.min(RETRY);
+            }
+            match self.conn.xread(&self.stream, &self.last_id.clone(), block) {
+                Ok(_) if !self.lease_valid() => {
+                    // Woken after the lease ran out (frozen in the read, say):
+                    // act on nothing (the messages stay unread); the top of
+                    // the loop stops every job.
+                    continue;
+                }
+                Ok(msgs) => {
+                    let n = msgs.len();
+                    for m in msgs {
+                        self.last_id = m.id.clone();
+                        self.handle(m);
+                    }
+                    if n > 0 {
+                        let _ = self.conn.cmd(
+                            redis::cmd("XTRIM")
+                                .arg(&self.stream)
+                                .arg("MINID")
+                                .arg(&self.last_id),
+                        );
+                    }
+                }
+                Err(_) => {
+                    // Redis unreachable: try again shortly, never past the
+                    // lease.
+                    let pause = RETRY.min(valid_until.saturating_duration_since(now()));
+                    std::thread::sleep(pause);
+                }
+            }
+            self.pump();
+            lock(&self.cell.state).running = self.running.len();
+        }
+    }
+
+    /// Whether the lease, as the keeper last renewed it, still runs.
+    fn lease_valid(&self) -> bool {
+        lock(&self.cell.state)
+            .valid_until
+            .is_some_and(|v| now() < v)
+    }
+
+    /// After a lease loss: a new incarnation, retried until Redis answers
+    /// or the node closes.
+    fn rejoin(&mut self) -> bool {
+        self.left = false;
+        loop {
+            if self.s.is_closed() || lock(&self.cell.state).removing {
+                return false;
+            }
+            match self.register(&random_id()) {
+                Ok(()) => return true,
+                Err(Error::ShuttingDown) => return false,
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// Leaves the slots (phase 1) or the pool (phase 2); one try.
+    fn leave(&mut self, phase: u64) -> bool {
+        if self.wid.is_empty() {
+            return true;
+        }
+        let r = self.conn.run(
+            &self.s.scripts.leave,
+            &self.s.prefix,
+            &[Arg::S(&self.wid.clone()), Arg::N(phase)],
+        );
+        if phase == 2 {
+            lock(&self.cell.state).wid.clear();
+        }
+        r.is_ok()
+    }
+
+    fn refresh_view(&mut self) {
+        if let Ok(a) = self.conn.run(&self.s.scripts.view, &self.s.prefix, &[]) {
+            self.s
+                .learn_view(a.first().map(num).unwrap_or(0), Some(slots_from(&a, 3)));
+            let generation = a.get(1).map(text).unwrap_or_default();
+            if !generation.is_empty() {
+                lock(&self.s.view).generation = generation;
+            }
+        }
+    }
+
+    /// Whether this worker's jobs are asserted under the pool's current
+    /// generation. After Redis lost state they are not, and until they are
+    /// the worker moves nothing and claims nothing: its records may be
+    /// missing, and a hand-over would find no record and drop the job.
+    fn adopted(&self) -> bool {
+        let current = lock(&self.s.view).generation.clone();
+        current.is_empty() || current == lock(&self.cell.state).generation
+    }
+
+    fn owner(&self, key: &str) -> String {
+        let v = lock(&self.s.view);
+        route(key.as_bytes(), &v.slots).unwrap_or("").to_string()
+    }
+
+    fn handle(&mut self, m: Msg) {
+        match m.kind.as_str() {
+            "s" => {
+                if let Some(r) = self.running.get(&m.key) {
+                    if r.token >= m.token {
+                        return;
+                    }
+                    // A newer assignment of a job we run: hand the old
+                    // run over first (it cannot happen without a lost
+                    // state, but the order stays stop-then-start).
+                    let r = self.running.remove(&m.key).expect("present");
+                    self.call_stop(&m.key, r.token, StopReason::Superseded);
+                }
+                if let Some(w) = self.waiting.iter_mut().find(|w| w.0 == m.key) {
+                    if w.1 < m.token {
+                        *w = (m.key, m.token, m.payload);
+                    }
+                } else {
+                    self.waiting.push_back((m.key, m.token, m.payload));
+                }
+                // Start it before the next message: a notification mailed
+                // right after the start finds the job running.
+                self.pump();
+            }
+            "x" => {
+                if self.running.get(&m.key).is_some_and(|r| r.token == m.token) {
+                    self.running.remove(&m.key);
+                    self.call_stop(&m.key, m.token, StopReason::Requested);
+                }
+                self.waiting.retain(|w| !(w.0 == m.key && w.1 == m.token));
+                self.handoffs.push_back(Handoff::Done(m.key, m.token));
+            }
+            "n" => {
+                if let Some(r) = self.running.get(&m.key) {
+                    let token = Token(r.token);
+                    let (h, key, p) = (&mut self.handler, &m.key, &m.payload);
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        h.notify(key, token, p)
+                    }));
+                }
+            }
+            "m" => {
+                if m.ver > lock(&self.s.view).ver {
+                    self.refresh_view();
+                }
+                if self.adopted() {
+                    self.rebalance();
+                } else {
+                    self.rebalance_due = true;
+                }
+            }
+            "X" => self.shutdown = true,
+            _ => {}
+        }
+    }
+
+    fn call_stop(&mut self, key: &str, token: u64, why: StopReason) {
+        let h = &mut self.handler;
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            h.stop(key, Token(token), why)
+        }));
+    }
+
+    /// Stops and hands over every running job another worker owns now.
+    fn rebalance(&mut self) {
+        let gone: Vec<String> = self
+            .running
+            .keys()
+            .filter(|k| self.owner(k) != self.wid)
+            .cloned()
+            .collect();
+        for k in gone {
+            let r = self.running.remove(&k).expect("present");
+            self.call_stop(&k, r.token, StopReason::Moved);
+            self.handoffs.push_back(Handoff::Move(k, r.token));
+        }
+    }
+
+    fn lose_all(&mut self, why: StopReason) {
+        let all: Vec<(String, Running)> = self.running.drain().collect();
+        for (k, r) in all {
+            self.call_stop(&k, r.token, why);
+        }
+        self.waiting.clear();
+        self.handoffs.clear();
+        lock(&self.cell.state).running = 0;
+    }
+
+    /// Re-asserts every running job after Redis lost state.
+    fn adopt_all(&mut self, generation: &str) {
+        let keys: Vec<String> = self.running.keys().cloned().collect();
+        for k in keys {
+            let (tok, payload) = {
+                let r = &self.running[&k];
+                (r.token.to_string(), r.payload.clone())
+            };
+            let a = self.conn.run(
+                &self.s.scripts.adopt,
+                &self.s.prefix,
+                &[
+                    Arg::N(ms(self.s.opts.worker_ttl)),
+                    Arg::N(ms(self.s.opts.grace)),
+                    Arg::S(&self.wid.clone()),
+                    Arg::S(&k),
+                    Arg::S(&tok),
+                    Arg::B(&payload),
+                ],
+            );
+            match a.as_ref().ok().and_then(|a| a.first()).map(text).as_deref() {
+                Some("OK") => {}
+                Some("GONE") => {
+                    // Not a member of the new generation yet: register
+                    // (same id, the lease still runs), then adopt.
+                    lock(&self.cell.state).reregister = true;
+                    self.retry = true;
+                    return;
+                }
+                Some(_) => {
+                    if let Some(r) = self.running.remove(&k) {
+                        self.call_stop(&k, r.token, StopReason::Superseded);
+                    }
+                }
+                None => {
+                    self.retry = true;
+                    return;
+                }
+            }
+        }
+        lock(&self.cell.state).generation = generation.to_string();
+        if std::mem::take(&mut self.rebalance_due) {
+            self.rebalance();
+        }
+    }
+
+    /// Retries hand-overs and starts waiting jobs, as far as Redis and the
+    /// local bound allow.
+    fn pump(&mut self) {
+        self.retry = false;
+        if !self.adopted() {
+            self.retry = true;
+            return;
+        }
+        let mut tries = self.handoffs.len() * 2;
+        while let Some(h) = self.handoffs.pop_front() {
+            match self.handoff(&h) {
+                Ok(true) => {}
+                Ok(false) if tries > 0 => {
+                    tries -= 1;
+                    self.handoffs.push_back(h);
+                }
+                _ => {
+                    self.handoffs.push_front(h);
+                    self.retry = true;
+                    break;
+                }
+            }
+        }
+        while let Some((key, token, _)) = self.waiting.front() {
+            let (key, token) = (key.clone(), *token);
+            if self.owner(&key) != self.wid {
+                self.waiting.pop_front();
+                self.handoffs.push_back(Handoff::Move(key, token));
+                self.retry = true;
+                continue;
+            }
+            let Ok(permit) = self.cell.limiter.try_acquire_owned() else {
+                break; // full: a stop on this thread frees a unit
+            };
+            if !self.lease_valid() {
+                break;
+            }
+            let tok = token.to_string();
+            let a = self.conn.run(
+                &self.s.scripts.take,
+                &self.s.prefix,
+                &[
+                    Arg::N(ms(self.s.opts.worker_ttl)),
+                    Arg::N(ms(self.s.opts.grace)),
+                    Arg::N(lock(&self.s.view).ver),
+                    Arg::S(&self.wid.clone()),
+                    Arg::S(&key),
+                    Arg::S(&tok),
+                ],
+            );
+            match a.as_ref().ok().and_then(|a| a.first()).map(text).as_deref() {
+                Some("OK") => {
+                    let (key, token, payload) = self.waiting.pop_front().expect("front");
+                    let job = Job {
+                        key: key.clone(),
+                        payload: payload.clone(),
+                        token: Token(token),
+                    };
+                    let h = &mut self.handler;
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.start(job)));
+                    self.running.insert(
+                        key,
+                        Running {
+                            token,
+                            payload,
+                            _permit: permit,
+                        },
+                    );
+                }
+                Some("LOST") => {
+                    self.waiting.pop_front();
+                }
+                Some("STALE") => {
+                    let a = a.expect("ok");
+                    self.s
+                        .learn_view(a.get(1).map(num).unwrap_or(0), Some(slots_from(&a, 2)));
+                }
+                _ => {
+                    // WAIT (learning after a state loss) or Redis failing.
+                    self.retry = true;
+                    break;
+                }
+            }
+        }
+        lock(&self.cell.state).running = self.running.len();
+    }
+
+    /// One hand-over: `Ok(true)` done, `Ok(false)` the membership moved
+    /// (view refreshed, try again).
+    fn handoff(&mut self, h: &Handoff) -> Result<bool, Error> {
+        let wid = self.wid.clone();
+        let a = match h {
+            Handoff::Move(key, token) => {
+                let to = self.owner(key);
+                self.conn.run(
+                    &self.s.scripts.moved,
+                    &self.s.prefix,
+                    &[
+                        Arg::N(ms(self.s.opts.worker_ttl)),
+                        Arg::N(ms(self.s.opts.grace)),
+                        Arg::N(ms(self.s.opts.pending_job_ttl)),
+                        Arg::N(lock(&self.s.view).ver),
+                        Arg::S(&wid),
+                        Arg::S(key),
+                        Arg::S(&token.to_string()),
+                        Arg::S(&to),
+                    ],
+                )?
+            }
+            Handoff::Done(key, token) => self.conn.run(
+                &self.s.scripts.done,
+                &self.s.prefix,
+                &[
+                    Arg::N(ms(self.s.opts.worker_ttl)),
+                    Arg::N(ms(self.s.opts.grace)),
+                    Arg::N(ms(self.s.opts.pending_job_ttl)),
+                    Arg::S(&wid),
+                    Arg::S(key),
+                    Arg::S(&token.to_string()),
+                ],
+            )?,
+        };
+        if a.first().map(text).as_deref() == Some("STALE") {
+            self.s
+                .learn_view(a.get(1).map(num).unwrap_or(0), Some(slots_from(&a, 2)));
+            return Ok(false);
+        }
+        Ok(true)
+    }
+}

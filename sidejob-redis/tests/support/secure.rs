@@ -1,0 +1,208 @@
+//! A `redis-server` that asks for a login and speaks TLS: `requirepass`
+//! for the default user, an ACL user `alice`, a plain port and a
+//! `tls-port`, with a CA and server certificate made for the test by the
+//! `openssl` command line (installed by `.ci/run` when missing). Killed by
+//! pid when dropped. Shared by sidejob-redis's and sidejob-pulse's tests.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const PASSWORD: &str = "s3cret-default-pw";
+pub const ACL_USER: &str = "alice";
+pub const ACL_PASSWORD: &str = "alice-Secret-42";
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind a loopback port")
+        .local_addr()
+        .expect("local addr")
+        .port()
+}
+
+pub struct Secure {
+    child: Child,
+    pub port: u16,
+    pub tls_port: u16,
+    pub dir: PathBuf,
+    /// The CA that signed the server's certificate (PEM).
+    pub ca: Vec<u8>,
+    /// Another CA, which signed nothing the server has (PEM).
+    pub other_ca: Vec<u8>,
+}
+
+fn have(cmd: &str, arg: &str) -> bool {
+    Command::new(cmd).arg(arg).output().is_ok()
+}
+
+fn openssl(dir: &PathBuf, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn make_ca(dir: &PathBuf, name: &str) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.crt"),
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN={name}"),
+        ],
+    );
+}
+
+/// Starts the server, or `None` with a loud message if `redis-server` or
+/// `openssl` is missing (a failure under `CI=true`).
+pub fn start() -> Option<Secure> {
+    if !have("redis-server", "--version") || !have("openssl", "version") {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("redis-server or openssl missing, and CI=true: .ci/run installs them");
+        }
+        eprintln!("\n!!!!!!!! SKIPPED: redis-server or openssl is not installed !!!!!!!!\n");
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!(
+        "sidejob-secure-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    make_ca(&dir, "ca");
+    make_ca(&dir, "other");
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    openssl(
+        &dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ],
+    );
+    openssl(
+        &dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ],
+    );
+    let (port, tls_port) = (free_port(), free_port());
+    let conf = dir.join("redis.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "bind 127.0.0.1\nport {port}\ntls-port {tls_port}\ndir {d}\n\
+             tls-cert-file {d}/server.crt\ntls-key-file {d}/server.key\n\
+             tls-ca-cert-file {d}/ca.crt\ntls-auth-clients no\n\
+             requirepass {PASSWORD}\nuser {ACL_USER} on >{ACL_PASSWORD} ~* &* +@all\n\
+             save \"\"\nappendonly no\nloglevel warning\nlogfile \"\"\ndaemonize no\n",
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new("redis-server")
+        .arg(&conf)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn redis-server");
+    let s = Secure {
+        child,
+        port,
+        tls_port,
+        ca: std::fs::read(dir.join("ca.crt")).unwrap(),
+        other_ca: std::fs::read(dir.join("other.crt")).unwrap(),
+        dir,
+    };
+    let url = format!("redis://:{PASSWORD}@127.0.0.1:{port}/");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(mut c) = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection_with_timeout(Duration::from_millis(200))
+        {
+            if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                return Some(s);
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "secure redis-server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20)); // polling a child's start-up
+    }
+}
+
+impl Secure {
+    /// The plain port's URL with `userinfo` (`":pw"`, `"user:pw"`) or none.
+    pub fn url(&self, userinfo: &str) -> String {
+        if userinfo.is_empty() {
+            format!("redis://127.0.0.1:{}/", self.port)
+        } else {
+            format!("redis://{userinfo}@127.0.0.1:{}/", self.port)
+        }
+    }
+
+    /// The TLS port's URL (`host` "localhost" or "127.0.0.1").
+    pub fn tls_url(&self, userinfo: &str, host: &str) -> String {
+        if userinfo.is_empty() {
+            format!("rediss://{host}:{}/", self.tls_port)
+        } else {
+            format!("rediss://{userinfo}@{host}:{}/", self.tls_port)
+        }
+    }
+}
+
+impl Drop for Secure {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
