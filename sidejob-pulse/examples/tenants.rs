@@ -29,12 +29,12 @@ impl Handler for Tenants {
     }
 }
 
-/// Runs the seed's operations on the pool "tenants" at `url`; returns what
+/// Runs the pool's operations on "tenants" at `url`; returns what
 /// the handlers saw.
 pub fn run(url: &str) -> Result<Vec<String>, Error> {
     let (tx, rx) = mpsc::channel();
     let next = || rx.recv_timeout(Duration::from_secs(30)).expect("an event");
-    // A node joins the pool (created in Redis if missing). The seed's
+    // A node joins the pool (created in Redis if missing). The Pulse design's
     // defaults are the builder's (worker TTL 10 s, pending-job TTL 20 s,
     // worker shutdown TTL 2 min, 1,000 queued jobs); a short worker TTL
     // shortens the wait on a Redis that has just started.

@@ -122,7 +122,7 @@ impl Shared {
 
 /// Configures a [`Node`]; made by [`Node::builder`].
 ///
-/// The defaults are the seed's: worker TTL 10 s, pending-job TTL 20 s,
+/// The defaults are the Pulse design's: worker TTL 10 s, pending-job TTL 20 s,
 /// worker shutdown TTL 2 min, 1,000 queued jobs at most.
 ///
 /// # Examples
@@ -417,7 +417,7 @@ fn check_payload(payload: &[u8]) -> Result<(), Error> {
 }
 
 impl Node {
-    /// Starts a [`NodeBuilder`] with the seed's defaults.
+    /// Starts a [`NodeBuilder`] with the defaults (the Pulse design's).
     pub fn builder() -> NodeBuilder {
         NodeBuilder::default()
     }
