@@ -4,7 +4,7 @@ use super::key_queue::KeyQueues;
 use super::mailbox;
 use super::ordered::Ordered;
 use super::steal::Idle;
-use super::{Inner, Pool};
+use super::{Inner, Pool, Routing};
 use crate::engine::probe::Probe;
 use crate::engine::table::Table;
 use crate::engine::threads;
@@ -611,10 +611,12 @@ impl PoolBuilder {
             worker_ids,
             name,
             spin,
-            own_private: idle.is_some() && !steal,
-            pinned: (steal && ordered.is_none()).then(|| extra.into_boxed_slice()),
-            ordered,
-            idle,
+            routing: Routing {
+                own_private: idle.is_some() && !steal,
+                pinned: (steal && ordered.is_none()).then(|| extra.into_boxed_slice()),
+                ordered,
+                idle,
+            },
             hasher: Default::default(),
         };
         if let Some(kind) = spawn_error {

@@ -39,8 +39,8 @@ impl<W: Worker> Inner<W> {
     #[inline]
     pub(super) fn deliver(&self, shard: usize, envelope: Envelope<W>) -> Result<(), Envelope<W>> {
         post(&self.mailboxes[shard], &self.table, shard, envelope, || {
-            if let Some(idle) = &self.idle {
-                if self.own_private {
+            if let Some(idle) = &self.routing.idle {
+                if self.routing.own_private {
                     idle.private_added(shard);
                 } else {
                     idle.work_added(shard, || !self.mailboxes[shard].is_empty());
@@ -56,7 +56,7 @@ impl<W: Worker> Inner<W> {
         // 2. Wake every worker so it checks whether its shard is drained;
         //    a worker that already left has dropped its mailbox. Stealing
         //    workers sleep in the idle room, not in their mailbox.
-        match &self.idle {
+        match &self.routing.idle {
             Some(idle) => idle.wake_all(),
             None => {
                 for mailbox in self.mailboxes.iter() {

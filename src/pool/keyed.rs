@@ -106,7 +106,7 @@ impl<W: Worker> Pool<W> {
         request: W::Request,
     ) -> Result<W::Reply, Error> {
         let id = self.key_id(key);
-        let Some(ordered) = &self.inner.ordered else {
+        let Some(ordered) = &self.inner.routing.ordered else {
             let reply = self.submit_keyed_call(Admission::Wait(None), id, request)?;
             return wait_reply(reply, self.inner.spin);
         };
@@ -217,7 +217,7 @@ impl<W: Worker> Pool<W> {
         let id = self.key_id(key);
         // Only the ordered mode waits for capacity, and never a worker of
         // this pool (see `admit_from_worker`).
-        let can_wait = self.inner.ordered.is_some()
+        let can_wait = self.inner.routing.ordered.is_some()
             && self.inner.table.has_room()
             && calling_worker(&self.inner.table).is_none();
         let admission = if can_wait {
@@ -292,12 +292,16 @@ impl<W: Worker> Pool<W> {
     /// ordered keyed mode (0 in the pinned mode, which keeps no key set).
     /// A reading; it is 0 again once their requests are handled.
     pub fn busy_keys(&self) -> usize {
-        self.inner.ordered.as_ref().map_or(0, |o| o.busy_keys())
+        self.inner
+            .routing
+            .ordered
+            .as_ref()
+            .map_or(0, |o| o.busy_keys())
     }
 
     /// The pool's keyed mode, from [`PoolBuilder::keyed`](crate::PoolBuilder::keyed).
     pub fn keyed_mode(&self) -> KeyedMode {
-        if self.inner.ordered.is_some() {
+        if self.inner.routing.ordered.is_some() {
             KeyedMode::Ordered
         } else {
             KeyedMode::Pinned
@@ -309,7 +313,11 @@ impl<W: Worker> Pool<W> {
     #[cfg(test)]
     pub(crate) fn key_load<K: Hash + ?Sized>(&self, key: &K) -> usize {
         let id = self.key_id(key);
-        self.inner.ordered.as_ref().map_or(0, |o| o.key_load(id))
+        self.inner
+            .routing
+            .ordered
+            .as_ref()
+            .map_or(0, |o| o.key_load(id))
     }
 
     /// A key's 64-bit id.
@@ -352,7 +360,7 @@ impl<W: Worker> Pool<W> {
                 Error::CallingSelf
             }
         };
-        if inner.ordered.is_none() {
+        if inner.routing.ordered.is_none() {
             // Pinned: the key's worker and shard, nothing else.
             let target = jump_hash(id, shards as u32) as usize;
             if waits && me == Some(target) {
@@ -398,7 +406,7 @@ impl<W: Worker> Inner<W> {
         id: u64,
         job: Job<W>,
     ) -> Result<(), (Error, Job<W>)> {
-        match &self.ordered {
+        match &self.routing.ordered {
             Some(ordered) => ordered.submit(shard, id, job),
             None => {
                 // Only the ordered mode gets here.
@@ -416,7 +424,7 @@ impl<W: Worker> Inner<W> {
         shard: usize,
         envelope: Envelope<W>,
     ) -> Result<(), Envelope<W>> {
-        let (Some(private), Some(idle)) = (&self.pinned, &self.idle) else {
+        let (Some(private), Some(idle)) = (&self.routing.pinned, &self.routing.idle) else {
             return self.deliver(shard, envelope);
         };
         post(&private[shard], &self.table, shard, envelope, || {

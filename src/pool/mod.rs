@@ -178,6 +178,15 @@ struct Inner<W: Worker> {
     name: Arc<str>,
     /// How long a waiting caller polls for its reply before it parks.
     spin: Duration,
+    /// How requests reach workers.
+    routing: Routing<W>,
+    /// Hashes keys (seeded per pool).
+    hasher: hashbrown::DefaultHashBuilder,
+}
+
+/// How a pool routes requests to its workers, one value built once by the
+/// builder from its `steal` setting and [`KeyedMode`].
+struct Routing<W: Worker> {
     /// Where free workers sleep, if the pool steals (`PoolBuilder::steal`)
     /// or its keyed mode is ordered.
     idle: Option<Arc<Idle>>,
@@ -191,8 +200,6 @@ struct Inner<W: Worker> {
     pinned: Option<Box<[Outbox<Envelope<W>>]>>,
     /// The key queues, in the ordered keyed mode.
     ordered: Option<Arc<Ordered<W>>>,
-    /// Hashes keys (seeded per pool).
-    hasher: hashbrown::DefaultHashBuilder,
 }
 
 /// A pending reply.
