@@ -17,7 +17,7 @@ use std::hash::Hash;
 use std::time::Duration;
 
 /// Whether a [`Pool`] steals unless [`PoolBuilder::steal`] says otherwise.
-pub(crate) const DEFAULT_STEAL: bool = false;
+pub(crate) const DEFAULT_STEAL: bool = true;
 
 /// Configures a [`Pool`]; made by [`Pool::builder`].
 ///

@@ -1,6 +1,5 @@
 //! `PoolBuilder::build_async`: an async pool, its workers spawned as tasks on the current tokio runtime (or the one named).
 
-use super::current::as_worker;
 use super::mailbox::mailboxes;
 use super::worker::{AsyncFactory, AsyncWorker, TaskLoop};
 use super::{AsyncPool, Inner, MAX_DEFAULT_ASYNC_WORKERS};
@@ -111,7 +110,7 @@ impl PoolBuilder {
         let table = Arc::new(table);
         let factory: Arc<AsyncFactory<W>> = Arc::new(factory);
         let steal = self.steal.unwrap_or(DEFAULT_STEAL);
-        let (mailboxes, inboxes) = mailboxes(table.shard_count(), steal);
+        let (mailboxes, inboxes) = mailboxes(table.shard_count(), capacity, steal);
         let (done, alive) = watch::channel(());
         for (index, inbox) in inboxes.into_iter().enumerate() {
             let worker = TaskLoop {
@@ -123,7 +122,7 @@ impl PoolBuilder {
                 ended: false,
             };
             // Detached: `done` says when it ends.
-            drop(handle.spawn(as_worker(&table, index, worker.run())));
+            drop(handle.spawn(worker.run()));
         }
         drop(alive);
         Ok(AsyncPool {

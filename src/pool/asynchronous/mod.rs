@@ -18,7 +18,7 @@ use crate::stats::Stats;
 use crate::sync::{Arc, Weak};
 use std::fmt;
 use std::future::Future;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
 mod build;
 mod calls;

@@ -6,12 +6,13 @@
 
 use std::future::Future;
 
+use super::current::{as_worker, worker_id};
 use super::mailbox::{Envelope, Inbox};
 use super::unwind::guarded;
 use crate::engine::foreign::{drop_payload, drop_quietly};
 use crate::engine::table::{Table, Unit};
 use crate::error::Error;
-use crate::pool::worker_loop::drained;
+use crate::pool::worker_loop::{drained, pool_drained};
 use crate::sync::Arc;
 
 /// The state and async handlers of one worker of an
@@ -127,14 +128,26 @@ impl<W: AsyncWorker> TaskLoop<W> {
         let mut state = self.build();
         let table = Arc::clone(&self.table);
         let shard = table.shard(self.index);
-        // `from` is the shard whose mailbox the envelope came from, whose
-        // unit it holds: this worker's own, or another's when it steals.
-        while let Some((from, envelope)) = self.inbox.recv(|| drained(shard)).await {
+        // The exit rule: a worker of the shared queue serves every shard,
+        // and leaves once all are drained; one with its own mailbox, once
+        // its shard is.
+        let shared = self.inbox.is_shared();
+        let id = self.id();
+        let done = || {
+            if shared {
+                pool_drained(&table)
+            } else {
+                drained(shard)
+            }
+        };
+        // `from` is the shard whose unit the envelope holds: this worker's
+        // own, or any with the shared queue.
+        while let Some((from, envelope)) = self.inbox.recv(done).await {
             let (job, reply) = match envelope {
-                Envelope::Call(request, reply) => (Job::Call(request), Some(reply)),
+                Envelope::Call(request, reply) => (Job::<W>::Call(request), Some(reply)),
                 Envelope::Cast(message) => (Job::Cast(message), None),
                 Envelope::Wake => {
-                    if drained(shard) {
+                    if done() {
                         break;
                     }
                     continue;
@@ -144,13 +157,48 @@ impl<W: AsyncWorker> TaskLoop<W> {
             // released by its `Drop` if the runtime drops this task while
             // the handler runs.
             let unit = Unit::new(&self.table, from);
-            let outcome = self.handle(&mut state, job).await;
+            // The handler, under a panic catch (inline rather than an
+            // `async fn` of its own: one state machine less to step through
+            // per request).
+            if state.is_none() {
+                state = self.build();
+            }
+            let outcome = match state.as_mut() {
+                // The factory itself panicked: this request cannot be served.
+                None => {
+                    drop_quietly(job);
+                    Err(Error::WorkerPanicked)
+                }
+                // Creating the handler's future is user code too: inside
+                // the guard.
+                Some(worker) => match guarded(id, async move {
+                    match job {
+                        Job::Call(request) => Some(worker.handle_call(request).await),
+                        Job::Cast(message) => {
+                            worker.handle_cast(message).await;
+                            None
+                        }
+                    }
+                })
+                .await
+                {
+                    Ok(reply) => Ok(reply),
+                    Err(payload) => {
+                        drop_payload(payload);
+                        // A restart: the half-updated state is dropped, not
+                        // reused; the mailbox stays, and the new state
+                        // serves it.
+                        drop_quietly(state.take());
+                        state = self.build();
+                        Err(Error::WorkerPanicked)
+                    }
+                },
+            };
             let panicked = outcome.is_err();
             // The unit goes back before the reply is delivered: a caller
             // that gets its answer and calls again at once never meets its
             // own stale unit.
             unit.release(panicked);
-            self.inbox.after_release(from);
             if let Some(reply) = reply {
                 // A call's job always answers `Some`; `None` cannot come.
                 let outcome = outcome.and_then(|reply| reply.ok_or(Error::WorkerPanicked));
@@ -161,12 +209,15 @@ impl<W: AsyncWorker> TaskLoop<W> {
                     drop_quietly(unsent);
                 }
             }
-            if drained(shard) {
+            // With its own mailbox, the worker leaves once its shard is
+            // drained (its channel is not closed: the pool's handles still
+            // hold the sender). The shared queue's `recv` checks on its own.
+            if !shared && done() {
                 break;
             }
         }
         if let Some(mut worker) = state {
-            if let Err(payload) = guarded(worker.terminate()).await {
+            if let Err(payload) = guarded(id, worker.terminate()).await {
                 drop_payload(payload);
             }
             drop_quietly(worker);
@@ -174,47 +225,16 @@ impl<W: AsyncWorker> TaskLoop<W> {
         self.ended = true;
     }
 
-    /// Runs one handler to its end. On a panic the state is dropped, to be
-    /// rebuilt by the factory, and the caller is told `WorkerPanicked`.
-    /// `Ok(Some(reply))` for a call, `Ok(None)` for a cast.
-    async fn handle(&self, state: &mut Option<W>, job: Job<W>) -> Result<Option<W::Reply>, Error> {
-        if state.is_none() {
-            *state = self.build();
-        }
-        let Some(worker) = state.as_mut() else {
-            // The factory itself panicked: this request cannot be served.
-            drop_quietly(job);
-            return Err(Error::WorkerPanicked);
-        };
-        // Creating the future is user code too: inside the guard.
-        let handled = guarded(async move {
-            match job {
-                Job::Call(request) => Some(worker.handle_call(request).await),
-                Job::Cast(message) => {
-                    worker.handle_cast(message).await;
-                    None
-                }
-            }
-        })
-        .await;
-        match handled {
-            Ok(reply) => Ok(reply),
-            Err(payload) => {
-                drop_payload(payload);
-                // A restart: the half-updated state is dropped, not reused;
-                // the mailbox stays, and the new state serves it.
-                drop_quietly(state.take());
-                *state = self.build();
-                Err(Error::WorkerPanicked)
-            }
-        }
+    /// This worker's record for `calling_worker` (`current.rs`).
+    fn id(&self) -> (usize, usize) {
+        worker_id(&self.table, self.index)
     }
 
-    /// Calls the factory; `None` if it panicked (retried on the next
-    /// request).
+    /// Calls the factory (as this worker); `None` if it panicked (retried
+    /// on the next request).
     fn build(&self) -> Option<W> {
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.factory)(self.index)))
-        {
+        let factory = std::panic::AssertUnwindSafe(|| (self.factory)(self.index));
+        match as_worker(self.id(), || std::panic::catch_unwind(factory)) {
             Ok(worker) => Some(worker),
             Err(payload) => {
                 drop_payload(payload);
