@@ -132,7 +132,7 @@ impl Limiter {
     /// assert!(limiter.try_acquire().is_ok());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn try_acquire(&self) -> Result<Permit<'_>, Error> {
         let shard = self.table.acquire()?;
         Ok(Permit {
@@ -478,9 +478,9 @@ impl Limiter {
 
     // Inline: a permit's drop is half of the hot path, and it is called from
     // the user's crate, where it would otherwise be a call through the GOT.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn release(&self, shard: usize) {
-        self.table.release(shard, os_thread::panicking());
+        self.table.release_by(shard, os_thread::panicking);
     }
 }
 
@@ -634,7 +634,7 @@ impl Permit<'_> {
 }
 
 impl Drop for Permit<'_> {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
         self.limiter.release(self.shard);
     }

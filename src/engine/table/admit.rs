@@ -28,9 +28,27 @@
 //! whose shard's release the caller has already seen.
 
 use super::{Shard, Table, Take, BITS, CLOSED, FLAGS, UNIT};
-use crate::engine::probe::thread_index;
+use crate::engine::probe::{raw_thread_index, thread_index};
+use crate::engine::waiters::Room;
 use crate::error::Error;
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
+
+/// What [`Shard::take_fast`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Fast {
+    /// A unit was taken, below the limit: nothing more to do.
+    Taken,
+    /// A unit was taken and the shard now holds `now` units against a
+    /// `limit` read after the CAS: its last unit (`now == limit`), or one
+    /// over a limit a racing resize lowered (`now > limit`).
+    Edge { now: usize, limit: usize },
+    /// Nothing taken: no flag is set and one reading of the counters shows
+    /// the shard at its limit (the reading of [`Shard::looks_full`]).
+    LooksFull,
+    /// Nothing taken, for any other reason: a flag, counters read across a
+    /// release, a CAS lost to another taker.
+    Cold,
+}
 
 impl Table {
     /// `position mod shard_count`, without a division (Lemire, "Faster
@@ -38,6 +56,13 @@ impl Table {
     /// and shard counts below 2^32.
     #[inline]
     pub(crate) fn reduce(&self, position: usize) -> usize {
+        // Thread indices are dense from 0, so with a shard per CPU most
+        // callers' positions are already below the count: one compare, and
+        // it tells the compiler the answer indexes `shards` (no bounds
+        // check after it).
+        if position < self.shards.len() {
+            return position;
+        }
         if self.mask != 0 || self.shards.len() == 1 {
             return position & self.mask;
         }
@@ -55,9 +80,19 @@ impl Table {
     ///
     /// Returns the shard it was taken from; `Overload` (counted) when every
     /// shard is at its limit, `Shutdown` once closed.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn acquire(&self) -> Result<usize, Error> {
-        self.acquire_at(self.home_shard())
+        if self.thread_home {
+            // The thread's index as stored: not assigned yet (or given
+            // back), it is far above any shard count. Below the count, it
+            // is the home shard as it is: one compare checks it, reduces
+            // it and bounds the shard.
+            let index = raw_thread_index();
+            if let Some(shard) = self.shards.get(index) {
+                return self.try_shard::<true>(index, shard, Some(index));
+            }
+        }
+        self.try_at::<true>(self.home_shard())
     }
 
     /// Admits one unit, trying shard `start` first; an `Overload` is
@@ -69,12 +104,85 @@ impl Table {
 
     /// [`acquire_at`](Self::acquire_at), counting an `Overload` only if
     /// `COUNT` (not for a caller that may wait instead).
-    // inline(always), like the release steps below: this is the hot path,
-    // and left to itself the compiler kept it out of line once the cold
-    // paths (gated, waiting) grew around it, a call that cost 5 to 10 % of
-    // an acquire + release (benches/admission.rs against the earlier code).
     #[inline(always)]
     pub(super) fn try_at<const COUNT: bool>(&self, start: usize) -> Result<usize, Error> {
+        self.try_shard::<COUNT>(start, &self.shards[start], None)
+    }
+
+    /// [`try_at`](Self::try_at), given shard `start` itself, and `small`:
+    /// the caller's thread index if the table has at most 64 shards and
+    /// `start` is that index (see `thread_home`).
+    ///
+    /// The fast path answers the two common cases alone: a unit under the
+    /// limit of the caller's own shard ([`Shard::take_fast`]), and a
+    /// refusal when that shard looks full and every shard is marked.
+    /// Everything else (a flag, a lost CAS, the shard's last unit, a walk)
+    /// goes to [`try_at_cold`](Self::try_at_cold), out of line, so that
+    /// what is inlined into the caller is a few loads, one CAS and a
+    /// compare or two.
+    // inline(always): this is the hot path, and left to itself the
+    // compiler kept it out of line once the cold paths (gated, waiting)
+    // grew around it, a call that cost 5 to 10 % of an acquire + release
+    // (benches/admission.rs against the earlier code).
+    #[inline(always)]
+    fn try_shard<const COUNT: bool>(
+        &self,
+        start: usize,
+        shard: &Shard,
+        small: Option<usize>,
+    ) -> Result<usize, Error> {
+        let answer = match shard.take_fast() {
+            Fast::Taken => return Ok(start),
+            Fast::Edge { now, limit } => self.took_edge::<COUNT>(start, now, limit),
+            // The own shard is full by its own counters (so not by a stale
+            // bit) and every other shard is marked full: under overload,
+            // this is the whole answer, whatever the shard count.
+            Fast::LooksFull => match small {
+                // One word holds every bit: equal to `all_full`, it holds
+                // `start`'s too (`all_marked_from`).
+                Some(index) if self.full.first_word() == self.all_full => {
+                    return self.refuse::<COUNT>(Some(index));
+                }
+                None if self.all_marked_from(start) => return self.refuse::<COUNT>(None),
+                _ => self.try_at_cold::<COUNT>(start),
+            },
+            Fast::Cold => self.try_at_cold::<COUNT>(start),
+        };
+        answer.map(widen)
+    }
+
+    /// The fast path's take landed at or over the shard's limit: it took
+    /// the last unit (mark the shard full, as [`take_at`](Self::take_at)
+    /// does), or a racing resize lowered the limit under it (undo it and
+    /// walk on).
+    #[cold]
+    #[inline(never)]
+    fn took_edge<const COUNT: bool>(&self, start: usize, now: usize, limit: usize) -> Narrow {
+        if now > limit {
+            self.undo(start);
+            let result = self.acquire_slow(start, false);
+            if COUNT && result == Err(Error::Overload) {
+                self.count_refusal();
+            }
+            return narrow(result);
+        }
+        self.shards[start].raise_peak(now);
+        self.mark_full(start);
+        narrow(Ok(start))
+    }
+
+    /// What [`try_at`](Self::try_at) does when the fast path cannot
+    /// answer: the own shard through [`take_at`](Self::take_at) (its
+    /// confirmed `Full`, its flags), then the walk.
+    #[cold]
+    #[inline(never)]
+    fn try_at_cold<const COUNT: bool>(&self, start: usize) -> Narrow {
+        narrow(self.try_at_slow::<COUNT>(start))
+    }
+
+    /// The body of [`try_at_cold`](Self::try_at_cold).
+    #[inline(always)]
+    fn try_at_slow<const COUNT: bool>(&self, start: usize) -> Result<usize, Error> {
         debug_assert!(start < self.shards.len());
         let word = self.full.word(start / BITS);
         let marked = word & (1 << (start % BITS)) != 0;
@@ -99,10 +207,11 @@ impl Table {
                 }
             }
         } else if self.all_marked(word) {
-            // The own shard is full and every other shard is marked full:
-            // under overload, this is the whole answer, whatever the shard
-            // count.
-            return self.refuse::<COUNT>();
+            let result = self.refused();
+            if COUNT && result == Err(Error::Overload) {
+                self.count_refusal();
+            }
+            return result;
         }
         let result = self.acquire_slow(start, false);
         if COUNT && result == Err(Error::Overload) {
@@ -175,16 +284,23 @@ impl Table {
         Err(Error::Overload)
     }
 
-    /// [`refused`](Self::refused), counting an `Overload` if `COUNT`: the
-    /// fast refusal, one load of `closed` and the per-thread count.
-    #[inline]
-    fn refuse<const COUNT: bool>(&self) -> Result<usize, Error> {
-        // Relaxed: as in `refused`.
-        if self.closed.load(Relaxed) {
-            return Err(Error::Shutdown);
-        }
+    /// The fast refusal: `Overload`, counted if `COUNT` (under the
+    /// caller's thread index, if known), for a caller whose own shard
+    /// looked full with no flag set ([`Fast::LooksFull`]).
+    ///
+    /// No load of `closed`, unlike [`refused`](Self::refused): the own
+    /// shard's word had no CLOSED bit, so a close that began has not
+    /// reached that shard yet, and a call racing with a close may be
+    /// answered either way. A call that begins after the close has reached
+    /// every shard ([`is_closed`](Self::is_closed)) reads CLOSED in its own
+    /// shard's word, goes the cold way and gets `Shutdown`.
+    #[inline(always)]
+    fn refuse<const COUNT: bool>(&self, index: Option<usize>) -> Result<usize, Error> {
         if COUNT {
-            self.count_refusal();
+            match index {
+                Some(index) => self.count_refusal_at(index),
+                None => self.count_refusal(),
+            }
         }
         Err(Error::Overload)
     }
@@ -193,6 +309,27 @@ impl Table {
     /// caller that answered it after an uncounted [`probe`](Self::probe)).
     #[inline]
     pub(crate) fn count_refusal(&self) {
+        self.count_refusal_at(raw_thread_index());
+    }
+
+    /// [`count_refusal`](Self::count_refusal), given the calling thread's
+    /// index as stored: below the slot count it is this thread's (not
+    /// assigned, or given back, it is far above), so one compare checks
+    /// it and bounds the slot.
+    #[inline(always)]
+    fn count_refusal_at(&self, index: usize) {
+        if index < self.rejected.slots() {
+            self.rejected.record(index);
+        } else {
+            self.count_refusal_slow();
+        }
+    }
+
+    /// [`count_refusal`](Self::count_refusal) for a thread without an index
+    /// yet, or with one beyond the slots.
+    #[cold]
+    #[inline(never)]
+    fn count_refusal_slow(&self) {
         self.rejected.record(thread_index());
     }
 
@@ -253,13 +390,98 @@ impl Table {
         self.shards[i].forgotten.fetch_add(1, Relaxed);
     }
 
-    /// Gives back one unit taken from shard `i` (steps 2 and 3 of the
-    /// protocol in the module docs).
+    /// Gives back one unit taken from shard `i`, `panicked` if its holder
+    /// was unwinding: steps 2 and 3 of the full set's protocol
+    /// (`full.rs`), and with a waiting room its hand-off and wake-up
+    /// (`release_to_room`).
     #[inline(always)]
     pub(crate) fn release(&self, i: usize, panicked: bool) {
+        self.release_by(i, || panicked);
+    }
+
+    /// [`release`](Self::release), asking `panicked` (a front-end passes
+    /// `thread::panicking`) only once the unit is back.
+    ///
+    /// Inline, the common case alone: no waiting room, a shard in the
+    /// first word of the full set and not marked (step 2's read), the RMW
+    /// on `given`, step 3's read, then the panic question. Anything else
+    /// goes out of line, to the same steps written once, so that the
+    /// inlined part stays under LLVM's cost threshold: it is inlined into
+    /// the permit's drop glue, and that into its caller, only below it.
+    #[inline(always)]
+    pub(crate) fn release_by<P: FnOnce() -> bool>(&self, i: usize, panicked: P) {
+        // Step 2's read: a marked shard takes the whole protocol, and so
+        // does one past the first word, or a table with a room.
+        let shard = match self.plain_release {
+            // At most 64 shards: `i` (below the count) is a bit of the
+            // first word.
+            true if !self.full.first_contains(i) => self.shards.get(i),
+            _ => None,
+        };
+        let Some(shard) = shard else {
+            return self.release_general(i, panicked);
+        };
+        shard.give_back_one();
+        // Step 3's read, after the RMW on `given`, which orders it after a
+        // racing marker's `insert` (see `give_back_many`).
+        if self.full.first_contains(i) {
+            return self.after_release(i, panicked);
+        }
+        // After `given`, as `give_back_many` counts a panic.
+        if panicked() {
+            shard.count_panicked();
+        }
+    }
+
+    /// [`release_by`](Self::release_by) when its fast path cannot: a table
+    /// with a waiting room, a shard marked full, a shard past the full
+    /// set's first word. Not cold: a table with a room comes here on every
+    /// release.
+    #[inline(never)]
+    fn release_general<P: FnOnce() -> bool>(&self, i: usize, panicked: P) {
         match self.room.as_deref() {
-            None => self.give_back(i, panicked),
-            Some(room) => self.release_to_room(room, i, panicked),
+            Some(room) => self.release_with_room(room, i, panicked()),
+            None => self.give_back(i, panicked()),
+        }
+    }
+
+    /// [`release`](Self::release) in a table with a waiting room: the same
+    /// fast path, with one more read before the RMW on `given` and one
+    /// after it, of the number waiting (`release_to_room`).
+    #[inline(always)]
+    fn release_with_room(&self, room: &Room, i: usize, panicked: bool) {
+        // Relaxed: the first read only picks the path (a hand-off
+        // re-checks under the lock).
+        if panicked || room.count.load(Relaxed) > 0 || self.full.contains(i) {
+            return self.release_to_room(room, i, panicked);
+        }
+        self.shards[i].give_back_one();
+        // Relaxed: ordered after a waiter's count store by the RMW on
+        // `given` just made (`release_to_room`).
+        if self.full.contains(i) || room.count.load(Relaxed) > 0 {
+            self.after_release(i, || false);
+        }
+    }
+
+    /// The end of a release whose second reads found something to do (or
+    /// could not look: a shard past the first word): step 3 (clear a bit
+    /// a marker set before the RMW on `given`), the panic count, and the
+    /// room's wake-up (a waiter came in while the unit went back:
+    /// `release_to_room`).
+    #[cold]
+    #[inline(never)]
+    fn after_release<P: FnOnce() -> bool>(&self, i: usize, panicked: P) {
+        if self.full.contains(i) {
+            self.unmark(i);
+        }
+        if panicked() {
+            self.shards[i].count_panicked();
+        }
+        if let Some(room) = self.room.as_deref() {
+            // Relaxed: as the room's second read in `release_with_room`.
+            if room.count.load(Relaxed) > 0 {
+                self.grant_from_table();
+            }
         }
     }
 
@@ -280,7 +502,7 @@ impl Table {
     }
 
     /// The unit of shard `i` back in the table, with the full-set steps.
-    #[inline(always)]
+    #[inline]
     pub(super) fn give_back(&self, i: usize, panicked: bool) {
         self.give_back_many(i, 1, usize::from(panicked));
     }
@@ -308,7 +530,99 @@ impl Table {
     }
 }
 
+/// A cold path's answer on its way back into the inlined fast path: a
+/// shard (below [`MAX_SHARDS`](super::MAX_SHARDS), so it fits a `u32`) or
+/// the error. Eight bytes come back in one register; a `Result<usize,
+/// Error>` (sixteen) came back through memory, and the fast path's own
+/// answer then went through that memory too: 4 instructions more per
+/// admission (`benches/hot_path.rs`).
+type Narrow = Result<u32, Error>;
+
+/// `result` as a [`Narrow`].
+#[inline(always)]
+fn narrow(result: Result<usize, Error>) -> Narrow {
+    result.map(|shard| shard as u32)
+}
+
+/// A shard from a [`Narrow`].
+#[inline(always)]
+fn widen(shard: u32) -> usize {
+    shard as usize
+}
+
 impl Shard {
+    /// One attempt to take a unit, the fast path's: one reading of the
+    /// counters and at most one CAS, no loop and no RMW but the CAS. What
+    /// it cannot settle alone it leaves to the caller ([`Fast`]), which
+    /// goes on through [`try_take`](Self::try_take) out of line.
+    #[inline(always)]
+    pub(super) fn take_fast(&self) -> Fast {
+        // Acquire: pairs with the Release of the take CAS that wrote this
+        // value (below, or in `try_take_masked`), so every release that
+        // happened-before that take is visible to the `given` load next:
+        // the gap is a usage the shard had at one instant, never one it did
+        // not have (the argument of `looks_full`, which `LooksFull` answers
+        // for).
+        let taken = self.taken.load(Acquire);
+        // Acquire: pairs with the AcqRel RMW in `give_back_many`, so work
+        // done under a released unit happens-before work under the unit
+        // that replaces it.
+        let given = self.given.load(Acquire);
+        // The gap rotated right by the flag bits: with no flag set and
+        // `given` not past `taken`, the usage; with a flag (CLOSED, GATED)
+        // the flag lands in the top bits, and a negative gap (`given` passed
+        // the `taken` we read: units taken and given back in between) has
+        // its top bit in bit 61. Either way far above any limit (at most
+        // `MAX_CAPACITY`, below 2^60), so one compare refuses all three.
+        let gap = taken.wrapping_sub(given);
+        let usage = gap.rotate_right(UNIT.trailing_zeros());
+        let limit = self.limit();
+        if usage >= limit {
+            // Usage below 2^61: no flag, no negative gap, a real reading
+            // that shows the shard at its limit. Otherwise `try_take` and
+            // the gate's path sort it out, out of line.
+            return if usage < 1 << 61 {
+                Fast::LooksFull
+            } else {
+                Fast::Cold
+            };
+        }
+        // The orderings of `try_take_masked`'s CAS, argued there: Release
+        // publishes the releases this taker read, Acquire pairs with a
+        // resize's un-gating RMW for the limit read below; Relaxed on
+        // failure, which reads nothing further (the cold path re-reads).
+        // A strong CAS: a spurious failure would send a free shard's taker
+        // down the cold path.
+        if self
+            .taken
+            .compare_exchange(taken, taken + UNIT, AcqRel, Relaxed)
+            .is_err()
+        {
+            return Fast::Cold;
+        }
+        let now = usage + 1;
+        // The limit again, after the CAS: required for exactness under a
+        // resize (see `try_take_masked`); one load of the line the CAS
+        // just wrote. One compare catches both the last unit and an
+        // over-take, which the caller handles out of line.
+        let limit = self.limit();
+        if now >= limit {
+            return Fast::Edge { now, limit };
+        }
+        self.raise_peak(now);
+        Fast::Taken
+    }
+
+    /// Records `now` units held as the peak if it is a new high.
+    #[inline(always)]
+    pub(super) fn raise_peak(&self, now: usize) {
+        // Relaxed: a statistic; the load keeps the common case (no new
+        // high) free of an RMW.
+        if now > self.peak.load(Relaxed) {
+            self.peak.fetch_max(now, Relaxed);
+        }
+    }
+
     /// Takes one unit if the shard is open and under its limit.
     ///
     /// `Full` is only answered when the shard was full at one instant: the
@@ -389,10 +703,7 @@ impl Shard {
                     if now > limit {
                         return Take::Over;
                     }
-                    // Relaxed: a statistic.
-                    if now > self.peak.load(Relaxed) {
-                        self.peak.fetch_max(now, Relaxed);
-                    }
+                    self.raise_peak(now);
                     return Take::Taken {
                         now_full: now >= limit,
                     };
@@ -452,6 +763,21 @@ impl Shard {
                 Err(actual) => taken = actual,
             }
         }
+    }
+
+    /// [`give_back_many`](Self::give_back_many) of one unit, not by a
+    /// panic: the release's fast path.
+    #[inline(always)]
+    pub(super) fn give_back_one(&self) {
+        // AcqRel: as in `give_back_many`, which argues both halves.
+        self.given.fetch_add(UNIT, AcqRel);
+    }
+
+    /// Counts a unit already given back as given back by a panic.
+    #[inline(always)]
+    pub(super) fn count_panicked(&self) {
+        // Release, and after `given`: as in `give_back_many`.
+        self.panicked.fetch_add(1, Release);
     }
 
     /// Gives `units` back in one RMW, `panicked` of them given back by a

@@ -73,9 +73,28 @@ impl FullSet {
         self.slot(w).load(Relaxed)
     }
 
+    /// True if `shard`'s bit is set.
     #[inline]
     pub(super) fn contains(&self, shard: usize) -> bool {
         self.word(shard / BITS) & (1 << (shard % BITS)) != 0
+    }
+
+    /// The bits of the first word, which holds every bit of a table of at
+    /// most 64 shards.
+    #[inline(always)]
+    pub(super) fn first_word(&self) -> usize {
+        // Relaxed: as in `word`.
+        self.first.load(Relaxed)
+    }
+
+    /// [`contains`](Self::contains) for a shard of the first word (`shard`
+    /// below 64): one load, for a release inlined into its caller.
+    #[inline(always)]
+    pub(super) fn first_contains(&self, shard: usize) -> bool {
+        debug_assert!(shard < BITS);
+        // Relaxed: as in `word`. Shifted down, not masked: one bit test
+        // per read (`% BITS` only tells the compiler the shift fits).
+        (self.first.load(Relaxed) >> (shard % BITS)) & 1 != 0
     }
 
     /// Sets `shard`'s bit; true if this call set it (it was clear).
@@ -123,6 +142,21 @@ impl Table {
             || (self.counted && self.full_count.load(Relaxed) == self.shards.len())
     }
 
+    /// True if shard `start`'s bit is set and every shard is marked full:
+    /// the fast refusal's test, for a caller whose own shard's counters
+    /// showed it full (so it is not refused by its own stale bit).
+    #[inline(always)]
+    pub(super) fn all_marked_from(&self, start: usize) -> bool {
+        let word = self.full.word(start / BITS);
+        // With up to 64 shards, a word equal to `all_full` has every bit,
+        // `start`'s included: one compare. Beyond, `start`'s bit and the
+        // count (Relaxed: as in `all_marked`).
+        word == self.all_full
+            || (self.counted
+                && word & (1 << (start % BITS)) != 0
+                && self.full_count.load(Relaxed) == self.shards.len())
+    }
+
     /// Sets shard `i`'s full bit, then takes it back if the shard has room
     /// (step 1 of the protocol in the module docs).
     pub(super) fn mark_full(&self, i: usize) {
@@ -138,7 +172,9 @@ impl Table {
     }
 
     /// Clears shard `i`'s full bit, and uncounts it if this call cleared it.
-    #[inline]
+    // Cold: a release calls it only for a shard that was full, and keeping
+    // it out of line keeps the release small enough to inline.
+    #[cold]
     pub(super) fn unmark(&self, i: usize) {
         if self.full.remove(i) && self.counted {
             // Relaxed: as in `mark_full`; a wrap below zero while a racing

@@ -196,6 +196,13 @@ pub(crate) struct Table {
     #[cfg(not(loom))]
     alarm: Option<Arc<RoomAlarm>>,
     probe: Probe,
+    /// [`Probe::Thread`] and at most 64 shards: admission starts at the
+    /// thread's index as stored when it is below the shard count, and a
+    /// refusal reads the full set's first word alone (`Table::acquire`).
+    thread_home: bool,
+    /// No waiting room and at most 64 shards: the release's fast path
+    /// applies (`Table::release_by`). Set again when a room is added.
+    plain_release: bool,
     rejected: RejectCounter,
     /// Set once shutdown begins; read only to tell `Shutdown` from
     /// `Overload` on the cold path.
@@ -275,6 +282,8 @@ impl Table {
             #[cfg(not(loom))]
             alarm: None,
             probe,
+            thread_home: probe == Probe::Thread && count <= BITS,
+            plain_release: count <= BITS,
             rejected: RejectCounter::new(slots),
             closed: AtomicBool::new(false),
         };

@@ -207,6 +207,7 @@ impl Table {
     /// [`ConfigError`] naming `max_waiters` or `queue_order`.
     pub(crate) fn with_policy(mut self, policy: &Policy) -> Result<Self, ConfigError> {
         self.room = policy.room()?;
+        self.plain_release = self.room.is_none() && self.shards.len() <= super::BITS;
         #[cfg(not(loom))]
         {
             self.alarm = self.room.as_ref().map(|room| {
@@ -474,8 +475,9 @@ impl Table {
     /// the give-back and after it (`waiters.rs`, "Hand-off" and "Wake-up").
     /// Relaxed loads: the first only picks the path (the hand-off re-checks
     /// under the lock); the second is ordered after a waiter's count store
-    /// by the RMW on `given` in `give_back_many` (see there).
-    #[inline(always)]
+    /// by the RMW on `given` in `give_back_many` (see there). The fast
+    /// path of [`release`](Self::release) makes the same two reads inline
+    /// and comes here when the first finds a waiter.
     pub(super) fn release_to_room(&self, room: &Room, i: usize, panicked: bool) {
         if room.count.load(Relaxed) > 0 && self.hand_off(room, i, panicked) {
             return;
@@ -522,7 +524,7 @@ impl Table {
     /// from the table for the waiters while there are any (`waiters.rs`,
     /// "Wake-up").
     #[cold]
-    fn grant_from_table(&self) {
+    pub(super) fn grant_from_table(&self) {
         let mut woken = Woken::default();
         let mut control = self.control.lock();
         self.grant_waiting(&mut control, &mut woken);
