@@ -132,7 +132,7 @@ impl Limiter {
     /// assert!(limiter.try_acquire().is_ok());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    #[inline(always)]
+    #[inline]
     pub fn try_acquire(&self) -> Result<Permit<'_>, Error> {
         let shard = self.table.acquire()?;
         Ok(Permit {
@@ -478,7 +478,10 @@ impl Limiter {
 
     // Inline: a permit's drop is half of the hot path, and it is called from
     // the user's crate, where it would otherwise be a call through the GOT.
-    #[inline(always)]
+    // `panicking` is asked only once the unit is back (`release_by`): std's
+    // answer has a slow path, a call, that made every release save and
+    // restore registers when it was asked first.
+    #[inline]
     pub(crate) fn release(&self, shard: usize) {
         self.table.release_by(shard, os_thread::panicking);
     }
@@ -634,7 +637,7 @@ impl Permit<'_> {
 }
 
 impl Drop for Permit<'_> {
-    #[inline(always)]
+    #[inline]
     fn drop(&mut self) {
         self.limiter.release(self.shard);
     }

@@ -4,12 +4,33 @@
 //! table is a cold path this one falls into (a gated shard: `resize.rs`; a
 //! waiting room: `room.rs`).
 //!
+//! **Fast and cold.** What is inlined into a caller is the common case
+//! alone, and every other case leaves it by one out-of-line call:
+//!
+//! * admission ([`Table::acquire`], [`Shard::take_fast`]): the caller's
+//!   own shard, one reading of its counters, one CAS, the limit read again
+//!   after it, the peak; the shard's last unit, an over-take, a lost CAS,
+//!   a flag and the walk are out of line (`took_edge`, `try_at_cold`);
+//! * the refusal: the own shard full by that same reading, and the full
+//!   set's summary (its one word, or the count) saying every shard is
+//!   marked; then the per-thread count;
+//! * the release ([`Table::release_by`]): step 2's read of the shard's
+//!   bit, the RMW on `given`, step 3's read, the panic question; a marked
+//!   shard, a table with a room or with more than 64 shards are out of
+//!   line (`release_general`, `after_release`).
+//!
+//! `benches/hot_path.rs` counts the instructions of each beside tokio's
+//! `Semaphore` and a bare CAS pair (`scripts/hot-path-instructions.sh`).
+//!
 //! **What `Overload` promises.** A caller starts at the shard its
-//! [`Probe`](crate::Probe) names, tries it if its bit is clear (or if its own counters show room:
-//! a caller is never refused by its own shard's stale bit), and otherwise
-//! walks the clear bits from there, wrapping once. `Overload` means every
-//! shard was *seen* full during the call: tried and found full (confirmed
-//! by an RMW on its `given` word, see [`Shard::try_take`]), or marked. The
+//! [`Probe`](crate::Probe) names and tries it if its counters show room
+//! (so a caller is never refused by its own shard's stale bit); if they
+//! show it full, it is refused when every other shard is marked, and
+//! otherwise walks the clear bits from there, wrapping once. `Overload`
+//! means every shard was *seen* full during the call: tried and found
+//! full (by its own counters for the caller's shard, confirmed by an RMW
+//! on its `given` word for the others, see [`Shard::try_take`]), or
+//! marked. The
 //! shards are not all read at one instant, so a unit freed on a shard
 //! after the caller passed it does not save the call: N threads that each
 //! hold at most one unit of capacity N can still, rarely, be refused.
@@ -207,6 +228,9 @@ impl Table {
                 }
             }
         } else if self.all_marked(word) {
+            // The own shard is full and every other shard is marked full:
+            // under overload, this is the whole answer, whatever the shard
+            // count (`refused` tells a close from an overload).
             let result = self.refused();
             if COUNT && result == Err(Error::Overload) {
                 self.count_refusal();
@@ -717,11 +741,13 @@ impl Shard {
         }
     }
 
-    /// True if one reading of the counters shows the shard at its limit.
-    /// No RMW: this is on the rejection fast path.
+    /// True if one reading of the counters shows the shard at its limit:
+    /// [`Fast::LooksFull`]'s reading, for the cold path's check of the
+    /// caller's own marked shard. No RMW.
     #[inline]
     fn looks_full(&self) -> bool {
-        // Acquire: pairs with the Release take CAS in `try_take`, so every
+        // Acquire: pairs with the Release take CAS in `take_fast` or
+        // `try_take`, so every
         // release that happened-before the take we read is visible to the
         // `given` load below: the gap is a usage the shard had at one
         // instant, never one it did not have.
@@ -784,11 +810,12 @@ impl Shard {
     /// panic.
     #[inline]
     pub(crate) fn give_back_many(&self, units: usize, panicked: usize) {
-        // Release: pairs with the Acquire load in `try_take` (the next holder
-        // sees this holder's work) and with the Acquire in `Table::mark_full`'s
-        // re-read. Acquire: pairs with the Release of that same re-read, so
-        // the full-set load in `Table::release` sees a bit set by a marker
-        // whose re-read came before this RMW.
+        // Release: pairs with the Acquire load of `given` in `take_fast` and
+        // `try_take` (the next holder sees this holder's work) and with the
+        // Acquire in `Table::mark_full`'s re-read. Acquire: pairs with the
+        // Release of that same re-read, so step 3's load of the full set
+        // (in `Table::give_back_many` and `Table::release_by`) sees a bit
+        // set by a marker whose re-read came before this RMW.
         self.given.fetch_add(units * UNIT, AcqRel);
         if panicked > 0 {
             // Release, and after `given`: pairs with the Acquire load in

@@ -17,7 +17,7 @@
 //!    re-reads the shard through an RMW on `given`, and clears the bit
 //!    again if the shard has room ([`Table::mark_full`]).
 //! 2. A release whose shard is marked clears the bit *before* it gives the
-//!    unit back ([`Table::release`]). A releaser descheduled in between
+//!    unit back ([`Table::release_by`]). A releaser descheduled in between
 //!    leaves a full shard unmarked (harmless), never a free one marked: a
 //!    caller that sees the unit back, through the RMW on `given`, sees the
 //!    clear too.
@@ -110,7 +110,7 @@ impl FullSet {
         let bit = 1 << (shard % BITS);
         // Relaxed: a clear publishes nothing of its own. A caller that must
         // see it after a release sees it through that release's RMW on
-        // `given`, which comes after it in program order (`Table::release`).
+        // `given`, which comes after it in program order (`Table::release_by`).
         self.slot(shard / BITS).fetch_and(!bit, Relaxed) & bit != 0
     }
 }

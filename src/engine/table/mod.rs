@@ -7,10 +7,11 @@
 //!
 //! One protocol a file, the hot path first:
 //!
-//! * `admit.rs`: **the hot path.** Admission (`try_at`: the caller's own
-//!   shard, the walk, the refusal) and release (`release`, `give_back_many`),
-//!   down to the shard's CAS (`Shard::try_take`) and RMW. What `Overload`
-//!   promises.
+//! * `admit.rs`: **the hot path.** Admission (`acquire`, `try_at`: the
+//!   caller's own shard, the walk, the refusal) and release (`release_by`,
+//!   `give_back_many`), down to the shard's CAS (`Shard::take_fast`,
+//!   `Shard::try_take`) and RMW; the common case inline, the rest out of
+//!   line. What `Overload` promises.
 //! * `full.rs`: the full set, a bitmap of shards marked full, and the
 //!   protocol that keeps it from ever *staying* wrong in the harmful
 //!   direction.
@@ -397,7 +398,8 @@ impl Shard {
     #[inline]
     pub(crate) fn limit(&self) -> usize {
         // Relaxed: a take re-reads it after its CAS, which synchronizes with
-        // the resize's un-gating RMW (see `try_take`).
+        // the resize's un-gating RMW (see `try_take_masked`; `take_fast`
+        // does the same).
         self.limit.load(Relaxed)
     }
 

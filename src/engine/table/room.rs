@@ -476,8 +476,8 @@ impl Table {
     /// Relaxed loads: the first only picks the path (the hand-off re-checks
     /// under the lock); the second is ordered after a waiter's count store
     /// by the RMW on `given` in `give_back_many` (see there). The fast
-    /// path of [`release`](Self::release) makes the same two reads inline
-    /// and comes here when the first finds a waiter.
+    /// path (`release_with_room`) makes the same two reads and comes here
+    /// when the first finds a waiter (or the shard marked, or a panic).
     pub(super) fn release_to_room(&self, room: &Room, i: usize, panicked: bool) {
         if room.count.load(Relaxed) > 0 && self.hand_off(room, i, panicked) {
             return;
