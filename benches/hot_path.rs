@@ -3,6 +3,9 @@
 //!
 //! Two kinds of figure:
 //!
+//! The limiter with an idle waiting room (`max_waiters`, nobody waiting)
+//! is measured too: its release reads the number waiting, before and after.
+//!
 //! * **Instructions per operation**, exact and repeatable on a busy
 //!   machine, under callgrind: `scripts/hot-path-instructions.sh` runs this
 //!   binary once per contender and per loop length, with collection on only
@@ -38,6 +41,13 @@ const BIG: usize = 1 << 20;
 /// Ours: admission + release (the permit's drop).
 #[inline(never)]
 fn op_ours_admit(limiter: &Limiter) {
+    let permit = black_box(limiter).try_acquire().expect("no overload here");
+    black_box(&permit);
+}
+
+/// Ours with a waiting room (nobody waiting): admission + release.
+#[inline(never)]
+fn op_ours_admit_room(limiter: &Limiter) {
     let permit = black_box(limiter).try_acquire().expect("no overload here");
     black_box(&permit);
 }
@@ -101,6 +111,7 @@ fn op_empty(x: &AtomicUsize) {
 
 struct Subjects {
     ours: Limiter,
+    ours_room: Limiter,
     ours_full: Limiter,
     tokio: Semaphore,
     tokio_empty: Semaphore,
@@ -114,11 +125,18 @@ fn subjects() -> Subjects {
     for _ in 0..ours_full.capacity() {
         std::mem::forget(ours_full.try_acquire().expect("room while filling"));
     }
-    // Warm both: the thread's index, the full set, the lines.
+    let ours_room = Limiter::builder()
+        .capacity(BIG)
+        .max_waiters(64)
+        .build()
+        .expect("valid bench configuration");
+    // Warm them: the thread's index, the full set, the lines.
     drop(ours.try_acquire());
+    drop(ours_room.try_acquire());
     assert!(ours_full.try_acquire().is_err());
     Subjects {
         ours,
+        ours_room,
         ours_full,
         tokio: Semaphore::new(BIG),
         tokio_empty: Semaphore::new(0),
@@ -135,6 +153,7 @@ fn num_cpus() -> usize {
 fn run(s: &Subjects, name: &str, iters: u64) {
     match name {
         "ours_admit" => (0..iters).for_each(|_| op_ours_admit(&s.ours)),
+        "ours_admit_room" => (0..iters).for_each(|_| op_ours_admit_room(&s.ours_room)),
         "ours_refuse" => (0..iters).for_each(|_| op_ours_refuse(&s.ours_full)),
         "tokio_admit" => (0..iters).for_each(|_| op_tokio_admit(&s.tokio)),
         "tokio_refuse" => (0..iters).for_each(|_| op_tokio_refuse(&s.tokio_empty)),
@@ -154,6 +173,7 @@ fn timed_table(s: &Subjects) {
         ROUNDS,
         &mut [
             &mut || time_loop(ITERS, || op_ours_admit(&s.ours)),
+            &mut || time_loop(ITERS, || op_ours_admit_room(&s.ours_room)),
             &mut || time_loop(ITERS, || op_bare_admit(&s.bare)),
             &mut || time_loop(ITERS, || op_tokio_admit(&s.tokio)),
             &mut || time_loop(ITERS, || op_ours_refuse(&s.ours_full)),
@@ -162,12 +182,12 @@ fn timed_table(s: &Subjects) {
             &mut || time_loop(ITERS, || op_empty(&s.bare)),
         ],
     );
-    let [ours_a, bare_a, tokio_a, ours_r, bare_r, tokio_r, empty] = ns[..] else {
+    let [ours_a, room_a, bare_a, tokio_a, ours_r, bare_r, tokio_r, empty] = ns[..] else {
         unreachable!()
     };
     println!("== hot path, 1 thread, ns per op (best of {ROUNDS} interleaved loops of {ITERS}) ==");
     println!(
-        "admission + release: sidejob {ours_a:.2}, bare pair {bare_a:.2}, tokio {tokio_a:.2} (empty call {empty:.2})"
+        "admission + release: sidejob {ours_a:.2}, bare pair {bare_a:.2}, tokio {tokio_a:.2} (empty call {empty:.2}); sidejob with an idle waiting room {room_a:.2}"
     );
     println!("refusal:             sidejob {ours_r:.2}, bare load {bare_r:.2}, tokio {tokio_r:.2}");
     println!(
@@ -200,6 +220,7 @@ fn main() {
     if !args.iter().any(|arg| arg == "--bench") {
         for name in [
             "ours_admit",
+            "ours_admit_room",
             "ours_refuse",
             "tokio_admit",
             "tokio_refuse",

@@ -54,6 +54,8 @@ for op in admit refuse; do
   esac
   echo "$label: sidejob $ours, tokio $tokio, bare pair $bare   (net of the call's $empty: sidejob $(net "$ours"), tokio $(net "$tokio"), bare $(net "$bare"); target sidejob <= $target)"
 done
+room=$(per_op ours_admit_room)
+echo "admission + release, idle waiting room: sidejob $room   (net $(awk -v x="$room" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'))"
 
 if [ "${1:-}" != "--no-time" ]; then
   echo

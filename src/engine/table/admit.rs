@@ -14,10 +14,11 @@
 //! * the refusal: the own shard full by that same reading, and the full
 //!   set's summary (its one word, or the count) saying every shard is
 //!   marked; then the per-thread count;
-//! * the release ([`Table::release_by`]): step 2's read of the shard's
-//!   bit, the RMW on `given`, step 3's read, the panic question; a marked
-//!   shard, a table with a room or with more than 64 shards are out of
-//!   line (`release_general`, `after_release`).
+//! * the release ([`Table::release_shard`]): step 2's read of the shard's
+//!   bit and the room's first read of the number waiting, the RMW on
+//!   `given`, the same two reads again, the panic question; a marked
+//!   shard, a waiter, a table of more than 64 shards are out of line
+//!   (`release_general`, `after_release`).
 //!
 //! `benches/hot_path.rs` counts the instructions of each beside tokio's
 //! `Semaphore` and a bare CAS pair (`scripts/hot-path-instructions.sh`).
@@ -103,6 +104,14 @@ impl Table {
     /// shard is at its limit, `Shutdown` once closed.
     #[inline(always)]
     pub(crate) fn acquire(&self) -> Result<usize, Error> {
+        self.acquire_shard().map(Shard::index)
+    }
+
+    /// [`acquire`](Self::acquire), answering the shard itself: for a
+    /// holder that keeps it to release it by
+    /// ([`release_shard`](Self::release_shard)).
+    #[inline(always)]
+    pub(crate) fn acquire_shard(&self) -> Result<&Shard, Error> {
         if self.thread_home {
             // The thread's index as stored: not assigned yet (or given
             // back), it is far above any shard count. Below the count, it
@@ -113,7 +122,8 @@ impl Table {
                 return self.try_shard::<true>(index, shard, Some(index));
             }
         }
-        self.try_at::<true>(self.home_shard())
+        let start = self.home_shard();
+        self.try_shard::<true>(start, &self.shards[start], None)
     }
 
     /// Admits one unit, trying shard `start` first; an `Overload` is
@@ -128,6 +138,7 @@ impl Table {
     #[inline(always)]
     pub(super) fn try_at<const COUNT: bool>(&self, start: usize) -> Result<usize, Error> {
         self.try_shard::<COUNT>(start, &self.shards[start], None)
+            .map(Shard::index)
     }
 
     /// [`try_at`](Self::try_at), given shard `start` itself, and `small`:
@@ -146,14 +157,14 @@ impl Table {
     // grew around it, a call that cost 5 to 10 % of an acquire + release
     // (benches/admission.rs against the earlier code).
     #[inline(always)]
-    fn try_shard<const COUNT: bool>(
-        &self,
+    fn try_shard<'a, const COUNT: bool>(
+        &'a self,
         start: usize,
-        shard: &Shard,
+        shard: &'a Shard,
         small: Option<usize>,
-    ) -> Result<usize, Error> {
+    ) -> Result<&'a Shard, Error> {
         let answer = match shard.take_fast() {
-            Fast::Taken => return Ok(start),
+            Fast::Taken => return Ok(shard),
             Fast::Edge { now, limit } => self.took_edge::<COUNT>(start, now, limit),
             // The own shard is full by its own counters (so not by a stale
             // bit) and every other shard is marked full: under overload,
@@ -162,14 +173,14 @@ impl Table {
                 // One word holds every bit: equal to `all_full`, it holds
                 // `start`'s too (`all_marked_from`).
                 Some(index) if self.full.first_word() == self.all_full => {
-                    return self.refuse::<COUNT>(Some(index));
+                    return Err(self.refuse::<COUNT>(Some(index)));
                 }
-                None if self.all_marked_from(start) => return self.refuse::<COUNT>(None),
+                None if self.all_marked_from(start) => return Err(self.refuse::<COUNT>(None)),
                 _ => self.try_at_cold::<COUNT>(start),
             },
             Fast::Cold => self.try_at_cold::<COUNT>(start),
         };
-        answer.map(widen)
+        answer.map(|i| &*self.shards[widen(i)])
     }
 
     /// The fast path's take landed at or over the shard's limit: it took
@@ -319,14 +330,14 @@ impl Table {
     /// every shard ([`is_closed`](Self::is_closed)) reads CLOSED in its own
     /// shard's word, goes the cold way and gets `Shutdown`.
     #[inline(always)]
-    fn refuse<const COUNT: bool>(&self, index: Option<usize>) -> Result<usize, Error> {
+    fn refuse<const COUNT: bool>(&self, index: Option<usize>) -> Error {
         if COUNT {
             match index {
                 Some(index) => self.count_refusal_at(index),
                 None => self.count_refusal(),
             }
         }
-        Err(Error::Overload)
+        Error::Overload
     }
 
     /// Counts one `Overload` answered to the calling thread (also for a
@@ -420,36 +431,38 @@ impl Table {
     /// (`release_to_room`).
     #[inline(always)]
     pub(crate) fn release(&self, i: usize, panicked: bool) {
-        self.release_by(i, || panicked);
+        self.release_shard(&self.shards[i], || panicked);
     }
 
-    /// [`release`](Self::release), asking `panicked` (a front-end passes
-    /// `thread::panicking`) only once the unit is back.
+    /// [`release`](Self::release) of a unit of `shard`, one of this
+    /// table's, asking `panicked` (a front-end passes `thread::panicking`)
+    /// only once the unit is back.
     ///
-    /// Inline, the common case alone: no waiting room, a shard in the
-    /// first word of the full set and not marked (step 2's read), the RMW
-    /// on `given`, step 3's read, then the panic question. Anything else
-    /// goes out of line, to the same steps written once, so that the
-    /// inlined part stays under LLVM's cost threshold: it is inlined into
-    /// the permit's drop glue, and that into its caller, only below it.
+    /// Inline, the common case alone: at most 64 shards, the shard not
+    /// marked (step 2's read, with the shard's own bit), nobody waiting
+    /// (the room's first read), the RMW on `given`, the same two reads
+    /// again (step 3's and the room's second), then the panic question.
+    /// Anything else goes out of line, to the same steps written once, so
+    /// that the inlined part stays under LLVM's cost threshold: it is
+    /// inlined into a permit's drop glue, and that into its caller, only
+    /// below it.
     #[inline(always)]
-    pub(crate) fn release_by<P: FnOnce() -> bool>(&self, i: usize, panicked: P) {
-        // Step 2's read: a marked shard takes the whole protocol, and so
-        // does one past the first word, or a table with a room.
-        let shard = match self.plain_release {
-            // At most 64 shards: `i` (below the count) is a bit of the
-            // first word.
-            true if !self.full.first_contains(i) => self.shards.get(i),
-            _ => None,
-        };
-        let Some(shard) = shard else {
-            return self.release_general(i, panicked);
-        };
+    pub(crate) fn release_shard<P: FnOnce() -> bool>(&self, shard: &Shard, panicked: P) {
+        debug_assert!(std::ptr::eq(shard, &*self.shards[shard.index]));
+        let room = self.room.as_deref();
+        // Step 2's read: a marked shard takes the whole protocol, and so do
+        // the shards of a table whose full set has more than one word. The
+        // room's first read only picks the path (a hand-off re-checks under
+        // the lock).
+        if !self.one_word || self.full.first_word() & shard.bit != 0 || waiting(room) {
+            return self.release_general(shard.index, panicked);
+        }
         shard.give_back_one();
-        // Step 3's read, after the RMW on `given`, which orders it after a
-        // racing marker's `insert` (see `give_back_many`).
-        if self.full.first_contains(i) {
-            return self.after_release(i, panicked);
+        // Step 3's read and the room's second, after the RMW on `given`,
+        // which orders them after a racing marker's `insert` and after a
+        // waiter's count store (see `give_back_many`, `release_to_room`).
+        if self.full.first_word() & shard.bit != 0 || waiting(room) {
+            return self.after_release(shard.index, panicked);
         }
         // After `given`, as `give_back_many` counts a panic.
         if panicked() {
@@ -457,33 +470,15 @@ impl Table {
         }
     }
 
-    /// [`release_by`](Self::release_by) when its fast path cannot: a table
-    /// with a waiting room, a shard marked full, a shard past the full
-    /// set's first word. Not cold: a table with a room comes here on every
-    /// release.
+    /// A release through the whole protocol: `release_to_room` with a room
+    /// (a waiter may be handed the unit), `give_back_many` without. Not
+    /// cold: with more than 64 shards every release comes here.
     #[inline(never)]
     fn release_general<P: FnOnce() -> bool>(&self, i: usize, panicked: P) {
+        let panicked = panicked();
         match self.room.as_deref() {
-            Some(room) => self.release_with_room(room, i, panicked()),
-            None => self.give_back(i, panicked()),
-        }
-    }
-
-    /// [`release`](Self::release) in a table with a waiting room: the same
-    /// fast path, with one more read before the RMW on `given` and one
-    /// after it, of the number waiting (`release_to_room`).
-    #[inline(always)]
-    fn release_with_room(&self, room: &Room, i: usize, panicked: bool) {
-        // Relaxed: the first read only picks the path (a hand-off
-        // re-checks under the lock).
-        if panicked || room.count.load(Relaxed) > 0 || self.full.contains(i) {
-            return self.release_to_room(room, i, panicked);
-        }
-        self.shards[i].give_back_one();
-        // Relaxed: ordered after a waiter's count store by the RMW on
-        // `given` just made (`release_to_room`).
-        if self.full.contains(i) || room.count.load(Relaxed) > 0 {
-            self.after_release(i, || false);
+            Some(room) => self.release_to_room(room, i, panicked),
+            None => self.give_back(i, panicked),
         }
     }
 
@@ -502,8 +497,7 @@ impl Table {
             self.shards[i].count_panicked();
         }
         if let Some(room) = self.room.as_deref() {
-            // Relaxed: as the room's second read in `release_with_room`.
-            if room.count.load(Relaxed) > 0 {
+            if waiting(Some(room)) {
                 self.grant_from_table();
             }
         }
@@ -552,6 +546,15 @@ impl Table {
             self.unmark(i);
         }
     }
+}
+
+/// True if `room` has waiters: one read of its count, Relaxed. The
+/// release's first read only picks the path, and its second is ordered
+/// after a waiter's count store by the RMW on `given` before it
+/// (`release_to_room`, `waiters.rs`).
+#[inline(always)]
+fn waiting(room: Option<&Room>) -> bool {
+    room.is_some_and(|room| room.count.load(Relaxed) > 0)
 }
 
 /// A cold path's answer on its way back into the inlined fast path: a
@@ -814,7 +817,7 @@ impl Shard {
         // `try_take` (the next holder sees this holder's work) and with the
         // Acquire in `Table::mark_full`'s re-read. Acquire: pairs with the
         // Release of that same re-read, so step 3's load of the full set
-        // (in `Table::give_back_many` and `Table::release_by`) sees a bit
+        // (in `Table::give_back_many` and `Table::release_shard`) sees a bit
         // set by a marker whose re-read came before this RMW.
         self.given.fetch_add(units * UNIT, AcqRel);
         if panicked > 0 {

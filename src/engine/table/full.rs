@@ -17,7 +17,7 @@
 //!    re-reads the shard through an RMW on `given`, and clears the bit
 //!    again if the shard has room ([`Table::mark_full`]).
 //! 2. A release whose shard is marked clears the bit *before* it gives the
-//!    unit back ([`Table::release_by`]). A releaser descheduled in between
+//!    unit back ([`Table::release_shard`]). A releaser descheduled in between
 //!    leaves a full shard unmarked (harmless), never a free one marked: a
 //!    caller that sees the unit back, through the RMW on `given`, sees the
 //!    clear too.
@@ -87,16 +87,6 @@ impl FullSet {
         self.first.load(Relaxed)
     }
 
-    /// [`contains`](Self::contains) for a shard of the first word (`shard`
-    /// below 64): one load, for a release inlined into its caller.
-    #[inline(always)]
-    pub(super) fn first_contains(&self, shard: usize) -> bool {
-        debug_assert!(shard < BITS);
-        // Relaxed: as in `word`. Shifted down, not masked: one bit test
-        // per read (`% BITS` only tells the compiler the shift fits).
-        (self.first.load(Relaxed) >> (shard % BITS)) & 1 != 0
-    }
-
     /// Sets `shard`'s bit; true if this call set it (it was clear).
     fn insert(&self, shard: usize) -> bool {
         let bit = 1 << (shard % BITS);
@@ -110,7 +100,7 @@ impl FullSet {
         let bit = 1 << (shard % BITS);
         // Relaxed: a clear publishes nothing of its own. A caller that must
         // see it after a release sees it through that release's RMW on
-        // `given`, which comes after it in program order (`Table::release_by`).
+        // `given`, which comes after it in program order (`Table::release_shard`).
         self.slot(shard / BITS).fetch_and(!bit, Relaxed) & bit != 0
     }
 }

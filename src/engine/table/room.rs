@@ -207,7 +207,6 @@ impl Table {
     /// [`ConfigError`] naming `max_waiters` or `queue_order`.
     pub(crate) fn with_policy(mut self, policy: &Policy) -> Result<Self, ConfigError> {
         self.room = policy.room()?;
-        self.plain_release = self.room.is_none() && self.shards.len() <= super::BITS;
         #[cfg(not(loom))]
         {
             self.alarm = self.room.as_ref().map(|room| {
@@ -476,7 +475,7 @@ impl Table {
     /// Relaxed loads: the first only picks the path (the hand-off re-checks
     /// under the lock); the second is ordered after a waiter's count store
     /// by the RMW on `given` in `give_back_many` (see there). The fast
-    /// path (`release_with_room`) makes the same two reads and comes here
+    /// path (`release_general`) makes the same two reads and comes here
     /// when the first finds a waiter (or the shard marked, or a panic).
     pub(super) fn release_to_room(&self, room: &Room, i: usize, panicked: bool) {
         if room.count.load(Relaxed) > 0 && self.hand_off(room, i, panicked) {
