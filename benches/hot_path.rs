@@ -202,6 +202,10 @@ fn timed_table(s: &Subjects) {
         "ratio refusal   sidejob/tokio     = {:.2}",
         ours_r / tokio_r
     );
+    println!(
+        "ratio admission room/no room      = {:.2}   (benches/waiting.rs section 1: <= 1.05)",
+        room_a / ours_a
+    );
     assert_eq!(s.ours.usage(), 0);
 }
 

@@ -455,14 +455,14 @@ impl Table {
         // room's first read only picks the path (a hand-off re-checks under
         // the lock).
         if !self.one_word || self.full.first_word() & shard.bit != 0 || waiting(room) {
-            return self.release_general(shard.index, panicked);
+            return self.release_general(shard, panicked);
         }
         shard.give_back_one();
         // Step 3's read and the room's second, after the RMW on `given`,
         // which orders them after a racing marker's `insert` and after a
         // waiter's count store (see `give_back_many`, `release_to_room`).
         if self.full.first_word() & shard.bit != 0 || waiting(room) {
-            return self.after_release(shard.index, panicked);
+            return self.after_release(shard, panicked);
         }
         // After `given`, as `give_back_many` counts a panic.
         if panicked() {
@@ -472,34 +472,34 @@ impl Table {
 
     /// A release through the whole protocol: `release_to_room` with a room
     /// (a waiter may be handed the unit), `give_back_many` without. Not
-    /// cold: with more than 64 shards every release comes here.
+    /// cold: with more than 64 shards every release comes here. It and
+    /// [`after_release`](Self::after_release) take the shard, not its
+    /// index: the loads they save keep `release_shard` under LLVM's
+    /// inlining threshold.
     #[inline(never)]
-    fn release_general<P: FnOnce() -> bool>(&self, i: usize, panicked: P) {
-        let panicked = panicked();
+    fn release_general<P: FnOnce() -> bool>(&self, shard: &Shard, panicked: P) {
+        let (i, panicked) = (shard.index, panicked());
         match self.room.as_deref() {
             Some(room) => self.release_to_room(room, i, panicked),
             None => self.give_back(i, panicked),
         }
     }
 
-    /// The end of a release whose second reads found something to do (or
-    /// could not look: a shard past the first word): step 3 (clear a bit
-    /// a marker set before the RMW on `given`), the panic count, and the
-    /// room's wake-up (a waiter came in while the unit went back:
-    /// `release_to_room`).
+    /// The end of a release whose second reads found something to do:
+    /// step 3 (clear a bit a marker set before the RMW on `given`), the
+    /// panic count, and the room's wake-up (a waiter came in while the
+    /// unit went back: `release_to_room`).
     #[cold]
     #[inline(never)]
-    fn after_release<P: FnOnce() -> bool>(&self, i: usize, panicked: P) {
-        if self.full.contains(i) {
-            self.unmark(i);
+    fn after_release<P: FnOnce() -> bool>(&self, shard: &Shard, panicked: P) {
+        if self.full.contains(shard.index) {
+            self.unmark(shard.index);
         }
         if panicked() {
-            self.shards[i].count_panicked();
+            shard.count_panicked();
         }
-        if let Some(room) = self.room.as_deref() {
-            if waiting(Some(room)) {
-                self.grant_from_table();
-            }
+        if waiting(self.room.as_deref()) {
+            self.grant_from_table();
         }
     }
 
