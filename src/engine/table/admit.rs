@@ -180,7 +180,7 @@ impl Table {
             },
             Fast::Cold => self.try_at_cold::<COUNT>(start),
         };
-        answer.map(|i| &*self.shards[widen(i)])
+        answer.map(|i| &*self.shards[i])
     }
 
     /// The fast path's take landed at or over the shard's limit: it took
@@ -189,18 +189,23 @@ impl Table {
     /// walk on).
     #[cold]
     #[inline(never)]
-    fn took_edge<const COUNT: bool>(&self, start: usize, now: usize, limit: usize) -> Narrow {
+    fn took_edge<const COUNT: bool>(
+        &self,
+        start: usize,
+        now: usize,
+        limit: usize,
+    ) -> Result<usize, Error> {
         if now > limit {
             self.undo(start);
             let result = self.acquire_slow(start, false);
             if COUNT && result == Err(Error::Overload) {
                 self.count_refusal();
             }
-            return narrow(result);
+            return result;
         }
         self.shards[start].raise_peak(now);
         self.mark_full(start);
-        narrow(Ok(start))
+        Ok(start)
     }
 
     /// What [`try_at`](Self::try_at) does when the fast path cannot
@@ -208,13 +213,7 @@ impl Table {
     /// confirmed `Full`, its flags), then the walk.
     #[cold]
     #[inline(never)]
-    fn try_at_cold<const COUNT: bool>(&self, start: usize) -> Narrow {
-        narrow(self.try_at_slow::<COUNT>(start))
-    }
-
-    /// The body of [`try_at_cold`](Self::try_at_cold).
-    #[inline(always)]
-    fn try_at_slow<const COUNT: bool>(&self, start: usize) -> Result<usize, Error> {
+    fn try_at_cold<const COUNT: bool>(&self, start: usize) -> Result<usize, Error> {
         debug_assert!(start < self.shards.len());
         let word = self.full.word(start / BITS);
         let marked = word & (1 << (start % BITS)) != 0;
@@ -555,26 +554,6 @@ impl Table {
 #[inline(always)]
 fn waiting(room: Option<&Room>) -> bool {
     room.is_some_and(|room| room.count.load(Relaxed) > 0)
-}
-
-/// A cold path's answer on its way back into the inlined fast path: a
-/// shard (below [`MAX_SHARDS`](super::MAX_SHARDS), so it fits a `u32`) or
-/// the error. Eight bytes come back in one register; a `Result<usize,
-/// Error>` (sixteen) came back through memory, and the fast path's own
-/// answer then went through that memory too: 4 instructions more per
-/// admission (`benches/hot_path.rs`).
-type Narrow = Result<u32, Error>;
-
-/// `result` as a [`Narrow`].
-#[inline(always)]
-fn narrow(result: Result<usize, Error>) -> Narrow {
-    result.map(|shard| shard as u32)
-}
-
-/// A shard from a [`Narrow`].
-#[inline(always)]
-fn widen(shard: u32) -> usize {
-    shard as usize
 }
 
 impl Shard {
