@@ -205,7 +205,7 @@ pub(crate) struct Table {
     probe: Probe,
     /// [`Probe::Thread`] and at most 64 shards: admission starts at the
     /// thread's index as stored when it is below the shard count, and a
-    /// refusal reads the full set's first word alone (`Table::acquire`).
+    /// refusal reads the full set's first word alone (`Table::acquire_shard`).
     thread_home: bool,
     /// At most 64 shards: the full set is one word, and a release tests
     /// it with its shard's bit alone (`Table::release_shard`).
