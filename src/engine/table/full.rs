@@ -3,7 +3,8 @@
 //! so a rejection is answered from one word, and a walk never visits a
 //! shard whose bit is set. With more than 64 shards the bitmap spans
 //! several words, and a count of set bits (kept only then) is the one word
-//! a rejection reads; so a refusal costs the same at 2, 64 or 65,536 shards.
+//! a rejection reads; so a refusal costs the same at 65 or 65,536 shards
+//! (and less up to 64, where the fast path reads the one word alone).
 //! Bits are written only when a shard crosses its limit, so while the pool
 //! is not full the line stays shared, read-only, in every core's cache.
 //!
