@@ -1,7 +1,7 @@
 //! **The full set.** A bitmap, one bit per shard, says which shards are
-//! *marked* full. Callers read it first: under overload every bit is set,
-//! so a rejection is answered from one word, and a walk never visits a
-//! shard whose bit is set. With more than 64 shards the bitmap spans
+//! *marked* full. A caller whose own shard is full reads it next: under
+//! overload every bit is set, so a rejection is answered from one word,
+//! and a walk never visits a shard whose bit is set. With more than 64 shards the bitmap spans
 //! several words, and a count of set bits (kept only then) is the one word
 //! a rejection reads; so a refusal costs the same at 65 or 65,536 shards
 //! (and less up to 64, where the fast path reads the one word alone).
