@@ -1,10 +1,11 @@
 //! **The full set.** A bitmap, one bit per shard, says which shards are
 //! *marked* full. A caller whose own shard is full reads it next: under
 //! overload every bit is set, so a rejection is answered from one word,
-//! and a walk never visits a shard whose bit is set. With more than 64 shards the bitmap spans
-//! several words, and a count of set bits (kept only then) is the one word
-//! a rejection reads; so a refusal costs the same at 65 or 65,536 shards
-//! (and less up to 64, where the fast path reads the one word alone).
+//! and a walk never visits a shard whose bit is set. With more than 64
+//! shards the bitmap spans several words, and a count of set bits (kept
+//! only then) is the one word a rejection reads; so a refusal costs the
+//! same at 65 or 65,536 shards (and less up to 64, where the fast path
+//! reads the one word alone).
 //! Bits are written only when a shard crosses its limit, so while the pool
 //! is not full the line stays shared, read-only, in every core's cache.
 //!
@@ -163,9 +164,7 @@ impl Table {
     }
 
     /// Clears shard `i`'s full bit, and uncounts it if this call cleared it.
-    // Cold: a release calls it only for a shard that was full, and keeping
-    // it out of line keeps the release small enough to inline.
-    #[cold]
+    #[inline]
     pub(super) fn unmark(&self, i: usize) {
         if self.full.remove(i) && self.counted {
             // Relaxed: as in `mark_full`; a wrap below zero while a racing

@@ -475,8 +475,9 @@ impl Table {
     /// Relaxed loads: the first only picks the path (the hand-off re-checks
     /// under the lock); the second is ordered after a waiter's count store
     /// by the RMW on `given` in `give_back_many` (see there). The fast
-    /// path (`release_general`) makes the same two reads and comes here
-    /// when the first finds a waiter (or the shard marked, or a panic).
+    /// path (`release_shard`) makes the same two reads inline, and comes
+    /// here (through `release_general`) when the first finds a waiter, the
+    /// shard marked, or a table of more than 64 shards.
     pub(super) fn release_to_room(&self, room: &Room, i: usize, panicked: bool) {
         if room.count.load(Relaxed) > 0 && self.hand_off(room, i, panicked) {
             return;
