@@ -640,7 +640,7 @@ impl Permit<'_> {
     /// ```
     pub fn forget(self) {
         // `ManuallyDrop` skips the release in `Drop`; the permit owns nothing
-        // else (a shared reference and a number), so nothing leaks.
+        // else (two shared references), so nothing leaks.
         let permit = std::mem::ManuallyDrop::new(self);
         permit.limiter.table.forget(permit.shard.index());
     }
