@@ -4,7 +4,7 @@
 use std::fmt;
 
 use crate::engine::probe::Probe;
-use crate::engine::table::Table;
+use crate::engine::table::{Shard, Table};
 use crate::engine::waiters::{Policy, QueueOrder};
 use crate::error::{ConfigError, Error};
 use crate::stats::Stats;
@@ -134,7 +134,7 @@ impl Limiter {
     /// ```
     #[inline]
     pub fn try_acquire(&self) -> Result<Permit<'_>, Error> {
-        let shard = self.table.acquire()?;
+        let shard = self.table.acquire_shard()?;
         Ok(Permit {
             limiter: self,
             shard,
@@ -223,7 +223,7 @@ impl Limiter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn acquire(&self) -> Result<Permit<'_>, Error> {
-        let shard = self.table.acquire_waiting(None)?;
+        let shard = self.table.shard(self.table.acquire_waiting(None)?);
         Ok(Permit {
             limiter: self,
             shard,
@@ -264,7 +264,7 @@ impl Limiter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn acquire_async(&self) -> Result<Permit<'_>, Error> {
-        let shard = self.table.acquire_async(None).await?;
+        let shard = self.table.shard(self.table.acquire_async(None).await?);
         Ok(Permit {
             limiter: self,
             shard,
@@ -478,9 +478,19 @@ impl Limiter {
 
     // Inline: a permit's drop is half of the hot path, and it is called from
     // the user's crate, where it would otherwise be a call through the GOT.
+    // `panicking` is asked only once the unit is back (`release_shard`): std's
+    // answer has a slow path, a call, that made every release save and
+    // restore registers when it was asked first.
     #[inline]
     pub(crate) fn release(&self, shard: usize) {
-        self.table.release(shard, os_thread::panicking());
+        self.release_shard(self.table.shard(shard));
+    }
+
+    /// [`release`](Self::release), given the shard itself (a [`Permit`]
+    /// keeps it).
+    #[inline]
+    fn release_shard(&self, shard: &Shard) {
+        self.table.release_shard(shard, os_thread::panicking);
     }
 }
 
@@ -597,13 +607,16 @@ impl LimiterBuilder {
 #[clippy::has_significant_drop]
 pub struct Permit<'a> {
     limiter: &'a Limiter,
-    shard: usize,
+    /// The shard the unit was taken from, kept by reference: the release
+    /// tests the full set with the shard's own bit and writes its line,
+    /// with no index to bound and scale.
+    shard: &'a Shard,
 }
 
 impl Permit<'_> {
     /// The shard this permit was taken from.
     pub fn shard(&self) -> usize {
-        self.shard
+        self.shard.index()
     }
 
     /// Gives the unit up for good: it is never given back, so the limiter's
@@ -632,23 +645,23 @@ impl Permit<'_> {
     /// ```
     pub fn forget(self) {
         // `ManuallyDrop` skips the release in `Drop`; the permit owns nothing
-        // else (a shared reference and a number), so nothing leaks.
+        // else (two shared references), so nothing leaks.
         let permit = std::mem::ManuallyDrop::new(self);
-        permit.limiter.table.forget(permit.shard);
+        permit.limiter.table.forget(permit.shard.index());
     }
 }
 
 impl Drop for Permit<'_> {
     #[inline]
     fn drop(&mut self) {
-        self.limiter.release(self.shard);
+        self.limiter.release_shard(self.shard);
     }
 }
 
 impl fmt::Debug for Permit<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
-            .field("shard", &self.shard)
+            .field("shard", &self.shard())
             .finish()
     }
 }
