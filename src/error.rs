@@ -414,6 +414,8 @@ impl<T> From<TryCallError<T>> for Error {
 pub struct ConfigError {
     field: &'static str,
     problem: Problem,
+    /// The environment variable the value came from, and the value.
+    from_env: Option<Box<(String, String)>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -424,6 +426,13 @@ enum Problem {
     TooLarge(usize),
     TooLong(Duration),
     Nul,
+    /// An empty `name`, which a metrics label cannot carry.
+    Empty,
+    /// A `name` whose series another live front-end of this kind exports.
+    Taken {
+        kind: &'static str,
+        name: Box<str>,
+    },
     Spawn(io::ErrorKind),
     #[cfg(feature = "tokio")]
     NoRuntime,
@@ -434,6 +443,7 @@ impl ConfigError {
         ConfigError {
             field,
             problem: Problem::Missing,
+            from_env: None,
         }
     }
 
@@ -441,6 +451,7 @@ impl ConfigError {
         ConfigError {
             field,
             problem: Problem::Zero,
+            from_env: None,
         }
     }
 
@@ -448,6 +459,7 @@ impl ConfigError {
         ConfigError {
             field,
             problem: Problem::ZeroDuration,
+            from_env: None,
         }
     }
 
@@ -455,6 +467,7 @@ impl ConfigError {
         ConfigError {
             field,
             problem: Problem::TooLarge(max),
+            from_env: None,
         }
     }
 
@@ -462,6 +475,7 @@ impl ConfigError {
         ConfigError {
             field,
             problem: Problem::TooLong(max),
+            from_env: None,
         }
     }
 
@@ -479,6 +493,29 @@ impl ConfigError {
         ConfigError {
             field,
             problem: Problem::Nul,
+            from_env: None,
+        }
+    }
+
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn empty(field: &'static str) -> Self {
+        ConfigError {
+            field,
+            problem: Problem::Empty,
+            from_env: None,
+        }
+    }
+
+    /// Another live front-end of `kind` exports its series under `name`.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn taken(kind: &'static str, name: &str) -> Self {
+        ConfigError {
+            field: "name",
+            problem: Problem::Taken {
+                kind,
+                name: name.into(),
+            },
+            from_env: None,
         }
     }
 
@@ -486,6 +523,7 @@ impl ConfigError {
         ConfigError {
             field,
             problem: Problem::Spawn(kind),
+            from_env: None,
         }
     }
 
@@ -495,6 +533,7 @@ impl ConfigError {
         ConfigError {
             field,
             problem: Problem::NoRuntime,
+            from_env: None,
         }
     }
 
@@ -513,28 +552,47 @@ impl ConfigError {
     pub fn field(&self) -> &'static str {
         self.field
     }
+
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let field = self.field;
+        // The OS and the runtime are not the field's fault: said apart.
         match self.problem {
-            Problem::Missing => write!(f, "invalid `{field}`: must be set"),
-            Problem::Zero => write!(f, "invalid `{field}`: must be at least 1"),
-            Problem::ZeroDuration => write!(f, "invalid `{field}`: must be longer than zero"),
-            Problem::TooLarge(max) => write!(f, "invalid `{field}`: must be at most {max}"),
-            // `Duration`'s Debug is the short human form: "10ms", "1.5s".
-            Problem::TooLong(max) => write!(f, "invalid `{field}`: must be at most {max:?}"),
-            Problem::Nul => write!(f, "invalid `{field}`: must not contain a NUL byte"),
-            Problem::Spawn(kind) => write!(
-                f,
-                "cannot start the `{field}`: the OS refused a thread ({kind})"
-            ),
+            Problem::Spawn(kind) => {
+                return write!(
+                    f,
+                    "cannot start the `{field}`: the OS refused a thread ({kind})"
+                )
+            }
             #[cfg(feature = "tokio")]
-            Problem::NoRuntime => write!(
+            Problem::NoRuntime => return write!(
                 f,
                 "cannot start the `{field}`: no tokio runtime here (build inside one, or name one with `build_async_on`)"
             ),
+            _ => {}
+        }
+        write!(f, "invalid `{field}`")?;
+        if let Some((variable, value)) = self.from_env.as_deref() {
+            write!(f, " from {variable}={value:?}")?;
+        }
+        match &self.problem {
+            Problem::Missing => write!(f, ": must be set"),
+            Problem::Zero => write!(f, ": must be at least 1"),
+            Problem::ZeroDuration => write!(f, ": must be longer than zero"),
+            Problem::TooLarge(max) => write!(f, ": must be at most {max}"),
+            // `Duration`'s Debug is the short human form: "10ms", "1.5s".
+            Problem::TooLong(max) => write!(f, ": must be at most {max:?}"),
+            Problem::Nul => write!(f, ": must not contain a NUL byte"),
+            Problem::Empty => write!(f, ": must not be empty"),
+            Problem::Taken { kind, name } => write!(
+                f,
+                ": another live {kind} already exports its series as {name:?} (give each its own name)"
+            ),
+            Problem::Spawn(_) => Ok(()),
+            #[cfg(feature = "tokio")]
+            Problem::NoRuntime => Ok(()),
         }
     }
 }
