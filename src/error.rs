@@ -399,7 +399,10 @@ impl<T> From<TryCallError<T>> for Error {
 /// [`ReporterBuilder`](crate::observe::ReporterBuilder),
 /// [`AlarmBuilder`](crate::observe::AlarmBuilder)) and by the `new`
 /// shorthands. Its message names the field and the rule it broke;
-/// [`ConfigError::field`] gives the field alone.
+/// [`ConfigError::field`] gives the field alone. When the value came from
+/// an environment variable ([`Env`](crate::Env)), the message names the
+/// variable and its value too, and [`variable`](ConfigError::variable)
+/// and [`value`](ConfigError::value) give them.
 ///
 /// # Examples
 ///
@@ -409,6 +412,7 @@ impl<T> From<TryCallError<T>> for Error {
 /// let err = Limiter::builder().capacity(0).build().unwrap_err();
 /// assert_eq!(err.field(), "capacity");
 /// assert_eq!(err.to_string(), "invalid `capacity`: must be at least 1");
+/// assert_eq!(err.variable(), None);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -433,6 +437,10 @@ enum Problem {
         kind: &'static str,
         name: Box<str>,
     },
+    /// A value that does not read as the setting's type: what it must be.
+    Unreadable(&'static str),
+    /// `null` (unlimited) where there is no unlimited: why.
+    NoUnlimited(&'static str),
     Spawn(io::ErrorKind),
     #[cfg(feature = "tokio")]
     NoRuntime,
@@ -519,6 +527,33 @@ impl ConfigError {
         }
     }
 
+    /// A value that does not read as `expected` says it must.
+    pub(crate) fn unreadable(field: &'static str, expected: &'static str) -> Self {
+        ConfigError {
+            field,
+            problem: Problem::Unreadable(expected),
+            from_env: None,
+        }
+    }
+
+    /// `null` given where the setting has no unlimited value, for `why`.
+    pub(crate) fn no_unlimited(field: &'static str, why: &'static str) -> Self {
+        ConfigError {
+            field,
+            problem: Problem::NoUnlimited(why),
+            from_env: None,
+        }
+    }
+
+    /// The same problem, with the environment variable and the value it
+    /// came from.
+    pub(crate) fn read_from(self, variable: &str, value: &str) -> Self {
+        ConfigError {
+            from_env: Some(Box::new((variable.to_string(), value.to_string()))),
+            ..self
+        }
+    }
+
     pub(crate) fn spawn(field: &'static str, kind: io::ErrorKind) -> Self {
         ConfigError {
             field,
@@ -553,6 +588,32 @@ impl ConfigError {
         self.field
     }
 
+    /// The environment variable the value came from, when it was read by
+    /// [`Env`](crate::Env): `Some("WORKER_REQUEST_CONCURRENCY")`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{Env, LimiterBuilder};
+    ///
+    /// let env = Env::with_lookup("APP_", |var| (var == "APP_CAPACITY").then(|| "ten".to_string()));
+    /// let err = LimiterBuilder::from_env(&env).unwrap_err();
+    /// assert_eq!((err.field(), err.variable(), err.value()), ("capacity", Some("APP_CAPACITY"), Some("ten")));
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "invalid `capacity` from APP_CAPACITY=\"ten\": must be a whole number, or `null` for no limit"
+    /// );
+    /// ```
+    pub fn variable(&self) -> Option<&str> {
+        self.from_env
+            .as_deref()
+            .map(|(variable, _)| variable.as_str())
+    }
+
+    /// The value of [`variable`](Self::variable), as it was read.
+    pub fn value(&self) -> Option<&str> {
+        self.from_env.as_deref().map(|(_, value)| value.as_str())
+    }
 }
 
 impl fmt::Display for ConfigError {
@@ -590,6 +651,8 @@ impl fmt::Display for ConfigError {
                 f,
                 ": another live {kind} already exports its series as {name:?} (give each its own name)"
             ),
+            Problem::Unreadable(expected) => write!(f, ": must be {expected}"),
+            Problem::NoUnlimited(why) => write!(f, ": cannot be `null` (unlimited): {why}"),
             Problem::Spawn(_) => Ok(()),
             #[cfg(feature = "tokio")]
             Problem::NoRuntime => Ok(()),
