@@ -393,7 +393,7 @@ impl<T> From<TryCallError<T>> for Error {
 
 /// A builder was given a value it cannot accept.
 ///
-/// Returned by every `build()` ([`LimiterBuilder`](crate::LimiterBuilder),
+/// Returned by every `build()` and `from_env` ([`LimiterBuilder`](crate::LimiterBuilder),
 /// [`PoolBuilder`](crate::PoolBuilder),
 /// [`SupervisorBuilder`](crate::SupervisorBuilder),
 /// [`ReporterBuilder`](crate::observe::ReporterBuilder),
@@ -580,7 +580,11 @@ impl ConfigError {
     /// The builder field that was wrong: `"capacity"`, `"shards"`,
     /// `"workers"`, `"name"`, `"spin_wait"`, `"max_capacity"`,
     /// `"max_waiters"` or `"queue_order"`; from the reporter and alarm
-    /// builders also `"interval"`, `"threshold"` or `"raise_after"`.
+    /// builders also `"interval"`, `"threshold"` or `"raise_after"`;
+    /// from a builder's `from_env` also `"single_thread"` or `"max_wait"`
+    /// (with [`variable`](Self::variable) and [`value`](Self::value)).
+    /// A reporter's `"name"` is also refused when it is empty, or when
+    /// another live front-end exports its series under it.
     /// (`"workers"` also when the OS refused to
     /// start a worker thread, or an async pool was built outside a tokio
     /// runtime: the message then says so.)

@@ -388,7 +388,7 @@ pub(crate) struct FrontEnd<'a> {
     /// (see `Source::id` in `reporter.rs`).
     pub(crate) id: usize,
     /// Whether it is still alive; read only while claiming.
-    pub(crate) alive: Arc<dyn Fn() -> bool + Send + Sync>,
+    pub(crate) alive: Alive,
 }
 
 /// One front-end's series: the handles, what they were last given, and
@@ -486,6 +486,9 @@ struct Key {
     name: String,
 }
 
+/// Whether a front-end is still alive (it upgrades a weak reference).
+type Alive = Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// Who exports a set of series, or last did.
 struct Entry {
     /// The claim of the reporter exporting them now; `None` once it is
@@ -493,7 +496,7 @@ struct Entry {
     owner: Option<u64>,
     /// The front-end they were last exported for.
     front_end: usize,
-    alive: Arc<dyn Fn() -> bool + Send + Sync>,
+    alive: Alive,
     /// What they were given for that front-end, for a reporter that takes
     /// the same front-end over.
     exported: Totals,
@@ -536,12 +539,25 @@ fn claim(front_end: &FrontEnd<'_>) -> Result<(String, Totals, Option<Claim>), Co
     let Some(recorder) = recorder_id() else {
         return Ok((front_end.name.to_string(), Totals::default(), None));
     };
+    // Which front-ends are gone, asked outside the lock: asking upgrades a
+    // weak reference for a moment, and if the owner drops its last handle
+    // meanwhile, the front-end's drop (which may join its threads) runs
+    // here, where it must not hold the registry. A front-end gone stays
+    // gone; one claimed after this look counts as alive.
+    let probes: Vec<Alive> = registry()
+        .lock()
+        .entries
+        .values()
+        .map(|entry| Arc::clone(&entry.alive))
+        .collect();
+    let gone: Vec<Alive> = probes.into_iter().filter(|alive| !alive()).collect();
+    let is_gone = |entry: &Entry| gone.iter().any(|g| Arc::ptr_eq(g, &entry.alive));
     let mut registry = registry().lock();
     // Forget the series of front-ends gone and unreported: whoever claims
     // them next starts afresh, as a rebuild does.
     registry
         .entries
-        .retain(|_, entry| entry.owner.is_some() || (entry.alive)());
+        .retain(|_, entry| entry.owner.is_some() || !is_gone(entry));
     let token = registry.next_claim;
     registry.next_claim += 1;
     let mut n = 1u64;
@@ -560,7 +576,7 @@ fn claim(front_end: &FrontEnd<'_>) -> Result<(String, Totals, Option<Claim>), Co
             // Never claimed, or its front-end is gone (a rebuild): carry
             // on from the series' last value.
             None => Totals::default(),
-            Some(entry) if !(entry.alive)() => Totals::default(),
+            Some(entry) if is_gone(entry) => Totals::default(),
             // The same front-end, unreported since its reporter was
             // dropped: carry on from what that one exported.
             Some(entry) if entry.owner.is_none() && entry.front_end == front_end.id => {
