@@ -1,38 +1,7 @@
 //! [`Env`]: builder settings read from environment variables under a
-//! prefix of the user's choice, with fallbacks, for services configured by
-//! their deployment.
-//!
-//! The pattern comes from an HTTP worker configured per tenant: each
-//! setting is read from the tenant's variables (`WORKER_REQUEST_CONCURRENCY`,
-//! `WORKER_MAX_QUEUE_LENGTH`, `WORKER_USE_SINGLE_THREAD`), falls back to
-//! the worker's defaults (`WORKER_DEFAULT_*`) when missing, `null` means
-//! unlimited, and a concurrency missing everywhere means no limit at all:
-//! the middleware is skipped. An [`Env`] is that lookup: a list of
-//! prefixes, each read in turn until one has the variable, and a suffix
-//! per [`Setting`] (renamable, so existing variable names keep working).
-//! The builders read it with [`LimiterBuilder::from_env`],
-//! [`PoolBuilder::from_env`] and [`SupervisorBuilder::from_env`], which
-//! answer `Ok(None)` when the capacity is missing ("skip"), and a
-//! [`ConfigError`] naming the variable and its value when a value does not
-//! read.
-//!
-//! # What `null` (unlimited) means in a bounded crate
-//!
-//! Every front-end has a capacity; "unlimited" is the largest one its
-//! builder takes, where that costs nothing up front, so the front-end
-//! never refuses for capacity but still counts (its stats and metrics
-//! keep flowing):
-//!
-//! | setting | `null` gives |
-//! |---|---|
-//! | capacity, of a limiter or a pool | the largest capacity (2^60 − 1 on 64-bit): never full |
-//! | capacity, of a supervisor | refused: it allocates a slot per unit up front |
-//! | `max_waiters` | [`LimiterBuilder::MAX_WAITERS`] (2^20) |
-//! | `max_wait` | `Duration::MAX`: wait as long as it takes |
-//! | `shards`, `workers`, `single_thread`, `name` | refused: no unlimited value |
-//!
-//! A value that is empty (or only spaces) counts as missing: `VAR=` in a
-//! shell or a compose file unsets it.
+//! prefix of the user's choice, with fallbacks, and the builders'
+//! `from_env`, which read them (inherent impls kept here, beside the
+//! reader, so the builders' own files hold no environment code).
 
 use std::fmt;
 use std::time::Duration;
@@ -44,7 +13,19 @@ use crate::supervisor::SupervisorBuilder;
 use crate::sync::Arc;
 
 /// A setting an [`Env`] reads, each under a suffix of its own (the
-/// default suffix is the builder field's name in capitals).
+/// default suffix is the builder field's name in capitals, renamed with
+/// [`Env::rename`]).
+///
+/// # Examples
+///
+/// ```
+/// use sidejob::{Env, Setting};
+///
+/// let env = Env::new("API_").rename(Setting::MaxWaiters, "QUEUE");
+/// assert_eq!(env.variables(Setting::Capacity), ["API_CAPACITY"]);
+/// assert_eq!(env.variables(Setting::MaxWaiters), ["API_QUEUE"]);
+/// assert_eq!(env.variables(Setting::SingleThread), ["API_SINGLE_THREAD"]);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Setting {
@@ -52,7 +33,7 @@ pub enum Setting {
     /// series' `name` label).
     Name,
     /// `CAPACITY`: units at once, a whole number, or `null` for no limit
-    /// (see the [module docs](crate::Env#what-null-unlimited-means-in-a-bounded-crate)).
+    /// (see [`Env`] for what that means for each builder).
     /// Missing in every layer, the builder is skipped (`Ok(None)`).
     Capacity,
     /// `SHARDS`: shards of a limiter or supervisor, a whole number.
@@ -130,10 +111,41 @@ impl Layer {
 /// Where builders read their settings: environment variables under a
 /// prefix, with fallback prefixes, as `{prefix}{suffix}`.
 ///
-/// For each [`Setting`], the layers are read in order and the first that
-/// has the variable (not empty) wins; `null` found in a layer is a value
-/// (unlimited), not a miss, so it overrides the fallbacks. The prefix is
-/// prepended as it is: `Env::new("WORKER_")` reads `WORKER_CAPACITY`.
+/// The pattern comes from an HTTP worker configured per tenant: each
+/// setting is read from the tenant's variables (`WORKER_REQUEST_CONCURRENCY`,
+/// `WORKER_MAX_QUEUE_LENGTH`, `WORKER_USE_SINGLE_THREAD`), falls back to
+/// the worker's defaults (`WORKER_DEFAULT_*`) when missing, `null` means
+/// unlimited, and a concurrency missing everywhere means no limit at all:
+/// the middleware is skipped. An `Env` is that lookup: a list of
+/// prefixes, each read in turn until one has the variable, and a suffix
+/// per [`Setting`] (renamable, so existing variable names keep working).
+/// The builders read it with [`LimiterBuilder::from_env`],
+/// [`PoolBuilder::from_env`] and [`SupervisorBuilder::from_env`], which
+/// answer `Ok(None)` when the capacity is missing ("skip"), and a
+/// [`ConfigError`] naming the variable and its value when a value does
+/// not read.
+///
+/// For each setting, the layers are read in order and the first that has
+/// the variable wins; `null` found in a layer is a value (unlimited), not
+/// a miss, so it overrides the fallbacks. A value that is empty (or only
+/// spaces) counts as missing: `VAR=` in a shell or a compose file unsets
+/// it. The prefix is prepended as it is: `Env::new("WORKER_")` reads
+/// `WORKER_CAPACITY`.
+///
+/// # What `null` (unlimited) means in a bounded crate
+///
+/// Every front-end has a capacity; "unlimited" is the largest one its
+/// builder takes, where that costs nothing up front, so the front-end
+/// never refuses for capacity but still counts (its stats and metrics
+/// keep flowing):
+///
+/// | setting | `null` gives |
+/// |---|---|
+/// | capacity, of a limiter or a pool | [`LimiterBuilder::MAX_CAPACITY`] (2^60 − 1 on 64-bit): never full |
+/// | capacity, of a supervisor | refused: it allocates a slot per unit up front |
+/// | max_waiters | [`LimiterBuilder::MAX_WAITERS`] (2^20) |
+/// | max_wait | `Duration::MAX`: wait as long as it takes |
+/// | shards, workers, single_thread, name | refused: no unlimited value |
 ///
 /// # Examples
 ///

@@ -25,8 +25,10 @@
 //!   one: it carries on from what the old one exported.
 //! - **Two live front-ends never share a series.** Building a reporter
 //!   claims its `(name, kind)` for the front-end; while that front-end is
-//!   alive and reported, another front-end asking for the same name gets a
-//!   [`ConfigError`](crate::ConfigError) naming `name`. A front-end left with its
+//!   alive (reported or not), another front-end asking for the same name
+//!   gets a [`ConfigError`](crate::ConfigError) naming `name`, and so does
+//!   a second reporter for it while the first one lives (it would count
+//!   the front-end twice). A front-end left with its
 //!   default name (`sidejob`, or `shepherd` for a shepherd) is unnamed:
 //!   it takes `sidejob`, or `sidejob-2`, `sidejob-3`, ... when that is
 //!   claimed (name it for a series that survives a rebuild). Claims are per
