@@ -305,6 +305,7 @@ pub mod guide {
 // behind their features. Each module has one path (`crate::engine::table`),
 // no alias at the root.
 mod engine;
+mod env;
 mod error;
 mod integrations;
 mod limiter;
@@ -328,6 +329,7 @@ pub use integrations::tower;
 
 pub use engine::probe::Probe;
 pub use engine::waiters::QueueOrder;
+pub use env::{Env, Setting};
 pub use error::{ConfigError, Error, Refused, TryCallError};
 pub use integrations::observe;
 pub use limiter::{Limiter, LimiterBuilder, OwnedPermit, Permit};

@@ -81,6 +81,8 @@ use crate::sync::{os_thread, Arc};
 /// ```
 pub struct Limiter {
     table: Table,
+    /// Its metric series' `name` label (`observe::Reporter`).
+    name: Box<str>,
 }
 
 impl Limiter {
@@ -441,6 +443,12 @@ impl Limiter {
         self.table.shard_count()
     }
 
+    /// Its name, for its metric series: the builder's
+    /// [`name`](LimiterBuilder::name), `sidejob` by default.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// A snapshot of the counters; see [`Stats`].
     pub fn stats(&self) -> Stats {
         self.table.stats()
@@ -497,6 +505,7 @@ impl Limiter {
 impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
+            .field("name", &self.name)
             .field("capacity", &self.capacity())
             .field("shards", &self.shards())
             .field("usage", &self.usage())
@@ -524,6 +533,7 @@ impl fmt::Debug for Limiter {
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct LimiterBuilder {
+    name: Option<String>,
     capacity: Option<usize>,
     shards: Option<usize>,
     probe: Probe,
@@ -536,6 +546,14 @@ impl LimiterBuilder {
 }
 
 impl LimiterBuilder {
+    /// The `name` label of its metric series, when a
+    /// [`Reporter`](crate::observe::Reporter) exports them; defaults to
+    /// `sidejob`. Must not contain a NUL byte.
+    pub fn name(&mut self, name: impl Into<String>) -> &mut Self {
+        self.name = Some(name.into());
+        self
+    }
+
     /// How many permits may be out at once. Required; at least 1.
     pub fn capacity(&mut self, capacity: usize) -> &mut Self {
         self.capacity = Some(capacity);
@@ -591,10 +609,12 @@ impl LimiterBuilder {
     /// [`MAX_WAITERS`](crate::LimiterBuilder::MAX_WAITERS), or an adaptive `queue_order`
     /// has a zero target.
     pub fn build(&self) -> Result<Limiter, ConfigError> {
+        let name = ConfigError::check_name(self.name.as_deref())?.into();
         let capacity = self.capacity.ok_or(ConfigError::missing("capacity"))?;
         let shards = self.shards.unwrap_or_else(num_cpus::get);
         Ok(Limiter {
             table: Table::new(capacity, shards, self.probe)?.with_policy(&self.policy)?,
+            name,
         })
     }
 }
