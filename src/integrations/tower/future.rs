@@ -149,7 +149,7 @@ pub(super) struct Deferred<S, Request, R> {
     pub(super) refusal: R,
     pub(super) anchors: Anchors,
     pub(super) timer: TimerSpec,
-    /// The wait's span (feature `tracing`), closed when the wait ends.
+    /// The wait's trace (feature `tracing`), ended with the wait.
     pub(super) trace: trace::WaitTrace,
 }
 
@@ -169,7 +169,8 @@ where
     /// The wait ended with `admitted`: on to the inner service's readiness
     /// with the unit, or answer the refusal.
     fn admit<H>(self, admitted: Result<OwnedPermit, Error>) -> WaitState<S, Request, R, H> {
-        trace::wait_ended(self.trace, admitted.as_ref().map(|_| ()).map_err(|e| *e));
+        self.trace
+            .end(admitted.as_ref().map(|_| ()).map_err(|e| *e));
         match admitted {
             Ok(permit) => {
                 // The unit moves from the permit (and its `Arc` of the
@@ -214,7 +215,12 @@ where
         loop {
             match state.as_mut().project() {
                 WaitStateProj::Queued { acquire, call } => {
-                    let admitted = std::task::ready!(acquire.as_mut().poll(cx));
+                    let Poll::Ready(admitted) = acquire.as_mut().poll(cx) else {
+                        if let Some(call) = call.as_mut() {
+                            call.trace.pending();
+                        }
+                        return Poll::Pending;
+                    };
                     let Some(call) = call.take() else {
                         // Unreachable: the state moves on below. Pending
                         // rather than a panic, as `ResponseFuture`.

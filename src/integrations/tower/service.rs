@@ -226,7 +226,7 @@ impl<S, R, H> Limit<S, R, Wait, H> {
                     refusal: self.refusal.clone(),
                     anchors: Arc::clone(&self.anchors),
                     timer: self.timer.clone(),
-                    trace: trace::wait_started(),
+                    trace: trace::WaitTrace::start(),
                 }),
             },
         }

@@ -1,7 +1,7 @@
 //! The layer's `tracing` hooks (feature `tracing`): a `wait` span for each
 //! request that waits, and a `refused` event for each refusal, inside the
-//! request's span. Without the feature they are `()` and empty functions,
-//! so the call sites need no `cfg`.
+//! request's span. Without the feature they are a unit struct and empty
+//! functions, so the call sites need no `cfg`.
 //!
 //! Both are on cold paths (a request that must wait already allocates; a
 //! refusal answers at once), so an admitted request pays nothing, feature
@@ -16,12 +16,19 @@
 
 use crate::error::Error;
 
-/// The trace of one wait: its span, or nothing without the feature.
+/// The trace of one request sent to the waiting room: the request's span
+/// (current in `call`), and the `wait` span, opened only once the request
+/// actually waits (its first `Pending`). A request the full room refuses
+/// at its first poll never waited: it gets a `refused` event, no span.
 #[cfg(feature = "tracing")]
-pub(super) type WaitTrace = tracing::Span;
+pub(super) struct WaitTrace {
+    request: tracing::Span,
+    wait: Option<tracing::Span>,
+}
 
+/// Nothing to trace without the feature.
 #[cfg(not(feature = "tracing"))]
-pub(super) type WaitTrace = ();
+pub(super) struct WaitTrace;
 
 /// A request refused in `call`, at once: a `refused` event in the
 /// request's span (the current one).
@@ -34,41 +41,74 @@ pub(super) fn refused(error: Error) {
     let _ = error;
 }
 
-/// A request starts to wait: a `wait` span, child of the request's span
-/// (the current one), open until the wait ends.
-#[inline]
-pub(super) fn wait_started() -> WaitTrace {
-    #[cfg(feature = "tracing")]
-    {
-        tracing::debug_span!(target: "sidejob::tower", "wait", outcome = tracing::field::Empty)
+impl WaitTrace {
+    /// A request goes to the waiting room, from `call`: remembers the
+    /// request's span (the current one).
+    #[inline]
+    pub(super) fn start() -> Self {
+        #[cfg(feature = "tracing")]
+        {
+            WaitTrace {
+                request: tracing::Span::current(),
+                wait: None,
+            }
+        }
+        #[cfg(not(feature = "tracing"))]
+        WaitTrace
     }
-}
 
-/// The wait ended with `outcome`: recorded on the wait span as
-/// `outcome` (`admitted`, `overload`, `timeout`, `shutdown`); a refusal is
-/// also a `refused` event inside the wait span (so inside the request's).
-/// The span closes when `trace` is dropped, here.
-#[inline]
-pub(super) fn wait_ended(trace: WaitTrace, outcome: Result<(), Error>) {
-    #[cfg(feature = "tracing")]
-    match outcome {
-        Ok(()) => {
-            trace.record("outcome", "admitted");
-        }
-        Err(error) => {
-            trace.record("outcome", outcome_name(error));
-            tracing::debug!(
+    /// The wait is pending: opens the `wait` span, a child of the
+    /// request's, the first time.
+    #[inline]
+    pub(super) fn pending(&mut self) {
+        #[cfg(feature = "tracing")]
+        if self.wait.is_none() {
+            self.wait = Some(tracing::debug_span!(
                 target: "sidejob::tower",
-                parent: &trace,
-                error = %error,
-                waited = true,
-                "refused"
-            );
+                parent: &self.request,
+                "wait",
+                outcome = tracing::field::Empty
+            ));
         }
     }
-    #[cfg(not(feature = "tracing"))]
-    {
-        let ((), _) = (trace, outcome);
+
+    /// The wait ended with `outcome`. If the request waited, the outcome
+    /// is recorded on its `wait` span (`admitted`, `overload`, `timeout`,
+    /// `shutdown`), a refusal is a `refused` event inside that span, and
+    /// the span closes here. If it did not (the room was full at once),
+    /// a refusal is a `refused` event in the request's span.
+    #[inline]
+    pub(super) fn end(self, outcome: Result<(), Error>) {
+        #[cfg(feature = "tracing")]
+        let WaitTrace { request, wait } = self;
+        #[cfg(feature = "tracing")]
+        match (wait, outcome) {
+            (Some(wait), Ok(())) => {
+                wait.record("outcome", "admitted");
+            }
+            (Some(wait), Err(error)) => {
+                wait.record("outcome", outcome_name(error));
+                tracing::debug!(
+                    target: "sidejob::tower",
+                    parent: &wait,
+                    error = %error,
+                    waited = true,
+                    "refused"
+                );
+            }
+            (None, Ok(())) => {}
+            (None, Err(error)) => {
+                tracing::debug!(
+                    target: "sidejob::tower",
+                    parent: &request,
+                    error = %error,
+                    waited = false,
+                    "refused"
+                );
+            }
+        }
+        #[cfg(not(feature = "tracing"))]
+        let _ = outcome;
     }
 }
 
