@@ -1,5 +1,5 @@
 //! When an admitted request gives its unit back: [`UntilResponse`] (when
-//! the response future completes, the default) or [`UntilBodyEnd`] (when
+//! the response future completes, the default) or `UntilBodyEnd` (when
 //! the response body ends or is dropped; feature `http`), chosen by a
 //! [`Hold`] type parameter of the layer.
 //!
@@ -13,12 +13,12 @@
 pub use body::{HeldBody, UntilBodyEnd};
 
 /// When an admitted request's unit goes back, for a response of type `T`:
-/// [`UntilResponse`] or [`UntilBodyEnd`]. Sealed: the two modes are the
-/// crate's.
+/// [`UntilResponse`] (the default) or `UntilBodyEnd` (feature `http`).
+/// Sealed: the two modes are the crate's.
 pub trait Hold<T>: private::Sealed {
     /// The response the [`Limit`](super::Limit) service answers with: `T`
     /// itself for [`UntilResponse`], `T` with its body wrapped in a
-    /// [`HeldBody`] for [`UntilBodyEnd`].
+    /// `HeldBody` for `UntilBodyEnd`.
     type Response;
 
     /// An admitted request's response, its unit and timer in `held`.
@@ -34,8 +34,8 @@ pub trait Hold<T>: private::Sealed {
 /// response future completes, that is when the response head is ready.
 ///
 /// A body streamed after that runs outside the limit; see
-/// [`LimitLayer::hold_until_body_ends`](super::LimitLayer::hold_until_body_ends)
-/// (feature `http`).
+/// [Streamed bodies](crate::tower#streamed-bodies) and
+/// `LimitLayer::hold_until_body_ends` (feature `http`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct UntilResponse;
 

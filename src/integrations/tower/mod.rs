@@ -172,6 +172,15 @@
 //! that did not wait emits nothing.
 //!
 //! [`ConcurrencyLimit`]: https://docs.rs/tower/latest/tower/limit/struct.ConcurrencyLimit.html
+// Without the feature `http` its items are not built: their links point to
+// the sections that describe them instead of breaking.
+#![cfg_attr(
+    not(feature = "http"),
+    doc = "[`HttpRefusal`]: self#what-a-refusal-looks-like\n\
+           [`GrpcRefusal`]: self#what-a-refusal-looks-like\n\
+           [`HeldBody`]: self#streamed-bodies\n\
+           [`LimitLayer::hold_until_body_ends`]: self#streamed-bodies"
+)]
 
 use crate::error::Error;
 use crate::limiter::Limiter;
@@ -371,6 +380,10 @@ impl LimitLayer<Reject, Wait> {
     /// # Ok(())
     /// # }
     /// ```
+    #[cfg_attr(
+        not(feature = "http"),
+        doc = "[`HttpRefusal`]: crate::tower#what-a-refusal-looks-like"
+    )]
     pub fn waiting(limiter: Arc<Limiter>) -> Self {
         LimitLayer {
             anchors: anchors(&limiter),
@@ -417,6 +430,14 @@ impl<R, M, H> LimitLayer<R, M, H> {
     /// # let _ = app;
     /// # Ok::<(), sidejob::ConfigError>(())
     /// ```
+    #[cfg_attr(
+        not(feature = "http"),
+        doc = "[`HttpRefusal`]: crate::tower#what-a-refusal-looks-like"
+    )]
+    #[cfg_attr(
+        not(feature = "http"),
+        doc = "[`GrpcRefusal`]: crate::tower#what-a-refusal-looks-like"
+    )]
     pub fn on_overload<F>(self, respond: F) -> LimitLayer<RespondWith<F>, M, H> {
         self.refuse_with(RespondWith(respond))
     }
@@ -443,6 +464,14 @@ impl<R, M, H> LimitLayer<R, M, H> {
     /// # }
     /// # Ok::<(), sidejob::ConfigError>(())
     /// ```
+    #[cfg_attr(
+        not(feature = "http"),
+        doc = "[`HttpRefusal`]: crate::tower#what-a-refusal-looks-like"
+    )]
+    #[cfg_attr(
+        not(feature = "http"),
+        doc = "[`GrpcRefusal`]: crate::tower#what-a-refusal-looks-like"
+    )]
     pub fn refuse_with<R2>(self, refusal: R2) -> LimitLayer<R2, M, H> {
         LimitLayer {
             limiter: self.limiter,
@@ -462,8 +491,8 @@ impl<R, M, H> LimitLayer<R, M, H> {
     /// For services answering `http::Response<B>` (axum, hyper, tonic);
     /// the layer's services then answer `http::Response<HeldBody<B>>`.
     /// The unit goes back when the body yields its last frame, fails, or
-    /// is dropped (the client hung up); with [`record_time`], the time in
-    /// the limit runs until then too.
+    /// is dropped (the client hung up); with `record_time` (feature
+    /// `metrics`), the time in the limit runs until then too.
     ///
     /// # Examples
     ///
@@ -502,8 +531,6 @@ impl<R, M, H> LimitLayer<R, M, H> {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// [`record_time`]: LimitLayer::record_time
     #[cfg(feature = "http")]
     #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
     pub fn hold_until_body_ends(self) -> LimitLayer<R, M, UntilBodyEnd> {
@@ -519,7 +546,7 @@ impl<R, M, H> LimitLayer<R, M, H> {
 
     /// Records each admitted request's time in the limit (admission to the
     /// response future's completion, or to the body's end with
-    /// [`hold_until_body_ends`](LimitLayer::hold_until_body_ends), in
+    /// [`hold_until_body_ends`](crate::tower#streamed-bodies), in
     /// seconds) in the histogram
     /// `sidejob_time_in_pool_seconds{name, kind="limiter"}`.
     ///
@@ -592,9 +619,9 @@ impl<R, M: fmt::Debug, H: fmt::Debug> fmt::Debug for LimitLayer<R, M, H> {
 }
 
 /// How a [`Limit`] answers a request it refused, and what error type the
-/// service has. Implemented by [`Reject`], [`RespondWith`],
-/// [`HttpRefusal`] and [`GrpcRefusal`]; implement it to map refusals to
-/// an error type of your own.
+/// service has. Implemented by [`Reject`], [`RespondWith`] and (feature
+/// `http`) `HttpRefusal` and `GrpcRefusal`; implement it to map refusals
+/// to an error type of your own.
 ///
 /// `T` is the inner service's response, `E` its error; the inner
 /// service's errors are converted with `Into<Self::Error>`.
@@ -613,7 +640,7 @@ pub trait Refusal<T, E>: Clone {
     /// its `max_wait`) or [`Error::Shutdown`] (the limiter is closed).
     ///
     /// By default the same answer as [`refuse`](Refusal::refuse);
-    /// [`HttpRefusal`] answers a full room with its own status (`429`).
+    /// `HttpRefusal` answers a full room with its own status (`429`).
     fn refuse_waiting(&self, error: Error) -> Result<T, Self::Error> {
         self.refuse(error)
     }

@@ -30,7 +30,7 @@ use tower_service::Service;
 ///
 /// * `H` says when an admitted request's unit goes back:
 ///   [`UntilResponse`] (its response future completes, the default) or
-///   [`UntilBodyEnd`](super::UntilBodyEnd) (its response body ends; feature `http`).
+///   `UntilBodyEnd` (its response body ends; feature `http`).
 ///
 /// The inner service must be `Clone` (see
 /// [The inner service's reservation](super#the-inner-services-reservation)).
