@@ -144,6 +144,8 @@ mod body {
         /// first; or when this body is dropped unfinished. A refused
         /// request's body holds nothing.
         pub struct HeldBody<B> {
+            // Declared before `held`, so dropped first: a body dropped
+            // unfinished is gone before its unit goes back.
             #[pin]
             inner: B,
             held: Option<Held>,
