@@ -5,8 +5,10 @@
 //! Most Rust services that need load shedding are tower services (axum,
 //! tonic, hyper). Wrap the handlers you want bounded in a [`LimitLayer`]:
 //! each request takes one unit of the limiter when the service is
-//! *called*, holds it until the inner service's response future completes,
-//! and is refused at once when every unit is out.
+//! *called*, holds it until the inner service's response future completes
+//! (or, [as an option](#streamed-bodies), until the response body ends),
+//! and is refused at once when every unit is out, with an error or an
+//! HTTP or gRPC answer ([`HttpRefusal`], [`GrpcRefusal`]).
 //!
 //! # Why the unit is taken in `call`, not in `poll_ready`
 //!
