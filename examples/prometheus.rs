@@ -80,7 +80,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .spawn()?;
 
     let layer = LimitLayer::waiting(Arc::clone(&limiter))
-        .record_time(limiter.name())
+        .record_time()
         .on_overload(|error: Error| {
             let status = match error {
                 Error::Overload => StatusCode::TOO_MANY_REQUESTS, // the room is full

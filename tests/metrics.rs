@@ -716,7 +716,7 @@ fn the_exporters_page_passes_promtool() {
     let hold_seconds = {
         use tower::{Layer, Service, ServiceExt};
         let layer = metrics::with_local_recorder(&recorder, || {
-            sidejob::tower::LimitLayer::new(Arc::clone(&limiter)).record_time(limiter.name())
+            sidejob::tower::LimitLayer::new(Arc::clone(&limiter)).record_time()
         });
         let mut service = layer.layer(tower::service_fn(|n: u32| async move {
             Ok::<_, std::convert::Infallible>(n)
