@@ -1,8 +1,8 @@
 //! Serves `/metrics` for Prometheus: a limited axum route with a waiting
 //! room, a `Reporter` exporting the limiter's figures every second
 //! (`sidejob_waiting`, `sidejob_waited_total`, ... included), the tower
-//! layer's time-in-limit histogram, and two health alarms (usage near the
-//! capacity, requests queueing).
+//! layer's hold-time histogram (`sidejob_hold_seconds`), and two health
+//! alarms (usage near the capacity, requests queueing).
 //!
 //! ```text
 //! cargo run --release --features tower,metrics --example prometheus -- [--addr 127.0.0.1:3000] [--self-test]
@@ -48,6 +48,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 16 at once, 32 more may wait up to 2 s.
     let limiter = Arc::new(
         Limiter::builder()
+            .name("api")
             .capacity(16)
             .max_waiters(32)
             .max_wait(Duration::from_secs(2))
@@ -58,10 +59,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .threshold(12)
         .raise_after(Duration::from_secs(30))
         .on_change(|event| match event.state {
-            AlarmState::Raised => {
-                eprintln!("alarm: usage {} above {}", event.value, event.threshold)
-            }
-            AlarmState::Clear => eprintln!("alarm cleared"),
+            AlarmState::Raised => eprintln!(
+                "alarm {}: usage {} above {}",
+                event.name, event.value, event.threshold
+            ),
+            AlarmState::Clear => eprintln!("alarm {} cleared", event.name),
         })
         .build()?;
     // Anyone waiting for 10 s on end: a standing queue, not a burst.
@@ -70,15 +72,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .threshold(0)
         .raise_after(Duration::from_secs(10))
         .build()?;
+    // The limiter's name labels its series.
     let reporter = Reporter::builder()
-        .name("api")
         .alarm(alarm)
         .alarm(queueing)
         .build(&limiter)?
         .spawn()?;
 
     let layer = LimitLayer::waiting(Arc::clone(&limiter))
-        .record_time("api")
+        .record_time()
         .on_overload(|error: Error| {
             let status = match error {
                 Error::Overload => StatusCode::TOO_MANY_REQUESTS, // the room is full

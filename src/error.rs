@@ -393,13 +393,16 @@ impl<T> From<TryCallError<T>> for Error {
 
 /// A builder was given a value it cannot accept.
 ///
-/// Returned by every `build()` ([`LimiterBuilder`](crate::LimiterBuilder),
+/// Returned by every `build()` and `from_env` ([`LimiterBuilder`](crate::LimiterBuilder),
 /// [`PoolBuilder`](crate::PoolBuilder),
 /// [`SupervisorBuilder`](crate::SupervisorBuilder),
 /// [`ReporterBuilder`](crate::observe::ReporterBuilder),
 /// [`AlarmBuilder`](crate::observe::AlarmBuilder)) and by the `new`
 /// shorthands. Its message names the field and the rule it broke;
-/// [`ConfigError::field`] gives the field alone.
+/// [`ConfigError::field`] gives the field alone. When the value came from
+/// an environment variable ([`Env`](crate::Env)), the message names the
+/// variable and its value too, and [`variable`](ConfigError::variable)
+/// and [`value`](ConfigError::value) give them.
 ///
 /// # Examples
 ///
@@ -409,11 +412,14 @@ impl<T> From<TryCallError<T>> for Error {
 /// let err = Limiter::builder().capacity(0).build().unwrap_err();
 /// assert_eq!(err.field(), "capacity");
 /// assert_eq!(err.to_string(), "invalid `capacity`: must be at least 1");
+/// assert_eq!(err.variable(), None);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     field: &'static str,
     problem: Problem,
+    /// The environment variable the value came from, and the value.
+    from_env: Option<Box<(String, String)>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -424,6 +430,17 @@ enum Problem {
     TooLarge(usize),
     TooLong(Duration),
     Nul,
+    /// An empty `name`, which a metrics label cannot carry.
+    Empty,
+    /// A `name` whose series another live front-end of this kind exports.
+    Taken {
+        kind: &'static str,
+        name: Box<str>,
+    },
+    /// A value that does not read as the setting's type: what it must be.
+    Unreadable(&'static str),
+    /// `null` (unlimited) where there is no unlimited: why.
+    NoUnlimited(&'static str),
     Spawn(io::ErrorKind),
     #[cfg(feature = "tokio")]
     NoRuntime,
@@ -434,6 +451,7 @@ impl ConfigError {
         ConfigError {
             field,
             problem: Problem::Missing,
+            from_env: None,
         }
     }
 
@@ -441,6 +459,7 @@ impl ConfigError {
         ConfigError {
             field,
             problem: Problem::Zero,
+            from_env: None,
         }
     }
 
@@ -448,6 +467,7 @@ impl ConfigError {
         ConfigError {
             field,
             problem: Problem::ZeroDuration,
+            from_env: None,
         }
     }
 
@@ -455,6 +475,7 @@ impl ConfigError {
         ConfigError {
             field,
             problem: Problem::TooLarge(max),
+            from_env: None,
         }
     }
 
@@ -462,6 +483,7 @@ impl ConfigError {
         ConfigError {
             field,
             problem: Problem::TooLong(max),
+            from_env: None,
         }
     }
 
@@ -479,6 +501,56 @@ impl ConfigError {
         ConfigError {
             field,
             problem: Problem::Nul,
+            from_env: None,
+        }
+    }
+
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn empty(field: &'static str) -> Self {
+        ConfigError {
+            field,
+            problem: Problem::Empty,
+            from_env: None,
+        }
+    }
+
+    /// Another live front-end of `kind` exports its series under `name`.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn taken(kind: &'static str, name: &str) -> Self {
+        ConfigError {
+            field: "name",
+            problem: Problem::Taken {
+                kind,
+                name: name.into(),
+            },
+            from_env: None,
+        }
+    }
+
+    /// A value that does not read as `expected` says it must.
+    pub(crate) fn unreadable(field: &'static str, expected: &'static str) -> Self {
+        ConfigError {
+            field,
+            problem: Problem::Unreadable(expected),
+            from_env: None,
+        }
+    }
+
+    /// `null` given where the setting has no unlimited value, for `why`.
+    pub(crate) fn no_unlimited(field: &'static str, why: &'static str) -> Self {
+        ConfigError {
+            field,
+            problem: Problem::NoUnlimited(why),
+            from_env: None,
+        }
+    }
+
+    /// The same problem, with the environment variable and the value it
+    /// came from.
+    pub(crate) fn read_from(self, variable: &str, value: &str) -> Self {
+        ConfigError {
+            from_env: Some(Box::new((variable.to_string(), value.to_string()))),
+            ..self
         }
     }
 
@@ -486,6 +558,7 @@ impl ConfigError {
         ConfigError {
             field,
             problem: Problem::Spawn(kind),
+            from_env: None,
         }
     }
 
@@ -495,6 +568,7 @@ impl ConfigError {
         ConfigError {
             field,
             problem: Problem::NoRuntime,
+            from_env: None,
         }
     }
 
@@ -506,35 +580,86 @@ impl ConfigError {
     /// The builder field that was wrong: `"capacity"`, `"shards"`,
     /// `"workers"`, `"name"`, `"spin_wait"`, `"max_capacity"`,
     /// `"max_waiters"` or `"queue_order"`; from the reporter and alarm
-    /// builders also `"interval"`, `"threshold"` or `"raise_after"`.
+    /// builders also `"interval"`, `"threshold"` or `"raise_after"`;
+    /// from a builder's `from_env` also `"single_thread"` or `"max_wait"`
+    /// (with [`variable`](Self::variable) and [`value`](Self::value)).
+    /// A reporter's `"name"` is also refused when it is empty, or when
+    /// another live front-end exports its series under it.
     /// (`"workers"` also when the OS refused to
     /// start a worker thread, or an async pool was built outside a tokio
     /// runtime: the message then says so.)
     pub fn field(&self) -> &'static str {
         self.field
     }
+
+    /// The environment variable the value came from, when it was read by
+    /// [`Env`](crate::Env): `Some("WORKER_REQUEST_CONCURRENCY")`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{Env, LimiterBuilder};
+    ///
+    /// let env = Env::with_lookup("APP_", |var| (var == "APP_CAPACITY").then(|| "ten".to_string()));
+    /// let err = LimiterBuilder::from_env(&env).unwrap_err();
+    /// assert_eq!((err.field(), err.variable(), err.value()), ("capacity", Some("APP_CAPACITY"), Some("ten")));
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "invalid `capacity` from APP_CAPACITY=\"ten\": must be a whole number, or `null` for no limit"
+    /// );
+    /// ```
+    pub fn variable(&self) -> Option<&str> {
+        self.from_env
+            .as_deref()
+            .map(|(variable, _)| variable.as_str())
+    }
+
+    /// The value of [`variable`](Self::variable), as it was read.
+    pub fn value(&self) -> Option<&str> {
+        self.from_env.as_deref().map(|(_, value)| value.as_str())
+    }
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let field = self.field;
+        // The OS and the runtime are not the field's fault: said apart.
         match self.problem {
-            Problem::Missing => write!(f, "invalid `{field}`: must be set"),
-            Problem::Zero => write!(f, "invalid `{field}`: must be at least 1"),
-            Problem::ZeroDuration => write!(f, "invalid `{field}`: must be longer than zero"),
-            Problem::TooLarge(max) => write!(f, "invalid `{field}`: must be at most {max}"),
-            // `Duration`'s Debug is the short human form: "10ms", "1.5s".
-            Problem::TooLong(max) => write!(f, "invalid `{field}`: must be at most {max:?}"),
-            Problem::Nul => write!(f, "invalid `{field}`: must not contain a NUL byte"),
-            Problem::Spawn(kind) => write!(
-                f,
-                "cannot start the `{field}`: the OS refused a thread ({kind})"
-            ),
+            Problem::Spawn(kind) => {
+                return write!(
+                    f,
+                    "cannot start the `{field}`: the OS refused a thread ({kind})"
+                )
+            }
             #[cfg(feature = "tokio")]
-            Problem::NoRuntime => write!(
+            Problem::NoRuntime => return write!(
                 f,
                 "cannot start the `{field}`: no tokio runtime here (build inside one, or name one with `build_async_on`)"
             ),
+            _ => {}
+        }
+        write!(f, "invalid `{field}`")?;
+        if let Some((variable, value)) = self.from_env.as_deref() {
+            write!(f, " from {variable}={value:?}")?;
+        }
+        match &self.problem {
+            Problem::Missing => write!(f, ": must be set"),
+            Problem::Zero => write!(f, ": must be at least 1"),
+            Problem::ZeroDuration => write!(f, ": must be longer than zero"),
+            Problem::TooLarge(max) => write!(f, ": must be at most {max}"),
+            // `Duration`'s Debug is the short human form: "10ms", "1.5s".
+            Problem::TooLong(max) => write!(f, ": must be at most {max:?}"),
+            Problem::Nul => write!(f, ": must not contain a NUL byte"),
+            Problem::Empty => write!(f, ": must not be empty"),
+            Problem::Taken { kind, name } => write!(
+                f,
+                ": another live {kind} already exports its series as {name:?} (give each its own name)"
+            ),
+            Problem::Unreadable(expected) => write!(f, ": must be {expected}"),
+            Problem::NoUnlimited(why) => write!(f, ": cannot be `null` (unlimited): {why}"),
+            Problem::Spawn(_) => Ok(()),
+            #[cfg(feature = "tokio")]
+            Problem::NoRuntime => Ok(()),
         }
     }
 }

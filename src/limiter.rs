@@ -4,7 +4,7 @@
 use std::fmt;
 
 use crate::engine::probe::Probe;
-use crate::engine::table::Table;
+use crate::engine::table::{Shard, Table};
 use crate::engine::waiters::{Policy, QueueOrder};
 use crate::error::{ConfigError, Error};
 use crate::stats::Stats;
@@ -81,6 +81,8 @@ use crate::sync::{os_thread, Arc};
 /// ```
 pub struct Limiter {
     table: Table,
+    /// Its metric series' `name` label (`observe::Reporter`).
+    name: Box<str>,
 }
 
 impl Limiter {
@@ -134,7 +136,7 @@ impl Limiter {
     /// ```
     #[inline]
     pub fn try_acquire(&self) -> Result<Permit<'_>, Error> {
-        let shard = self.table.acquire()?;
+        let shard = self.table.acquire_shard()?;
         Ok(Permit {
             limiter: self,
             shard,
@@ -223,7 +225,7 @@ impl Limiter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn acquire(&self) -> Result<Permit<'_>, Error> {
-        let shard = self.table.acquire_waiting(None)?;
+        let shard = self.table.shard(self.table.acquire_waiting(None)?);
         Ok(Permit {
             limiter: self,
             shard,
@@ -264,7 +266,7 @@ impl Limiter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn acquire_async(&self) -> Result<Permit<'_>, Error> {
-        let shard = self.table.acquire_async(None).await?;
+        let shard = self.table.shard(self.table.acquire_async(None).await?);
         Ok(Permit {
             limiter: self,
             shard,
@@ -441,6 +443,12 @@ impl Limiter {
         self.table.shard_count()
     }
 
+    /// Its name, for its metric series: the builder's
+    /// [`name`](LimiterBuilder::name), `sidejob` by default.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// A snapshot of the counters; see [`Stats`].
     pub fn stats(&self) -> Stats {
         self.table.stats()
@@ -478,15 +486,26 @@ impl Limiter {
 
     // Inline: a permit's drop is half of the hot path, and it is called from
     // the user's crate, where it would otherwise be a call through the GOT.
+    // `panicking` is asked only once the unit is back (`release_shard`): std's
+    // answer has a slow path, a call, that made every release save and
+    // restore registers when it was asked first.
     #[inline]
     pub(crate) fn release(&self, shard: usize) {
-        self.table.release(shard, os_thread::panicking());
+        self.release_shard(self.table.shard(shard));
+    }
+
+    /// [`release`](Self::release), given the shard itself (a [`Permit`]
+    /// keeps it).
+    #[inline]
+    fn release_shard(&self, shard: &Shard) {
+        self.table.release_shard(shard, os_thread::panicking);
     }
 }
 
 impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
+            .field("name", &self.name)
             .field("capacity", &self.capacity())
             .field("shards", &self.shards())
             .field("usage", &self.usage())
@@ -514,6 +533,7 @@ impl fmt::Debug for Limiter {
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct LimiterBuilder {
+    name: Option<String>,
     capacity: Option<usize>,
     shards: Option<usize>,
     probe: Probe,
@@ -522,18 +542,18 @@ pub struct LimiterBuilder {
 
 /// The builder's limits and defaults.
 impl LimiterBuilder {
-    /// How long one waiter may wait unless [`max_wait`](Self::max_wait)
-    /// says otherwise: 1 s.
-    pub const DEFAULT_MAX_WAIT: std::time::Duration = crate::engine::waiters::DEFAULT_MAX_WAIT;
-
-    /// The most [`max_waiters`](Self::max_waiters) accepted: far beyond any sensible queue. Every
-    /// way of leaving the queue (a grant, a timeout, a dropped future) is O(1)
-    /// whatever the queue's length; only the deadline watcher's ring walks it,
-    /// once per ring, on its own thread.
-    pub const MAX_WAITERS: usize = crate::engine::waiters::MAX_WAITERS;
+    crate::engine::waiters::waiting_limits!();
 }
 
 impl LimiterBuilder {
+    /// The `name` label of its metric series, when a
+    /// [`Reporter`](crate::observe::Reporter) exports them; defaults to
+    /// `sidejob`. Must not contain a NUL byte.
+    pub fn name(&mut self, name: impl Into<String>) -> &mut Self {
+        self.name = Some(name.into());
+        self
+    }
+
     /// How many permits may be out at once. Required; at least 1.
     pub fn capacity(&mut self, capacity: usize) -> &mut Self {
         self.capacity = Some(capacity);
@@ -589,10 +609,12 @@ impl LimiterBuilder {
     /// [`MAX_WAITERS`](crate::LimiterBuilder::MAX_WAITERS), or an adaptive `queue_order`
     /// has a zero target.
     pub fn build(&self) -> Result<Limiter, ConfigError> {
+        let name = ConfigError::check_name(self.name.as_deref())?.into();
         let capacity = self.capacity.ok_or(ConfigError::missing("capacity"))?;
         let shards = self.shards.unwrap_or_else(num_cpus::get);
         Ok(Limiter {
             table: Table::new(capacity, shards, self.probe)?.with_policy(&self.policy)?,
+            name,
         })
     }
 }
@@ -605,13 +627,16 @@ impl LimiterBuilder {
 #[clippy::has_significant_drop]
 pub struct Permit<'a> {
     limiter: &'a Limiter,
-    shard: usize,
+    /// The shard the unit was taken from, kept by reference: the release
+    /// tests the full set with the shard's own bit and writes its line,
+    /// with no index to bound and scale.
+    shard: &'a Shard,
 }
 
 impl Permit<'_> {
     /// The shard this permit was taken from.
     pub fn shard(&self) -> usize {
-        self.shard
+        self.shard.index()
     }
 
     /// Gives the unit up for good: it is never given back, so the limiter's
@@ -640,23 +665,23 @@ impl Permit<'_> {
     /// ```
     pub fn forget(self) {
         // `ManuallyDrop` skips the release in `Drop`; the permit owns nothing
-        // else (a shared reference and a number), so nothing leaks.
+        // else (two shared references), so nothing leaks.
         let permit = std::mem::ManuallyDrop::new(self);
-        permit.limiter.table.forget(permit.shard);
+        permit.limiter.table.forget(permit.shard.index());
     }
 }
 
 impl Drop for Permit<'_> {
     #[inline]
     fn drop(&mut self) {
-        self.limiter.release(self.shard);
+        self.limiter.release_shard(self.shard);
     }
 }
 
 impl fmt::Debug for Permit<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
-            .field("shard", &self.shard)
+            .field("shard", &self.shard())
             .finish()
     }
 }

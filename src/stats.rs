@@ -220,6 +220,13 @@ impl RejectCounter {
         }
     }
 
+    /// How many threads have a slot of their own: those whose index is
+    /// below this.
+    #[inline]
+    pub(crate) fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
     /// Counts one rejection by the thread holding `thread_index`.
     #[inline]
     pub(crate) fn record(&self, thread_index: usize) {

@@ -1,90 +1,122 @@
-//! The reporter's metrics, read back through metrics-util's debugging
-//! recorder: after a known sequence they equal `stats()`.
+//! The reporter's metrics, read back from the page of a real exporter
+//! (`metrics-exporter-prometheus`, one recorder per test, installed
+//! locally): after a known sequence the series equal `stats()`; each
+//! front-end's series are its own; counters keep rising across rebuilds
+//! and reporters; and the page passes `promtool check metrics`.
 
 use std::future::Future;
+use std::io::Write;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use metrics::{SharedString, Unit};
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use metrics_util::{CompositeKey, MetricKind};
-use sidejob::observe::{Alarm, Reporter};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+use sidejob::observe::{Alarm, Reporter, Watched};
 use sidejob::shepherd::{Handler, RetryPolicy, Shepherd};
 use sidejob::{Error, Limiter, Pool, Stats, Supervisor, Worker};
 
 mod common;
 use common::noop_waker;
 
-/// One snapshot: the debugging recorder's snapshots drain the values, so
-/// each check takes one and reads every series from it.
-type Snap = Vec<(CompositeKey, Option<Unit>, Option<SharedString>, DebugValue)>;
-
-fn snap(snapshotter: &Snapshotter) -> Snap {
-    snapshotter.snapshot().into_vec()
+/// A Prometheus recorder of the test's own, and the handle rendering its
+/// page. Install it around a reporter's build with
+/// `metrics::with_local_recorder(&recorder, ..)`: the handles are
+/// registered then, and keep writing to it from any thread.
+fn prometheus() -> (PrometheusRecorder, PrometheusHandle) {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    (recorder, handle)
 }
 
-/// One series' value, by name and labels.
-fn value<'a>(snap: &'a Snap, name: &str, labels: &[(&str, &str)]) -> Option<&'a DebugValue> {
-    snap.iter()
-        .find(|(key, _, _, _)| {
-            let key = key.key();
-            key.name() == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| key.labels().any(|l| l.key() == *k && l.value() == *v))
+/// The value of one series on a page, by name and (some of its) labels.
+fn sample(page: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    page.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric, set) = match series.split_once('{') {
+                Some((metric, rest)) => (metric, rest.strip_suffix('}')?),
+                None => (series, ""),
+            };
+            let matches = metric == name
+                && labels.iter().all(|(k, v)| {
+                    let want = format!("{k}=\"{v}\"");
+                    set.split(',').any(|pair| pair == want)
+                });
+            matches.then(|| value.parse().ok()).flatten()
         })
-        .map(|(_, _, _, value)| value)
 }
 
-fn counter(s: &Snap, name: &str, labels: &[(&str, &str)]) -> u64 {
-    match value(s, name, labels) {
-        Some(DebugValue::Counter(v)) => *v,
-        other => panic!("{name}: {other:?}"),
-    }
+/// [`sample`], which must be there.
+fn value(page: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    sample(page, name, labels).unwrap_or_else(|| panic!("no {name} {labels:?} on\n{page}"))
 }
 
-fn gauge(s: &Snap, name: &str, labels: &[(&str, &str)]) -> f64 {
-    match value(s, name, labels) {
-        Some(DebugValue::Gauge(v)) => v.into_inner(),
-        other => panic!("{name}: {other:?}"),
-    }
+/// How many series of `name` the page holds.
+fn series(page: &str, name: &str) -> usize {
+    page.lines()
+        .filter(|line| {
+            line.starts_with(&format!("{name}{{")) || line.starts_with(&format!("{name} "))
+        })
+        .count()
 }
 
-fn assert_exported(snapshotter: &Snapshotter, labels: &[(&str, &str)], stats: &Stats) {
-    let s = &snap(snapshotter);
-    assert_eq!(gauge(s, "sidejob_capacity", labels), stats.capacity as f64);
-    assert_eq!(gauge(s, "sidejob_in_flight", labels), stats.usage as f64);
-    assert_eq!(counter(s, "sidejob_accepted_total", labels), stats.accepted);
-    assert_eq!(counter(s, "sidejob_rejected_total", labels), stats.rejected);
+fn assert_exported(page: &str, labels: &[(&str, &str)], stats: &Stats) {
     assert_eq!(
-        counter(s, "sidejob_completed_total", labels),
-        stats.completed
+        value(page, "sidejob_capacity", labels),
+        stats.capacity as f64
     );
-    assert_eq!(counter(s, "sidejob_panicked_total", labels), stats.panicked);
-    assert_eq!(gauge(s, "sidejob_waiting", labels), stats.waiting as f64);
-    assert_eq!(counter(s, "sidejob_waited_total", labels), stats.waited);
+    assert_eq!(value(page, "sidejob_in_flight", labels), stats.usage as f64);
     assert_eq!(
-        counter(s, "sidejob_timed_out_total", labels),
-        stats.timed_out
+        value(page, "sidejob_accepted_total", labels),
+        stats.accepted as f64
     );
     assert_eq!(
-        gauge(s, "sidejob_waited_seconds_total", labels),
-        stats.waited_time.as_secs_f64()
+        value(page, "sidejob_rejected_total", labels),
+        stats.rejected as f64
+    );
+    assert_eq!(
+        value(page, "sidejob_completed_total", labels),
+        stats.completed as f64
+    );
+    assert_eq!(
+        value(page, "sidejob_panicked_total", labels),
+        stats.panicked as f64
+    );
+    assert_eq!(value(page, "sidejob_waiting", labels), stats.waiting as f64);
+    assert_eq!(
+        value(page, "sidejob_waited_total", labels),
+        stats.waited as f64
+    );
+    assert_eq!(
+        value(page, "sidejob_timed_out_total", labels),
+        stats.timed_out as f64
+    );
+    let seconds = value(page, "sidejob_waited_seconds", labels);
+    assert!(
+        (seconds - stats.waited_time.as_secs_f64()).abs() < 1e-9,
+        "{seconds} vs {:?}",
+        stats.waited_time
     );
 }
 
 #[test]
 fn a_tick_exports_exactly_the_stats_of_a_limiter() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    let limiter = Arc::new(Limiter::builder().capacity(3).shards(1).build().unwrap());
-    // Handles are registered with the recorder in force at build time.
-    let mut reporter = metrics::with_local_recorder(&recorder, || {
-        Reporter::builder().name("api").build(&limiter)
-    })
-    .unwrap();
+    let (recorder, page) = prometheus();
+    let limiter = Arc::new(
+        Limiter::builder()
+            .name("api")
+            .capacity(3)
+            .shards(1)
+            .build()
+            .unwrap(),
+    );
+    // The limiter's own name: no need to repeat it to the reporter.
+    let mut reporter =
+        metrics::with_local_recorder(&recorder, || Reporter::builder().build(&limiter)).unwrap();
+    assert_eq!((reporter.name(), reporter.kind()), ("api", "limiter"));
 
     // A known sequence: 3 admitted and held, 2 refused, 2 released, one
     // released by a panic.
@@ -119,7 +151,16 @@ fn a_tick_exports_exactly_the_stats_of_a_limiter() {
         (4, 2, 2, 1, 1)
     );
     assert_exported(
-        &snapshotter,
+        &page.render(),
+        &[("name", "api"), ("kind", "limiter")],
+        &stats,
+    );
+
+    // A second tick with nothing new adds nothing: the counters are
+    // raised by increments, not set.
+    reporter.tick(Instant::now()).unwrap();
+    assert_exported(
+        &page.render(),
         &[("name", "api"), ("kind", "limiter")],
         &stats,
     );
@@ -127,13 +168,13 @@ fn a_tick_exports_exactly_the_stats_of_a_limiter() {
 
 #[test]
 fn the_waiting_figures_are_exported_exactly() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
+    let (recorder, page) = prometheus();
     // One shard, one unit, room for one waiter, who waits 200 ms at most
     // (the second waiter below is handed its unit after 10 ms: ample room
     // on a loaded machine).
     let limiter = Arc::new(
         Limiter::builder()
+            .name("queue")
             .capacity(1)
             .shards(1)
             .max_waiters(1)
@@ -141,10 +182,8 @@ fn the_waiting_figures_are_exported_exactly() {
             .build()
             .unwrap(),
     );
-    let mut reporter = metrics::with_local_recorder(&recorder, || {
-        Reporter::builder().name("queue").build(&limiter)
-    })
-    .unwrap();
+    let mut reporter =
+        metrics::with_local_recorder(&recorder, || Reporter::builder().build(&limiter)).unwrap();
     let labels = [("name", "queue"), ("kind", "limiter")];
 
     let held = limiter.try_acquire().unwrap();
@@ -168,11 +207,12 @@ fn the_waiting_figures_are_exported_exactly() {
         (stats.waiting, stats.timed_out, stats.waited, stats.rejected),
         (1, 1, 0, 1)
     );
-    assert_exported(&snapshotter, &labels, &stats);
+    assert_exported(&page.render(), &labels, &stats);
 
     // The held unit is handed to the waiter after 10 ms: waits are timed
     // on the coarse clock (ticks of 1 to 4 ms), so a wait this long counts
-    // at least 6 ms whatever the tick.
+    // at least 6 ms whatever the tick. (The sleep makes a wait to
+    // measure; nothing is synchronised by it.)
     std::thread::sleep(Duration::from_millis(10));
     drop(held);
     let permit = match waiter.as_mut().poll(&mut cx) {
@@ -188,7 +228,7 @@ fn the_waiting_figures_are_exported_exactly() {
     );
     assert_eq!((stats.accepted, stats.completed, stats.usage), (2, 2, 0));
     assert!(stats.waited_time >= Duration::from_millis(6), "{stats:?}");
-    assert_exported(&snapshotter, &labels, &stats);
+    assert_exported(&page.render(), &labels, &stats);
 }
 
 struct Echo;
@@ -202,16 +242,19 @@ impl Worker for Echo {
     fn handle_cast(&mut self, _: ()) {}
 }
 
-#[test]
-fn stopping_a_spawned_reporter_exports_a_last_report() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    let pool = Pool::builder()
-        .name("echo")
-        .capacity(4)
+fn echo_pool(name: &str, capacity: usize) -> Pool<Echo> {
+    Pool::builder()
+        .name(name)
+        .capacity(capacity)
         .workers(2)
         .build(|_| Echo)
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn stopping_a_spawned_reporter_exports_a_last_report() {
+    let (recorder, page) = prometheus();
+    let pool = echo_pool("echo", 4);
     // An hour between ticks: only the first tick (at spawn) and the last
     // (at stop) can run in this test.
     let handle = metrics::with_local_recorder(&recorder, || {
@@ -227,11 +270,10 @@ fn stopping_a_spawned_reporter_exports_a_last_report() {
     }
     pool.cast(()).unwrap();
     let last = handle.stop().expect("the pool is alive");
-    let stats = pool.stats();
     // The cast may still be queued at stop; everything else is settled.
     assert_eq!(last.accepted, 11);
-    assert_eq!(stats.accepted, 11);
-    assert_exported(&snapshotter, &[("name", "echo"), ("kind", "pool")], &last);
+    assert_eq!(pool.stats().accepted, 11);
+    assert_exported(&page.render(), &[("name", "echo"), ("kind", "pool")], &last);
 }
 
 /// Sets a flag when its worker is terminated (the pool shut down).
@@ -262,6 +304,7 @@ fn a_reporter_never_keeps_its_front_end_alive() {
     // The last handle's drop shut the pool down: the reporter held none.
     assert!(terminated.load(SeqCst));
     assert!(reporter.tick(Instant::now()).is_none());
+    assert!(reporter.is_empty());
 
     // A spawned reporter's thread ends by itself once its front-end is
     // gone; stop then joins it and hands back the last figures read.
@@ -280,8 +323,7 @@ fn a_reporter_never_keeps_its_front_end_alive() {
 
 #[test]
 fn an_alarm_gauge_follows_the_alarm() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
+    let (recorder, page) = prometheus();
     let limiter = Arc::new(Limiter::new(4).unwrap());
     let alarm = Alarm::builder()
         .name("busy")
@@ -302,24 +344,14 @@ fn an_alarm_gauge_follows_the_alarm() {
 
     let held: Vec<_> = (0..2).map(|_| limiter.try_acquire().unwrap()).collect();
     reporter.tick(at(0));
-    assert_eq!(gauge(&snap(&snapshotter), "sidejob_alarm", &labels), 0.0);
+    assert_eq!(value(&page.render(), "sidejob_alarm", &labels), 0.0);
     reporter.tick(at(10));
     assert!(alarm.is_raised());
-    assert_eq!(gauge(&snap(&snapshotter), "sidejob_alarm", &labels), 1.0);
+    assert_eq!(value(&page.render(), "sidejob_alarm", &labels), 1.0);
     drop(held);
     reporter.tick(at(11));
     assert!(!alarm.is_raised());
-    assert_eq!(gauge(&snap(&snapshotter), "sidejob_alarm", &labels), 0.0);
-    // Nothing is registered per call: only the series above exist.
-    assert_eq!(
-        snapshotter
-            .snapshot()
-            .into_vec()
-            .iter()
-            .filter(|(key, ..)| key.kind() == MetricKind::Counter)
-            .count(),
-        6
-    );
+    assert_eq!(value(&page.render(), "sidejob_alarm", &labels), 0.0);
 }
 
 /// Fails the first attempt of every even operation; operation 9 always
@@ -339,12 +371,9 @@ impl Handler for FlakyEven {
     }
 }
 
-#[test]
-fn a_tick_exports_a_shepherds_own_figures() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    let shepherd = Shepherd::builder()
-        .name("mailer")
+fn flaky_shepherd(name: &str) -> Shepherd<FlakyEven> {
+    Shepherd::builder()
+        .name(name)
         .capacity(8)
         .workers(2)
         .retry(
@@ -354,7 +383,13 @@ fn a_tick_exports_a_shepherds_own_figures() {
                 .budget(None),
         )
         .build(|_| FlakyEven)
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn a_tick_exports_a_shepherds_own_figures() {
+    let (recorder, page) = prometheus();
+    let shepherd = flaky_shepherd("mailer");
     let mut reporter =
         metrics::with_local_recorder(&recorder, || Reporter::builder().build(&shepherd)).unwrap();
     assert_eq!((reporter.name(), reporter.kind()), ("mailer", "shepherd"));
@@ -389,24 +424,22 @@ fn a_tick_exports_a_shepherds_own_figures() {
         (9, 4, 1, 9)
     );
     let labels = &[("name", "mailer"), ("kind", "shepherd")];
-    let s = &snap(&snapshotter);
-    assert_eq!(gauge(s, "sidejob_shepherd_due", labels), 0.0);
-    assert_eq!(gauge(s, "sidejob_shepherd_delayed", labels), 1.0);
-    assert_eq!(gauge(s, "sidejob_shepherd_running", labels), 0.0);
-    assert_eq!(gauge(s, "sidejob_shepherd_busy_workers", labels), 0.0);
-    assert_eq!(gauge(s, "sidejob_shepherd_idle_workers", labels), 2.0);
-    assert_eq!(counter(s, "sidejob_shepherd_attempts_total", labels), 9);
-    assert_eq!(counter(s, "sidejob_shepherd_retries_total", labels), 4);
-    assert_eq!(counter(s, "sidejob_shepherd_failures_total", labels), 1);
-    assert_eq!(counter(s, "sidejob_shepherd_processed_total", labels), 9);
-    assert_eq!(
-        gauge(s, "sidejob_shepherd_processing_seconds_total", labels),
-        stats.processing_time.as_secs_f64()
-    );
+    let p = &page.render();
+    assert_eq!(value(p, "sidejob_shepherd_due", labels), 0.0);
+    assert_eq!(value(p, "sidejob_shepherd_delayed", labels), 1.0);
+    assert_eq!(value(p, "sidejob_shepherd_running", labels), 0.0);
+    assert_eq!(value(p, "sidejob_shepherd_busy_workers", labels), 0.0);
+    assert_eq!(value(p, "sidejob_shepherd_idle_workers", labels), 2.0);
+    assert_eq!(value(p, "sidejob_shepherd_attempts_total", labels), 9.0);
+    assert_eq!(value(p, "sidejob_shepherd_retries_total", labels), 4.0);
+    assert_eq!(value(p, "sidejob_shepherd_failures_total", labels), 1.0);
+    assert_eq!(value(p, "sidejob_shepherd_processed_total", labels), 9.0);
+    let seconds = value(p, "sidejob_shepherd_processing_seconds", labels);
+    assert!((seconds - stats.processing_time.as_secs_f64()).abs() < 1e-9);
     // The admission series are there too, under the same labels: the
     // delayed operation holds its unit.
-    assert_eq!(gauge(s, "sidejob_in_flight", labels), 1.0);
-    assert_eq!(counter(s, "sidejob_accepted_total", labels), 6);
+    assert_eq!(value(p, "sidejob_in_flight", labels), 1.0);
+    assert_eq!(value(p, "sidejob_accepted_total", labels), 6.0);
 
     // Held weakly: once the shepherd is gone, nothing more is read.
     drop(shepherd);
@@ -415,15 +448,366 @@ fn a_tick_exports_a_shepherds_own_figures() {
 
 #[test]
 fn only_a_shepherd_gets_the_shepherd_series() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
+    let (recorder, page) = prometheus();
     let limiter = Arc::new(Limiter::new(2).unwrap());
     let mut reporter =
         metrics::with_local_recorder(&recorder, || Reporter::builder().build(&limiter)).unwrap();
     reporter.tick(Instant::now()).unwrap();
-    let s = &snap(&snapshotter);
-    assert!(s
-        .iter()
-        .all(|(key, _, _, _)| !key.key().name().starts_with("sidejob_shepherd_")));
-    assert!(value(s, "sidejob_capacity", &[("kind", "limiter")]).is_some());
+    let p = page.render();
+    assert!(!p.contains("sidejob_shepherd_"), "{p}");
+    assert_eq!(value(&p, "sidejob_capacity", &[("kind", "limiter")]), 2.0);
+}
+
+/// Issue 27: two unnamed front-ends both exported as `sidejob`, and the
+/// exporter kept the larger of the two values (accepted 100 + 5 read 100,
+/// capacity 4 and 6 read 6). Each now has series of its own.
+#[test]
+fn two_unnamed_front_ends_export_two_series() {
+    let (recorder, page) = prometheus();
+    let a = Arc::new(Limiter::new(4).unwrap());
+    let b = Arc::new(Limiter::new(6).unwrap());
+    let (mut ra, mut rb) = metrics::with_local_recorder(&recorder, || {
+        (
+            Reporter::builder().build(&a).unwrap(),
+            Reporter::builder().build(&b).unwrap(),
+        )
+    });
+    assert_eq!((ra.name(), rb.name()), ("sidejob", "sidejob-2"));
+    for _ in 0..100 {
+        drop(a.try_acquire().unwrap());
+    }
+    for _ in 0..5 {
+        drop(b.try_acquire().unwrap());
+    }
+    ra.tick(Instant::now()).unwrap();
+    rb.tick(Instant::now()).unwrap();
+    let p = page.render();
+    assert_eq!(series(&p, "sidejob_accepted_total"), 2, "{p}");
+    let a_labels = [("name", "sidejob"), ("kind", "limiter")];
+    let b_labels = [("name", "sidejob-2"), ("kind", "limiter")];
+    assert_eq!(value(&p, "sidejob_accepted_total", &a_labels), 100.0);
+    assert_eq!(value(&p, "sidejob_accepted_total", &b_labels), 5.0);
+    assert_eq!(value(&p, "sidejob_capacity", &a_labels), 4.0);
+    assert_eq!(value(&p, "sidejob_capacity", &b_labels), 6.0);
+}
+
+/// Two live front-ends given one name: the second reporter is refused,
+/// naming the field, rather than merged into the first one's series.
+#[test]
+fn a_name_two_live_front_ends_share_is_refused() {
+    let (recorder, _page) = prometheus();
+    let a = echo_pool("orders", 4);
+    let b = echo_pool("orders", 6);
+    metrics::with_local_recorder(&recorder, || {
+        let first = Reporter::builder().build(&a).unwrap();
+        let err = Reporter::builder().build(&b).unwrap_err();
+        assert_eq!(err.field(), "name");
+        assert!(err.to_string().contains("\"orders\""), "{err}");
+        // Another reporter for the same live front-end would count it
+        // twice: refused too.
+        assert_eq!(Reporter::builder().build(&a).unwrap_err(), err);
+        // Under a name of its own, or of another kind, it is free.
+        let limiter = Arc::new(
+            Limiter::builder()
+                .name("orders")
+                .capacity(1)
+                .build()
+                .unwrap(),
+        );
+        assert!(Reporter::builder().build(&limiter).is_ok());
+        assert!(Reporter::builder().name("orders-b").build(&b).is_ok());
+        // An empty name would be no label at all.
+        let err = Reporter::builder().name("").build(&b).unwrap_err();
+        assert_eq!(err.to_string(), "invalid `name`: must not be empty");
+        drop(first);
+        // The first front-end is alive but unreported: its name is still
+        // its own.
+        assert_eq!(Reporter::builder().build(&b).unwrap_err().field(), "name");
+    });
+}
+
+/// Issue 27: a front-end rebuilt under its name read the old total until
+/// the new one passed it (the exporter's `fetch_max`), so `rate()` read 0
+/// in between. The counters now carry on from where the old one left them.
+#[test]
+fn a_front_end_rebuilt_under_its_name_carries_its_counters_on() {
+    let (recorder, page) = prometheus();
+    let labels = [("name", "api"), ("kind", "limiter")];
+    let build = || Arc::new(Limiter::builder().name("api").capacity(8).build().unwrap());
+
+    let old = build();
+    let mut reporter =
+        metrics::with_local_recorder(&recorder, || Reporter::builder().build(&old)).unwrap();
+    for _ in 0..100 {
+        drop(old.try_acquire().unwrap());
+    }
+    reporter.tick(Instant::now()).unwrap();
+    assert_eq!(
+        value(&page.render(), "sidejob_accepted_total", &labels),
+        100.0
+    );
+
+    // Rebuilt (a new capacity, say) while the old reporter still lives:
+    // it finds its front-end gone at its next tick, and the new one's
+    // claim takes the series over.
+    drop(old);
+    let new = build();
+    let mut rebuilt =
+        metrics::with_local_recorder(&recorder, || Reporter::builder().build(&new)).unwrap();
+    for _ in 0..5 {
+        drop(new.try_acquire().unwrap());
+    }
+    assert!(reporter.tick(Instant::now()).is_none());
+    rebuilt.tick(Instant::now()).unwrap();
+    let p = page.render();
+    assert_eq!(value(&p, "sidejob_accepted_total", &labels), 105.0);
+    assert_eq!(value(&p, "sidejob_completed_total", &labels), 105.0);
+    assert_eq!(series(&p, "sidejob_accepted_total"), 1);
+}
+
+/// A reporter stopped and another built for the same front-end: the new
+/// one carries on from what the old one exported, instead of adding the
+/// front-end's whole total a second time.
+#[test]
+fn a_new_reporter_for_the_same_front_end_does_not_count_it_twice() {
+    let (recorder, page) = prometheus();
+    let labels = [("name", "jobs"), ("kind", "supervisor")];
+    let sup = Supervisor::builder()
+        .name("jobs")
+        .capacity(4)
+        .build()
+        .unwrap();
+    let build = || {
+        metrics::with_local_recorder(&recorder, || {
+            Reporter::builder()
+                .interval(Duration::from_secs(3600))
+                .build(&sup)
+        })
+        .unwrap()
+    };
+    for _ in 0..3 {
+        sup.spawn(|| ()).unwrap().join().unwrap();
+    }
+    let last = build().spawn().unwrap().stop().unwrap();
+    assert_eq!(last.accepted, 3);
+    for _ in 0..2 {
+        sup.spawn(|| ()).unwrap().join().unwrap();
+    }
+    let last = build().spawn().unwrap().stop().unwrap();
+    assert_eq!(last.accepted, 5);
+    assert_eq!(
+        value(&page.render(), "sidejob_accepted_total", &labels),
+        5.0
+    );
+}
+
+/// One reporter, one thread, four front-ends of four kinds, each under its
+/// own name and with its own alarm.
+#[test]
+fn one_reporter_serves_many_front_ends() {
+    let (recorder, page) = prometheus();
+    let limiter = Arc::new(Limiter::builder().name("api").capacity(2).build().unwrap());
+    let pool = echo_pool("db", 4);
+    let sup = Supervisor::builder()
+        .name("jobs")
+        .capacity(4)
+        .build()
+        .unwrap();
+    let shepherd = flaky_shepherd("mail");
+    let busy = Alarm::builder()
+        .name("api_busy")
+        .threshold(0)
+        .raise_after(Duration::ZERO)
+        .build()
+        .unwrap();
+    let handle = metrics::with_local_recorder(&recorder, || {
+        let one = |r: Result<Reporter, sidejob::ConfigError>| r.unwrap();
+        one(Reporter::builder()
+            .interval(Duration::from_secs(3600))
+            .alarm(busy.clone())
+            .build(&limiter))
+        .merge(one(Reporter::builder().build(&pool)))
+        .merge(one(Reporter::builder().build(&sup)))
+        .merge(one(Reporter::builder().build(&shepherd)))
+    })
+    .spawn()
+    .unwrap();
+
+    let _held = limiter.try_acquire().unwrap();
+    assert_eq!(pool.call(7).unwrap(), 7);
+    sup.spawn(|| ()).unwrap().join().unwrap();
+    assert_eq!(shepherd.submit(1).unwrap().wait(), Ok(1));
+    let last = handle.stop().expect("the limiter is alive");
+    // `stop` answers for the front-end the reporter was built for.
+    assert_eq!((last.capacity, last.usage), (2, 1));
+    assert!(busy.is_raised());
+
+    let p = page.render();
+    for (name, kind) in [
+        ("api", "limiter"),
+        ("db", "pool"),
+        ("jobs", "supervisor"),
+        ("mail", "shepherd"),
+    ] {
+        assert_eq!(
+            value(
+                &p,
+                "sidejob_accepted_total",
+                &[("name", name), ("kind", kind)]
+            ),
+            1.0,
+            "{name}"
+        );
+    }
+    assert_eq!(
+        value(&p, "sidejob_shepherd_processed_total", &[("name", "mail")]),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &p,
+            "sidejob_alarm",
+            &[("name", "api"), ("alarm", "api_busy")]
+        ),
+        1.0
+    );
+}
+
+/// Renders a page with every series the crate exports (every kind, a
+/// waiting room, an alarm, a shepherd's own, the tower layer's histogram)
+/// and runs `promtool check metrics` on it: no lint may fire.
+///
+/// Without `promtool` this test says so and passes, unless `CI` is set:
+/// `.ci/run` installs it (Debian's `prometheus` package) and sets `CI`.
+#[test]
+fn the_exporters_page_passes_promtool() {
+    let (recorder, page) = prometheus();
+    let limiter = Arc::new(
+        Limiter::builder()
+            .name("api")
+            .capacity(1)
+            .max_waiters(1)
+            .build()
+            .unwrap(),
+    );
+    let pool = echo_pool("db", 4);
+    let sup = Supervisor::builder()
+        .name("jobs")
+        .capacity(4)
+        .build()
+        .unwrap();
+    let shepherd = flaky_shepherd("mail");
+    let queueing = Alarm::builder()
+        .watch(Watched::Waiting)
+        .threshold(0)
+        .raise_after(Duration::ZERO)
+        .build()
+        .unwrap();
+    let mut reporter = metrics::with_local_recorder(&recorder, || {
+        Reporter::builder()
+            .alarm(queueing)
+            .build(&limiter)
+            .unwrap()
+            .merge(Reporter::builder().build(&pool).unwrap())
+            .merge(Reporter::builder().build(&sup).unwrap())
+            .merge(Reporter::builder().build(&shepherd).unwrap())
+    });
+    #[cfg(feature = "tower")]
+    let hold_seconds = {
+        use tower::{Layer, Service, ServiceExt};
+        let layer = metrics::with_local_recorder(&recorder, || {
+            sidejob::tower::LimitLayer::new(Arc::clone(&limiter)).record_time()
+        });
+        let mut service = layer.layer(tower::service_fn(|n: u32| async move {
+            Ok::<_, std::convert::Infallible>(n)
+        }));
+        let runtime = common::current_thread();
+        runtime.block_on(async {
+            let ready = service.ready().await.unwrap();
+            assert_eq!(ready.call(7).await.unwrap(), 7);
+        });
+        "sidejob_hold_seconds"
+    };
+    assert_eq!(pool.call(1).unwrap(), 1);
+    sup.spawn(|| ()).unwrap().join().unwrap();
+    assert_eq!(shepherd.submit(2).unwrap().wait(), Ok(2));
+    let _held = limiter.try_acquire().unwrap();
+    let mut waiter = Box::pin(limiter.acquire_async());
+    assert!(common::poll_once(&mut waiter).is_pending());
+    reporter.tick(Instant::now()).unwrap();
+
+    let p = page.render();
+    // Every name the crate exports is on the page, under its type.
+    let mut expected = vec![
+        ("sidejob_capacity", "gauge"),
+        ("sidejob_in_flight", "gauge"),
+        ("sidejob_accepted_total", "counter"),
+        ("sidejob_rejected_total", "counter"),
+        ("sidejob_completed_total", "counter"),
+        ("sidejob_panicked_total", "counter"),
+        ("sidejob_waiting", "gauge"),
+        ("sidejob_waited_total", "counter"),
+        ("sidejob_timed_out_total", "counter"),
+        ("sidejob_waited_seconds", "gauge"),
+        ("sidejob_alarm", "gauge"),
+        ("sidejob_shepherd_due", "gauge"),
+        ("sidejob_shepherd_delayed", "gauge"),
+        ("sidejob_shepherd_running", "gauge"),
+        ("sidejob_shepherd_busy_workers", "gauge"),
+        ("sidejob_shepherd_idle_workers", "gauge"),
+        ("sidejob_shepherd_attempts_total", "counter"),
+        ("sidejob_shepherd_retries_total", "counter"),
+        ("sidejob_shepherd_failures_total", "counter"),
+        ("sidejob_shepherd_processed_total", "counter"),
+        ("sidejob_shepherd_processing_seconds", "gauge"),
+    ];
+    #[cfg(feature = "tower")]
+    expected.push((hold_seconds, "summary"));
+    for (name, kind) in expected {
+        assert!(
+            p.contains(&format!("# TYPE {name} {kind}\n")),
+            "{name} {kind}:\n{p}"
+        );
+    }
+    assert_eq!(value(&p, "sidejob_waiting", &[("name", "api")]), 1.0);
+
+    let Some(lint) = promtool_check_metrics(&p) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI is set but `promtool` is missing: .ci/run installs it (Debian's `prometheus`)"
+        );
+        eprintln!(
+            "SKIPPED: `promtool` is not installed, so the page was not linted \
+             (apt-get install prometheus; CI installs it)"
+        );
+        return;
+    };
+    let (ok, output) = lint;
+    assert!(ok, "promtool check metrics:\n{output}\non the page:\n{p}");
+    assert!(output.trim().is_empty(), "promtool has lints:\n{output}");
+}
+
+/// Runs `promtool check metrics` on `page`: whether it passed and what it
+/// said; `None` when there is no `promtool` to run.
+fn promtool_check_metrics(page: &str) -> Option<(bool, String)> {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()?;
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(page.as_bytes())
+        .expect("promtool reads its stdin");
+    let out = child.wait_with_output().expect("promtool runs");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some((out.status.success(), said))
 }

@@ -682,3 +682,342 @@ fn a_handed_over_request_whose_inner_fails_to_get_ready_answers_its_error_and_gi
     // The held unit and the waiter's.
     assert_eq!((stats.accepted, stats.waited, stats.completed), (2, 1, 2));
 }
+
+#[test]
+fn a_panicking_inner_call_gives_the_unit_back() {
+    // The unit is anchored before the inner service is called, so an
+    // unwind out of `call` still releases it (in both modes).
+    let limiter = with_room(1, 1, LONG);
+    let inner = service_fn(|_: ()| -> std::future::Ready<Result<(), Infallible>> {
+        panic!("the inner service panicked in call")
+    });
+    let mut fail_fast = LimitLayer::new(Arc::clone(&limiter)).layer(inner);
+    let mut waiting = LimitLayer::waiting(Arc::clone(&limiter)).layer(inner);
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fail_fast.call(())));
+    assert!(unwound.is_err());
+    assert_eq!(limiter.usage(), 0, "released by the unwind");
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waiting.call(())));
+    assert!(unwound.is_err());
+    assert_eq!(limiter.usage(), 0);
+    let stats = limiter.stats();
+    assert_eq!((stats.accepted, stats.completed, stats.panicked), (2, 0, 2));
+}
+
+/// `HttpRefusal`, `GrpcRefusal` and `hold_until_body_ends` in-process;
+/// `tests/http_edge.rs` and `tests/grpc.rs` drive them over loopback.
+#[cfg(feature = "http")]
+mod http_edge {
+    use super::*;
+    use bytes::Bytes;
+    use http::{header, Response, StatusCode};
+    use http_body::{Body, Frame, SizeHint};
+    use http_body_util::{BodyExt, Empty, Full};
+    use sidejob::tower::{GrpcRefusal, HeldBody, HttpRefusal, UntilBodyEnd};
+    use std::pin::Pin;
+    use std::time::Duration;
+
+    type Answer = Response<Empty<Bytes>>;
+
+    /// A service answering an empty `200` once `rx` fires.
+    fn answering() -> BoxCloneService<oneshot::Receiver<()>, Answer, Infallible> {
+        BoxCloneService::new(service_fn(|rx: oneshot::Receiver<()>| async move {
+            let _ = rx.await;
+            Ok::<_, Infallible>(Response::new(Empty::new()))
+        }))
+    }
+
+    fn status_and_retry(response: &Answer) -> (StatusCode, Option<&str>) {
+        let retry = response
+            .headers()
+            .get(header::RETRY_AFTER)
+            .map(|v| v.to_str().unwrap());
+        (response.status(), retry)
+    }
+
+    #[test]
+    fn http_refusal_maps_every_limiter_refusal_in_both_modes() {
+        // Fail fast: 503 with Retry-After.
+        let limiter = Arc::new(Limiter::new(1).unwrap());
+        let mut service = LimitLayer::new(Arc::clone(&limiter))
+            .refuse_with(HttpRefusal::new())
+            .layer(answering());
+        let (_tx, rx) = oneshot::channel();
+        let _held = service.call(rx);
+        let (_tx, rx) = oneshot::channel();
+        let Poll::Ready(Ok(refused)) = poll_once(&mut service.call(rx)) else {
+            panic!("refused at once")
+        };
+        assert_eq!(
+            status_and_retry(&refused),
+            (StatusCode::SERVICE_UNAVAILABLE, Some("1"))
+        );
+        assert!(refused.body().is_end_stream(), "an empty body");
+
+        // Waiting, the room full: 429, or 503 if chosen; Retry-After 3
+        // (2.5 s rounded up), or none.
+        let limiter = with_room(1, 1, LONG);
+        let refusals = [
+            (HttpRefusal::new(), StatusCode::TOO_MANY_REQUESTS, Some("1")),
+            (
+                HttpRefusal::new().retry_after(Some(Duration::from_millis(2500))),
+                StatusCode::TOO_MANY_REQUESTS,
+                Some("3"),
+            ),
+            (
+                HttpRefusal::new()
+                    .room_full(StatusCode::SERVICE_UNAVAILABLE)
+                    .retry_after(None),
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+            ),
+        ];
+        let (_tx1, rx1) = oneshot::channel();
+        let (_tx2, rx2) = oneshot::channel();
+        let mut base = LimitLayer::waiting(Arc::clone(&limiter))
+            .refuse_with(HttpRefusal::new())
+            .layer(answering());
+        let _held = base.call(rx1);
+        let mut waiter = base.call(rx2);
+        assert!(poll_once(&mut waiter).is_pending());
+        for (refusal, status, retry) in refusals {
+            let mut service = LimitLayer::waiting(Arc::clone(&limiter))
+                .refuse_with(refusal)
+                .layer(answering());
+            let (_tx, rx) = oneshot::channel();
+            let Poll::Ready(Ok(refused)) = poll_once(&mut service.call(rx)) else {
+                panic!("refused at once")
+            };
+            assert_eq!(status_and_retry(&refused), (status, retry));
+        }
+
+        // Shutdown, for the waiter and a newcomer: 503, never 429.
+        limiter.close();
+        let Poll::Ready(Ok(closed)) = poll_once(&mut waiter) else {
+            panic!("the waiter is woken")
+        };
+        assert_eq!(
+            status_and_retry(&closed),
+            (StatusCode::SERVICE_UNAVAILABLE, Some("1"))
+        );
+        let (_tx, rx) = oneshot::channel();
+        let Poll::Ready(Ok(late)) = poll_once(&mut base.call(rx)) else {
+            panic!("refused at once")
+        };
+        assert_eq!(
+            status_and_retry(&late),
+            (StatusCode::SERVICE_UNAVAILABLE, Some("1"))
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn http_refusal_answers_a_timeout_with_503() {
+        let limiter = with_room(1, 1, Duration::from_millis(1));
+        let mut service = LimitLayer::waiting(Arc::clone(&limiter))
+            .refuse_with(HttpRefusal::new())
+            .layer(answering());
+        let (_tx, rx) = oneshot::channel();
+        let _held = service.call(rx); // never answers: the waiter can only time out
+        let (_tx, rx) = oneshot::channel();
+        let timed_out = service.call(rx).await.unwrap();
+        assert_eq!(
+            status_and_retry(&timed_out),
+            (StatusCode::SERVICE_UNAVAILABLE, Some("1"))
+        );
+        assert_eq!(limiter.stats().timed_out, 1);
+    }
+
+    #[test]
+    fn every_error_variant_has_a_documented_answer() {
+        let http = HttpRefusal::new();
+        let grpc = GrpcRefusal::new();
+        let cases = [
+            (Error::Overload, 503, 8, true),
+            (Error::Timeout, 503, 14, true),
+            (Error::Shutdown, 503, 14, true),
+            (Error::Spawn(std::io::ErrorKind::WouldBlock), 503, 14, true),
+            (Error::KeyBusy, 429, 8, true),
+            (Error::WorkerPanicked, 500, 13, false),
+            (Error::NoRuntime, 500, 13, false),
+            (Error::CallingSelf, 500, 13, false),
+        ];
+        for (error, status, code, retry) in cases {
+            let response: Response<Empty<Bytes>> = http.response(error);
+            assert_eq!(response.status().as_u16(), status, "{error:?}");
+            assert_eq!(response.headers().contains_key(header::RETRY_AFTER), retry);
+            assert_eq!(grpc.code(error), code, "{error:?}");
+            let response: Response<Empty<Bytes>> = grpc.response(error);
+            assert_eq!(response.status(), StatusCode::OK, "gRPC answers 200");
+            assert_eq!(response.headers()["content-type"], "application/grpc");
+            assert_eq!(response.headers()["grpc-status"], code.to_string().as_str());
+            assert_eq!(
+                response.headers()["grpc-message"],
+                error.to_string().as_str()
+            );
+            assert_eq!(
+                response.headers().contains_key("grpc-retry-pushback-ms"),
+                retry
+            );
+        }
+        let quiet: Response<()> = GrpcRefusal::new()
+            .retry_after(Some(Duration::from_micros(1500)))
+            .response(Error::Timeout);
+        assert_eq!(
+            quiet.headers()["grpc-retry-pushback-ms"],
+            "2",
+            "ms, rounded up"
+        );
+        let quiet: Response<()> = GrpcRefusal::new()
+            .retry_after(None)
+            .response(Error::Overload);
+        assert!(!quiet.headers().contains_key("grpc-retry-pushback-ms"));
+    }
+
+    /// A body of `frames` data frames, then an error if `fails`; its size
+    /// hint is exact.
+    struct Frames {
+        left: usize,
+        fails: bool,
+    }
+
+    impl Body for Frames {
+        type Data = Bytes;
+        type Error = std::io::Error;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+            if self.left > 0 {
+                self.left -= 1;
+                return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x")))));
+            }
+            if std::mem::take(&mut self.fails) {
+                return Poll::Ready(Some(Err(std::io::Error::other("broken"))));
+            }
+            Poll::Ready(None)
+        }
+
+        fn size_hint(&self) -> SizeHint {
+            SizeHint::with_exact(self.left as u64)
+        }
+    }
+
+    type Held<B> = Response<HeldBody<B>>;
+
+    /// A body-holding service over `make`, capacity 1.
+    fn holding<B: Body + Send + 'static>(
+        make: fn() -> B,
+    ) -> (
+        Arc<Limiter>,
+        BoxCloneService<(), Held<B>, sidejob::tower::BoxError>,
+    ) {
+        let limiter = Arc::new(Limiter::new(1).unwrap());
+        let service = LimitLayer::new(Arc::clone(&limiter))
+            .hold_until_body_ends()
+            .layer(service_fn(move |()| {
+                std::future::ready(Ok::<_, Infallible>(Response::new(make())))
+            }));
+        (limiter, BoxCloneService::new(service))
+    }
+
+    #[test]
+    fn the_body_holds_the_unit_until_its_last_frame() {
+        let (limiter, mut service) = holding(|| Frames {
+            left: 2,
+            fails: false,
+        });
+        let Poll::Ready(Ok(response)) = poll_once(&mut service.call(())) else {
+            panic!("answered at once")
+        };
+        let mut body = response.into_body();
+        assert!(body.is_holding());
+        assert_eq!(body.size_hint().exact(), Some(2), "the inner body's hint");
+        assert_eq!(limiter.usage(), 1, "held past the response future");
+        let refused = poll_once(&mut service.call(()));
+        assert!(
+            matches!(refused, Poll::Ready(Err(_))),
+            "the body holds the only unit"
+        );
+
+        let mut frame = || {
+            poll_once(&mut std::future::poll_fn(|cx| {
+                Pin::new(&mut body).poll_frame(cx)
+            }))
+        };
+        assert!(matches!(frame(), Poll::Ready(Some(Ok(_)))));
+        assert_eq!(limiter.usage(), 1);
+        assert!(matches!(frame(), Poll::Ready(Some(Ok(_)))));
+        assert!(matches!(frame(), Poll::Ready(None)));
+        assert!(!body.is_holding());
+        assert_eq!(limiter.usage(), 0, "back at the end");
+        let stats = limiter.stats();
+        assert_eq!((stats.accepted, stats.rejected, stats.completed), (1, 1, 1));
+    }
+
+    #[test]
+    fn a_failing_or_dropped_body_gives_the_unit_back_and_an_empty_one_holds_nothing() {
+        let (limiter, mut service) = holding(|| Frames {
+            left: 0,
+            fails: true,
+        });
+        let Poll::Ready(Ok(response)) = poll_once(&mut service.call(())) else {
+            panic!("answered at once")
+        };
+        let mut body = response.into_body();
+        let error = poll_once(&mut std::future::poll_fn(|cx| {
+            Pin::new(&mut body).poll_frame(cx)
+        }));
+        assert!(matches!(error, Poll::Ready(Some(Err(_)))));
+        assert_eq!(limiter.usage(), 0, "back on the error");
+
+        let (limiter, mut service) = holding(|| Full::new(Bytes::from_static(b"whole")));
+        let Poll::Ready(Ok(response)) = poll_once(&mut service.call(())) else {
+            panic!("answered at once")
+        };
+        assert_eq!(limiter.usage(), 1);
+        drop(response); // a client that hung up
+        assert_eq!(limiter.usage(), 0, "back on drop");
+
+        let (limiter, mut service) = holding(Empty::<Bytes>::new);
+        let Poll::Ready(Ok(response)) = poll_once(&mut service.call(())) else {
+            panic!("answered at once")
+        };
+        assert!(!response.body().is_holding());
+        assert_eq!(limiter.usage(), 0, "an empty body is over already");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_request_that_waited_holds_its_unit_in_the_body_too() {
+        let limiter = with_room(1, 1, LONG);
+        let mut service = LimitLayer::waiting(Arc::clone(&limiter))
+            .refuse_with(HttpRefusal::new())
+            .hold_until_body_ends()
+            .layer(service_fn(|n: usize| async move {
+                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(vec![b'x'; n]))))
+            }));
+        let first = service.ready().await.unwrap().call(1).await.unwrap();
+        let second = tokio::spawn(service.ready().await.unwrap().call(2));
+        while limiter.waiting() == 0 {
+            tokio::task::yield_now().await;
+        }
+        // The first body is the only unit's holder; sending it hands the
+        // unit to the waiter, whose body then holds it.
+        assert_eq!(first.into_body().collect().await.unwrap().to_bytes(), "x");
+        let second = second.await.unwrap().unwrap();
+        assert_eq!(limiter.usage(), 1, "held by the second body");
+        assert_eq!(second.into_body().collect().await.unwrap().to_bytes(), "xx");
+        assert_eq!(limiter.usage(), 0);
+        assert_eq!(limiter.stats().waited, 1);
+    }
+
+    #[test]
+    fn held_bodies_and_their_futures_are_send() {
+        fn send_static<T: Send + 'static>(_: &T) {}
+        let (_, mut service) = holding(|| Full::new(Bytes::from_static(b"x")));
+        let future = service.call(());
+        send_static(&future);
+        let layer = LimitLayer::new(Arc::new(Limiter::new(1).unwrap())).hold_until_body_ends();
+        let _: &LimitLayer<_, _, UntilBodyEnd> = &layer;
+        send_static(&layer);
+    }
+}

@@ -94,6 +94,17 @@ pub(crate) fn thread_index() -> usize {
     }
 }
 
+/// The calling thread's index as stored: [`thread_index`] without the
+/// check that it was assigned. Not assigned yet, or given back, it reads
+/// `usize::MAX` or `usize::MAX - 1`, above any shard count and slot count:
+/// so a caller that compares it against such a count first
+/// (`Table::acquire`, `Table::count_refusal`) checks it for free, and calls
+/// [`thread_index`] when it is not below.
+#[inline(always)]
+pub(crate) fn raw_thread_index() -> usize {
+    INDEX.with(|cell| cell.get())
+}
+
 #[cold]
 fn assign_index(current: usize) -> usize {
     if current == DYING {

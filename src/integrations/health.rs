@@ -77,6 +77,9 @@ pub enum AlarmState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct AlarmEvent {
+    /// The alarm's [name](Alarm::name), so one callback can serve several
+    /// alarms.
+    pub name: Arc<str>,
     /// The state the alarm is now in.
     pub state: AlarmState,
     /// The sample that changed it.
@@ -127,6 +130,7 @@ type Callback = Arc<dyn Fn(&AlarmEvent) + Send + Sync>;
 /// assert_eq!(alarm.observe(12, at(9)), None); // not long enough yet
 /// let raised = alarm.observe(9, at(10)).unwrap();
 /// assert_eq!((raised.state, raised.since), (AlarmState::Raised, at(0)));
+/// assert_eq!(&*raised.name, "busy");
 /// assert!(alarm.is_raised());
 ///
 /// let cleared = alarm.observe(8, at(11)).unwrap(); // at the threshold: clear
@@ -139,7 +143,7 @@ pub struct Alarm {
 }
 
 struct Inner {
-    name: String,
+    name: Arc<str>,
     watched: Watched,
     threshold: usize,
     raise_after: Duration,
@@ -189,6 +193,7 @@ impl Alarm {
             let (next, changed) = step(*machine, above, now, inner.raise_after, inner.clear_after);
             *machine = next;
             changed.map(|(state, since)| AlarmEvent {
+                name: Arc::clone(&inner.name),
                 state,
                 value,
                 threshold: inner.threshold,
@@ -327,8 +332,11 @@ impl fmt::Debug for Alarm {
 ///     .raise_after(Duration::from_secs(60))
 ///     .clear_after(Duration::from_secs(5))
 ///     .on_change(|event| match event.state {
-///         AlarmState::Raised => eprintln!("usage {} above {} since {:?}", event.value, event.threshold, event.since),
-///         AlarmState::Clear => eprintln!("usage back to {}", event.value),
+///         AlarmState::Raised => eprintln!(
+///             "{}: usage {} above {} since {:?}",
+///             event.name, event.value, event.threshold, event.since
+///         ),
+///         AlarmState::Clear => eprintln!("{}: usage back to {}", event.name, event.value),
 ///     })
 ///     .build()?;
 /// assert_eq!(alarm.state(), AlarmState::Clear);
@@ -404,10 +412,11 @@ impl AlarmBuilder {
         let raise_after = self
             .raise_after
             .ok_or(ConfigError::missing("raise_after"))?;
-        let name = self.name.clone().unwrap_or_else(|| match self.watched {
-            Watched::Usage => "usage".to_string(),
-            Watched::Waiting => "waiting".to_string(),
-        });
+        let name: Arc<str> = match (&self.name, self.watched) {
+            (Some(name), _) => name.as_str().into(),
+            (None, Watched::Usage) => "usage".into(),
+            (None, Watched::Waiting) => "waiting".into(),
+        };
         if name.contains('\0') {
             return Err(ConfigError::nul("name"));
         }

@@ -3,27 +3,91 @@
 //!
 //! Nothing here runs on the admission path. The table already counts
 //! everything exactly, per shard (`stats.rs`); a reporter reads a
-//! [`Stats`] snapshot every interval and *sets* gauges and counters to
-//! it through handles registered once, so a `metrics` macro call (50–60
-//! ns, more than an admission) is never paid per request. Counters are
-//! set with [`Counter::absolute`](::metrics::Counter::absolute): the stats
-//! are totals since the front-end was built.
+//! [`Stats`] snapshot every interval and exports it through handles
+//! registered once, so a `metrics` macro call (50–60 ns, more than an
+//! admission) is never paid per request.
 //!
-//! Names follow Prometheus conventions: a `sidejob_` prefix, `_total` on
-//! counters, base units (seconds) in the name. Two figures of [`Stats`]
-//! are left out on purpose: `peak_usage` and `peak_waiting` are highs
-//! since the front-end was built, never reset, so after the first burst
-//! they say nothing; `max_over_time(sidejob_waiting[5m])` is the
-//! Prometheus way, and a burst between two scrapes still shows in
-//! [`WAITED`] and [`TIMED_OUT`]. Every series carries the
-//! labels `name` (the front-end's name) and `kind` (`limiter`, `pool`,
-//! `async_pool`, `supervisor` or `shepherd`). A [`Shepherd`](crate::shepherd::Shepherd) also
-//! exports its own figures ([`ShepherdStats`]) under `sidejob_shepherd_*`.
+//! # Series
+//!
+//! Every series carries the labels `name` (the front-end's name) and
+//! `kind` (`limiter`, `pool`, `async_pool`, `supervisor` or `shepherd`),
+//! and one `(name, kind)` belongs to one front-end at a time:
+//!
+//! - **Counters are exported as increments**: each tick adds what the
+//!   front-end counted since the last tick
+//!   ([`Counter::increment`](::metrics::Counter::increment)), never its
+//!   total. A front-end rebuilt under its name carries on the series where
+//!   the old one left it, so the counter only ever rises and `rate()` sees
+//!   the new front-end's traffic from its first tick. (An exporter stores
+//!   an *absolute* value with `fetch_max`: the new front-end's small totals
+//!   would hide under the old one's until they passed them.) The same
+//!   holds for a new reporter taking over a live front-end from a dropped
+//!   one: it carries on from what the old one exported.
+//! - **Two live front-ends never share a series.** Building a reporter
+//!   claims its `(name, kind)` for the front-end; while that front-end is
+//!   alive (reported or not), another front-end asking for the same name
+//!   gets a [`ConfigError`](crate::ConfigError) naming `name`, and so does
+//!   a second reporter for it while the first one lives (it would count
+//!   the front-end twice). A front-end left with its
+//!   default name (`sidejob`, or `shepherd` for a shepherd) is unnamed:
+//!   it takes `sidejob`, or `sidejob-2`, `sidejob-3`, ... when that is
+//!   claimed (name it for a series that survives a rebuild). Claims are per
+//!   recorder: each recorder (the global one, or one installed locally
+//!   with `metrics::with_local_recorder`) has series of its own. With no
+//!   recorder installed nothing is exported, so nothing is claimed.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use sidejob::Limiter;
+//! use sidejob::observe::Reporter;
+//! # let recorder = metrics_util::debugging::DebuggingRecorder::new();
+//! # let _in_force = metrics::set_default_local_recorder(&recorder);
+//!
+//! let a = Arc::new(Limiter::builder().name("api").capacity(4).build()?);
+//! let b = Arc::new(Limiter::builder().name("api").capacity(6).build()?);
+//! let reporting = Reporter::builder().build(&a)?;
+//! let err = Reporter::builder().build(&b).unwrap_err();
+//! assert_eq!(err.field(), "name");
+//! assert_eq!(
+//!     err.to_string(),
+//!     "invalid `name`: another live limiter already exports its series as \"api\" (give each its own name)"
+//! );
+//!
+//! // Unnamed front-ends are told apart.
+//! let c = Arc::new(Limiter::new(4)?);
+//! let d = Arc::new(Limiter::new(6)?);
+//! let (c, d) = (Reporter::builder().build(&c)?, Reporter::builder().build(&d)?);
+//! assert_eq!((c.name(), d.name()), ("sidejob", "sidejob-2"));
+//!
+//! // Once `a` is gone, another `api` carries its series on (even while
+//! // `a`'s reporter lives).
+//! drop(a);
+//! assert_eq!(Reporter::builder().build(&b)?.name(), "api");
+//! # drop(reporting);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Names follow Prometheus conventions, and the exporter's page passes
+//! `promtool check metrics` (CI runs it on the page of
+//! `metrics-exporter-prometheus`): a `sidejob_` prefix, `_total` on
+//! counters and only on counters, base units (seconds) in the name.
+//!
+//! Two figures of [`Stats`] are left out on purpose: `peak_usage` and
+//! `peak_waiting` are highs since the front-end was built, never reset, so
+//! after the first burst they say nothing; `max_over_time(sidejob_waiting[5m])`
+//! is the Prometheus way, and a burst between two scrapes still shows in
+//! [`WAITED`] and [`TIMED_OUT`]. A [`Shepherd`](crate::shepherd::Shepherd)
+//! also exports its own figures ([`ShepherdStats`]) under `sidejob_shepherd_*`.
 
-use ::metrics::{Counter, Gauge, Histogram, Label, Unit};
+use std::collections::HashMap;
+use std::time::Duration;
 
+use ::metrics::{Counter, Gauge, Histogram, Label, Recorder, Unit};
+
+use crate::error::ConfigError;
 use crate::shepherd::ShepherdStats;
 use crate::stats::Stats;
+use crate::sync::{Arc, Mutex, OnceLock};
 
 /// Gauge: the configured capacity.
 pub const CAPACITY: &str = "sidejob_capacity";
@@ -43,19 +107,23 @@ pub const WAITING: &str = "sidejob_waiting";
 pub const WAITED: &str = "sidejob_waited_total";
 /// Counter: callers that waited and gave up ([`Stats::timed_out`]).
 pub const TIMED_OUT: &str = "sidejob_timed_out_total";
-/// The seconds admitted waiters waited, added up ([`Stats::waited_time`]):
-/// `rate(sidejob_waited_seconds_total) / rate(sidejob_waited_total)` is
-/// the mean wait.
+/// Gauge that only grows: the seconds admitted waiters waited, added up
+/// ([`Stats::waited_time`]). `rate(sidejob_waited_seconds[1m]) /
+/// rate(sidejob_waited_total[1m])` is the mean wait.
 ///
-/// Exported as a *gauge* that only grows, not a counter: the `metrics`
-/// facade's counters hold whole numbers, and whole seconds would read 0
-/// for a service whose waits are milliseconds. PromQL's `rate` treats it
-/// as the counter it is (a fall reads as a reset); only the `# TYPE`
-/// line says gauge.
-pub const WAITED_SECONDS: &str = "sidejob_waited_seconds_total";
-/// Histogram: seconds from admission to release, where recorded (the
-/// tower layer's [`record_time`](crate::tower::LimitLayer::record_time)).
-pub const TIME_IN_POOL: &str = "sidejob_time_in_pool_seconds";
+/// A gauge, not a counter: the `metrics` facade's counters hold whole
+/// numbers, and whole seconds would read 0 for a service whose waits are
+/// milliseconds. So it is typed and named as a gauge (no `_total`, which
+/// Prometheus reserves for counters: `promtool` refuses a gauge named
+/// `_total`), and it only ever rises, across rebuilds too (it is exported
+/// as increments, like the counters), so `rate()` reads it as the counter
+/// it is.
+pub const WAITED_SECONDS: &str = "sidejob_waited_seconds";
+/// Histogram: the seconds a unit was held, from admission to release,
+/// where recorded (the tower layer's
+/// [`record_time`](crate::tower::LimitLayer::record_time), which can
+/// afford a clock read per request).
+pub const HOLD_SECONDS: &str = "sidejob_hold_seconds";
 /// Gauge: 1 while an [`Alarm`](crate::observe::Alarm) is raised, else 0; labelled
 /// also with `alarm`, the alarm's name.
 pub const ALARM: &str = "sidejob_alarm";
@@ -84,11 +152,12 @@ pub const SHEPHERD_FAILURES: &str = "sidejob_shepherd_failures_total";
 /// Counter: attempts that returned, the count of the processing time
 /// ([`ShepherdStats::processed`]).
 pub const SHEPHERD_PROCESSED: &str = "sidejob_shepherd_processed_total";
-/// The seconds attempts spent in the handler, added up
-/// ([`ShepherdStats::processing_time`]): `rate(sidejob_shepherd_processing_seconds_total)
-/// / rate(sidejob_shepherd_processed_total)` is the mean attempt. A gauge
-/// that only grows, as [`WAITED_SECONDS`] is, and for the same reason.
-pub const SHEPHERD_PROCESSING_SECONDS: &str = "sidejob_shepherd_processing_seconds_total";
+/// Gauge that only grows: the seconds attempts spent in the handler,
+/// added up ([`ShepherdStats::processing_time`]):
+/// `rate(sidejob_shepherd_processing_seconds[1m]) /
+/// rate(sidejob_shepherd_processed_total[1m])` is the mean attempt. A
+/// gauge for the reason [`WAITED_SECONDS`] is one.
+pub const SHEPHERD_PROCESSING_SECONDS: &str = "sidejob_shepherd_processing_seconds";
 
 /// The labels of every series of one front-end.
 fn labels(name: &str, kind: &'static str) -> Vec<Label> {
@@ -111,9 +180,9 @@ fn describe() {
     ::metrics::describe_counter!(COMPLETED, Unit::Count, "Units released normally");
     ::metrics::describe_counter!(PANICKED, Unit::Count, "Units released by a panic");
     ::metrics::describe_histogram!(
-        TIME_IN_POOL,
+        HOLD_SECONDS,
         Unit::Seconds,
-        "Time from admission to release"
+        "Seconds a unit was held, from admission to release"
     );
     ::metrics::describe_gauge!(WAITING, Unit::Count, "Callers waiting for a unit now");
     ::metrics::describe_counter!(WAITED, Unit::Count, "Callers that waited and were admitted");
@@ -125,7 +194,7 @@ fn describe() {
     ::metrics::describe_gauge!(
         WAITED_SECONDS,
         Unit::Seconds,
-        "Seconds admitted waiters waited, added up (only grows)"
+        "Seconds admitted waiters waited, added up (only grows: use rate)"
     );
     ::metrics::describe_gauge!(ALARM, Unit::Count, "1 while the health alarm is raised");
 }
@@ -168,14 +237,51 @@ fn describe_shepherd() {
     ::metrics::describe_gauge!(
         SHEPHERD_PROCESSING_SECONDS,
         Unit::Seconds,
-        "Seconds attempts spent in the handler, added up (only grows)"
+        "Seconds attempts spent in the handler, added up (only grows: use rate)"
     );
 }
 
-/// The handles of one front-end's series, registered once with the
-/// recorder installed at the time (global, or local to the thread).
+/// What a front-end's series have been given so far: the totals each
+/// increment is measured from.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Totals {
+    accepted: u64,
+    rejected: u64,
+    completed: u64,
+    panicked: u64,
+    waited: u64,
+    timed_out: u64,
+    waited_time: Duration,
+    attempts: u64,
+    retries: u64,
+    failed: u64,
+    processed: u64,
+    processing_time: Duration,
+}
+
+/// Adds to `counter` what `total` gained over `*last`, and moves `*last`.
+/// Saturating: a front-end's totals never fall, and if one ever did, a
+/// counter must still not.
+fn add(counter: &Counter, total: u64, last: &mut u64) {
+    let delta = total.saturating_sub(*last);
+    if delta > 0 {
+        counter.increment(delta);
+    }
+    *last = total.max(*last);
+}
+
+/// [`add`] for a time exported as a gauge that only grows.
+fn add_seconds(gauge: &Gauge, total: Duration, last: &mut Duration) {
+    let delta = total.saturating_sub(*last);
+    if !delta.is_zero() {
+        gauge.increment(delta.as_secs_f64());
+    }
+    *last = total.max(*last);
+}
+
+/// The handles of one front-end's admission series.
 #[derive(Debug)]
-pub(crate) struct Handles {
+struct Handles {
     capacity: Gauge,
     in_flight: Gauge,
     accepted: Counter,
@@ -189,41 +295,43 @@ pub(crate) struct Handles {
 }
 
 impl Handles {
-    pub(crate) fn register(name: &str, kind: &'static str) -> Self {
+    fn register(labels: &[Label]) -> Self {
         describe();
-        let labels = labels(name, kind);
         Handles {
-            capacity: ::metrics::gauge!(CAPACITY, labels.clone()),
-            in_flight: ::metrics::gauge!(IN_FLIGHT, labels.clone()),
-            accepted: ::metrics::counter!(ACCEPTED, labels.clone()),
-            rejected: ::metrics::counter!(REJECTED, labels.clone()),
-            completed: ::metrics::counter!(COMPLETED, labels.clone()),
-            panicked: ::metrics::counter!(PANICKED, labels.clone()),
-            waiting: ::metrics::gauge!(WAITING, labels.clone()),
-            waited: ::metrics::counter!(WAITED, labels.clone()),
-            timed_out: ::metrics::counter!(TIMED_OUT, labels.clone()),
-            waited_seconds: ::metrics::gauge!(WAITED_SECONDS, labels.clone()),
+            capacity: ::metrics::gauge!(CAPACITY, labels.to_vec()),
+            in_flight: ::metrics::gauge!(IN_FLIGHT, labels.to_vec()),
+            accepted: ::metrics::counter!(ACCEPTED, labels.to_vec()),
+            rejected: ::metrics::counter!(REJECTED, labels.to_vec()),
+            completed: ::metrics::counter!(COMPLETED, labels.to_vec()),
+            panicked: ::metrics::counter!(PANICKED, labels.to_vec()),
+            waiting: ::metrics::gauge!(WAITING, labels.to_vec()),
+            waited: ::metrics::counter!(WAITED, labels.to_vec()),
+            timed_out: ::metrics::counter!(TIMED_OUT, labels.to_vec()),
+            waited_seconds: ::metrics::gauge!(WAITED_SECONDS, labels.to_vec()),
         }
     }
 
-    /// Sets every series to `stats`.
-    pub(crate) fn export(&self, stats: &Stats) {
+    fn export(&self, stats: &Stats, last: &mut Totals) {
         self.capacity.set(stats.capacity as f64);
         self.in_flight.set(stats.usage as f64);
-        self.accepted.absolute(stats.accepted);
-        self.rejected.absolute(stats.rejected);
-        self.completed.absolute(stats.completed);
-        self.panicked.absolute(stats.panicked);
         self.waiting.set(stats.waiting as f64);
-        self.waited.absolute(stats.waited);
-        self.timed_out.absolute(stats.timed_out);
-        self.waited_seconds.set(stats.waited_time.as_secs_f64());
+        add(&self.accepted, stats.accepted, &mut last.accepted);
+        add(&self.rejected, stats.rejected, &mut last.rejected);
+        add(&self.completed, stats.completed, &mut last.completed);
+        add(&self.panicked, stats.panicked, &mut last.panicked);
+        add(&self.waited, stats.waited, &mut last.waited);
+        add(&self.timed_out, stats.timed_out, &mut last.timed_out);
+        add_seconds(
+            &self.waited_seconds,
+            stats.waited_time,
+            &mut last.waited_time,
+        );
     }
 }
 
 /// The handles of a shepherd's own series.
 #[derive(Debug)]
-pub(crate) struct ShepherdHandles {
+struct ShepherdHandles {
     due: Gauge,
     delayed: Gauge,
     running: Gauge,
@@ -237,50 +345,274 @@ pub(crate) struct ShepherdHandles {
 }
 
 impl ShepherdHandles {
-    pub(crate) fn register(name: &str, kind: &'static str) -> Self {
+    fn register(labels: &[Label]) -> Self {
         describe_shepherd();
-        let labels = labels(name, kind);
         ShepherdHandles {
-            due: ::metrics::gauge!(SHEPHERD_DUE, labels.clone()),
-            delayed: ::metrics::gauge!(SHEPHERD_DELAYED, labels.clone()),
-            running: ::metrics::gauge!(SHEPHERD_RUNNING, labels.clone()),
-            busy: ::metrics::gauge!(SHEPHERD_BUSY, labels.clone()),
-            idle: ::metrics::gauge!(SHEPHERD_IDLE, labels.clone()),
-            attempts: ::metrics::counter!(SHEPHERD_ATTEMPTS, labels.clone()),
-            retries: ::metrics::counter!(SHEPHERD_RETRIES, labels.clone()),
-            failures: ::metrics::counter!(SHEPHERD_FAILURES, labels.clone()),
-            processed: ::metrics::counter!(SHEPHERD_PROCESSED, labels.clone()),
-            processing_seconds: ::metrics::gauge!(SHEPHERD_PROCESSING_SECONDS, labels),
+            due: ::metrics::gauge!(SHEPHERD_DUE, labels.to_vec()),
+            delayed: ::metrics::gauge!(SHEPHERD_DELAYED, labels.to_vec()),
+            running: ::metrics::gauge!(SHEPHERD_RUNNING, labels.to_vec()),
+            busy: ::metrics::gauge!(SHEPHERD_BUSY, labels.to_vec()),
+            idle: ::metrics::gauge!(SHEPHERD_IDLE, labels.to_vec()),
+            attempts: ::metrics::counter!(SHEPHERD_ATTEMPTS, labels.to_vec()),
+            retries: ::metrics::counter!(SHEPHERD_RETRIES, labels.to_vec()),
+            failures: ::metrics::counter!(SHEPHERD_FAILURES, labels.to_vec()),
+            processed: ::metrics::counter!(SHEPHERD_PROCESSED, labels.to_vec()),
+            processing_seconds: ::metrics::gauge!(SHEPHERD_PROCESSING_SECONDS, labels.to_vec()),
         }
     }
 
-    /// Sets every series to `stats`.
-    pub(crate) fn export(&self, stats: &ShepherdStats) {
+    fn export(&self, stats: &ShepherdStats, last: &mut Totals) {
         self.due.set(stats.due as f64);
         self.delayed.set(stats.delayed as f64);
         self.running.set(stats.running as f64);
         self.busy.set(stats.busy as f64);
         self.idle.set(stats.idle as f64);
-        self.attempts.absolute(stats.attempts);
-        self.retries.absolute(stats.retries);
-        self.failures.absolute(stats.failed);
-        self.processed.absolute(stats.processed);
-        self.processing_seconds
-            .set(stats.processing_time.as_secs_f64());
+        add(&self.attempts, stats.attempts, &mut last.attempts);
+        add(&self.retries, stats.retries, &mut last.retries);
+        add(&self.failures, stats.failed, &mut last.failed);
+        add(&self.processed, stats.processed, &mut last.processed);
+        add_seconds(
+            &self.processing_seconds,
+            stats.processing_time,
+            &mut last.processing_time,
+        );
     }
 }
 
-/// The gauge an alarm publishes its state to.
-pub(crate) fn alarm_gauge(name: &str, kind: &'static str, alarm: &str) -> Gauge {
-    describe();
-    let mut labels = labels(name, kind);
-    labels.push(Label::new("alarm", alarm.to_string()));
-    ::metrics::gauge!(ALARM, labels.clone())
+/// The front-end a reporter asks to export, as the claim registry sees it.
+pub(crate) struct FrontEnd<'a> {
+    pub(crate) kind: &'static str,
+    /// The `name` label asked for: the reporter's, else the front-end's.
+    pub(crate) name: &'a str,
+    /// True when `name` is the front-end's default (no name was given).
+    pub(crate) unnamed: bool,
+    /// Which front-end it is: an address it alone owns while it is alive
+    /// (see `Source::id` in `reporter.rs`).
+    pub(crate) id: usize,
+    /// Whether it is still alive; read only while claiming.
+    pub(crate) alive: Alive,
 }
 
-/// The time-in-pool histogram of one front-end.
+/// One front-end's series: the handles, what they were last given, and
+/// the claim on their `(name, kind)`, released when this is dropped.
+#[derive(Debug)]
+pub(crate) struct Series {
+    name: String,
+    kind: &'static str,
+    handles: Handles,
+    shepherd: Option<ShepherdHandles>,
+    last: Totals,
+    claim: Option<Claim>,
+}
+
+impl Series {
+    /// Claims a `(name, kind)` for `front_end` with the recorder in force
+    /// now and registers its handles (a shepherd's own too).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming `name` when it is empty, or when another
+    /// live front-end's series are exported under it.
+    pub(crate) fn register(front_end: FrontEnd<'_>) -> Result<Series, ConfigError> {
+        if front_end.name.is_empty() {
+            // Prometheus reads an empty label value as no label at all.
+            return Err(ConfigError::empty("name"));
+        }
+        let (name, last, claim) = claim(&front_end)?;
+        let labels = labels(&name, front_end.kind);
+        Ok(Series {
+            handles: Handles::register(&labels),
+            shepherd: (front_end.kind == "shepherd").then(|| ShepherdHandles::register(&labels)),
+            name,
+            kind: front_end.kind,
+            last,
+            claim,
+        })
+    }
+
+    /// The `name` label the series got.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Exports one reading: gauges set, counters raised by what the
+    /// front-end counted since the last export.
+    pub(crate) fn export(&mut self, stats: &Stats, shepherd: Option<&ShepherdStats>) {
+        self.handles.export(stats, &mut self.last);
+        if let (Some(handles), Some(shepherd)) = (&self.shepherd, shepherd) {
+            handles.export(shepherd, &mut self.last);
+        }
+    }
+
+    /// The gauge an alarm of this front-end publishes its state to.
+    pub(crate) fn alarm_gauge(&self, alarm: &str) -> Gauge {
+        describe();
+        let mut labels = labels(&self.name, self.kind);
+        labels.push(Label::new("alarm", alarm.to_string()));
+        ::metrics::gauge!(ALARM, labels)
+    }
+}
+
+impl Drop for Series {
+    fn drop(&mut self) {
+        if let Some(claim) = self.claim.take() {
+            release(claim, self.last);
+        }
+    }
+}
+
+/// The hold-time histogram of one front-end.
 #[cfg_attr(not(feature = "tower"), allow(dead_code))]
 pub(crate) fn time_histogram(name: &str, kind: &'static str) -> Histogram {
     describe();
-    ::metrics::histogram!(TIME_IN_POOL, labels(name, kind))
+    ::metrics::histogram!(HOLD_SECONDS, labels(name, kind))
+}
+
+// The claim registry.
+//
+// Why a process-wide table: the series namespace it guards is the
+// recorder's, and the global recorder is process-wide; two reporters built
+// in different corners of a program share it whether or not they know of
+// each other. The alternatives do not keep a series whole: a per-front-end
+// `id` label starts a new series at every rebuild (and grows the label set
+// without bound), and summing two front-ends under one name hides each
+// one's figures in the other's. Nothing here is on the admission path: a
+// reporter takes the lock when it is built and when it is dropped.
+
+/// One `(recorder, kind, name)`: a set of series.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    /// The recorder's address: each recorder has series of its own.
+    recorder: usize,
+    kind: &'static str,
+    name: String,
+}
+
+/// Whether a front-end is still alive (it upgrades a weak reference).
+type Alive = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// Who exports a set of series, or last did.
+struct Entry {
+    /// The claim of the reporter exporting them now; `None` once it is
+    /// dropped.
+    owner: Option<u64>,
+    /// The front-end they were last exported for.
+    front_end: usize,
+    alive: Alive,
+    /// What they were given for that front-end, for a reporter that takes
+    /// the same front-end over.
+    exported: Totals,
+}
+
+#[derive(Default)]
+struct Registry {
+    entries: HashMap<Key, Entry>,
+    next_claim: u64,
+}
+
+/// A reporter's claim on a set of series.
+#[derive(Debug)]
+struct Claim {
+    key: Key,
+    token: u64,
+}
+
+fn registry() -> &'static Mutex<Registry> {
+    static REGISTRY: OnceLock<Mutex<Registry>> = OnceLock::new();
+    REGISTRY.get_or_init(|| Mutex::new(Registry::default()))
+}
+
+/// The address of the recorder in force, or `None` for a recorder of no
+/// size: the facade's no-op, which stands in when none is installed and
+/// exports nothing, so there is nothing to claim. (The facade has no
+/// "is one installed" query; a recorder that holds series has a size.)
+fn recorder_id() -> Option<usize> {
+    ::metrics::with_recorder(|recorder: &dyn Recorder| {
+        (std::mem::size_of_val(recorder) != 0)
+            .then(|| (recorder as *const dyn Recorder).cast::<()>() as usize)
+    })
+}
+
+/// Picks the `name` label for `front_end` and claims it: the name asked
+/// for, or for an unnamed front-end the first of `name`, `name-2`, ...
+/// not claimed by another live front-end. Returns the name, the totals to
+/// carry on from, and the claim (none under a no-op recorder).
+fn claim(front_end: &FrontEnd<'_>) -> Result<(String, Totals, Option<Claim>), ConfigError> {
+    let Some(recorder) = recorder_id() else {
+        return Ok((front_end.name.to_string(), Totals::default(), None));
+    };
+    // Which front-ends are gone, asked outside the lock: asking upgrades a
+    // weak reference for a moment, and if the owner drops its last handle
+    // meanwhile, the front-end's drop (which may join its threads) runs
+    // here, where it must not hold the registry. A front-end gone stays
+    // gone; one claimed after this look counts as alive.
+    let probes: Vec<Alive> = registry()
+        .lock()
+        .entries
+        .values()
+        .map(|entry| Arc::clone(&entry.alive))
+        .collect();
+    let gone: Vec<Alive> = probes.into_iter().filter(|alive| !alive()).collect();
+    let is_gone = |entry: &Entry| gone.iter().any(|g| Arc::ptr_eq(g, &entry.alive));
+    let mut registry = registry().lock();
+    // Forget the series of front-ends gone and unreported: whoever claims
+    // them next starts afresh, as a rebuild does.
+    registry
+        .entries
+        .retain(|_, entry| entry.owner.is_some() || !is_gone(entry));
+    let token = registry.next_claim;
+    registry.next_claim += 1;
+    let mut n = 1u64;
+    loop {
+        let name = match n {
+            1 => front_end.name.to_string(),
+            n => format!("{}-{n}", front_end.name),
+        };
+        n += 1;
+        let key = Key {
+            recorder,
+            kind: front_end.kind,
+            name,
+        };
+        let exported = match registry.entries.get(&key) {
+            // Never claimed, or its front-end is gone (a rebuild): carry
+            // on from the series' last value.
+            None => Totals::default(),
+            Some(entry) if is_gone(entry) => Totals::default(),
+            // The same front-end, unreported since its reporter was
+            // dropped: carry on from what that one exported.
+            Some(entry) if entry.owner.is_none() && entry.front_end == front_end.id => {
+                entry.exported
+            }
+            // Another live front-end's, or reported now: an unnamed
+            // front-end tries the next name, a named one is refused.
+            Some(_) if front_end.unnamed => continue,
+            Some(_) => {
+                return Err(ConfigError::taken(front_end.kind, front_end.name));
+            }
+        };
+        registry.entries.insert(
+            key.clone(),
+            Entry {
+                owner: Some(token),
+                front_end: front_end.id,
+                alive: Arc::clone(&front_end.alive),
+                exported,
+            },
+        );
+        return Ok((key.name.clone(), exported, Some(Claim { key, token })));
+    }
+}
+
+/// Gives a claim up, leaving what was exported for a reporter that takes
+/// the same front-end over. A claim another reporter took over (its
+/// front-end was gone) is not ours to release.
+fn release(claim: Claim, exported: Totals) {
+    let mut registry = registry().lock();
+    if let Some(entry) = registry.entries.get_mut(&claim.key) {
+        if entry.owner == Some(claim.token) {
+            entry.owner = None;
+            entry.exported = exported;
+        }
+    }
 }

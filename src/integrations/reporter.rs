@@ -1,13 +1,14 @@
-//! [`Reporter`]: reads a front-end's [`Stats`] (and a shepherd's
+//! [`Reporter`]: reads front-ends' [`Stats`] (and a shepherd's
 //! [`ShepherdStats`](crate::shepherd::ShepherdStats)) on a tick, exports them as metrics (feature
-//! `metrics`) and feeds its health [`Alarm`]s, off the admission path.
+//! `metrics`) and feeds their health [`Alarm`]s, off the admission path.
 //!
-//! A reporter holds its front-end weakly: it never keeps a limiter, pool,
-//! supervisor or shepherd alive. Tick it yourself ([`Reporter::tick`], from any
+//! A reporter holds its front-ends weakly: it never keeps a limiter, pool,
+//! supervisor or shepherd alive. One reporter serves any number of them
+//! ([`Reporter::merge`]). Tick it yourself ([`Reporter::tick`], from any
 //! runtime's timer) or let it run on a thread of its own
-//! ([`Reporter::spawn`]), which you stop with [`ReporterHandle::stop`]; the
-//! thread reports one last time before it exits, so the final figures are
-//! never lost.
+//! ([`Reporter::spawn`]), which you stop with [`ReporterHandle::stop`] (or
+//! leave running with [`ReporterHandle::detach`]); the thread reports one
+//! last time before it exits, so the final figures are never lost.
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -25,9 +26,16 @@ use crate::sync::{now, os_thread, Arc, Condvar, Mutex, Weak};
 /// How often a reporter ticks unless told otherwise: every second.
 pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 
+/// The name of a limiter, pool or supervisor built without one
+/// (`ConfigError::check_name`).
+const DEFAULT_NAME: &str = "sidejob";
+/// The name of a shepherd built without one (`ShepherdBuilder::build`).
+const DEFAULT_SHEPHERD_NAME: &str = "shepherd";
+
 mod sealed {
     use crate::shepherd::ShepherdStats;
     use crate::stats::Stats;
+    use crate::sync::Arc;
 
     /// One reading of a front-end: its admission stats, and a shepherd's
     /// own figures.
@@ -45,12 +53,22 @@ mod sealed {
         }
     }
 
-    /// How a reporter reads a front-end: its kind, default name, and a
-    /// weak read of its figures (`None` once it is gone).
+    /// How a reporter reads a front-end: its kind, its name, which one it
+    /// is, and a weak read of its figures (`None` once it is gone).
     pub struct Source {
         pub(crate) kind: &'static str,
         pub(crate) name: String,
-        pub(crate) read: Box<dyn Fn() -> Option<Reading> + Send>,
+        /// True when `name` is the front-end's default: it was not named.
+        #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+        pub(crate) unnamed: bool,
+        /// Which front-end it is: an address that it alone owns while it
+        /// is alive (the `Arc` of a limiter, the allocation holding the
+        /// name of the others: every front-end owns its name; clones of a
+        /// handle share it, as they share the front-end). Read by the
+        /// metrics claim to tell a front-end from another of its name.
+        #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+        pub(crate) id: usize,
+        pub(crate) read: Arc<dyn Fn() -> Option<Reading> + Send + Sync>,
     }
 
     impl std::fmt::Debug for Source {
@@ -58,6 +76,7 @@ mod sealed {
             f.debug_struct("Source")
                 .field("kind", &self.kind)
                 .field("name", &self.name)
+                .field("unnamed", &self.unnamed)
                 .finish_non_exhaustive()
         }
     }
@@ -78,9 +97,10 @@ impl sealed::Sealed for Arc<Limiter> {
         let weak: Weak<Limiter> = Arc::downgrade(self);
         Source {
             kind: "limiter",
-            // A limiter has no name of its own.
-            name: "sidejob".to_string(),
-            read: Box::new(move || {
+            name: self.name().to_string(),
+            unnamed: self.name() == DEFAULT_NAME,
+            id: Arc::as_ptr(self) as usize,
+            read: Arc::new(move || {
                 weak.upgrade()
                     .map(|limiter| Reading::plain(limiter.stats()))
             }),
@@ -95,7 +115,9 @@ impl<W: Worker> sealed::Sealed for Pool<W> {
         Source {
             kind: "pool",
             name: self.name().to_string(),
-            read: Box::new(move || read().map(Reading::plain)),
+            unnamed: self.name() == DEFAULT_NAME,
+            id: self.name().as_ptr() as usize,
+            read: Arc::new(move || read().map(Reading::plain)),
         }
     }
 }
@@ -110,7 +132,9 @@ impl<W: crate::pool::asynchronous::worker::AsyncWorker> sealed::Sealed
         Source {
             kind: "async_pool",
             name: self.name().to_string(),
-            read: Box::new(move || read().map(Reading::plain)),
+            unnamed: self.name() == DEFAULT_NAME,
+            id: self.name().as_ptr() as usize,
+            read: Arc::new(move || read().map(Reading::plain)),
         }
     }
 }
@@ -126,7 +150,9 @@ impl sealed::Sealed for Supervisor {
         Source {
             kind: "supervisor",
             name: self.name().to_string(),
-            read: Box::new(move || read().map(Reading::plain)),
+            unnamed: self.name() == DEFAULT_NAME,
+            id: self.name().as_ptr() as usize,
+            read: Arc::new(move || read().map(Reading::plain)),
         }
     }
 }
@@ -138,7 +164,9 @@ impl<H: Handler> sealed::Sealed for Shepherd<H> {
         Source {
             kind: "shepherd",
             name: self.name().to_string(),
-            read: Box::new(move || {
+            unnamed: self.name() == DEFAULT_SHEPHERD_NAME,
+            id: self.name().as_ptr() as usize,
+            read: Arc::new(move || {
                 read().map(|shepherd| Reading {
                     stats: shepherd.admission.clone(),
                     shepherd: Some(shepherd),
@@ -149,14 +177,23 @@ impl<H: Handler> sealed::Sealed for Shepherd<H> {
 }
 impl<H: Handler> Observe for Shepherd<H> {}
 
-/// Reads a front-end's [`Stats`] every tick, exports them through the
-/// `metrics` facade (feature `metrics`) and feeds its [`Alarm`]s.
+/// Reads front-ends' [`Stats`] every tick, exports them through the
+/// `metrics` facade (feature `metrics`) and feeds their [`Alarm`]s.
 ///
-/// Nothing is added to the admission path: the front-end already counts
-/// everything, per shard, and the reporter only reads those counts. With
-/// the `metrics` feature, each tick sets these series, labelled
-/// `name` (the front-end's name, or the builder's) and `kind` (`limiter`,
-/// `pool`, `async_pool`, `supervisor`, `shepherd`):
+/// Nothing is added to the admission path: a front-end already counts
+/// everything, per shard, and the reporter only reads those counts. A
+/// reporter is built for one front-end ([`ReporterBuilder::build`]); one
+/// reporter serves many, each with its own name and alarms, when they are
+/// [merged](Self::merge) into it, so one thread (or one task) reports on
+/// a whole service.
+///
+/// With the `metrics` feature, each tick exports these series, labelled
+/// `name` (the builder's name, else the front-end's) and `kind`
+/// (`limiter`, `pool`, `async_pool`, `supervisor`, `shepherd`). Counters
+/// rise by what the front-end counted since the last tick, and a
+/// `(name, kind)` belongs to one live front-end at a time: see
+/// `sidejob::metrics` for what that means across rebuilds, and for
+/// unnamed front-ends.
 ///
 /// | series | type | from |
 /// |---|---|---|
@@ -169,7 +206,7 @@ impl<H: Handler> Observe for Shepherd<H> {}
 /// | `sidejob_waiting` | gauge | [`Stats::waiting`] |
 /// | `sidejob_waited_total` | counter | [`Stats::waited`] |
 /// | `sidejob_timed_out_total` | counter | [`Stats::timed_out`] |
-/// | `sidejob_waited_seconds_total` | gauge (only grows) | [`Stats::waited_time`], in seconds |
+/// | `sidejob_waited_seconds` | gauge (only grows) | [`Stats::waited_time`], in seconds |
 /// | `sidejob_alarm` (+ label `alarm`) | gauge | 1 while an alarm is raised |
 ///
 /// and for a [`Shepherd`], its own figures ([`ShepherdStats`](crate::shepherd::ShepherdStats)) as well:
@@ -185,18 +222,18 @@ impl<H: Handler> Observe for Shepherd<H> {}
 /// | `sidejob_shepherd_retries_total` | counter | [`ShepherdStats::retries`](crate::shepherd::ShepherdStats::retries) |
 /// | `sidejob_shepherd_failures_total` | counter | [`ShepherdStats::failed`](crate::shepherd::ShepherdStats::failed) (final failures) |
 /// | `sidejob_shepherd_processed_total` | counter | [`ShepherdStats::processed`](crate::shepherd::ShepherdStats::processed) |
-/// | `sidejob_shepherd_processing_seconds_total` | gauge (only grows) | [`ShepherdStats::processing_time`](crate::shepherd::ShepherdStats::processing_time), in seconds |
+/// | `sidejob_shepherd_processing_seconds` | gauge (only grows) | [`ShepherdStats::processing_time`](crate::shepherd::ShepherdStats::processing_time), in seconds |
 ///
 /// The handles are registered when the reporter is built, with the
-/// recorder installed then: install your exporter first. (The seconds
-/// waited are a gauge because the `metrics` facade's counters hold whole
-/// numbers; `rate()` reads it as a counter. The time histogram
-/// `sidejob_time_in_pool_seconds` comes from the tower layer's
-/// `record_time`, which can afford a clock read per request.)
+/// recorder installed then: install your exporter first. (The seconds are
+/// gauges because the `metrics` facade's counters hold whole numbers;
+/// `rate()` reads them as the counters they are. The histogram
+/// `sidejob_hold_seconds` comes from the tower layer's `record_time`,
+/// which can afford a clock read per request.)
 ///
-/// The reporter holds its front-end weakly: once the front-end is gone,
-/// [`tick`](Self::tick) returns `None` and a spawned reporter's thread
-/// ends.
+/// The reporter holds its front-ends weakly: once a front-end is gone it
+/// is read no more and its series are given up; once every one is gone, a
+/// spawned reporter's thread ends.
 ///
 /// # Examples
 ///
@@ -208,8 +245,9 @@ impl<H: Handler> Observe for Shepherd<H> {}
 /// use sidejob::Limiter;
 /// use sidejob::observe::Reporter;
 ///
-/// let limiter = Arc::new(Limiter::new(4)?);
-/// let mut reporter = Reporter::builder().name("api").build(&limiter)?;
+/// let limiter = Arc::new(Limiter::builder().name("api").capacity(4).build()?);
+/// let mut reporter = Reporter::builder().build(&limiter)?;
+/// assert_eq!((reporter.name(), reporter.kind()), ("api", "limiter"));
 /// let _permit = limiter.try_acquire()?;
 /// let stats = reporter.tick(Instant::now()).expect("the limiter is alive");
 /// assert_eq!(stats.usage, 1);
@@ -217,6 +255,7 @@ impl<H: Handler> Observe for Shepherd<H> {}
 /// drop(_permit);
 /// drop(limiter);
 /// assert!(reporter.tick(Instant::now()).is_none()); // held weakly
+/// assert!(reporter.is_empty());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
@@ -238,15 +277,50 @@ impl<H: Handler> Observe for Shepherd<H> {}
 /// assert_eq!((last.accepted, last.completed), (1, 1));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// On a tokio task instead of a thread, for any number of front-ends:
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::{Duration, Instant};
+/// use sidejob::{Limiter, Supervisor};
+/// use sidejob::observe::Reporter;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let api = Arc::new(Limiter::builder().name("api").capacity(64).build()?);
+/// let jobs = Supervisor::builder().name("jobs").capacity(8).build()?;
+/// let mut reporter = Reporter::builder()
+///     .build(&api)?
+///     .merge(Reporter::builder().build(&jobs)?);
+/// let task = tokio::spawn(async move {
+///     let mut every = tokio::time::interval(Duration::from_millis(10));
+///     while !reporter.is_empty() {
+///         every.tick().await;
+///         reporter.tick(Instant::now());
+///     }
+/// });
+/// drop((api, jobs));
+/// task.await?; // ends once both front-ends are gone
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "a reporter reads nothing until it is ticked or spawned"]
 pub struct Reporter {
-    source: Source,
-    name: String,
     interval: Duration,
+    /// In the order they were merged; never empty.
+    watches: Vec<Watch>,
+}
+
+/// One front-end of a reporter: how to read it, its series, its alarms.
+struct Watch {
+    source: Source,
+    /// The `name` label of its series.
+    name: String,
+    /// False once the front-end is gone: it is read no more.
+    alive: bool,
     #[cfg(feature = "metrics")]
-    handles: Option<crate::metrics::Handles>,
-    /// A shepherd's own series.
-    #[cfg(feature = "metrics")]
-    shepherd_handles: Option<crate::metrics::ShepherdHandles>,
+    series: Option<crate::metrics::Series>,
     alarms: Vec<WatchedAlarm>,
 }
 
@@ -257,27 +331,26 @@ struct WatchedAlarm {
     gauge: Option<::metrics::Gauge>,
 }
 
-impl Reporter {
-    /// A builder; see [`ReporterBuilder`].
-    pub fn builder() -> ReporterBuilder {
-        ReporterBuilder::default()
-    }
-
-    /// Reads the stats once, exports them, and feeds every alarm the
-    /// sample with the time `now`; returns the stats read, or `None` if the
-    /// front-end is gone (nothing is exported then).
-    ///
-    /// `now` is the only clock the alarms see: pass `Instant::now()`, or
-    /// made-up instants in a test.
-    pub fn tick(&mut self, now: Instant) -> Option<Stats> {
-        let Reading { stats, shepherd } = (self.source.read)()?;
-        #[cfg(feature = "metrics")]
-        if let Some(handles) = &self.handles {
-            handles.export(&stats);
+impl Watch {
+    /// Reads the front-end once, exports the reading and feeds the alarms;
+    /// `None` once it is gone.
+    fn tick(&mut self, now: Instant) -> Option<Stats> {
+        if !self.alive {
+            return None;
         }
+        let Some(Reading { stats, shepherd }) = (self.source.read)() else {
+            self.alive = false;
+            // Give the series up at once: a front-end rebuilt under this
+            // name carries them on, even while this reporter lives.
+            #[cfg(feature = "metrics")]
+            {
+                self.series = None;
+            }
+            return None;
+        };
         #[cfg(feature = "metrics")]
-        if let (Some(handles), Some(shepherd)) = (&self.shepherd_handles, &shepherd) {
-            handles.export(shepherd);
+        if let Some(series) = &mut self.series {
+            series.export(&stats, shepherd.as_ref());
         }
         #[cfg(not(feature = "metrics"))]
         let _ = shepherd;
@@ -294,14 +367,86 @@ impl Reporter {
         }
         Some(stats)
     }
+}
 
-    /// Runs the reporter on a thread of its own, named
-    /// `{name}-reporter`: a tick at once (on the caller's thread, before
-    /// this returns), then one every
+impl Reporter {
+    /// A builder; see [`ReporterBuilder`].
+    pub fn builder() -> ReporterBuilder {
+        ReporterBuilder::default()
+    }
+
+    /// Reads every front-end once, exports the readings, and feeds every
+    /// alarm its front-end's sample with the time `now`; returns the stats
+    /// of the front-end this reporter was built for, or `None` once it is
+    /// gone (the others are still read: see [`is_empty`](Self::is_empty)).
+    ///
+    /// `now` is the only clock the alarms see: pass `Instant::now()`, or
+    /// made-up instants in a test.
+    pub fn tick(&mut self, now: Instant) -> Option<Stats> {
+        let mut watches = self.watches.iter_mut();
+        let first = watches.next().and_then(|watch| watch.tick(now));
+        for watch in watches {
+            watch.tick(now);
+        }
+        first
+    }
+
+    /// Takes `other`'s front-ends over, each with its name, series and
+    /// alarms, so one tick (one thread, one task) reports on all of them.
+    /// This reporter's interval stays; `other`'s is dropped, and so is its
+    /// thread's name. [`tick`](Self::tick) and a spawned thread's
+    /// [`stop`](ReporterHandle::stop) still answer with the stats of the
+    /// front-end this reporter was built for.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Instant;
+    /// use sidejob::{Limiter, Supervisor};
+    /// use sidejob::observe::Reporter;
+    ///
+    /// let api = Arc::new(Limiter::builder().name("api").capacity(64).build()?);
+    /// let jobs = Supervisor::builder().name("jobs").capacity(8).build()?;
+    /// let mut reporter = Reporter::builder()
+    ///     .build(&api)?
+    ///     .merge(Reporter::builder().build(&jobs)?);
+    /// assert_eq!(reporter.len(), 2);
+    ///
+    /// drop(api);
+    /// assert!(reporter.tick(Instant::now()).is_none()); // the first is gone...
+    /// assert_eq!(reporter.len(), 1); // ...the supervisor is still read
+    /// drop(jobs);
+    /// reporter.tick(Instant::now());
+    /// assert!(reporter.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn merge(mut self, other: Reporter) -> Reporter {
+        self.watches.extend(other.watches);
+        self
+    }
+
+    /// How many of its front-ends are still read: those not yet found gone
+    /// by a tick.
+    pub fn len(&self) -> usize {
+        self.watches.iter().filter(|watch| watch.alive).count()
+    }
+
+    /// True once a tick found every front-end gone: nothing more to report.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Runs the reporter on a thread of its own, named after the first
+    /// front-end's series (`{name}-reporter`): a tick at once (on the
+    /// caller's thread, before this returns), then one every
     /// [`interval`](ReporterBuilder::interval) (none for an interval past
-    /// the end of the clock's range), until
-    /// [`ReporterHandle::stop`] (which ticks one last time) or until the
-    /// front-end is gone.
+    /// the end of the clock's range), until [`ReporterHandle::stop`]
+    /// (which ticks one last time) or until every front-end is gone.
+    ///
+    /// Keep the handle: dropping it stops the thread. To leave the thread
+    /// running for as long as the front-ends live, call
+    /// [`detach`](ReporterHandle::detach).
     ///
     /// # Errors
     ///
@@ -315,7 +460,7 @@ impl Reporter {
             wake: Condvar::new(),
         });
         let thread = os_thread::Builder::new()
-            .name(format!("{}-reporter", self.name))
+            .name(format!("{}-reporter", self.name()))
             .spawn({
                 let shared = Arc::clone(&shared);
                 move || run(self, first, &shared)
@@ -327,15 +472,15 @@ impl Reporter {
         })
     }
 
-    /// The `name` label of its series.
+    /// The `name` label of the series of the front-end it was built for.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.watches[0].name
     }
 
     /// `limiter`, `pool`, `async_pool`, `supervisor` or `shepherd`: the
-    /// `kind` label of its series.
+    /// `kind` label of the series of the front-end it was built for.
     pub fn kind(&self) -> &'static str {
-        self.source.kind
+        self.watches[0].source.kind
     }
 
     /// How often a spawned reporter ticks.
@@ -343,19 +488,37 @@ impl Reporter {
         self.interval
     }
 
-    /// The alarms it feeds.
+    /// The alarms it feeds, for every front-end.
     pub fn alarms(&self) -> impl Iterator<Item = &Alarm> {
-        self.alarms.iter().map(|watched| &watched.alarm)
+        self.watches
+            .iter()
+            .flat_map(|watch| watch.alarms.iter().map(|watched| &watched.alarm))
     }
 }
 
 impl fmt::Debug for Reporter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct Front<'a>(&'a Watch);
+        impl fmt::Debug for Front<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let watch = self.0;
+                f.debug_struct("FrontEnd")
+                    .field("name", &watch.name)
+                    .field("kind", &watch.source.kind)
+                    .field("alive", &watch.alive)
+                    .field(
+                        "alarms",
+                        &watch.alarms.iter().map(|w| &w.alarm).collect::<Vec<_>>(),
+                    )
+                    .finish()
+            }
+        }
         f.debug_struct("Reporter")
-            .field("name", &self.name)
-            .field("kind", &self.source.kind)
             .field("interval", &self.interval)
-            .field("alarms", &self.alarms().collect::<Vec<_>>())
+            .field(
+                "front_ends",
+                &self.watches.iter().map(Front).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -367,9 +530,13 @@ struct Shared {
 }
 
 /// The reporter thread, after the first tick: wait for the interval or a
-/// stop, tick, repeat; on a stop, one last tick. Returns the last stats read.
+/// stop, tick, repeat; on a stop, one last tick. Returns the last stats
+/// read of the front-end the reporter was built for.
 fn run(mut reporter: Reporter, first: Option<Stats>, shared: &Shared) -> Option<Stats> {
-    let mut last = first?;
+    let mut last = first;
+    if reporter.is_empty() {
+        return last;
+    }
     let start = now();
     let mut deadline = next_tick(start, reporter.interval, start);
     loop {
@@ -389,13 +556,12 @@ fn run(mut reporter: Reporter, first: Option<Stats>, shared: &Shared) -> Option<
         let stop = *stopping;
         drop(stopping);
         let ticked = now();
-        match reporter.tick(ticked) {
-            Some(stats) => last = stats,
-            // The front-end is gone: nothing more to report.
-            None => return Some(last),
+        if let Some(stats) = reporter.tick(ticked) {
+            last = Some(stats);
         }
-        if stop {
-            return Some(last);
+        // Every front-end gone: nothing more to report.
+        if stop || reporter.is_empty() {
+            return last;
         }
         deadline = deadline.and_then(|at| next_tick(at, reporter.interval, ticked));
     }
@@ -418,7 +584,36 @@ fn next_tick(deadline: Instant, interval: Duration, ticked: Instant) -> Option<I
 /// A running reporter thread; made by [`Reporter::spawn`].
 ///
 /// [`stop`](Self::stop) it to end the thread after a last report; dropping
-/// the handle stops it the same way.
+/// the handle stops it the same way, so a handle dropped at once
+/// (`reporter.spawn()?;`) would stop the reporter before it did anything:
+/// the compiler warns. To leave the thread running until its front-ends
+/// are gone, [`detach`](Self::detach) the handle.
+///
+/// # Examples
+///
+/// Dropping the handle unused does not compile under `deny(unused_must_use)`
+/// (it is a warning by default):
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let sup = sidejob::Supervisor::new(8)?;
+/// sidejob::observe::Reporter::builder().build(&sup)?.spawn()?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// Detached, it reports until the front-end is gone:
+///
+/// ```
+/// #![deny(unused_must_use)]
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let sup = sidejob::Supervisor::new(8)?;
+/// sidejob::observe::Reporter::builder().build(&sup)?.spawn()?.detach();
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "dropping the handle stops the reporter: keep it, or call `detach()`"]
 pub struct ReporterHandle {
     shared: Arc<Shared>,
     thread: Option<os_thread::JoinHandle<Option<Stats>>>,
@@ -426,13 +621,23 @@ pub struct ReporterHandle {
 
 impl ReporterHandle {
     /// Stops the thread after one last tick, and waits for it; returns the
-    /// last stats it read (`None` if the front-end was gone before its
-    /// first tick).
+    /// last stats it read of the front-end the reporter was built for
+    /// (`None` if that one was gone before its first tick).
     pub fn stop(mut self) -> Option<Stats> {
         self.stop_and_join()
     }
 
-    /// True once the thread has ended (its front-end is gone).
+    /// Lets the thread run on without a handle: it reports every interval
+    /// until every front-end is gone, then ends. Nothing can stop it
+    /// earlier, and the last figures a front-end counted after the
+    /// thread's last tick before it was dropped are not exported.
+    pub fn detach(mut self) {
+        // Dropping a `JoinHandle` detaches its thread; with no thread
+        // left, our `Drop` has nothing to stop.
+        self.thread.take();
+    }
+
+    /// True once the thread has ended (every front-end is gone).
     pub fn is_finished(&self) -> bool {
         self.thread.as_ref().map_or(true, |t| t.is_finished())
     }
@@ -542,8 +747,11 @@ impl ReporterBuilder {
         self
     }
 
-    /// The `name` label; defaults to the front-end's name (`sidejob` for a
-    /// limiter, which has none).
+    /// The `name` label; defaults to the front-end's name (every builder
+    /// has a `name`; `sidejob` when none was given, `shepherd` for a
+    /// shepherd). An unnamed front-end's series take the first free name
+    /// of `sidejob`, `sidejob-2`, ... (see `sidejob::metrics`); a name
+    /// given here or to the front-end is taken as it is, or refused.
     pub fn name(&mut self, name: impl Into<String>) -> &mut Self {
         self.name = Some(name.into());
         self
@@ -556,7 +764,8 @@ impl ReporterBuilder {
     }
 
     /// Whether to export the stats through the `metrics` facade; on by
-    /// default. Off, the reporter only feeds its alarms.
+    /// default. Off, the reporter only feeds its alarms, and claims no
+    /// name.
     #[cfg(feature = "metrics")]
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn export_metrics(&mut self, export: bool) -> &mut Self {
@@ -565,13 +774,17 @@ impl ReporterBuilder {
     }
 
     /// Builds a reporter for `front_end` (`&Arc<Limiter>`, `&Pool<W>`,
-    /// `&AsyncPool<W>`, `&Supervisor` or `&Shepherd<H>`), registering its
-    /// metric handles now.
+    /// `&AsyncPool<W>`, `&Supervisor` or `&Shepherd<H>`), claiming its
+    /// series' `(name, kind)` and registering their handles now, with the
+    /// recorder in force.
     ///
     /// # Errors
     ///
     /// [`ConfigError`] naming `interval` if it is zero, or `name` if it
-    /// contains a NUL byte.
+    /// contains a NUL byte; with the `metrics` feature, naming `name` also
+    /// if it is empty, or if another live front-end of the same kind
+    /// already exports its series under it (to this recorder; the example
+    /// is in `sidejob::metrics`).
     pub fn build<F: Observe>(&self, front_end: &F) -> Result<Reporter, ConfigError> {
         if self.interval.is_zero() {
             return Err(ConfigError::zero_duration("interval"));
@@ -581,29 +794,43 @@ impl ReporterBuilder {
         if name.contains('\0') {
             return Err(ConfigError::nul("name"));
         }
+        #[cfg(feature = "metrics")]
+        let series = if self.export_metrics {
+            let read = Arc::clone(&source.read);
+            Some(crate::metrics::Series::register(
+                crate::metrics::FrontEnd {
+                    kind: source.kind,
+                    name: &name,
+                    unnamed: self.name.is_none() && source.unnamed,
+                    id: source.id,
+                    alive: Arc::new(move || read().is_some()),
+                },
+            )?)
+        } else {
+            None
+        };
+        // The name the series got (an unnamed front-end's may be `-2`...).
+        #[cfg(feature = "metrics")]
+        let name = series.as_ref().map_or(name, |s| s.name().to_string());
         let alarms = self
             .alarms
             .iter()
             .map(|alarm| WatchedAlarm {
                 alarm: alarm.clone(),
                 #[cfg(feature = "metrics")]
-                gauge: self
-                    .export_metrics
-                    .then(|| crate::metrics::alarm_gauge(&name, source.kind, alarm.name())),
+                gauge: series.as_ref().map(|s| s.alarm_gauge(alarm.name())),
             })
             .collect();
         Ok(Reporter {
-            #[cfg(feature = "metrics")]
-            handles: self
-                .export_metrics
-                .then(|| crate::metrics::Handles::register(&name, source.kind)),
-            #[cfg(feature = "metrics")]
-            shepherd_handles: (self.export_metrics && source.kind == "shepherd")
-                .then(|| crate::metrics::ShepherdHandles::register(&name, source.kind)),
-            source,
-            name,
             interval: self.interval,
-            alarms,
+            watches: vec![Watch {
+                source,
+                name,
+                alive: true,
+                #[cfg(feature = "metrics")]
+                series,
+                alarms,
+            }],
         })
     }
 }

@@ -99,15 +99,7 @@ impl PoolBuilder {
     /// bounds the cost of a mistake to one tick's worth of CPU per request.
     pub const MAX_SPIN_WAIT: Duration = crate::engine::threads::MAX_SPIN_WAIT;
 
-    /// How long one waiter may wait unless [`max_wait`](Self::max_wait)
-    /// says otherwise: 1 s.
-    pub const DEFAULT_MAX_WAIT: Duration = crate::engine::waiters::DEFAULT_MAX_WAIT;
-
-    /// The most [`max_waiters`](Self::max_waiters) accepted: far beyond any sensible queue. Every
-    /// way of leaving the queue (a grant, a timeout, a dropped future) is O(1)
-    /// whatever the queue's length; only the deadline watcher's ring walks it,
-    /// once per ring, on its own thread.
-    pub const MAX_WAITERS: usize = crate::engine::waiters::MAX_WAITERS;
+    crate::engine::waiters::waiting_limits!();
 
     /// How many workers an async pool runs unless told: one per unit of
     /// capacity, up to this many.

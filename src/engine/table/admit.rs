@@ -4,12 +4,34 @@
 //! table is a cold path this one falls into (a gated shard: `resize.rs`; a
 //! waiting room: `room.rs`).
 //!
+//! **Fast and cold.** What is inlined into a caller is the common case
+//! alone, and every other case leaves it by one out-of-line call:
+//!
+//! * admission ([`Table::acquire`], [`Shard::take_fast`]): the caller's
+//!   own shard, one reading of its counters, one CAS, the limit read again
+//!   after it, the peak; the shard's last unit, an over-take, a lost CAS,
+//!   a flag and the walk are out of line (`took_edge`, `try_at_cold`);
+//! * the refusal: the own shard full by that same reading, and the full
+//!   set's summary (its one word, or the count) saying every shard is
+//!   marked; then the per-thread count;
+//! * the release ([`Table::release_shard`]): step 2's read of the shard's
+//!   bit and the room's first read of the number waiting, the RMW on
+//!   `given`, the same two reads again, the panic question; a marked
+//!   shard, a waiter, a table of more than 64 shards are out of line
+//!   (`release_general`, `after_release`).
+//!
+//! `benches/hot_path.rs` counts the instructions of each beside tokio's
+//! `Semaphore` and a bare CAS pair (`scripts/hot-path-instructions.sh`).
+//!
 //! **What `Overload` promises.** A caller starts at the shard its
-//! [`Probe`](crate::Probe) names, tries it if its bit is clear (or if its own counters show room:
-//! a caller is never refused by its own shard's stale bit), and otherwise
-//! walks the clear bits from there, wrapping once. `Overload` means every
-//! shard was *seen* full during the call: tried and found full (confirmed
-//! by an RMW on its `given` word, see [`Shard::try_take`]), or marked. The
+//! [`Probe`](crate::Probe) names and tries it if its counters show room
+//! (so a caller is never refused by its own shard's stale bit); if they
+//! show it full, it is refused when every other shard is marked, and
+//! otherwise walks the clear bits from there, wrapping once. `Overload`
+//! means every shard was *seen* full during the call: tried and found
+//! full (by its own counters for the caller's shard, confirmed by an RMW
+//! on its `given` word for the others, see [`Shard::try_take`]), or
+//! marked. The
 //! shards are not all read at one instant, so a unit freed on a shard
 //! after the caller passed it does not save the call: N threads that each
 //! hold at most one unit of capacity N can still, rarely, be refused.
@@ -28,9 +50,27 @@
 //! whose shard's release the caller has already seen.
 
 use super::{Shard, Table, Take, BITS, CLOSED, FLAGS, UNIT};
-use crate::engine::probe::thread_index;
+use crate::engine::probe::{raw_thread_index, thread_index};
+use crate::engine::waiters::Room;
 use crate::error::Error;
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
+
+/// What [`Shard::take_fast`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Fast {
+    /// A unit was taken, below the limit: nothing more to do.
+    Taken,
+    /// A unit was taken and the shard now holds `now` units against a
+    /// `limit` read after the CAS: its last unit (`now == limit`), or one
+    /// over a limit a racing resize lowered (`now > limit`).
+    Edge { now: usize, limit: usize },
+    /// Nothing taken: no flag is set and one reading of the counters shows
+    /// the shard at its limit (the reading of [`Shard::looks_full`]).
+    LooksFull,
+    /// Nothing taken, for any other reason: a flag, counters read across a
+    /// release, a CAS lost to another taker.
+    Cold,
+}
 
 impl Table {
     /// `position mod shard_count`, without a division (Lemire, "Faster
@@ -38,6 +78,13 @@ impl Table {
     /// and shard counts below 2^32.
     #[inline]
     pub(crate) fn reduce(&self, position: usize) -> usize {
+        // Thread indices are dense from 0, so with a shard per CPU most
+        // callers' positions are already below the count: one compare, and
+        // it tells the compiler the answer indexes `shards` (no bounds
+        // check after it).
+        if position < self.shards.len() {
+            return position;
+        }
         if self.mask != 0 || self.shards.len() == 1 {
             return position & self.mask;
         }
@@ -55,9 +102,28 @@ impl Table {
     ///
     /// Returns the shard it was taken from; `Overload` (counted) when every
     /// shard is at its limit, `Shutdown` once closed.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn acquire(&self) -> Result<usize, Error> {
-        self.acquire_at(self.home_shard())
+        self.acquire_shard().map(Shard::index)
+    }
+
+    /// [`acquire`](Self::acquire), answering the shard itself: for a
+    /// holder that keeps it to release it by
+    /// ([`release_shard`](Self::release_shard)).
+    #[inline(always)]
+    pub(crate) fn acquire_shard(&self) -> Result<&Shard, Error> {
+        if self.thread_home {
+            // The thread's index as stored: not assigned yet (or given
+            // back), it is far above any shard count. Below the count, it
+            // is the home shard as it is: one compare checks it, reduces
+            // it and bounds the shard.
+            let index = raw_thread_index();
+            if let Some(shard) = self.shards.get(index) {
+                return self.try_shard::<true>(index, shard, Some(index));
+            }
+        }
+        let start = self.home_shard();
+        self.try_shard::<true>(start, &self.shards[start], None)
     }
 
     /// Admits one unit, trying shard `start` first; an `Overload` is
@@ -69,12 +135,85 @@ impl Table {
 
     /// [`acquire_at`](Self::acquire_at), counting an `Overload` only if
     /// `COUNT` (not for a caller that may wait instead).
-    // inline(always), like the release steps below: this is the hot path,
-    // and left to itself the compiler kept it out of line once the cold
-    // paths (gated, waiting) grew around it, a call that cost 5 to 10 % of
-    // an acquire + release (benches/admission.rs against the earlier code).
     #[inline(always)]
     pub(super) fn try_at<const COUNT: bool>(&self, start: usize) -> Result<usize, Error> {
+        self.try_shard::<COUNT>(start, &self.shards[start], None)
+            .map(Shard::index)
+    }
+
+    /// [`try_at`](Self::try_at), given shard `start` itself, and `small`:
+    /// the caller's thread index if the table has at most 64 shards and
+    /// `start` is that index (see `thread_home`).
+    ///
+    /// The fast path answers the two common cases alone: a unit under the
+    /// limit of the caller's own shard ([`Shard::take_fast`]), and a
+    /// refusal when that shard looks full and every shard is marked.
+    /// Everything else (a flag, a lost CAS, the shard's last unit, a walk)
+    /// goes to [`try_at_cold`](Self::try_at_cold), out of line, so that
+    /// what is inlined into the caller is a few loads, one CAS and a
+    /// compare or two.
+    // inline(always): this is the hot path, and left to itself the
+    // compiler kept it out of line once the cold paths (gated, waiting)
+    // grew around it, a call that cost 5 to 10 % of an acquire + release
+    // (benches/admission.rs against the earlier code).
+    #[inline(always)]
+    fn try_shard<'a, const COUNT: bool>(
+        &'a self,
+        start: usize,
+        shard: &'a Shard,
+        small: Option<usize>,
+    ) -> Result<&'a Shard, Error> {
+        let answer = match shard.take_fast() {
+            Fast::Taken => return Ok(shard),
+            Fast::Edge { now, limit } => self.took_edge::<COUNT>(start, now, limit),
+            // The own shard is full by its own counters (so not by a stale
+            // bit) and every other shard is marked full: under overload,
+            // this is the whole answer, whatever the shard count.
+            Fast::LooksFull => match small {
+                // One word holds every bit: equal to `all_full`, it holds
+                // `start`'s too (`all_marked_from`).
+                Some(index) if self.full.first_word() == self.all_full => {
+                    return Err(self.refuse::<COUNT>(Some(index)));
+                }
+                None if self.all_marked_from(start) => return Err(self.refuse::<COUNT>(None)),
+                _ => self.try_at_cold::<COUNT>(start),
+            },
+            Fast::Cold => self.try_at_cold::<COUNT>(start),
+        };
+        answer.map(|i| &*self.shards[i])
+    }
+
+    /// The fast path's take landed at or over the shard's limit: it took
+    /// the last unit (mark the shard full, as [`take_at`](Self::take_at)
+    /// does), or a racing resize lowered the limit under it (undo it and
+    /// walk on).
+    #[cold]
+    #[inline(never)]
+    fn took_edge<const COUNT: bool>(
+        &self,
+        start: usize,
+        now: usize,
+        limit: usize,
+    ) -> Result<usize, Error> {
+        if now > limit {
+            self.undo(start);
+            let result = self.acquire_slow(start, false);
+            if COUNT && result == Err(Error::Overload) {
+                self.count_refusal();
+            }
+            return result;
+        }
+        self.shards[start].raise_peak(now);
+        self.mark_full(start);
+        Ok(start)
+    }
+
+    /// What [`try_at`](Self::try_at) does when the fast path cannot
+    /// answer: the own shard through [`take_at`](Self::take_at) (its
+    /// confirmed `Full`, its flags), then the walk.
+    #[cold]
+    #[inline(never)]
+    fn try_at_cold<const COUNT: bool>(&self, start: usize) -> Result<usize, Error> {
         debug_assert!(start < self.shards.len());
         let word = self.full.word(start / BITS);
         let marked = word & (1 << (start % BITS)) != 0;
@@ -101,8 +240,12 @@ impl Table {
         } else if self.all_marked(word) {
             // The own shard is full and every other shard is marked full:
             // under overload, this is the whole answer, whatever the shard
-            // count.
-            return self.refuse::<COUNT>();
+            // count (`refused` tells a close from an overload).
+            let result = self.refused();
+            if COUNT && result == Err(Error::Overload) {
+                self.count_refusal();
+            }
+            return result;
         }
         let result = self.acquire_slow(start, false);
         if COUNT && result == Err(Error::Overload) {
@@ -175,24 +318,52 @@ impl Table {
         Err(Error::Overload)
     }
 
-    /// [`refused`](Self::refused), counting an `Overload` if `COUNT`: the
-    /// fast refusal, one load of `closed` and the per-thread count.
-    #[inline]
-    fn refuse<const COUNT: bool>(&self) -> Result<usize, Error> {
-        // Relaxed: as in `refused`.
-        if self.closed.load(Relaxed) {
-            return Err(Error::Shutdown);
-        }
+    /// The fast refusal: `Overload`, counted if `COUNT` (under the
+    /// caller's thread index, if known), for a caller whose own shard
+    /// looked full with no flag set ([`Fast::LooksFull`]).
+    ///
+    /// No load of `closed`, unlike [`refused`](Self::refused): the own
+    /// shard's word had no CLOSED bit, so a close that began has not
+    /// reached that shard yet, and a call racing with a close may be
+    /// answered either way. A call that begins after the close has reached
+    /// every shard ([`is_closed`](Self::is_closed)) reads CLOSED in its own
+    /// shard's word, goes the cold way and gets `Shutdown`.
+    #[inline(always)]
+    fn refuse<const COUNT: bool>(&self, index: Option<usize>) -> Error {
         if COUNT {
-            self.count_refusal();
+            match index {
+                Some(index) => self.count_refusal_at(index),
+                None => self.count_refusal(),
+            }
         }
-        Err(Error::Overload)
+        Error::Overload
     }
 
     /// Counts one `Overload` answered to the calling thread (also for a
     /// caller that answered it after an uncounted [`probe`](Self::probe)).
     #[inline]
     pub(crate) fn count_refusal(&self) {
+        self.count_refusal_at(raw_thread_index());
+    }
+
+    /// [`count_refusal`](Self::count_refusal), given the calling thread's
+    /// index as stored: below the slot count it is this thread's (not
+    /// assigned, or given back, it is far above), so one compare checks
+    /// it and bounds the slot.
+    #[inline(always)]
+    fn count_refusal_at(&self, index: usize) {
+        if index < self.rejected.slots() {
+            self.rejected.record(index);
+        } else {
+            self.count_refusal_slow();
+        }
+    }
+
+    /// [`count_refusal`](Self::count_refusal) for a thread without an index
+    /// yet, or with one beyond the slots.
+    #[cold]
+    #[inline(never)]
+    fn count_refusal_slow(&self) {
         self.rejected.record(thread_index());
     }
 
@@ -253,13 +424,81 @@ impl Table {
         self.shards[i].forgotten.fetch_add(1, Relaxed);
     }
 
-    /// Gives back one unit taken from shard `i` (steps 2 and 3 of the
-    /// protocol in the module docs).
+    /// Gives back one unit taken from shard `i`, `panicked` if its holder
+    /// was unwinding: steps 2 and 3 of the full set's protocol
+    /// (`full.rs`), and with a waiting room its hand-off and wake-up
+    /// (`release_to_room`).
     #[inline(always)]
     pub(crate) fn release(&self, i: usize, panicked: bool) {
+        self.release_shard(&self.shards[i], || panicked);
+    }
+
+    /// [`release`](Self::release) of a unit of `shard`, one of this
+    /// table's, asking `panicked` (a front-end passes `thread::panicking`)
+    /// only once the unit is back.
+    ///
+    /// Inline, the common case alone: at most 64 shards, the shard not
+    /// marked (step 2's read, with the shard's own bit), nobody waiting
+    /// (the room's first read), the RMW on `given`, the same two reads
+    /// again (step 3's and the room's second), then the panic question.
+    /// Anything else goes out of line, to the same steps written once, so
+    /// that the inlined part stays under LLVM's cost threshold: it is
+    /// inlined into a permit's drop glue, and that into its caller, only
+    /// below it.
+    #[inline(always)]
+    pub(crate) fn release_shard<P: FnOnce() -> bool>(&self, shard: &Shard, panicked: P) {
+        debug_assert!(std::ptr::eq(shard, &*self.shards[shard.index]));
+        let room = self.room.as_deref();
+        // Step 2's read: a marked shard takes the whole protocol, and so do
+        // the shards of a table whose full set has more than one word. The
+        // room's first read only picks the path (a hand-off re-checks under
+        // the lock).
+        if !self.one_word || self.full.first_word() & shard.bit != 0 || waiting(room) {
+            return self.release_general(shard, panicked);
+        }
+        shard.give_back_one();
+        // Step 3's read and the room's second, after the RMW on `given`,
+        // which orders them after a racing marker's `insert` and after a
+        // waiter's count store (see `give_back_many`, `release_to_room`).
+        if self.full.first_word() & shard.bit != 0 || waiting(room) {
+            return self.after_release(shard, panicked);
+        }
+        // After `given`, as `give_back_many` counts a panic.
+        if panicked() {
+            shard.count_panicked();
+        }
+    }
+
+    /// A release through the whole protocol: `release_to_room` with a room
+    /// (a waiter may be handed the unit), `give_back_many` without. Not
+    /// cold: with more than 64 shards every release comes here. It and
+    /// [`after_release`](Self::after_release) take the shard, not its
+    /// index: the loads they save keep `release_shard` under LLVM's
+    /// inlining threshold.
+    #[inline(never)]
+    fn release_general<P: FnOnce() -> bool>(&self, shard: &Shard, panicked: P) {
+        let (i, panicked) = (shard.index, panicked());
         match self.room.as_deref() {
-            None => self.give_back(i, panicked),
             Some(room) => self.release_to_room(room, i, panicked),
+            None => self.give_back(i, panicked),
+        }
+    }
+
+    /// The end of a release whose second reads found something to do:
+    /// step 3 (clear a bit a marker set before the RMW on `given`), the
+    /// panic count, and the room's wake-up (a waiter came in while the
+    /// unit went back: `release_to_room`).
+    #[cold]
+    #[inline(never)]
+    fn after_release<P: FnOnce() -> bool>(&self, shard: &Shard, panicked: P) {
+        if self.full.contains(shard.index) {
+            self.unmark(shard.index);
+        }
+        if panicked() {
+            shard.count_panicked();
+        }
+        if waiting(self.room.as_deref()) {
+            self.grant_from_table();
         }
     }
 
@@ -280,7 +519,7 @@ impl Table {
     }
 
     /// The unit of shard `i` back in the table, with the full-set steps.
-    #[inline(always)]
+    #[inline]
     pub(super) fn give_back(&self, i: usize, panicked: bool) {
         self.give_back_many(i, 1, usize::from(panicked));
     }
@@ -308,7 +547,88 @@ impl Table {
     }
 }
 
+/// True if `room` has waiters: one read of its count, Relaxed. The
+/// release's first read only picks the path, and its second is ordered
+/// after a waiter's count store by the RMW on `given` before it
+/// (`release_to_room`, `waiters.rs`).
+#[inline(always)]
+fn waiting(room: Option<&Room>) -> bool {
+    room.is_some_and(|room| room.count.load(Relaxed) > 0)
+}
+
 impl Shard {
+    /// One attempt to take a unit, the fast path's: one reading of the
+    /// counters and at most one CAS, no loop and no RMW but the CAS. What
+    /// it cannot settle alone it leaves to the caller ([`Fast`]), which
+    /// goes on through [`try_take`](Self::try_take) out of line.
+    #[inline(always)]
+    pub(super) fn take_fast(&self) -> Fast {
+        // Acquire: pairs with the Release of the take CAS that wrote this
+        // value (below, or in `try_take_masked`), so every release that
+        // happened-before that take is visible to the `given` load next:
+        // the gap is a usage the shard had at one instant, never one it did
+        // not have (the argument of `looks_full`, which `LooksFull` answers
+        // for).
+        let taken = self.taken.load(Acquire);
+        // Acquire: pairs with the AcqRel RMW in `give_back_many`, so work
+        // done under a released unit happens-before work under the unit
+        // that replaces it.
+        let given = self.given.load(Acquire);
+        // The gap rotated right by the flag bits: with no flag set and
+        // `given` not past `taken`, the usage; with a flag (CLOSED, GATED)
+        // the flag lands in the top bits, and a negative gap (`given` passed
+        // the `taken` we read: units taken and given back in between) has
+        // its top bit in bit 61. Either way far above any limit (at most
+        // `MAX_CAPACITY`, below 2^60), so one compare refuses all three.
+        let gap = taken.wrapping_sub(given);
+        let usage = gap.rotate_right(UNIT.trailing_zeros());
+        let limit = self.limit();
+        if usage >= limit {
+            // Usage below 2^61: no flag, no negative gap, a real reading
+            // that shows the shard at its limit. Otherwise `try_take` and
+            // the gate's path sort it out, out of line.
+            return if usage < 1 << 61 {
+                Fast::LooksFull
+            } else {
+                Fast::Cold
+            };
+        }
+        // The orderings of `try_take_masked`'s CAS, argued there: Release
+        // publishes the releases this taker read, Acquire pairs with a
+        // resize's un-gating RMW for the limit read below; Relaxed on
+        // failure, which reads nothing further (the cold path re-reads).
+        // A strong CAS: a spurious failure would send a free shard's taker
+        // down the cold path.
+        if self
+            .taken
+            .compare_exchange(taken, taken + UNIT, AcqRel, Relaxed)
+            .is_err()
+        {
+            return Fast::Cold;
+        }
+        let now = usage + 1;
+        // The limit again, after the CAS: required for exactness under a
+        // resize (see `try_take_masked`); one load of the line the CAS
+        // just wrote. One compare catches both the last unit and an
+        // over-take, which the caller handles out of line.
+        let limit = self.limit();
+        if now >= limit {
+            return Fast::Edge { now, limit };
+        }
+        self.raise_peak(now);
+        Fast::Taken
+    }
+
+    /// Records `now` units held as the peak if it is a new high.
+    #[inline(always)]
+    pub(super) fn raise_peak(&self, now: usize) {
+        // Relaxed: a statistic; the load keeps the common case (no new
+        // high) free of an RMW.
+        if now > self.peak.load(Relaxed) {
+            self.peak.fetch_max(now, Relaxed);
+        }
+    }
+
     /// Takes one unit if the shard is open and under its limit.
     ///
     /// `Full` is only answered when the shard was full at one instant: the
@@ -389,10 +709,7 @@ impl Shard {
                     if now > limit {
                         return Take::Over;
                     }
-                    // Relaxed: a statistic.
-                    if now > self.peak.load(Relaxed) {
-                        self.peak.fetch_max(now, Relaxed);
-                    }
+                    self.raise_peak(now);
                     return Take::Taken {
                         now_full: now >= limit,
                     };
@@ -406,11 +723,13 @@ impl Shard {
         }
     }
 
-    /// True if one reading of the counters shows the shard at its limit.
-    /// No RMW: this is on the rejection fast path.
+    /// True if one reading of the counters shows the shard at its limit:
+    /// [`Fast::LooksFull`]'s reading, for the cold path's check of the
+    /// caller's own marked shard. No RMW.
     #[inline]
     fn looks_full(&self) -> bool {
-        // Acquire: pairs with the Release take CAS in `try_take`, so every
+        // Acquire: pairs with the Release take CAS in `take_fast` or
+        // `try_take`, so every
         // release that happened-before the take we read is visible to the
         // `given` load below: the gap is a usage the shard had at one
         // instant, never one it did not have.
@@ -454,15 +773,31 @@ impl Shard {
         }
     }
 
+    /// [`give_back_many`](Self::give_back_many) of one unit, not by a
+    /// panic: the release's fast path.
+    #[inline(always)]
+    pub(super) fn give_back_one(&self) {
+        // AcqRel: as in `give_back_many`, which argues both halves.
+        self.given.fetch_add(UNIT, AcqRel);
+    }
+
+    /// Counts a unit already given back as given back by a panic.
+    #[inline(always)]
+    pub(super) fn count_panicked(&self) {
+        // Release, and after `given`: as in `give_back_many`.
+        self.panicked.fetch_add(1, Release);
+    }
+
     /// Gives `units` back in one RMW, `panicked` of them given back by a
     /// panic.
     #[inline]
     pub(crate) fn give_back_many(&self, units: usize, panicked: usize) {
-        // Release: pairs with the Acquire load in `try_take` (the next holder
-        // sees this holder's work) and with the Acquire in `Table::mark_full`'s
-        // re-read. Acquire: pairs with the Release of that same re-read, so
-        // the full-set load in `Table::release` sees a bit set by a marker
-        // whose re-read came before this RMW.
+        // Release: pairs with the Acquire load of `given` in `take_fast` and
+        // `try_take` (the next holder sees this holder's work) and with the
+        // Acquire in `Table::mark_full`'s re-read. Acquire: pairs with the
+        // Release of that same re-read, so step 3's load of the full set
+        // (in `Table::give_back_many` and `Table::release_shard`) sees a bit
+        // set by a marker whose re-read came before this RMW.
         self.given.fetch_add(units * UNIT, AcqRel);
         if panicked > 0 {
             // Release, and after `given`: pairs with the Acquire load in

@@ -1,9 +1,11 @@
 //! **The full set.** A bitmap, one bit per shard, says which shards are
-//! *marked* full. Callers read it first: under overload every bit is set,
-//! so a rejection is answered from one word, and a walk never visits a
-//! shard whose bit is set. With more than 64 shards the bitmap spans
-//! several words, and a count of set bits (kept only then) is the one word
-//! a rejection reads; so a refusal costs the same at 2, 64 or 65,536 shards.
+//! *marked* full. A caller whose own shard is full reads it next: under
+//! overload every bit is set, so a rejection is answered from one word,
+//! and a walk never visits a shard whose bit is set. With more than 64
+//! shards the bitmap spans several words, and a count of set bits (kept
+//! only then) is the one word a rejection reads; so a refusal costs the
+//! same at 65 or 65,536 shards (and less up to 64, where the fast path
+//! reads the one word alone).
 //! Bits are written only when a shard crosses its limit, so while the pool
 //! is not full the line stays shared, read-only, in every core's cache.
 //!
@@ -17,7 +19,7 @@
 //!    re-reads the shard through an RMW on `given`, and clears the bit
 //!    again if the shard has room ([`Table::mark_full`]).
 //! 2. A release whose shard is marked clears the bit *before* it gives the
-//!    unit back ([`Table::release`]). A releaser descheduled in between
+//!    unit back ([`Table::release_shard`]). A releaser descheduled in between
 //!    leaves a full shard unmarked (harmless), never a free one marked: a
 //!    caller that sees the unit back, through the RMW on `given`, sees the
 //!    clear too.
@@ -73,9 +75,18 @@ impl FullSet {
         self.slot(w).load(Relaxed)
     }
 
+    /// True if `shard`'s bit is set.
     #[inline]
     pub(super) fn contains(&self, shard: usize) -> bool {
         self.word(shard / BITS) & (1 << (shard % BITS)) != 0
+    }
+
+    /// The bits of the first word, which holds every bit of a table of at
+    /// most 64 shards.
+    #[inline(always)]
+    pub(super) fn first_word(&self) -> usize {
+        // Relaxed: as in `word`.
+        self.first.load(Relaxed)
     }
 
     /// Sets `shard`'s bit; true if this call set it (it was clear).
@@ -91,7 +102,7 @@ impl FullSet {
         let bit = 1 << (shard % BITS);
         // Relaxed: a clear publishes nothing of its own. A caller that must
         // see it after a release sees it through that release's RMW on
-        // `given`, which comes after it in program order (`Table::release`).
+        // `given`, which comes after it in program order (`Table::release_shard`).
         self.slot(shard / BITS).fetch_and(!bit, Relaxed) & bit != 0
     }
 }
@@ -121,6 +132,21 @@ impl Table {
             // happened-before this load (through a release's RMW on
             // `given`, see `release`) is seen by coherence.
             || (self.counted && self.full_count.load(Relaxed) == self.shards.len())
+    }
+
+    /// True if shard `start`'s bit is set and every shard is marked full:
+    /// the fast refusal's test, for a caller whose own shard's counters
+    /// showed it full (so it is not refused by its own stale bit).
+    #[inline(always)]
+    pub(super) fn all_marked_from(&self, start: usize) -> bool {
+        let word = self.full.word(start / BITS);
+        // With up to 64 shards, a word equal to `all_full` has every bit,
+        // `start`'s included: one compare. Beyond, `start`'s bit and the
+        // count (Relaxed: as in `all_marked`).
+        word == self.all_full
+            || (self.counted
+                && word & (1 << (start % BITS)) != 0
+                && self.full_count.load(Relaxed) == self.shards.len())
     }
 
     /// Sets shard `i`'s full bit, then takes it back if the shard has room

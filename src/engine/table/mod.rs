@@ -7,10 +7,11 @@
 //!
 //! One protocol a file, the hot path first:
 //!
-//! * `admit.rs`: **the hot path.** Admission (`try_at`: the caller's own
-//!   shard, the walk, the refusal) and release (`release`, `give_back_many`),
-//!   down to the shard's CAS (`Shard::try_take`) and RMW. What `Overload`
-//!   promises.
+//! * `admit.rs`: **the hot path.** Admission (`acquire`, `try_at`: the
+//!   caller's own shard, the walk, the refusal) and release (`release_shard`,
+//!   `give_back_many`), down to the shard's CAS (`Shard::take_fast`,
+//!   `Shard::try_take`) and RMW; the common case inline, the rest out of
+//!   line. What `Overload` promises.
 //! * `full.rs`: the full set, a bitmap of shards marked full, and the
 //!   protocol that keeps it from ever *staying* wrong in the harmful
 //!   direction.
@@ -114,6 +115,12 @@ pub(crate) enum Take {
 /// One shard: its limit and its two counters, on a line of its own.
 #[derive(Debug)]
 pub(crate) struct Shard {
+    /// Its index in the table.
+    index: usize,
+    /// Its bit in its word of the full set, `1 << (index % 64)`: a release
+    /// holding the shard tests the full set with it, from the line it is
+    /// about to write, with no index arithmetic (`Table::release_shard`).
+    bit: usize,
     /// `4 × units ever taken`, plus [`CLOSED`] in bit 0 and [`GATED`] in
     /// bit 1.
     taken: AtomicUsize,
@@ -200,6 +207,13 @@ pub(crate) struct Table {
     #[cfg(not(loom))]
     alarm: Option<Arc<RoomAlarm>>,
     probe: Probe,
+    /// [`Probe::Thread`] and at most 64 shards: admission starts at the
+    /// thread's index as stored when it is below the shard count, and a
+    /// refusal reads the full set's first word alone (`Table::acquire_shard`).
+    thread_home: bool,
+    /// At most 64 shards: the full set is one word, and a release tests
+    /// it with its shard's bit alone (`Table::release_shard`).
+    one_word: bool,
     rejected: RejectCounter,
     /// Set once shutdown begins; read only to tell `Shutdown` from
     /// `Overload` on the cold path.
@@ -253,7 +267,8 @@ impl Table {
         }
         let shards: Box<[_]> = split::even(capacity, count, caps.as_deref())
             .into_iter()
-            .map(|limit| CachePadded::new(Shard::new(limit)))
+            .enumerate()
+            .map(|(index, limit)| CachePadded::new(Shard::new(index, limit)))
             .collect();
         let slots = (2 * count.max(num_cpus::get())).clamp(16, 256);
         let table = Table {
@@ -279,6 +294,8 @@ impl Table {
             #[cfg(not(loom))]
             alarm: None,
             probe,
+            thread_home: probe == Probe::Thread && count <= BITS,
+            one_word: count <= BITS,
             rejected: RejectCounter::new(slots),
             closed: AtomicBool::new(false),
         };
@@ -368,8 +385,10 @@ impl Table {
 }
 
 impl Shard {
-    pub(super) fn new(limit: usize) -> Self {
+    pub(super) fn new(index: usize, limit: usize) -> Self {
         Shard {
+            index,
+            bit: 1 << (index % BITS),
             taken: AtomicUsize::new(0),
             given: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
@@ -379,6 +398,12 @@ impl Shard {
             limit: AtomicUsize::new(limit),
             attended: AtomicBool::new(false),
         }
+    }
+
+    /// Its index in the table.
+    #[inline]
+    pub(crate) fn index(&self) -> usize {
+        self.index
     }
 
     /// The flag a stealing pool's worker raises while it polls this
@@ -392,7 +417,8 @@ impl Shard {
     #[inline]
     pub(crate) fn limit(&self) -> usize {
         // Relaxed: a take re-reads it after its CAS, which synchronizes with
-        // the resize's un-gating RMW (see `try_take`).
+        // the resize's un-gating RMW (see `try_take_masked`; `take_fast`
+        // does the same).
         self.limit.load(Relaxed)
     }
 

@@ -107,10 +107,10 @@ impl Table {
             // the caller, after the un-gate and the lock.
             self.grant_waiting(control, woken);
             for shard in self.shards.iter() {
-                // Release: pairs with the AcqRel CAS in `try_take` that
-                // reads this value (or a later one in its release
-                // sequence), so that take's second limit read sees the
-                // store above. (This leaves the word as it was before the
+                // Release: pairs with the AcqRel CAS in `take_fast` or
+                // `try_take` that reads this value (or a later one in its
+                // release sequence), so that take's second limit read sees
+                // the store above. (This leaves the word as it was before the
                 // gate, so a taker that read it then can still succeed with
                 // a stale limit: that second read is what catches it. Making
                 // the word change instead, with a phantom unit, would let a

@@ -474,8 +474,10 @@ impl Table {
     /// the give-back and after it (`waiters.rs`, "Hand-off" and "Wake-up").
     /// Relaxed loads: the first only picks the path (the hand-off re-checks
     /// under the lock); the second is ordered after a waiter's count store
-    /// by the RMW on `given` in `give_back_many` (see there).
-    #[inline(always)]
+    /// by the RMW on `given` in `give_back_many` (see there). The fast
+    /// path (`release_shard`) makes the same two reads inline, and comes
+    /// here (through `release_general`) when the first finds a waiter, the
+    /// shard marked, or a table of more than 64 shards.
     pub(super) fn release_to_room(&self, room: &Room, i: usize, panicked: bool) {
         if room.count.load(Relaxed) > 0 && self.hand_off(room, i, panicked) {
             return;
@@ -522,7 +524,7 @@ impl Table {
     /// from the table for the waiters while there are any (`waiters.rs`,
     /// "Wake-up").
     #[cold]
-    fn grant_from_table(&self) {
+    pub(super) fn grant_from_table(&self) {
         let mut woken = Woken::default();
         let mut control = self.control.lock();
         self.grant_waiting(&mut control, &mut woken);

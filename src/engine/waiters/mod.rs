@@ -170,6 +170,24 @@ pub(crate) const MAX_WAITERS: usize = 1 << 20;
 /// How many tickets of ended waits a queue keeps for reuse.
 const SPARE_TICKETS: usize = 64;
 
+/// The waiting room's limits as associated constants of a builder that has
+/// `max_waiters` and `max_wait`: one text for the four builders.
+macro_rules! waiting_limits {
+    () => {
+        /// How long one waiter may wait unless [`max_wait`](Self::max_wait)
+        /// says otherwise: 1 s.
+        pub const DEFAULT_MAX_WAIT: std::time::Duration = crate::engine::waiters::DEFAULT_MAX_WAIT;
+
+        /// The most [`max_waiters`](Self::max_waiters) accepted: far beyond
+        /// any sensible queue. Every way of leaving the queue (a grant, a
+        /// timeout, a dropped future) is O(1) whatever its length; only the
+        /// deadline watcher's ring walks it, once per ring, on its own
+        /// thread.
+        pub const MAX_WAITERS: usize = crate::engine::waiters::MAX_WAITERS;
+    };
+}
+pub(crate) use waiting_limits;
+
 /// The waiting settings a builder collects; `max_waiters == 0` means no
 /// waiting room at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,11 +1,12 @@
-//! The response futures: [`ResponseFuture`] holds an admitted request's unit until the inner response is ready; [`WaitResponseFuture`] first waits for a unit, then polls the inner service ready and calls it.
+//! The response futures: [`ResponseFuture`] holds an admitted request's unit until the inner response is ready (then gives it back, or hands it to the body); [`WaitResponseFuture`] first waits for a unit, then polls the inner service ready and calls it.
 
-use super::{start_timer, stop_timer, Anchors, Refusal, Timer, TimerSpec, Unit};
+use super::{start_timer, trace, Anchors, Held, Hold, Refusal, TimerSpec, Unit};
 use crate::error::Error;
 use crate::limiter::OwnedPermit;
 use crate::sync::Arc;
 use std::fmt;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use tower_service::Service;
@@ -14,12 +15,16 @@ pin_project_lite::pin_project! {
     /// The response future of a [`Limit`]: the inner service's future and
     /// the unit it holds, or an answer ready at once for a refused request.
     ///
-    /// The unit is given back when the inner future completes, or when
-    /// this future is dropped unfinished (a cancelled request).
+    /// When the inner future completes, the unit goes back
+    /// ([`UntilResponse`](super::UntilResponse)) or moves into the
+    /// response's body ([`UntilBodyEnd`](super::UntilBodyEnd)); an inner
+    /// error gives it back either way. Dropped unfinished (a cancelled
+    /// request), this future gives it back.
     #[must_use = "futures do nothing unless polled; the unit is held until this completes or drops"]
-    pub struct ResponseFuture<F, T, E> {
+    pub struct ResponseFuture<F, T, E, H = super::UntilResponse> {
         #[pin]
         pub(super) state: State<F, T, E>,
+        pub(super) hold: PhantomData<fn() -> H>,
     }
 }
 
@@ -29,8 +34,7 @@ pin_project_lite::pin_project! {
         Admitted {
             #[pin]
             future: F,
-            permit: Option<Unit>,
-            timer: Timer,
+            held: Option<Held>,
         },
         Refused {
             answer: Option<Result<T, E>>,
@@ -38,29 +42,45 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<F, T, E, Fe> Future for ResponseFuture<F, T, E>
+impl<F, T, E, H> ResponseFuture<F, T, E, H> {
+    pub(super) fn new(state: State<F, T, E>) -> Self {
+        ResponseFuture {
+            state,
+            hold: PhantomData,
+        }
+    }
+}
+
+impl<F, T, E, Fe, H> Future for ResponseFuture<F, T, E, H>
 where
     F: Future<Output = Result<T, Fe>>,
     Fe: Into<E>,
+    H: Hold<T>,
 {
-    type Output = Result<T, E>;
+    type Output = Result<H::Response, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
-            StateProj::Admitted {
-                future,
-                permit,
-                timer,
-            } => {
+            StateProj::Admitted { future, held } => {
                 let output = std::task::ready!(future.poll(cx));
-                // Give the unit back as soon as the response is ready, not
-                // when the caller drops this future.
-                drop(permit.take());
-                stop_timer(timer);
-                Poll::Ready(output.map_err(Into::into))
+                // As soon as the response is ready, not when the caller
+                // drops this future: the unit goes back (or on into the
+                // body), and back at once on an inner error.
+                let Some(held) = held.take() else {
+                    // Polled again after completion: a contract breach by
+                    // the caller. Pending rather than a panic.
+                    return Poll::Pending;
+                };
+                Poll::Ready(match output {
+                    Ok(response) => Ok(H::admitted(response, held)),
+                    Err(error) => {
+                        drop(held);
+                        Err(error.into())
+                    }
+                })
             }
             StateProj::Refused { answer } => match answer.take() {
-                Some(answer) => Poll::Ready(answer),
+                Some(answer) => Poll::Ready(answer.map(H::refused)),
                 // Polled again after completion: a contract breach by the
                 // caller. Pending rather than a panic; it never completes.
                 None => Poll::Pending,
@@ -86,19 +106,19 @@ pin_project_lite::pin_project! {
     /// it after admission, the inner service ready or not, gives the unit
     /// back, as [`ResponseFuture`] does.
     #[must_use = "futures do nothing unless polled; a waiting request waits only while this is polled"]
-    pub struct WaitResponseFuture<S, Request, R>
+    pub struct WaitResponseFuture<S, Request, R, H = super::UntilResponse>
     where
         S: Service<Request>,
         R: Refusal<S::Response, S::Error>,
     {
         #[pin]
-        pub(super) state: WaitState<S, Request, R>,
+        pub(super) state: WaitState<S, Request, R, H>,
     }
 }
 
 pin_project_lite::pin_project! {
     #[project = WaitStateProj]
-    pub(super) enum WaitState<S, Request, R>
+    pub(super) enum WaitState<S, Request, R, H>
     where
         S: Service<Request>,
         R: Refusal<S::Response, S::Error>,
@@ -112,7 +132,7 @@ pin_project_lite::pin_project! {
         },
         Called {
             #[pin]
-            response: ResponseFuture<S::Future, S::Response, R::Error>,
+            response: ResponseFuture<S::Future, S::Response, R::Error, H>,
         },
     }
 }
@@ -129,6 +149,8 @@ pub(super) struct Deferred<S, Request, R> {
     pub(super) refusal: R,
     pub(super) anchors: Anchors,
     pub(super) timer: TimerSpec,
+    /// The wait's trace (feature `tracing`), ended with the wait.
+    pub(super) trace: trace::WaitTrace,
 }
 
 /// A request handed a unit after its wait, polling its clone of the inner
@@ -136,8 +158,7 @@ pub(super) struct Deferred<S, Request, R> {
 struct Handed<S, Request> {
     service: S,
     request: Request,
-    unit: Unit,
-    timer: Timer,
+    held: Held,
 }
 
 impl<S, Request, R> Deferred<S, Request, R>
@@ -147,7 +168,9 @@ where
 {
     /// The wait ended with `admitted`: on to the inner service's readiness
     /// with the unit, or answer the refusal.
-    fn admit(self, admitted: Result<OwnedPermit, Error>) -> WaitState<S, Request, R> {
+    fn admit<H>(self, admitted: Result<OwnedPermit, Error>) -> WaitState<S, Request, R, H> {
+        self.trace
+            .end(admitted.as_ref().map(|_| ()).map_err(|e| *e));
         match admitted {
             Ok(permit) => {
                 // The unit moves from the permit (and its `Arc` of the
@@ -157,41 +180,47 @@ where
                 let shard = permit.into_shard();
                 WaitState::Handed {
                     handed: Some(Handed {
-                        unit: Unit {
-                            anchor: Arc::clone(&self.anchors[shard]),
-                            shard,
+                        held: Held {
+                            unit: Unit {
+                                anchor: Arc::clone(&self.anchors[shard]),
+                                shard,
+                            },
+                            timer: start_timer(&self.timer),
                         },
-                        timer: start_timer(&self.timer),
                         service: self.service,
                         request: self.request,
                     }),
                 }
             }
             Err(error) => WaitState::Called {
-                response: ResponseFuture {
-                    state: State::Refused {
-                        answer: Some(self.refusal.refuse(error)),
-                    },
-                },
+                response: ResponseFuture::new(State::Refused {
+                    answer: Some(self.refusal.refuse_waiting(error)),
+                }),
             },
         }
     }
 }
 
-impl<S, Request, R, Fe> Future for WaitResponseFuture<S, Request, R>
+impl<S, Request, R, H, Fe> Future for WaitResponseFuture<S, Request, R, H>
 where
     S: Service<Request, Error = Fe>,
     R: Refusal<S::Response, Fe>,
     Fe: Into<R::Error>,
+    H: Hold<S::Response>,
 {
-    type Output = Result<S::Response, R::Error>;
+    type Output = Result<H::Response, R::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.project().state;
         loop {
             match state.as_mut().project() {
                 WaitStateProj::Queued { acquire, call } => {
-                    let admitted = std::task::ready!(acquire.as_mut().poll(cx));
+                    let Poll::Ready(admitted) = acquire.as_mut().poll(cx) else {
+                        if let Some(call) = call.as_mut() {
+                            call.trace.pending();
+                        }
+                        return Poll::Pending;
+                    };
                     let Some(call) = call.take() else {
                         // Unreachable: the state moves on below. Pending
                         // rather than a panic, as `ResponseFuture`.
@@ -212,9 +241,7 @@ where
                         Poll::Ready(Err(error)) => {
                             // The unit goes back (counted as completed) and
                             // its time is recorded, as for an inner error.
-                            if let Some(mut failed) = handed.take() {
-                                stop_timer(&mut failed.timer);
-                            }
+                            drop(handed.take());
                             return Poll::Ready(Err(error.into()));
                         }
                         Poll::Ready(Ok(())) => {}
@@ -222,21 +249,17 @@ where
                     let Some(Handed {
                         mut service,
                         request,
-                        unit,
-                        timer,
+                        held,
                     }) = handed.take()
                     else {
                         return Poll::Pending;
                     };
                     let future = service.call(request);
                     state.set(WaitState::Called {
-                        response: ResponseFuture {
-                            state: State::Admitted {
-                                future,
-                                permit: Some(unit),
-                                timer,
-                            },
-                        },
+                        response: ResponseFuture::new(State::Admitted {
+                            future,
+                            held: Some(held),
+                        }),
                     });
                 }
                 WaitStateProj::Called { response } => return response.poll(cx),
@@ -245,7 +268,7 @@ where
     }
 }
 
-impl<S, Request, R> fmt::Debug for WaitResponseFuture<S, Request, R>
+impl<S, Request, R, H> fmt::Debug for WaitResponseFuture<S, Request, R, H>
 where
     S: Service<Request>,
     R: Refusal<S::Response, S::Error>,
@@ -265,7 +288,7 @@ where
     }
 }
 
-impl<F, T, E> fmt::Debug for ResponseFuture<F, T, E> {
+impl<F, T, E, H> fmt::Debug for ResponseFuture<F, T, E, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
             State::Admitted { .. } => "admitted",

@@ -5,8 +5,10 @@
 //! Most Rust services that need load shedding are tower services (axum,
 //! tonic, hyper). Wrap the handlers you want bounded in a [`LimitLayer`]:
 //! each request takes one unit of the limiter when the service is
-//! *called*, holds it until the inner service's response future completes,
-//! and is refused at once when every unit is out.
+//! *called*, holds it until the inner service's response future completes
+//! (or, [as an option](#streamed-bodies), until the response body ends),
+//! and is refused at once when every unit is out, with an error or an
+//! HTTP or gRPC answer ([`HttpRefusal`], [`GrpcRefusal`]).
 //!
 //! # Why the unit is taken in `call`, not in `poll_ready`
 //!
@@ -58,22 +60,37 @@
 //!
 //! By default ([`Reject`]) the service's error is tower's boxed error,
 //! [`BoxError`], and a refusal is [`Error::Overload`] inside it:
-//! `err.downcast_ref::<sidejob::Error>()`. With
-//! [`LimitLayer::on_overload`] a function of yours turns the refusal into a
-//! response instead, and the service keeps the inner service's error type:
-//! an axum app answers `503 Service Unavailable` with `Retry-After` (or
-//! `429 Too Many Requests`) with no
-//! `HandleErrorLayer`.
+//! `err.downcast_ref::<sidejob::Error>()`. [`LimitLayer::refuse_with`]
+//! answers refusals with a response instead, and the service keeps the
+//! inner service's error type (an axum route needs no
+//! `HandleErrorLayer`):
+//!
+//! * [`HttpRefusal`] (feature `http`): `503 Service Unavailable` when every
+//!   unit is out, after a `max_wait` and on shutdown; `429 Too Many
+//!   Requests` (or `503`, your choice) when a waiting layer's room is
+//!   full; each with `Retry-After`.
+//! * [`GrpcRefusal`] (feature `http`): gRPC's `RESOURCE_EXHAUSTED` for
+//!   overload, `UNAVAILABLE` after a `max_wait` and on shutdown, with
+//!   gRPC's retry pushback, as a tonic client reads them.
+//! * [`LimitLayer::on_overload`]: a function of yours from the [`Error`]
+//!   to a response.
 //!
 //! # Streamed bodies
 //!
-//! The unit is held until the inner service's *response future* completes,
-//! that is, until the response head (status and headers) is ready. A body
-//! that is streamed after that is not covered: the limit bounds how many
-//! handlers run at once, not how many responses are still being sent. A
-//! handler that builds its whole body before returning (the usual axum
-//! handler) is covered in full. To bound streaming too, move an
-//! [`OwnedPermit`](crate::OwnedPermit) into the body stream yourself.
+//! By default ([`UntilResponse`]) the unit is held until the inner
+//! service's *response future* completes, that is, until the response
+//! head (status and headers) is ready. A body streamed after that is not
+//! covered: the limit bounds how many handlers run at once, not how many
+//! responses are still being sent. A handler that builds its whole body
+//! before returning (the usual axum handler) is covered in full.
+//!
+//! [`LimitLayer::hold_until_body_ends`] (feature `http`, for services
+//! answering `http::Response<B>`) moves the unit into the response body
+//! ([`HeldBody`]): it goes back when the body's last frame is out, when
+//! the body fails, or when it is dropped (a client that hung up), so the
+//! limit bounds the live bodies, streaming ones included. The time in the
+//! limit (`record_time`) then runs to the body's end too. A refused
+//! request's body holds nothing, and an empty body none either.
 //!
 //! # Waiting
 //!
@@ -82,10 +99,12 @@
 //! waiting room ([`max_waiters`](crate::LimiterBuilder::max_waiters),
 //! [`max_wait`](crate::LimiterBuilder::max_wait),
 //! [`queue_order`](crate::LimiterBuilder::queue_order)) and calls the inner
-//! service once a unit is handed to it: for example 10 at once, 20 more waiting, `429` past that. The refusal function receives
-//! the [`Error`], so it can answer [`Error::Overload`] (the waiting room
-//! is full too: `429`) and [`Error::Timeout`] (waited `max_wait`: `503`)
-//! differently.
+//! service once a unit is handed to it: for example 10 at once, 20 more
+//! waiting, `429` past that. Its refusals are [`Error::Overload`] (the
+//! waiting room is full too: [`HttpRefusal`] answers `429`),
+//! [`Error::Timeout`] (waited `max_wait`: `503`) and [`Error::Shutdown`]
+//! (the limiter was closed: `503`); a [`Refusal`] of your own tells them
+//! apart through [`Refusal::refuse_waiting`].
 //!
 //! The wait happens inside the response future, never in `poll_ready`
 //! (which stays non-reserving and non-blocking, for the reasons above).
@@ -122,31 +141,48 @@
 //!
 //! # tonic
 //!
-//! A tonic server takes tower layers with `Server::builder().layer(..)`.
-//! gRPC reports overload as the status `RESOURCE_EXHAUSTED`; answer it from
-//! the refusal function so the client gets a proper gRPC status rather
-//! than a transport error:
+//! A tonic server takes tower layers with `Server::builder().layer(..)`,
+//! and [`GrpcRefusal`] answers in gRPC's own terms, so a tonic client gets
+//! a `Status` (`RESOURCE_EXHAUSTED`, `UNAVAILABLE`) rather than a
+//! transport error:
 //!
 //! ```text
 //! use std::sync::Arc;
-//! use sidejob::{tower::LimitLayer, Limiter};
+//! use sidejob::{tower::{GrpcRefusal, LimitLayer}, Limiter};
 //!
 //! let limiter = Arc::new(Limiter::new(64)?);
-//! let layer = LimitLayer::new(limiter)
-//!     .on_overload(|_| tonic::Status::resource_exhausted("server busy, retry later").into_http());
 //! tonic::transport::Server::builder()
-//!     .layer(layer)
+//!     .layer(LimitLayer::new(limiter).refuse_with(GrpcRefusal::new()))
 //!     .add_service(GreeterServer::new(MyGreeter::default()))
 //!     .serve(addr)
 //!     .await?;
 //! ```
 //!
-//! `Status::into_http` gives an `http::Response` with the gRPC status in
-//! its trailers-only headers, which is the response type tonic's services
-//! have. (The example is not compiled here: a tonic service needs code
-//! generated by `tonic-build`, which needs `protoc`.)
+//! `examples/tonic_server.rs` serves a service on loopback this way and
+//! `tests/grpc.rs` calls it with a real tonic client. (Not compiled here:
+//! a tonic service is usually generated by `tonic-build`; the example
+//! writes one by hand.)
+//!
+//! # Tracing
+//!
+//! With the feature `tracing`, a request that waits opens a `wait` span
+//! (target `sidejob::tower`, level `DEBUG`, its `outcome` recorded when
+//! the wait ends) and each refusal emits a `refused` event (its `error`,
+//! and whether it `waited`), both inside the request's span: the span
+//! current when the layer is called, which tower-http's `TraceLayer` or
+//! any tracing middleware outside this layer sets. An admitted request
+//! that did not wait emits nothing.
 //!
 //! [`ConcurrencyLimit`]: https://docs.rs/tower/latest/tower/limit/struct.ConcurrencyLimit.html
+// Without the feature `http` its items are not built: their links point to
+// the sections that describe them instead of breaking.
+#![cfg_attr(
+    not(feature = "http"),
+    doc = "[`HttpRefusal`]: self#what-a-refusal-looks-like\n\
+           [`GrpcRefusal`]: self#what-a-refusal-looks-like\n\
+           [`HeldBody`]: self#streamed-bodies\n\
+           [`LimitLayer::hold_until_body_ends`]: self#streamed-bodies"
+)]
 
 use crate::error::Error;
 use crate::limiter::Limiter;
@@ -156,11 +192,23 @@ use std::fmt;
 use tower_layer::Layer;
 
 mod future;
+mod hold;
 mod service;
+#[cfg(feature = "http")]
+mod status;
+mod trace;
 
 use future::{Deferred, State, WaitState};
 pub use future::{ResponseFuture, WaitResponseFuture};
+use hold::Held;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub use hold::{HeldBody, UntilBodyEnd};
+pub use hold::{Hold, UntilResponse};
 pub use service::Limit;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub use status::{GrpcRefusal, HttpRefusal};
 
 /// tower's boxed error (the same type as `tower::BoxError`), the error of a
 /// [`Limit`] that [`Reject`]s.
@@ -202,12 +250,13 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// # Ok(())
 /// # }
 /// ```
-pub struct LimitLayer<R = Reject, M = FailFast> {
+pub struct LimitLayer<R = Reject, M = FailFast, H = UntilResponse> {
     limiter: Arc<Limiter>,
     anchors: Anchors,
     refusal: R,
     timer: TimerSpec,
     mode: M,
+    hold: H,
 }
 
 /// The mode of a [`LimitLayer`] made by [`LimitLayer::new`]: a request
@@ -246,6 +295,7 @@ impl LimitLayer<Reject> {
             refusal: Reject,
             timer: TimerSpec::default(),
             mode: FailFast,
+            hold: UntilResponse,
         }
     }
 }
@@ -273,13 +323,15 @@ impl LimitLayer<Reject, Wait> {
     ///
     /// # Examples
     ///
-    /// 10 requests at once, up to 20 more wait
-    /// (for at most 10 s), `429 Too Many Requests` past that:
+    /// 10 requests at once, up to 20 more wait (for at most 10 s), `429
+    /// Too Many Requests` past that, `503 Service Unavailable` for a
+    /// request that waited 10 s or a limiter that was closed; this is what
+    /// [`HttpRefusal`] (feature `http`) answers, written out:
     ///
     /// ```
     /// use std::sync::Arc;
     /// use std::time::Duration;
-    /// use axum::http::StatusCode;
+    /// use axum::http::{header, StatusCode};
     /// use axum::response::IntoResponse;
     /// use axum::{routing::post, Router};
     /// use sidejob::{tower::LimitLayer, Error, Limiter};
@@ -290,11 +342,11 @@ impl LimitLayer<Reject, Wait> {
     ///     .max_wait(Duration::from_secs(10))
     ///     .build()?;
     /// let layer = LimitLayer::waiting(Arc::new(limiter)).on_overload(|e: Error| {
-    ///     match e {
-    ///         Error::Timeout => StatusCode::SERVICE_UNAVAILABLE, // waited 10 s
-    ///         _ => StatusCode::TOO_MANY_REQUESTS,                // the queue is full
-    ///     }
-    ///     .into_response()
+    ///     let status = match e {
+    ///         Error::Overload => StatusCode::TOO_MANY_REQUESTS, // the waiting room is full
+    ///         _ => StatusCode::SERVICE_UNAVAILABLE, // waited 10 s (Timeout), or closed (Shutdown)
+    ///     };
+    ///     (status, [(header::RETRY_AFTER, "1")]).into_response()
     /// });
     /// let app: Router = Router::new().route("/facet", post(|| async { "called" }).layer(layer));
     /// # let _ = app;
@@ -330,6 +382,10 @@ impl LimitLayer<Reject, Wait> {
     /// # Ok(())
     /// # }
     /// ```
+    #[cfg_attr(
+        not(feature = "http"),
+        doc = "[`HttpRefusal`]: crate::tower#what-a-refusal-looks-like"
+    )]
     pub fn waiting(limiter: Arc<Limiter>) -> Self {
         LimitLayer {
             anchors: anchors(&limiter),
@@ -337,11 +393,12 @@ impl LimitLayer<Reject, Wait> {
             refusal: Reject,
             timer: TimerSpec::default(),
             mode: Wait,
+            hold: UntilResponse,
         }
     }
 }
 
-impl<R, M> LimitLayer<R, M> {
+impl<R, M, H> LimitLayer<R, M, H> {
     /// Answers refused requests with `respond(error)` instead of an error;
     /// the service then keeps the inner service's error type (for axum:
     /// `Infallible`, so the layer goes on a route as it is).
@@ -350,7 +407,9 @@ impl<R, M> LimitLayer<R, M> {
     /// [waiting](LimitLayer::waiting) layer: and the waiting room is full),
     /// [`Error::Timeout`] when a waiting request waited its `max_wait`,
     /// and [`Error::Shutdown`] once the limiter is
-    /// [closed](Limiter::close).
+    /// [closed](Limiter::close). [`HttpRefusal`] and [`GrpcRefusal`]
+    /// (feature `http`, with [`refuse_with`](LimitLayer::refuse_with))
+    /// are this mapping ready-made.
     ///
     /// # Examples
     ///
@@ -373,25 +432,132 @@ impl<R, M> LimitLayer<R, M> {
     /// # let _ = app;
     /// # Ok::<(), sidejob::ConfigError>(())
     /// ```
-    pub fn on_overload<F>(self, respond: F) -> LimitLayer<RespondWith<F>, M> {
+    #[cfg_attr(
+        not(feature = "http"),
+        doc = "[`HttpRefusal`]: crate::tower#what-a-refusal-looks-like"
+    )]
+    #[cfg_attr(
+        not(feature = "http"),
+        doc = "[`GrpcRefusal`]: crate::tower#what-a-refusal-looks-like"
+    )]
+    pub fn on_overload<F>(self, respond: F) -> LimitLayer<RespondWith<F>, M, H> {
+        self.refuse_with(RespondWith(respond))
+    }
+
+    /// Answers refused requests with `refusal`: [`HttpRefusal`] for an
+    /// HTTP service, [`GrpcRefusal`] for a tonic server (both feature
+    /// `http`), or a [`Refusal`] of your own. See
+    /// [What a refusal looks like](self#what-a-refusal-looks-like).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[cfg(feature = "http")] {
+    /// use std::sync::Arc;
+    /// use axum::http::StatusCode;
+    /// use sidejob::tower::{HttpRefusal, LimitLayer};
+    /// use sidejob::Limiter;
+    ///
+    /// let limiter = Limiter::builder().capacity(10).max_waiters(20).build()?;
+    /// // 503 past the waiting room too, for a load balancer that retries only 503.
+    /// let refusal = HttpRefusal::new().room_full(StatusCode::SERVICE_UNAVAILABLE);
+    /// let layer = LimitLayer::waiting(Arc::new(limiter)).refuse_with(refusal);
+    /// # let _ = layer;
+    /// # }
+    /// # Ok::<(), sidejob::ConfigError>(())
+    /// ```
+    #[cfg_attr(
+        not(feature = "http"),
+        doc = "[`HttpRefusal`]: crate::tower#what-a-refusal-looks-like"
+    )]
+    #[cfg_attr(
+        not(feature = "http"),
+        doc = "[`GrpcRefusal`]: crate::tower#what-a-refusal-looks-like"
+    )]
+    pub fn refuse_with<R2>(self, refusal: R2) -> LimitLayer<R2, M, H> {
         LimitLayer {
             limiter: self.limiter,
             anchors: self.anchors,
-            refusal: RespondWith(respond),
+            refusal,
             timer: self.timer,
             mode: self.mode,
+            hold: self.hold,
+        }
+    }
+
+    /// Holds each admitted request's unit until its response *body* ends
+    /// or is dropped, not only until the response head is ready, so the
+    /// limit bounds streaming bodies too (see
+    /// [Streamed bodies](self#streamed-bodies)).
+    ///
+    /// For services answering `http::Response<B>` (axum, hyper, tonic);
+    /// the layer's services then answer `http::Response<HeldBody<B>>`.
+    /// The unit goes back when the body yields its last frame, fails, or
+    /// is dropped (the client hung up); with `record_time` (feature
+    /// `metrics`), the time in the limit runs until then too.
+    ///
+    /// # Examples
+    ///
+    /// At most 2 downloads streaming at once; the third is refused while
+    /// two bodies are still being sent, though both handlers returned:
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use axum::body::Body;
+    /// use axum::http::{Request, StatusCode};
+    /// use axum::{routing::get, Router};
+    /// use http_body_util::BodyExt;
+    /// use sidejob::tower::{HttpRefusal, LimitLayer};
+    /// use sidejob::Limiter;
+    /// use tower::ServiceExt;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// let limiter = Arc::new(Limiter::new(2)?);
+    /// let layer = LimitLayer::new(Arc::clone(&limiter))
+    ///     .refuse_with(HttpRefusal::new())
+    ///     .hold_until_body_ends();
+    /// let app: Router = Router::new().route("/download", get(|| async { "a large file" }).layer(layer));
+    /// let get = || Request::get("/download").body(Body::empty()).unwrap();
+    ///
+    /// let first = app.clone().oneshot(get()).await?; // head ready, body not sent
+    /// let second = app.clone().oneshot(get()).await?;
+    /// assert_eq!(limiter.usage(), 2);
+    /// let third = app.clone().oneshot(get()).await?;
+    /// assert_eq!(third.status(), StatusCode::SERVICE_UNAVAILABLE);
+    ///
+    /// let body = first.into_body().collect().await?.to_bytes(); // sent: the unit goes back
+    /// assert_eq!(body, "a large file");
+    /// drop(second); // a client that hung up: the unit goes back too
+    /// assert_eq!(limiter.usage(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+    pub fn hold_until_body_ends(self) -> LimitLayer<R, M, UntilBodyEnd> {
+        LimitLayer {
+            limiter: self.limiter,
+            anchors: self.anchors,
+            refusal: self.refusal,
+            timer: self.timer,
+            mode: self.mode,
+            hold: UntilBodyEnd,
         }
     }
 
     /// Records each admitted request's time in the limit (admission to the
-    /// response future's completion, in seconds) in the histogram
-    /// `sidejob_time_in_pool_seconds{name, kind="limiter"}`.
+    /// response future's completion, or to the body's end with
+    /// [`hold_until_body_ends`](crate::tower#streamed-bodies), in
+    /// seconds) in the histogram `sidejob_hold_seconds{name, kind="limiter"}`,
+    /// under the limiter's [`name`](Limiter::name): the same series name
+    /// as the [`Reporter`](crate::observe::Reporter) exporting the
+    /// limiter's counters, with no name to repeat by hand.
     ///
     /// The histogram handle is registered now, with the `metrics` recorder
     /// installed now: install your exporter first. Each admitted request
     /// then pays two clock reads and one histogram record (tens of
-    /// nanoseconds); refused requests pay nothing. Use the same `name` as
-    /// the [`Reporter`](crate::observe::Reporter) exporting the limiter's counters.
+    /// nanoseconds); refused requests pay nothing.
     ///
     /// # Examples
     ///
@@ -399,14 +565,18 @@ impl<R, M> LimitLayer<R, M> {
     /// use std::sync::Arc;
     /// use sidejob::{tower::LimitLayer, Limiter};
     ///
-    /// let layer = LimitLayer::new(Arc::new(Limiter::new(64)?)).record_time("api");
+    /// let limiter = Limiter::builder().name("api").capacity(64).build()?;
+    /// let layer = LimitLayer::new(Arc::new(limiter)).record_time();
     /// # let _ = layer;
     /// # Ok::<(), sidejob::ConfigError>(())
     /// ```
     #[cfg(feature = "metrics")]
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-    pub fn record_time(mut self, name: &str) -> Self {
-        self.timer = Some(crate::metrics::time_histogram(name, "limiter"));
+    pub fn record_time(mut self) -> Self {
+        self.timer = Some(crate::metrics::time_histogram(
+            self.limiter.name(),
+            "limiter",
+        ));
         self
     }
 
@@ -416,10 +586,10 @@ impl<R, M> LimitLayer<R, M> {
     }
 }
 
-impl<S, R: Clone, M: Clone> Layer<S> for LimitLayer<R, M> {
-    type Service = Limit<S, R, M>;
+impl<S, R: Clone, M: Clone, H: Clone> Layer<S> for LimitLayer<R, M, H> {
+    type Service = Limit<S, R, M, H>;
 
-    fn layer(&self, inner: S) -> Limit<S, R, M> {
+    fn layer(&self, inner: S) -> Limit<S, R, M, H> {
         Limit {
             inner,
             limiter: Arc::clone(&self.limiter),
@@ -427,11 +597,12 @@ impl<S, R: Clone, M: Clone> Layer<S> for LimitLayer<R, M> {
             refusal: self.refusal.clone(),
             timer: self.timer.clone(),
             mode: self.mode.clone(),
+            hold: self.hold.clone(),
         }
     }
 }
 
-impl<R: Clone, M: Clone> Clone for LimitLayer<R, M> {
+impl<R: Clone, M: Clone, H: Clone> Clone for LimitLayer<R, M, H> {
     fn clone(&self) -> Self {
         LimitLayer {
             limiter: Arc::clone(&self.limiter),
@@ -439,22 +610,25 @@ impl<R: Clone, M: Clone> Clone for LimitLayer<R, M> {
             refusal: self.refusal.clone(),
             timer: self.timer.clone(),
             mode: self.mode.clone(),
+            hold: self.hold.clone(),
         }
     }
 }
 
-impl<R, M: fmt::Debug> fmt::Debug for LimitLayer<R, M> {
+impl<R, M: fmt::Debug, H: fmt::Debug> fmt::Debug for LimitLayer<R, M, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LimitLayer")
             .field("limiter", &self.limiter)
             .field("mode", &self.mode)
+            .field("hold", &self.hold)
             .finish_non_exhaustive()
     }
 }
 
 /// How a [`Limit`] answers a request it refused, and what error type the
-/// service has. Implemented by [`Reject`] and [`RespondWith`]; implement it
-/// to map refusals to an error type of your own.
+/// service has. Implemented by [`Reject`], [`RespondWith`] and (feature
+/// `http`) `HttpRefusal` and `GrpcRefusal`; implement it to map refusals
+/// to an error type of your own.
 ///
 /// `T` is the inner service's response, `E` its error; the inner
 /// service's errors are converted with `Into<Self::Error>`.
@@ -462,11 +636,21 @@ pub trait Refusal<T, E>: Clone {
     /// The error type of the [`Limit`] service.
     type Error;
 
-    /// The answer to a request refused with `error`: [`Error::Overload`]
-    /// (no unit, no room to wait), [`Error::Timeout`] (a waiting request
-    /// waited its `max_wait`) or [`Error::Shutdown`] (the limiter is
-    /// closed).
+    /// The answer to a request a fail-fast layer ([`LimitLayer::new`])
+    /// refused with `error`: [`Error::Overload`] (every unit is out) or
+    /// [`Error::Shutdown`] (the limiter is closed).
     fn refuse(&self, error: Error) -> Result<T, Self::Error>;
+
+    /// The answer to a request a [waiting](LimitLayer::waiting) layer
+    /// refused with `error`: [`Error::Overload`] (the waiting room is
+    /// full too, or the limiter has none), [`Error::Timeout`] (it waited
+    /// its `max_wait`) or [`Error::Shutdown`] (the limiter is closed).
+    ///
+    /// By default the same answer as [`refuse`](Refusal::refuse);
+    /// `HttpRefusal` answers a full room with its own status (`429`).
+    fn refuse_waiting(&self, error: Error) -> Result<T, Self::Error> {
+        self.refuse(error)
+    }
 }
 
 /// The default [`Refusal`]: a refused request fails with

@@ -1,8 +1,8 @@
 //! [`Limit`], the service a [`LimitLayer`] wraps around yours: it admits each request in `call` (never reserving in `poll_ready`), refuses at once or waits in the limiter's room, and keeps no inner reservation it does not use.
 
 use super::{
-    start_timer, Anchors, Deferred, FailFast, Refusal, Reject, ResponseFuture, State, TimerSpec,
-    Unit, Wait, WaitResponseFuture, WaitState,
+    start_timer, trace, Anchors, Deferred, FailFast, Held, Hold, Refusal, Reject, ResponseFuture,
+    State, TimerSpec, Unit, UntilResponse, Wait, WaitResponseFuture, WaitState,
 };
 use crate::error::Error;
 use crate::limiter::Limiter;
@@ -28,19 +28,24 @@ use tower_service::Service;
 ///   waiting room, then polls its own clone of the inner service ready
 ///   and calls it.
 ///
+/// * `H` says when an admitted request's unit goes back:
+///   [`UntilResponse`] (its response future completes, the default) or
+///   `UntilBodyEnd` (its response body ends; feature `http`).
+///
 /// The inner service must be `Clone` (see
 /// [The inner service's reservation](super#the-inner-services-reservation)).
 /// Clones share the limiter.
-pub struct Limit<S, R = Reject, M = FailFast> {
+pub struct Limit<S, R = Reject, M = FailFast, H = UntilResponse> {
     pub(super) inner: S,
     pub(super) limiter: Arc<Limiter>,
     pub(super) anchors: Anchors,
     pub(super) refusal: R,
     pub(super) timer: TimerSpec,
     pub(super) mode: M,
+    pub(super) hold: H,
 }
 
-impl<S, R, M> Limit<S, R, M> {
+impl<S, R, M, H> Limit<S, R, M, H> {
     /// The limiter requests are admitted through.
     pub fn limiter(&self) -> &Arc<Limiter> {
         &self.limiter
@@ -57,15 +62,16 @@ impl<S, R, M> Limit<S, R, M> {
     }
 }
 
-impl<S, R, Request> Service<Request> for Limit<S, R, FailFast>
+impl<S, R, H, Request> Service<Request> for Limit<S, R, FailFast, H>
 where
     S: Service<Request> + Clone,
     R: Refusal<S::Response, S::Error>,
     S::Error: Into<R::Error>,
+    H: Hold<S::Response>,
 {
-    type Response = S::Response;
+    type Response = H::Response;
     type Error = R::Error;
-    type Future = ResponseFuture<S::Future, S::Response, R::Error>;
+    type Future = ResponseFuture<S::Future, S::Response, R::Error, H>;
 
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -77,30 +83,22 @@ where
     #[inline]
     fn call(&mut self, request: Request) -> Self::Future {
         match self.limiter.take_unit() {
-            Ok(shard) => ResponseFuture {
-                state: State::Admitted {
-                    timer: start_timer(&self.timer),
-                    future: self.inner.call(request),
-                    permit: Some(Unit {
-                        anchor: Arc::clone(&self.anchors[shard]),
-                        shard,
-                    }),
-                },
-            },
-            Err(error) => self.refuse(error),
+            Ok(shard) => self.admitted(shard, request),
+            Err(error) => self.refuse(error, false),
         }
     }
 }
 
-impl<S, R, Request> Service<Request> for Limit<S, R, Wait>
+impl<S, R, H, Request> Service<Request> for Limit<S, R, Wait, H>
 where
     S: Service<Request> + Clone,
     R: Refusal<S::Response, S::Error>,
     S::Error: Into<R::Error>,
+    H: Hold<S::Response>,
 {
-    type Response = S::Response;
+    type Response = H::Response;
     type Error = R::Error;
-    type Future = WaitResponseFuture<S, Request, R>;
+    type Future = WaitResponseFuture<S, Request, R, H>;
 
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -113,16 +111,7 @@ where
         // Uncounted: a request that goes on to wait is not a refusal; the
         // waiting room counts one if it is refused for good.
         let response = match self.limiter.take_unit_uncounted() {
-            Ok(shard) => ResponseFuture {
-                state: State::Admitted {
-                    timer: start_timer(&self.timer),
-                    future: self.inner.call(request),
-                    permit: Some(Unit {
-                        anchor: Arc::clone(&self.anchors[shard]),
-                        shard,
-                    }),
-                },
-            },
+            Ok(shard) => self.admitted(shard, request),
             // A limiter without a waiting room refuses here, counted,
             // without the clone and allocation of a wait.
             Err(Error::Overload) if self.limiter.has_room() => return self.wait(request),
@@ -130,7 +119,7 @@ where
                 if error == Error::Overload {
                     self.limiter.count_refusal();
                 }
-                self.refuse(error)
+                self.refuse(error, true)
             }
         };
         WaitResponseFuture {
@@ -139,15 +128,49 @@ where
     }
 }
 
-impl<S, R, M> Limit<S, R, M> {
-    /// The response future of a request refused in `call`, with the inner
-    /// service's reservation given back. Cold: refusals only.
+impl<S, R, M, H> Limit<S, R, M, H> {
+    /// The response future of a request admitted in `call` on `shard`: the
+    /// inner service called, the unit held (with its timer) until `H`
+    /// gives it back.
+    #[inline]
+    fn admitted<Request>(
+        &mut self,
+        shard: usize,
+        request: Request,
+    ) -> ResponseFuture<S::Future, S::Response, R::Error, H>
+    where
+        S: Service<Request>,
+        R: Refusal<S::Response, S::Error>,
+    {
+        // The unit is anchored (and so given back on any unwind) before
+        // the inner service is called.
+        let held = Held {
+            unit: Unit {
+                anchor: Arc::clone(&self.anchors[shard]),
+                shard,
+            },
+            timer: start_timer(&self.timer),
+        };
+        ResponseFuture::new(State::Admitted {
+            future: self.inner.call(request),
+            held: Some(held),
+        })
+    }
+
+    /// The response future of a request refused in `call` (by a waiting
+    /// layer if `waiting`), with the inner service's reservation given
+    /// back. Cold: refusals only.
     #[cold]
-    fn refuse<Request>(&mut self, error: Error) -> ResponseFuture<S::Future, S::Response, R::Error>
+    fn refuse<Request>(
+        &mut self,
+        error: Error,
+        waiting: bool,
+    ) -> ResponseFuture<S::Future, S::Response, R::Error, H>
     where
         S: Service<Request> + Clone,
         R: Refusal<S::Response, S::Error>,
     {
+        trace::refused(error);
         // The inner service was polled ready for this request and may have
         // reserved (tower's `ConcurrencyLimit` a permit, `Buffer` a slot).
         // tower has no "unreserve": a reservation ends when the service is
@@ -160,20 +183,23 @@ impl<S, R, M> Limit<S, R, M> {
         // `S: Clone`; an admitted request clones nothing.
         let fresh = self.inner.clone();
         drop(std::mem::replace(&mut self.inner, fresh));
-        ResponseFuture {
-            state: State::Refused {
-                answer: Some(self.refusal.refuse(error)),
-            },
-        }
+        let answer = if waiting {
+            self.refusal.refuse_waiting(error)
+        } else {
+            self.refusal.refuse(error)
+        };
+        ResponseFuture::new(State::Refused {
+            answer: Some(answer),
+        })
     }
 }
 
-impl<S, R> Limit<S, R, Wait> {
+impl<S, R, H> Limit<S, R, Wait, H> {
     /// The response future of a request that must wait: the wait, then the
     /// inner service's readiness, then the call. Cold: only requests that
     /// found every unit out come here.
     #[cold]
-    fn wait<Request>(&mut self, request: Request) -> WaitResponseFuture<S, Request, R>
+    fn wait<Request>(&mut self, request: Request) -> WaitResponseFuture<S, Request, R, H>
     where
         S: Service<Request> + Clone,
         R: Refusal<S::Response, S::Error>,
@@ -200,13 +226,14 @@ impl<S, R> Limit<S, R, Wait> {
                     refusal: self.refusal.clone(),
                     anchors: Arc::clone(&self.anchors),
                     timer: self.timer.clone(),
+                    trace: trace::WaitTrace::start(),
                 }),
             },
         }
     }
 }
 
-impl<S: Clone, R: Clone, M: Clone> Clone for Limit<S, R, M> {
+impl<S: Clone, R: Clone, M: Clone, H: Clone> Clone for Limit<S, R, M, H> {
     fn clone(&self) -> Self {
         Limit {
             inner: self.inner.clone(),
@@ -215,16 +242,18 @@ impl<S: Clone, R: Clone, M: Clone> Clone for Limit<S, R, M> {
             refusal: self.refusal.clone(),
             timer: self.timer.clone(),
             mode: self.mode.clone(),
+            hold: self.hold.clone(),
         }
     }
 }
 
-impl<S: fmt::Debug, R, M: fmt::Debug> fmt::Debug for Limit<S, R, M> {
+impl<S: fmt::Debug, R, M: fmt::Debug, H: fmt::Debug> fmt::Debug for Limit<S, R, M, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limit")
             .field("inner", &self.inner)
             .field("limiter", &self.limiter)
             .field("mode", &self.mode)
+            .field("hold", &self.hold)
             .finish_non_exhaustive()
     }
 }

@@ -3,7 +3,7 @@
 //! the same flood through an unbounded queue to the same number of workers,
 //! and watch the queue and the latency grow without end.
 //!
-//! Run: `cargo run --release --example overload` (`-- --help` for flags).
+//! Run: `cargo run --release -p sidejob-demo` (`-- --help` for flags).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -15,7 +15,7 @@ use sidejob::{Error, Pool, Worker};
 const HELP: &str = "\
 overload: a sidejob pool under a flood, beside an unbounded queue
 
-USAGE: cargo run --release --example overload -- [OPTIONS]
+USAGE: cargo run --release -p sidejob-demo -- [OPTIONS]
 
 OPTIONS:
   --duration SECS   how long each flood lasts            [default: 4]

@@ -1,0 +1,240 @@
+//! The hot path, op by op: `Limiter::try_acquire` + drop, and a refusal,
+//! beside tokio's `Semaphore` and a bare CAS-and-release pair.
+//!
+//! Two kinds of figure:
+//!
+//! The limiter with an idle waiting room (`max_waiters`, nobody waiting)
+//! is measured too: its release reads the number waiting, before and after.
+//!
+//! * **Instructions per operation**, exact and repeatable on a busy
+//!   machine, under callgrind: `scripts/hot-path-instructions.sh` runs this
+//!   binary once per contender and per loop length, with collection on only
+//!   inside that contender's `op_*` function, and differences two loop
+//!   lengths (so the set-up cancels). What is left is the op itself plus
+//!   the call into and return from its `#[inline(never)]` function, which
+//!   the script measures too (`op_empty`) and prints as the floor.
+//!   This binary does not need valgrind; the script does.
+//! * **Time per operation**, ours over the bare pair (admission) and over
+//!   tokio (refusal), the best of several interleaved timed loops: what
+//!   `cargo bench --bench hot_path` prints.
+//!
+//! `hot_path <contender> <iterations>` runs one contender's loop and exits
+//! (the script's mode); with no such arguments, the timed table.
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+mod common;
+use common::{best_of, time_loop};
+use sidejob::Limiter;
+use tokio::sync::Semaphore;
+
+/// Large enough that admission never meets the limit.
+const BIG: usize = 1 << 20;
+
+// ---- the contenders: one call = one operation -----------------------------
+//
+// Each is `#[inline(never)]` so callgrind can count it alone, and takes its
+// subject through `black_box`, so nothing about it is hoisted out of the
+// loop: every call pays what a user's call pays.
+
+/// Ours: admission + release (the permit's drop).
+#[inline(never)]
+fn op_ours_admit(limiter: &Limiter) {
+    let permit = black_box(limiter).try_acquire().expect("no overload here");
+    black_box(&permit);
+}
+
+/// Ours with a waiting room (nobody waiting): admission + release.
+#[inline(never)]
+fn op_ours_admit_room(limiter: &Limiter) {
+    let permit = black_box(limiter).try_acquire().expect("no overload here");
+    black_box(&permit);
+}
+
+/// Ours: a refusal, counted (every shard full).
+#[inline(never)]
+fn op_ours_refuse(limiter: &Limiter) {
+    assert!(black_box(limiter).try_acquire().is_err());
+}
+
+/// tokio: `try_acquire` + drop.
+#[inline(never)]
+fn op_tokio_admit(semaphore: &Semaphore) {
+    let permit = black_box(semaphore)
+        .try_acquire()
+        .expect("no overload here");
+    black_box(&permit);
+}
+
+/// tokio: a refusal (no permits).
+#[inline(never)]
+fn op_tokio_refuse(semaphore: &Semaphore) {
+    assert!(black_box(semaphore).try_acquire().is_err());
+}
+
+/// The bare pair: a CAS-increment under a limit and a `fetch_sub`, with the
+/// orderings a limiter needs (Acquire to take, Release to give back).
+#[inline(never)]
+fn op_bare_admit(counter: &AtomicUsize) {
+    let counter = black_box(counter);
+    let mut current = counter.load(Ordering::Relaxed);
+    loop {
+        assert!(current < BIG);
+        match counter.compare_exchange_weak(
+            current,
+            current + 1,
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => break,
+            Err(actual) => current = actual,
+        }
+    }
+    counter.fetch_sub(1, Ordering::Release);
+}
+
+/// The bare pair's refusal: one load and a compare.
+#[inline(never)]
+fn op_bare_refuse(counter: &AtomicUsize) {
+    assert!(black_box(counter).load(Ordering::Relaxed) >= BIG);
+}
+
+/// Nothing: the call, the argument and the return, the floor under every
+/// figure above.
+#[inline(never)]
+fn op_empty(x: &AtomicUsize) {
+    black_box(x);
+}
+
+// ---- the subjects ----------------------------------------------------------
+
+struct Subjects {
+    ours: Limiter,
+    ours_room: Limiter,
+    ours_full: Limiter,
+    tokio: Semaphore,
+    tokio_empty: Semaphore,
+    bare: AtomicUsize,
+    bare_full: AtomicUsize,
+}
+
+fn subjects() -> Subjects {
+    let ours = Limiter::new(BIG).expect("valid bench configuration");
+    let ours_full = Limiter::new(num_cpus()).expect("valid bench configuration");
+    for _ in 0..ours_full.capacity() {
+        std::mem::forget(ours_full.try_acquire().expect("room while filling"));
+    }
+    let ours_room = Limiter::builder()
+        .capacity(BIG)
+        .max_waiters(64)
+        .build()
+        .expect("valid bench configuration");
+    // Warm them: the thread's index, the full set, the lines.
+    drop(ours.try_acquire());
+    drop(ours_room.try_acquire());
+    assert!(ours_full.try_acquire().is_err());
+    Subjects {
+        ours,
+        ours_room,
+        ours_full,
+        tokio: Semaphore::new(BIG),
+        tokio_empty: Semaphore::new(0),
+        bare: AtomicUsize::new(0),
+        bare_full: AtomicUsize::new(BIG),
+    }
+}
+
+fn num_cpus() -> usize {
+    Limiter::new(BIG).expect("valid").shards()
+}
+
+/// Runs `name`'s op `iters` times.
+fn run(s: &Subjects, name: &str, iters: u64) {
+    match name {
+        "ours_admit" => (0..iters).for_each(|_| op_ours_admit(&s.ours)),
+        "ours_admit_room" => (0..iters).for_each(|_| op_ours_admit_room(&s.ours_room)),
+        "ours_refuse" => (0..iters).for_each(|_| op_ours_refuse(&s.ours_full)),
+        "tokio_admit" => (0..iters).for_each(|_| op_tokio_admit(&s.tokio)),
+        "tokio_refuse" => (0..iters).for_each(|_| op_tokio_refuse(&s.tokio_empty)),
+        "bare_admit" => (0..iters).for_each(|_| op_bare_admit(&s.bare)),
+        "bare_refuse" => (0..iters).for_each(|_| op_bare_refuse(&s.bare_full)),
+        "empty" => (0..iters).for_each(|_| op_empty(&s.bare)),
+        other => panic!("unknown contender {other}"),
+    }
+}
+
+// ---- the timed table -------------------------------------------------------
+
+fn timed_table(s: &Subjects) {
+    const ITERS: u64 = 2_000_000;
+    const ROUNDS: usize = 11;
+    let ns = best_of(
+        ROUNDS,
+        &mut [
+            &mut || time_loop(ITERS, || op_ours_admit(&s.ours)),
+            &mut || time_loop(ITERS, || op_ours_admit_room(&s.ours_room)),
+            &mut || time_loop(ITERS, || op_bare_admit(&s.bare)),
+            &mut || time_loop(ITERS, || op_tokio_admit(&s.tokio)),
+            &mut || time_loop(ITERS, || op_ours_refuse(&s.ours_full)),
+            &mut || time_loop(ITERS, || op_bare_refuse(&s.bare_full)),
+            &mut || time_loop(ITERS, || op_tokio_refuse(&s.tokio_empty)),
+            &mut || time_loop(ITERS, || op_empty(&s.bare)),
+        ],
+    );
+    let [ours_a, room_a, bare_a, tokio_a, ours_r, bare_r, tokio_r, empty] = ns[..] else {
+        unreachable!()
+    };
+    println!("== hot path, 1 thread, ns per op (best of {ROUNDS} interleaved loops of {ITERS}) ==");
+    println!(
+        "admission + release: sidejob {ours_a:.2}, bare pair {bare_a:.2}, tokio {tokio_a:.2} (empty call {empty:.2}); sidejob with an idle waiting room {room_a:.2}"
+    );
+    println!("refusal:             sidejob {ours_r:.2}, bare load {bare_r:.2}, tokio {tokio_r:.2}");
+    println!(
+        "ratio admission sidejob/bare pair = {:.2}   (target <= 1.20)",
+        ours_a / bare_a
+    );
+    println!(
+        "ratio admission sidejob/tokio     = {:.2}",
+        ours_a / tokio_a
+    );
+    println!(
+        "ratio refusal   sidejob/tokio     = {:.2}",
+        ours_r / tokio_r
+    );
+    println!(
+        "ratio admission room/no room      = {:.2}   (benches/waiting.rs section 1: <= 1.05)",
+        room_a / ours_a
+    );
+    assert_eq!(s.ours.usage(), 0);
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let s = subjects();
+    // The script's mode: `hot_path <contender> <iterations>`.
+    if let [name, iters] = &args[..] {
+        if let Ok(iters) = iters.parse::<u64>() {
+            run(&s, name, iters);
+            return;
+        }
+    }
+    // `cargo test --benches` runs each bench once as a smoke test, without
+    // `--bench`: one short pass of every contender, no timing.
+    if !args.iter().any(|arg| arg == "--bench") {
+        for name in [
+            "ours_admit",
+            "ours_admit_room",
+            "ours_refuse",
+            "tokio_admit",
+            "tokio_refuse",
+            "bare_admit",
+            "bare_refuse",
+            "empty",
+        ] {
+            run(&s, name, 1000);
+        }
+        return;
+    }
+    timed_table(&s);
+}

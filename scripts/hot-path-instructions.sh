@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Instructions per operation on the hot path, counted by callgrind: exact and
+# repeatable on a busy machine. For humans: it needs valgrind, which CI
+# (`.ci/run`) does not; CI only builds `benches/hot_path.rs`.
+#
+# Each contender's op is an `#[inline(never)]` function in
+# benches/hot_path.rs; callgrind collects only inside it
+# (`--toggle-collect`), for two loop lengths, and the difference divided by
+# the difference in length is the cost of one op (set-up cancels). The op
+# of `empty` is the call and return alone: the floor every figure includes.
+# Then the bench's own timed table (ours over the bare pair, one thread).
+#
+# Usage: scripts/hot-path-instructions.sh [--no-time]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v valgrind >/dev/null || { echo "valgrind not found" >&2; exit 1; }
+
+out=$(cargo bench --bench hot_path --no-run --message-format=json 2>/dev/null |
+  sed -n 's/.*"executable":"\([^"]*hot_path[^"]*\)".*/\1/p' | tail -1)
+[ -x "$out" ] || { echo "could not build benches/hot_path.rs" >&2; exit 1; }
+
+N1=1000
+N2=11000
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# Instructions collected inside `op_<name>` over `n` calls.
+count() {
+  local name=$1 n=$2 file="$tmp/cg.$1.$2"
+  valgrind --tool=callgrind --callgrind-out-file="$file" \
+    --toggle-collect="*hot_path::op_$name" --collect-atstart=no \
+    "$out" "$name" "$n" >/dev/null 2>&1
+  sed -n 's/^summary: *\([0-9]*\).*/\1/p; s/^totals: *\([0-9]*\).*/\1/p' "$file" | head -1
+}
+
+per_op() {
+  local a b
+  a=$(count "$1" $N1)
+  b=$(count "$1" $N2)
+  awk -v a="$a" -v b="$b" -v n=$((N2 - N1)) 'BEGIN { printf "%.1f", (b - a) / n }'
+}
+
+echo "== hot path, instructions per op (callgrind, $(valgrind --version), $(rustc --version | cut -d' ' -f1-2)) =="
+echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src benches || echo ' + local changes')"
+empty=$(per_op empty)
+for op in admit refuse; do
+  ours=$(per_op "ours_$op")
+  tokio=$(per_op "tokio_$op")
+  bare=$(per_op "bare_$op")
+  net() { awk -v x="$1" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'; }
+  case $op in
+    admit) label="admission + release"; target=64 ;;
+    refuse) label="refusal            "; target=32 ;;
+  esac
+  echo "$label: sidejob $ours, tokio $tokio, bare pair $bare   (net of the call's $empty: sidejob $(net "$ours"), tokio $(net "$tokio"), bare $(net "$bare"); target sidejob <= $target)"
+done
+room=$(per_op ours_admit_room)
+echo "admission + release, idle waiting room: sidejob $room   (net $(awk -v x="$room" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'))"
+
+if [ "${1:-}" != "--no-time" ]; then
+  echo
+  "$out" --bench
+fi
