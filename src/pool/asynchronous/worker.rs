@@ -5,6 +5,7 @@
 //! blocks.
 
 use std::future::Future;
+use std::pin::Pin;
 
 use super::current::{as_worker, worker_id};
 use super::mailbox::{Envelope, Inbox};
@@ -103,6 +104,29 @@ pub(crate) type AsyncEnvelope<W> =
 /// Builds a worker's state; shared by every worker of a pool.
 pub(crate) type AsyncFactory<W> = dyn Fn(usize) -> W + Send + Sync;
 
+/// A worker's async init with its error dropped (`None`): for a re-init
+/// after a panic, whose error has nobody to go to.
+pub(crate) type AsyncInit<W> =
+    dyn Fn(usize) -> Pin<Box<dyn Future<Output = Option<W>> + Send>> + Send + Sync;
+
+/// How a worker's state is made: at start (the factory) and after a panic.
+pub(crate) enum Maker<W> {
+    /// `PoolBuilder::build_async`'s factory, called on the worker's task.
+    Sync(Arc<AsyncFactory<W>>),
+    /// `PoolBuilder::build_async_init`'s init, awaited on the worker's task
+    /// after a panic (at start, the build awaited it).
+    Async(Arc<AsyncInit<W>>),
+}
+
+impl<W> Clone for Maker<W> {
+    fn clone(&self) -> Self {
+        match self {
+            Maker::Sync(factory) => Maker::Sync(Arc::clone(factory)),
+            Maker::Async(init) => Maker::Async(Arc::clone(init)),
+        }
+    }
+}
+
 /// One request in a worker's hands.
 enum Job<W: AsyncWorker> {
     Call(W::Request),
@@ -114,7 +138,10 @@ pub(crate) struct TaskLoop<W: AsyncWorker> {
     pub(crate) index: usize,
     pub(crate) table: Arc<Table>,
     pub(crate) inbox: Inbox<AsyncEnvelope<W>>,
-    pub(crate) factory: Arc<AsyncFactory<W>>,
+    pub(crate) maker: Maker<W>,
+    /// The state made before the loop started (by the build's init), or
+    /// `None` to call the factory first thing.
+    pub(crate) initial: Option<W>,
     /// Dropped when the loop ends (or the runtime drops the task): the
     /// pool's `shutdown_async` waits for every worker's.
     pub(crate) _alive: tokio::sync::watch::Receiver<()>,
@@ -125,7 +152,10 @@ pub(crate) struct TaskLoop<W: AsyncWorker> {
 
 impl<W: AsyncWorker> TaskLoop<W> {
     pub(crate) async fn run(mut self) {
-        let mut state = self.build();
+        let mut state = match self.initial.take() {
+            Some(worker) => Some(worker),
+            None => self.make().await,
+        };
         let table = Arc::clone(&self.table);
         let shard = table.shard(self.index);
         // The exit rule: a worker of the shared queue serves every shard,
@@ -161,10 +191,14 @@ impl<W: AsyncWorker> TaskLoop<W> {
             // `async fn` of its own: one state machine less to step through
             // per request).
             if state.is_none() {
-                state = self.build();
+                state = self.make().await;
             }
+            // Set when the handler panicked and an async init is to make
+            // the state again after the reply.
+            let mut reinit = false;
             let outcome = match state.as_mut() {
-                // The factory itself panicked: this request cannot be served.
+                // The factory itself panicked (or the init failed): this
+                // request cannot be served.
                 None => {
                     drop_quietly(job);
                     Err(Error::WorkerPanicked)
@@ -187,9 +221,14 @@ impl<W: AsyncWorker> TaskLoop<W> {
                         drop_payload(payload);
                         // A restart: the half-updated state is dropped, not
                         // reused; the mailbox stays, and the new state
-                        // serves it.
+                        // serves it. The factory runs now; an async init,
+                        // after the reply (below): its caller need not
+                        // wait for a reconnect.
                         drop_quietly(state.take());
-                        state = self.build();
+                        match &self.maker {
+                            Maker::Sync(factory) => state = build(&**factory, self.index, id),
+                            Maker::Async(_) => reinit = true,
+                        }
                         Err(Error::WorkerPanicked)
                     }
                 },
@@ -208,6 +247,9 @@ impl<W: AsyncWorker> TaskLoop<W> {
                 if let Err(unsent) = reply.send(outcome) {
                     drop_quietly(unsent);
                 }
+            }
+            if reinit {
+                state = self.make().await;
             }
             // With its own mailbox, the worker leaves once its shard is
             // drained (its channel is not closed: the pool's handles still
@@ -230,16 +272,38 @@ impl<W: AsyncWorker> TaskLoop<W> {
         worker_id(&self.table, self.index)
     }
 
-    /// Calls the factory (as this worker); `None` if it panicked (retried
-    /// on the next request).
-    fn build(&self) -> Option<W> {
-        let factory = std::panic::AssertUnwindSafe(|| (self.factory)(self.index));
-        match as_worker(self.id(), || std::panic::catch_unwind(factory)) {
-            Ok(worker) => Some(worker),
-            Err(payload) => {
-                drop_payload(payload);
-                None
+    /// Makes the worker's state (as this worker): the factory's, or the
+    /// async init's. `None` if it panicked or the init failed (tried again
+    /// on the next request). The future borrows nothing of the loop (which
+    /// is not `Sync`).
+    fn make(&self) -> impl Future<Output = Option<W>> + Send + 'static {
+        let (maker, index, id) = (self.maker.clone(), self.index, self.id());
+        async move {
+            match maker {
+                Maker::Sync(factory) => build(&*factory, index, id),
+                Maker::Async(init) => {
+                    // Calling the init is user code too: inside the guard.
+                    match guarded(id, async { init(index).await }).await {
+                        Ok(made) => made,
+                        Err(payload) => {
+                            drop_payload(payload);
+                            None
+                        }
+                    }
+                }
             }
+        }
+    }
+}
+
+/// Calls the factory as worker `id`; `None` if it panicked.
+fn build<W>(factory: &AsyncFactory<W>, index: usize, id: (usize, usize)) -> Option<W> {
+    let factory = std::panic::AssertUnwindSafe(|| factory(index));
+    match as_worker(id, || std::panic::catch_unwind(factory)) {
+        Ok(worker) => Some(worker),
+        Err(payload) => {
+            drop_payload(payload);
+            None
         }
     }
 }
@@ -248,13 +312,14 @@ impl<W: AsyncWorker> Drop for TaskLoop<W> {
     /// A loop that ends normally leaves nothing queued in its mailbox (its
     /// shard is drained, or every sender is gone). One dropped early, by a
     /// runtime shutting down, shuts the pool down and gives back the unit
-    /// of every envelope still queued (when stealing, in every mailbox):
-    /// their callers see `Shutdown` (the reply slot
-    /// is dropped), and the pool's count stays exact. (A send racing with
-    /// this drain, one that passed the channel's closed check before
-    /// `close` and pushes after the last `try_recv`, is dropped with the
-    /// channel and keeps its unit: `usage` of a pool whose runtime is gone
-    /// may read one high per such race.)
+    /// of every envelope still queued (with the shared queue, all of it,
+    /// which then refuses later pushes under its lock): their callers see
+    /// `Shutdown` (the reply slot is dropped), and the pool's count stays
+    /// exact. (With its own mailbox, a send racing with this drain, one
+    /// that passed the channel's closed check before `close` and pushes
+    /// after the last `try_recv`, is dropped with the channel and keeps its
+    /// unit: `usage` of a pool whose runtime is gone may read one high per
+    /// such race.)
     fn drop(&mut self) {
         if !self.ended {
             // The runtime is dropping this worker (it is shutting down):
