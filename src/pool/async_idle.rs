@@ -16,7 +16,8 @@
 //! worker and steals, `pool/steal.rs`: its workers are threads on their
 //! own cores, and a worker's own mailbox keeps its requests' lines there.
 //! An async pool's workers are tasks sharing the runtime's threads: there
-//! is no such line to keep.)
+//! is no such line to keep. `steal(false)` still gives each async worker a
+//! mailbox of its own, for affinity: `asynchronous/mailbox.rs`.)
 //!
 //! The queue, the stack of sleeping workers and their wakers sit under one
 //! lock, held for a push or a pop and never while foreign code runs: a
@@ -27,14 +28,16 @@
 //! between a look and a sleep, and no fence is needed.
 //!
 //! Why a lock rather than crossbeam's lock-free channel with a room of
-//! sleepers beside it (the first version): that needed a `SeqCst` fence on
-//! each side of every delivery and sleep, a second look at the queue after
-//! each registration, and the channel's own atomics; the one-task round
-//! trip cost 2,231 instructions against the tokio actor idiom's 1,952
-//! (callgrind, a current-thread runtime), and this one ... (see
-//! `PERFORMANCE.md`). A push or a pop holds the lock for a few dozen
-//! instructions; tokio's bounded channel, which the actor idiom uses,
-//! takes a lock of its own on every receive.
+//! sleepers beside it (the first version, and the old stealing pool's):
+//! that needed a `SeqCst` fence on each side of every delivery and sleep,
+//! a second look at the queues after each registration, and the channel's
+//! own atomics, and its round trip cost more instructions than the tokio
+//! actor idiom's, where this one costs 0.92x the idiom's from one task and
+//! 0.93x from 64 (callgrind on a current-thread runtime,
+//! `scripts/round-trip-instructions.sh`; `PERFORMANCE.md`). A push or a
+//! pop holds the lock for a few dozen instructions; tokio's bounded
+//! channel, which the actor idiom uses, takes a lock of its own on every
+//! receive (its semaphore's).
 //!
 //! # Sleeping and waking
 //!
