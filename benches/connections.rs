@@ -326,31 +326,18 @@ fn pool(
     steal: Option<bool>,
     in_flight: &Arc<InFlight>,
 ) -> AsyncPool<Conn> {
-    // The connections open first (the factory is synchronous), one per
-    // worker, each taken by its worker.
-    let conns: Vec<_> = rt.block_on(async {
-        let mut conns = Vec::new();
-        for _ in 0..WORKERS {
-            conns.push(std::sync::Mutex::new(Some(
-                Conn::open(addr, in_flight).await,
-            )));
-        }
-        conns
-    });
     let mut builder = Pool::builder();
     builder.name("conns").capacity(CAPACITY).workers(WORKERS);
     if let Some(steal) = steal {
         builder.steal(steal);
     }
-    builder
-        .build_async_on(rt.handle(), move |index| {
-            conns[index]
-                .lock()
-                .unwrap()
-                .take()
-                .expect("one connection per worker")
-        })
-        .unwrap()
+    // Each worker opens its connection when it starts.
+    let in_flight = in_flight.clone();
+    rt.block_on(builder.build_async_init(move |_| {
+        let in_flight = in_flight.clone();
+        async move { Ok::<_, std::io::Error>(Conn::open(addr, &in_flight).await) }
+    }))
+    .unwrap()
 }
 
 fn runtime() -> Runtime {

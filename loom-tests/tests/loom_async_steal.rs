@@ -5,7 +5,9 @@
 //! for a request (no lost wake-up), also while another worker is busy with
 //! one; each request is taken once and its unit goes back to the shard
 //! that admitted it; a shutdown racing the last requests still lets every
-//! worker drain and end, the last release waking the sleepers.
+//! worker drain and end, the last release waking the sleepers; a worker
+//! dropped asleep leaves the stack, and one dropped after its ring passes
+//! the ring on.
 //!
 //! Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p loom-tests --release --test loom_async_steal`.
@@ -199,6 +201,35 @@ fn a_worker_dropped_asleep_leaves_the_stack() {
         assert_eq!(rig.queue.sleepers(), 0);
         let one = Rig::worker(&rig, 1, || {});
         rig.submit(0);
+        rig.handled.wait_for(1);
+        rig.shut_down(vec![one], 1);
+    });
+}
+
+/// A worker rung for a request (its waker taken) whose loop is dropped
+/// before it looks (its runtime dropping it) passes the ring on: the other
+/// sleeper must take the request, or it waits forever (a deadlock loom
+/// reports).
+#[test]
+fn a_worker_dropped_after_its_ring_passes_it_on() {
+    loom::model(|| {
+        let rig = Rig::new(2);
+        let one = Rig::worker(&rig, 1, || {});
+        while rig.queue.sleepers() == 0 {
+            thread::yield_now();
+        }
+        // Worker 0 sleeps on top of the stack: the next push rings it
+        // (unless worker 1 was polled again meanwhile and went on top: then
+        // it is rung itself; both cases must end with the request handled).
+        let mut gone = SharedWorker::new(0);
+        {
+            let mut next = Box::pin(gone.next(&rig.queue, &rig.table));
+            let waker = futures_noop_waker();
+            let mut cx = std::task::Context::from_waker(&waker);
+            assert!(next.as_mut().poll(&mut cx).is_pending());
+        }
+        rig.submit(0);
+        gone.leave(&rig.queue);
         rig.handled.wait_for(1);
         rig.shut_down(vec![one], 1);
     });
