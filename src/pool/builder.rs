@@ -151,8 +151,8 @@ impl PoolBuilder {
 ///   [`max_queued_per_key`](crate::PoolBuilder::max_queued_per_key), so one
 ///   tenant cannot fill the pool). The workers of an ordered pool take
 ///   keyed requests from each other's shards, so a worker's state sees
-///   any key; plain requests still run on their own worker unless the
-///   pool also [steals](crate::PoolBuilder::steal).
+///   any key; plain requests are stolen too, as in every pool unless
+///   built with [`steal(false)`](crate::PoolBuilder::steal).
 ///
 /// `benches/keyed_pool.rs` measures both against a hot key (`PERFORMANCE.md`).
 ///
