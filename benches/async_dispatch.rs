@@ -276,15 +276,31 @@ fn round_trip_row(
 fn probe(args: &[String]) {
     let (name, tasks, calls, mt) = match args {
         [name, tasks, calls] => (name, tasks, calls, false),
-        [name, tasks, calls, mt] if mt == "mt" => (name, tasks, calls, true),
+        [name, tasks, calls, mt] if mt == "mt" || mt == "ct" => (name, tasks, calls, true),
         _ => panic!("usage: probe <actor|pool|pool_own> <tasks> <calls> [mt]"),
     };
     let (tasks, calls) = (tasks.parse().unwrap(), calls.parse().unwrap());
     if mt {
-        let rt = runtime();
-        let contender = Contender::start(&rt, name);
+        let rt = if args[3] == "ct" {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+        } else {
+            runtime()
+        };
+        // As in the ratio table: every contender started on the runtime.
+        let all: Vec<_> = NAMES
+            .iter()
+            .map(|(other, _)| Contender::start(&rt, other))
+            .collect();
+        let at = NAMES
+            .iter()
+            .position(|(other, _)| other == name)
+            .expect("a contender's name");
+        let contender = &all[at];
         for _ in 0..5 {
-            let span = fan_out(&rt, &contender, tasks, calls);
+            let span = fan_out(&rt, contender, tasks, calls);
             println!(
                 "{name} {tasks}: {:.0} ns",
                 span.as_nanos() as f64 / calls as f64

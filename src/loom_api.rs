@@ -419,9 +419,11 @@ pub fn after_release(idle: &Idle, me: usize, from: usize) {
 pub struct SharedQueue(crate::pool::async_idle::SharedQueue<()>);
 
 impl SharedQueue {
-    /// An empty queue for `workers` workers.
+    /// An empty queue for `workers` workers, who yield once before they
+    /// sleep (as on a multi-thread runtime, the async pool's usual case:
+    /// after its yield a worker sleeps as it would at once otherwise).
     pub fn new(workers: usize) -> SharedQueue {
-        SharedQueue(crate::pool::async_idle::SharedQueue::new(workers, 4))
+        SharedQueue(crate::pool::async_idle::SharedQueue::new(workers, 4, true))
     }
 
     /// What a delivery does: queues an envelope holding a unit of shard
@@ -452,7 +454,7 @@ impl SharedQueue {
 pub struct SharedWorker {
     me: usize,
     waker: Option<std::task::Waker>,
-    registered: bool,
+    sleep: crate::pool::async_idle::Sleep,
 }
 
 impl SharedWorker {
@@ -461,7 +463,7 @@ impl SharedWorker {
         SharedWorker {
             me,
             waker: None,
-            registered: false,
+            sleep: Default::default(),
         }
     }
 
@@ -470,13 +472,9 @@ impl SharedWorker {
     /// empty; `None` once the pool whose table is `table` is closed and
     /// drained.
     pub async fn next(&mut self, queue: &SharedQueue, table: &Table) -> Option<usize> {
-        let SharedWorker {
-            me,
-            waker,
-            registered,
-        } = self;
+        let SharedWorker { me, waker, sleep } = self;
         std::future::poll_fn(|cx| {
-            queue.0.poll_next(cx, *me, waker, registered, || {
+            queue.0.poll_next(cx, *me, waker, sleep, || {
                 crate::pool::worker_loop::pool_drained(&table.0)
             })
         })
@@ -487,7 +485,7 @@ impl SharedWorker {
     /// What dropping the worker's loop does while it sleeps
     /// (`SharedQueue::leave`).
     pub fn leave(&mut self, queue: &SharedQueue) {
-        queue.0.leave(self.me, &mut self.registered)
+        queue.0.leave(self.me, &mut self.sleep)
     }
 }
 

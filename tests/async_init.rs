@@ -4,7 +4,7 @@
 //! and every other init cancelled before the error comes back; a panicking
 //! init's panic is resumed after the same clean-up; an init that awaits
 //! real I/O (a TCP connection to 127.0.0.1); the init awaited again after
-//! a handler panics. Channels, `Notify` and counters, never sleeps.
+//! a handler panics. Barriers and counters, never sleeps.
 
 use std::error::Error as _;
 use std::fmt;
@@ -14,7 +14,6 @@ use std::sync::{Arc, Mutex};
 use sidejob::{AsyncWorker, BuildError, Error, Pool};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Notify;
 
 mod common;
 use common::{bounded, current_thread, multi_thread, poll_once};
@@ -142,9 +141,9 @@ fn a_failed_init_fails_the_build_naming_its_worker_after_the_others_are_dropped_
     bounded("a failed init", || {
         let rt = multi_thread();
         let counts = Arc::new(Counts::default());
-        // Worker 2 fails once workers 0 and 1 are made; worker 3 never
-        // answers (it must be cancelled).
-        let both_made = Arc::new(Notify::new());
+        // Worker 2 fails once workers 0 and 1 are made and worker 3's init
+        // is under way; worker 3 never answers (it must be cancelled).
+        let all_there = Arc::new(tokio::sync::Barrier::new(4));
         let built = {
             let counts = counts.clone();
             rt.block_on(
@@ -152,22 +151,21 @@ fn a_failed_init_fails_the_build_naming_its_worker_after_the_others_are_dropped_
                     .capacity(8)
                     .workers(4)
                     .build_async_init(move |index| {
-                        let (counts, both_made) = (counts.clone(), both_made.clone());
+                        let (counts, all_there) = (counts.clone(), all_there.clone());
                         async move {
                             match index {
                                 0 | 1 => {
                                     let worker = Indexed::new(index, &counts);
-                                    if counts.made.load(SeqCst) == 2 {
-                                        both_made.notify_one();
-                                    }
+                                    all_there.wait().await;
                                     Ok(worker)
                                 }
                                 2 => {
-                                    both_made.notified().await;
+                                    all_there.wait().await;
                                     Err(Refused("worker 2's server"))
                                 }
                                 _ => {
                                     let _guard = CancelGuard(counts.clone());
+                                    all_there.wait().await;
                                     std::future::pending::<()>().await;
                                     unreachable!("never answers")
                                 }
@@ -204,27 +202,30 @@ fn a_panicking_init_resumes_its_panic_in_the_builder_after_the_clean_up() {
     bounded("a panicking init", || {
         let rt = multi_thread();
         let counts = Arc::new(Counts::default());
-        let made = Arc::new(Notify::new());
+        // Worker 1 panics once worker 0 is made and worker 2's init is
+        // under way; worker 2 never answers (it must be cancelled).
+        let all_there = Arc::new(tokio::sync::Barrier::new(3));
         let caught =
             {
                 let counts = counts.clone();
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     rt.block_on(Pool::builder().capacity(4).workers(3).build_async_init(
                         move |index| {
-                            let (counts, made) = (counts.clone(), made.clone());
+                            let (counts, all_there) = (counts.clone(), all_there.clone());
                             async move {
                                 match index {
                                     0 => {
                                         let worker = Indexed::new(0, &counts);
-                                        made.notify_one();
+                                        all_there.wait().await;
                                         Ok::<_, Refused>(worker)
                                     }
                                     1 => {
-                                        made.notified().await;
+                                        all_there.wait().await;
                                         panic!("init of worker 1 panicked")
                                     }
                                     _ => {
                                         let _guard = CancelGuard(counts.clone());
+                                        all_there.wait().await;
                                         std::future::pending::<()>().await;
                                         unreachable!("never answers")
                                     }
@@ -413,7 +414,8 @@ fn dropping_the_build_future_cancels_the_inits() {
     let rt = multi_thread();
     let counts = Arc::new(Counts::default());
     rt.block_on(async {
-        let started = Arc::new(Notify::new());
+        // The test and both inits: passed once both inits are under way.
+        let started = Arc::new(tokio::sync::Barrier::new(3));
         let mut build = {
             let (counts, started) = (counts.clone(), started.clone());
             Box::pin(
@@ -424,15 +426,15 @@ fn dropping_the_build_future_cancels_the_inits() {
                         let (counts, started) = (counts.clone(), started.clone());
                         async move {
                             let _guard = CancelGuard(counts);
-                            started.notify_one();
+                            started.wait().await;
                             std::future::pending::<Result<Indexed, Refused>>().await
                         }
                     }),
             )
         };
-        // One poll spawns the inits; wait until one runs, then give up.
+        // One poll spawns the inits; once both run, give up.
         assert!(poll_once(&mut build).is_pending());
-        started.notified().await;
+        started.wait().await;
         drop(build);
         // Aborted tasks are dropped by the runtime soon after.
         while counts.cancelled.load(SeqCst) < 2 {

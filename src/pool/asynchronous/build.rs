@@ -9,7 +9,7 @@ use crate::engine::table::Table;
 use crate::error::{BuildError, ConfigError};
 use crate::sync::Arc;
 use std::future::Future;
-use tokio::runtime::Handle;
+use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -294,7 +294,8 @@ impl Plan {
             capacity,
             steal,
         } = self;
-        let (mailboxes, inboxes) = mailboxes(table.shard_count(), capacity, steal);
+        let multi_thread = handle.runtime_flavor() == RuntimeFlavor::MultiThread;
+        let (mailboxes, inboxes) = mailboxes(table.shard_count(), capacity, steal, multi_thread);
         let (done, alive) = watch::channel(());
         for ((index, inbox), initial) in inboxes.into_iter().enumerate().zip(initial) {
             let worker = TaskLoop {

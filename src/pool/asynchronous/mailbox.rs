@@ -25,7 +25,7 @@ use std::task::Waker;
 use tokio::sync::mpsc;
 
 use crate::error::Error;
-use crate::pool::async_idle::SharedQueue;
+use crate::pool::async_idle::{SharedQueue, Sleep};
 use crate::sync::Arc;
 
 /// The reply slot of one call.
@@ -67,32 +67,35 @@ pub(crate) enum Inbox<E> {
         receiver: mpsc::UnboundedReceiver<E>,
     },
     /// The pool's queue; `index` is the worker's, `waker` its spare clone
-    /// of its own waker, `registered` whether it sleeps on the queue's
+    /// of its own waker, `sleep` whether it sleeps on the queue's
     /// stack (see [`SharedQueue::poll_next`]).
     Shared {
         index: usize,
         queue: Arc<SharedQueue<E>>,
         waker: Option<Waker>,
-        registered: bool,
+        sleep: Sleep,
     },
 }
 
 /// The mailboxes of `count` workers: the senders, and one inbox per
 /// worker. With `steal` (and more than one worker) one queue, with room
-/// for `capacity` envelopes before it grows, serves them all.
+/// for `capacity` envelopes before it grows, serves them all; its workers
+/// yield once before they sleep if `multi_thread` (their runtime's
+/// flavor, `async_idle.rs`).
 pub(crate) fn mailboxes<E>(
     count: usize,
     capacity: usize,
     steal: bool,
+    multi_thread: bool,
 ) -> (Mailboxes<E>, Vec<Inbox<E>>) {
     if steal && count > 1 {
-        let queue = Arc::new(SharedQueue::new(count, capacity));
+        let queue = Arc::new(SharedQueue::new(count, capacity, multi_thread));
         let inboxes = (0..count)
             .map(|index| Inbox::Shared {
                 index,
                 queue: Arc::clone(&queue),
                 waker: None,
-                registered: false,
+                sleep: Sleep::default(),
             })
             .collect();
         return (Mailboxes::Shared(queue), inboxes);
@@ -156,8 +159,8 @@ impl<E> Inbox<E> {
                 index,
                 queue,
                 waker,
-                registered,
-            } => queue.poll_next(cx, *index, waker, registered, &done),
+                sleep,
+            } => queue.poll_next(cx, *index, waker, sleep, &done),
         })
     }
 
@@ -184,10 +187,10 @@ impl<E> Inbox<E> {
             Inbox::Shared {
                 index,
                 queue,
-                registered,
+                sleep,
                 ..
             } => {
-                queue.leave(*index, registered);
+                queue.leave(*index, sleep);
                 queue.close_and_drain(each);
             }
         }
