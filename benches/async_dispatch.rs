@@ -22,8 +22,9 @@
 //!
 //! Instructions per round trip, exact on a busy machine:
 //! `scripts/round-trip-instructions.sh` runs this executable's `probe`
-//! mode (`async_dispatch-<hash> probe <contender> <tasks> <calls>`: the
-//! round trips alone, on a current-thread runtime) under callgrind.
+//! mode (`async_dispatch-<hash> probe <contender> <tasks> <calls>
+//! <ct|mt1>`: the round trips alone, on a one-thread runtime of either
+//! scheduler) under callgrind.
 
 mod common;
 
@@ -269,51 +270,54 @@ fn round_trip_row(
     times.into_iter().map(common::median).collect()
 }
 
-/// `probe <contender> <tasks> <calls> [mt]`: only the round trips, on a
-/// current-thread runtime (one thread: callgrind counts the same
-/// instructions every run); with `mt`, on the 2-thread runtime, printing
-/// the ns per round trip of 5 runs (for a profiler).
+/// `probe <contender> <tasks> <calls> <runtime> [time]`: only the round
+/// trips. `<runtime>` is `ct` (current-thread) or `mt1` (the multi-thread
+/// scheduler with one worker thread: the pool's multi-thread path, still
+/// one thread, so callgrind counts the same instructions every run), or
+/// `mt` (the bench's 2-thread runtime). With `time`, every contender is
+/// started (as in the ratio table) and the named one's ns per round trip
+/// printed for 5 runs, for a profiler.
 fn probe(args: &[String]) {
-    let (name, tasks, calls, mt) = match args {
-        [name, tasks, calls] => (name, tasks, calls, false),
-        [name, tasks, calls, mt] if mt == "mt" || mt == "ct" => (name, tasks, calls, true),
-        _ => panic!("usage: probe <actor|pool|pool_own> <tasks> <calls> [mt]"),
+    let usage = "usage: probe <actor|pool|pool_own> <tasks> <calls> <ct|mt1|mt> [time]";
+    let (name, tasks, calls, flavor, time) = match args {
+        [name, tasks, calls, flavor] => (name, tasks, calls, flavor, false),
+        [name, tasks, calls, flavor, time] if time == "time" => (name, tasks, calls, flavor, true),
+        _ => panic!("{usage}"),
     };
     let (tasks, calls) = (tasks.parse().unwrap(), calls.parse().unwrap());
-    if mt {
-        let rt = if args[3] == "ct" {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-        } else {
-            runtime()
-        };
-        // As in the ratio table: every contender started on the runtime.
-        let all: Vec<_> = NAMES
-            .iter()
-            .map(|(other, _)| Contender::start(&rt, other))
-            .collect();
-        let at = NAMES
-            .iter()
-            .position(|(other, _)| other == name)
-            .expect("a contender's name");
-        let contender = &all[at];
-        for _ in 0..5 {
-            let span = fan_out(&rt, contender, tasks, calls);
-            println!(
-                "{name} {tasks}: {:.0} ns",
-                span.as_nanos() as f64 / calls as f64
-            );
-        }
+    let rt = match flavor.as_str() {
+        "ct" => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
+        "mt1" => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap(),
+        "mt" => runtime(),
+        _ => panic!("{usage}"),
+    };
+    if !time {
+        let contender = Contender::start(&rt, name);
+        fan_out(&rt, &contender, tasks, calls);
         return;
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let contender = Contender::start(&rt, name);
-    fan_out(&rt, &contender, tasks, calls);
+    let all: Vec<_> = NAMES
+        .iter()
+        .map(|(other, _)| Contender::start(&rt, other))
+        .collect();
+    let at = NAMES
+        .iter()
+        .position(|(other, _)| other == name)
+        .expect("a contender's name");
+    for _ in 0..5 {
+        let span = fan_out(&rt, &all[at], tasks, calls);
+        println!(
+            "{name} {tasks}: {:.0} ns",
+            span.as_nanos() as f64 / calls as f64
+        );
+    }
 }
 
 fn main() {
