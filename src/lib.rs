@@ -304,6 +304,8 @@ pub mod guide {
 // one folder per front-end that has more than one file, the integrations
 // behind their features. Each module has one path (`crate::engine::table`),
 // no alias at the root.
+pub mod adaptive;
+pub mod claim;
 mod engine;
 mod env;
 mod error;

@@ -1,0 +1,89 @@
+//! [`Target`]: a front-end whose capacity a controller moves.
+
+use crate::error::ConfigError;
+use crate::pool::worker::Worker;
+use crate::stats::Stats;
+use crate::supervisor::Supervisor;
+use crate::sync::Arc;
+use crate::{Limiter, Pool};
+
+/// A front-end whose capacity a [`Controller`](super::Controller) moves:
+/// implemented for `Arc<Limiter>`, [`Pool`] and [`Supervisor`] (both
+/// handles), and for any type of yours that has a capacity to set.
+///
+/// The controller reads [`stats`](Self::stats) once per tick (its
+/// `completed`, `rejected`, `waited` and `usage`) and calls
+/// [`set_capacity`](Self::set_capacity) only when the limit changes.
+/// Neither runs under a lock of the controller's.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use sidejob::adaptive::Target;
+/// use sidejob::Limiter;
+///
+/// let limiter = Arc::new(Limiter::new(4)?);
+/// Target::set_capacity(&limiter, 6)?;
+/// assert_eq!(Target::capacity(&limiter), 6);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait Target: Send + Sync + 'static {
+    /// Moves the capacity.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] if the front-end cannot take `capacity`; the
+    /// controller keeps the limit it had.
+    fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError>;
+
+    /// The capacity in force.
+    fn capacity(&self) -> usize;
+
+    /// The front-end's counters.
+    fn stats(&self) -> Stats;
+}
+
+impl Target for Arc<Limiter> {
+    fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
+        Limiter::set_capacity(self, capacity)
+    }
+
+    fn capacity(&self) -> usize {
+        Limiter::capacity(self)
+    }
+
+    fn stats(&self) -> Stats {
+        Limiter::stats(self)
+    }
+}
+
+/// The controller holds a handle: the pool lives (is not shut down by the
+/// drop of its other handles) as long as the controller does.
+impl<W: Worker> Target for Pool<W> {
+    fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
+        Pool::set_capacity(self, capacity)
+    }
+
+    fn capacity(&self) -> usize {
+        Pool::capacity(self)
+    }
+
+    fn stats(&self) -> Stats {
+        Pool::stats(self)
+    }
+}
+
+impl Target for Supervisor {
+    fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
+        Supervisor::set_capacity(self, capacity)
+    }
+
+    fn capacity(&self) -> usize {
+        Supervisor::capacity(self)
+    }
+
+    fn stats(&self) -> Stats {
+        Supervisor::stats(self)
+    }
+}

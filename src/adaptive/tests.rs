@@ -1,0 +1,488 @@
+//! The algorithms against a fluid model of a backend, on a virtual clock.
+//!
+//! The backend serves `knee` requests at once at its no-load latency; past
+//! the knee every request slows by `(n / knee)^1.5`, so throughput falls
+//! (retrograde scaling, as a contended lock or a thrashing cache does).
+//! Offered load is a rate; each 50 ms window the model settles at the
+//! in-flight the load and the limit allow and hands the algorithm that
+//! window's figures, with deterministic noise if asked. No threads, no
+//! clock, no sleeps: each test is a loop over windows.
+//!
+//! The properties, each a test that a broken algorithm fails:
+//!
+//! * the limit comes down after the backend slows, and stays down through
+//!   a long incident (no drift of the no-load latency);
+//! * re-measuring the no-load latency sheds nothing at load below the
+//!   knee (a probing algorithm, brpc's, does);
+//! * noise does not collapse the limit;
+//! * a backend slower for every request (a mix shift) is re-measured from
+//!   the traffic: the limit returns to the knee.
+
+use std::time::Duration;
+
+use super::*;
+
+const WINDOW: Duration = Duration::from_millis(50);
+
+/// The fluid backend and the load on it.
+#[derive(Debug, Clone)]
+struct Model {
+    /// In-flight requests served at the no-load latency.
+    knee: f64,
+    /// The no-load latency, in seconds.
+    service: f64,
+    /// Offered load, requests per second.
+    rate: f64,
+    /// Each request's latency varies by this much, relative (uniform);
+    /// a window's mean by that over the root of its count. 0: none.
+    noise: f64,
+    /// Relative noise on each window's mean as a whole, as a pause or a
+    /// noisy neighbour gives (0: none).
+    jolt: f64,
+    /// A deterministic generator for the noise.
+    seed: u64,
+    now: Duration,
+}
+
+/// What one window of the model did.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    limit: usize,
+    rejected: f64,
+}
+
+impl Model {
+    fn new(knee: f64, service: Duration, rate_share: f64) -> Self {
+        let service = service.as_secs_f64();
+        Model {
+            knee,
+            service,
+            rate: rate_share * knee / service,
+            noise: 0.0,
+            jolt: 0.0,
+            seed: 0x2545_f491_4f6c_dd1d,
+            now: Duration::ZERO,
+        }
+    }
+
+    /// The latency with `n` in flight.
+    fn latency(&self, n: f64) -> f64 {
+        self.service * (n / self.knee).max(1.0).powf(1.5)
+    }
+
+    /// The best throughput: at the knee.
+    fn best(&self) -> f64 {
+        self.knee / self.service
+    }
+
+    /// A uniform draw in [-1, 1) (xorshift).
+    fn draw(&mut self) -> f64 {
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        (self.seed >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+    }
+
+    /// One window under `limit`: the window the algorithm sees.
+    fn window(&mut self, limit: usize) -> (Window, Seen) {
+        self.now += WINDOW;
+        let cap = limit as f64;
+        // Below the knee and the limit the load settles at rate × service;
+        // otherwise the queue grows to the limit.
+        let unbound = self.rate * self.service;
+        let (in_flight, binding) = if unbound <= self.knee && unbound <= cap {
+            (unbound, false)
+        } else {
+            (cap, true)
+        };
+        let latency = self.latency(in_flight);
+        let throughput = in_flight / latency;
+        let rejected = if binding {
+            (self.rate - throughput).max(0.0) * WINDOW.as_secs_f64()
+        } else {
+            0.0
+        };
+        let completed = (throughput * WINDOW.as_secs_f64()).round() as u64;
+        // A uniform draw on [-1, 1) has a deviation of 1/sqrt(3).
+        let spread = self.noise / 3f64.sqrt();
+        let error = spread / (completed.max(1) as f64).sqrt();
+        let noisy = latency * (1.0 + 3f64.sqrt() * error * self.draw() + self.jolt * self.draw());
+        let window = Window {
+            now: self.now,
+            elapsed: WINDOW,
+            limit,
+            floor: 1,
+            ceiling: 10_000,
+            samples: completed,
+            dropped: 0,
+            mean_latency: (completed > 0).then(|| Duration::from_secs_f64(noisy)),
+            min_latency: (completed > 0).then(|| Duration::from_secs_f64(noisy * 0.9)),
+            p99_latency: (completed > 0)
+                .then(|| Duration::from_secs_f64(noisy * (1.0 + 2.33 * spread).max(1.5))),
+            completed,
+            rejected: rejected.round() as u64,
+            waited: 0,
+            in_flight: in_flight.round() as usize,
+        };
+        let seen = Seen { limit, rejected };
+        (window, seen)
+    }
+
+    /// Runs `algorithm` for `windows` windows from `limit`; every window's
+    /// figures.
+    fn run(
+        &mut self,
+        algorithm: &mut dyn Algorithm,
+        limit: &mut usize,
+        windows: usize,
+    ) -> Vec<Seen> {
+        (0..windows)
+            .map(|_| {
+                let (window, seen) = self.window(*limit);
+                *limit = algorithm.update(&window).clamp(1, 10_000);
+                seen
+            })
+            .collect()
+    }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Every algorithm, with its name.
+fn all() -> Vec<(&'static str, Box<dyn Algorithm>)> {
+    vec![
+        ("guarded", Box::new(Guarded::default())),
+        (
+            "aimd",
+            Box::new(Aimd::builder().latency_threshold(ms(25)).build().unwrap()),
+        ),
+        // Netflix's probe drifts (see `a_probing_vegas_drifts_...`).
+        (
+            "vegas",
+            Box::new(Vegas::builder().probe_multiplier(0.0).build().unwrap()),
+        ),
+        ("littles", Box::new(LittlesLaw::default())),
+    ]
+}
+
+#[test]
+fn every_algorithm_brings_the_limit_down_when_the_backend_slows() {
+    // Gradient2 is left out: its long average takes in the slow latency
+    // (`a_long_average_drifts_where_guarded_does_not`).
+    for (name, mut algorithm) in all() {
+        // 4x overload on a knee of 100 at 10 ms, from a limit of 100.
+        let mut model = Model::new(100.0, ms(10), 4.0);
+        let mut limit = 100;
+        model.run(&mut *algorithm, &mut limit, 200);
+        let before = limit;
+        // The backend loses three quarters of its capacity.
+        model.knee = 25.0;
+        model.run(&mut *algorithm, &mut limit, 400);
+        assert!(
+            limit <= 40 && limit * 2 < before.max(50),
+            "{name}: limit {limit} (was {before}) after the knee fell to 25"
+        );
+    }
+}
+
+#[test]
+fn guarded_reaches_the_knee_from_cold_and_after_a_halving() {
+    let mut model = Model::new(100.0, ms(10), 4.0);
+    let mut guarded = Guarded::default();
+    let mut limit = 10;
+    let cold = model.run(&mut guarded, &mut limit, 40);
+    // Within ±10 % of the knee after at most 20 windows (1 s).
+    let first = cold
+        .iter()
+        .position(|s| (90..=110).contains(&s.limit))
+        .unwrap();
+    assert!(
+        first <= 20,
+        "reached the knee after {first} windows: {:?}",
+        limits(&cold)
+    );
+    let settled = model.run(&mut guarded, &mut limit, 100);
+    assert_steady(&settled[50..], 100.0, "before the halving");
+
+    model.knee = 50.0;
+    let halved = model.run(&mut guarded, &mut limit, 100);
+    let first = halved
+        .iter()
+        .position(|s| (45..=55).contains(&s.limit))
+        .unwrap();
+    assert!(
+        first <= 20,
+        "reached the halved knee after {first} windows: {:?}",
+        limits(&halved)
+    );
+    assert_steady(&halved[50..], 50.0, "after the halving");
+
+    model.knee = 100.0;
+    let recovered = model.run(&mut guarded, &mut limit, 100);
+    let first = recovered
+        .iter()
+        .position(|s| (90..=110).contains(&s.limit))
+        .unwrap();
+    assert!(
+        first <= 20,
+        "recovered after {first} windows: {:?}",
+        limits(&recovered)
+    );
+}
+
+#[test]
+fn guarded_limit_never_drifts_up_during_a_long_incident() {
+    let mut model = Model::new(100.0, ms(10), 4.0);
+    let mut guarded = Guarded::builder()
+        .noload_horizon(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let mut limit = 100;
+    model.run(&mut guarded, &mut limit, 100);
+    model.knee = 30.0;
+    // Ten no-load horizons of incident.
+    let incident = model.run(&mut guarded, &mut limit, 1000);
+    assert_steady(&incident[100..], 30.0, "through the incident");
+}
+
+#[test]
+fn a_probing_vegas_drifts_where_guarded_does_not() {
+    // The scenario above catches the drift: Netflix's probe re-measures
+    // the no-load latency under load, and the limit stops coming down.
+    let mut model = Model::new(100.0, ms(10), 4.0);
+    let mut vegas = Vegas::default();
+    let mut limit = 100;
+    model.run(&mut vegas, &mut limit, 100);
+    model.knee = 30.0;
+    let incident = model.run(&mut vegas, &mut limit, 1000);
+    let late = incident[900..].iter().map(|s| s.limit).max().unwrap();
+    assert!(
+        late > 45,
+        "vegas settled at {late}: the probe no longer drifts?"
+    );
+}
+
+#[test]
+fn a_long_average_drifts_where_guarded_does_not() {
+    // Gradient2's long-term latency follows a sustained slowdown, so the
+    // gradient returns to 1 and the limit stops coming down.
+    let mut model = Model::new(100.0, ms(10), 4.0);
+    let mut gradient = Gradient2::default();
+    let mut limit = 100;
+    model.run(&mut gradient, &mut limit, 100);
+    model.knee = 25.0;
+    let incident = model.run(&mut gradient, &mut limit, 400);
+    let late = incident[300..].iter().map(|s| s.limit).min().unwrap();
+    assert!(
+        late > 50,
+        "gradient2 came down to {late}: no longer drifts?"
+    );
+}
+
+#[test]
+fn guarded_remeasures_without_shedding_below_the_knee() {
+    // 80 % of the knee for ten no-load horizons: the estimate is
+    // re-measured all along, and nothing is refused.
+    let mut model = Model::new(100.0, ms(10), 0.8);
+    let mut guarded = Guarded::builder()
+        .noload_horizon(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let mut limit = 120;
+    let seen = model.run(&mut guarded, &mut limit, 400);
+    let shed: f64 = seen.iter().map(|s| s.rejected).sum();
+    assert_eq!(shed, 0.0, "guarded shed {shed} at 0.8x");
+    assert!(seen.iter().all(|s| s.limit >= 100), "{:?}", limits(&seen));
+}
+
+#[test]
+fn a_probing_brpc_sheds_where_guarded_does_not() {
+    // brpc's re-measure window holds the limit at 90 % of its estimate:
+    // with load at 95 % of the knee, that sheds.
+    let mut model = Model::new(100.0, ms(10), 0.95);
+    let mut brpc = LittlesLaw::builder()
+        .remeasure_every(Some(Duration::from_secs(2)))
+        .build()
+        .unwrap();
+    let mut limit = 120;
+    let seen = model.run(&mut brpc, &mut limit, 400);
+    let shed: f64 = seen.iter().map(|s| s.rejected).sum();
+    assert!(shed > 0.0, "brpc's re-measure shed nothing");
+}
+
+#[test]
+fn noise_does_not_collapse_the_limit() {
+    for (noise, jolt) in [(0.3, 0.0), (1.0, 0.0), (0.3, 0.05)] {
+        let mut model = Model::new(100.0, ms(10), 4.0);
+        model.noise = noise;
+        model.jolt = jolt;
+        let mut guarded = Guarded::default();
+        let mut limit = 100;
+        let seen = model.run(&mut guarded, &mut limit, 2000);
+        let low = seen[100..].iter().map(|s| s.limit).min().unwrap();
+        assert!(low >= 60, "noise {noise}: the limit fell to {low}");
+        let mean = seen[100..].iter().map(|s| s.limit as f64).sum::<f64>() / 1900.0;
+        assert!(mean >= 85.0, "noise {noise}: mean limit {mean}");
+    }
+    // And under light load noise never sheds.
+    let mut model = Model::new(100.0, ms(10), 0.5);
+    model.noise = 1.0;
+    model.jolt = 0.05;
+    let mut guarded = Guarded::default();
+    let mut limit = 100;
+    let seen = model.run(&mut guarded, &mut limit, 2000);
+    assert_eq!(seen.iter().map(|s| s.rejected).sum::<f64>(), 0.0);
+}
+
+#[test]
+fn guarded_re_measures_a_slower_mix_from_the_traffic() {
+    // Every request becomes twice as slow (a mix of heavier requests): the
+    // knee is still 100 in flight. A no-load latency stuck at the old
+    // value would hold the limit near half the knee.
+    let mut model = Model::new(100.0, ms(10), 4.0);
+    let mut guarded = Guarded::default();
+    let mut limit = 100;
+    model.run(&mut guarded, &mut limit, 100);
+    model.service *= 2.0;
+    model.rate = 4.0 * model.best();
+    let shifted = model.run(&mut guarded, &mut limit, 100);
+    let first = shifted.iter().position(|s| (90..=110).contains(&s.limit));
+    assert!(
+        matches!(first, Some(w) if w <= 20),
+        "{:?}",
+        limits(&shifted)
+    );
+    assert_steady(&shifted[50..], 100.0, "after the mix shift");
+}
+
+#[test]
+fn guarded_honours_max_latency_and_drops() {
+    let mut model = Model::new(100.0, ms(10), 4.0);
+    let mut guarded = Guarded::builder().max_latency(ms(12)).build().unwrap();
+    let mut limit = 300;
+    let seen = model.run(&mut guarded, &mut limit, 100);
+    // p99 is 1.5x the mean in the model: 12 ms holds the mean at 8 ms,
+    // below the knee's 10 ms, so the limit stays under the knee.
+    assert!(
+        seen[50..].iter().all(|s| s.limit <= 100),
+        "{:?}",
+        limits(&seen)
+    );
+
+    let mut guarded = Guarded::default();
+    let (mut window, _) = Model::new(100.0, ms(10), 4.0).window(100);
+    window.dropped = window.samples; // half of everything dropped
+    assert_eq!(guarded.update(&window), 90);
+}
+
+#[test]
+fn the_limit_stays_in_the_bounds() {
+    for (name, mut algorithm) in all() {
+        let (mut window, _) = Model::new(100.0, ms(10), 4.0).window(100);
+        window.floor = 95;
+        window.ceiling = 96;
+        for _ in 0..50 {
+            let limit = algorithm.update(&window);
+            assert!((95..=96).contains(&limit), "{name}: {limit}");
+            window.limit = limit;
+            window.now += WINDOW;
+        }
+    }
+}
+
+#[test]
+fn builders_name_the_bad_field() {
+    assert_eq!(
+        Aimd::builder()
+            .increase(f64::NAN)
+            .build()
+            .unwrap_err()
+            .field(),
+        "increase"
+    );
+    assert_eq!(
+        Vegas::builder().alpha(-1.0).build().unwrap_err().field(),
+        "alpha"
+    );
+    assert_eq!(
+        Gradient2::builder()
+            .smoothing(1.0)
+            .build()
+            .unwrap_err()
+            .field(),
+        "smoothing"
+    );
+    assert_eq!(
+        Gradient2::builder()
+            .long_window(0.0)
+            .build()
+            .unwrap_err()
+            .field(),
+        "long_window"
+    );
+    assert_eq!(
+        LittlesLaw::builder()
+            .min_explore(0.5)
+            .max_explore(0.2)
+            .build()
+            .unwrap_err()
+            .field(),
+        "max_explore"
+    );
+    assert_eq!(
+        LittlesLaw::builder()
+            .remeasure_every(Some(Duration::ZERO))
+            .build()
+            .unwrap_err()
+            .field(),
+        "remeasure_every"
+    );
+    assert_eq!(
+        Guarded::builder()
+            .drop_tolerance(0.0)
+            .build()
+            .unwrap_err()
+            .field(),
+        "drop_tolerance"
+    );
+    assert_eq!(
+        Guarded::builder()
+            .max_latency(Duration::ZERO)
+            .build()
+            .unwrap_err()
+            .field(),
+        "max_latency"
+    );
+    let err = Guarded::builder()
+        .headroom(f64::INFINITY)
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid `headroom`: must be a finite number, 0 or more"
+    );
+}
+
+fn limits(seen: &[Seen]) -> Vec<usize> {
+    seen.iter().map(|s| s.limit).collect()
+}
+
+/// Every limit within ±15 % of `knee` (±20 % for a knee below 50, where
+/// one unit is 2 % or more), and the mean within ±10 %.
+fn assert_steady(seen: &[Seen], knee: f64, when: &str) {
+    let band = if knee < 50.0 { 0.2 } else { 0.15 };
+    let mean = seen.iter().map(|s| s.limit as f64).sum::<f64>() / seen.len() as f64;
+    assert!(
+        (mean - knee).abs() <= 0.1 * knee,
+        "{when}: mean limit {mean} against a knee of {knee}: {:?}",
+        limits(seen)
+    );
+    assert!(
+        seen.iter()
+            .all(|s| (s.limit as f64 - knee).abs() <= band * knee),
+        "{when}: the limit left ±{band} of {knee}: {:?}",
+        limits(seen)
+    );
+}
