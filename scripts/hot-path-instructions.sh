@@ -54,6 +54,8 @@ for op in admit refuse; do
   esac
   echo "$label: sidejob $ours, tokio $tokio, bare pair $bare   (net of the call's $empty: sidejob $(net "$ours"), tokio $(net "$tokio"), bare $(net "$bare"); target sidejob <= $target)"
 done
+timed=$(per_op ours_admit_timed)
+echo "admission + release, timed by an adaptive controller: sidejob $timed   (net $(awk -v x="$timed" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'); untimed permits under a controller are the plain figure above)"
 room=$(per_op ours_admit_room)
 echo "admission + release, idle waiting room: sidejob $room   (net $(awk -v x="$room" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'))"
 

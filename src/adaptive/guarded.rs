@@ -39,7 +39,8 @@ use crate::error::ConfigError;
 ///   the samples multiply it by 0.9;
 /// * **in-flight and throughput must move together** (Uber's Cinnamon):
 ///   when the in-flight changed by 15 % or more and the throughput
-///   followed it (an elasticity of 0.75 or more), the backend is below its
+///   followed it in proportion (an elasticity between 0.75 and 1.25, so
+///   the latency held still), the backend is below its
 ///   knee, so the latency seen now *is* its no-load latency: the estimate
 ///   is re-based on it. A backend that became slower for every request
 ///   (a mix of heavier requests, a slower disk) is re-measured this way,
@@ -125,7 +126,7 @@ impl Guarded {
 
     /// True when the change from the previous window says the backend is
     /// below its knee: in-flight moved by 15 % or more, and throughput
-    /// moved with it.
+    /// moved in proportion (an elasticity between 0.75 and 1.25).
     fn below_knee(&self, in_flight: f64, throughput: f64) -> bool {
         let Some((before, rate)) = self.previous else {
             return false;
@@ -133,8 +134,12 @@ impl Guarded {
         if before <= 0.0 || rate <= 0.0 || in_flight <= 0.0 || throughput <= 0.0 {
             return false;
         }
+        // Below the knee the latency does not depend on the in-flight, so
+        // throughput moves in proportion: an elasticity near 1. Far above
+        // 1, throughput fell on its own (the backend slowed) and took the
+        // in-flight with it: not a reading of the knee.
         let moved = (in_flight / before).ln();
-        moved.abs() >= 0.15 && (throughput / rate).ln() / moved >= 0.75
+        moved.abs() >= 0.15 && (0.75..=1.25).contains(&((throughput / rate).ln() / moved))
     }
 }
 
