@@ -11,8 +11,8 @@
 //! # How it fits together
 //!
 //! * **Samples** are recorded off the admission path, lock-free: a
-//!   [`Timed`] permit (or the tower layer's
-//!   `adaptive` option, or your own [`Controller::record`]) adds one hold
+//!   [`Timed`] permit (or the tower layer's `LimitLayer::adaptive`
+//!   option, or your own [`Controller::record`]) adds one hold
 //!   time to a counter cell picked by the calling thread's index, with a
 //!   few relaxed atomic adds on a line that thread mostly owns. Counts
 //!   that the admission table keeps anyway (completed, refused, waited,
