@@ -31,135 +31,16 @@
 //!
 //! **The run.** Open-loop Poisson arrivals, as a share of the backend's
 //! best throughput: warm-up at 1× (from a limit of 20), then 0.5× (false
-//! sheds), 1.5×, 4× (goodput, oscillation, p99), the knee halved at 4×,
+//! sheds, counted once the in-flight the 1× phase left has first fallen to
+//! the knee; the refusals before that, while the backend is still past its
+//! knee with the warm-up's requests, are reported apart as `carried`), 1.5×, 4× (goodput, oscillation, p99), the knee halved at 4×,
 //! recovered, and a shift to requests twice as heavy (same knee).
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-use std::sync::Arc;
-use std::time::Duration;
+use sidejob::adaptive::{Aimd, Gradient2, Guarded, LittlesLaw, Vegas};
 
-use sidejob::adaptive::{Aimd, Controller, Gradient2, Guarded, LittlesLaw, Outcome, Vegas};
-use sidejob::{Limiter, OwnedPermit};
+mod common;
 
-/// The ticks of the virtual clock: nanoseconds.
-type Nanos = u64;
-const MS: Nanos = 1_000_000;
-const SEC: Nanos = 1_000 * MS;
-const KNEE: usize = 100;
-const WORK: f64 = 0.010;
-const DEADLINE: Nanos = 100 * MS;
-const INITIAL: usize = 20;
-const CEILING: usize = 1_000;
-
-// ---- the contenders ----------------------------------------------------------
-
-/// One algorithm under test, as the simulation sees it.
-trait Contender {
-    /// Admits a request or refuses it.
-    fn admit(&mut self) -> Option<Held>;
-    /// A request admitted at `start` completed at `now`.
-    fn complete(
-        &mut self,
-        held: Held,
-        now: Nanos,
-        latency: Nanos,
-        in_flight: usize,
-        timed_out: bool,
-    );
-    /// The limit in force.
-    fn limit(&self) -> usize;
-}
-
-/// What an admitted request holds: our permit, or nothing (the peers'
-/// limit is checked against the in-flight count).
-enum Held {
-    // Held for its drop alone: the unit goes back when the request ends.
-    #[allow(dead_code)]
-    Ours(OwnedPermit),
-    Peer,
-}
-
-struct Ours {
-    limiter: Arc<Limiter>,
-    controller: Controller,
-}
-
-impl Ours {
-    fn new<A: sidejob::adaptive::Algorithm>(algorithm: A) -> Self {
-        let limiter = Arc::new(
-            Limiter::builder()
-                .capacity(INITIAL)
-                .shards(1)
-                .build()
-                .expect("valid"),
-        );
-        let controller = Controller::builder()
-            .floor(1)
-            .ceiling(CEILING)
-            .build(Arc::clone(&limiter), algorithm)
-            .expect("valid");
-        Ours {
-            limiter,
-            controller,
-        }
-    }
-}
-
-impl Contender for Ours {
-    fn admit(&mut self) -> Option<Held> {
-        self.limiter.try_acquire_owned().ok().map(Held::Ours)
-    }
-
-    fn complete(&mut self, held: Held, now: Nanos, latency: Nanos, _: usize, timed_out: bool) {
-        drop(held); // the unit back first, as `Timed` does
-        let outcome = if timed_out {
-            Outcome::Dropped
-        } else {
-            Outcome::Success
-        };
-        self.controller.record_at(
-            Duration::from_nanos(now),
-            Duration::from_nanos(latency),
-            outcome,
-        );
-    }
-
-    fn limit(&self) -> usize {
-        self.limiter.capacity()
-    }
-}
-
-/// A peer: its algorithm, and the in-flight count its semaphore would keep.
-struct Peer<A> {
-    algorithm: A,
-    in_flight: usize,
-    update: fn(&mut A, Duration, usize, bool),
-    limit: fn(&A) -> usize,
-}
-
-impl<A> Contender for Peer<A> {
-    fn admit(&mut self) -> Option<Held> {
-        (self.in_flight < (self.limit)(&self.algorithm)).then(|| {
-            self.in_flight += 1;
-            Held::Peer
-        })
-    }
-
-    fn complete(&mut self, _: Held, _: Nanos, latency: Nanos, in_flight: usize, timed_out: bool) {
-        (self.update)(
-            &mut self.algorithm,
-            Duration::from_nanos(latency),
-            in_flight,
-            timed_out,
-        );
-        self.in_flight -= 1;
-    }
-
-    fn limit(&self) -> usize {
-        (self.limit)(&self.algorithm)
-    }
-}
+use common::adaptive_sim::*;
 
 fn acc<A: tower_acc::Algorithm>(algorithm: A) -> Peer<A> {
     Peer {
@@ -255,150 +136,6 @@ fn contenders() -> Vec<(&'static str, Box<dyn Contender>)> {
     ]
 }
 
-// ---- the simulation ------------------------------------------------------------
-
-/// One phase of the run.
-#[derive(Clone, Copy)]
-struct Phase {
-    /// Offered load, as a share of the backend's best throughput.
-    load: f64,
-    knee: usize,
-    /// Mean work of a request, seconds.
-    work: f64,
-    length: Nanos,
-}
-
-/// What one phase measured.
-#[derive(Default, Clone)]
-struct Measured {
-    /// Time from the phase's start to the first limit within ±10 % of
-    /// the knee; `None` if never.
-    reach: Option<Nanos>,
-    shed: u64,
-    arrived: u64,
-    goodput: u64,
-    /// The limit every 10 ms over the phase's second half.
-    limits: Vec<f64>,
-    /// Latencies of admitted requests completed in the phase, ns.
-    latencies: Vec<Nanos>,
-}
-
-/// A deterministic generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn unit(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-/// A request in the backend.
-struct Request {
-    start: Nanos,
-    held: Held,
-}
-
-fn simulate(contender: &mut dyn Contender, phases: &[Phase]) -> Vec<Measured> {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    // Processor sharing on a virtual-work clock: `work_done` advances at
-    // the backend's speed; a request finishes when it reaches its target.
-    let mut work_done = 0.0f64;
-    let mut finishing: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
-    let mut requests: Vec<Option<Request>> = Vec::new();
-    let mut free: Vec<usize> = Vec::new();
-    let mut now: Nanos = 0;
-    let mut results = Vec::new();
-    for phase in phases {
-        let end = now + phase.length;
-        let start = now;
-        let rate = phase.load * phase.knee as f64 / phase.work; // per second
-        let mut measured = Measured::default();
-        let mut next_arrival = now + exp(&mut rng, rate);
-        let mut next_sample = now;
-        loop {
-            let in_flight = finishing.len();
-            let speed = if in_flight <= phase.knee {
-                1.0
-            } else {
-                (phase.knee as f64 / in_flight as f64).powf(1.5)
-            };
-            // When the first request in the heap finishes at this speed.
-            let next_finish = finishing.peek().map(|Reverse((target, _))| {
-                let left = (*target as f64 / 1e9 - work_done).max(0.0);
-                now + (left / speed * 1e9).ceil() as Nanos
-            });
-            let next = next_arrival
-                .min(next_finish.unwrap_or(Nanos::MAX))
-                .min(next_sample);
-            if next >= end {
-                work_done += (end - now) as f64 / 1e9 * speed;
-                now = end;
-                break;
-            }
-            work_done += (next - now) as f64 / 1e9 * speed;
-            now = next;
-            if now == next_sample {
-                if now >= start + phase.length / 2 {
-                    measured.limits.push(contender.limit() as f64);
-                }
-                if measured.reach.is_none() {
-                    let limit = contender.limit() as f64;
-                    if (limit - phase.knee as f64).abs() <= 0.1 * phase.knee as f64 {
-                        measured.reach = Some(now - start);
-                    }
-                }
-                next_sample += 10 * MS;
-            } else if Some(now) == next_finish {
-                let Reverse((_, slot)) = finishing.pop().expect("peeked");
-                let request = requests[slot].take().expect("in flight");
-                free.push(slot);
-                let latency = now - request.start;
-                let timed_out = latency > DEADLINE;
-                if !timed_out {
-                    measured.goodput += 1;
-                }
-                measured.latencies.push(latency);
-                contender.complete(request.held, now, latency, in_flight, timed_out);
-            } else {
-                measured.arrived += 1;
-                match contender.admit() {
-                    Some(held) => {
-                        let work = phase.work * (0.5 + rng.unit());
-                        let target = ((work_done + work) * 1e9) as u64;
-                        let slot = free.pop().unwrap_or_else(|| {
-                            requests.push(None);
-                            requests.len() - 1
-                        });
-                        requests[slot] = Some(Request { start: now, held });
-                        finishing.push(Reverse((target, slot)));
-                    }
-                    None => measured.shed += 1,
-                }
-                next_arrival = now + exp(&mut rng, rate);
-            }
-        }
-        results.push(measured);
-    }
-    results
-}
-
-/// An exponential gap at `rate` per second, in ns (at least 1).
-fn exp(rng: &mut Rng, rate: f64) -> Nanos {
-    let u = rng.unit().max(1e-12);
-    ((-u.ln() / rate * 1e9) as Nanos).max(1)
-}
-
-fn quantile(values: &mut [Nanos], q: f64) -> Nanos {
-    if values.is_empty() {
-        return 0;
-    }
-    values.sort_unstable();
-    values[((values.len() as f64 * q) as usize).min(values.len() - 1)]
-}
-
 // ---- the table -----------------------------------------------------------------
 
 fn main() {
@@ -429,10 +166,11 @@ fn main() {
     ));
     out.push_str("reach: first time within +-10 % of the optimal limit (the knee) after the step; '-' never\n");
     out.push_str(&format!(
-        "{:<23} {:>7} {:>9} {:>7} {:>7} {:>9} {:>7} {:>8} {:>8} {:>8} {:>7}\n",
+        "{:<23} {:>7} {:>9} {:>7} {:>7} {:>7} {:>9} {:>7} {:>8} {:>8} {:>8} {:>7}\n",
         "algorithm",
         "cold",
         "sheds@.5",
+        "carried",
         "1.5x",
         "4x",
         "goodput",
@@ -457,10 +195,11 @@ fn main() {
         let osc = 100.0 * var.sqrt() / mean.max(1.0);
         let p99 = quantile(&mut m[3].latencies, 0.99) as f64 / 1e9 / unloaded_p99;
         out.push_str(&format!(
-            "{:<23} {:>7} {:>9} {:>7} {:>7} {:>9.3} {:>7.1} {:>8.2} {:>8} {:>8} {:>7}\n",
+            "{:<23} {:>7} {:>9} {:>7} {:>7} {:>7} {:>9.3} {:>7.1} {:>8.2} {:>8} {:>8} {:>7}\n",
             name,
             reach(&m[0]),
             m[1].shed,
+            m[1].carried,
             reach(&m[2]),
             reach(&m[3]),
             goodput,
@@ -472,7 +211,9 @@ fn main() {
         ));
     }
     out.push_str(
-        "cold: from a limit of 20 at 1x. sheds@.5: requests refused at half load. goodput: completions within\n\
+        "cold: from a limit of 20 at 1x. sheds@.5: requests refused at half load once the 1x phase's backlog has\n\
+         drained (the in-flight first at or below the knee); carried: refused before that, while the backend was\n\
+         still past its knee with the 1x phase's requests. goodput: completions within\n\
          the deadline at 4x over the backend's best. osc%: the limit's standard deviation over its mean, second half\n\
          of the 4x phase. p99/unl: p99 latency of admitted requests at 4x over the unloaded p99.\n",
     );

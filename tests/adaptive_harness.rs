@@ -1,0 +1,42 @@
+//! The adaptive harness's simulation (`benches/adaptive.rs`), run short as
+//! a test: the default algorithm sheds nothing at half load after a warm-up
+//! at full load.
+//!
+//! Deterministic: a seeded discrete-event model on a virtual clock, the
+//! controller fed with `record_at`, a real `Limiter` admitting.
+
+#[path = "../benches/common/adaptive_sim.rs"]
+mod adaptive_sim;
+
+use adaptive_sim::{simulate, Ours, Phase, KNEE, SEC, WORK};
+use sidejob::adaptive::Guarded;
+
+#[test]
+fn guarded_sheds_nothing_at_half_load_after_a_warm_up() {
+    let phase = |load, length| Phase {
+        load,
+        knee: KNEE,
+        work: WORK,
+        length,
+    };
+    let mut ours = Ours::new(Guarded::default());
+    let measured = simulate(&mut ours, &[phase(1.0, 4 * SEC), phase(0.5, 6 * SEC)]);
+    let half = &measured[1];
+    // Half load: the backend's best throughput (100 / 10 ms) halved, for 6 s.
+    assert!(half.arrived > 25_000, "{} arrived", half.arrived);
+    assert_eq!(
+        half.shed,
+        0,
+        "refused at half load once the warm-up's backlog drained (limit now {})",
+        ours.limiter.capacity()
+    );
+    // The warm-up did bind: the controller moved the limit from its cold
+    // start of 20 to the knee's neighbourhood, so the half-load phase met
+    // a limit that a broken algorithm could have lowered.
+    assert!(
+        measured[0].shed > 0 && ours.limiter.capacity() >= KNEE * 9 / 10,
+        "warm-up sheds {}, limit {}",
+        measured[0].shed,
+        ours.limiter.capacity()
+    );
+}
