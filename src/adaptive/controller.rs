@@ -5,11 +5,12 @@ use std::fmt;
 use std::ops::Deref;
 use std::time::{Duration, Instant};
 
+use super::feed::{Feed, Samples};
 use super::recorder::{Drained, Recorder, BUCKETS};
 use super::{Algorithm, Outcome, Target, Window};
 use crate::engine::table::MAX_CAPACITY;
 use crate::error::ConfigError;
-use crate::sync::{now, Arc, AtomicU64, Mutex, Ordering::Relaxed};
+use crate::sync::{now, Arc, AtomicU64, Mutex};
 
 /// Moves a front-end's capacity with an [`Algorithm`], from timed samples
 /// and the front-end's own counts.
@@ -81,7 +82,9 @@ use crate::sync::{now, Arc, AtomicU64, Mutex, Ordering::Relaxed};
 /// ```
 pub struct Controller {
     target: Box<dyn Target>,
-    recorder: Recorder,
+    /// The sample cells and the tick clock, shared with the feeds of the
+    /// front-ends this controller is attached to.
+    samples: std::sync::Arc<Samples>,
     /// The algorithm and what a tick carries over; `None` while a tick
     /// runs (see "Ticks").
     state: Mutex<Option<State>>,
@@ -89,13 +92,7 @@ pub struct Controller {
     last: Mutex<Option<Window>>,
     floor: usize,
     ceiling: usize,
-    interval: Duration,
     min_samples: u64,
-    /// Time zero of the real clock.
-    epoch: Instant,
-    /// Nanoseconds from time zero to the last tick: read by every sample
-    /// to see whether the interval has passed.
-    last_tick: AtomicU64,
 }
 
 /// What a tick carries over to the next.
@@ -167,6 +164,57 @@ impl Controller {
         Timed::new(Arc::clone(this), permit)
     }
 
+    /// Has the target time its requests itself, where it sees each
+    /// request's life: a [`Pool`](crate::Pool)'s or an
+    /// [`AsyncPool`](crate::AsyncPool)'s workers time each handler, with
+    /// no user code and nothing added to admission (a worker checks once
+    /// per request whether a controller is attached). Returns true if the
+    /// target does so from now on; false for a target that cannot (a
+    /// [`Limiter`](crate::Limiter), which sees only permits: time them
+    /// with [`timed`](Self::timed)) or that is attached already.
+    ///
+    /// The target holds the sample cells and a weak handle: the
+    /// controller (and the target handle in it) is not kept alive by the
+    /// target. Ticks that samples bring run on the worker that took the
+    /// sample, after it has answered the request.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use sidejob::{Limiter, Pool, Worker};
+    /// use sidejob::adaptive::{Controller, Guarded};
+    ///
+    /// struct AddOne;
+    /// impl Worker for AddOne {
+    ///     type Request = u64;
+    ///     type Reply = u64;
+    ///     type Message = ();
+    ///     fn handle_call(&mut self, x: u64) -> u64 {
+    ///         x + 1
+    ///     }
+    ///     fn handle_cast(&mut self, _: ()) {}
+    /// }
+    ///
+    /// let pool = Pool::builder().workers(2).capacity(8).build(|_| AddOne)?;
+    /// let controller = Arc::new(Controller::builder().build(pool.clone(), Guarded::default())?);
+    /// assert!(Controller::attach(&controller));
+    /// assert!(!Controller::attach(&controller), "once");
+    /// assert_eq!(pool.call(1)?, 2); // timed by its worker
+    ///
+    /// let limiter = Arc::new(Limiter::new(4)?);
+    /// let controller = Arc::new(Controller::builder().build(limiter, Guarded::default())?);
+    /// assert!(!Controller::attach(&controller), "a limiter does not see its requests' lives");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn attach(this: &std::sync::Arc<Controller>) -> bool {
+        let feed = Feed::new(
+            std::sync::Arc::clone(&this.samples),
+            std::sync::Arc::downgrade(this),
+        );
+        this.target.attach(feed)
+    }
+
     /// Records one request that took `latency`, on the real clock; ticks
     /// if the interval has passed.
     ///
@@ -185,7 +233,7 @@ impl Controller {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn record(&self, latency: Duration, outcome: Outcome) {
-        self.record_at(self.epoch.elapsed(), latency, outcome);
+        self.record_at(self.samples.epoch.elapsed(), latency, outcome);
     }
 
     /// [`record`](Self::record) at `now` on a virtual clock (time since
@@ -195,15 +243,7 @@ impl Controller {
     /// Use one clock per controller: real ([`record`](Self::record),
     /// [`tick`](Self::tick), [`timed`](Self::timed)) or virtual.
     pub fn record_at(&self, now: Duration, latency: Duration, outcome: Outcome) {
-        match outcome {
-            Outcome::Success => self.recorder.record(latency, false),
-            Outcome::Dropped => self.recorder.record(latency, true),
-            Outcome::Ignore => return,
-        }
-        // Relaxed: a hint for when to try a tick; the tick itself is
-        // serialized by the state slot's lock, and re-reads nothing of it.
-        let last = self.last_tick.load(Relaxed);
-        if nanos(now).saturating_sub(last) >= nanos(self.interval) {
+        if self.samples.record(now, latency, outcome) {
             self.tick_at(now);
         }
     }
@@ -230,7 +270,7 @@ impl Controller {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn tick(&self) -> Option<Window> {
-        self.tick_at(self.epoch.elapsed())
+        self.tick_at(self.samples.epoch.elapsed())
     }
 
     /// [`tick`](Self::tick) at `now` on a virtual clock (see
@@ -280,13 +320,13 @@ impl Controller {
     /// Drains the samples and reads the counts; the window, if it may be
     /// closed at `now` (the state then starts the next one).
     fn close_window(&self, state: &mut State, now: Duration) -> Option<Window> {
-        state.pending.merge(&self.recorder.drain());
+        state.pending.merge(&self.samples.recorder.drain());
         let stats = self.target.stats();
         let completed = (stats.completed + stats.panicked).saturating_sub(state.completed);
         let elapsed = now.saturating_sub(state.since);
         let enough = completed.max(state.pending.samples) + state.pending.dropped
             >= self.min_samples
-            || elapsed >= self.interval * 10;
+            || elapsed >= self.samples.interval * 10;
         if elapsed.is_zero() || !enough {
             return None;
         }
@@ -311,8 +351,7 @@ impl Controller {
         state.completed = stats.completed + stats.panicked;
         state.rejected = stats.rejected;
         state.waited = stats.waited;
-        // Relaxed: see `record_at`.
-        self.last_tick.store(nanos(now), Relaxed);
+        self.samples.store_tick(now);
         Some(window)
     }
 }
@@ -336,13 +375,9 @@ impl fmt::Debug for Controller {
             .field("limit", &self.limit())
             .field("floor", &self.floor)
             .field("ceiling", &self.ceiling)
-            .field("interval", &self.interval)
+            .field("interval", &self.samples.interval)
             .finish_non_exhaustive()
     }
-}
-
-fn nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl Drained {
@@ -474,7 +509,12 @@ impl ControllerBuilder {
         }
         let stats = target.stats();
         Ok(Controller {
-            recorder: Recorder::new(num_cpus::get()),
+            samples: std::sync::Arc::new(Samples {
+                recorder: Recorder::new(num_cpus::get()),
+                interval,
+                epoch: now(),
+                last_tick: AtomicU64::new(0),
+            }),
             state: Mutex::new(Some(State {
                 algorithm: Box::new(algorithm),
                 since: Duration::ZERO,
@@ -487,10 +527,7 @@ impl ControllerBuilder {
             target: Box::new(target),
             floor,
             ceiling,
-            interval,
             min_samples: self.min_samples.unwrap_or(Self::DEFAULT_MIN_SAMPLES),
-            epoch: now(),
-            last_tick: AtomicU64::new(0),
         })
     }
 }
@@ -555,7 +592,7 @@ impl<C: Deref<Target = Controller>, P> Drop for Timed<C, P> {
         drop(self.permit.take());
         let controller = &*self.controller;
         controller.record_at(
-            end.saturating_duration_since(controller.epoch),
+            end.saturating_duration_since(controller.samples.epoch),
             end.saturating_duration_since(self.start),
             self.outcome,
         );

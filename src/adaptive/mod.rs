@@ -75,6 +75,7 @@ use std::time::Duration;
 
 mod aimd;
 mod controller;
+mod feed;
 mod gradient2;
 mod guarded;
 mod littles;
@@ -87,6 +88,8 @@ mod vegas;
 
 pub use aimd::{Aimd, AimdBuilder};
 pub use controller::{Controller, ControllerBuilder, Timed};
+pub use feed::Feed;
+pub(crate) use feed::FeedSlot;
 pub use gradient2::{Gradient2, Gradient2Builder};
 pub use guarded::{Guarded, GuardedBuilder};
 pub use littles::{LittlesLaw, LittlesLawBuilder};

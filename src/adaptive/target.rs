@@ -1,5 +1,6 @@
 //! [`Target`]: a front-end whose capacity a controller moves.
 
+use super::Feed;
 use crate::error::ConfigError;
 use crate::pool::worker::Worker;
 use crate::stats::Stats;
@@ -8,8 +9,8 @@ use crate::sync::Arc;
 use crate::{Limiter, Pool};
 
 /// A front-end whose capacity a [`Controller`](super::Controller) moves:
-/// implemented for `Arc<Limiter>`, [`Pool`] and [`Supervisor`] (both
-/// handles), and for any type of yours that has a capacity to set.
+/// implemented for `Arc<Limiter>`, [`Pool`], `AsyncPool` (feature
+/// `tokio`) and [`Supervisor`] (handles), and for any type of yours that has a capacity to set.
 ///
 /// The controller reads [`stats`](Self::stats) once per tick (its
 /// `completed`, `rejected`, `waited` and `usage`) and calls
@@ -42,6 +43,14 @@ pub trait Target: Send + Sync + 'static {
 
     /// The front-end's counters.
     fn stats(&self) -> Stats;
+
+    /// Takes `feed` to time its own requests from now on, where it sees
+    /// each one's life (see [`Controller::attach`](super::Controller::attach));
+    /// true if it does. The default: false, the front-end does not.
+    fn attach(&self, feed: Feed) -> bool {
+        drop(feed);
+        false
+    }
 }
 
 impl Target for Arc<Limiter> {
@@ -71,6 +80,34 @@ impl<W: Worker> Target for Pool<W> {
 
     fn stats(&self) -> Stats {
         Pool::stats(self)
+    }
+
+    /// Its workers time each handler.
+    fn attach(&self, feed: Feed) -> bool {
+        self.feed_slot().set(feed).is_ok()
+    }
+}
+
+/// The controller holds a handle: the pool lives as long as the
+/// controller does.
+#[cfg(feature = "tokio")]
+impl<W: crate::AsyncWorker> Target for crate::AsyncPool<W> {
+    fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
+        crate::AsyncPool::set_capacity(self, capacity)
+    }
+
+    fn capacity(&self) -> usize {
+        crate::AsyncPool::capacity(self)
+    }
+
+    fn stats(&self) -> Stats {
+        crate::AsyncPool::stats(self)
+    }
+
+    /// Its worker tasks time each handler (its future, from creation to
+    /// its end, waits included).
+    fn attach(&self, feed: Feed) -> bool {
+        self.feed_slot().set(feed).is_ok()
     }
 }
 

@@ -1,0 +1,189 @@
+//! A controller attached to a pool (`Controller::attach`) is fed by the
+//! pool's workers, which time each handler: no user code records a
+//! sample. The handler's speed is real (a slow backend is a handler that
+//! sleeps as its work); the controller's clock is virtual (ticks at
+//! `tick_at`, an interval too long for any sample to tick), so each window
+//! holds a known number of requests and the assertions are on the
+//! direction of the limit only, never on durations.
+
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sidejob::adaptive::{Controller, Guarded, Window};
+use sidejob::{Pool, Worker};
+
+/// Requests per window.
+const PER_WINDOW: u64 = 32;
+/// The work of a slow request.
+const SLOW: Duration = Duration::from_millis(5);
+
+/// A backend that turns slow when told.
+struct Backend(Arc<AtomicBool>);
+
+impl Worker for Backend {
+    type Request = ();
+    type Reply = ();
+    type Message = ();
+
+    fn handle_call(&mut self, (): ()) {
+        if self.0.load(SeqCst) {
+            std::thread::sleep(SLOW); // the backend's work, not a wait for anything
+        }
+    }
+
+    fn handle_cast(&mut self, (): ()) {}
+}
+
+fn controller<T: sidejob::adaptive::Target>(target: T) -> Arc<Controller> {
+    Arc::new(
+        Controller::builder()
+            .floor(1)
+            .ceiling(64)
+            .min_samples(PER_WINDOW)
+            .interval(Duration::from_secs(3_600))
+            .build(target, Guarded::default())
+            .unwrap(),
+    )
+}
+
+/// Closes the window at `at` ms: it must hold the `PER_WINDOW` timed samples.
+fn close(controller: &Controller, at: u64) -> Window {
+    let window = controller
+        .tick_at(Duration::from_millis(at))
+        .expect("a window of PER_WINDOW completions closes");
+    assert_eq!(
+        window.samples(),
+        PER_WINDOW,
+        "every handler timed, by the pool"
+    );
+    window
+}
+
+#[test]
+fn a_pool_whose_handler_slows_has_its_limit_brought_down() {
+    let slow = Arc::new(AtomicBool::new(false));
+    let pool = Pool::builder()
+        .workers(2)
+        .capacity(16)
+        .build({
+            let slow = Arc::clone(&slow);
+            move |_| Backend(Arc::clone(&slow))
+        })
+        .unwrap();
+    let controller = controller(pool.clone());
+    assert!(Controller::attach(&controller));
+
+    // One fast window: the no-load latency; nothing to cut.
+    for _ in 0..PER_WINDOW {
+        pool.call(()).unwrap();
+    }
+    close(&controller, 100);
+    assert_eq!(pool.capacity(), 16);
+
+    // Slow windows: far above the no-load latency, the limit comes down.
+    slow.store(true, SeqCst);
+    for window in 2..=3 {
+        for _ in 0..PER_WINDOW {
+            pool.call(()).unwrap();
+        }
+        close(&controller, window * 100);
+    }
+    assert!(pool.capacity() < 16, "limit {}", pool.capacity());
+    pool.shutdown();
+}
+
+#[test]
+fn an_unattached_pool_feeds_nothing() {
+    let pool = Pool::builder()
+        .workers(1)
+        .capacity(4)
+        .build(|_| Backend(Arc::new(AtomicBool::new(false))))
+        .unwrap();
+    let controller = Arc::new(
+        Controller::builder()
+            .min_samples(0)
+            .build(pool.clone(), Guarded::default())
+            .unwrap(),
+    );
+    pool.call(()).unwrap();
+    let window = controller.tick_at(Duration::from_millis(100)).unwrap();
+    assert_eq!((window.samples(), window.completed()), (0, 1));
+    // Attached once; a second controller finds the pool taken.
+    assert!(Controller::attach(&controller));
+    let other = Arc::new(
+        Controller::builder()
+            .build(pool.clone(), Guarded::default())
+            .unwrap(),
+    );
+    assert!(!Controller::attach(&other));
+    pool.call(()).unwrap();
+    assert_eq!(
+        controller
+            .tick_at(Duration::from_millis(200))
+            .unwrap()
+            .samples(),
+        1
+    );
+    drop((controller, other));
+    pool.shutdown();
+}
+
+#[cfg(feature = "tokio")]
+mod asynchronous {
+    use super::*;
+    use sidejob::AsyncWorker;
+
+    struct AsyncBackend(Arc<AtomicBool>);
+
+    impl AsyncWorker for AsyncBackend {
+        type Request = ();
+        type Reply = ();
+        type Message = ();
+
+        async fn handle_call(&mut self, (): ()) {
+            if self.0.load(SeqCst) {
+                tokio::time::sleep(SLOW).await; // the backend's work
+            }
+        }
+
+        async fn handle_cast(&mut self, (): ()) {}
+    }
+
+    #[test]
+    fn an_async_pool_whose_handler_slows_has_its_limit_brought_down() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let slow = Arc::new(AtomicBool::new(false));
+            let pool = sidejob::Pool::builder()
+                .workers(2)
+                .capacity(16)
+                .build_async({
+                    let slow = Arc::clone(&slow);
+                    move |_| AsyncBackend(Arc::clone(&slow))
+                })
+                .unwrap();
+            let controller = controller(pool.clone());
+            assert!(Controller::attach(&controller));
+            for _ in 0..PER_WINDOW {
+                pool.call_async(()).await.unwrap();
+            }
+            close(&controller, 100);
+            assert_eq!(pool.capacity(), 16);
+            slow.store(true, SeqCst);
+            for window in 2..=3 {
+                for _ in 0..PER_WINDOW {
+                    pool.call_async(()).await.unwrap();
+                }
+                close(&controller, window * 100);
+            }
+            assert!(pool.capacity() < 16, "limit {}", pool.capacity());
+            drop(controller);
+            pool.shutdown_async().await;
+        });
+    }
+}
