@@ -70,6 +70,22 @@ fn contenders() -> Vec<(&'static str, Box<dyn Contender>)> {
     use tower_resilience_adaptive as tra;
     vec![
         ("sidejob Guarded", Box::new(Ours::new(Guarded::default()))),
+        (
+            "sidejob Guarded 1/1",
+            Box::new(Ours::sampled(Guarded::default(), 1)),
+        ),
+        (
+            "sidejob Guarded 1/16",
+            Box::new(Ours::sampled(Guarded::default(), 16)),
+        ),
+        (
+            "sidejob Guarded 1/32",
+            Box::new(Ours::sampled(Guarded::default(), 32)),
+        ),
+        (
+            "sidejob Guarded 1/64",
+            Box::new(Ours::sampled(Guarded::default(), 64)),
+        ),
         ("sidejob Aimd", Box::new(Ours::new(Aimd::default()))),
         ("sidejob Vegas", Box::new(Ours::new(Vegas::default()))),
         (
@@ -215,7 +231,9 @@ fn main() {
          drained (the in-flight first at or below the knee); carried: refused before that, while the backend was\n\
          still past its knee with the 1x phase's requests. goodput: completions within\n\
          the deadline at 4x over the backend's best. osc%: the limit's standard deviation over its mean, second half\n\
-         of the 4x phase. p99/unl: p99 latency of admitted requests at 4x over the unloaded p99.\n",
+         of the 4x phase. p99/unl: p99 latency of admitted requests at 4x over the unloaded p99.\n\
+         sidejob rows time one request in 8 (ControllerBuilder::DEFAULT_SAMPLE_EVERY) as Controller::timed does;\n\
+         'Guarded 1/n' times one in n.\n",
     );
     print!("{out}");
     if full {

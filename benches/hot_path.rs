@@ -54,10 +54,11 @@ fn op_ours_admit_room(limiter: &Limiter) {
     black_box(&permit);
 }
 
-/// Ours with an adaptive controller timing the permit: admission, the
-/// timed guard (two clock reads), release, and the sample's relaxed adds.
-/// (A controller with untimed permits is `op_ours_admit`: the limiter does
-/// not know it is there.)
+/// Ours with an adaptive controller timing the permit at its default
+/// sampling (one in `DEFAULT_SAMPLE_EVERY`): admission, the sampling
+/// countdown, release, and for a sampled permit two clock reads and the
+/// sample's relaxed adds. (A controller with untimed permits is
+/// `op_ours_admit`: the limiter does not know it is there.)
 #[inline(never)]
 fn op_ours_admit_timed(limiter: &Limiter, controller: &Controller) {
     let permit = controller.timed(black_box(limiter).try_acquire().expect("no overload here"));
@@ -119,6 +120,14 @@ fn op_empty(x: &AtomicUsize) {
     black_box(x);
 }
 
+/// As `op_ours_admit_timed`, the controller timing every permit
+/// (`sample_every(1)`).
+#[inline(never)]
+fn op_ours_admit_timed_every(limiter: &Limiter, controller: &Controller) {
+    let permit = controller.timed(black_box(limiter).try_acquire().expect("no overload here"));
+    black_box(&permit);
+}
+
 // ---- the subjects ----------------------------------------------------------
 
 struct Subjects {
@@ -126,6 +135,8 @@ struct Subjects {
     /// A limiter under a controller, and the controller.
     timed: Arc<Limiter>,
     controller: Controller,
+    /// The same, timing every permit.
+    controller_every: Controller,
     ours_room: Limiter,
     ours_full: Limiter,
     tokio: Semaphore,
@@ -153,6 +164,12 @@ fn subjects() -> Subjects {
         .interval(std::time::Duration::from_secs(3600))
         .build(Arc::clone(&timed), Guarded::default())
         .expect("valid bench configuration");
+    let controller_every = Controller::builder()
+        .ceiling(BIG)
+        .interval(std::time::Duration::from_secs(3600))
+        .sample_every(1)
+        .build(Arc::clone(&timed), Guarded::default())
+        .expect("valid bench configuration");
     // Warm them: the thread's index, the full set, the lines.
     drop(ours.try_acquire());
     drop(ours_room.try_acquire());
@@ -161,6 +178,7 @@ fn subjects() -> Subjects {
         ours,
         timed,
         controller,
+        controller_every,
         ours_room,
         ours_full,
         tokio: Semaphore::new(BIG),
@@ -180,6 +198,9 @@ fn run(s: &Subjects, name: &str, iters: u64) {
         "ours_admit" => (0..iters).for_each(|_| op_ours_admit(&s.ours)),
         "ours_admit_room" => (0..iters).for_each(|_| op_ours_admit_room(&s.ours_room)),
         "ours_admit_timed" => (0..iters).for_each(|_| op_ours_admit_timed(&s.timed, &s.controller)),
+        "ours_admit_timed_every" => (0..iters).for_each(|_| {
+            op_ours_admit_timed_every(&s.timed, &s.controller_every);
+        }),
         "ours_refuse" => (0..iters).for_each(|_| op_ours_refuse(&s.ours_full)),
         "tokio_admit" => (0..iters).for_each(|_| op_tokio_admit(&s.tokio)),
         "tokio_refuse" => (0..iters).for_each(|_| op_tokio_refuse(&s.tokio_empty)),
@@ -207,9 +228,16 @@ fn timed_table(s: &Subjects) {
             &mut || time_loop(ITERS, || op_tokio_refuse(&s.tokio_empty)),
             &mut || time_loop(ITERS, || op_empty(&s.bare)),
             &mut || time_loop(ITERS, || op_ours_admit_timed(&s.timed, &s.controller)),
+            &mut || {
+                time_loop(ITERS, || {
+                    op_ours_admit_timed_every(&s.timed, &s.controller_every);
+                })
+            },
         ],
     );
-    let [ours_a, room_a, bare_a, tokio_a, ours_r, bare_r, tokio_r, empty, timed_a] = ns[..] else {
+    let [ours_a, room_a, bare_a, tokio_a, ours_r, bare_r, tokio_r, empty, timed_a, every_a] =
+        ns[..]
+    else {
         unreachable!()
     };
     println!("== hot path, 1 thread, ns per op (best of {ROUNDS} interleaved loops of {ITERS}) ==");
@@ -234,8 +262,9 @@ fn timed_table(s: &Subjects) {
         room_a / ours_a
     );
     println!(
-        "ratio admission timed/untimed     = {:.2}   (an adaptive controller timing every permit; untimed: 1.00 by construction)",
-        timed_a / ours_a
+        "ratio admission timed/untimed     = {:.2}   (an adaptive controller, default sampling; every permit timed: {:.2}; untimed: 1.00 by construction)",
+        timed_a / ours_a,
+        every_a / ours_a
     );
     assert_eq!(s.ours.usage(), 0);
 }
@@ -257,6 +286,7 @@ fn main() {
             "ours_admit",
             "ours_admit_room",
             "ours_admit_timed",
+            "ours_admit_timed_every",
             "ours_refuse",
             "tokio_admit",
             "tokio_refuse",

@@ -41,6 +41,7 @@ fn controller<T: sidejob::adaptive::Target>(target: T) -> Arc<Controller> {
             .floor(1)
             .ceiling(64)
             .min_samples(PER_WINDOW)
+            .sample_every(1)
             .interval(Duration::from_secs(3_600))
             .build(target, Guarded::default())
             .unwrap(),
@@ -103,6 +104,7 @@ fn an_unattached_pool_feeds_nothing() {
     let controller = Arc::new(
         Controller::builder()
             .min_samples(0)
+            .sample_every(1)
             .build(pool.clone(), Guarded::default())
             .unwrap(),
     );

@@ -1041,6 +1041,7 @@ async fn adaptive_layer_feeds_its_controller() {
     let controller = Arc::new(
         Controller::builder()
             .min_samples(1)
+            .sample_every(1)
             .interval(Duration::from_secs(3600))
             .build(Arc::clone(&limiter), Keep)
             .unwrap(),

@@ -11,7 +11,7 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sidejob::adaptive::{Controller, Outcome};
+use sidejob::adaptive::{Controller, ControllerBuilder, Outcome};
 use sidejob::{Limiter, OwnedPermit};
 
 /// The ticks of the virtual clock: nanoseconds.
@@ -56,7 +56,14 @@ pub struct Ours {
 }
 
 impl Ours {
+    /// With the controller's default sampling
+    /// (`ControllerBuilder::DEFAULT_SAMPLE_EVERY`).
     pub fn new<A: sidejob::adaptive::Algorithm>(algorithm: A) -> Self {
+        Self::sampled(algorithm, ControllerBuilder::DEFAULT_SAMPLE_EVERY)
+    }
+
+    /// Timing about one request in `every`, as `Controller::timed` does.
+    pub fn sampled<A: sidejob::adaptive::Algorithm>(algorithm: A, every: u32) -> Self {
         let limiter = Arc::new(
             Limiter::builder()
                 .capacity(INITIAL)
@@ -67,6 +74,7 @@ impl Ours {
         let controller = Controller::builder()
             .floor(1)
             .ceiling(CEILING)
+            .sample_every(every)
             .build(Arc::clone(&limiter), algorithm)
             .expect("valid");
         Ours {
@@ -83,6 +91,11 @@ impl Contender for Ours {
 
     fn complete(&mut self, held: Held, now: Nanos, latency: Nanos, _: usize, timed_out: bool) {
         drop(held); // the unit back first, as `Timed` does
+                    // Only the sampled requests are timed. (Asked at the end rather
+                    // than at the start, as `Timed` does: the same draw.)
+        if !self.controller.should_time() {
+            return;
+        }
         let outcome = if timed_out {
             Outcome::Dropped
         } else {

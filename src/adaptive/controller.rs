@@ -37,9 +37,10 @@ use crate::sync::{now, Arc, AtomicU64, Mutex};
 /// at once: a tick that finds it out returns `None` at once (it does not
 /// wait). The algorithm runs under no lock, and `set_capacity` after it.
 /// A window with fewer than the builder's
-/// [`min_samples`](ControllerBuilder::min_samples) completions is not
-/// closed (its samples wait for the next tick) unless it has lasted ten
-/// intervals.
+/// [`min_samples`](ControllerBuilder::min_samples) timed samples (or
+/// completions, for a controller that has never been given a timed
+/// sample) is not closed (its samples wait for the next tick) unless it
+/// has lasted ten intervals.
 ///
 /// # Examples
 ///
@@ -106,6 +107,8 @@ struct State {
     waited: u64,
     /// Samples drained but not yet closed into a window.
     pending: Drained,
+    /// Timed samples have come: windows wait for `min_samples` of them.
+    timed: bool,
 }
 
 impl Controller {
@@ -120,8 +123,10 @@ impl Controller {
     ///
     /// Works with any guard: a [`Permit`](crate::Permit), an
     /// [`OwnedPermit`](crate::OwnedPermit), a
-    /// [`ChildGuard`](crate::ChildGuard). Timing costs two clock reads and
-    /// a few relaxed atomic adds per request; untimed permits cost nothing.
+    /// [`ChildGuard`](crate::ChildGuard). About one in the builder's
+    /// [`sample_every`](ControllerBuilder::sample_every) is sampled: two
+    /// clock reads and a few relaxed atomic adds; the others cost a
+    /// thread-local countdown. Permits not wrapped cost nothing.
     ///
     /// # Examples
     ///
@@ -213,6 +218,42 @@ impl Controller {
             std::sync::Arc::downgrade(this),
         );
         this.target.attach(feed)
+    }
+
+    /// True if the request about to start is one to time: about one in
+    /// the builder's [`sample_every`](ControllerBuilder::sample_every),
+    /// drawn on the calling thread. For requests you time yourself and
+    /// [`record`](Self::record): ask before reading the clock, and time
+    /// only those it says (what [`timed`](Self::timed) does).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::{Duration, Instant};
+    /// use sidejob::Limiter;
+    /// use sidejob::adaptive::{Controller, Guarded, Outcome};
+    ///
+    /// let limiter = Arc::new(Limiter::new(8)?);
+    /// let controller = Controller::builder()
+    ///     .sample_every(4)
+    ///     .min_samples(1)
+    ///     .build(Arc::clone(&limiter), Guarded::default())?;
+    /// let mut timed = 0;
+    /// for _ in 0..400 {
+    ///     let started = controller.should_time().then(Instant::now);
+    ///     // ... the request ...
+    ///     if let Some(started) = started {
+    ///         controller.record(started.elapsed(), Outcome::Success);
+    ///         timed += 1;
+    ///     }
+    /// }
+    /// assert!((50..200).contains(&timed), "about one in 4: {timed}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn should_time(&self) -> bool {
+        self.samples.sample()
     }
 
     /// Records one request that took `latency`, on the real clock; ticks
@@ -324,9 +365,19 @@ impl Controller {
         let stats = self.target.stats();
         let completed = (stats.completed + stats.panicked).saturating_sub(state.completed);
         let elapsed = now.saturating_sub(state.since);
-        let enough = completed.max(state.pending.samples) + state.pending.dropped
-            >= self.min_samples
-            || elapsed >= self.samples.interval * 10;
+        // Once the controller has been given timed samples, a window is
+        // read from them: it waits for `min_samples` of them, not of
+        // completions. (With one request in n timed, a window closed on
+        // completions would hold a handful of latencies, and the least of
+        // many such noisy means reads low: the no-load estimate would sink
+        // and the limit with it.) Until then, on completions: counts only.
+        state.timed |= state.pending.samples + state.pending.dropped > 0;
+        let seen = if state.timed {
+            state.pending.samples + state.pending.dropped
+        } else {
+            completed
+        };
+        let enough = seen >= self.min_samples || elapsed >= self.samples.interval * 10;
         if elapsed.is_zero() || !enough {
             return None;
         }
@@ -431,6 +482,7 @@ pub struct ControllerBuilder {
     ceiling: Option<usize>,
     interval: Option<Duration>,
     min_samples: Option<u64>,
+    sample_every: Option<u32>,
 }
 
 impl ControllerBuilder {
@@ -440,6 +492,9 @@ impl ControllerBuilder {
     pub const DEFAULT_CEILING: usize = 1_000;
     /// The default least number of completions in a window.
     pub const DEFAULT_MIN_SAMPLES: u64 = 16;
+    /// The default sampling: one timed request in 8 reads the clock
+    /// (chosen by measurement, see `PERFORMANCE.md`).
+    pub const DEFAULT_SAMPLE_EVERY: u32 = 8;
 
     /// The lowest limit applied, at least 1. Defaults to 1.
     pub fn floor(&mut self, floor: usize) -> &mut Self {
@@ -463,11 +518,52 @@ impl ControllerBuilder {
         self
     }
 
-    /// How many completions a window needs before it is closed (unless
-    /// it has lasted ten intervals). Defaults to
+    /// How many timed samples (drops included) a window needs before it
+    /// is closed, unless it has lasted ten intervals; completions instead,
+    /// until the controller is given its first timed sample (a
+    /// counts-only controller). Defaults to
     /// [`DEFAULT_MIN_SAMPLES`](Self::DEFAULT_MIN_SAMPLES).
     pub fn min_samples(&mut self, samples: u64) -> &mut Self {
         self.min_samples = Some(samples);
+        self
+    }
+
+    /// Times about one request in `every`: a [`Timed`] permit (or a pool
+    /// handler, with [`Controller::attach`]) that is not sampled reads no
+    /// clock and records nothing, and costs a thread-local countdown. 1
+    /// times every request. Defaults to
+    /// [`DEFAULT_SAMPLE_EVERY`](Self::DEFAULT_SAMPLE_EVERY); not 0.
+    ///
+    /// The counts a window reads (completed, refused, in flight) are
+    /// every request's whatever this says: only latencies are sampled.
+    /// Which requests are sampled is random (random gaps on each thread),
+    /// not every n-th, so a periodic pattern in the traffic is not
+    /// aliased.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use sidejob::Limiter;
+    /// use sidejob::adaptive::{Controller, Guarded};
+    ///
+    /// let limiter = Arc::new(Limiter::new(8)?);
+    /// let every = Controller::builder()
+    ///     .sample_every(1)
+    ///     .min_samples(1)
+    ///     .build(Arc::clone(&limiter), Guarded::default())?;
+    /// for _ in 0..10 {
+    ///     drop(every.timed(limiter.try_acquire()?));
+    /// }
+    /// assert_eq!(every.tick_at(Duration::from_secs(1)).unwrap().samples(), 10);
+    ///
+    /// let err = Controller::builder().sample_every(0).build(limiter, Guarded::default()).unwrap_err();
+    /// assert_eq!(err.field(), "sample_every");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sample_every(&mut self, every: u32) -> &mut Self {
+        self.sample_every = Some(every);
         self
     }
 
@@ -478,8 +574,8 @@ impl ControllerBuilder {
     /// # Errors
     ///
     /// [`ConfigError`] naming the field when `floor` is 0, `ceiling` is
-    /// below the floor or above the largest capacity, or `interval` is
-    /// zero; naming `capacity` if the target refuses the bounded capacity.
+    /// below the floor or above the largest capacity, `interval` is
+    /// zero or `sample_every` is 0; naming `capacity` if the target refuses the bounded capacity.
     pub fn build<T: Target, A: Algorithm>(
         &self,
         target: T,
@@ -503,6 +599,10 @@ impl ControllerBuilder {
         if interval.is_zero() {
             return Err(ConfigError::zero_duration("interval"));
         }
+        let every = self.sample_every.unwrap_or(Self::DEFAULT_SAMPLE_EVERY);
+        if every == 0 {
+            return Err(ConfigError::zero("sample_every"));
+        }
         let start = capacity.clamp(floor, ceiling);
         if start != capacity {
             target.set_capacity(start)?;
@@ -512,6 +612,7 @@ impl ControllerBuilder {
             samples: std::sync::Arc::new(Samples {
                 recorder: Recorder::new(num_cpus::get()),
                 interval,
+                every,
                 epoch: now(),
                 last_tick: AtomicU64::new(0),
             }),
@@ -522,6 +623,7 @@ impl ControllerBuilder {
                 rejected: stats.rejected,
                 waited: stats.waited,
                 pending: Drained::empty(),
+                timed: false,
             })),
             last: Mutex::new(None),
             target: Box::new(target),
@@ -541,16 +643,18 @@ impl ControllerBuilder {
 pub struct Timed<C: Deref<Target = Controller>, P> {
     controller: C,
     permit: Option<P>,
-    start: Instant,
+    /// When it began, if this request is one of the sampled ones.
+    start: Option<Instant>,
     outcome: Outcome,
 }
 
 impl<C: Deref<Target = Controller>, P> Timed<C, P> {
     fn new(controller: C, permit: P) -> Self {
+        let start = controller.samples.sample().then(now);
         Timed {
             controller,
             permit: Some(permit),
-            start: now(),
+            start,
             outcome: Outcome::Success,
         }
     }
@@ -568,7 +672,10 @@ impl<C: Deref<Target = Controller>, P> Timed<C, P> {
     /// use sidejob::adaptive::{Controller, Guarded, Outcome};
     ///
     /// let limiter = Arc::new(Limiter::new(4)?);
-    /// let controller = Controller::builder().min_samples(1).build(Arc::clone(&limiter), Guarded::default())?;
+    /// let controller = Controller::builder()
+    ///     .min_samples(1)
+    ///     .sample_every(1) // time every permit
+    ///     .build(Arc::clone(&limiter), Guarded::default())?;
     /// let mut permit = controller.timed(limiter.try_acquire()?);
     /// permit.set_outcome(Outcome::Dropped); // the backend timed out
     /// drop(permit);
@@ -587,13 +694,28 @@ impl<C: Deref<Target = Controller>, P> Timed<C, P> {
 }
 
 impl<C: Deref<Target = Controller>, P> Drop for Timed<C, P> {
+    #[inline]
     fn drop(&mut self) {
+        match self.start {
+            // Not sampled: no clock, nothing recorded; the permit's own
+            // release, inlined here as it is without a controller.
+            None => drop(self.permit.take()),
+            Some(start) => self.finish(start),
+        }
+    }
+}
+
+impl<C: Deref<Target = Controller>, P> Timed<C, P> {
+    /// A sampled permit's end: the clock, the release, the sample.
+    #[cold]
+    #[inline(never)]
+    fn finish(&mut self, start: Instant) {
         let end = now();
         drop(self.permit.take());
         let controller = &*self.controller;
         controller.record_at(
             end.saturating_duration_since(controller.samples.epoch),
-            end.saturating_duration_since(self.start),
+            end.saturating_duration_since(start),
             self.outcome,
         );
     }

@@ -15,7 +15,21 @@ use std::time::{Duration, Instant};
 
 use super::recorder::Recorder;
 use super::{Controller, Outcome};
-use crate::sync::{now, AtomicU64, Ordering::Relaxed};
+use crate::sync::{const_thread_local, now, AtomicU64, Ordering::Relaxed};
+use std::cell::Cell;
+
+const_thread_local! {
+    /// Requests left before this thread times one: the sampling of
+    /// [`Samples::sample`]. Shared by every controller the thread times
+    /// for; the gaps are random, so two controllers taking turns on one
+    /// thread are both sampled.
+    static COUNTDOWN: Cell<u32> = Cell::new(1);
+}
+
+const_thread_local! {
+    /// This thread's xorshift32 state, for the next gap (never 0).
+    static GAPS: Cell<u32> = Cell::new(0x9e37_79b9);
+}
 
 /// Where a front-end keeps the feed it was given, if any.
 pub(crate) type FeedSlot = OnceLock<Feed>;
@@ -26,6 +40,8 @@ pub(crate) type FeedSlot = OnceLock<Feed>;
 pub(crate) struct Samples {
     pub(crate) recorder: Recorder,
     pub(crate) interval: Duration,
+    /// About one request in `every` is timed.
+    pub(crate) every: u32,
     /// Time zero of the real clock.
     pub(crate) epoch: Instant,
     /// Nanoseconds from time zero to the last tick: read by every sample
@@ -34,6 +50,38 @@ pub(crate) struct Samples {
 }
 
 impl Samples {
+    /// True if this request is one to time: about one in `every`, by a
+    /// countdown of the calling thread (a thread-local decrement and a
+    /// branch) whose gaps are drawn at random, uniform in `1..2 × every`.
+    #[inline]
+    pub(crate) fn sample(&self) -> bool {
+        COUNTDOWN.with(|countdown| {
+            let left = countdown.get();
+            if left > 1 {
+                countdown.set(left - 1);
+                false
+            } else {
+                countdown.set(self.next_gap());
+                true
+            }
+        })
+    }
+
+    /// A gap uniform in `1..2 × every` (1 when `every` is 1).
+    #[cold]
+    fn next_gap(&self) -> u32 {
+        if self.every <= 1 {
+            return 1;
+        }
+        let mut x = GAPS.with(Cell::get);
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        GAPS.with(|gaps| gaps.set(x));
+        let span = u64::from(self.every) * 2 - 1;
+        1 + ((u64::from(x) * span) >> 32) as u32
+    }
+
     /// Records one sample; true if the interval has passed since the last
     /// tick at `now`, so the caller should tick.
     pub(crate) fn record(&self, now: Duration, latency: Duration, outcome: Outcome) -> bool {
@@ -139,9 +187,11 @@ impl Feed {
     }
 
     /// The start of a request: the time, or `None` when this request is
-    /// not one of the sampled ones (then there is nothing to finish).
+    /// not one of the sampled ones (about one in the controller's
+    /// [`sample_every`](super::ControllerBuilder::sample_every) is; the
+    /// others read no clock and have nothing to finish).
     pub fn start(&self) -> Option<Instant> {
-        Some(now())
+        self.samples.sample().then(now)
     }
 
     /// The end of a request that started at `started`: records its

@@ -486,3 +486,68 @@ fn assert_steady(seen: &[Seen], knee: f64, when: &str) {
         limits(seen)
     );
 }
+
+#[test]
+fn timed_permits_are_sampled_about_one_in_n() {
+    use std::sync::Arc;
+
+    use crate::Limiter;
+
+    // On a fresh thread: the sampling state is the thread's own.
+    let counts = std::thread::spawn(|| {
+        let limiter = Arc::new(Limiter::new(4).unwrap());
+        let mut counts = Vec::new();
+        for every in [1, 8, 64] {
+            let controller = Controller::builder()
+                .sample_every(every)
+                .min_samples(0)
+                .interval(Duration::from_secs(3_600))
+                .build(Arc::clone(&limiter), Guarded::default())
+                .unwrap();
+            for _ in 0..6_400 {
+                drop(controller.timed(limiter.try_acquire().unwrap()));
+            }
+            let window = controller.tick_at(ms(1)).unwrap();
+            // Every completion is counted, timed or not.
+            assert_eq!(window.completed(), 6_400);
+            counts.push(window.samples());
+        }
+        counts
+    })
+    .join()
+    .unwrap();
+    assert_eq!(counts[0], 6_400, "sample_every(1) times every permit");
+    // Random gaps averaging n: within a fifth of 6,400 / n.
+    assert!((640..=960).contains(&counts[1]), "1 in 8: {}", counts[1]);
+    assert!((80..=120).contains(&counts[2]), "1 in 64: {}", counts[2]);
+}
+
+#[test]
+fn two_controllers_taking_turns_on_one_thread_are_both_sampled() {
+    use std::sync::Arc;
+
+    use crate::Limiter;
+
+    let limiter = Arc::new(Limiter::new(4).unwrap());
+    let build = || {
+        Controller::builder()
+            .sample_every(2)
+            .min_samples(0)
+            .interval(Duration::from_secs(3_600))
+            .build(Arc::clone(&limiter), Guarded::default())
+            .unwrap()
+    };
+    let (a, b) = (build(), build());
+    for _ in 0..1_000 {
+        drop(a.timed(limiter.try_acquire().unwrap()));
+        drop(b.timed(limiter.try_acquire().unwrap()));
+    }
+    // A plain countdown of 2 would time every one of a's and none of b's.
+    let (a, b) = (a.tick_at(ms(1)).unwrap(), b.tick_at(ms(1)).unwrap());
+    assert!(
+        a.samples() > 300 && b.samples() > 300,
+        "{} {}",
+        a.samples(),
+        b.samples()
+    );
+}

@@ -587,8 +587,10 @@ impl<R, M, H> LimitLayer<R, M, H> {
     /// say). The controller moves the limiter's capacity from these
     /// samples; build it over this layer's limiter.
     ///
-    /// Each admitted request then pays two clock reads and a few relaxed
-    /// atomic adds; refused requests pay nothing. The sample is recorded
+    /// About one admitted request in the controller's
+    /// [`sample_every`](crate::adaptive::ControllerBuilder::sample_every)
+    /// then pays two clock reads and a few relaxed atomic adds, the others
+    /// a thread-local countdown; refused requests pay nothing. The sample is recorded
     /// just before the unit goes back, and may close the controller's
     /// window (its algorithm then runs on this task, under no lock).
     ///
@@ -789,11 +791,27 @@ fn start_timer(spec: &TimerSpec) -> Timer {
     if spec.is_empty() {
         return Timer::default();
     }
+    // The controller times about one request in its `sample_every`; the
+    // histogram, every one.
+    let adaptive = spec
+        .adaptive
+        .as_ref()
+        .filter(|controller| controller.should_time())
+        .map(Arc::clone);
+    #[cfg(feature = "metrics")]
+    let histogram = spec.histogram.clone();
+    #[cfg(feature = "metrics")]
+    let timed = adaptive.is_some() || histogram.is_some();
+    #[cfg(not(feature = "metrics"))]
+    let timed = adaptive.is_some();
+    if !timed {
+        return Timer::default();
+    }
     Timer {
         start: Some(crate::sync::now()),
         #[cfg(feature = "metrics")]
-        histogram: spec.histogram.clone(),
-        adaptive: spec.adaptive.clone(),
+        histogram,
+        adaptive,
         failed: false,
     }
 }
