@@ -189,3 +189,67 @@ mod asynchronous {
         });
     }
 }
+
+mod ticker {
+    use std::sync::mpsc;
+
+    use sidejob::adaptive::{Algorithm, Controller, Window};
+    use sidejob::Limiter;
+
+    use super::*;
+
+    /// Says each window it is given on a channel, and keeps the limit.
+    struct Tell(mpsc::Sender<Window>);
+
+    impl Algorithm for Tell {
+        fn update(&mut self, window: &Window) -> usize {
+            let _ = self.0.send(window.clone());
+            window.limit()
+        }
+    }
+
+    #[test]
+    fn a_ticker_ticks_a_counts_only_controller_and_stops_when_dropped() {
+        let limiter = Arc::new(Limiter::new(8).unwrap());
+        let (tx, rx) = mpsc::channel();
+        let controller = Arc::new(
+            Controller::builder()
+                .min_samples(1)
+                .interval(Duration::from_millis(5))
+                .build(Arc::clone(&limiter), Tell(tx))
+                .unwrap(),
+        );
+        // Untimed permits: nothing but the ticker can close a window.
+        for _ in 0..3 {
+            drop(limiter.try_acquire().unwrap());
+        }
+        let ticker = Controller::spawn_ticker(&controller).unwrap();
+        let window = rx.recv().expect("the ticker closed a window");
+        assert_eq!((window.samples(), window.completed()), (0, 3));
+        // Dropping it joins the thread. Stopped, no tick of its runs: a
+        // tick of ours is not skipped as "another is running".
+        drop(ticker);
+        while rx.try_recv().is_ok() {}
+        assert!(controller.tick_at(Duration::from_secs(3_600)).is_some());
+    }
+
+    #[test]
+    fn a_ticker_ends_with_its_controller() {
+        let limiter = Arc::new(Limiter::new(8).unwrap());
+        let (tx, rx) = mpsc::channel();
+        let controller = Arc::new(
+            Controller::builder()
+                .min_samples(0)
+                .interval(Duration::from_millis(5))
+                .build(limiter, Tell(tx))
+                .unwrap(),
+        );
+        let ticker = Controller::spawn_ticker(&controller).unwrap();
+        rx.recv().expect("a tick");
+        drop(controller);
+        // The thread holds the controller weakly: with it gone, the thread
+        // ends and the algorithm (the sender) with it.
+        while rx.recv().is_ok() {}
+        drop(ticker);
+    }
+}

@@ -337,6 +337,38 @@ impl Controller {
         Some(window)
     }
 
+    /// Spawns a [`Ticker`](super::Ticker): a thread that ticks this
+    /// controller every [`interval`](ControllerBuilder::interval) until
+    /// the returned handle is dropped (or the controller is). For a
+    /// controller fed by counts alone, which no sample ticks.
+    ///
+    /// # Errors
+    ///
+    /// The OS's error if it refuses the thread.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use sidejob::Limiter;
+    /// use sidejob::adaptive::{Controller, Guarded};
+    ///
+    /// let limiter = Arc::new(Limiter::new(16)?);
+    /// let controller = Arc::new(Controller::builder().build(limiter, Guarded::default())?);
+    /// let ticker = Controller::spawn_ticker(&controller)?;
+    /// drop(ticker);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(not(loom))]
+    pub fn spawn_ticker(this: &std::sync::Arc<Controller>) -> std::io::Result<super::Ticker> {
+        super::Ticker::spawn(this)
+    }
+
+    /// How long a window lasts before a sample (or a ticker) closes it.
+    pub fn interval(&self) -> Duration {
+        self.samples.interval
+    }
+
     /// The window the last tick closed, if any: its latencies (the p99 for
     /// a claim size, say) and counts.
     pub fn last_window(&self) -> Option<Window> {

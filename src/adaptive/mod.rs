@@ -21,9 +21,11 @@
 //!   latency by Little's law.
 //! * **A tick** drains the cells into a [`Window`], hands it to the
 //!   algorithm, clamps the answer between the floor and the ceiling, and
-//!   calls `set_capacity` if it changed. Ticks come from
-//!   [`Controller::tick`] (a timer of yours), or from the sample that
-//!   finds the window's interval elapsed. No lock of the admission table
+//!   calls `set_capacity` if it changed. Ticks come from the sample that
+//!   finds the window's interval elapsed, from [`Controller::tick`] (a
+//!   timer of yours), or from a [`Ticker`] thread
+//!   ([`Controller::spawn_ticker`]): a controller fed by counts alone has
+//!   no samples to tick it, and needs one of the last two. No lock of the admission table
 //!   is held meanwhile, and the algorithm (which may be yours) runs under
 //!   no lock at all.
 //! * **Algorithms** are pure state machines fed one [`Window`] at a time,
@@ -84,6 +86,8 @@ mod recorder;
 mod target;
 #[cfg(all(test, not(loom)))]
 mod tests;
+#[cfg(not(loom))]
+mod ticker;
 mod vegas;
 
 pub use aimd::{Aimd, AimdBuilder};
@@ -94,6 +98,8 @@ pub use gradient2::{Gradient2, Gradient2Builder};
 pub use guarded::{Guarded, GuardedBuilder};
 pub use littles::{LittlesLaw, LittlesLawBuilder};
 pub use target::Target;
+#[cfg(not(loom))]
+pub use ticker::Ticker;
 pub use vegas::{Vegas, VegasBuilder};
 
 /// How a recorded request ended, for [`Controller::record`].
