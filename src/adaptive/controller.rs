@@ -170,9 +170,8 @@ impl Controller {
     }
 
     /// Has the target time its requests itself, where it sees each
-    /// request's life: a [`Pool`](crate::Pool)'s or an
-    /// [`AsyncPool`](crate::AsyncPool)'s workers time each handler, with
-    /// no user code and nothing added to admission (a worker checks once
+    /// request's life: a [`Pool`](crate::Pool)'s or an `AsyncPool`'s
+    /// (feature `tokio`) workers time each handler, with no user code and nothing added to admission (a worker checks once
     /// per request whether a controller is attached). Returns true if the
     /// target does so from now on; false for a target that cannot (a
     /// [`Limiter`](crate::Limiter), which sees only permits: time them

@@ -2,12 +2,13 @@
 //! controller fed by counts alone (or by samples too rare to tick it).
 
 use std::fmt;
-use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::Controller;
 use crate::engine::foreign::drop_payload;
+use crate::sync::os_thread::{Builder, JoinHandle};
+use crate::sync::{now, Condvar, Mutex};
 
 /// A thread ticking a [`Controller`] every interval; made by
 /// [`Controller::spawn_ticker`]. Dropping it stops the thread and joins
@@ -56,12 +57,10 @@ impl Ticker {
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let weak = Arc::downgrade(controller);
         let interval = controller.interval();
-        let thread = std::thread::Builder::new()
-            .name("sidejob-ticker".into())
-            .spawn({
-                let stop = Arc::clone(&stop);
-                move || run(&weak, interval, &stop)
-            })?;
+        let thread = Builder::new().name("sidejob-ticker".into()).spawn({
+            let stop = Arc::clone(&stop);
+            move || run(&weak, interval, &stop)
+        })?;
         Ok(Ticker {
             stop,
             thread: Some(thread),
@@ -75,12 +74,17 @@ fn run(controller: &Weak<Controller>, interval: Duration, stop: &(Mutex<bool>, C
     loop {
         {
             // The lock guards the flag alone, and is let go before the tick.
-            let guard = stopped.lock().unwrap_or_else(PoisonError::into_inner);
-            let (guard, _) = wake
-                .wait_timeout_while(guard, interval, |stopped| !*stopped)
-                .unwrap_or_else(PoisonError::into_inner);
-            if *guard {
-                return;
+            let deadline = now() + interval;
+            let mut guard = stopped.lock();
+            loop {
+                if *guard {
+                    return;
+                }
+                let timed_out;
+                (guard, timed_out) = wake.wait_until(guard, deadline);
+                if timed_out && !*guard {
+                    break;
+                }
             }
         }
         let Some(controller) = controller.upgrade() else {
@@ -99,7 +103,7 @@ fn run(controller: &Weak<Controller>, interval: Duration, stop: &(Mutex<bool>, C
 impl Drop for Ticker {
     fn drop(&mut self) {
         let (stopped, wake) = &*self.stop;
-        *stopped.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        *stopped.lock() = true;
         wake.notify_all();
         if let Some(thread) = self.thread.take() {
             // Its panics are caught inside; a join error has nothing to say.
