@@ -41,3 +41,27 @@ fn guarded_sheds_nothing_at_half_load_after_a_warm_up() {
         ours.limiter.capacity()
     );
 }
+
+#[test]
+fn guarded_sheds_nothing_at_half_load_when_few_requests_are_timed() {
+    // One request in 16, 32 or 64 timed: a window holds a dozen samples,
+    // and an algorithm that takes the least of such windows' means as the
+    // no-load latency reads it a fifth low and sheds at half load.
+    for every in [16, 32, 64] {
+        // On a fresh thread each: the sampling countdown is per thread.
+        let (shed, limit) = std::thread::spawn(move || {
+            let phase = |load, length| Phase {
+                load,
+                knee: KNEE,
+                work: WORK,
+                length,
+            };
+            let mut ours = Ours::sampled(Guarded::default(), every);
+            let measured = simulate(&mut ours, &[phase(1.0, 4 * SEC), phase(0.5, 6 * SEC)]);
+            (measured[1].shed, ours.limiter.capacity())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(shed, 0, "1/{every}: shed at half load (limit {limit})");
+    }
+}

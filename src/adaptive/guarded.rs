@@ -11,10 +11,14 @@ use crate::error::ConfigError;
 /// at its no-load latency) with guardrails.
 ///
 /// Each window it compares the mean latency with the **no-load latency**:
-/// the least window latency of the last
-/// [`noload_horizon`](GuardedBuilder::noload_horizon) (30 s), or the
-/// newest low when all are older, and re-based from the traffic when the
-/// backend shows it is below its knee (below):
+/// the least mean of pools of uncongested windows holding
+/// [`noload_samples`](GuardedBuilder::noload_samples) samples (256) each,
+/// within the last [`noload_horizon`](GuardedBuilder::noload_horizon)
+/// (30 s), or the newest low when all are older; re-based from the
+/// traffic when the backend shows it is below its knee (below). Pooling
+/// keeps the estimate honest when few requests are timed: the least of
+/// many single windows' means, each from a dozen samples, reads low by a
+/// fifth, and the limit sinks with it.
 ///
 /// * **Congested** (latency above no-load × (1 + [`tolerance`](GuardedBuilder::tolerance))):
 ///   the limit comes down to `throughput × no-load latency × (1 +
@@ -38,14 +42,16 @@ use crate::error::ConfigError;
 /// * drops above [`drop_tolerance`](GuardedBuilder::drop_tolerance) of
 ///   the samples multiply it by 0.9;
 /// * **in-flight and throughput must move together** (Uber's Cinnamon):
-///   when the in-flight changed by 15 % or more and the throughput
+///   when the in-flight fell by 15 % or more and the throughput
 ///   followed it in proportion (an elasticity between 0.75 and 1.25, so
-///   the latency held still), the backend is below its
-///   knee, so the latency seen now *is* its no-load latency: the estimate
-///   is re-based on it. A backend that became slower for every request
+///   the latency held still) at a latency above the band, the backend is
+///   below its knee, so the latency seen now *is* its no-load latency:
+///   the estimate is re-based on it (and refined by the pools that
+///   follow). A backend that became slower for every request
 ///   (a mix of heavier requests, a slower disk) is re-measured this way,
 ///   from the traffic itself, with no probe and no request dropped;
-/// * **no drift**: only a new low or a re-basing moves the estimate, so
+/// * **no drift**: only a new low (of a full pool) or a re-basing moves
+///   the estimate, so
 ///   a long incident cannot teach it that congested latency is normal
 ///   (the limit that never comes down, failsafe-go#127);
 /// * **no collapse from noise**: the band widens by three standard errors
@@ -83,11 +89,51 @@ pub struct Guarded {
     suspect: bool,
     /// The previous window's mean in-flight and throughput.
     previous: Option<(f64, f64)>,
+    /// Samples a pool of windows needs before its mean feeds the no-load
+    /// latency.
+    noload_samples: f64,
+    /// Uncongested windows pooled toward the next reading of the no-load
+    /// latency.
+    pool: Pool,
+    /// The samples behind the current no-load estimate: fewer than
+    /// `noload_samples` (a first window, a re-basing) make it provisional,
+    /// and the next full pool replaces it, up or down.
+    noload_weight: f64,
+    /// The standard error of the current no-load estimate, relative.
+    noload_noise: f64,
+    /// The window reading a provisional estimate started from: its running
+    /// mean may rise above it by the tolerance at most.
+    seed: f64,
+}
+
+/// Consecutive uncongested windows, summed.
+#[derive(Debug, Clone, Copy, Default)]
+struct Pool {
+    /// Σ latency × weight, seconds.
+    sum: f64,
+    /// Σ weight: timed samples, or completions for a counts-only window.
+    weight: f64,
+    /// Σ relative spread × weight.
+    spread: f64,
+}
+
+impl Pool {
+    fn add(&mut self, latency: f64, weight: f64, spread: f64) {
+        self.sum += latency * weight;
+        self.weight += weight;
+        self.spread += spread * weight;
+    }
+
+    /// The mean latency and its relative standard error.
+    fn reading(&self) -> (f64, f64) {
+        let spread = self.spread / self.weight;
+        (self.sum / self.weight, spread / self.weight.sqrt())
+    }
 }
 
 impl Default for Guarded {
     /// Tolerance 0.1, headroom 0.05, drop tolerance 0.05, a no-load
-    /// horizon of 30 s, no maximum latency.
+    /// horizon of 30 s, no-load pools of 256 samples, no maximum latency.
     fn default() -> Self {
         Guarded {
             tolerance: 0.1,
@@ -101,6 +147,11 @@ impl Default for Guarded {
             growth: 0.02,
             suspect: false,
             previous: None,
+            noload_samples: 256.0,
+            pool: Pool::default(),
+            noload_weight: 0.0,
+            noload_noise: 0.0,
+            seed: 0.0,
         }
     }
 }
@@ -125,8 +176,17 @@ impl Guarded {
     }
 
     /// True when the change from the previous window says the backend is
-    /// below its knee: in-flight moved by 15 % or more, and throughput
-    /// moved in proportion (an elasticity between 0.75 and 1.25).
+    /// below its knee: in-flight fell by 15 % or more, and throughput
+    /// fell in proportion (an elasticity between 0.75 and 1.25).
+    ///
+    /// A fall only: when load steps up, a window that straddles the step
+    /// mixes light and congested traffic, and the next (congested) window
+    /// shows in-flight and throughput both up with the latency steady, a
+    /// false reading of the knee that re-based the estimate at congested
+    /// latency (seen at sparse sampling, whose noisy means pass the
+    /// elasticity test more often). A fall past the knee lowers latency,
+    /// which the test catches; a slower backend shows itself by a fall,
+    /// after the cut its congestion brings.
     fn below_knee(&self, in_flight: f64, throughput: f64) -> bool {
         let Some((before, rate)) = self.previous else {
             return false;
@@ -139,7 +199,7 @@ impl Guarded {
         // 1, throughput fell on its own (the backend slowed) and took the
         // in-flight with it: not a reading of the knee.
         let moved = (in_flight / before).ln();
-        moved.abs() >= 0.15 && (0.75..=1.25).contains(&((throughput / rate).ln() / moved))
+        moved <= -0.15 && (0.75..=1.25).contains(&((throughput / rate).ln() / moved))
     }
 }
 
@@ -159,37 +219,54 @@ impl Algorithm for Guarded {
         let binding = window.is_binding();
 
         let latency = raw;
+        // What the window's mean weighs: its timed samples, or its
+        // completions when it has none (a counts-only controller).
+        let weight = match window.samples() {
+            0 => window.completed(),
+            samples => samples,
+        } as f64;
         // The noise: the standard error of the window's mean, from the
         // spread of its samples (p99 against the mean, as if normal) and
-        // their count. The band widens by three of them, and so does the
-        // headroom, since the least of many noisy means reads low by about
-        // that much. Without timed samples there is no spread: the band
-        // alone.
-        let noise = match (window.p99_latency(), window.samples()) {
+        // their count. The band widens by three of them. Without timed
+        // samples there is no spread: the band alone.
+        let spread = match (window.p99_latency(), window.samples()) {
             (Some(p99), samples) if samples > 1 && raw > 0.0 => {
-                let spread = ((p99.as_secs_f64() - raw) / raw).max(0.0) / 2.33;
-                spread / (samples as f64).sqrt()
+                ((p99.as_secs_f64() - raw) / raw).max(0.0) / 2.33
             }
             _ => 0.0,
         };
+        let noise = spread / weight.max(1.0).sqrt();
         let tolerance = self.tolerance + 3.0 * noise;
 
-        // The no-load latency: fed by uncongested windows, re-based when
-        // the backend shows it is below its knee.
+        // The no-load latency: the first window's, re-based when the
+        // backend shows it is below its knee, else lowered by pools of
+        // uncongested windows (below).
         let below_knee = self.below_knee(in_flight, throughput);
         self.previous = Some((in_flight, throughput));
-        match self.noload.get(now) {
-            None => self.noload.push(now, latency),
-            Some(noload) if below_knee && latency > noload => self.noload.reset(now, latency),
-            // Only a window at or below the estimate feeds it: one merely
-            // within the band (or the noise) would ratchet it up as older
-            // lows expire, the drift of a long incident. It rises only by
-            // the re-basing above.
-            Some(noload) if latency <= noload => self.noload.push(now, latency),
-            Some(_) => {}
-        }
-        let noload = self.noload.get(now).unwrap_or(latency);
+        // A re-basing needs a window above the band: one within it says
+        // nothing the band does not absorb, and one sparse window's mean
+        // is too rough a reading to replace an estimate by.
+        let noload = match self.noload.get(now) {
+            Some(noload) if !(below_knee && latency > noload * (1.0 + tolerance)) => noload,
+            _ => {
+                // One window's reading: provisional, until a pool fills.
+                self.noload.reset(now, latency);
+                self.noload_weight = weight;
+                self.noload_noise = noise;
+                self.seed = latency;
+                self.pool = Pool::default();
+                latency
+            }
+        };
         let ratio = latency / noload;
+        self.feed_noload(
+            now,
+            noload,
+            ratio > 1.0 + tolerance,
+            latency,
+            weight,
+            spread,
+        );
 
         // The guardrails first.
         if let Some(max) = self.max_latency {
@@ -209,9 +286,9 @@ impl Algorithm for Guarded {
         let congested = above && (self.suspect || ratio > 1.0 + 3.0 * tolerance);
         self.suspect = above;
         // What the backend completes without queueing, by Little's law.
-        // The minimum of noisy readings reads low by about as much as the
-        // noise: given back as headroom.
-        let mut target = throughput * noload * (1.0 + self.headroom + 3.0 * noise);
+        // The minimum of noisy readings reads low by a few of their
+        // standard errors: given back as headroom.
+        let mut target = throughput * noload * (1.0 + self.headroom + 3.0 * self.noload_noise);
         if !binding {
             target = target.max(in_flight + 3.0 * in_flight.sqrt());
         }
@@ -234,6 +311,56 @@ impl Algorithm for Guarded {
 }
 
 impl Guarded {
+    /// Pools a window toward the next reading of the no-load latency
+    /// (`above`: its mean was above the band, a congested window, which
+    /// starts the pool again).
+    ///
+    /// The estimate is a minimum, and the least of many noisy means reads
+    /// low by a few of their standard errors: with one request in 64
+    /// timed, a 50 ms window holds a dozen samples, its mean is off by 7 %
+    /// or more, and the least of a few hundred such means sat a fifth
+    /// below the truth, the limit with it, and light load was shed. So a
+    /// window's mean feeds the estimate only through a pool of
+    /// consecutive uncongested windows holding `noload_samples` samples,
+    /// whose mean is off by a sixteenth as much. Only a full pool at or
+    /// below the estimate lowers it (one merely within the band would
+    /// ratchet it up as older lows expire, the drift of a long incident),
+    /// except that a provisional estimate (from one window) is replaced by
+    /// the first full pool, up or down.
+    fn feed_noload(
+        &mut self,
+        now: Duration,
+        noload: f64,
+        above: bool,
+        latency: f64,
+        weight: f64,
+        spread: f64,
+    ) {
+        if above {
+            return;
+        }
+        self.pool.add(latency, weight, spread);
+        let (mean, error) = self.pool.reading();
+        let full = self.pool.weight >= self.noload_samples;
+        if self.noload_weight < self.noload_samples {
+            // Provisional: the estimate is the pool's running mean, which
+            // may correct a rough first reading down, but up by no more
+            // than the band: windows within a wide band (few samples)
+            // would otherwise carry it up with congestion.
+            self.noload
+                .reset(now, mean.min(self.seed * (1.0 + self.tolerance)));
+            self.noload_weight = self.pool.weight;
+            self.noload_noise = error;
+        } else if full && mean <= noload {
+            self.noload.push(now, mean);
+            self.noload_weight = self.pool.weight;
+            self.noload_noise = error;
+        }
+        if full {
+            self.pool = Pool::default();
+        }
+    }
+
     fn set(&mut self, window: &Window, limit: f64) -> usize {
         let limit = clamp(window, limit);
         self.limit = Some(limit);
@@ -249,6 +376,7 @@ pub struct GuardedBuilder {
     max_latency: Option<Duration>,
     drop_tolerance: Option<f64>,
     noload_horizon: Option<Duration>,
+    noload_samples: Option<u64>,
 }
 
 impl GuardedBuilder {
@@ -287,13 +415,34 @@ impl GuardedBuilder {
         self
     }
 
+    /// How many timed samples (completions, for a controller fed by
+    /// counts alone) a pool of uncongested windows gathers before its
+    /// mean may lower the no-load latency. More: an estimate that reads
+    /// less low (its error falls as the root of the count) but is found
+    /// later when few requests are timed. Defaults to 256; not 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::adaptive::Guarded;
+    ///
+    /// let guarded = Guarded::builder().noload_samples(1_024).build()?;
+    /// # let _ = guarded;
+    /// assert_eq!(Guarded::builder().noload_samples(0).build().unwrap_err().field(), "noload_samples");
+    /// # Ok::<(), sidejob::ConfigError>(())
+    /// ```
+    pub fn noload_samples(&mut self, samples: u64) -> &mut Self {
+        self.noload_samples = Some(samples);
+        self
+    }
+
     /// Builds it.
     ///
     /// # Errors
     ///
     /// [`ConfigError`] naming `tolerance`, `headroom`, `drop_tolerance`,
-    /// `max_latency` or `noload_horizon` when out of range (a zero
-    /// duration among them).
+    /// `max_latency`, `noload_horizon` or `noload_samples` when out of
+    /// range (a zero duration or count among them).
     pub fn build(&self) -> Result<Guarded, ConfigError> {
         let default = Guarded::default();
         if self.max_latency.is_some_and(|max| max.is_zero()) {
@@ -302,6 +451,10 @@ impl GuardedBuilder {
         let horizon = self.noload_horizon.unwrap_or(Duration::from_secs(30));
         if horizon.is_zero() {
             return Err(ConfigError::zero_duration("noload_horizon"));
+        }
+        let noload_samples = self.noload_samples.unwrap_or(256);
+        if noload_samples == 0 {
+            return Err(ConfigError::zero("noload_samples"));
         }
         Ok(Guarded {
             tolerance: non_negative("tolerance", self.tolerance.unwrap_or(default.tolerance))?,
@@ -312,6 +465,7 @@ impl GuardedBuilder {
                 self.drop_tolerance.unwrap_or(default.drop_tolerance),
             )?,
             noload: WindowedMin::new(horizon),
+            noload_samples: noload_samples as f64,
             ..default
         })
     }

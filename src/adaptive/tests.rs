@@ -39,6 +39,8 @@ struct Model {
     /// Relative noise on each window's mean as a whole, as a pause or a
     /// noisy neighbour gives (0: none).
     jolt: f64,
+    /// One completion in `every` is a timed sample (1: all).
+    every: f64,
     /// A deterministic generator for the noise.
     seed: u64,
     now: Duration,
@@ -60,6 +62,7 @@ impl Model {
             rate: rate_share * knee / service,
             noise: 0.0,
             jolt: 0.0,
+            every: 1.0,
             seed: 0x2545_f491_4f6c_dd1d,
             now: Duration::ZERO,
         }
@@ -103,9 +106,10 @@ impl Model {
             0.0
         };
         let completed = (throughput * WINDOW.as_secs_f64()).round() as u64;
+        let samples = (completed as f64 / self.every).round() as u64;
         // A uniform draw on [-1, 1) has a deviation of 1/sqrt(3).
         let spread = self.noise / 3f64.sqrt();
-        let error = spread / (completed.max(1) as f64).sqrt();
+        let error = spread / (samples.max(1) as f64).sqrt();
         let noisy = latency * (1.0 + 3f64.sqrt() * error * self.draw() + self.jolt * self.draw());
         let window = Window {
             now: self.now,
@@ -113,7 +117,7 @@ impl Model {
             limit,
             floor: 1,
             ceiling: 10_000,
-            samples: completed,
+            samples,
             dropped: 0,
             mean_latency: (completed > 0).then(|| Duration::from_secs_f64(noisy)),
             min_latency: (completed > 0).then(|| Duration::from_secs_f64(noisy * 0.9)),
@@ -334,6 +338,38 @@ fn noise_does_not_collapse_the_limit() {
     let mut limit = 100;
     let seen = model.run(&mut guarded, &mut limit, 2000);
     assert_eq!(seen.iter().map(|s| s.rejected).sum::<f64>(), 0.0);
+}
+
+#[test]
+fn sparse_sampling_does_not_sink_the_noload_estimate() {
+    // Half load for a minute, each request's latency ±50 % (uniform),
+    // one in 16 timed: 16 samples a window, each window's mean off by 7 %
+    // (one standard error). The least of 1,200 such means is an eighth
+    // below the truth; an estimate that takes it brings the limit down
+    // with it.
+    let mut model = Model::new(100.0, ms(10), 0.5);
+    model.noise = 0.5;
+    model.every = 16.0;
+    let mut guarded = Guarded::default();
+    let mut limit = 120;
+    let light = model.run(&mut guarded, &mut limit, 1_200);
+    assert!(light.iter().all(|s| s.rejected == 0.0), "shed at half load");
+    let noload = guarded.noload_latency().unwrap().as_secs_f64();
+    assert!(
+        (noload / 0.010 - 1.0).abs() <= 0.05,
+        "no-load estimate {:.2} ms against 10 ms",
+        noload * 1e3
+    );
+    // Then 1.5x: the limit settles about the knee, not below it (the
+    // band is wider with 16 samples a window, so it sits a little above).
+    model.rate = 1.5 * model.best();
+    let loaded = model.run(&mut guarded, &mut limit, 200);
+    let mean = loaded[100..].iter().map(|s| s.limit as f64).sum::<f64>() / 100.0;
+    assert!(
+        (95.0..=115.0).contains(&mean),
+        "mean limit {mean} at 1.5x: {:?}",
+        limits(&loaded)
+    );
 }
 
 #[test]
