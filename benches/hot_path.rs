@@ -128,6 +128,14 @@ fn op_ours_admit_timed_every(limiter: &Limiter, controller: &Controller) {
     black_box(&permit);
 }
 
+/// As `op_ours_admit_timed`, no permit sampled (`sample_every` of 2^30):
+/// what each unsampled permit pays, the countdown and the wrapper.
+#[inline(never)]
+fn op_ours_admit_timed_unsampled(limiter: &Limiter, controller: &Controller) {
+    let permit = controller.timed(black_box(limiter).try_acquire().expect("no overload here"));
+    black_box(&permit);
+}
+
 // ---- the subjects ----------------------------------------------------------
 
 struct Subjects {
@@ -137,6 +145,8 @@ struct Subjects {
     controller: Controller,
     /// The same, timing every permit.
     controller_every: Controller,
+    /// The same, timing (almost) none.
+    controller_none: Controller,
     ours_room: Limiter,
     ours_full: Limiter,
     tokio: Semaphore,
@@ -170,6 +180,12 @@ fn subjects() -> Subjects {
         .sample_every(1)
         .build(Arc::clone(&timed), Guarded::default())
         .expect("valid bench configuration");
+    let controller_none = Controller::builder()
+        .ceiling(BIG)
+        .interval(std::time::Duration::from_secs(3600))
+        .sample_every(1 << 30)
+        .build(Arc::clone(&timed), Guarded::default())
+        .expect("valid bench configuration");
     // Warm them: the thread's index, the full set, the lines.
     drop(ours.try_acquire());
     drop(ours_room.try_acquire());
@@ -179,6 +195,7 @@ fn subjects() -> Subjects {
         timed,
         controller,
         controller_every,
+        controller_none,
         ours_room,
         ours_full,
         tokio: Semaphore::new(BIG),
@@ -201,6 +218,16 @@ fn run(s: &Subjects, name: &str, iters: u64) {
         "ours_admit_timed_every" => (0..iters).for_each(|_| {
             op_ours_admit_timed_every(&s.timed, &s.controller_every);
         }),
+        "ours_admit_timed_unsampled" => {
+            // The countdown is the thread's, shared by every controller: a
+            // first permit (sampled: the countdown starts at 1) sets it to
+            // a gap of about 2^30, here only, not to starve the others.
+            drop(
+                s.controller_none
+                    .timed(s.timed.try_acquire().expect("room")),
+            );
+            (0..iters).for_each(|_| op_ours_admit_timed_unsampled(&s.timed, &s.controller_none));
+        }
         "ours_refuse" => (0..iters).for_each(|_| op_ours_refuse(&s.ours_full)),
         "tokio_admit" => (0..iters).for_each(|_| op_tokio_admit(&s.tokio)),
         "tokio_refuse" => (0..iters).for_each(|_| op_tokio_refuse(&s.tokio_empty)),
@@ -287,6 +314,7 @@ fn main() {
             "ours_admit_room",
             "ours_admit_timed",
             "ours_admit_timed_every",
+            "ours_admit_timed_unsampled",
             "ours_refuse",
             "tokio_admit",
             "tokio_refuse",

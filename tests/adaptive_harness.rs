@@ -19,7 +19,7 @@ fn guarded_sheds_nothing_at_half_load_after_a_warm_up() {
         work: WORK,
         length,
     };
-    // The controller's default sampling, one request in 8 timed.
+    // The controller's default sampling, one request in 16 timed.
     let mut ours = Ours::new(Guarded::default());
     let measured = simulate(&mut ours, &[phase(1.0, 4 * SEC), phase(0.5, 6 * SEC)]);
     let half = &measured[1];

@@ -143,6 +143,7 @@ impl Controller {
     /// assert_eq!(limiter.usage(), 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[inline]
     pub fn timed<P>(&self, permit: P) -> Timed<&Controller, P> {
         Timed::new(self, permit)
     }
@@ -165,6 +166,7 @@ impl Controller {
     /// assert_eq!(limiter.usage(), 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[inline]
     pub fn timed_owned<P>(this: &Arc<Controller>, permit: P) -> Timed<Arc<Controller>, P> {
         Timed::new(Arc::clone(this), permit)
     }
@@ -523,9 +525,11 @@ impl ControllerBuilder {
     pub const DEFAULT_CEILING: usize = 1_000;
     /// The default least number of completions in a window.
     pub const DEFAULT_MIN_SAMPLES: u64 = 16;
-    /// The default sampling: one timed request in 8 reads the clock
-    /// (chosen by measurement, see `PERFORMANCE.md`).
-    pub const DEFAULT_SAMPLE_EVERY: u32 = 8;
+    /// The default sampling: one timed request in 16 reads the clock
+    /// (chosen by measurement, see `PERFORMANCE.md`: `Guarded` pools
+    /// its no-load samples, so 1 in 16 converges about as 1 in 8 does,
+    /// at half the clock reads).
+    pub const DEFAULT_SAMPLE_EVERY: u32 = 16;
 
     /// The lowest limit applied, at least 1. Defaults to 1.
     pub fn floor(&mut self, floor: usize) -> &mut Self {
@@ -669,24 +673,44 @@ impl ControllerBuilder {
 /// made by [`Controller::timed`] and [`Controller::timed_owned`].
 ///
 /// The inner guard (a permit) is dropped first, then the time recorded,
-/// so the unit is back before the sample can close a window.
+/// so the unit is back before the sample can close a window. A permit
+/// that is not one of the sampled ones costs its own drop and one branch.
 #[must_use = "the time is recorded, and the permit released, when it is dropped"]
 pub struct Timed<C: Deref<Target = Controller>, P> {
+    // The fields drop in this order, with no `Drop` of `Timed` itself:
+    // the permit (its own release, inlined as it is without a
+    // controller), then the sample (the clock and the record, if any).
+    permit: P,
+    sample: Sample<C>,
+}
+
+/// The recording half of a [`Timed`], dropped after its permit: `None`
+/// for a permit that is not one of the sampled ones (one word to write,
+/// the niche of the start time).
+struct Sample<C: Deref<Target = Controller>>(Option<Sampled<C>>);
+
+/// A sampled permit's controller, start and outcome.
+struct Sampled<C: Deref<Target = Controller>> {
     controller: C,
-    permit: Option<P>,
-    /// When it began, if this request is one of the sampled ones.
-    start: Option<Instant>,
+    start: Instant,
     outcome: Outcome,
 }
 
 impl<C: Deref<Target = Controller>, P> Timed<C, P> {
+    #[inline]
     fn new(controller: C, permit: P) -> Self {
-        let start = controller.samples.sample().then(now);
+        let sample = if controller.samples.sample() {
+            Some(Sampled {
+                start: now(),
+                controller,
+                outcome: Outcome::Success,
+            })
+        } else {
+            None
+        };
         Timed {
-            controller,
-            permit: Some(permit),
-            start,
-            outcome: Outcome::Success,
+            permit,
+            sample: Sample(sample),
         }
     }
 
@@ -715,38 +739,53 @@ impl<C: Deref<Target = Controller>, P> Timed<C, P> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_outcome(&mut self, outcome: Outcome) {
-        self.outcome = outcome;
+        // Not sampled: there is nothing to record, the outcome included.
+        if let Some(sampled) = &mut self.sample.0 {
+            sampled.outcome = outcome;
+        }
     }
 
     /// The guard inside.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use sidejob::Limiter;
+    /// use sidejob::adaptive::{Controller, Guarded};
+    ///
+    /// let limiter = Arc::new(Limiter::new(4)?);
+    /// let controller = Controller::builder().build(Arc::clone(&limiter), Guarded::default())?;
+    /// let permit = controller.timed(limiter.try_acquire()?);
+    /// assert!(permit.get_ref().shard() < limiter.shards());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn get_ref(&self) -> &P {
-        self.permit.as_ref().expect("present until dropped")
+        &self.permit
     }
 }
 
-impl<C: Deref<Target = Controller>, P> Drop for Timed<C, P> {
-    #[inline]
+impl<C: Deref<Target = Controller>> Drop for Sample<C> {
+    #[inline(always)]
     fn drop(&mut self) {
-        match self.start {
-            // Not sampled: no clock, nothing recorded; the permit's own
-            // release, inlined here as it is without a controller.
-            None => drop(self.permit.take()),
-            Some(start) => self.finish(start),
+        // Not sampled: no clock, nothing recorded.
+        if let Some(sampled) = &self.0 {
+            sampled.finish();
         }
     }
 }
 
-impl<C: Deref<Target = Controller>, P> Timed<C, P> {
-    /// A sampled permit's end: the clock, the release, the sample.
+impl<C: Deref<Target = Controller>> Sampled<C> {
+    /// A sampled permit's end (its unit already back): the clock and the
+    /// sample.
     #[cold]
     #[inline(never)]
-    fn finish(&mut self, start: Instant) {
+    fn finish(&self) {
         let end = now();
-        drop(self.permit.take());
         let controller = &*self.controller;
         controller.record_at(
             end.saturating_duration_since(controller.samples.epoch),
-            end.saturating_duration_since(start),
+            end.saturating_duration_since(self.start),
             self.outcome,
         );
     }
@@ -754,9 +793,10 @@ impl<C: Deref<Target = Controller>, P> Timed<C, P> {
 
 impl<C: Deref<Target = Controller>, P> fmt::Debug for Timed<C, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sampled = self.sample.0.as_ref();
         f.debug_struct("Timed")
-            .field("start", &self.start)
-            .field("outcome", &self.outcome)
+            .field("start", &sampled.map(|sampled| sampled.start))
+            .field("outcome", &sampled.map(|sampled| sampled.outcome))
             .finish_non_exhaustive()
     }
 }
