@@ -1,6 +1,7 @@
 //! A controller attached to a pool (`Controller::attach`) is fed by the
-//! pool's workers, which time each handler: no user code records a
-//! sample. The handler's speed is real (a slow backend is a handler that
+//! pool's workers, which time each handler, and one attached to a
+//! supervisor by its children, which time their own lives: no user code
+//! records a sample. The handler's speed is real (a slow backend is a handler that
 //! sleeps as its work); the controller's clock is virtual (ticks at
 //! `tick_at`, an interval too long for any sample to tick), so each window
 //! holds a known number of requests and the assertions are on the
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sidejob::adaptive::{Controller, Guarded, Window};
-use sidejob::{Pool, Worker};
+use sidejob::{Pool, Supervisor, Worker};
 
 /// Requests per window.
 const PER_WINDOW: u64 = 32;
@@ -131,6 +132,76 @@ fn an_unattached_pool_feeds_nothing() {
     pool.shutdown();
 }
 
+/// A child's work: slow when told (the work itself, not a wait for
+/// anything).
+fn child_work(slow: &AtomicBool) {
+    if slow.load(SeqCst) {
+        std::thread::sleep(SLOW);
+    }
+}
+
+#[test]
+fn a_supervisor_whose_children_slow_has_its_limit_brought_down() {
+    let slow = Arc::new(AtomicBool::new(false));
+    let sup = Supervisor::builder().capacity(64).build().unwrap();
+    let controller = controller(sup.clone());
+    assert!(Controller::attach(&controller));
+    assert!(!Controller::attach(&controller), "once");
+    let window = |at: u64| {
+        let children: Vec<_> = (0..PER_WINDOW)
+            .map(|_| {
+                let slow = Arc::clone(&slow);
+                sup.spawn(move || child_work(&slow)).unwrap()
+            })
+            .collect();
+        for child in children {
+            child.join().unwrap();
+        }
+        close(&controller, at)
+    };
+
+    // One fast window: the no-load latency; nothing to cut.
+    window(100);
+    assert_eq!(sup.capacity(), 64);
+
+    // Slow windows: far above the no-load latency, the limit comes down.
+    slow.store(true, SeqCst);
+    for at in [200, 300] {
+        window(at);
+    }
+    assert!(sup.capacity() < 64, "limit {}", sup.capacity());
+}
+
+#[test]
+fn an_unattached_supervisor_feeds_nothing_and_panicked_children_record_nothing() {
+    let sup = Supervisor::builder().capacity(4).build().unwrap();
+    let controller = Arc::new(
+        Controller::builder()
+            .min_samples(0)
+            .sample_every(1)
+            .interval(Duration::from_secs(3_600))
+            .build(sup.clone(), Guarded::default())
+            .unwrap(),
+    );
+    sup.spawn(|| ()).unwrap().join().unwrap();
+    let window = controller.tick_at(Duration::from_millis(100)).unwrap();
+    assert_eq!((window.samples(), window.completed()), (0, 1));
+
+    assert!(Controller::attach(&controller));
+    sup.spawn(|| ()).unwrap().join().unwrap();
+    assert!(sup
+        .spawn(|| panic!("a child's own failure"))
+        .unwrap()
+        .join()
+        .is_err());
+    let window = controller.tick_at(Duration::from_millis(200)).unwrap();
+    assert_eq!(
+        (window.samples(), window.dropped(), window.completed()),
+        (1, 0, 2),
+        "the panicked child is counted by the supervisor, not timed"
+    );
+}
+
 #[cfg(feature = "tokio")]
 mod asynchronous {
     use super::*;
@@ -188,6 +259,46 @@ mod asynchronous {
             pool.shutdown_async().await;
         });
     }
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn a_supervisor_whose_tasks_slow_has_its_limit_brought_down() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let slow = Arc::new(AtomicBool::new(false));
+        let sup = Supervisor::builder().capacity(64).build().unwrap();
+        let controller = controller(sup.clone());
+        assert!(Controller::attach(&controller));
+        for at in [100, 200, 300] {
+            if at == 200 {
+                slow.store(true, SeqCst);
+            }
+            let tasks: Vec<_> = (0..PER_WINDOW)
+                .map(|_| {
+                    let slow = Arc::clone(&slow);
+                    sup.spawn_task(async move {
+                        if slow.load(SeqCst) {
+                            tokio::time::sleep(SLOW).await; // the task's work
+                        }
+                    })
+                    .unwrap()
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+            close(&controller, at);
+            if at == 100 {
+                assert_eq!(sup.capacity(), 64);
+            }
+        }
+        assert!(sup.capacity() < 64, "limit {}", sup.capacity());
+    });
 }
 
 mod ticker {

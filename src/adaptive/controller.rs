@@ -173,8 +173,11 @@ impl Controller {
 
     /// Has the target time its requests itself, where it sees each
     /// request's life: a [`Pool`](crate::Pool)'s or an `AsyncPool`'s
-    /// (feature `tokio`) workers time each handler, with no user code and nothing added to admission (a worker checks once
-    /// per request whether a controller is attached). Returns true if the
+    /// (feature `tokio`) workers time each handler, a
+    /// [`Supervisor`](crate::Supervisor)'s children their own lives, with
+    /// no user code and nothing added to admission (a worker, or a child
+    /// on its own thread or task, checks once per request whether a
+    /// controller is attached). Returns true if the
     /// target does so from now on; false for a target that cannot (a
     /// [`Limiter`](crate::Limiter), which sees only permits: time them
     /// with [`timed`](Self::timed)) or that is attached already.

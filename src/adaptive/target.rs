@@ -123,4 +123,16 @@ impl Target for Supervisor {
     fn stats(&self) -> Stats {
         Supervisor::stats(self)
     }
+
+    /// Its children time themselves: a thread from
+    /// [`spawn`](Supervisor::spawn) from the start of its closure to its
+    /// return, a task from `spawn_task` and its kin (feature `tokio`) from
+    /// its first poll to its output. A panicked or aborted child records
+    /// nothing. (A thread child draws on its new thread, whose first draw
+    /// is always a sample: every thread child is timed, two clock reads
+    /// beside a thread's start; tasks are sampled one in `sample_every`.) Guards from [`reserve`](Supervisor::reserve) are not
+    /// timed: wrap them in [`Controller::timed`](super::Controller::timed).
+    fn attach(&self, feed: Feed) -> bool {
+        self.feed_slot().set(feed).is_ok()
+    }
 }
