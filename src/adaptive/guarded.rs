@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::minimum::WindowedMin;
+use super::noload::{Noload, Reading, DEFAULT_SAMPLES};
 use super::{clamp, fraction, non_negative, Algorithm, Window};
 use crate::error::ConfigError;
 
@@ -13,12 +13,17 @@ use crate::error::ConfigError;
 /// Each window it compares the mean latency with the **no-load latency**:
 /// the least mean of pools of uncongested windows holding
 /// [`noload_samples`](GuardedBuilder::noload_samples) samples (256) each,
-/// within the last [`noload_horizon`](GuardedBuilder::noload_horizon)
-/// (30 s), or the newest low when all are older; re-based from the
-/// traffic when the backend shows it is below its knee (below). Pooling
-/// keeps the estimate honest when few requests are timed: the least of
-/// many single windows' means, each from a dozen samples, reads low by a
-/// fifth, and the limit sinks with it.
+/// re-based from the traffic when the backend shows it is below its knee
+/// (below). Pooling keeps the estimate honest when few requests are
+/// timed: the least of many single windows' means, each from a dozen
+/// samples, reads low by a fifth, and the limit sinks with it.
+///
+/// Exactly what moves the estimate: the first window sets it,
+/// provisionally; until a pool fills it follows the pool's running mean
+/// down (and up by the tolerance at most); after that only a full pool
+/// whose mean is at or below it lowers it, and only a re-basing (the
+/// Cinnamon check below) raises it, again provisionally. Nothing expires:
+/// time alone never moves it.
 ///
 /// * **Congested** (latency above no-load × (1 + [`tolerance`](GuardedBuilder::tolerance))):
 ///   the limit comes down to `throughput × no-load latency × (1 +
@@ -51,9 +56,10 @@ use crate::error::ConfigError;
 ///   (a mix of heavier requests, a slower disk) is re-measured this way,
 ///   from the traffic itself, with no probe and no request dropped;
 /// * **no drift**: only a new low (of a full pool) or a re-basing moves
-///   the estimate, so
-///   a long incident cannot teach it that congested latency is normal
-///   (the limit that never comes down, failsafe-go#127);
+///   the estimate, and the re-basing needs the backend to show it is
+///   below its knee, so a long incident cannot teach it that congested
+///   latency is normal (the limit that never comes down,
+///   failsafe-go#127);
 /// * **no collapse from noise**: the band widens by three standard errors
 ///   of the window's mean (from its samples' spread and count); a window
 ///   above the band cuts by a tenth at most, it takes two in a row (or
@@ -83,57 +89,19 @@ pub struct Guarded {
     min_growth: f64,
     max_growth: f64,
     limit: Option<f64>,
-    noload: WindowedMin,
+    /// The no-load latency, from pools of `noload_samples` samples; a
+    /// provisional estimate rises by the tolerance at most.
+    noload: Noload,
     growth: f64,
     /// The previous window was above the tolerance.
     suspect: bool,
     /// The previous window's mean in-flight and throughput.
     previous: Option<(f64, f64)>,
-    /// Samples a pool of windows needs before its mean feeds the no-load
-    /// latency.
-    noload_samples: f64,
-    /// Uncongested windows pooled toward the next reading of the no-load
-    /// latency.
-    pool: Pool,
-    /// The samples behind the current no-load estimate: fewer than
-    /// `noload_samples` (a first window, a re-basing) make it provisional,
-    /// and the next full pool replaces it, up or down.
-    noload_weight: f64,
-    /// The standard error of the current no-load estimate, relative.
-    noload_noise: f64,
-    /// The window reading a provisional estimate started from: its running
-    /// mean may rise above it by the tolerance at most.
-    seed: f64,
-}
-
-/// Consecutive uncongested windows, summed.
-#[derive(Debug, Clone, Copy, Default)]
-struct Pool {
-    /// Σ latency × weight, seconds.
-    sum: f64,
-    /// Σ weight: timed samples, or completions for a counts-only window.
-    weight: f64,
-    /// Σ relative spread × weight.
-    spread: f64,
-}
-
-impl Pool {
-    fn add(&mut self, latency: f64, weight: f64, spread: f64) {
-        self.sum += latency * weight;
-        self.weight += weight;
-        self.spread += spread * weight;
-    }
-
-    /// The mean latency and its relative standard error.
-    fn reading(&self) -> (f64, f64) {
-        let spread = self.spread / self.weight;
-        (self.sum / self.weight, spread / self.weight.sqrt())
-    }
 }
 
 impl Default for Guarded {
-    /// Tolerance 0.1, headroom 0.05, drop tolerance 0.05, a no-load
-    /// horizon of 30 s, no-load pools of 256 samples, no maximum latency.
+    /// Tolerance 0.1, headroom 0.05, drop tolerance 0.05, no-load pools of
+    /// 256 samples, no maximum latency.
     fn default() -> Self {
         Guarded {
             tolerance: 0.1,
@@ -143,15 +111,10 @@ impl Default for Guarded {
             min_growth: 0.02,
             max_growth: 0.5,
             limit: None,
-            noload: WindowedMin::new(Duration::from_secs(30)),
+            noload: Noload::new(DEFAULT_SAMPLES, 0.1),
             growth: 0.02,
             suspect: false,
             previous: None,
-            noload_samples: 256.0,
-            pool: Pool::default(),
-            noload_weight: 0.0,
-            noload_noise: 0.0,
-            seed: 0.0,
         }
     }
 }
@@ -171,8 +134,7 @@ impl Guarded {
     /// assert_eq!(sidejob::adaptive::Guarded::default().noload_latency(), None);
     /// ```
     pub fn noload_latency(&self) -> Option<Duration> {
-        let mut noload = self.noload.clone();
-        noload.get(Duration::ZERO).map(Duration::from_secs_f64)
+        self.noload.get().map(Duration::from_secs_f64)
     }
 
     /// True when the change from the previous window says the backend is
@@ -206,8 +168,7 @@ impl Guarded {
 impl Algorithm for Guarded {
     fn update(&mut self, window: &Window) -> usize {
         let limit = self.limit.unwrap_or(window.limit() as f64);
-        let now = window.now();
-        let Some(raw) = window.latency().map(|l| l.as_secs_f64()) else {
+        let Some(reading) = Reading::of(window) else {
             // Nothing completed: nothing to learn (drops aside).
             if window.dropped() > 0 {
                 return self.set(window, limit * 0.9);
@@ -218,25 +179,12 @@ impl Algorithm for Guarded {
         let in_flight = window.mean_in_flight();
         let binding = window.is_binding();
 
-        let latency = raw;
-        // What the window's mean weighs: its timed samples, or its
-        // completions when it has none (a counts-only controller).
-        let weight = match window.samples() {
-            0 => window.completed(),
-            samples => samples,
-        } as f64;
+        let latency = reading.latency;
         // The noise: the standard error of the window's mean, from the
         // spread of its samples (p99 against the mean, as if normal) and
         // their count. The band widens by three of them. Without timed
         // samples there is no spread: the band alone.
-        let spread = match (window.p99_latency(), window.samples()) {
-            (Some(p99), samples) if samples > 1 && raw > 0.0 => {
-                ((p99.as_secs_f64() - raw) / raw).max(0.0) / 2.33
-            }
-            _ => 0.0,
-        };
-        let noise = spread / weight.max(1.0).sqrt();
-        let tolerance = self.tolerance + 3.0 * noise;
+        let tolerance = self.tolerance + 3.0 * reading.noise;
 
         // The no-load latency: the first window's, re-based when the
         // backend shows it is below its knee, else lowered by pools of
@@ -246,31 +194,23 @@ impl Algorithm for Guarded {
         // A re-basing needs a window above the band: one within it says
         // nothing the band does not absorb, and one sparse window's mean
         // is too rough a reading to replace an estimate by.
-        let noload = match self.noload.get(now) {
+        let noload = match self.noload.get() {
             Some(noload) if !(below_knee && latency > noload * (1.0 + tolerance)) => noload,
             _ => {
                 // One window's reading: provisional, until a pool fills.
-                self.noload.reset(now, latency);
-                self.noload_weight = weight;
-                self.noload_noise = noise;
-                self.seed = latency;
-                self.pool = Pool::default();
+                self.noload.rebase(&reading);
                 latency
             }
         };
         let ratio = latency / noload;
-        self.feed_noload(
-            now,
-            noload,
-            ratio > 1.0 + tolerance,
-            latency,
-            weight,
-            spread,
-        );
+        // Pooled toward the next reading unless above the band.
+        self.noload.feed(&reading, ratio > 1.0 + tolerance);
 
         // The guardrails first.
         if let Some(max) = self.max_latency {
-            let seen = window.p99_latency().unwrap_or(Duration::from_secs_f64(raw));
+            let seen = window
+                .p99_latency()
+                .unwrap_or(Duration::from_secs_f64(latency));
             if seen > max {
                 let cut = (max.as_secs_f64() / seen.as_secs_f64()).max(0.5);
                 self.growth = self.min_growth;
@@ -288,7 +228,7 @@ impl Algorithm for Guarded {
         // What the backend completes without queueing, by Little's law.
         // The minimum of noisy readings reads low by a few of their
         // standard errors: given back as headroom.
-        let mut target = throughput * noload * (1.0 + self.headroom + 3.0 * self.noload_noise);
+        let mut target = throughput * noload * (1.0 + self.headroom + 3.0 * self.noload.noise());
         if !binding {
             target = target.max(in_flight + 3.0 * in_flight.sqrt());
         }
@@ -311,56 +251,6 @@ impl Algorithm for Guarded {
 }
 
 impl Guarded {
-    /// Pools a window toward the next reading of the no-load latency
-    /// (`above`: its mean was above the band, a congested window, which
-    /// starts the pool again).
-    ///
-    /// The estimate is a minimum, and the least of many noisy means reads
-    /// low by a few of their standard errors: with one request in 64
-    /// timed, a 50 ms window holds a dozen samples, its mean is off by 7 %
-    /// or more, and the least of a few hundred such means sat a fifth
-    /// below the truth, the limit with it, and light load was shed. So a
-    /// window's mean feeds the estimate only through a pool of
-    /// consecutive uncongested windows holding `noload_samples` samples,
-    /// whose mean is off by a sixteenth as much. Only a full pool at or
-    /// below the estimate lowers it (one merely within the band would
-    /// ratchet it up as older lows expire, the drift of a long incident),
-    /// except that a provisional estimate (from one window) is replaced by
-    /// the first full pool, up or down.
-    fn feed_noload(
-        &mut self,
-        now: Duration,
-        noload: f64,
-        above: bool,
-        latency: f64,
-        weight: f64,
-        spread: f64,
-    ) {
-        if above {
-            return;
-        }
-        self.pool.add(latency, weight, spread);
-        let (mean, error) = self.pool.reading();
-        let full = self.pool.weight >= self.noload_samples;
-        if self.noload_weight < self.noload_samples {
-            // Provisional: the estimate is the pool's running mean, which
-            // may correct a rough first reading down, but up by no more
-            // than the band: windows within a wide band (few samples)
-            // would otherwise carry it up with congestion.
-            self.noload
-                .reset(now, mean.min(self.seed * (1.0 + self.tolerance)));
-            self.noload_weight = self.pool.weight;
-            self.noload_noise = error;
-        } else if full && mean <= noload {
-            self.noload.push(now, mean);
-            self.noload_weight = self.pool.weight;
-            self.noload_noise = error;
-        }
-        if full {
-            self.pool = Pool::default();
-        }
-    }
-
     fn set(&mut self, window: &Window, limit: f64) -> usize {
         let limit = clamp(window, limit);
         self.limit = Some(limit);
@@ -375,7 +265,6 @@ pub struct GuardedBuilder {
     headroom: Option<f64>,
     max_latency: Option<Duration>,
     drop_tolerance: Option<f64>,
-    noload_horizon: Option<Duration>,
     noload_samples: Option<u64>,
 }
 
@@ -408,13 +297,6 @@ impl GuardedBuilder {
         self
     }
 
-    /// How long an uncongested window's latency counts toward the no-load
-    /// latency. Defaults to 30 s; not zero.
-    pub fn noload_horizon(&mut self, horizon: Duration) -> &mut Self {
-        self.noload_horizon = Some(horizon);
-        self
-    }
-
     /// How many timed samples (completions, for a controller fed by
     /// counts alone) a pool of uncongested windows gathers before its
     /// mean may lower the no-load latency. More: an estimate that reads
@@ -441,31 +323,28 @@ impl GuardedBuilder {
     /// # Errors
     ///
     /// [`ConfigError`] naming `tolerance`, `headroom`, `drop_tolerance`,
-    /// `max_latency`, `noload_horizon` or `noload_samples` when out of
-    /// range (a zero duration or count among them).
+    /// `max_latency` or `noload_samples` when out of range (a zero
+    /// duration or count among them).
     pub fn build(&self) -> Result<Guarded, ConfigError> {
         let default = Guarded::default();
         if self.max_latency.is_some_and(|max| max.is_zero()) {
             return Err(ConfigError::zero_duration("max_latency"));
         }
-        let horizon = self.noload_horizon.unwrap_or(Duration::from_secs(30));
-        if horizon.is_zero() {
-            return Err(ConfigError::zero_duration("noload_horizon"));
-        }
-        let noload_samples = self.noload_samples.unwrap_or(256);
-        if noload_samples == 0 {
-            return Err(ConfigError::zero("noload_samples"));
-        }
+        let noload_samples = match self.noload_samples {
+            Some(0) => return Err(ConfigError::zero("noload_samples")),
+            Some(samples) => samples as f64,
+            None => DEFAULT_SAMPLES,
+        };
+        let tolerance = non_negative("tolerance", self.tolerance.unwrap_or(default.tolerance))?;
         Ok(Guarded {
-            tolerance: non_negative("tolerance", self.tolerance.unwrap_or(default.tolerance))?,
+            tolerance,
             headroom: non_negative("headroom", self.headroom.unwrap_or(default.headroom))?,
             max_latency: self.max_latency,
             drop_tolerance: fraction(
                 "drop_tolerance",
                 self.drop_tolerance.unwrap_or(default.drop_tolerance),
             )?,
-            noload: WindowedMin::new(horizon),
-            noload_samples: noload_samples as f64,
+            noload: Noload::new(noload_samples, tolerance),
             ..default
         })
     }

@@ -3,21 +3,31 @@
 
 use std::time::Duration;
 
+use super::noload::{Noload, Reading, DEFAULT_SAMPLES};
 use super::{clamp, fraction, Algorithm, Window};
 use crate::error::ConfigError;
 
 /// brpc's auto limiter: `limit = max_qps × min_latency × (1 + explore)`
 /// (Little's law, with room to explore), where `max_qps` is an average
-/// that jumps to any higher throughput and decays from it, `min_latency`
-/// an average that follows lower latencies down, and `explore` moves
-/// between 6 % and 30 % by 2 % a window: up while latency stays near the
-/// minimum or throughput below the peak, down otherwise.
+/// that jumps to any higher throughput and decays from it, and `explore`
+/// moves between 6 % and 30 % by 2 % a window: up while latency stays
+/// near the minimum or throughput below the peak, down otherwise.
+///
+/// `min_latency` is not brpc's: brpc follows each lower window latency
+/// down with an average, which reads low when few requests are timed
+/// (the least of many noisy window means sits below the truth, and at one
+/// request in 16 timed that shed at half load). Here it is the no-load
+/// estimate [`Guarded`](super::Guarded) uses: the first window's mean,
+/// refined by pools of 256 samples, lowered only by a full pool whose
+/// mean is at or below it. A window above it by more than `min_explore`
+/// plus three of its standard errors is left out of the pools.
 ///
 /// Every [`remeasure_every`](LittlesLawBuilder::remeasure_every) (50 s,
 /// brpc's default) it re-measures the no-load latency as brpc does: one
 /// window at 90 % of `max_qps × min_latency`, which sheds under full load,
-/// then the minimum starts again from the next window, loaded or not.
-/// Set it to `None` to keep the first minimum for good.
+/// then the estimate starts again from the next window, loaded or not.
+/// Set it to `None` to keep the estimate for good (only lower pools move
+/// it then).
 ///
 /// # Examples
 ///
@@ -39,7 +49,8 @@ pub struct LittlesLaw {
     reduce_ratio: f64,
     explore: f64,
     max_qps: Option<f64>,
-    min_latency: Option<f64>,
+    /// The no-load latency (brpc's `min_latency`).
+    noload: Noload,
     /// When the next re-measure begins.
     next_remeasure: Option<Duration>,
     /// A re-measure is under way: forget the minimum after this window.
@@ -48,8 +59,9 @@ pub struct LittlesLaw {
 }
 
 impl Default for LittlesLaw {
-    /// brpc's flags: explore 6 % to 30 % by 2 %, averages of weight 0.1,
-    /// a re-measure every 50 s at 90 %.
+    /// brpc's flags (explore 6 % to 30 % by 2 %, a peak throughput that
+    /// decays by a hundredth a window, a re-measure every 50 s at 90 %),
+    /// and no-load pools of 256 samples.
     fn default() -> Self {
         LittlesLaw {
             min_explore: 0.06,
@@ -60,7 +72,7 @@ impl Default for LittlesLaw {
             reduce_ratio: 0.9,
             explore: 0.3,
             max_qps: None,
-            min_latency: None,
+            noload: Noload::new(DEFAULT_SAMPLES, 0.06),
             next_remeasure: None,
             remeasuring: false,
             limit: None,
@@ -78,21 +90,27 @@ impl LittlesLaw {
 impl Algorithm for LittlesLaw {
     fn update(&mut self, window: &Window) -> usize {
         let limit = self.limit.unwrap_or(window.limit() as f64);
-        let Some(latency) = window.latency().map(|l| l.as_secs_f64()) else {
+        let Some(reading) = Reading::of(window) else {
             return limit.round() as usize;
         };
+        let latency = reading.latency;
         let qps = window.throughput();
         if self.remeasuring {
-            // brpc: the reduced window is over; the minimum starts again.
+            // brpc: the reduced window is over; the estimate starts again.
             self.remeasuring = false;
-            self.min_latency = None;
+            self.noload.forget();
         }
-        let min_latency = match self.min_latency {
-            Some(min) if latency < min => latency * self.alpha + min * (1.0 - self.alpha),
+        let min_latency = match self.noload.get() {
             Some(min) => min,
-            None => latency,
+            None => {
+                self.noload.rebase(&reading);
+                latency
+            }
         };
-        self.min_latency = Some(min_latency);
+        let band = self.min_explore + 3.0 * reading.noise;
+        self.noload
+            .feed(&reading, latency > min_latency * (1.0 + band));
+        let min_latency = self.noload.get().unwrap_or(min_latency);
         let decay = self.alpha / 10.0;
         let max_qps = match self.max_qps {
             Some(max) if qps < max => qps * decay + max * (1.0 - decay),
@@ -189,6 +207,7 @@ impl LittlesLawBuilder {
             return Err(ConfigError::zero_duration("remeasure_every"));
         }
         Ok(LittlesLaw {
+            noload: Noload::new(DEFAULT_SAMPLES, min_explore),
             min_explore,
             max_explore,
             explore: max_explore,

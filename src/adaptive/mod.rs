@@ -81,7 +81,7 @@ mod feed;
 mod gradient2;
 mod guarded;
 mod littles;
-mod minimum;
+mod noload;
 mod recorder;
 mod target;
 #[cfg(all(test, not(loom)))]

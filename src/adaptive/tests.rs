@@ -239,16 +239,23 @@ fn guarded_reaches_the_knee_from_cold_and_after_a_halving() {
 #[test]
 fn guarded_limit_never_drifts_up_during_a_long_incident() {
     let mut model = Model::new(100.0, ms(10), 4.0);
-    let mut guarded = Guarded::builder()
-        .noload_horizon(Duration::from_secs(5))
-        .build()
-        .unwrap();
+    model.noise = 0.3;
+    let mut guarded = Guarded::default();
     let mut limit = 100;
     model.run(&mut guarded, &mut limit, 100);
+    let before = guarded.noload_latency().unwrap().as_secs_f64();
     model.knee = 30.0;
-    // Ten no-load horizons of incident.
+    // 50 s of incident, past the knee all along: congested latency the
+    // whole time, which must not become the no-load latency.
     let incident = model.run(&mut guarded, &mut limit, 1000);
     assert_steady(&incident[100..], 30.0, "through the incident");
+    let after = guarded.noload_latency().unwrap().as_secs_f64();
+    assert!(
+        after <= before * 1.1 && (after / 0.010 - 1.0).abs() <= 0.1,
+        "no-load estimate {:.2} ms after the incident, {:.2} ms before",
+        after * 1e3,
+        before * 1e3
+    );
 }
 
 #[test]
@@ -287,18 +294,34 @@ fn a_long_average_drifts_where_guarded_does_not() {
 
 #[test]
 fn guarded_remeasures_without_shedding_below_the_knee() {
-    // 80 % of the knee for ten no-load horizons: the estimate is
-    // re-measured all along, and nothing is refused.
+    // 80 % of the knee; then every request twice as slow (a heavier mix)
+    // with the load at 80 % of what the backend now serves, so the
+    // latency doubles with the backend still below its knee. No probe:
+    // nothing is refused, before or after.
     let mut model = Model::new(100.0, ms(10), 0.8);
-    let mut guarded = Guarded::builder()
-        .noload_horizon(Duration::from_secs(2))
-        .build()
-        .unwrap();
+    let mut guarded = Guarded::default();
     let mut limit = 120;
-    let seen = model.run(&mut guarded, &mut limit, 400);
+    let mut seen = model.run(&mut guarded, &mut limit, 200);
+    model.service *= 2.0;
+    model.rate = 0.8 * model.best();
+    seen.extend(model.run(&mut guarded, &mut limit, 200));
     let shed: f64 = seen.iter().map(|s| s.rejected).sum();
     assert_eq!(shed, 0.0, "guarded shed {shed} at 0.8x");
     assert!(seen.iter().all(|s| s.limit >= 100), "{:?}", limits(&seen));
+    // Then 4x: the slower mix is measured from the traffic (in-flight and
+    // throughput falling together after the first cut), and the limit
+    // finds the knee rather than sinking to half of it.
+    model.rate = 4.0 * model.best();
+    let loaded = model.run(&mut guarded, &mut limit, 100);
+    let first = loaded.iter().position(|s| (90..=110).contains(&s.limit));
+    assert!(matches!(first, Some(w) if w <= 20), "{:?}", limits(&loaded));
+    assert_steady(&loaded[50..], 100.0, "at 4x after the mix shift");
+    let noload = guarded.noload_latency().unwrap().as_secs_f64();
+    assert!(
+        (noload / 0.020 - 1.0).abs() <= 0.1,
+        "no-load estimate {:.2} ms against 20 ms",
+        noload * 1e3
+    );
 }
 
 #[test]
