@@ -396,6 +396,27 @@ fn sparse_sampling_does_not_sink_the_noload_estimate() {
 }
 
 #[test]
+fn sparse_sampling_does_not_sink_brpcs_estimate() {
+    // The scenario above for LittlesLaw (its re-measure off): brpc's
+    // average of lower window latencies read low at one in 16 timed and
+    // held the limit under the knee; the shared pooled estimate does not.
+    let mut model = Model::new(100.0, ms(10), 0.5);
+    model.noise = 0.5;
+    model.every = 16.0;
+    let mut brpc = LittlesLaw::builder().remeasure_every(None).build().unwrap();
+    let mut limit = 120;
+    model.run(&mut brpc, &mut limit, 1_200);
+    model.rate = 1.5 * model.best();
+    let loaded = model.run(&mut brpc, &mut limit, 200);
+    let low = loaded[100..].iter().map(|s| s.limit).min().unwrap();
+    assert!(
+        low >= 95,
+        "the limit fell to {low} at 1.5x: {:?}",
+        limits(&loaded)
+    );
+}
+
+#[test]
 fn guarded_re_measures_a_slower_mix_from_the_traffic() {
     // Every request becomes twice as slow (a mix of heavier requests): the
     // knee is still 100 in flight. A no-load latency stuck at the old
