@@ -11,6 +11,7 @@
 //! `jump.rs` (a key to its worker); the async pool in `asynchronous/`
 //! with `async_idle.rs`.
 
+use crate::adaptive::FeedSlot;
 use crate::engine::table::{Admission, Table};
 use crate::error::{ConfigError, Error};
 use crate::pool::worker::{Envelope, Worker};
@@ -182,6 +183,9 @@ struct Inner<W: Worker> {
     routing: Routing<W>,
     /// Hashes keys (seeded per pool).
     hasher: hashbrown::DefaultHashBuilder,
+    /// The adaptive controller's feed, once one is attached: the workers
+    /// time each handler into it.
+    feed: std::sync::Arc<FeedSlot>,
 }
 
 /// How a pool routes requests to its workers, one value built once by the
@@ -386,6 +390,11 @@ impl<W: Worker> Pool<W> {
 
     /// Reads the stats while the pool's table lives, without keeping the
     /// pool alive: for a [`Reporter`](crate::observe::Reporter).
+    /// Where an attached controller's feed goes (`adaptive::Target`).
+    pub(crate) fn feed_slot(&self) -> &FeedSlot {
+        &self.inner.feed
+    }
+
     pub(crate) fn weak_stats(&self) -> impl Fn() -> Option<Stats> + Send + 'static {
         let table = Arc::downgrade(&self.inner.table);
         move || table.upgrade().map(|table| table.stats())

@@ -250,6 +250,13 @@ struct Inner {
 }
 
 impl Supervisor {
+    /// Where an attached controller's feed goes (`adaptive::Target`).
+    pub(crate) fn feed_slot(&self) -> &crate::adaptive::FeedSlot {
+        &self.inner.common.feed
+    }
+}
+
+impl Supervisor {
     /// A supervisor for at most `capacity` live children, over one shard
     /// per CPU, named `sidejob`.
     ///
@@ -511,6 +518,10 @@ struct Common {
     idle: Mutex<Idle>,
     /// `wait_idle` sleeps here until the epoch moves.
     idle_cv: Condvar,
+    /// An adaptive controller's feed, once one is attached
+    /// (`adaptive::Target`): read by each spawned child at its start and
+    /// end, on the child's own thread or task, never on admission.
+    feed: crate::adaptive::FeedSlot,
 }
 
 impl Common {

@@ -113,6 +113,7 @@ impl PoolBuilder {
         let steal = self.steal.unwrap_or(DEFAULT_STEAL);
         let (mailboxes, inboxes) = mailboxes(table.shard_count(), steal);
         let (done, alive) = watch::channel(());
+        let feed: std::sync::Arc<crate::adaptive::FeedSlot> = Default::default();
         for (index, inbox) in inboxes.into_iter().enumerate() {
             let worker = TaskLoop {
                 index,
@@ -121,6 +122,7 @@ impl PoolBuilder {
                 factory: Arc::clone(&factory),
                 _alive: alive.clone(),
                 ended: false,
+                feed: std::sync::Arc::clone(&feed),
             };
             // Detached: `done` says when it ends.
             drop(handle.spawn(as_worker(&table, index, worker.run())));
@@ -132,6 +134,7 @@ impl PoolBuilder {
                 mailboxes,
                 name,
                 done,
+                feed,
             }),
         })
     }

@@ -179,12 +179,20 @@ struct Inner<W: AsyncWorker> {
     /// Every worker task holds a receiver; `closed()` answers once all are
     /// dropped, i.e. every worker has ended (or the runtime dropped it).
     done: watch::Sender<()>,
+    /// The adaptive controller's feed, once one is attached: the worker
+    /// tasks time each handler into it.
+    feed: std::sync::Arc<crate::adaptive::FeedSlot>,
 }
 
 /// A pending reply.
 type ReplyReceiver<W> = oneshot::Receiver<Result<<W as AsyncWorker>::Reply, Error>>;
 
 impl<W: AsyncWorker> AsyncPool<W> {
+    /// Where an attached controller's feed goes (`adaptive::Target`).
+    pub(crate) fn feed_slot(&self) -> &crate::adaptive::FeedSlot {
+        &self.inner.feed
+    }
+
     /// A [`WeakAsyncPool`]: a handle that does not keep the pool alive.
     /// Give one to the pool's own workers: a strong handle in a worker's
     /// state would keep the pool alive forever.
