@@ -571,7 +571,7 @@ fn assert_steady(seen: &[Seen], knee: f64, when: &str) {
 fn timed_permits_are_sampled_about_one_in_n() {
     use std::sync::Arc;
 
-    use crate::Limiter;
+    use crate::limiter::Limiter;
 
     // On a fresh thread: the sampling state is the thread's own.
     let counts = std::thread::spawn(|| {
@@ -606,7 +606,7 @@ fn timed_permits_are_sampled_about_one_in_n() {
 fn two_controllers_taking_turns_on_one_thread_are_both_sampled() {
     use std::sync::Arc;
 
-    use crate::Limiter;
+    use crate::limiter::Limiter;
 
     let limiter = Arc::new(Limiter::new(4).unwrap());
     let build = || {

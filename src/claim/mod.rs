@@ -45,7 +45,7 @@ use std::time::Duration;
 
 use crate::adaptive::Controller;
 use crate::error::ConfigError;
-use crate::Limiter;
+use crate::limiter::Limiter;
 
 mod memory;
 

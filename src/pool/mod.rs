@@ -11,7 +11,7 @@
 //! `jump.rs` (a key to its worker); the async pool in `asynchronous/`
 //! with `async_idle.rs`.
 
-use crate::adaptive::FeedSlot;
+use crate::adaptive::{Feed, FeedSlot, Target};
 use crate::engine::table::{Admission, Table};
 use crate::error::{ConfigError, Error};
 use crate::pool::worker::{Envelope, Worker};
@@ -390,11 +390,6 @@ impl<W: Worker> Pool<W> {
 
     /// Reads the stats while the pool's table lives, without keeping the
     /// pool alive: for a [`Reporter`](crate::observe::Reporter).
-    /// Where an attached controller's feed goes (`adaptive::Target`).
-    pub(crate) fn feed_slot(&self) -> &FeedSlot {
-        &self.inner.feed
-    }
-
     pub(crate) fn weak_stats(&self) -> impl Fn() -> Option<Stats> + Send + 'static {
         let table = Arc::downgrade(&self.inner.table);
         move || table.upgrade().map(|table| table.stats())
@@ -521,5 +516,26 @@ impl<W: Worker> fmt::Debug for WeakPool<W> {
         f.debug_struct("WeakPool")
             .field("alive", &(self.inner.strong_count() > 0))
             .finish()
+    }
+}
+
+/// The controller holds a handle: the pool lives (is not shut down by the
+/// drop of its other handles) as long as the controller does.
+impl<W: Worker> Target for Pool<W> {
+    fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
+        Pool::set_capacity(self, capacity)
+    }
+
+    fn capacity(&self) -> usize {
+        Pool::capacity(self)
+    }
+
+    fn stats(&self) -> Stats {
+        Pool::stats(self)
+    }
+
+    /// Its workers time each handler.
+    fn attach(&self, feed: Feed) -> bool {
+        self.inner.feed.set(feed).is_ok()
     }
 }

@@ -250,13 +250,6 @@ struct Inner {
 }
 
 impl Supervisor {
-    /// Where an attached controller's feed goes (`adaptive::Target`).
-    pub(crate) fn feed_slot(&self) -> &crate::adaptive::FeedSlot {
-        &self.inner.common.feed
-    }
-}
-
-impl Supervisor {
     /// A supervisor for at most `capacity` live children, over one shard
     /// per CPU, named `sidejob`.
     ///
@@ -545,5 +538,31 @@ impl fmt::Debug for Supervisor {
             .field("count", &self.count())
             .field("closed", &self.is_closed())
             .finish()
+    }
+}
+
+impl crate::adaptive::Target for Supervisor {
+    fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
+        Supervisor::set_capacity(self, capacity)
+    }
+
+    fn capacity(&self) -> usize {
+        Supervisor::capacity(self)
+    }
+
+    fn stats(&self) -> Stats {
+        Supervisor::stats(self)
+    }
+
+    /// Its children time themselves: a thread from
+    /// [`spawn`](Supervisor::spawn) from the start of its closure to its
+    /// return, a task from `spawn_task` and its kin (feature `tokio`) from
+    /// its first poll to its output. A panicked or aborted child records
+    /// nothing. (A thread child draws on its new thread, whose first draw
+    /// is always a sample: every thread child is timed, two clock reads
+    /// beside a thread's start; tasks are sampled one in `sample_every`.) Guards from [`reserve`](Supervisor::reserve) are not
+    /// timed: wrap them in [`Controller::timed`](crate::adaptive::Controller::timed).
+    fn attach(&self, feed: crate::adaptive::Feed) -> bool {
+        self.inner.common.feed.set(feed).is_ok()
     }
 }

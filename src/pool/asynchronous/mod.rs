@@ -188,11 +188,6 @@ struct Inner<W: AsyncWorker> {
 type ReplyReceiver<W> = oneshot::Receiver<Result<<W as AsyncWorker>::Reply, Error>>;
 
 impl<W: AsyncWorker> AsyncPool<W> {
-    /// Where an attached controller's feed goes (`adaptive::Target`).
-    pub(crate) fn feed_slot(&self) -> &crate::adaptive::FeedSlot {
-        &self.inner.feed
-    }
-
     /// A [`WeakAsyncPool`]: a handle that does not keep the pool alive.
     /// Give one to the pool's own workers: a strong handle in a worker's
     /// state would keep the pool alive forever.
@@ -471,5 +466,27 @@ impl<W: AsyncWorker> fmt::Debug for WeakAsyncPool<W> {
         f.debug_struct("WeakAsyncPool")
             .field("alive", &(self.inner.strong_count() > 0))
             .finish()
+    }
+}
+
+/// The controller holds a handle: the pool lives as long as the
+/// controller does.
+impl<W: AsyncWorker> crate::adaptive::Target for AsyncPool<W> {
+    fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
+        AsyncPool::set_capacity(self, capacity)
+    }
+
+    fn capacity(&self) -> usize {
+        AsyncPool::capacity(self)
+    }
+
+    fn stats(&self) -> Stats {
+        AsyncPool::stats(self)
+    }
+
+    /// Its worker tasks time each handler (its future, from creation to
+    /// its end, waits included).
+    fn attach(&self, feed: crate::adaptive::Feed) -> bool {
+        self.inner.feed.set(feed).is_ok()
     }
 }
