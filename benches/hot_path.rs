@@ -23,9 +23,11 @@
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 mod common;
 use common::{best_of, time_loop};
+use sidejob::adaptive::{Controller, Guarded};
 use sidejob::Limiter;
 use tokio::sync::Semaphore;
 
@@ -49,6 +51,17 @@ fn op_ours_admit(limiter: &Limiter) {
 #[inline(never)]
 fn op_ours_admit_room(limiter: &Limiter) {
     let permit = black_box(limiter).try_acquire().expect("no overload here");
+    black_box(&permit);
+}
+
+/// Ours with an adaptive controller timing the permit at its default
+/// sampling (one in `DEFAULT_SAMPLE_EVERY`): admission, the sampling
+/// countdown, release, and for a sampled permit two clock reads and the
+/// sample's relaxed adds. (A controller with untimed permits is
+/// `op_ours_admit`: the limiter does not know it is there.)
+#[inline(never)]
+fn op_ours_admit_timed(limiter: &Limiter, controller: &Controller) {
+    let permit = controller.timed(black_box(limiter).try_acquire().expect("no overload here"));
     black_box(&permit);
 }
 
@@ -107,10 +120,33 @@ fn op_empty(x: &AtomicUsize) {
     black_box(x);
 }
 
+/// As `op_ours_admit_timed`, the controller timing every permit
+/// (`sample_every(1)`).
+#[inline(never)]
+fn op_ours_admit_timed_every(limiter: &Limiter, controller: &Controller) {
+    let permit = controller.timed(black_box(limiter).try_acquire().expect("no overload here"));
+    black_box(&permit);
+}
+
+/// As `op_ours_admit_timed`, no permit sampled (`sample_every` of 2^30):
+/// what each unsampled permit pays, the countdown and the wrapper.
+#[inline(never)]
+fn op_ours_admit_timed_unsampled(limiter: &Limiter, controller: &Controller) {
+    let permit = controller.timed(black_box(limiter).try_acquire().expect("no overload here"));
+    black_box(&permit);
+}
+
 // ---- the subjects ----------------------------------------------------------
 
 struct Subjects {
     ours: Limiter,
+    /// A limiter under a controller, and the controller.
+    timed: Arc<Limiter>,
+    controller: Controller,
+    /// The same, timing every permit.
+    controller_every: Controller,
+    /// The same, timing (almost) none.
+    controller_none: Controller,
     ours_room: Limiter,
     ours_full: Limiter,
     tokio: Semaphore,
@@ -130,12 +166,36 @@ fn subjects() -> Subjects {
         .max_waiters(64)
         .build()
         .expect("valid bench configuration");
+    let timed = Arc::new(Limiter::new(BIG).expect("valid bench configuration"));
+    // A ceiling of BIG and a long interval: the samples never tick, so the
+    // op measured is the hot path's, not the controller's.
+    let controller = Controller::builder()
+        .ceiling(BIG)
+        .interval(std::time::Duration::from_secs(3600))
+        .build(Arc::clone(&timed), Guarded::default())
+        .expect("valid bench configuration");
+    let controller_every = Controller::builder()
+        .ceiling(BIG)
+        .interval(std::time::Duration::from_secs(3600))
+        .sample_every(1)
+        .build(Arc::clone(&timed), Guarded::default())
+        .expect("valid bench configuration");
+    let controller_none = Controller::builder()
+        .ceiling(BIG)
+        .interval(std::time::Duration::from_secs(3600))
+        .sample_every(1 << 30)
+        .build(Arc::clone(&timed), Guarded::default())
+        .expect("valid bench configuration");
     // Warm them: the thread's index, the full set, the lines.
     drop(ours.try_acquire());
     drop(ours_room.try_acquire());
     assert!(ours_full.try_acquire().is_err());
     Subjects {
         ours,
+        timed,
+        controller,
+        controller_every,
+        controller_none,
         ours_room,
         ours_full,
         tokio: Semaphore::new(BIG),
@@ -154,6 +214,20 @@ fn run(s: &Subjects, name: &str, iters: u64) {
     match name {
         "ours_admit" => (0..iters).for_each(|_| op_ours_admit(&s.ours)),
         "ours_admit_room" => (0..iters).for_each(|_| op_ours_admit_room(&s.ours_room)),
+        "ours_admit_timed" => (0..iters).for_each(|_| op_ours_admit_timed(&s.timed, &s.controller)),
+        "ours_admit_timed_every" => (0..iters).for_each(|_| {
+            op_ours_admit_timed_every(&s.timed, &s.controller_every);
+        }),
+        "ours_admit_timed_unsampled" => {
+            // The countdown is the thread's, shared by every controller: a
+            // first permit (sampled: the countdown starts at 1) sets it to
+            // a gap of about 2^30, here only, not to starve the others.
+            drop(
+                s.controller_none
+                    .timed(s.timed.try_acquire().expect("room")),
+            );
+            (0..iters).for_each(|_| op_ours_admit_timed_unsampled(&s.timed, &s.controller_none));
+        }
         "ours_refuse" => (0..iters).for_each(|_| op_ours_refuse(&s.ours_full)),
         "tokio_admit" => (0..iters).for_each(|_| op_tokio_admit(&s.tokio)),
         "tokio_refuse" => (0..iters).for_each(|_| op_tokio_refuse(&s.tokio_empty)),
@@ -180,9 +254,17 @@ fn timed_table(s: &Subjects) {
             &mut || time_loop(ITERS, || op_bare_refuse(&s.bare_full)),
             &mut || time_loop(ITERS, || op_tokio_refuse(&s.tokio_empty)),
             &mut || time_loop(ITERS, || op_empty(&s.bare)),
+            &mut || time_loop(ITERS, || op_ours_admit_timed(&s.timed, &s.controller)),
+            &mut || {
+                time_loop(ITERS, || {
+                    op_ours_admit_timed_every(&s.timed, &s.controller_every);
+                })
+            },
         ],
     );
-    let [ours_a, room_a, bare_a, tokio_a, ours_r, bare_r, tokio_r, empty] = ns[..] else {
+    let [ours_a, room_a, bare_a, tokio_a, ours_r, bare_r, tokio_r, empty, timed_a, every_a] =
+        ns[..]
+    else {
         unreachable!()
     };
     println!("== hot path, 1 thread, ns per op (best of {ROUNDS} interleaved loops of {ITERS}) ==");
@@ -206,6 +288,11 @@ fn timed_table(s: &Subjects) {
         "ratio admission room/no room      = {:.2}   (benches/waiting.rs section 1: <= 1.05)",
         room_a / ours_a
     );
+    println!(
+        "ratio admission timed/untimed     = {:.2}   (an adaptive controller, default sampling; every permit timed: {:.2}; untimed: 1.00 by construction)",
+        timed_a / ours_a,
+        every_a / ours_a
+    );
     assert_eq!(s.ours.usage(), 0);
 }
 
@@ -225,6 +312,9 @@ fn main() {
         for name in [
             "ours_admit",
             "ours_admit_room",
+            "ours_admit_timed",
+            "ours_admit_timed_every",
+            "ours_admit_timed_unsampled",
             "ours_refuse",
             "tokio_admit",
             "tokio_refuse",

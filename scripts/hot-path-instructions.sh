@@ -54,6 +54,12 @@ for op in admit refuse; do
   esac
   echo "$label: sidejob $ours, tokio $tokio, bare pair $bare   (net of the call's $empty: sidejob $(net "$ours"), tokio $(net "$tokio"), bare $(net "$bare"); target sidejob <= $target)"
 done
+timed=$(per_op ours_admit_timed)
+echo "admission + release, timed by an adaptive controller, default sampling: sidejob $timed   (net $(awk -v x="$timed" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'); untimed permits under a controller are the plain figure above)"
+every=$(per_op ours_admit_timed_every)
+echo "admission + release, timed by an adaptive controller, every permit:     sidejob $every   (net $(awk -v x="$every" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'))"
+never=$(per_op ours_admit_timed_unsampled)
+echo "admission + release, timed by an adaptive controller, none sampled:   sidejob $never   (net $(awk -v x="$never" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'); what each unsampled permit pays)"
 room=$(per_op ours_admit_room)
 echo "admission + release, idle waiting room: sidejob $room   (net $(awk -v x="$room" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'))"
 

@@ -559,6 +559,9 @@ enum Problem {
     Unreadable(&'static str),
     /// `null` (unlimited) where there is no unlimited: why.
     NoUnlimited(&'static str),
+    /// A number outside its range (a fraction above 1, a factor below 1,
+    /// a floor above a ceiling): the rule it must keep.
+    OutOfRange(&'static str),
     Spawn(io::ErrorKind),
     #[cfg(feature = "tokio")]
     NoRuntime,
@@ -659,6 +662,16 @@ impl ConfigError {
         ConfigError {
             field,
             problem: Problem::NoUnlimited(why),
+            from_env: None,
+        }
+    }
+
+    /// A number outside its range: `rule` says what it must be ("a
+    /// fraction above 0 and below 1").
+    pub(crate) fn out_of_range(field: &'static str, rule: &'static str) -> Self {
+        ConfigError {
+            field,
+            problem: Problem::OutOfRange(rule),
             from_env: None,
         }
     }
@@ -775,6 +788,7 @@ impl fmt::Display for ConfigError {
             ),
             Problem::Unreadable(expected) => write!(f, ": must be {expected}"),
             Problem::NoUnlimited(why) => write!(f, ": cannot be `null` (unlimited): {why}"),
+            Problem::OutOfRange(rule) => write!(f, ": must be {rule}"),
             Problem::Spawn(_) => Ok(()),
             #[cfg(feature = "tokio")]
             Problem::NoRuntime => Ok(()),

@@ -65,6 +65,8 @@
 //! * [`guide::waiting`]: a bounded waiting room, when failing fast is too
 //!   strict; queue orders.
 //! * [`guide::resizing`]: moving the capacity at run time.
+//! * [`guide::adaptive`]: a capacity that follows the backend (which
+//!   algorithm for what), and a claim size for a task loop.
 //! * [`guide::keyed`]: one at a time per key, for children and for pool
 //!   requests.
 //! * [`guide::stealing`]: queued work taken by whichever worker is free.
@@ -267,6 +269,8 @@ pub mod guide {
     pub mod waiting {}
     #[doc = include_str!("../docs/guide/resizing.md")]
     pub mod resizing {}
+    #[doc = include_str!("../docs/guide/adaptive.md")]
+    pub mod adaptive {}
     #[doc = include_str!("../docs/guide/keyed.md")]
     pub mod keyed {}
     #[doc = include_str!("../docs/guide/stealing.md")]
@@ -304,6 +308,8 @@ pub mod guide {
 // one folder per front-end that has more than one file, the integrations
 // behind their features. Each module has one path (`crate::engine::table`),
 // no alias at the root.
+pub mod adaptive;
+pub mod claim;
 mod engine;
 mod env;
 mod error;

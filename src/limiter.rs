@@ -768,3 +768,17 @@ impl fmt::Debug for OwnedPermit {
             .finish()
     }
 }
+
+impl crate::adaptive::Target for Arc<Limiter> {
+    fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
+        Limiter::set_capacity(self, capacity)
+    }
+
+    fn capacity(&self) -> usize {
+        Limiter::capacity(self)
+    }
+
+    fn stats(&self) -> Stats {
+        Limiter::stats(self)
+    }
+}

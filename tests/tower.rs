@@ -1021,3 +1021,58 @@ mod http_edge {
         send_static(&layer);
     }
 }
+
+/// `LimitLayer::adaptive`: every admitted request is a sample for the
+/// controller, an inner error a drop; refused requests are not samples.
+#[tokio::test]
+async fn adaptive_layer_feeds_its_controller() {
+    use sidejob::adaptive::{Algorithm, Controller, Window};
+    use std::time::Duration;
+
+    /// Keeps the limit; the test reads the windows.
+    struct Keep;
+    impl Algorithm for Keep {
+        fn update(&mut self, window: &Window) -> usize {
+            window.limit()
+        }
+    }
+
+    let limiter = Arc::new(Limiter::new(1).unwrap());
+    let controller = Arc::new(
+        Controller::builder()
+            .min_samples(1)
+            .sample_every(1)
+            .interval(Duration::from_secs(3600))
+            .build(Arc::clone(&limiter), Keep)
+            .unwrap(),
+    );
+    let mut service = LimitLayer::new(Arc::clone(&limiter))
+        .adaptive(Arc::clone(&controller))
+        .layer(service_fn(|fail: bool| async move {
+            if fail {
+                Err(BoxError::from("backend timed out"))
+            } else {
+                Ok(())
+            }
+        }));
+    for fail in [false, false, true] {
+        let _ = service.ready().await.unwrap().call(fail).await;
+    }
+    // A refusal: the first response future holds the only unit.
+    let held = service.ready().await.unwrap().call(false);
+    let refused = service
+        .ready()
+        .await
+        .unwrap()
+        .call(false)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.downcast_ref::<Error>(), Some(&Error::Overload));
+    held.await.unwrap();
+
+    let window = controller
+        .tick_at(Duration::from_secs(7200))
+        .expect("a window");
+    assert_eq!((window.samples(), window.dropped()), (3, 1));
+    assert_eq!(window.rejected(), 1);
+}

@@ -6,6 +6,7 @@
 // Each bench compiles this module on its own and uses what it needs.
 #![allow(dead_code)]
 
+pub mod adaptive_sim;
 pub mod head_of_line;
 
 use std::time::Instant;

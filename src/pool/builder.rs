@@ -5,6 +5,7 @@ use super::mailbox;
 use super::ordered::Ordered;
 use super::steal::Idle;
 use super::{Inner, Pool, Routing};
+use crate::adaptive::FeedSlot;
 use crate::engine::probe::Probe;
 use crate::engine::table::Table;
 use crate::engine::threads;
@@ -567,10 +568,13 @@ impl PoolBuilder {
                 Arc::clone(&table),
             ))
         });
+        let feed: std::sync::Arc<FeedSlot> = Default::default();
         let mut threads = Vec::with_capacity(count);
         let mut spawn_error = None;
         for (index, receiver) in receivers.iter().enumerate() {
             let worker = WorkerLoop {
+                feed: std::sync::Arc::clone(&feed),
+                due: std::cell::Cell::new(None),
                 index,
                 table: Arc::clone(&table),
                 mailbox: receiver.clone(),
@@ -623,6 +627,7 @@ impl PoolBuilder {
                 idle,
             },
             hasher: Default::default(),
+            feed,
         };
         if let Some(kind) = spawn_error {
             // Dropping `inner` closes the table and joins what started.

@@ -11,6 +11,7 @@
 //! `jump.rs` (a key to its worker); the async pool in `asynchronous/`
 //! with `async_idle.rs`.
 
+use crate::adaptive::{Feed, FeedSlot, Target};
 use crate::engine::table::{Admission, Table};
 use crate::error::{ConfigError, Error};
 use crate::pool::worker::{Envelope, Worker};
@@ -186,6 +187,9 @@ struct Inner<W: Worker> {
     routing: Routing<W>,
     /// Hashes keys (seeded per pool).
     hasher: hashbrown::DefaultHashBuilder,
+    /// The adaptive controller's feed, once one is attached: the workers
+    /// time each handler into it.
+    feed: std::sync::Arc<FeedSlot>,
 }
 
 /// How a pool routes requests to its workers, one value built once by the
@@ -516,5 +520,26 @@ impl<W: Worker> fmt::Debug for WeakPool<W> {
         f.debug_struct("WeakPool")
             .field("alive", &(self.inner.strong_count() > 0))
             .finish()
+    }
+}
+
+/// The controller holds a handle: the pool lives (is not shut down by the
+/// drop of its other handles) as long as the controller does.
+impl<W: Worker> Target for Pool<W> {
+    fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
+        Pool::set_capacity(self, capacity)
+    }
+
+    fn capacity(&self) -> usize {
+        Pool::capacity(self)
+    }
+
+    fn stats(&self) -> Stats {
+        Pool::stats(self)
+    }
+
+    /// Its workers time each handler.
+    fn attach(&self, feed: Feed) -> bool {
+        self.inner.feed.set(feed).is_ok()
     }
 }

@@ -14,6 +14,7 @@ use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
+use crate::adaptive::{Feed, FeedSlot, Outcome};
 use crate::engine::foreign::{drop_payload, drop_quietly};
 use crate::engine::table::{Batch, Table, Unit};
 use crate::error::Error;
@@ -101,6 +102,12 @@ pub(crate) struct WorkerLoop<W: Worker> {
     pub(crate) steal: Option<Stealing<W>>,
     /// The key queues, if the pool's keyed mode is ordered.
     pub(crate) ordered: Option<Arc<Ordered<W>>>,
+    /// An adaptive controller's feed, once one is attached: read once per
+    /// request, each handler timed into it.
+    pub(crate) feed: std::sync::Arc<FeedSlot>,
+    /// Set when a sample found the controller's interval passed: the tick
+    /// runs after the request is answered.
+    pub(crate) due: Cell<Option<Duration>>,
 }
 
 /// What a worker of a stealing (or ordered keyed) pool takes work from.
@@ -139,6 +146,9 @@ impl<W: Worker> WorkerLoop<W> {
                 self.process(&mut state, envelope, from, &mut batch);
             })) {
                 drop_payload(payload);
+            }
+            if let Some(at) = self.due.take() {
+                self.tick(at);
             }
             let Some(stealing) = &self.steal else {
                 // The plain loop checks for the end when its mailbox is
@@ -363,8 +373,17 @@ impl<W: Worker> WorkerLoop<W> {
             drop_quietly(handler);
             return Err(Error::WorkerPanicked);
         };
+        let feed = self.feed.get();
+        let started = feed.and_then(Feed::start);
         match catch_unwind(AssertUnwindSafe(|| handler(worker))) {
-            Ok(result) => Ok(result),
+            Ok(result) => {
+                if let (Some(feed), Some(started)) = (feed, started) {
+                    if let Some(at) = feed.finish(started, Outcome::Success) {
+                        self.due.set(Some(at));
+                    }
+                }
+                Ok(result)
+            }
             Err(payload) => {
                 drop_payload(payload);
                 // A restart: the half-updated state is dropped, not reused.
@@ -372,6 +391,18 @@ impl<W: Worker> WorkerLoop<W> {
                 drop_quietly(state.take());
                 *state = self.build();
                 Err(Error::WorkerPanicked)
+            }
+        }
+    }
+
+    /// Ticks the attached controller at `at`: its algorithm (which may be
+    /// a user's) runs here, under no lock, after the request that brought
+    /// the tick was answered; a panic in it must not end the loop.
+    #[cold]
+    fn tick(&self, at: Duration) {
+        if let Some(feed) = self.feed.get() {
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| feed.tick_at(at))) {
+                drop_payload(payload);
             }
         }
     }

@@ -186,6 +186,7 @@ impl SupervisorBuilder {
             waiters: CachePadded::new(AtomicUsize::new(0)),
             idle: Mutex::new(Idle::default()),
             idle_cv: Condvar::new(),
+            feed: Default::default(),
         });
         let registry = (0..common.table.shard_count())
             .map(|index| Arc::new(RegistryShard::new(index, Arc::clone(&common))))

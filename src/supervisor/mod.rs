@@ -511,6 +511,10 @@ struct Common {
     idle: Mutex<Idle>,
     /// `wait_idle` sleeps here until the epoch moves.
     idle_cv: Condvar,
+    /// An adaptive controller's feed, once one is attached
+    /// (`adaptive::Target`): read by each spawned child at its start and
+    /// end, on the child's own thread or task, never on admission.
+    feed: crate::adaptive::FeedSlot,
 }
 
 impl Common {
@@ -534,5 +538,31 @@ impl fmt::Debug for Supervisor {
             .field("count", &self.count())
             .field("closed", &self.is_closed())
             .finish()
+    }
+}
+
+impl crate::adaptive::Target for Supervisor {
+    fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
+        Supervisor::set_capacity(self, capacity)
+    }
+
+    fn capacity(&self) -> usize {
+        Supervisor::capacity(self)
+    }
+
+    fn stats(&self) -> Stats {
+        Supervisor::stats(self)
+    }
+
+    /// Its children time themselves: a thread from
+    /// [`spawn`](Supervisor::spawn) from the start of its closure to its
+    /// return, a task from `spawn_task` and its kin (feature `tokio`) from
+    /// its first poll to its output. A panicked or aborted child records
+    /// nothing. (A thread child draws on its new thread, whose first draw
+    /// is always a sample: every thread child is timed, two clock reads
+    /// beside a thread's start; tasks are sampled one in `sample_every`.) Guards from [`reserve`](Supervisor::reserve) are not
+    /// timed: wrap them in [`Controller::timed`](crate::adaptive::Controller::timed).
+    fn attach(&self, feed: crate::adaptive::Feed) -> bool {
+        self.inner.common.feed.set(feed).is_ok()
     }
 }

@@ -1,15 +1,18 @@
 //! Spawning children: OS threads (`spawn`) and tokio tasks (`spawn_task` and friends, feature `tokio`), each holding its guard until it ends.
 
 #[cfg(feature = "tokio")]
-use super::{kind_of, ChildGuard, ChildId};
-use super::{Admission, Child, ChildKind, Supervisor};
+use super::{kind_of, ChildId};
+use super::{Admission, Child, ChildGuard, ChildKind, Common, Supervisor};
+use crate::adaptive::{Feed, Outcome};
+use crate::engine::foreign::drop_payload;
 use crate::error::Error;
-use crate::sync::os_thread;
+use crate::sync::{os_thread, Arc};
 #[cfg(feature = "tokio")]
 use std::fmt;
 #[cfg(feature = "tokio")]
 use std::hash::Hash;
 use std::panic::{self, AssertUnwindSafe};
+use std::time::{Duration, Instant};
 
 impl Supervisor {
     /// Starts `f` on a new OS thread, as a child. Waits for capacity only
@@ -63,11 +66,18 @@ impl Supervisor {
             builder = builder.stack_size(size);
         }
         let spawned = builder.spawn(move || {
+            // Timed, if a controller is attached: here, on the child's
+            // thread, not on the admission that spawned it.
+            let started = started(&guard);
             let result = panic::catch_unwind(AssertUnwindSafe(f));
             // The unit goes back before the thread's result is published,
             // so `join` never sees a finished child still counted.
             guard.panicked = result.is_err();
+            let due = ended(&guard, started, result.is_ok());
             drop(guard);
+            if let Some((common, at)) = due {
+                tick(&common, at);
+            }
             match result {
                 Ok(value) => value,
                 Err(payload) => panic::resume_unwind(payload),
@@ -511,6 +521,8 @@ pub(super) async fn supervised<F: std::future::Future>(
 ) -> F::Output {
     use std::task::Poll;
 
+    // Timed from the first poll, if a controller is attached.
+    let started = started(&guard);
     let mut future = std::pin::pin!(future);
     let polled = std::future::poll_fn(|cx| {
         match panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
@@ -521,11 +533,58 @@ pub(super) async fn supervised<F: std::future::Future>(
     })
     .await;
     match polled {
-        Ok(output) => output,
+        Ok(output) => {
+            let due = ended(&guard, started, true);
+            drop(guard);
+            if let Some((common, at)) = due {
+                tick(&common, at);
+            }
+            output
+        }
         Err(payload) => {
             guard.panicked = true;
             drop(guard);
             panic::resume_unwind(payload)
+        }
+    }
+}
+
+/// A child's start: the time, if a controller is attached and this child
+/// is one of its sampled ones.
+fn started(guard: &ChildGuard) -> Option<Instant> {
+    guard.shard.common.feed.get().and_then(Feed::start)
+}
+
+/// A child's end, its guard not yet dropped: records its life if it was
+/// timed (a success; a panicked child records nothing, as a pool's
+/// panicked handler does). If the controller's interval has passed, the
+/// supervisor's shared state and the time to tick at, for
+/// [`tick`] once the unit is back.
+fn ended(
+    guard: &ChildGuard,
+    started: Option<Instant>,
+    succeeded: bool,
+) -> Option<(Arc<Common>, Duration)> {
+    let started = started?;
+    let common = &guard.shard.common;
+    let outcome = if succeeded {
+        Outcome::Success
+    } else {
+        Outcome::Ignore
+    };
+    let at = common.feed.get()?.finish(started, outcome)?;
+    Some((Arc::clone(common), at))
+}
+
+/// Ticks the attached controller at `at`, holding no lock: its algorithm
+/// (which may be a user's) runs on the child's thread or task after the
+/// child's unit is back, and a panic in it is the controller's, not the
+/// child's.
+#[cold]
+fn tick(common: &Common, at: Duration) {
+    if let Some(feed) = common.feed.get() {
+        if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| feed.tick_at(at))) {
+            drop_payload(payload);
         }
     }
 }

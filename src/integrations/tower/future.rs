@@ -74,6 +74,8 @@ where
                 Poll::Ready(match output {
                     Ok(response) => Ok(H::admitted(response, held)),
                     Err(error) => {
+                        let mut held = held;
+                        held.timer.failed = true;
                         drop(held);
                         Err(error.into())
                     }

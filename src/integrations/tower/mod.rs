@@ -184,6 +184,7 @@
            [`LimitLayer::hold_until_body_ends`]: self#streamed-bodies"
 )]
 
+use crate::adaptive::{Controller, Outcome};
 use crate::error::Error;
 use crate::limiter::Limiter;
 use crate::sync::Arc;
@@ -573,10 +574,41 @@ impl<R, M, H> LimitLayer<R, M, H> {
     #[cfg(feature = "metrics")]
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn record_time(mut self) -> Self {
-        self.timer = Some(crate::metrics::time_histogram(
+        self.timer.histogram = Some(crate::metrics::time_histogram(
             self.limiter.name(),
             "limiter",
         ));
+        self
+    }
+
+    /// Feeds an adaptive [`Controller`] with each admitted request's time
+    /// in the limit: a success when the inner service answers `Ok`, a drop
+    /// ([`Outcome::Dropped`]) when it answers an error (a timeout layer's,
+    /// say). The controller moves the limiter's capacity from these
+    /// samples; build it over this layer's limiter.
+    ///
+    /// About one admitted request in the controller's
+    /// [`sample_every`](crate::adaptive::ControllerBuilder::sample_every)
+    /// then pays two clock reads and a few relaxed atomic adds, the others
+    /// a thread-local countdown; refused requests pay nothing. The sample is recorded
+    /// just before the unit goes back, and may close the controller's
+    /// window (its algorithm then runs on this task, under no lock).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use sidejob::adaptive::{Controller, Guarded};
+    /// use sidejob::{tower::LimitLayer, Limiter};
+    ///
+    /// let limiter = Arc::new(Limiter::new(64)?);
+    /// let controller = Controller::builder().build(Arc::clone(&limiter), Guarded::default())?;
+    /// let layer = LimitLayer::new(limiter).adaptive(Arc::new(controller));
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn adaptive(mut self, controller: Arc<Controller>) -> Self {
+        self.timer.adaptive = Some(controller);
         self
     }
 
@@ -721,42 +753,86 @@ impl Drop for Unit {
     }
 }
 
-// The optional time-in-limit histogram. Without the `metrics` feature the
-// types are `()` and the functions nothing, so no field needs a `cfg`.
-#[cfg(feature = "metrics")]
-type TimerSpec = Option<::metrics::Histogram>;
+// What an admitted request's time goes to: the time-in-limit histogram
+// (feature `metrics`) and an adaptive controller (`LimitLayer::adaptive`).
+// With neither, starting and stopping a timer reads no clock.
+#[derive(Clone, Default)]
+struct TimerSpec {
+    #[cfg(feature = "metrics")]
+    histogram: Option<::metrics::Histogram>,
+    adaptive: Option<Arc<Controller>>,
+}
 
-#[cfg(not(feature = "metrics"))]
-type TimerSpec = ();
+/// An admitted request's timer: when it was admitted, and where its time
+/// goes. Stopped once, when its `Held` drops.
+#[derive(Default)]
+struct Timer {
+    start: Option<std::time::Instant>,
+    #[cfg(feature = "metrics")]
+    histogram: Option<::metrics::Histogram>,
+    adaptive: Option<Arc<Controller>>,
+    /// The inner service answered with an error: a drop for the controller.
+    failed: bool,
+}
 
-#[cfg(feature = "metrics")]
-type Timer = Option<(::metrics::Histogram, std::time::Instant)>;
-
-#[cfg(not(feature = "metrics"))]
-type Timer = ();
+impl TimerSpec {
+    fn is_empty(&self) -> bool {
+        #[cfg(feature = "metrics")]
+        if self.histogram.is_some() {
+            return false;
+        }
+        self.adaptive.is_none()
+    }
+}
 
 /// Starts timing an admitted request, if the layer records time.
 #[inline]
 fn start_timer(spec: &TimerSpec) -> Timer {
-    #[cfg(feature = "metrics")]
-    {
-        spec.as_ref().map(|h| (h.clone(), crate::sync::now()))
+    if spec.is_empty() {
+        return Timer::default();
     }
+    // The controller times about one request in its `sample_every`; the
+    // histogram, every one.
+    let adaptive = spec
+        .adaptive
+        .as_ref()
+        .filter(|controller| controller.should_time())
+        .map(Arc::clone);
+    #[cfg(feature = "metrics")]
+    let histogram = spec.histogram.clone();
+    #[cfg(feature = "metrics")]
+    let timed = adaptive.is_some() || histogram.is_some();
     #[cfg(not(feature = "metrics"))]
-    {
-        let () = *spec;
+    let timed = adaptive.is_some();
+    if !timed {
+        return Timer::default();
+    }
+    Timer {
+        start: Some(crate::sync::now()),
+        #[cfg(feature = "metrics")]
+        histogram,
+        adaptive,
+        failed: false,
     }
 }
 
 /// Records the time since admission, once.
 #[inline]
 fn stop_timer(timer: &mut Timer) {
+    let Some(start) = timer.start.take() else {
+        return;
+    };
+    let elapsed = crate::sync::now().saturating_duration_since(start);
     #[cfg(feature = "metrics")]
-    if let Some((histogram, start)) = timer.take() {
-        histogram.record(crate::sync::now().duration_since(start).as_secs_f64());
+    if let Some(histogram) = timer.histogram.take() {
+        histogram.record(elapsed.as_secs_f64());
     }
-    #[cfg(not(feature = "metrics"))]
-    {
-        let () = *timer;
+    if let Some(controller) = timer.adaptive.take() {
+        let outcome = if timer.failed {
+            Outcome::Dropped
+        } else {
+            Outcome::Success
+        };
+        controller.record(elapsed, outcome);
     }
 }

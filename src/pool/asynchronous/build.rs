@@ -297,6 +297,7 @@ impl Plan {
         let multi_thread = handle.runtime_flavor() == RuntimeFlavor::MultiThread;
         let (mailboxes, inboxes) = mailboxes(table.shard_count(), capacity, steal, multi_thread);
         let (done, alive) = watch::channel(());
+        let feed: std::sync::Arc<crate::adaptive::FeedSlot> = Default::default();
         for ((index, inbox), initial) in inboxes.into_iter().enumerate().zip(initial) {
             let worker = TaskLoop {
                 index,
@@ -306,6 +307,7 @@ impl Plan {
                 initial,
                 _alive: alive.clone(),
                 ended: false,
+                feed: std::sync::Arc::clone(&feed),
             };
             // Detached: `done` says when it ends.
             drop(handle.spawn(worker.run()));
@@ -317,6 +319,7 @@ impl Plan {
                 mailboxes,
                 name,
                 done,
+                feed,
             }),
         }
     }

@@ -188,6 +188,9 @@ struct Inner<W: AsyncWorker> {
     /// Every worker task holds a receiver; `closed()` answers once all are
     /// dropped, i.e. every worker has ended (or the runtime dropped it).
     done: watch::Sender<()>,
+    /// The adaptive controller's feed, once one is attached: the worker
+    /// tasks time each handler into it.
+    feed: std::sync::Arc<crate::adaptive::FeedSlot>,
 }
 
 /// A pending reply.
@@ -472,5 +475,27 @@ impl<W: AsyncWorker> fmt::Debug for WeakAsyncPool<W> {
         f.debug_struct("WeakAsyncPool")
             .field("alive", &(self.inner.strong_count() > 0))
             .finish()
+    }
+}
+
+/// The controller holds a handle: the pool lives as long as the
+/// controller does.
+impl<W: AsyncWorker> crate::adaptive::Target for AsyncPool<W> {
+    fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
+        AsyncPool::set_capacity(self, capacity)
+    }
+
+    fn capacity(&self) -> usize {
+        AsyncPool::capacity(self)
+    }
+
+    fn stats(&self) -> Stats {
+        AsyncPool::stats(self)
+    }
+
+    /// Its worker tasks time each handler (its future, from creation to
+    /// its end, waits included).
+    fn attach(&self, feed: crate::adaptive::Feed) -> bool {
+        self.inner.feed.set(feed).is_ok()
     }
 }

@@ -5,11 +5,13 @@
 //! blocks.
 
 use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 
 use super::current::{as_worker, worker_id};
 use super::mailbox::{Envelope, Inbox};
 use super::unwind::guarded;
+use crate::adaptive::{Feed, FeedSlot, Outcome};
 use crate::engine::foreign::{drop_payload, drop_quietly};
 use crate::engine::table::{Table, Unit};
 use crate::error::Error;
@@ -148,6 +150,9 @@ pub(crate) struct TaskLoop<W: AsyncWorker> {
     /// Set when the loop ends on its own; a loop dropped before (by its
     /// runtime) shuts the pool down.
     pub(crate) ended: bool,
+    /// An adaptive controller's feed, once one is attached: read once per
+    /// request, each handler timed into it.
+    pub(crate) feed: std::sync::Arc<FeedSlot>,
 }
 
 impl<W: AsyncWorker> TaskLoop<W> {
@@ -187,6 +192,8 @@ impl<W: AsyncWorker> TaskLoop<W> {
             // released by its `Drop` if the runtime drops this task while
             // the handler runs.
             let unit = Unit::new(&self.table, from);
+            let feed = self.feed.get();
+            let started = feed.and_then(Feed::start);
             // The handler, under a panic catch (inline rather than an
             // `async fn` of its own: one state machine less to step through
             // per request).
@@ -234,6 +241,11 @@ impl<W: AsyncWorker> TaskLoop<W> {
                 },
             };
             let panicked = outcome.is_err();
+            // A panic is no reading of the backend's speed: not recorded.
+            let due = match (feed, started, panicked) {
+                (Some(feed), Some(started), false) => feed.finish(started, Outcome::Success),
+                _ => None,
+            };
             // The unit goes back before the reply is delivered: a caller
             // that gets its answer and calls again at once never meets its
             // own stale unit.
@@ -246,6 +258,13 @@ impl<W: AsyncWorker> TaskLoop<W> {
                 // and its `Drop` may panic.
                 if let Err(unsent) = reply.send(outcome) {
                     drop_quietly(unsent);
+                }
+            }
+            if let (Some(feed), Some(at)) = (feed, due) {
+                // The algorithm (maybe a user's) runs here, after the
+                // answer, under no lock; its panic must not end the task.
+                if let Err(payload) = catch_unwind(AssertUnwindSafe(|| feed.tick_at(at))) {
+                    drop_payload(payload);
                 }
             }
             if reinit {
