@@ -1,17 +1,30 @@
-//! Dispatch in the async pool: where a queued request runs. Each figure
+//! Dispatch in the async pool: where a queued request runs, and what the
+//! round trip costs beside the tokio actor idiom it replaces. Each figure
 //! beside its peers, in one run, on a 2-thread tokio runtime.
 //!
 //! * Head-of-line: 2 workers, capacity 64, a paced stream of 20 µs requests
 //!   (CPU work) with one 50 ms request (an await: a slow reply from a
 //!   server) in every 200; latency (queue + service) of the fast ones: the
-//!   async pool without stealing, with stealing, and one shared tokio
+//!   async pool by default (one queue every free worker takes from), with
+//!   `steal(false)` (each worker its own mailbox), and one shared tokio
 //!   channel both worker tasks pull from (the ideal for latency: any free
 //!   worker takes the next request).
-//! * Plain `call_async` round trip with stealing off and on (2 workers,
-//!   1 calling task, then 64), interleaved rounds, medians.
+//! * The `call_async` round trip (2 workers, capacity 64, an echo handler)
+//!   from 1 task and from 64, beside the actor idiom: 2 tasks each owning
+//!   its state, each fed by a bounded tokio `mpsc` of 32 (the same bound),
+//!   replying through a tokio `oneshot`; a calling task keeps to one actor
+//!   (the idiom's most favourable choice). Criterion times each, then the
+//!   ratio table: interleaved rounds in this process, medians, and the
+//!   same again in fresh processes (a cross-core round trip settles per
+//!   process, see `common::in_fresh_processes`).
 //!
-//! Run: `cargo bench --no-run --all-features --bench async_dispatch`, then
-//! `target/release/deps/async_dispatch-<hash> --bench`.
+//! Run: `cargo bench --all-features --bench async_dispatch`.
+//!
+//! Instructions per round trip, exact on a busy machine:
+//! `scripts/round-trip-instructions.sh` runs this executable's `probe`
+//! mode (`async_dispatch-<hash> probe <contender> <tasks> <calls>
+//! <ct|mt1>`: the round trips alone, on a one-thread runtime of either
+//! scheduler) under callgrind.
 
 mod common;
 
@@ -23,7 +36,12 @@ use common::head_of_line::{offer_stream, summarize, Job, Latency, GAP, REQUESTS}
 use criterion::{BenchmarkId, Criterion};
 use sidejob::{AsyncPool, AsyncWorker, Error, Pool};
 use tokio::runtime::Runtime;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
+
+/// Workers of every round-trip contender.
+const WORKERS: usize = 2;
+/// The bound of every round-trip contender.
+const CAPACITY: usize = 64;
 
 /// Runs a request: a slow one awaits (holding its worker, not a thread),
 /// a fast one computes, then records its latency.
@@ -60,16 +78,17 @@ fn runtime() -> Runtime {
         .unwrap()
 }
 
-fn hol_pool(steal: bool) -> Latency {
+fn hol_pool(steal: Option<bool>) -> Latency {
     let rt = runtime();
     let latencies = Arc::new(Mutex::new(Vec::with_capacity(REQUESTS)));
     let pool = {
         let latencies = latencies.clone();
-        Pool::builder()
-            .name("hol")
-            .capacity(64)
-            .workers(2)
-            .steal(steal)
+        let mut builder = Pool::builder();
+        builder.name("hol").capacity(64).workers(2);
+        if let Some(steal) = steal {
+            builder.steal(steal);
+        }
+        builder
             .build_async_on(rt.handle(), move |_| Hol(latencies.clone()))
             .unwrap()
     };
@@ -127,36 +146,87 @@ impl AsyncWorker for Echo {
     }
 }
 
-fn echo_pool(rt: &Runtime, steal: bool) -> AsyncPool<Echo> {
-    Pool::builder()
-        .capacity(64)
-        .workers(2)
-        .steal(steal)
-        .build_async_on(rt.handle(), |_| Echo)
-        .unwrap()
+/// What an actor's mailbox carries: a request and where its reply goes.
+type ActorMsg = (u64, oneshot::Sender<u64>);
+
+/// The round-trip contenders.
+#[derive(Clone)]
+enum Contender {
+    /// The async pool as built by default.
+    Pool(AsyncPool<Echo>),
+    /// The tokio actor idiom: one task per worker owning its state, each
+    /// fed by its own bounded `mpsc`, replying through a `oneshot`.
+    Actors(Arc<[mpsc::Sender<ActorMsg>]>),
+}
+
+impl Contender {
+    /// The contender named `name` ("pool", "pool_own", "actor"), started
+    /// on `rt`.
+    fn start(rt: &Runtime, name: &str) -> Contender {
+        match name {
+            "pool" | "pool_own" => {
+                let mut builder = Pool::builder();
+                builder.capacity(CAPACITY).workers(WORKERS);
+                if name == "pool_own" {
+                    builder.steal(false);
+                }
+                Contender::Pool(builder.build_async_on(rt.handle(), |_| Echo).unwrap())
+            }
+            "actor" => {
+                let senders: Vec<_> = (0..WORKERS)
+                    .map(|_| {
+                        let (tx, mut rx) = mpsc::channel::<ActorMsg>(CAPACITY / WORKERS);
+                        rt.spawn(async move {
+                            let mut state = Echo;
+                            while let Some((n, reply)) = rx.recv().await {
+                                let _ = reply.send(state.handle_call(n).await);
+                            }
+                        });
+                        tx
+                    })
+                    .collect();
+                Contender::Actors(senders.into())
+            }
+            other => panic!("no contender {other:?}"),
+        }
+    }
+
+    /// One round trip from task `task`.
+    async fn call(&self, task: u64, n: u64) -> u64 {
+        match self {
+            Contender::Pool(pool) => loop {
+                match pool.call_async(n).await {
+                    Ok(reply) => break reply,
+                    // 64 tasks at capacity 64 are never refused; kept for
+                    // a reader who changes the figures.
+                    Err(Error::Overload) => tokio::task::yield_now().await,
+                    Err(other) => panic!("{other}"),
+                }
+            },
+            Contender::Actors(senders) => {
+                let (tx, rx) = oneshot::channel();
+                let sender = &senders[task as usize % senders.len()];
+                if sender.send((n, tx)).await.is_err() {
+                    panic!("actor gone");
+                }
+                rx.await.unwrap()
+            }
+        }
+    }
 }
 
 /// `calls` round trips spread over `tasks` tasks; the span.
-fn fan_out(rt: &Runtime, pool: &AsyncPool<Echo>, tasks: u64, calls: u64) -> Duration {
-    let pool = pool.clone();
+fn fan_out(rt: &Runtime, contender: &Contender, tasks: u64, calls: u64) -> Duration {
+    let contender = contender.clone();
     rt.block_on(async move {
         let per_task = calls.div_ceil(tasks);
         let start = Instant::now();
         let handles: Vec<_> = (0..tasks)
-            .map(|_| {
-                let pool = pool.clone();
+            .map(|task| {
+                let contender = contender.clone();
                 tokio::spawn(async move {
                     for i in 0..per_task {
-                        loop {
-                            match pool.call_async(i).await {
-                                Ok(reply) => {
-                                    black_box(reply);
-                                    break;
-                                }
-                                Err(Error::Overload) => tokio::task::yield_now().await,
-                                Err(other) => panic!("{other}"),
-                            }
-                        }
+                        black_box(contender.call(task, i).await);
                     }
                 })
             })
@@ -168,31 +238,124 @@ fn fan_out(rt: &Runtime, pool: &AsyncPool<Echo>, tasks: u64, calls: u64) -> Dura
     })
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    xs[xs.len() / 2]
-}
-
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
 
+/// The contenders of the round-trip table, in its order: the idiom first.
+const NAMES: [(&str, &str); 3] = [
+    ("actor", "tokio actor (mpsc + oneshot)"),
+    ("pool", "async pool, default"),
+    ("pool_own", "async pool, steal(false)"),
+];
+
+/// Calls per timed run: (tasks, calls).
+const ROUND_TRIPS: [(u64, u64); 2] = [(1, 20_000), (64, 100_000)];
+
+/// ns per round trip of each contender (in [`NAMES`]' order), from
+/// `tasks` tasks: the median of `rounds` interleaved runs of `calls`.
+fn round_trip_row(
+    rt: &Runtime,
+    contenders: &[Contender],
+    tasks: u64,
+    calls: u64,
+    rounds: usize,
+) -> Vec<f64> {
+    let mut times = vec![Vec::new(); contenders.len()];
+    for _ in 0..rounds {
+        for (i, contender) in contenders.iter().enumerate() {
+            times[i].push(fan_out(rt, contender, tasks, calls).as_nanos() as f64 / calls as f64);
+        }
+    }
+    times.into_iter().map(common::median).collect()
+}
+
+/// `probe <contender> <tasks> <calls> <runtime> [time]`: only the round
+/// trips. `<runtime>` is `ct` (current-thread) or `mt1` (the multi-thread
+/// scheduler with one worker thread: the pool's multi-thread path, still
+/// one thread, so callgrind counts the same instructions every run), or
+/// `mt` (the bench's 2-thread runtime). With `time`, every contender is
+/// started (as in the ratio table) and the named one's ns per round trip
+/// printed for 5 runs, for a profiler.
+fn probe(args: &[String]) {
+    let usage = "usage: probe <actor|pool|pool_own> <tasks> <calls> <ct|mt1|mt> [time]";
+    let (name, tasks, calls, flavor, time) = match args {
+        [name, tasks, calls, flavor] => (name, tasks, calls, flavor, false),
+        [name, tasks, calls, flavor, time] if time == "time" => (name, tasks, calls, flavor, true),
+        _ => panic!("{usage}"),
+    };
+    let (tasks, calls) = (tasks.parse().unwrap(), calls.parse().unwrap());
+    let rt = match flavor.as_str() {
+        "ct" => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
+        "mt1" => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap(),
+        "mt" => runtime(),
+        _ => panic!("{usage}"),
+    };
+    if !time {
+        let contender = Contender::start(&rt, name);
+        fan_out(&rt, &contender, tasks, calls);
+        return;
+    }
+    let all: Vec<_> = NAMES
+        .iter()
+        .map(|(other, _)| Contender::start(&rt, other))
+        .collect();
+    let at = NAMES
+        .iter()
+        .position(|(other, _)| other == name)
+        .expect("a contender's name");
+    for _ in 0..5 {
+        let span = fan_out(&rt, &all[at], tasks, calls);
+        println!(
+            "{name} {tasks}: {:.0} ns",
+            span.as_nanos() as f64 / calls as f64
+        );
+    }
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("probe") {
+        return probe(&args[1..]);
+    }
+    // A fresh process measuring the round-trip table alone (its figures
+    // on its last line, in NAMES' order, 1 task then 64).
+    if common::child_task().is_some() {
+        let rt = runtime();
+        let contenders: Vec<_> = NAMES
+            .iter()
+            .map(|(name, _)| Contender::start(&rt, name))
+            .collect();
+        let figures: Vec<f64> = ROUND_TRIPS
+            .iter()
+            .flat_map(|&(tasks, calls)| round_trip_row(&rt, &contenders, tasks, calls / 2, 5))
+            .collect();
+        common::print_figures(&figures);
+        return;
+    }
+
     let mut criterion = Criterion::default()
         .configure_from_args()
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1))
         .sample_size(20);
     let rt = runtime();
-    let pools = [
-        ("no_stealing", echo_pool(&rt, false)),
-        ("stealing", echo_pool(&rt, true)),
-    ];
-    for tasks in [1u64, 64] {
+    let contenders: Vec<_> = NAMES
+        .iter()
+        .map(|(name, _)| Contender::start(&rt, name))
+        .collect();
+    for (tasks, _) in ROUND_TRIPS {
         let mut group = criterion.benchmark_group(format!("async_call_{tasks}task"));
-        for (name, pool) in &pools {
+        for ((name, _), contender) in NAMES.iter().zip(&contenders) {
             group.bench_function(BenchmarkId::from_parameter(name), |b| {
-                b.iter_custom(|iters| fan_out(&rt, pool, tasks, iters))
+                b.iter_custom(|iters| fan_out(&rt, contender, tasks, iters))
             });
         }
         group.finish();
@@ -205,8 +368,8 @@ fn main() {
         GAP.as_micros()
     );
     let rows = [
-        ("async pool, no stealing", hol_pool(false)),
-        ("async pool, stealing", hol_pool(true)),
+        ("async pool, default", hol_pool(None)),
+        ("async pool, steal(false)", hol_pool(Some(false))),
         ("shared tokio channel", hol_shared_channel()),
     ];
     println!(
@@ -225,24 +388,36 @@ fn main() {
     }
     let shared = rows[2].1.p99.as_secs_f64();
     println!(
-        "  p99 ratio: no stealing / shared = {:.2}, stealing / shared = {:.2}  (target <= 1.2)",
+        "  p99 ratio: default / shared = {:.2}, steal(false) / shared = {:.2}  (target: default <= 1.2)",
         rows[0].1.p99.as_secs_f64() / shared,
-        rows[1].1.p99.as_secs_f64() / shared
+        rows[1].1.p99.as_secs_f64() / shared,
     );
 
-    // Round trips, stealing off and on interleaved, 7 rounds, medians.
-    const ROUNDS: usize = 7;
-    for (tasks, round) in [(1u64, 20_000u64), (64, 100_000)] {
-        let mut times = [Vec::new(), Vec::new()];
-        for _ in 0..ROUNDS {
-            for (i, (_, pool)) in pools.iter().enumerate() {
-                times[i].push(fan_out(&rt, pool, tasks, round).as_nanos() as f64 / round as f64);
+    // Round trips beside the idiom: 9 interleaved rounds, medians.
+    println!(
+        "\ncall_async round trip, {WORKERS} workers, capacity {CAPACITY}, echo handler: ns per round trip, medians of 9 interleaved rounds; ours / actor"
+    );
+    for (tasks, calls) in ROUND_TRIPS {
+        let row = round_trip_row(&rt, &contenders, tasks, calls, 9);
+        let mut line = format!("{tasks:>2} task(s):");
+        for (i, ((_, label), ns)) in NAMES.iter().zip(&row).enumerate() {
+            line += &format!("  {label} {ns:.0} ns");
+            if i > 0 {
+                line += &format!(" ({:.3}x)", ns / row[0]);
             }
         }
-        let [off, on] = times.map(median);
-        println!(
-            "call_async round trip, {tasks} task(s), 2 workers: no stealing {off:.0} ns | stealing {on:.0} ns | ratio stealing / no stealing = {:.3}  (target <= 1.05)",
-            on / off
+        println!("{line}  (target: default <= 1.0x)");
+    }
+    let runs = common::in_fresh_processes("round trips", common::FRESH_RUNS);
+    for (row, (tasks, _)) in ROUND_TRIPS.iter().enumerate() {
+        let base = row * NAMES.len();
+        common::print_spread(
+            &format!("default / actor, {tasks} task(s),"),
+            &common::ratios(&runs, base + 1, base),
+        );
+        common::print_spread(
+            &format!("steal(false) / actor, {tasks} task(s),"),
+            &common::ratios(&runs, base + 2, base),
         );
     }
 }

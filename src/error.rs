@@ -391,6 +391,124 @@ impl<T> From<TryCallError<T>> for Error {
     }
 }
 
+/// Why [`PoolBuilder::build_async_init`](crate::PoolBuilder::build_async_init)
+/// made no pool: a setting was refused, or a worker's init failed.
+///
+/// When a worker's init fails, the pool is not built: every worker
+/// already made is dropped, the inits still running are cancelled, and no
+/// task of the pool is left running. The error names the worker
+/// ([`worker`](Self::worker)) and carries your init's error, which
+/// [`source`](std::error::Error::source) also returns (so a report that
+/// walks the chain, `anyhow`'s or `eyre`'s, prints both). Its `Debug`
+/// needs only `E: Debug`, its `Display` nothing, and it is a
+/// [`std::error::Error`] whenever `E` is one, so `?` turns it into a
+/// `Box<dyn Error>`.
+///
+/// # Examples
+///
+/// ```
+/// use sidejob::{AsyncWorker, BuildError, Pool};
+/// # struct Conn;
+/// # impl AsyncWorker for Conn {
+/// #     type Request = (); type Reply = (); type Message = ();
+/// #     async fn handle_call(&mut self, _: ()) {}
+/// #     async fn handle_cast(&mut self, _: ()) {}
+/// # }
+/// let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+/// let built = runtime.block_on(Pool::builder().capacity(4).workers(2).build_async_init(
+///     |index| async move {
+///         if index == 1 {
+///             return Err(std::io::Error::other("refused"));
+///         }
+///         Ok(Conn)
+///     },
+/// ));
+/// let err = built.unwrap_err();
+/// assert_eq!(err.worker(), Some(1));
+/// assert_eq!(err.to_string(), "worker 1 failed to start");
+/// assert!(matches!(&err, BuildError::Init { error, .. } if error.to_string() == "refused"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+#[non_exhaustive]
+pub enum BuildError<E> {
+    /// A setting was refused, or there is no runtime, as
+    /// [`build_async`](crate::PoolBuilder::build_async) refuses them.
+    Config(ConfigError),
+    /// Worker `worker`'s init answered `Err(error)` (the first worker whose
+    /// init failed, in the order they failed).
+    Init {
+        /// The index of the worker whose init failed (`0..workers`).
+        worker: usize,
+        /// What the init answered.
+        error: E,
+    },
+}
+
+#[cfg(feature = "tokio")]
+impl<E> BuildError<E> {
+    /// The index of the worker whose init failed; `None` for a refused
+    /// setting.
+    pub fn worker(&self) -> Option<usize> {
+        match self {
+            BuildError::Config(_) => None,
+            BuildError::Init { worker, .. } => Some(*worker),
+        }
+    }
+
+    /// The init's error, if a worker's init failed.
+    pub fn into_init_error(self) -> Option<E> {
+        match self {
+            BuildError::Config(_) => None,
+            BuildError::Init { error, .. } => Some(error),
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl<E> From<ConfigError> for BuildError<E> {
+    fn from(error: ConfigError) -> Self {
+        BuildError::Config(error)
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl<E: fmt::Debug> fmt::Debug for BuildError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::Config(error) => f.debug_tuple("Config").field(error).finish(),
+            BuildError::Init { worker, error } => f
+                .debug_struct("Init")
+                .field("worker", worker)
+                .field("error", error)
+                .finish(),
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl<E> fmt::Display for BuildError<E> {
+    /// The setting, or the worker; the init's own error is the
+    /// [`source`](std::error::Error::source).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::Config(error) => fmt::Display::fmt(error, f),
+            BuildError::Init { worker, .. } => write!(f, "worker {worker} failed to start"),
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl<E: std::error::Error + 'static> std::error::Error for BuildError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BuildError::Config(error) => error.source(),
+            BuildError::Init { error, .. } => Some(error),
+        }
+    }
+}
+
 /// A builder was given a value it cannot accept.
 ///
 /// Returned by every `build()` and `from_env` ([`LimiterBuilder`](crate::LimiterBuilder),

@@ -336,6 +336,9 @@ pub use integrations::tower;
 pub use engine::probe::Probe;
 pub use engine::waiters::QueueOrder;
 pub use env::{Env, Setting};
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub use error::BuildError;
 pub use error::{ConfigError, Error, Refused, TryCallError};
 pub use integrations::observe;
 pub use limiter::{Limiter, LimiterBuilder, OwnedPermit, Permit};

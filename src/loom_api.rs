@@ -412,20 +412,24 @@ pub fn after_release(idle: &Idle, me: usize, from: usize) {
     crate::pool::steal::after_release(&idle.0, me, from)
 }
 
-/// The room where a stealing async pool's free workers await work
-/// (`pool/async_idle.rs`).
+/// The async pool's shared queue (`pool/async_idle.rs`): one FIFO every
+/// worker takes from, and where free workers sleep. Its items stand for
+/// envelopes: each is the shard whose unit it holds.
 #[derive(Debug)]
-pub struct AsyncIdle(crate::pool::async_idle::AsyncIdle);
+pub struct SharedQueue(crate::pool::async_idle::SharedQueue<()>);
 
-impl AsyncIdle {
-    /// An empty room for `workers` workers.
-    pub fn new(workers: usize) -> AsyncIdle {
-        AsyncIdle(crate::pool::async_idle::AsyncIdle::new(workers))
+impl SharedQueue {
+    /// An empty queue for `workers` workers, who yield once before they
+    /// sleep (as on a multi-thread runtime, the async pool's usual case:
+    /// after its yield a worker sleeps as it would at once otherwise).
+    pub fn new(workers: usize) -> SharedQueue {
+        SharedQueue(crate::pool::async_idle::SharedQueue::new(workers, 4, true))
     }
 
-    /// What a producer does right after it queued an envelope at `to`.
-    pub fn work_added(&self, to: usize) {
-        self.0.work_added(to)
+    /// What a delivery does: queues an envelope holding a unit of shard
+    /// `shard` and wakes a sleeper. False if no worker will take it.
+    pub fn push(&self, shard: usize) -> bool {
+        self.0.push(shard, ()).is_ok()
     }
 
     /// What shutdown does after closing the table.
@@ -433,31 +437,56 @@ impl AsyncIdle {
         self.0.wake_all()
     }
 
-    /// How many workers sleep now (their waker in its slot).
+    /// How many workers sleep now.
     pub fn sleepers(&self) -> usize {
         self.0.sleepers()
     }
+
+    /// True if nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
-/// A stealing async worker's next envelope (`async_idle::next`, the real
-/// loop): from its own mailbox or another's, awaiting in `idle` while
-/// there is none; the mailbox it took one from. `None` once worker `me`'s
-/// shard is drained.
-pub async fn next_envelope_async(
+/// One async worker's side of the shared queue: its index, its spare
+/// waker, whether it sleeps on the queue's stack.
+#[derive(Debug)]
+pub struct SharedWorker {
     me: usize,
-    mailboxes: &[Mailbox],
-    idle: &AsyncIdle,
-    table: &Table,
-) -> Option<usize> {
-    crate::pool::async_idle::next(me, mailboxes, &idle.0, || table.drained(me))
-        .await
-        .map(|(from, ())| from)
+    waker: Option<std::task::Waker>,
+    sleep: crate::pool::async_idle::Sleep,
 }
 
-/// What a stealing async worker does after it gave back a unit of shard
-/// `from` (`async_idle::after_release`).
-pub fn after_release_async(idle: &AsyncIdle, me: usize, from: usize) {
-    crate::pool::async_idle::after_release(&idle.0, me, from)
+impl SharedWorker {
+    /// Worker `me`, awake.
+    pub fn new(me: usize) -> SharedWorker {
+        SharedWorker {
+            me,
+            waker: None,
+            sleep: Default::default(),
+        }
+    }
+
+    /// The worker's next envelope (`SharedQueue::poll_next`, the real
+    /// poll): the shard whose unit it holds, awaiting while the queue is
+    /// empty; `None` once the pool whose table is `table` is closed and
+    /// drained.
+    pub async fn next(&mut self, queue: &SharedQueue, table: &Table) -> Option<usize> {
+        let SharedWorker { me, waker, sleep } = self;
+        std::future::poll_fn(|cx| {
+            queue.0.poll_next(cx, *me, waker, sleep, || {
+                crate::pool::worker_loop::pool_drained(&table.0)
+            })
+        })
+        .await
+        .map(|(shard, ())| shard)
+    }
+
+    /// What dropping the worker's loop does while it sleeps
+    /// (`SharedQueue::leave`).
+    pub fn leave(&mut self, queue: &SharedQueue) {
+        queue.0.leave(self.me, &mut self.sleep)
+    }
 }
 
 /// A thread pool's mailbox (`pool/mailbox.rs`) over lanes loom can see: a

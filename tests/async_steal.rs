@@ -1,7 +1,8 @@
-//! Stealing in the async pool (`PoolBuilder::steal(true)` with
-//! `build_async`): a free worker runs requests queued at a stuck one; the
-//! unit goes back to the admitting shard before the reply; panics,
-//! shutdown, a dropped runtime and the bound hold. Channels and
+//! Dispatch in the async pool: by default (`build_async`, one queue every
+//! free worker takes from) a free worker runs requests queued behind a
+//! stuck one; the unit goes back to the admitting shard before the reply;
+//! panics, shutdown, a dropped runtime and the bound hold; `steal(false)`
+//! keeps each request on the worker whose shard admitted it. Channels and
 //! semaphores, never sleeps.
 #![cfg(feature = "tokio")]
 
@@ -75,10 +76,15 @@ struct Rig {
     terminated: Arc<AtomicUsize>,
 }
 
-/// A stealing async pool of 2 workers, capacity 16 (8 a shard), on a
-/// runtime of its own; the test thread is outside it, so its requests all
-/// start at one home shard.
+/// An async pool of 2 workers, capacity 16 (8 a shard), built by default
+/// (one queue every free worker takes from), on a runtime of its own; the
+/// test thread is outside it, so its requests all start at one home shard.
 fn rig() -> Rig {
+    rig_with(None)
+}
+
+/// As [`rig`], with `steal` set if given.
+fn rig_with(steal: Option<bool>) -> Rig {
     let runtime = multi_thread();
     let gates: Vec<_> = (0..2).map(|_| Arc::new(Semaphore::new(0))).collect();
     let (started_tx, started) = unbounded();
@@ -87,11 +93,12 @@ fn rig() -> Rig {
     let terminated = Arc::new(AtomicUsize::new(0));
     let pool = {
         let (gates, builds, terminated) = (gates.clone(), builds.clone(), terminated.clone());
-        Pool::builder()
-            .name("async-steal")
-            .capacity(16)
-            .workers(2)
-            .steal(true)
+        let mut builder = Pool::builder();
+        builder.name("async-steal").capacity(16).workers(2);
+        if let Some(steal) = steal {
+            builder.steal(steal);
+        }
+        builder
             .build_async_on(runtime.handle(), move |index| {
                 builds[index].fetch_add(1, SeqCst);
                 Stealer {
@@ -524,4 +531,46 @@ fn stress_stealing_keeps_the_bound_and_handles_each_admitted_request_once() {
     );
     assert_eq!(pool.usage(), 0);
     assert!(stats.shards.iter().all(|shard| shard.usage == 0));
+}
+
+#[test]
+fn steal_true_is_the_default_shared_queue() {
+    let rig = rig_with(Some(true));
+    let home = both_workers_stuck(&rig);
+    let other = 1 - home;
+    let call = rig.pool.call_async(Job::Fast(1));
+    rig.gates[other].add_permits(1);
+    assert_eq!(rig.runtime.block_on(call), Ok(other));
+    rig.gates[home].add_permits(1);
+    rig.runtime.block_on(rig.pool.shutdown_async());
+    assert_eq!(rig.pool.usage(), 0);
+}
+
+#[test]
+fn steal_false_keeps_every_request_on_the_worker_whose_shard_admitted_it() {
+    let rig = rig_with(Some(false));
+    // Both Blocks and three Fast jobs, all from this thread: all admitted on
+    // its home shard, all queued at its worker.
+    rig.pool.try_cast(Job::Block).unwrap();
+    rig.pool.try_cast(Job::Block).unwrap();
+    let home = rig.started.recv().unwrap();
+    for id in 0..3 {
+        rig.pool.try_cast(Job::Fast(id)).unwrap();
+    }
+    assert_eq!(rig.pool.stats().shards[home].usage, 5);
+    // The home worker takes its second Block only once its first is done:
+    // the other worker, free all along, never took it.
+    rig.gates[home].add_permits(1);
+    assert_eq!(rig.started.recv().unwrap(), home);
+    rig.gates[home].add_permits(1);
+    let ran: Vec<_> = (0..3).map(|_| rig.ran.recv().unwrap()).collect();
+    assert_eq!(
+        ran,
+        vec![(0, home), (1, home), (2, home)],
+        "in order, at home"
+    );
+    rig.runtime.block_on(rig.pool.shutdown_async());
+    assert_eq!(rig.pool.usage(), 0);
+    assert!(rig.ran.try_recv().is_err(), "nothing else ran");
+    assert_eq!(rig.pool.stats().shards[1 - home].completed, 0);
 }

@@ -1,6 +1,8 @@
-//! Stealing (`PoolBuilder::steal(true)`): a free worker runs requests queued
-//! at a stuck one; the unit goes back to the admitting shard; panics,
-//! shutdown and the bound hold. Barriers and channels, never sleeps.
+//! Stealing (the default; `PoolBuilder::steal`): a free worker runs
+//! requests queued at a stuck one; the unit goes back to the admitting
+//! shard; panics, shutdown and the bound hold; `steal(false)` keeps each
+//! request on the worker whose shard admitted it. Barriers and channels,
+//! never sleeps.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -71,8 +73,14 @@ struct Rig {
     terminated: Arc<AtomicUsize>,
 }
 
-/// A stealing pool of 2 workers, capacity 16 (8 a shard).
+/// A pool of 2 workers, capacity 16 (8 a shard), built by default (it
+/// steals).
 fn rig() -> Rig {
+    rig_with(None)
+}
+
+/// As [`rig`], with `steal` set if given.
+fn rig_with(steal: Option<bool>) -> Rig {
     let (gates, gate_rx): (Vec<_>, Vec<_>) = (0..2).map(|_| unbounded()).unzip();
     let gate_rx = Arc::new(gate_rx);
     let (started_tx, started) = unbounded();
@@ -81,11 +89,12 @@ fn rig() -> Rig {
     let terminated = Arc::new(AtomicUsize::new(0));
     let pool = {
         let (builds, terminated) = (builds.clone(), terminated.clone());
-        Pool::builder()
-            .name("steal")
-            .capacity(16)
-            .workers(2)
-            .steal(true)
+        let mut builder = Pool::builder();
+        builder.name("steal").capacity(16).workers(2);
+        if let Some(steal) = steal {
+            builder.steal(steal);
+        }
+        builder
             .build(move |index| {
                 builds[index].fetch_add(1, SeqCst);
                 Stealer {
@@ -365,4 +374,33 @@ fn stress_stealing_keeps_the_bound_and_handles_each_admitted_request_once() {
     let stats = pool.stats();
     assert_eq!(stats.completed as usize, admitted.len());
     assert_eq!(pool.usage(), 0);
+}
+
+#[test]
+fn steal_false_keeps_every_request_on_the_worker_whose_shard_admitted_it() {
+    let rig = rig_with(Some(false));
+    // Both Blocks and three Fast jobs, all from this thread: all admitted on
+    // its home shard, all queued at its worker.
+    rig.pool.cast(Job::Block).unwrap();
+    rig.pool.cast(Job::Block).unwrap();
+    let home = rig.started.recv().unwrap();
+    for id in 0..3 {
+        rig.pool.cast(Job::Fast(id)).unwrap();
+    }
+    assert_eq!(rig.pool.stats().shards[home].usage, 5);
+    // The home worker takes its second Block only once its first is done:
+    // the other worker, free all along, never took it.
+    rig.gates[home].send(()).unwrap();
+    assert_eq!(rig.started.recv().unwrap(), home);
+    rig.gates[home].send(()).unwrap();
+    let ran: Vec<_> = (0..3).map(|_| rig.ran.recv().unwrap()).collect();
+    assert_eq!(
+        ran,
+        vec![(0, home), (1, home), (2, home)],
+        "in order, at home"
+    );
+    rig.pool.shutdown();
+    assert_eq!(rig.pool.usage(), 0);
+    assert!(rig.ran.try_recv().is_err(), "nothing else ran");
+    assert_eq!(rig.pool.stats().shards[1 - home].completed, 0);
 }

@@ -59,7 +59,10 @@ async fn yields(n: u64) {
     }
 }
 
-fn storm(capacity: usize, workers: usize, waiters: usize) {
+/// A storm on a pool of `capacity` and `workers`, with a waiting room of
+/// `waiters`; `steal(false)` (each worker its own mailbox) if `affinity`,
+/// else the default (one queue every free worker takes from).
+fn storm(capacity: usize, workers: usize, waiters: usize, affinity: bool) {
     let rt = multi_thread();
     let total = TASKS * PER_TASK;
     let marks: Arc<Vec<AtomicU8>> = Arc::new((0..total).map(|_| AtomicU8::new(0)).collect());
@@ -71,6 +74,7 @@ fn storm(capacity: usize, workers: usize, waiters: usize) {
                 .workers(workers)
                 .max_waiters(waiters)
                 .max_wait(Duration::from_secs(30))
+                .steal(!affinity)
                 .build_async(move |_| Marker(marks.clone()))
                 .unwrap()
         };
@@ -172,15 +176,20 @@ fn storm(capacity: usize, workers: usize, waiters: usize) {
 
 #[test]
 fn fail_fast_storm_with_cancelled_callers() {
-    storm(8, 4, 0);
+    storm(8, 4, 0, false);
+}
+
+#[test]
+fn fail_fast_storm_with_affinity() {
+    storm(8, 4, 0, true);
 }
 
 #[test]
 fn waiting_room_storm_with_cancelled_callers() {
-    storm(8, 4, 64);
+    storm(8, 4, 64, false);
 }
 
 #[test]
 fn one_worker_storm_with_cancelled_callers() {
-    storm(4, 1, 16);
+    storm(4, 1, 16, false);
 }

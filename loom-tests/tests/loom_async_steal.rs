@@ -1,38 +1,24 @@
-//! Stealing in the async pool (`pool/async_idle.rs`), driven through the
-//! real take loop over mailboxes loom can see, each worker a future under
-//! loom's `block_on` (whose waker unparks a loom thread, so a waker nobody
-//! wakes is a deadlock loom reports): a free worker is woken for work
-//! queued at a busy one (no lost wake-up), each envelope is taken once, by
-//! its owner or a thief, and its unit goes back to the shard that admitted
-//! it; a shutdown racing a stolen request still lets every worker drain
-//! and end.
+//! The async pool's shared queue (`pool/async_idle.rs`), driven through
+//! the real poll over the real queue (its lock is loom's), each worker a
+//! future under loom's `block_on` (whose waker unparks a loom thread, so a
+//! waker nobody wakes is a deadlock loom reports): a free worker is woken
+//! for a request (no lost wake-up), also while another worker is busy with
+//! one; each request is taken once and its unit goes back to the shard
+//! that admitted it; a shutdown racing the last requests still lets every
+//! worker drain and end, the last release waking the sleepers; a worker
+//! dropped asleep leaves the stack, and one dropped after its ring passes
+//! the ring on.
 //!
 //! Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p loom-tests --release --test loom_async_steal`.
-//! The two models with both workers running are heavy (every sleep is a
-//! lock, a fence, a `block_on` park and a wake): they run at one
-//! preemption unless `SIDEJOB_LOOM_FULL=1` is set, and then at
-//! `LOOM_MAX_PREEMPTIONS`. The stuck-owner model needs two preemptions to
-//! reach the interleaving `AsyncIdle::took` guards (the owner interrupted
-//! between "looking" and its take while two requests arrive), so `.ci/run`
-//! sets `SIDEJOB_LOOM_FULL=1` (the three models pass at 2 in 333 s on an
-//! idle 2-core machine); leave it unset for a quick look while editing.
 #![cfg(loom)]
+
+use std::future::Future;
 
 use loom::future::block_on;
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
-use sidejob::loom_api::{after_release_async, next_envelope_async, AsyncIdle, Mailbox, Table};
-
-/// Runs a heavy model: at most one preemption unless `SIDEJOB_LOOM_FULL`
-/// is set (tokio's heavy models set their bound the same way).
-fn heavy_model(model: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    if std::env::var_os("SIDEJOB_LOOM_FULL").is_none() {
-        builder.preemption_bound = Some(builder.preemption_bound.map_or(1, |bound| bound.min(1)));
-    }
-    builder.check(model);
-}
+use sidejob::loom_api::{SharedQueue, SharedWorker, Table};
 
 /// A count threads can wait on.
 #[derive(Default)]
@@ -63,8 +49,7 @@ impl Count {
 
 struct Rig {
     table: Table,
-    mailboxes: [Mailbox; 2],
-    idle: AsyncIdle,
+    queue: SharedQueue,
     handled: Count,
 }
 
@@ -72,32 +57,28 @@ impl Rig {
     fn new(capacity: usize) -> Arc<Rig> {
         Arc::new(Rig {
             table: Table::new(capacity, 2),
-            mailboxes: [Mailbox::new(), Mailbox::new()],
-            idle: AsyncIdle::new(2),
+            queue: SharedQueue::new(2),
             handled: Count::default(),
         })
     }
 
-    /// A caller: admits one unit on shard `shard`, queues it there, rings.
+    /// A caller: admits one unit on shard `shard`, queues it, rings.
     fn submit(&self, shard: usize) {
         assert_eq!(self.table.acquire_at(shard), Ok(shard));
-        self.mailboxes[shard].push();
-        self.idle.work_added(shard);
+        assert!(self.queue.push(shard), "the workers are alive");
     }
 
-    /// Worker `me`'s task: take (own or stolen), run `handle`, release on
-    /// the admitting shard; until its own shard is drained. The thread
-    /// ends with the task (joined: a task that never ends is a deadlock).
+    /// Worker `me`'s task: take, run `handle`, release on the admitting
+    /// shard; until the pool is closed and drained. The thread ends with
+    /// the task (joined: a task that never ends is a deadlock).
     fn worker(rig: &Arc<Rig>, me: usize, handle: impl Fn() + 'static) -> thread::JoinHandle<()> {
         let rig = Arc::clone(rig);
         thread::spawn(move || {
             block_on(async {
-                while let Some(from) =
-                    next_envelope_async(me, &rig.mailboxes, &rig.idle, &rig.table).await
-                {
+                let mut worker = SharedWorker::new(me);
+                while let Some(from) = worker.next(&rig.queue, &rig.table).await {
                     handle();
                     rig.table.release(from);
-                    after_release_async(&rig.idle, me, from);
                     rig.handled.bump();
                 }
             })
@@ -108,72 +89,157 @@ impl Rig {
     /// handled once and every unit is back.
     fn shut_down(&self, workers: Vec<thread::JoinHandle<()>>, handled: usize) {
         self.table.close();
-        self.idle.wake_all();
+        self.queue.wake_all();
         for worker in workers {
             worker.join().unwrap();
         }
         assert_eq!(self.handled.get(), handled, "each request handled once");
         assert_eq!(self.table.usage(), 0, "every unit back on its shard");
-        assert!(self.mailboxes.iter().all(Mailbox::is_empty));
+        assert!(self.queue.is_empty());
     }
 }
 
-/// Worker 0 is busy elsewhere (absent); worker 1 is free. A request queued
-/// at worker 0 must wake worker 1: the caller waits for it with no other
-/// wake-up in play, so a lost one is a deadlock loom reports.
+/// One worker, free (maybe already asleep); a request must wake it: the
+/// caller waits for it with no other wake-up in play, so a lost one is a
+/// deadlock loom reports.
 #[test]
-fn a_free_worker_is_woken_for_work_queued_at_a_busy_one() {
+fn a_free_worker_is_woken_for_a_request() {
     loom::model(|| {
         let rig = Rig::new(2);
-        let thief = Rig::worker(&rig, 1, || {});
+        let worker = Rig::worker(&rig, 1, || {});
         rig.submit(0);
         rig.handled.wait_for(1);
-        rig.shut_down(vec![thief], 1);
+        rig.shut_down(vec![worker], 1);
     });
 }
 
-/// Both workers run; two requests are queued at worker 0 and shutdown
-/// begins at once. Each is handled once, by its owner or by the thief,
-/// every unit goes back to shard 0, and both workers drain and end (a
-/// thief's release on the closed shard wakes an owner asleep waiting for
-/// it).
+/// Both workers run; two requests of two shards are queued and shutdown
+/// begins at once. Each is handled once, every unit goes back to its
+/// shard, and both workers drain and end (the last release wakes a worker
+/// asleep waiting for the pool to drain).
 #[test]
-fn owner_and_thief_take_each_request_once_across_shutdown() {
-    heavy_model(|| {
+fn two_workers_take_each_request_once_across_shutdown() {
+    loom::model(|| {
         let rig = Rig::new(4);
         let workers = (0..2).map(|me| Rig::worker(&rig, me, || {})).collect();
         rig.submit(0);
-        rig.submit(0);
+        rig.submit(1);
         rig.shut_down(workers, 2);
     });
 }
 
-/// Worker 1 sleeps; then worker 0 starts, and two requests are queued at
-/// it; worker 0 takes one and is stuck in it until worker 1 has handled a
-/// request. Worker 1 must be woken for the other, even when worker 0 was
-/// looking at its mailbox as both arrived (the producers then count on
-/// worker 0 and wake nobody: worker 0 must wake a sleeper itself when it
-/// takes one and leaves one queued). Removing that wake-up from
-/// `AsyncIdle::took` makes this model deadlock.
+/// Worker 1 sleeps; worker 0 starts and two requests arrive. Whichever
+/// worker takes the first: worker 0 is stuck in it until worker 1 has
+/// handled a request, so the second request must reach worker 1 while
+/// worker 0 is busy (a ring lost, or spent on worker 0, is a deadlock).
 #[test]
-fn a_request_queued_behind_a_stuck_owner_wakes_the_free_worker() {
-    heavy_model(|| {
+fn a_request_reaches_the_free_worker_while_the_other_is_busy() {
+    loom::model(|| {
         let rig = Rig::new(4);
-        let thief = Arc::new(Count::default());
-        let thief_worker = {
-            let thief = thief.clone();
-            Rig::worker(&rig, 1, move || thief.bump())
+        let by_one = Arc::new(Count::default());
+        let one = {
+            let by_one = by_one.clone();
+            Rig::worker(&rig, 1, move || by_one.bump())
         };
-        while rig.idle.sleepers() == 0 {
+        while rig.queue.sleepers() == 0 {
             thread::yield_now();
         }
-        let owner = {
-            let thief = thief.clone();
-            Rig::worker(&rig, 0, move || thief.wait_for(1))
+        let zero = {
+            let by_one = by_one.clone();
+            Rig::worker(&rig, 0, move || by_one.wait_for(1))
         };
         rig.submit(0);
         rig.submit(0);
         rig.handled.wait_for(2);
-        rig.shut_down(vec![owner, thief_worker], 2);
+        rig.shut_down(vec![zero, one], 2);
     });
+}
+
+/// Worker 0 is in a request when shutdown begins, and gives its unit back
+/// only after the close; worker 1, free, sleeps or is woken by the close
+/// and finds the pool not yet drained. The last release must wake it to
+/// end (its look and that release are ordered by the queue's lock).
+#[test]
+fn the_last_release_after_the_close_wakes_the_sleepers() {
+    loom::model(|| {
+        let rig = Rig::new(2);
+        let closed = Arc::new(Count::default());
+        let zero = {
+            let closed = closed.clone();
+            Rig::worker(&rig, 0, move || closed.wait_for(1))
+        };
+        let one = Rig::worker(&rig, 1, || {});
+        rig.submit(0);
+        // Whoever took it (worker 1 may have), the close comes while the
+        // request may be running.
+        rig.table.close();
+        rig.queue.wake_all();
+        closed.bump();
+        for worker in [zero, one] {
+            worker.join().unwrap();
+        }
+        assert_eq!(rig.handled.get(), 1);
+        assert_eq!(rig.table.usage(), 0);
+    });
+}
+
+/// A worker's loop dropped while it sleeps (its runtime dropping it) takes
+/// itself off the stack: a later request rings the other worker.
+#[test]
+fn a_worker_dropped_asleep_leaves_the_stack() {
+    loom::model(|| {
+        let rig = Rig::new(2);
+        let mut gone = SharedWorker::new(0);
+        // Put worker 0 to sleep with one poll, then drop its loop.
+        {
+            let mut next = Box::pin(gone.next(&rig.queue, &rig.table));
+            let waker = futures_noop_waker();
+            let mut cx = std::task::Context::from_waker(&waker);
+            assert!(next.as_mut().poll(&mut cx).is_pending());
+        }
+        gone.leave(&rig.queue);
+        assert_eq!(rig.queue.sleepers(), 0);
+        let one = Rig::worker(&rig, 1, || {});
+        rig.submit(0);
+        rig.handled.wait_for(1);
+        rig.shut_down(vec![one], 1);
+    });
+}
+
+/// A worker rung for a request (its waker taken) whose loop is dropped
+/// before it looks (its runtime dropping it) passes the ring on: the other
+/// sleeper must take the request, or it waits forever (a deadlock loom
+/// reports).
+#[test]
+fn a_worker_dropped_after_its_ring_passes_it_on() {
+    loom::model(|| {
+        let rig = Rig::new(2);
+        let one = Rig::worker(&rig, 1, || {});
+        while rig.queue.sleepers() == 0 {
+            thread::yield_now();
+        }
+        // Worker 0 sleeps on top of the stack: the next push rings it
+        // (unless worker 1 was polled again meanwhile and went on top: then
+        // it is rung itself; both cases must end with the request handled).
+        let mut gone = SharedWorker::new(0);
+        {
+            let mut next = Box::pin(gone.next(&rig.queue, &rig.table));
+            let waker = futures_noop_waker();
+            let mut cx = std::task::Context::from_waker(&waker);
+            assert!(next.as_mut().poll(&mut cx).is_pending());
+        }
+        rig.submit(0);
+        gone.leave(&rig.queue);
+        rig.handled.wait_for(1);
+        rig.shut_down(vec![one], 1);
+    });
+}
+
+/// A waker that does nothing, for one manual poll.
+fn futures_noop_waker() -> std::task::Waker {
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: std::sync::Arc<Self>) {}
+    }
+    std::task::Waker::from(std::sync::Arc::new(Noop))
 }

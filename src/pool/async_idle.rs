@@ -1,375 +1,309 @@
-//! The async idle room: where the free workers of a stealing
-//! [`AsyncPool`](crate::PoolBuilder::steal) await work queued at *any*
-//! worker's mailbox, how a delivery wakes one of them, and the take loop
-//! ([`next`]) those workers run.
+//! The async pool's shared queue: one FIFO every worker task takes from,
+//! where a free worker awaits work and how a delivery wakes one; the
+//! default dispatch of an [`AsyncPool`](crate::AsyncPool)
+//! ([`PoolBuilder::steal`](crate::PoolBuilder::steal)).
 //!
-//! It is the thread pool's room (`pool/steal.rs`) with wakers in place of a
-//! condition variable, and it lives in the engine rather than beside the
-//! async pool because it needs no tokio: the loom models, which cannot
-//! build tokio, drive it directly (`loom-tests/tests/loom_async_steal.rs`).
+//! It lives in the pool rather than beside the async pool because it needs
+//! no tokio: the loom models, which cannot build tokio, drive it directly
+//! (`loom-tests/tests/loom_async_steal.rs`).
 //!
-//! # Taking
+//! # One queue, one lock
 //!
-//! Each mailbox is a multi-consumer queue (a crossbeam channel: every
-//! worker holds every receiver, and the channel hands each envelope to one
-//! of them). A worker looks at its own mailbox first, then once at each
-//! other one, starting after its own (so two thieves do not both start at
-//! mailbox 0). A task never spins: with nothing found it sleeps.
+//! Every request goes to one queue, tagged with the shard whose unit it
+//! holds, and the first free worker takes the oldest. A request is never
+//! queued *at* a busy worker, so no worker idles while a request waits,
+//! and nobody needs to steal. (The thread pool keeps one mailbox per
+//! worker and steals, `pool/steal.rs`: its workers are threads on their
+//! own cores, and a worker's own mailbox keeps its requests' lines there.
+//! An async pool's workers are tasks sharing the runtime's threads: there
+//! is no such line to keep. `steal(false)` still gives each async worker a
+//! mailbox of its own, for affinity: `asynchronous/mailbox.rs`.)
+//!
+//! The queue, the stack of sleeping workers and their wakers sit under one
+//! lock, held for a push or a pop and never while foreign code runs: a
+//! waker is cloned before the lock and woken or dropped after it. One lock
+//! makes the sleep/wake protocol plain: a worker registers as a sleeper
+//! only after it found the queue empty under the lock, and a push under
+//! the same lock takes a sleeper off the stack, so no wake-up can fall
+//! between a look and a sleep, and no fence is needed.
+//!
+//! Why a lock rather than crossbeam's lock-free channel with a room of
+//! sleepers beside it (the first version, and the old stealing pool's):
+//! that needed a `SeqCst` fence on each side of every delivery and sleep,
+//! a second look at the queues after each registration, and the channel's
+//! own atomics, and its round trip cost more instructions than the tokio
+//! actor idiom's, where this one costs 0.92x the idiom's from one task and
+//! 0.93x from 64 (callgrind on a current-thread runtime,
+//! `scripts/round-trip-instructions.sh`; `PERFORMANCE.md`). A push or a
+//! pop holds the lock for a few dozen instructions; tokio's bounded
+//! channel, which the actor idiom uses, takes a lock of its own on every
+//! receive (its semaphore's).
 //!
 //! # Sleeping and waking
 //!
-//! Each worker has a slot for its waker, all under one lock, and a
-//! `looking` flag, true while it is awake between two requests and about
-//! to look at its own mailbox:
+//! * A worker polled for its next request keeps a clone of its waker ready
+//!   (made outside the lock, kept across polls until used). Under the
+//!   lock it takes itself off the stack if it was on it, pops the oldest
+//!   request, or, finding none, moves its waker into its slot and pushes
+//!   itself on the stack, and returns `Pending`.
+//! * A push, under the lock, pops the most recent sleeper (its task and
+//!   its lines are the warmest) and takes its waker, then wakes it after
+//!   the lock. That worker's next poll finds the request, or, if another
+//!   worker took it first, sleeps again.
 //!
-//! * a sleeper puts its waker in its slot and counts itself in `sleepers`
-//!   (under the lock), clears `looking`, issues a `SeqCst` fence, then
-//!   re-checks every mailbox and its exit rule; it returns `Pending` only
-//!   if all are empty and the rule does not hold;
-//! * a producer pushes its envelope to mailbox `to`, issues a `SeqCst`
-//!   fence and reads `sleepers` and `looking[to]`; only if a sleeper is
-//!   counted and `to`'s worker is not looking does it take the lock, take
-//!   a waker out of its slot (worker `to`'s if it sleeps, else the next
-//!   sleeper's after it) and wake it;
-//! * a worker that takes an envelope clears `looking`, issues a `SeqCst`
-//!   fence, and looks again: at its own mailbox if it took from there
-//!   without having slept, at every mailbox if it stole or slept (it may
-//!   then hold the notification meant for another envelope). If anything
-//!   is left and someone sleeps, it wakes one.
+//! Every push to a queue with a sleeper rings one, and a worker sleeps only
+//! on an empty queue: so while the queue holds a request, either a rung
+//! worker has yet to look, or no worker sleeps.
 //!
-//! The fences make this Dekker's pattern. Take a producer's fence `Fp` and
-//! a sleeper's fence `Fs` in the single total order of `SeqCst` fences. If
-//! `Fs` comes first, the producer's read sees the sleeper counted (or its
-//! waker already taken, so it is awake and will look again), and wakes a
-//! sleeper unless the owner is looking. If `Fp` comes first, the sleeper's
-//! re-check sees the envelope and it does not sleep. The same holds for an
-//! owner's `looking`: a producer that reads it true had its fence before
-//! the owner's next clearing fence, whose look after it sees the envelope.
-//! A taken waker is the notification itself: the sleeper registered it
-//! *before* its re-check, so a wake-up between the re-check and the
-//! `Pending` is not lost (tokio's `AtomicWaker` discipline), and a sleeper
-//! polled again finds its slot empty exactly when it was woken.
+//! # Yielding once
 //!
-//! The cost on the plain path: a delivery pays one fence and reads a word
-//! that changes only when a worker sleeps or wakes; the wake-up (a lock
-//! and a `Waker::wake`) only when a worker sleeps and the mailbox's owner
-//! is not already about to look. A worker pays one fence per request.
+//! On a multi-thread runtime a worker that finds the queue empty right
+//! after a request does not sleep yet: it wakes itself and returns
+//! `Pending` once (not on the stack, so no push rings it), and sleeps
+//! only if the queue is still empty when it is polled again. Its reply
+//! has just woken its caller into this thread's next slot, and a caller
+//! that calls again pushes before the worker looks: the request is taken
+//! without a sleep, a ring and a wake-up, three trips through the lock
+//! that both threads contend for. With 64 calling tasks on a 2-thread
+//! runtime, sleeping at once made every request a sleep and a ring, and
+//! a round trip took 2.7x the tokio actor idiom's time on a quiet machine
+//! (18 % of it in the lock's slow path); yielding once brought it under
+//! the idiom's. On a current-thread runtime nothing contends, and the
+//! extra poll costs more than the sleep (1.17x the idiom's instructions
+//! from one task, against 0.92x), so there a worker sleeps at once.
 //!
-//! Shutdown changes every sleeper's exit rule rather than a mailbox, and
-//! wakes them all under the lock ([`AsyncIdle::wake_all`]); a worker that
-//! gave back a unit of another worker's shard wakes that owner
-//! ([`after_release`]), which may be asleep waiting for exactly that
-//! release to drain its closed shard.
+//! # Shutdown
+//!
+//! A worker ends once the pool is closed and every shard drained (every
+//! unit admitted is back, so every request has been handled), then runs
+//! its `terminate`. Shutdown closes the table, then wakes every sleeper
+//! ([`SharedQueue::wake_all`]). A worker that finds the queue empty checks
+//! the exit rule under the lock: every worker gives its unit back before
+//! it next takes the lock, so the last to look sees every release, and
+//! wakes the sleepers to end too.
 
-use std::future::poll_fn;
-use std::task::{Poll, Waker};
+use std::collections::VecDeque;
+use std::task::{Context, Poll, Waker};
 
-use crossbeam_utils::CachePadded;
+use crate::sync::Mutex;
 
-use crate::pool::steal::Queue;
-use crate::sync::{fence, AtomicBool, AtomicUsize, Mutex, Ordering};
-
-/// Where a stealing async pool's free workers sleep, and how a delivery
-/// wakes one.
+/// One queue for every worker of an async pool, and where free workers
+/// sleep. Each item carries the shard whose unit it holds.
 #[derive(Debug)]
-pub(crate) struct AsyncIdle {
-    /// Workers whose waker sits in their slot. Changed only under `wakers`'
-    /// lock; read without it, after a fence, by producers.
-    sleepers: AtomicUsize,
-    /// Per worker: true while it is awake between requests and will look
-    /// at its own mailbox before it takes anything or sleeps. Each on its
-    /// own line: its worker writes it twice per request.
-    looking: Box<[CachePadded<AtomicBool>]>,
-    /// Per worker: its waker while it sleeps. Taking one out is the
-    /// notification.
-    wakers: Mutex<Box<[Option<Waker>]>>,
+pub(crate) struct SharedQueue<T> {
+    state: Mutex<State<T>>,
+    /// A worker that finds the queue empty after a request yields once
+    /// before it sleeps (on a multi-thread runtime; see "Yielding once").
+    yield_first: bool,
 }
 
-impl AsyncIdle {
-    /// A room for `workers` workers, none asleep, none looking.
-    pub(crate) fn new(workers: usize) -> Self {
-        AsyncIdle {
-            sleepers: AtomicUsize::new(0),
-            looking: (0..workers)
-                .map(|_| CachePadded::new(AtomicBool::new(false)))
-                .collect(),
-            wakers: Mutex::new((0..workers).map(|_| None).collect()),
+impl<T> State<T> {
+    /// Takes worker `me` off the stack and its waker out of its slot, if a
+    /// push has not done so already (then `None`: it was rung).
+    fn unregister(&mut self, me: usize) -> Option<Waker> {
+        let waker = self.wakers[me].take()?;
+        if let Some(at) = self.stack.iter().rposition(|&worker| worker == me) {
+            self.stack.remove(at);
+        }
+        Some(waker)
+    }
+}
+
+/// One worker's side of the queue, kept by the worker between polls.
+#[derive(Debug, Default)]
+pub(crate) struct Sleep {
+    /// On the stack, its waker in its slot (until a ring takes it off).
+    registered: bool,
+    /// It found the queue empty once since its last request and yielded
+    /// instead of sleeping.
+    yielded: bool,
+}
+
+/// What the lock guards.
+#[derive(Debug)]
+struct State<T> {
+    /// The requests, oldest first, with their shards.
+    queue: VecDeque<(usize, T)>,
+    /// Per worker: its waker while it sleeps. Taking one out is the
+    /// notification.
+    wakers: Box<[Option<Waker>]>,
+    /// The workers whose waker is in its slot, the most recent last.
+    stack: Vec<usize>,
+    /// No worker will take anything any more (the runtime is dropping
+    /// them): a push is refused.
+    closed: bool,
+}
+
+impl<T> SharedQueue<T> {
+    /// An empty queue for `workers` workers, with room for `capacity`
+    /// requests before it grows (the pool's capacity: the table bounds
+    /// what it holds).
+    pub(crate) fn new(workers: usize, capacity: usize, yield_first: bool) -> Self {
+        SharedQueue {
+            yield_first,
+            state: Mutex::new(State {
+                queue: VecDeque::with_capacity(capacity),
+                wakers: (0..workers).map(|_| None).collect(),
+                stack: Vec::with_capacity(workers),
+                closed: false,
+            }),
         }
     }
 
-    /// Tells the sleepers (if any) that an envelope was just queued at
-    /// worker `to`. Nobody is woken if nobody sleeps, or if `to` is awake
-    /// and about to look at its mailbox (if it takes another envelope
-    /// first, it wakes a sleeper itself, see `took`).
+    /// Queues `item`, which holds a unit of shard `shard`, and wakes a
+    /// sleeping worker if there is one. The item back if no worker will
+    /// take it.
     #[inline]
-    pub(crate) fn work_added(&self, to: usize) {
-        // SeqCst fence: pairs with the fences in `sleep_until` and `took`.
-        // Either these reads see the sleeper counted and the owner not
-        // looking, or the other side's look, after its fence, sees the
-        // envelope pushed before this one (Dekker; see the module docs).
-        fence(Ordering::SeqCst);
-        // Relaxed, both: ordered by the fence above.
-        if self.sleepers.load(Ordering::Relaxed) != 0 && !self.looking[to].load(Ordering::Relaxed) {
-            self.wake_one(to);
-        }
-    }
-
-    /// How many workers sleep now; a reading, for the loom models.
-    #[cfg(loom)]
-    pub(crate) fn sleepers(&self) -> usize {
-        // Relaxed: a reading; the models wait on it with yields.
-        self.sleepers.load(Ordering::Relaxed)
-    }
-
-    /// Worker `me` is awake and will look at its own mailbox.
-    #[inline]
-    fn look(&self, me: usize) {
-        // Relaxed: a producer that misses it only wakes a sleeper for
-        // nothing; one that sees it is covered by the fence in `took` or
-        // `sleep_until`, which comes before `me` stops looking.
-        self.looking[me].store(true, Ordering::Relaxed);
-    }
-
-    /// Worker `me` took an envelope and stops looking. If envelopes remain
-    /// (in its own mailbox, or with `everywhere` in any), a producer may
-    /// have counted on `me`, or woken `me` for one of them: wake a sleeper.
-    #[inline]
-    fn took<Q: Queue>(&self, me: usize, mailboxes: &[Q], everywhere: bool) {
-        // Relaxed: ordered by the fence below.
-        self.looking[me].store(false, Ordering::Relaxed);
-        // SeqCst fence: pairs with the one in `work_added`.
-        fence(Ordering::SeqCst);
-        // Relaxed: ordered by the fence above.
-        if self.sleepers.load(Ordering::Relaxed) == 0 {
-            return;
-        }
-        let left = if everywhere {
-            mailboxes.iter().any(|queue| !queue.is_empty())
-        } else {
-            !mailboxes[me].is_empty()
-        };
-        if left {
-            // `me` is awake, so its slot is empty: another one is woken.
-            self.wake_one(me);
-        }
-    }
-
-    /// Wakes one sleeper: worker `preferred` if it sleeps, else the first
-    /// one after it.
-    #[cold]
-    fn wake_one(&self, preferred: usize) {
+    pub(crate) fn push(&self, shard: usize, item: T) -> Result<(), T> {
         let waker = {
-            let mut wakers = self.wakers.lock();
-            let count = wakers.len();
-            let waker = (0..count)
-                .map(|step| (preferred + step) % count)
-                .find_map(|index| wakers[index].take());
-            if waker.is_some() {
-                // Relaxed: under the lock, as every change of the count.
-                self.sleepers.fetch_sub(1, Ordering::Relaxed);
+            let mut state = self.state.lock();
+            if state.closed {
+                return Err(item);
             }
-            waker
+            state.queue.push_back((shard, item));
+            match state.stack.pop() {
+                Some(worker) => state.wakers[worker].take(),
+                None => None,
+            }
         };
         // Outside the lock: waking may run user code (the runtime's).
         if let Some(waker) = waker {
             waker.wake();
         }
+        Ok(())
     }
 
-    /// Wakes worker `worker` if it sleeps, so it re-checks its exit rule.
-    pub(crate) fn wake(&self, worker: usize) {
-        let waker = {
-            let mut wakers = self.wakers.lock();
-            let waker = wakers[worker].take();
-            if waker.is_some() {
-                // Relaxed: under the lock.
-                self.sleepers.fetch_sub(1, Ordering::Relaxed);
-            }
-            waker
-        };
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+    /// How many workers sleep now; a reading, for the loom models.
+    #[cfg(loom)]
+    pub(crate) fn sleepers(&self) -> usize {
+        self.state.lock().stack.len()
+    }
+
+    /// True if nothing is queued now; a reading, for the loom models.
+    #[cfg(loom)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.state.lock().queue.is_empty()
     }
 
     /// Wakes every sleeper so it re-checks its exit rule: after a shutdown
     /// began.
     pub(crate) fn wake_all(&self) {
-        // The lock orders this after any sleeper's registration (its waker
-        // is taken here) or before it (its re-check, after taking the lock,
-        // sees what came before this call).
-        let wakers: Vec<Waker> = {
-            let mut wakers = self.wakers.lock();
-            let taken: Vec<Waker> = wakers.iter_mut().filter_map(Option::take).collect();
-            // Relaxed: under the lock.
-            self.sleepers.fetch_sub(taken.len(), Ordering::Relaxed);
-            taken
+        let wakers = {
+            let mut state = self.state.lock();
+            let State { wakers, stack, .. } = &mut *state;
+            stack
+                .drain(..)
+                .filter_map(|worker| wakers[worker].take())
+                .collect::<Vec<_>>()
         };
         // Every one woken even if one panics (`foreign.rs`).
         crate::engine::foreign::each_then_resume(wakers, Waker::wake);
     }
 
-    /// Puts `me`'s waker in its slot and counts it asleep. The waker is
-    /// cloned before the lock and the one it replaces dropped after it: a
-    /// waker is the runtime's code, not ours, and never runs under a lock
-    /// of ours.
-    fn register(&self, me: usize, waker: &Waker) {
-        let fresh = Some(waker.clone());
-        let mut wakers = self.wakers.lock();
-        let old = std::mem::replace(&mut wakers[me], fresh);
-        if old.is_none() {
-            // Relaxed: under the lock; the fence after the caller's
-            // registration orders it before its re-check.
-            self.sleepers.fetch_add(1, Ordering::Relaxed);
+    /// Polls for the next item for worker `me`, with its shard: `Pending`
+    /// while the queue is empty, the worker then sleeping on the stack
+    /// (`registered`, kept by the worker between polls). `None` once `done`
+    /// (the exit rule: the pool closed and drained) holds and the queue is
+    /// empty; the sleepers are then woken to see it too.
+    ///
+    /// `waker` is the worker's spare clone of its own waker, kept across
+    /// polls: a sleep moves it into the worker's slot, and a poll that
+    /// finds the spare gone (a ring took and woke it) clones a new one
+    /// before it takes the lock. A worker that never sleeps never clones.
+    ///
+    /// `done` is read under the lock: every worker gives back its unit
+    /// before it polls for its next request, so the last worker to look
+    /// sees every release.
+    #[inline]
+    pub(crate) fn poll_next(
+        &self,
+        cx: &mut Context<'_>,
+        me: usize,
+        waker: &mut Option<Waker>,
+        sleep: &mut Sleep,
+        done: impl Fn() -> bool,
+    ) -> Poll<Option<(usize, T)>> {
+        match waker {
+            Some(spare) if spare.will_wake(cx.waker()) => {}
+            // Outside the lock (a waker is the runtime's code).
+            _ => *waker = Some(cx.waker().clone()),
         }
-        drop(wakers);
-        drop(old);
-    }
-
-    /// Whether `me` was woken (its slot emptied by a waker); if not, its
-    /// waker is refreshed to `waker` (cloned and dropped outside the lock,
-    /// as in `register`).
-    fn woken(&self, me: usize, waker: &Waker) -> bool {
-        {
-            let wakers = self.wakers.lock();
-            match &wakers[me] {
-                None => return true,
-                Some(old) if old.will_wake(waker) => return false,
-                Some(_) => {}
-            }
-        }
-        let mut fresh = Some(waker.clone());
-        let mut wakers = self.wakers.lock();
-        let woken = match &mut wakers[me] {
-            None => true,
-            Some(old) => {
-                std::mem::swap(old, fresh.as_mut().expect("just cloned"));
-                false
-            }
+        let mut state = self.state.lock();
+        // Off the stack, if still on it (polled without a ring): this look
+        // decides anew. Its old waker is dropped after the lock.
+        let stale = if sleep.registered {
+            sleep.registered = false;
+            state.unregister(me)
+        } else {
+            None
         };
-        drop(wakers);
-        // The replaced waker, or the unused clone.
-        drop(fresh);
-        woken
-    }
-
-    /// Takes `me`'s waker back out of its slot, if nobody took it; dropped
-    /// after the lock.
-    fn cancel(&self, me: usize) {
-        let mut wakers = self.wakers.lock();
-        let old = wakers[me].take();
-        if old.is_some() {
-            // Relaxed: under the lock.
-            self.sleepers.fetch_sub(1, Ordering::Relaxed);
-        }
-        drop(wakers);
-        drop(old);
-    }
-
-    /// Sleeps until woken, unless `ready` holds right after the
-    /// registration (then at once). The caller re-checks what it waits
-    /// for: a wake-up may find nothing left.
-    async fn sleep_until(&self, me: usize, ready: impl Fn() -> bool) {
-        let mut nap = Nap {
-            idle: self,
-            me,
-            registered: false,
-        };
-        poll_fn(|cx| {
-            if nap.registered {
-                if self.woken(me, cx.waker()) {
-                    nap.registered = false;
-                    return Poll::Ready(());
-                }
-                return Poll::Pending;
-            }
-            self.register(me, cx.waker());
-            nap.registered = true;
-            // Relaxed: ordered by the fence below.
-            self.looking[me].store(false, Ordering::Relaxed);
-            // SeqCst fence: pairs with the one in `work_added`. Either a
-            // producer after it sees this sleeper counted, or this re-check
-            // sees its envelope.
-            fence(Ordering::SeqCst);
-            if ready() {
-                // `nap` takes the registration back when dropped below.
-                return Poll::Ready(());
-            }
+        let outcome = if let Some(item) = state.queue.pop_front() {
+            sleep.yielded = false;
+            Poll::Ready(Some(item))
+        } else if done() {
+            Poll::Ready(None)
+        } else if self.yield_first && !sleep.yielded {
+            // The first time the queue is found empty after a request: let
+            // the tasks this worker just woke (its caller, in the runtime's
+            // next slot) run first, and look again (below).
+            sleep.yielded = true;
             Poll::Pending
-        })
-        .await;
-        drop(nap);
+        } else {
+            state.wakers[me] = waker.take();
+            state.stack.push(me);
+            sleep.registered = true;
+            Poll::Pending
+        };
+        drop(state);
+        drop(stale);
+        match outcome {
+            // Drained: the other sleepers end too.
+            Poll::Ready(None) => self.wake_all(),
+            // Yielded, not registered: this worker polls again once the
+            // runtime has run what was queued before it.
+            Poll::Pending if !sleep.registered => cx.waker().wake_by_ref(),
+            _ => {}
+        }
+        outcome
     }
-}
 
-/// A registration in the room, taken back if the sleep ends without a
-/// wake-up, or its future is dropped (the runtime drops the worker).
-struct Nap<'a> {
-    idle: &'a AsyncIdle,
-    me: usize,
-    registered: bool,
-}
-
-impl Drop for Nap<'_> {
-    fn drop(&mut self) {
-        if self.registered {
-            self.idle.cancel(self.me);
+    /// Takes worker `me` off the stack if it sleeps there (`registered`):
+    /// its loop is being dropped. If a ring took it off first, and a
+    /// request waits, the ring is passed on to the next sleeper.
+    pub(crate) fn leave(&self, me: usize, sleep: &mut Sleep) {
+        if !std::mem::take(&mut sleep.registered) {
+            return;
+        }
+        let mut state = self.state.lock();
+        let waker = state.unregister(me);
+        let passed = match (&waker, state.queue.is_empty()) {
+            (None, false) => match state.stack.pop() {
+                Some(worker) => state.wakers[worker].take(),
+                None => None,
+            },
+            _ => None,
+        };
+        drop(state);
+        drop(waker);
+        if let Some(passed) = passed {
+            passed.wake();
         }
     }
-}
 
-/// The next envelope for worker `me`: from its own mailbox, or taken from
-/// another one; with the index of the mailbox (the shard whose unit it
-/// holds). Sleeps in `idle` while no mailbox has anything. `None` once
-/// `done` (the worker's exit rule) holds and no mailbox has anything.
-pub(crate) async fn next<Q: Queue>(
-    me: usize,
-    mailboxes: &[Q],
-    idle: &AsyncIdle,
-    done: impl Fn() -> bool,
-) -> Option<(usize, Q::Item)> {
-    idle.look(me);
-    let mut slept = false;
-    loop {
-        if let Some(item) = mailboxes[me].try_take() {
-            idle.took(me, mailboxes, slept);
-            return Some((me, item));
+    /// Refuses every later push and hands back, one by one with its shard,
+    /// what is still queued: for a worker the runtime drops before the
+    /// pool drained (no worker will take anything any more).
+    // Only the tokio pool drops workers; loom builds without it.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn close_and_drain(&self, mut each: impl FnMut(usize, T)) {
+        let items = {
+            let mut state = self.state.lock();
+            state.closed = true;
+            std::mem::take(&mut state.queue)
+        };
+        // Outside the lock: `each` drops requests (user code).
+        for (shard, item) in items {
+            each(shard, item);
         }
-        if let Some(found) = steal(me, mailboxes) {
-            idle.took(me, mailboxes, true);
-            return Some(found);
-        }
-        if done() {
-            return None;
-        }
-        idle.sleep_until(me, || {
-            done() || mailboxes.iter().any(|queue| !queue.is_empty())
-        })
-        .await;
-        slept = true;
-        idle.look(me);
     }
-}
-
-/// What worker `me` does after it gave back a unit of shard `from`: if it
-/// was another worker's shard, that worker may be asleep waiting for
-/// exactly this release to drain it (its shutdown has begun): wake it.
-///
-/// Unconditional for a stolen unit (a check of "is that shard closed?"
-/// would race the close). The lock orders this release before the owner's
-/// next registration, whose re-check then sees it, or the owner's waker is
-/// in its slot and is woken here.
-#[inline]
-pub(crate) fn after_release(idle: &AsyncIdle, me: usize, from: usize) {
-    if from != me {
-        idle.wake(from);
-    }
-}
-
-/// One look at every other mailbox, starting after `me`.
-fn steal<Q: Queue>(me: usize, mailboxes: &[Q]) -> Option<(usize, Q::Item)> {
-    let count = mailboxes.len();
-    (1..count)
-        .map(|step| (me + step) % count)
-        .find_map(|other| mailboxes[other].try_take().map(|item| (other, item)))
 }

@@ -36,7 +36,8 @@ impl<W: Worker> Pool<W> {
     ///   key's worker, `jump_hash(hash(key), workers)`, and takes its unit
     ///   on that worker's shard only, never waiting for it: a full shard
     ///   is `Overload` at once, whatever room the others have. It is never
-    ///   stolen, even with [`steal`](crate::PoolBuilder::steal) on.
+    ///   stolen, although plain requests are by default
+    ///   ([`steal`](crate::PoolBuilder::steal)).
     /// * [`KeyedMode::Ordered`]: the request takes its unit as
     ///   [`call`](Self::call) does (any shard, waiting under the pool's
     ///   waiting policy), then queues behind the key's earlier requests;

@@ -98,7 +98,11 @@ pub(crate) mod worker_loop;
 /// * **One order per sender.** A worker takes one thread's requests in the
 ///   order that thread sent them, including `*_unbounded` ones and those
 ///   a grown capacity admits past the mailbox's ring (its overflow keeps
-///   the order; `pool/mailbox.rs`).
+///   the order; `pool/mailbox.rs`). With stealing (the default;
+///   [`PoolBuilder::steal`]) a free worker may take a request queued
+///   behind another, so one sender's requests may be handled by two
+///   workers at once, in either order; `steal(false)` or one worker keeps
+///   them in order.
 /// * **Nothing lost.** Every request admitted is handled exactly once, even
 ///   across a shutdown; a caller never waits for a reply that cannot come.
 /// * **Panics.** A panicking handler gives its caller

@@ -68,6 +68,25 @@ pub(crate) fn calling_worker(table: &Arc<Table>) -> Option<usize> {
     (pool == pool_id(table)).then_some(index)
 }
 
+/// Runs `f` as worker `worker` (`(pool_id, index)`) as far as
+/// [`calling_worker`] on this thread can tell, then puts back what was
+/// recorded before, even if `f` unwinds: an async worker shares its thread
+/// with other tasks, so it is the worker only while one of its own polls
+/// runs (`pool/asynchronous/current.rs`).
+#[cfg(feature = "tokio")]
+#[inline]
+pub(crate) fn as_worker_while<R>(worker: (usize, usize), f: impl FnOnce() -> R) -> R {
+    /// Puts the earlier record back when dropped.
+    struct Restore((usize, usize));
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CURRENT_WORKER.with(|current| current.set(self.0));
+        }
+    }
+    let _restore = Restore(CURRENT_WORKER.with(|current| current.replace(worker)));
+    f()
+}
+
 /// One worker thread's loop.
 pub(crate) struct WorkerLoop<W: Worker> {
     pub(crate) index: usize,
@@ -454,4 +473,18 @@ impl<W: Worker> Drop for Turn<'_, W> {
 /// did not was refused. `loom-tests/tests/loom_pool_shutdown.rs` checks it.
 pub(crate) fn drained(shard: &crate::engine::table::Shard) -> bool {
     shard.is_closed() && shard.usage() == 0
+}
+
+/// True once a worker that serves every shard may exit (the async pool's
+/// shared queue): the table is closed and every shard [`drained`], so every
+/// request admitted has been handled. `loom_async_steal` checks the wake-up
+/// that lets the last sleeper see it.
+#[cfg(any(feature = "tokio", loom))]
+#[inline]
+pub(crate) fn pool_drained(table: &crate::engine::table::Table) -> bool {
+    // `is_closing` first: one load of a word that changes once, so an open
+    // pool answers at once (the shards' words then decide).
+    table.is_closing()
+        && table.is_closed()
+        && (0..table.shard_count()).all(|shard| drained(table.shard(shard)))
 }

@@ -153,6 +153,9 @@ fn run(
             .workers(shards)
             .keyed(KeyedMode::Ordered)
             .max_queued_per_key(cap)
+            // As the model was written: plain requests stay on their own
+            // worker (stealing is the default).
+            .steal(false)
             .build(move |_| Gated {
                 gates: receivers.clone(),
                 log: log.clone(),

@@ -106,10 +106,13 @@ fn check(pool: &Pool<Gated>, model: &Model) -> Result<(), TestCaseError> {
 fn run(capacity: usize, workers: usize, actions: Vec<Action>) -> Result<(), TestCaseError> {
     let (gates, receivers): (Vec<Sender<Go>>, Vec<Receiver<Go>>) =
         (0..workers.min(capacity)).map(|_| unbounded()).unzip();
+    // Affinity: the model predicts each worker's own queue, so no worker
+    // may take another's requests (stealing is the default).
     let pool = Pool::builder()
         .name("model")
         .capacity(capacity)
         .workers(workers)
+        .steal(false)
         .build(move |index| Gated(receivers[index].clone()))
         .unwrap();
     // If a check fails half-way, workers are still waiting at their gates:

@@ -444,9 +444,13 @@ fn self_callers(capacity: usize, workers: usize) -> SelfCallers {
     let (gate, opened) = unbounded();
     let pool = {
         let slot = slot.clone();
+        // Affinity: these tests place requests on chosen workers' shards
+        // and watch where a self-call is queued, so no worker may take
+        // another's requests (stealing is the default).
         Pool::builder()
             .capacity(capacity)
             .workers(workers)
+            .steal(false)
             .build(move |index| SelfCaller {
                 index,
                 pool: slot.clone(),

@@ -9,7 +9,6 @@ use crate::error::{Error, Refused, TryCallError};
 use crate::sync::{now, Arc};
 use std::future::Future;
 use std::time::Duration;
-use tokio::sync::oneshot;
 
 /// Where a call stands when its future is returned.
 enum Pending<W: AsyncWorker, T> {

@@ -1,41 +1,40 @@
-//! Which async worker the running task is: a tokio task-local, set while a
-//! worker's loop is polled, so the pool never queues a worker's own call
-//! behind that worker (the thread pool keeps the same record in a
-//! thread-local; an async worker shares its thread with other tasks, so a
-//! thread-local would name the wrong one).
-
-use std::future::Future;
+//! Which async worker is running: the thread pool's thread-local record
+//! (`pool/worker_loop.rs`), set only while one of an async worker's own
+//! polls runs (its handler's, its factory's, its `terminate`'s) and
+//! restored after, so the pool never queues a worker's own call behind
+//! that worker, and never lets it wait for its own capacity.
+//!
+//! Why not a tokio task-local around the whole worker loop: it swaps the
+//! record in and out on every poll of the loop, sleeping or not, and cost
+//! a one-task `call_async` round trip about 50 instructions in 2,200
+//! (callgrind, `benches/async_pool.rs`'s shape); the record is only ever
+//! read by code a handler runs, which runs inside one of these polls. (A
+//! plain thread-local set for the whole loop would name the wrong task:
+//! an async worker shares its thread with other tasks.)
 
 use crate::engine::table::Table;
-use crate::pool::worker_loop::pool_id;
+use crate::pool::worker_loop::{self, pool_id};
 use crate::sync::Arc;
 
-tokio::task_local! {
-    /// `(pool_id, index)` of the worker whose loop is being polled.
-    static CURRENT_WORKER: (usize, usize);
+/// The record of worker `index` of the pool whose table is `table`.
+#[inline]
+pub(crate) fn worker_id(table: &Arc<Table>, index: usize) -> (usize, usize) {
+    (pool_id(table), index)
 }
 
-/// Runs `future` (a worker's loop) as worker `index` of the pool whose
-/// table is `table`.
-pub(crate) fn as_worker<F: Future>(
-    table: &Arc<Table>,
-    index: usize,
-    future: F,
-) -> impl Future<Output = F::Output> {
-    CURRENT_WORKER.scope((pool_id(table), index), future)
+/// Runs `f` (one poll, or one call of the factory) as worker `worker`.
+#[inline]
+pub(crate) fn as_worker<R>(worker: (usize, usize), f: impl FnOnce() -> R) -> R {
+    worker_loop::as_worker_while(worker, f)
 }
 
-/// The index of the calling task if it is a worker of the pool whose table
-/// is `table`; `None` anywhere else (one task-local read).
+/// The index of the calling code if a worker of the pool whose table is
+/// `table` runs it; `None` anywhere else (one thread-local read).
 ///
-/// Only the worker's own task is seen: a task the handler spawns is not the
-/// worker, and a call from it that the handler then awaits can still wait
-/// for the worker itself (the user's cycle, as with two pools).
+/// Only the worker's own polls are seen: a task the handler spawns is not
+/// the worker, and a call from it that the handler then awaits can still
+/// wait for the worker itself (the user's cycle, as with two pools).
 #[inline]
 pub(crate) fn calling_worker(table: &Arc<Table>) -> Option<usize> {
-    let id = pool_id(table);
-    CURRENT_WORKER
-        .try_with(|&(pool, index)| (pool == id).then_some(index))
-        .ok()
-        .flatten()
+    worker_loop::calling_worker(table)
 }

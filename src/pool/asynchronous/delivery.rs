@@ -7,7 +7,6 @@ use super::worker::{AsyncEnvelope, AsyncWorker};
 use super::{Inner, ReplyReceiver, Unsent};
 use crate::error::Error;
 use std::time::Instant;
-use tokio::sync::oneshot;
 
 impl<W: AsyncWorker> Inner<W> {
     /// Waits under the room's policy for a unit (until `deadline` at most),

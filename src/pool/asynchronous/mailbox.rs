@@ -1,33 +1,31 @@
 //! The mailbox seam: how an admitted request reaches a worker, and how a
 //! worker takes its next one. The async pool touches its mailboxes only
 //! through [`Mailboxes::deliver`] and [`Inbox::recv`], so the dispatch
-//! (each worker its own requests, or a free worker taking work queued at
-//! another) is chosen here and not in the pool or the worker loop.
+//! (one queue every free worker takes from, or each worker its own
+//! requests) is chosen here and not in the pool or the worker loop.
 //!
 //! Unbounded queues, because the shard's counter is the bound: every
-//! envelope but `Wake` holds one unit of its shard, so a mailbox never
-//! holds more than the shard's limit. A bounded channel would count the
-//! same requests a second time, on a second contended word.
+//! envelope but `Wake` holds one unit of its shard, so the queues never
+//! hold more than the capacity. A bounded channel would count the same
+//! requests a second time, on a second contended word.
 //!
-//! * **Own** (the default): each worker has one tokio unbounded MPSC
-//!   channel. tokio's channel is the one the actor idiom uses, well tuned
-//!   for tokio's wakers, and lighter than an MPMC queue; a lighter one of
-//!   our own would have to beat it by more than it would cost to keep.
-//! * **Shared** (`PoolBuilder::steal(true)`): each worker has one crossbeam
-//!   unbounded channel, and every worker holds every receiver (MPMC: each
-//!   envelope is taken once, by its owner or a thief). A task cannot await
-//!   a crossbeam channel, and should not: a free worker must be woken for
-//!   work at *any* mailbox, so it sleeps in the pool's
-//!   [`AsyncIdle`] room instead, and every delivery rings it
-//!   (`pool/async_idle.rs` has the protocol and its argument).
-//!   crossbeam's channel rather than `async-channel` or a `SegQueue`: it is
-//!   already a dependency, and only its `try_recv`, `send` and `is_empty`
-//!   are used, which is all an MPMC queue offers.
+//! * **Shared** (the default, `PoolBuilder::steal(true)`): one queue for
+//!   the whole pool (`pool/async_idle.rs`: a `VecDeque` and the sleeping
+//!   workers under one lock), each envelope tagged with the shard whose
+//!   unit it holds, taken by whichever worker is free first.
+//! * **Own** (`PoolBuilder::steal(false)`, for affinity): each worker has
+//!   one tokio unbounded MPSC channel, so a request runs on the worker of
+//!   the shard that admitted it. tokio's channel is the one the actor
+//!   idiom uses, well tuned for tokio's wakers, and lighter than an MPMC
+//!   queue.
 
-use tokio::sync::{mpsc, oneshot};
+use std::future::{poll_fn, Future};
+use std::task::Waker;
+
+use tokio::sync::mpsc;
 
 use crate::error::Error;
-use crate::pool::async_idle::{self, AsyncIdle};
+use crate::pool::async_idle::{SharedQueue, Sleep};
 use crate::sync::Arc;
 
 /// The reply slot of one call.
@@ -51,16 +49,14 @@ impl<Request, Reply, Message> Envelope<Request, Reply, Message> {
     }
 }
 
-/// The sending side of every worker's mailbox, indexed by shard.
+/// The sending side of the pool's mailboxes.
 pub(crate) enum Mailboxes<E> {
-    /// One MPSC channel per worker, read by that worker only.
+    /// One MPSC channel per worker, indexed by shard, read by that worker
+    /// only.
     Own(Box<[mpsc::UnboundedSender<E>]>),
-    /// One MPMC channel per worker, read by every worker, and the room
-    /// where free workers sleep.
-    Shared {
-        senders: Box<[crossbeam_channel::Sender<E>]>,
-        idle: Arc<AsyncIdle>,
-    },
+    /// One queue for the pool, read by every worker, each envelope with
+    /// its shard.
+    Shared(Arc<SharedQueue<E>>),
 }
 
 /// One worker's receiving side.
@@ -70,34 +66,39 @@ pub(crate) enum Inbox<E> {
         index: usize,
         receiver: mpsc::UnboundedReceiver<E>,
     },
-    /// Every worker's channel (its own at `index`) and the idle room.
+    /// The pool's queue; `index` is the worker's, `waker` its spare clone
+    /// of its own waker, `sleep` whether it sleeps on the queue's
+    /// stack (see [`SharedQueue::poll_next`]).
     Shared {
         index: usize,
-        receivers: Arc<[crossbeam_channel::Receiver<E>]>,
-        idle: Arc<AsyncIdle>,
+        queue: Arc<SharedQueue<E>>,
+        waker: Option<Waker>,
+        sleep: Sleep,
     },
 }
 
-/// `count` mailboxes: the senders, and one inbox per worker. With `steal`
-/// (and more than one worker) every worker may take from every mailbox.
-pub(crate) fn mailboxes<E>(count: usize, steal: bool) -> (Mailboxes<E>, Vec<Inbox<E>>) {
+/// The mailboxes of `count` workers: the senders, and one inbox per
+/// worker. With `steal` (and more than one worker) one queue, with room
+/// for `capacity` envelopes before it grows, serves them all; its workers
+/// yield once before they sleep if `multi_thread` (their runtime's
+/// flavor, `async_idle.rs`).
+pub(crate) fn mailboxes<E>(
+    count: usize,
+    capacity: usize,
+    steal: bool,
+    multi_thread: bool,
+) -> (Mailboxes<E>, Vec<Inbox<E>>) {
     if steal && count > 1 {
-        let (senders, receivers): (Vec<_>, Vec<_>) =
-            (0..count).map(|_| crossbeam_channel::unbounded()).unzip();
-        let receivers: Arc<[_]> = receivers.into();
-        let idle = Arc::new(AsyncIdle::new(count));
+        let queue = Arc::new(SharedQueue::new(count, capacity, multi_thread));
         let inboxes = (0..count)
             .map(|index| Inbox::Shared {
                 index,
-                receivers: Arc::clone(&receivers),
-                idle: Arc::clone(&idle),
+                queue: Arc::clone(&queue),
+                waker: None,
+                sleep: Sleep::default(),
             })
             .collect();
-        let mailboxes = Mailboxes::Shared {
-            senders: senders.into_boxed_slice(),
-            idle,
-        };
-        return (mailboxes, inboxes);
+        return (Mailboxes::Shared(queue), inboxes);
     }
     let (senders, inboxes) = (0..count)
         .map(|index| {
@@ -109,19 +110,14 @@ pub(crate) fn mailboxes<E>(count: usize, steal: bool) -> (Mailboxes<E>, Vec<Inbo
 }
 
 impl<E> Mailboxes<E> {
-    /// Posts `envelope` to worker `shard`; the envelope back if no worker
-    /// can take it any more.
+    /// Posts `envelope`, which holds a unit of shard `shard`: to that
+    /// shard's worker, or to the shared queue. The envelope back if no
+    /// worker can take it any more.
     #[inline]
     pub(crate) fn deliver(&self, shard: usize, envelope: E) -> Result<(), E> {
         match self {
             Mailboxes::Own(senders) => senders[shard].send(envelope).map_err(|returned| returned.0),
-            Mailboxes::Shared { senders, idle } => {
-                senders[shard]
-                    .send(envelope)
-                    .map_err(|returned| returned.into_inner())?;
-                idle.work_added(shard);
-                Ok(())
-            }
+            Mailboxes::Shared(queue) => queue.push(shard, envelope),
         }
     }
 
@@ -135,47 +131,50 @@ impl<E> Mailboxes<E> {
                     let _ = sender.send(make());
                 }
             }
-            Mailboxes::Shared { idle, .. } => idle.wake_all(),
+            Mailboxes::Shared(queue) => queue.wake_all(),
         }
     }
 }
 
 impl<E> Inbox<E> {
-    /// The next envelope, once there is one, with the shard whose mailbox
-    /// it came from (the shard whose unit it holds). `None` once every
-    /// sender is gone and the mailbox is empty, or, when stealing, once
-    /// `done` (the worker's exit rule) holds and no mailbox has anything.
+    /// The next envelope, once there is one, with the shard whose unit it
+    /// holds. `None` once every sender is gone and the mailbox is empty,
+    /// or, with the shared queue, once `done` (the worker's exit rule)
+    /// holds and the queue is empty.
     #[inline]
-    pub(crate) async fn recv(&mut self, done: impl Fn() -> bool) -> Option<(usize, E)> {
-        match self {
+    pub(crate) fn recv<'a>(
+        &'a mut self,
+        done: impl Fn() -> bool + 'a,
+    ) -> impl Future<Output = Option<(usize, E)>> + 'a {
+        // A `poll_fn` rather than an `async fn`: one state machine less to
+        // step through per request.
+        poll_fn(move |cx| match self {
             Inbox::Own { index, receiver } => {
                 let index = *index;
-                receiver.recv().await.map(|envelope| (index, envelope))
+                receiver
+                    .poll_recv(cx)
+                    .map(|envelope| envelope.map(|envelope| (index, envelope)))
             }
             Inbox::Shared {
                 index,
-                receivers,
-                idle,
-            } => async_idle::next(*index, receivers, idle, done).await,
-        }
+                queue,
+                waker,
+                sleep,
+            } => queue.poll_next(cx, *index, waker, sleep, &done),
+        })
     }
 
-    /// What the worker does after it gave back a unit of shard `from`:
-    /// when stealing, a stolen unit's owner may be waiting for it.
-    #[inline]
-    pub(crate) fn after_release(&self, from: usize) {
-        if let Inbox::Shared { index, idle, .. } = self {
-            async_idle::after_release(idle, *index, from);
-        }
+    /// True if this inbox reads the pool's one shared queue.
+    pub(crate) fn is_shared(&self) -> bool {
+        matches!(self, Inbox::Shared { .. })
     }
 
     /// Refuses later deliveries (where the channel allows) and hands back,
     /// one by one with its shard, what is still queued: for a worker
     /// dropped before it could drain its mailbox (`abandoned`: the runtime
-    /// dropped it). An abandoned stealing worker drains every mailbox, so
+    /// dropped it). An abandoned worker of the shared queue drains it, so
     /// the last one dropped leaves nothing queued; one that ended on its
-    /// own leaves the other mailboxes to their workers, which still serve
-    /// them.
+    /// own found the pool drained.
     pub(crate) fn close_and_drain(&mut self, abandoned: bool, mut each: impl FnMut(usize, E)) {
         match self {
             Inbox::Own { index, receiver } => {
@@ -185,12 +184,14 @@ impl<E> Inbox<E> {
                 }
             }
             Inbox::Shared { .. } if !abandoned => {}
-            Inbox::Shared { receivers, .. } => {
-                for (shard, receiver) in receivers.iter().enumerate() {
-                    while let Ok(envelope) = receiver.try_recv() {
-                        each(shard, envelope);
-                    }
-                }
+            Inbox::Shared {
+                index,
+                queue,
+                sleep,
+                ..
+            } => {
+                queue.leave(*index, sleep);
+                queue.close_and_drain(each);
             }
         }
     }

@@ -6,8 +6,9 @@
 //!
 //! One idea per file: the mailbox seam (`mailbox.rs`), the worker loop
 //! (`worker.rs`), which worker the running task is (`current.rs`), a panic
-//! catch for futures (`unwind.rs`). Stealing's wake-up protocol is
-//! `pool/async_idle.rs` (there so loom builds it without tokio).
+//! catch for futures (`unwind.rs`). The default dispatch's shared queue
+//! and its wake-up protocol are `pool/async_idle.rs` (there so loom builds
+//! it without tokio).
 
 use self::mailbox::Mailboxes;
 use self::worker::{AsyncEnvelope, AsyncWorker};
@@ -18,7 +19,7 @@ use crate::stats::Stats;
 use crate::sync::{Arc, Weak};
 use std::fmt;
 use std::future::Future;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
 mod build;
 mod calls;
@@ -39,13 +40,13 @@ pub(crate) mod worker;
 ///
 /// An async worker handles one request at a time, so the worker count is
 /// how many requests can be *running* (awaiting their I/O) at once; the
-/// rest of the capacity waits in mailboxes. By Little's law a pool whose
+/// rest of the capacity waits in the queue. By Little's law a pool whose
 /// handlers each wait `L` for I/O serves at most `workers / L` requests a
 /// second: 2 workers (the thread pool's default on a 2-core machine) with a
 /// 1 ms database round trip serve 2,000 a second however fast the database
 /// is. An idle async worker costs a parked task (no thread, no CPU), so the
-/// default gives every unit of capacity a worker of its own, and requests
-/// queue only behind requests of the same worker's own state. Past 256 the
+/// default gives every unit of capacity a worker of its own, so no
+/// admitted request waits for a worker. Past 256 the
 /// cost that matters is the state each worker builds (often a connection
 /// to a server, which has its own limit): name the count with
 /// [`PoolBuilder::workers`].
@@ -91,22 +92,26 @@ pub(crate) const MAX_DEFAULT_ASYNC_WORKERS: usize = 256;
 ///   handler spawns is not the worker; awaiting its call from the handler
 ///   is the user's cycle.
 ///
-/// # Stealing
+/// # Dispatch: every worker works
 ///
-/// Built with [`PoolBuilder::steal(true)`](crate::PoolBuilder::steal), a worker
-/// whose own mailbox is empty takes the oldest request waiting at another
-/// worker, so one slow request (a long await, a slow server) no longer
-/// holds up the requests queued behind it while other workers are free.
-/// The unit stays with the shard that admitted the request and goes back
-/// there before the reply, so everything above holds as written; a panic
+/// By default the pool has one queue, and whichever worker is free first
+/// takes the oldest request: no request waits behind another while a
+/// worker is free, so with interchangeable workers (a connection each to
+/// the same server) every worker works, and one slow reply holds up
+/// nothing but its own caller. A free worker costs no CPU: it awaits a
+/// wake-up, and a request queued while a worker sleeps wakes one. The unit
+/// stays with the shard that admitted the request and goes back there
+/// before the reply, so everything above holds as written; a panic
 /// rebuilds the worker that *ran* the request and is counted on the
-/// admitting shard. What changes is what a worker's state sees: it is no
-/// longer "the requests sent to me", but any request of the pool, and the
-/// casts of one producer may be handled by different workers, so out of
-/// order. Keep it off (the default) for workers that keep per-caller state
-/// or must see one producer's casts in order. A free worker costs no CPU:
-/// it awaits a wake-up, and a delivery wakes one only when the mailbox's
-/// own worker is not already about to take it.
+/// admitting shard.
+///
+/// What a worker's state sees is any request of the pool, and the casts of
+/// one producer may be handled by different workers, so out of order.
+/// For workers that keep per-caller state or must see one producer's
+/// casts in order, build with [`PoolBuilder::steal(false)`](crate::PoolBuilder::steal):
+/// each worker then has a mailbox of its own, and a request runs on the
+/// worker whose shard admitted it (a caller's requests go to its thread's
+/// home shard first), in the order its thread sent it.
 ///
 /// ```
 /// # use sidejob::{AsyncWorker, Pool};
@@ -118,8 +123,12 @@ pub(crate) const MAX_DEFAULT_ASYNC_WORKERS: usize = 256;
 /// # }
 /// let runtime = tokio::runtime::Runtime::new()?;
 /// runtime.block_on(async {
-///     let pool = Pool::builder().capacity(64).workers(4).steal(true).build_async(|_| Echo)?;
+///     // Interchangeable workers: the default.
+///     let pool = Pool::builder().capacity(64).workers(4).build_async(|_| Echo)?;
 ///     assert_eq!(pool.call_async(7).await?, 7);
+///     // Affinity: each request on the worker whose shard admitted it.
+///     let affine = Pool::builder().capacity(64).workers(4).steal(false).build_async(|_| Echo)?;
+///     assert_eq!(affine.call_async(7).await?, 7);
 ///     pool.shutdown_async().await;
 ///     assert_eq!(pool.usage(), 0);
 ///     Ok::<(), Box<dyn std::error::Error>>(())
@@ -130,8 +139,8 @@ pub(crate) const MAX_DEFAULT_ASYNC_WORKERS: usize = 256;
 /// # Memory ordering
 ///
 /// Everything a caller did before `call_async` or `cast` happens-before the
-/// handler runs (the mailbox is a channel); everything the handler did
-/// happens-before the caller's future yields the reply.
+/// handler runs (the queue's lock, or the mailbox's channel); everything
+/// the handler did happens-before the caller's future yields the reply.
 ///
 /// # Examples
 ///

@@ -6,14 +6,16 @@
 
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
 
+use super::current::{as_worker, worker_id};
 use super::mailbox::{Envelope, Inbox};
 use super::unwind::guarded;
 use crate::adaptive::{Feed, FeedSlot, Outcome};
 use crate::engine::foreign::{drop_payload, drop_quietly};
 use crate::engine::table::{Table, Unit};
 use crate::error::Error;
-use crate::pool::worker_loop::drained;
+use crate::pool::worker_loop::{drained, pool_drained};
 use crate::sync::Arc;
 
 /// The state and async handlers of one worker of an
@@ -104,6 +106,29 @@ pub(crate) type AsyncEnvelope<W> =
 /// Builds a worker's state; shared by every worker of a pool.
 pub(crate) type AsyncFactory<W> = dyn Fn(usize) -> W + Send + Sync;
 
+/// A worker's async init with its error dropped (`None`): for a re-init
+/// after a panic, whose error has nobody to go to.
+pub(crate) type AsyncInit<W> =
+    dyn Fn(usize) -> Pin<Box<dyn Future<Output = Option<W>> + Send>> + Send + Sync;
+
+/// How a worker's state is made: at start (the factory) and after a panic.
+pub(crate) enum Maker<W> {
+    /// `PoolBuilder::build_async`'s factory, called on the worker's task.
+    Sync(Arc<AsyncFactory<W>>),
+    /// `PoolBuilder::build_async_init`'s init, awaited on the worker's task
+    /// after a panic (at start, the build awaited it).
+    Async(Arc<AsyncInit<W>>),
+}
+
+impl<W> Clone for Maker<W> {
+    fn clone(&self) -> Self {
+        match self {
+            Maker::Sync(factory) => Maker::Sync(Arc::clone(factory)),
+            Maker::Async(init) => Maker::Async(Arc::clone(init)),
+        }
+    }
+}
+
 /// One request in a worker's hands.
 enum Job<W: AsyncWorker> {
     Call(W::Request),
@@ -115,7 +140,10 @@ pub(crate) struct TaskLoop<W: AsyncWorker> {
     pub(crate) index: usize,
     pub(crate) table: Arc<Table>,
     pub(crate) inbox: Inbox<AsyncEnvelope<W>>,
-    pub(crate) factory: Arc<AsyncFactory<W>>,
+    pub(crate) maker: Maker<W>,
+    /// The state made before the loop started (by the build's init), or
+    /// `None` to call the factory first thing.
+    pub(crate) initial: Option<W>,
     /// Dropped when the loop ends (or the runtime drops the task): the
     /// pool's `shutdown_async` waits for every worker's.
     pub(crate) _alive: tokio::sync::watch::Receiver<()>,
@@ -129,17 +157,32 @@ pub(crate) struct TaskLoop<W: AsyncWorker> {
 
 impl<W: AsyncWorker> TaskLoop<W> {
     pub(crate) async fn run(mut self) {
-        let mut state = self.build();
+        let mut state = match self.initial.take() {
+            Some(worker) => Some(worker),
+            None => self.make().await,
+        };
         let table = Arc::clone(&self.table);
         let shard = table.shard(self.index);
-        // `from` is the shard whose mailbox the envelope came from, whose
-        // unit it holds: this worker's own, or another's when it steals.
-        while let Some((from, envelope)) = self.inbox.recv(|| drained(shard)).await {
+        // The exit rule: a worker of the shared queue serves every shard,
+        // and leaves once all are drained; one with its own mailbox, once
+        // its shard is.
+        let shared = self.inbox.is_shared();
+        let id = self.id();
+        let done = || {
+            if shared {
+                pool_drained(&table)
+            } else {
+                drained(shard)
+            }
+        };
+        // `from` is the shard whose unit the envelope holds: this worker's
+        // own, or any with the shared queue.
+        while let Some((from, envelope)) = self.inbox.recv(done).await {
             let (job, reply) = match envelope {
-                Envelope::Call(request, reply) => (Job::Call(request), Some(reply)),
+                Envelope::Call(request, reply) => (Job::<W>::Call(request), Some(reply)),
                 Envelope::Cast(message) => (Job::Cast(message), None),
                 Envelope::Wake => {
-                    if drained(shard) {
+                    if done() {
                         break;
                     }
                     continue;
@@ -151,7 +194,52 @@ impl<W: AsyncWorker> TaskLoop<W> {
             let unit = Unit::new(&self.table, from);
             let feed = self.feed.get();
             let started = feed.and_then(Feed::start);
-            let outcome = self.handle(&mut state, job).await;
+            // The handler, under a panic catch (inline rather than an
+            // `async fn` of its own: one state machine less to step through
+            // per request).
+            if state.is_none() {
+                state = self.make().await;
+            }
+            // Set when the handler panicked and an async init is to make
+            // the state again after the reply.
+            let mut reinit = false;
+            let outcome = match state.as_mut() {
+                // The factory itself panicked (or the init failed): this
+                // request cannot be served.
+                None => {
+                    drop_quietly(job);
+                    Err(Error::WorkerPanicked)
+                }
+                // Creating the handler's future is user code too: inside
+                // the guard.
+                Some(worker) => match guarded(id, async move {
+                    match job {
+                        Job::Call(request) => Some(worker.handle_call(request).await),
+                        Job::Cast(message) => {
+                            worker.handle_cast(message).await;
+                            None
+                        }
+                    }
+                })
+                .await
+                {
+                    Ok(reply) => Ok(reply),
+                    Err(payload) => {
+                        drop_payload(payload);
+                        // A restart: the half-updated state is dropped, not
+                        // reused; the mailbox stays, and the new state
+                        // serves it. The factory runs now; an async init,
+                        // after the reply (below): its caller need not
+                        // wait for a reconnect.
+                        drop_quietly(state.take());
+                        match &self.maker {
+                            Maker::Sync(factory) => state = build(&**factory, self.index, id),
+                            Maker::Async(_) => reinit = true,
+                        }
+                        Err(Error::WorkerPanicked)
+                    }
+                },
+            };
             let panicked = outcome.is_err();
             // A panic is no reading of the backend's speed: not recorded.
             let due = match (feed, started, panicked) {
@@ -162,7 +250,6 @@ impl<W: AsyncWorker> TaskLoop<W> {
             // that gets its answer and calls again at once never meets its
             // own stale unit.
             unit.release(panicked);
-            self.inbox.after_release(from);
             if let Some(reply) = reply {
                 // A call's job always answers `Some`; `None` cannot come.
                 let outcome = outcome.and_then(|reply| reply.ok_or(Error::WorkerPanicked));
@@ -180,12 +267,18 @@ impl<W: AsyncWorker> TaskLoop<W> {
                     drop_payload(payload);
                 }
             }
-            if drained(shard) {
+            if reinit {
+                state = self.make().await;
+            }
+            // With its own mailbox, the worker leaves once its shard is
+            // drained (its channel is not closed: the pool's handles still
+            // hold the sender). The shared queue's `recv` checks on its own.
+            if !shared && done() {
                 break;
             }
         }
         if let Some(mut worker) = state {
-            if let Err(payload) = guarded(worker.terminate()).await {
+            if let Err(payload) = guarded(id, worker.terminate()).await {
                 drop_payload(payload);
             }
             drop_quietly(worker);
@@ -193,52 +286,43 @@ impl<W: AsyncWorker> TaskLoop<W> {
         self.ended = true;
     }
 
-    /// Runs one handler to its end. On a panic the state is dropped, to be
-    /// rebuilt by the factory, and the caller is told `WorkerPanicked`.
-    /// `Ok(Some(reply))` for a call, `Ok(None)` for a cast.
-    async fn handle(&self, state: &mut Option<W>, job: Job<W>) -> Result<Option<W::Reply>, Error> {
-        if state.is_none() {
-            *state = self.build();
-        }
-        let Some(worker) = state.as_mut() else {
-            // The factory itself panicked: this request cannot be served.
-            drop_quietly(job);
-            return Err(Error::WorkerPanicked);
-        };
-        // Creating the future is user code too: inside the guard.
-        let handled = guarded(async move {
-            match job {
-                Job::Call(request) => Some(worker.handle_call(request).await),
-                Job::Cast(message) => {
-                    worker.handle_cast(message).await;
-                    None
+    /// This worker's record for `calling_worker` (`current.rs`).
+    fn id(&self) -> (usize, usize) {
+        worker_id(&self.table, self.index)
+    }
+
+    /// Makes the worker's state (as this worker): the factory's, or the
+    /// async init's. `None` if it panicked or the init failed (tried again
+    /// on the next request). The future borrows nothing of the loop (which
+    /// is not `Sync`).
+    fn make(&self) -> impl Future<Output = Option<W>> + Send + 'static {
+        let (maker, index, id) = (self.maker.clone(), self.index, self.id());
+        async move {
+            match maker {
+                Maker::Sync(factory) => build(&*factory, index, id),
+                Maker::Async(init) => {
+                    // Calling the init is user code too: inside the guard.
+                    match guarded(id, async { init(index).await }).await {
+                        Ok(made) => made,
+                        Err(payload) => {
+                            drop_payload(payload);
+                            None
+                        }
+                    }
                 }
-            }
-        })
-        .await;
-        match handled {
-            Ok(reply) => Ok(reply),
-            Err(payload) => {
-                drop_payload(payload);
-                // A restart: the half-updated state is dropped, not reused;
-                // the mailbox stays, and the new state serves it.
-                drop_quietly(state.take());
-                *state = self.build();
-                Err(Error::WorkerPanicked)
             }
         }
     }
+}
 
-    /// Calls the factory; `None` if it panicked (retried on the next
-    /// request).
-    fn build(&self) -> Option<W> {
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.factory)(self.index)))
-        {
-            Ok(worker) => Some(worker),
-            Err(payload) => {
-                drop_payload(payload);
-                None
-            }
+/// Calls the factory as worker `id`; `None` if it panicked.
+fn build<W>(factory: &AsyncFactory<W>, index: usize, id: (usize, usize)) -> Option<W> {
+    let factory = std::panic::AssertUnwindSafe(|| factory(index));
+    match as_worker(id, || std::panic::catch_unwind(factory)) {
+        Ok(worker) => Some(worker),
+        Err(payload) => {
+            drop_payload(payload);
+            None
         }
     }
 }
@@ -247,13 +331,14 @@ impl<W: AsyncWorker> Drop for TaskLoop<W> {
     /// A loop that ends normally leaves nothing queued in its mailbox (its
     /// shard is drained, or every sender is gone). One dropped early, by a
     /// runtime shutting down, shuts the pool down and gives back the unit
-    /// of every envelope still queued (when stealing, in every mailbox):
-    /// their callers see `Shutdown` (the reply slot
-    /// is dropped), and the pool's count stays exact. (A send racing with
-    /// this drain, one that passed the channel's closed check before
-    /// `close` and pushes after the last `try_recv`, is dropped with the
-    /// channel and keeps its unit: `usage` of a pool whose runtime is gone
-    /// may read one high per such race.)
+    /// of every envelope still queued (with the shared queue, all of it,
+    /// which then refuses later pushes under its lock): their callers see
+    /// `Shutdown` (the reply slot is dropped), and the pool's count stays
+    /// exact. (With its own mailbox, a send racing with this drain, one
+    /// that passed the channel's closed check before `close` and pushes
+    /// after the last `try_recv`, is dropped with the channel and keeps its
+    /// unit: `usage` of a pool whose runtime is gone may read one high per
+    /// such race.)
     fn drop(&mut self) {
         if !self.ended {
             // The runtime is dropping this worker (it is shutting down):
