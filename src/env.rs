@@ -12,6 +12,33 @@ use crate::pool::PoolBuilder;
 use crate::supervisor::SupervisorBuilder;
 use crate::sync::Arc;
 
+/// Sets a builder's waiting room from `env`'s `MaxWaiters` and `MaxWait`
+/// where they are set: one text for the three builders' `from_env`
+/// (their setters share names, not a trait).
+macro_rules! waiting_from_env {
+    ($env:expr, $builder:expr) => {{
+        let (waiters, wait) = $env.waiting()?;
+        if let Some(waiters) = waiters {
+            $builder.max_waiters(waiters);
+        }
+        if let Some(wait) = wait {
+            $builder.max_wait(wait);
+        }
+    }};
+}
+
+/// [`waiting_from_env!`], and the shard count from `Shards` first, for
+/// the builders that take one (the limiter's and the supervisor's).
+macro_rules! shards_and_waiting_from_env {
+    ($env:expr, $builder:expr) => {{
+        let shards = crate::engine::table::MAX_SHARDS;
+        if let Some(shards) = $env.count(Setting::Shards, false, shards, Err(NO_UNLIMITED))? {
+            $builder.shards(shards);
+        }
+        waiting_from_env!($env, $builder);
+    }};
+}
+
 /// A setting an [`Env`] reads, each under a suffix of its own (the
 /// default suffix is the builder field's name in capitals, renamed with
 /// [`Env::rename`]).
@@ -488,17 +515,7 @@ impl LimiterBuilder {
         if let Some(name) = env.name() {
             builder.name(name);
         }
-        let shards = crate::engine::table::MAX_SHARDS;
-        if let Some(shards) = env.count(Setting::Shards, false, shards, Err(NO_UNLIMITED))? {
-            builder.shards(shards);
-        }
-        let (waiters, wait) = env.waiting()?;
-        if let Some(waiters) = waiters {
-            builder.max_waiters(waiters);
-        }
-        if let Some(wait) = wait {
-            builder.max_wait(wait);
-        }
+        shards_and_waiting_from_env!(env, builder);
         Ok(Some(builder))
     }
 }
@@ -540,13 +557,7 @@ impl PoolBuilder {
         )? {
             builder.workers(workers);
         }
-        let (waiters, wait) = env.waiting()?;
-        if let Some(waiters) = waiters {
-            builder.max_waiters(waiters);
-        }
-        if let Some(wait) = wait {
-            builder.max_wait(wait);
-        }
+        waiting_from_env!(env, builder);
         Ok(Some(builder))
     }
 }
@@ -592,17 +603,7 @@ impl SupervisorBuilder {
         if let Some(name) = env.name() {
             builder.name(name);
         }
-        let shards = crate::engine::table::MAX_SHARDS;
-        if let Some(shards) = env.count(Setting::Shards, false, shards, Err(NO_UNLIMITED))? {
-            builder.shards(shards);
-        }
-        let (waiters, wait) = env.waiting()?;
-        if let Some(waiters) = waiters {
-            builder.max_waiters(waiters);
-        }
-        if let Some(wait) = wait {
-            builder.max_wait(wait);
-        }
+        shards_and_waiting_from_env!(env, builder);
         Ok(Some(builder))
     }
 }
