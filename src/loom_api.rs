@@ -252,6 +252,12 @@ impl Idle {
         self.0.wake_all()
     }
 
+    /// What worker `me` does when its handler first returns `Pending`
+    /// (`SharedQueue::away`).
+    pub fn away(&self, me: usize) {
+        self.0.away(me)
+    }
+
     /// What worker `me` does once it gave back the unit of what it handled,
     /// before it replies: says it polls its mailbox next.
     pub fn polling(&self, me: usize) {
@@ -412,8 +418,9 @@ pub fn after_release(idle: &Idle, me: usize, from: usize) {
     crate::pool::steal::after_release(&idle.0, me, from)
 }
 
-/// The async pool's shared queue (`pool/async_idle.rs`): one FIFO every
-/// worker takes from, and where free workers sleep. Its items stand for
+/// The async pool's queues (`pool/async_idle.rs`): one per worker and a
+/// common one, which every worker takes from, and where free workers
+/// sleep. Its items stand for
 /// envelopes: each is the shard whose unit it holds.
 #[derive(Debug)]
 pub struct SharedQueue(crate::pool::async_idle::SharedQueue<()>);
@@ -435,6 +442,12 @@ impl SharedQueue {
     /// What shutdown does after closing the table.
     pub fn wake_all(&self) {
         self.0.wake_all()
+    }
+
+    /// What worker `me` does when its handler first returns `Pending`
+    /// (`SharedQueue::away`).
+    pub fn away(&self, me: usize) {
+        self.0.away(me)
     }
 
     /// How many workers sleep now.

@@ -3,7 +3,8 @@
 //! future under loom's `block_on` (whose waker unparks a loom thread, so a
 //! waker nobody wakes is a deadlock loom reports): a free worker is woken
 //! for a request (no lost wake-up), also while another worker is busy with
-//! one; each request is taken once and its unit goes back to the shard
+//! one, or away (its handler awaits, and what waits at it moves to the
+//! common queue); each request is taken once and its unit goes back to the shard
 //! that admitted it; a shutdown racing the last requests still lets every
 //! worker drain and end, the last release waking the sleepers; a worker
 //! dropped asleep leaves the stack, and one dropped after its ring passes
@@ -147,6 +148,38 @@ fn a_request_reaches_the_free_worker_while_the_other_is_busy() {
         let zero = {
             let by_one = by_one.clone();
             Rig::worker(&rig, 0, move || by_one.wait_for(1))
+        };
+        rig.submit(0);
+        rig.submit(0);
+        rig.handled.wait_for(2);
+        rig.shut_down(vec![zero, one], 2);
+    });
+}
+
+/// As above, but worker 0's handler awaits (it goes away): what was
+/// queued at worker 0 moves to the common queue, and what is pushed for
+/// it meanwhile goes there. Whichever way each push and the move
+/// interleave with worker 1's sleep, the second request must reach
+/// worker 1 while worker 0 is stuck (a request left at the away worker,
+/// or a ring lost in the move, is a deadlock).
+#[test]
+fn a_request_queued_at_a_worker_that_goes_away_reaches_the_free_one() {
+    loom::model(|| {
+        let rig = Rig::new(4);
+        let by_one = Arc::new(Count::default());
+        let one = {
+            let by_one = by_one.clone();
+            Rig::worker(&rig, 1, move || by_one.bump())
+        };
+        while rig.queue.sleepers() == 0 {
+            thread::yield_now();
+        }
+        let zero = {
+            let (by_one, queue) = (by_one.clone(), Arc::clone(&rig));
+            Rig::worker(&rig, 0, move || {
+                queue.queue.away(0);
+                by_one.wait_for(1)
+            })
         };
         rig.submit(0);
         rig.submit(0);

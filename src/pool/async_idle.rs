@@ -1,105 +1,170 @@
-//! The async pool's shared queue: one FIFO every worker task takes from,
-//! where a free worker awaits work and how a delivery wakes one; the
-//! default dispatch of an [`AsyncPool`](crate::AsyncPool)
+//! The async pool's queues: one per worker and one common to all, where a
+//! free worker awaits work and how a delivery wakes one; the default
+//! dispatch of an [`AsyncPool`](crate::AsyncPool)
 //! ([`PoolBuilder::steal`](crate::PoolBuilder::steal)).
 //!
 //! It lives in the pool rather than beside the async pool because it needs
 //! no tokio: the loom models, which cannot build tokio, drive it directly
 //! (`loom-tests/tests/loom_async_steal.rs`).
 //!
-//! # One queue, one lock
+//! # Where a request goes
 //!
-//! Every request goes to one queue, tagged with the shard whose unit it
-//! holds, and the first free worker takes the oldest. A request is never
-//! queued *at* a busy worker, so no worker idles while a request waits,
-//! and nobody needs to steal. (The thread pool keeps one mailbox per
-//! worker and steals, `pool/steal.rs`: its workers are threads on their
-//! own cores, and a worker's own mailbox keeps its requests' lines there.
-//! An async pool's workers are tasks sharing the runtime's threads: there
-//! is no such line to keep. `steal(false)` still gives each async worker a
-//! mailbox of its own, for affinity: `asynchronous/mailbox.rs`.)
+//! Each worker has a FIFO of its own under a lock of its own (on its own
+//! cache line), and one more FIFO is common to all; every request is
+//! tagged with the shard whose unit it holds.
 //!
-//! The queue, the stack of sleeping workers and their wakers sit under one
-//! lock, held for a push or a pop and never while foreign code runs: a
-//! waker is cloned before the lock and woken or dropped after it. One lock
-//! makes the sleep/wake protocol plain: a worker registers as a sleeper
-//! only after it found the queue empty under the lock, and a push under
-//! the same lock takes a sleeper off the stack, so no wake-up can fall
-//! between a look and a sleep, and no fence is needed.
+//! * A push goes to the queue of the worker last polled on the calling
+//!   thread (a thread-local, set at each poll): the worker whose reply
+//!   just woke the caller, so the caller, that worker and its queue keep
+//!   to one runtime thread, as the tokio actor idiom's tasks keep to their
+//!   actor, and no lock line crosses threads.
+//! * Unless that worker is **away**: its handler returned `Pending` (it
+//!   awaits I/O, a timer, a lock). An away worker's queue takes nothing:
+//!   at its first `Pending` the worker moves what it holds to the common
+//!   queue ([`SharedQueue::away`]), and later pushes meant for it go there
+//!   too, until it looks for work again. So a request never waits behind a
+//!   handler that is waiting: a worker that finishes takes the common
+//!   queue's oldest, and the connection-shaped workload (every handler
+//!   awaits a backend) runs from one FIFO, first come first served.
+//! * A worker takes from its own queue first, then from the common one,
+//!   then from the others' (it steals), so no request waits at a busy
+//!   worker while another is free to look.
 //!
-//! Why a lock rather than crossbeam's lock-free channel with a room of
-//! sleepers beside it (the first version, and the old stealing pool's):
-//! that needed a `SeqCst` fence on each side of every delivery and sleep,
-//! a second look at the queues after each registration, and the channel's
-//! own atomics, and its round trip cost more instructions than the tokio
-//! actor idiom's, where this one costs 0.92x the idiom's from one task and
-//! 0.93x from 64 (callgrind on a current-thread runtime,
-//! `scripts/round-trip-instructions.sh`; `PERFORMANCE.md`). A push or a
-//! pop holds the lock for a few dozen instructions; tokio's bounded
-//! channel, which the actor idiom uses, takes a lock of its own on every
-//! receive (its semaphore's).
+//! Why not one queue under one lock (the previous version, and still the
+//! current-thread runtime's, below): from 64 tasks
+//! on a 2-thread runtime both threads wrote that lock's line twice a round
+//! trip, and the round trip took 1.5-1.6x the actor idiom's time, against
+//! 0.76-0.93x its instructions (`PERFORMANCE.md`, "Where the 64-task time
+//! goes"). Why not per-worker queues alone: a request queued at a worker
+//! that awaits a 2 ms backend waited for that worker while others took
+//! newer requests from their own queues, and the connection bench's p99
+//! rose 1.8-3.8x. Nothing but locks synchronizes here: no atomics, no
+//! fences. Locks are taken one at a time, except a worker's own queue
+//! then the common one in [`SharedQueue::away`] (never the other way).
+//! The common queue shares its lock with the stack of sleepers, as the
+//! one queue did: a worker takes from it or sleeps in one critical
+//! section, and a push to it takes a sleeper off the stack in another.
 //!
 //! # Sleeping and waking
 //!
-//! * A worker polled for its next request keeps a clone of its waker ready
-//!   (made outside the lock, kept across polls until used). Under the
-//!   lock it takes itself off the stack if it was on it, pops the oldest
-//!   request, or, finding none, moves its waker into its slot and pushes
-//!   itself on the stack, and returns `Pending`.
-//! * A push, under the lock, pops the most recent sleeper (its task and
-//!   its lines are the warmest) and takes its waker, then wakes it after
-//!   the lock. That worker's next poll finds the request, or, if another
-//!   worker took it first, sleeps again.
+//! * A worker that finds the workers' queues empty (after its yield,
+//!   below) takes the common queue's oldest, or, finding none, puts its
+//!   waker in its slot and itself on the stack of sleepers (under the
+//!   same lock), *then* visits every worker's queue under its lock: it
+//!   takes an item if one is there (and leaves the stack again), or
+//!   counts itself in that queue's `sleeping`. The count is raised and
+//!   the queue found empty in one critical section, so a push to it
+//!   either came before (the item is seen) or sees the count. The stack
+//!   is written first, so a push that sees the count finds a sleeper to
+//!   ring. A push to the common queue, or a move into it, takes sleepers
+//!   off the stack under the lock the sleeper registered under.
+//! * A push, under its queue's lock, reads that queue's `looking` and
+//!   `sleeping`. It rings (pops the most recent sleeper off the stack and
+//!   wakes its waker, after the lock) when a worker sleeps and the queue's
+//!   owner is not `looking`; a move to the common queue rings one sleeper
+//!   per item moved. A woken worker takes itself out of every queue's
+//!   count (counts can be high for a while, never low: a push may find
+//!   the stack empty, and rings nobody, when another push has rung the
+//!   sleeper already; that sleeper then takes a request, and the other
+//!   waits for a worker to finish one, none being free).
+//! * A worker that is rung but takes its request elsewhere first passes
+//!   the ring on if a request is still queued, as does one dropped asleep.
 //!
-//! Every push to a queue with a sleeper rings one, and a worker sleeps only
-//! on an empty queue: so while the queue holds a request, either a rung
-//! worker has yet to look, or no worker sleeps.
+//! So while a request is queued, either its queue's owner will look again
+//! (`looking`, or it is busy and not away), or a rung worker has yet to
+//! look, or no worker sleeps.
 //!
 //! # Yielding once
 //!
-//! On a multi-thread runtime a worker that finds the queue empty right
-//! after a request does not sleep yet: it wakes itself and returns
-//! `Pending` once (not on the stack, so no push rings it), and sleeps
-//! only if the queue is still empty when it is polled again. Its reply
-//! has just woken its caller into this thread's next slot, and a caller
-//! that calls again pushes before the worker looks: the request is taken
-//! without a sleep, a ring and a wake-up, three trips through the lock
-//! that both threads contend for. With 64 calling tasks on a 2-thread
-//! runtime, sleeping at once made every request a sleep and a ring, and
-//! a round trip took 2.7x the tokio actor idiom's time on a quiet machine
-//! (18 % of it in the lock's slow path); yielding once brought it under
-//! the idiom's. On a current-thread runtime nothing contends, and the
-//! extra poll costs more than the sleep (1.17x the idiom's instructions
-//! from one task, against 0.92x), so there a worker sleeps at once.
+//! On a multi-thread runtime a worker that finds its own queue empty right
+//! after a request does not sleep yet: it marks itself `looking` (in the
+//! same critical section), wakes itself and returns `Pending` once. Its
+//! reply has just woken its caller into this thread's next slot, and a
+//! caller that calls again pushes to this worker's queue before the
+//! worker looks again; `looking` spares that push a ring (the worker will
+//! look). The worker's second look takes from every queue, and clears
+//! `looking` in its own. With one shared queue, sleeping at once made
+//! every request from 64 tasks a sleep, a ring and a wake-up: 2.7x the
+//! actor idiom's time. A worker back from away looks at the common queue
+//! too before it yields (its callers pushed there).
+//!
+//! # One thread, one queue
+//!
+//! On a current-thread runtime there is no second thread for a queue to
+//! keep away from, and per-worker queues only add locks to each sleep and
+//! wake (2,220 instructions a round trip from one task against 1,871, and
+//! 1.10x the actor idiom's). There every push goes to the common queue,
+//! a worker takes from it or sleeps at once under its one lock (nothing
+//! runs in between to make a yield pay), and the workers' queues stay
+//! empty.
 //!
 //! # Shutdown
 //!
 //! A worker ends once the pool is closed and every shard drained (every
 //! unit admitted is back, so every request has been handled), then runs
 //! its `terminate`. Shutdown closes the table, then wakes every sleeper
-//! ([`SharedQueue::wake_all`]). A worker that finds the queue empty checks
-//! the exit rule under the lock: every worker gives its unit back before
-//! it next takes the lock, so the last to look sees every release, and
-//! wakes the sleepers to end too.
+//! ([`SharedQueue::wake_all`]). A worker that finds the queues empty
+//! checks the exit rule, before it sleeps and again after it registered:
+//! every worker gives its unit back before it next looks, so the last to
+//! look sees every release, and wakes the sleepers to end too.
 
 use std::collections::VecDeque;
 use std::task::{Context, Poll, Waker};
 
+use crossbeam_utils::CachePadded;
+
 use crate::sync::Mutex;
 
-/// One queue for every worker of an async pool, and where free workers
-/// sleep. Each item carries the shard whose unit it holds.
+/// The queues of an async pool's workers, the common queue, and where free
+/// workers sleep. Each item carries the shard whose unit it holds.
 #[derive(Debug)]
 pub(crate) struct SharedQueue<T> {
+    /// Per worker: its queue, on a cache line of its own.
+    queues: Box<[CachePadded<Mutex<Q<T>>>]>,
+    /// The common queue, the sleepers and their wakers.
     state: Mutex<State<T>>,
-    /// A worker that finds the queue empty after a request yields once
-    /// before it sleeps (on a multi-thread runtime; see "Yielding once").
-    yield_first: bool,
+    /// On a multi-thread runtime: pushes go to the workers' queues, and a
+    /// worker that finds its queue empty after a request yields once
+    /// before it sleeps ("Yielding once"). On a current-thread runtime
+    /// every push goes to the common queue ("One thread, one queue").
+    per_worker: bool,
+}
+
+/// One worker's queue, under its lock.
+#[derive(Debug)]
+struct Q<T> {
+    /// The requests, oldest first, with their shards.
+    items: VecDeque<(usize, T)>,
+    /// No worker will take anything any more (the runtime is dropping
+    /// them): a push is refused.
+    closed: bool,
+    /// The owner yielded after a request and will look here again.
+    looking: bool,
+    /// The owner's handler awaits: pushes go to the common queue.
+    away: bool,
+    /// Workers registered asleep (maybe stale high, never low).
+    sleeping: usize,
+}
+
+/// The common queue and the sleepers, under one lock: a worker sleeps only
+/// after it found the common queue empty under it, and a push to the
+/// common queue takes a sleeper off the stack under it.
+#[derive(Debug)]
+struct State<T> {
+    /// Requests meant for an away worker, oldest first, with their shards.
+    common: VecDeque<(usize, T)>,
+    /// As [`Q::closed`].
+    closed: bool,
+    /// Per worker: its waker while it sleeps. Taking one out is the
+    /// notification.
+    wakers: Box<[Option<Waker>]>,
+    /// The workers whose waker is in its slot, the most recent last.
+    stack: Vec<usize>,
 }
 
 impl<T> State<T> {
     /// Takes worker `me` off the stack and its waker out of its slot, if a
-    /// push has not done so already (then `None`: it was rung).
+    /// ring has not done so already (then `None`: it was rung).
     fn unregister(&mut self, me: usize) -> Option<Waker> {
         let waker = self.wakers[me].take()?;
         if let Some(at) = self.stack.iter().rposition(|&worker| worker == me) {
@@ -107,70 +172,215 @@ impl<T> State<T> {
         }
         Some(waker)
     }
+
+    /// Pops the most recent sleeper and takes its waker, if any.
+    fn pop_sleeper(&mut self) -> Option<Waker> {
+        let worker = self.stack.pop()?;
+        self.wakers[worker].take()
+    }
 }
 
-/// One worker's side of the queue, kept by the worker between polls.
+/// One worker's side of the queues, kept by the worker between polls.
 #[derive(Debug, Default)]
 pub(crate) struct Sleep {
-    /// On the stack, its waker in its slot (until a ring takes it off).
+    /// On the stack and counted in every queue (until it looks again).
     registered: bool,
-    /// It found the queue empty once since its last request and yielded
+    /// It found its queue empty once since its last request and yielded
     /// instead of sleeping.
     yielded: bool,
 }
 
-/// What the lock guards.
-#[derive(Debug)]
-struct State<T> {
-    /// The requests, oldest first, with their shards.
-    queue: VecDeque<(usize, T)>,
-    /// Per worker: its waker while it sleeps. Taking one out is the
-    /// notification.
-    wakers: Box<[Option<Waker>]>,
-    /// The workers whose waker is in its slot, the most recent last.
-    stack: Vec<usize>,
-    /// No worker will take anything any more (the runtime is dropping
-    /// them): a push is refused.
-    closed: bool,
+#[cfg(not(loom))]
+std::thread_local! {
+    /// The worker last polled on this thread, as (its pool's queues'
+    /// address, its index): where a push from this thread goes.
+    static LAST: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
 }
 
 impl<T> SharedQueue<T> {
-    /// An empty queue for `workers` workers, with room for `capacity`
-    /// requests before it grows (the pool's capacity: the table bounds
-    /// what it holds).
-    pub(crate) fn new(workers: usize, capacity: usize, yield_first: bool) -> Self {
+    /// Empty queues for `workers` workers; the common one has room for
+    /// `capacity` requests before it grows (the pool's capacity: the table
+    /// bounds what they hold), each worker's for its share.
+    pub(crate) fn new(workers: usize, capacity: usize, multi_thread: bool) -> Self {
+        let share = if multi_thread {
+            capacity.div_ceil(workers.max(1))
+        } else {
+            0
+        };
         SharedQueue {
-            yield_first,
+            per_worker: multi_thread,
+            queues: (0..workers)
+                .map(|_| {
+                    CachePadded::new(Mutex::new(Q {
+                        items: VecDeque::with_capacity(share),
+                        closed: false,
+                        looking: false,
+                        away: false,
+                        sleeping: 0,
+                    }))
+                })
+                .collect(),
             state: Mutex::new(State {
-                queue: VecDeque::with_capacity(capacity),
+                common: VecDeque::with_capacity(capacity),
+                closed: false,
                 wakers: (0..workers).map(|_| None).collect(),
                 stack: Vec::with_capacity(workers),
-                closed: false,
             }),
         }
     }
 
+    /// This pool's mark in [`LAST`].
+    #[cfg(not(loom))]
+    fn key(&self) -> usize {
+        self.queues.as_ptr() as usize
+    }
+
+    /// The queue a push from this thread goes to: the worker last polled
+    /// here, if one of this pool's; else by the unit's shard (and in the
+    /// loom models, whose threads share one thread-local).
+    fn target(&self, shard: usize) -> usize {
+        #[cfg(not(loom))]
+        {
+            let (key, last) = LAST.with(std::cell::Cell::get);
+            if key == self.key() {
+                return last;
+            }
+        }
+        shard % self.queues.len()
+    }
+
+    /// Worker `me` is polled on this thread.
+    fn mark(&self, me: usize) {
+        #[cfg(not(loom))]
+        LAST.with(|last| last.set((self.key(), me)));
+        #[cfg(loom)]
+        let _ = me;
+    }
+
     /// Queues `item`, which holds a unit of shard `shard`, and wakes a
-    /// sleeping worker if there is one. The item back if no worker will
-    /// take it.
+    /// sleeping worker unless the queue's owner will look again. The item
+    /// back if no worker will take it.
     #[inline]
     pub(crate) fn push(&self, shard: usize, item: T) -> Result<(), T> {
+        if !self.per_worker {
+            return self.push_common(shard, item);
+        }
+        let ring = {
+            let mut q = self.queues[self.target(shard)].lock();
+            if q.away {
+                // Its owner awaits: not behind it (one lock at a time).
+                drop(q);
+                return self.push_common(shard, item);
+            }
+            if q.closed {
+                return Err(item);
+            }
+            q.items.push_back((shard, item));
+            // The owner's next look takes one request: it spares one push
+            // a ring, the first after it yielded (its queue was empty).
+            if std::mem::take(&mut q.looking) {
+                false
+            } else {
+                q.sleeping > 0
+            }
+        };
+        // Outside the queue's lock.
+        if ring {
+            self.ring();
+        }
+        Ok(())
+    }
+
+    /// Queues `item` on the common queue and rings the most recent
+    /// sleeper, if any.
+    #[inline]
+    fn push_common(&self, shard: usize, item: T) -> Result<(), T> {
         let waker = {
             let mut state = self.state.lock();
             if state.closed {
                 return Err(item);
             }
-            state.queue.push_back((shard, item));
-            match state.stack.pop() {
-                Some(worker) => state.wakers[worker].take(),
-                None => None,
-            }
+            state.common.push_back((shard, item));
+            state.pop_sleeper()
         };
-        // Outside the lock: waking may run user code (the runtime's).
+        // Outside the lock: waking may run the runtime's code.
         if let Some(waker) = waker {
             waker.wake();
         }
         Ok(())
+    }
+
+    /// Worker `me`'s handler returned `Pending`: until it looks again its
+    /// queue takes nothing, and what it holds moves to the common queue
+    /// (oldest first, after what is there), taking a sleeper off the stack
+    /// per item moved. Its own queue's lock, then the common one's (the
+    /// one place two are held; nothing takes them the other way).
+    pub(crate) fn away(&self, me: usize) {
+        if !self.per_worker {
+            return;
+        }
+        let wakers = {
+            let mut q = self.queues[me].lock();
+            q.away = true;
+            if q.items.is_empty() {
+                return;
+            }
+            let mut state = self.state.lock();
+            let moved = q.items.len();
+            state.common.extend(q.items.drain(..));
+            let State { wakers, stack, .. } = &mut *state;
+            let from = stack.len().saturating_sub(moved);
+            stack
+                .drain(from..)
+                .rev()
+                .filter_map(|worker| wakers[worker].take())
+                .collect::<Vec<_>>()
+        };
+        // Outside the locks, each even if one panics (`foreign.rs`).
+        crate::engine::foreign::each_then_resume(wakers, Waker::wake);
+    }
+
+    /// Wakes the most recent sleeper, if any (after the lock: waking may
+    /// run the runtime's code).
+    fn ring(&self) {
+        let waker = self.state.lock().pop_sleeper();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// The oldest item of worker `me`'s queue, else of the next worker's
+    /// that holds one; clears `me`'s `looking` and `away` (it has looked).
+    /// (The common queue is looked at under the sleepers' lock, before a
+    /// sleep.)
+    fn take(&self, me: usize) -> Option<(usize, T)> {
+        let n = self.queues.len();
+        (0..n).find_map(|i| {
+            let mut q = self.queues[(me + i) % n].lock();
+            if i == 0 {
+                q.looking = false;
+                q.away = false;
+            }
+            q.items.pop_front()
+        })
+    }
+
+    /// True if some queue holds an item now.
+    fn any(&self) -> bool {
+        !self.state.lock().common.is_empty()
+            || self.queues.iter().any(|q| !q.lock().items.is_empty())
+    }
+
+    /// Takes worker `me` off the stack and out of the counts of the
+    /// `marked` queues it counted itself in (from its own on); its waker
+    /// if no ring took it.
+    fn unregister(&self, me: usize, marked: usize) -> Option<Waker> {
+        let waker = self.state.lock().unregister(me);
+        let n = self.queues.len();
+        for i in 0..marked {
+            self.queues[(me + i) % n].lock().sleeping -= 1;
+        }
+        waker
     }
 
     /// How many workers sleep now; a reading, for the loom models.
@@ -182,7 +392,7 @@ impl<T> SharedQueue<T> {
     /// True if nothing is queued now; a reading, for the loom models.
     #[cfg(loom)]
     pub(crate) fn is_empty(&self) -> bool {
-        self.state.lock().queue.is_empty()
+        !self.any()
     }
 
     /// Wakes every sleeper so it re-checks its exit rule: after a shutdown
@@ -201,21 +411,117 @@ impl<T> SharedQueue<T> {
     }
 
     /// Polls for the next item for worker `me`, with its shard: `Pending`
-    /// while the queue is empty, the worker then sleeping on the stack
-    /// (`registered`, kept by the worker between polls). `None` once `done`
-    /// (the exit rule: the pool closed and drained) holds and the queue is
-    /// empty; the sleepers are then woken to see it too.
+    /// while every queue is empty, the worker then yielding once or
+    /// sleeping (`sleep`, kept by the worker between polls). `None` once
+    /// `done` (the exit rule: the pool closed and drained) holds and the
+    /// queues are empty; the sleepers are then woken to see it too.
     ///
     /// `waker` is the worker's spare clone of its own waker, kept across
-    /// polls: a sleep moves it into the worker's slot, and a poll that
+    /// polls: a sleep moves it into the worker's slot, and a sleep that
     /// finds the spare gone (a ring took and woke it) clones a new one
-    /// before it takes the lock. A worker that never sleeps never clones.
-    ///
-    /// `done` is read under the lock: every worker gives back its unit
-    /// before it polls for its next request, so the last worker to look
-    /// sees every release.
+    /// before it takes a lock. A worker that never sleeps never clones.
     #[inline]
     pub(crate) fn poll_next(
+        &self,
+        cx: &mut Context<'_>,
+        me: usize,
+        waker: &mut Option<Waker>,
+        sleep: &mut Sleep,
+        done: impl Fn() -> bool,
+    ) -> Poll<Option<(usize, T)>> {
+        if !self.per_worker {
+            return self.poll_common(cx, me, waker, sleep, done);
+        }
+        self.mark(me);
+        if sleep.registered {
+            sleep.registered = false;
+            drop(self.unregister(me, self.queues.len()));
+        }
+        let first = if !sleep.yielded {
+            let mut q = self.queues[me].lock();
+            let was_away = std::mem::take(&mut q.away);
+            let item = q.items.pop_front();
+            q.looking = item.is_none();
+            drop(q);
+            match item {
+                // Back from away: its callers pushed to the common queue.
+                None if was_away => self.state.lock().common.pop_front(),
+                item => item,
+            }
+        } else {
+            self.take(me)
+        };
+        if let Some(item) = first {
+            sleep.yielded = false;
+            return Poll::Ready(Some(item));
+        }
+        if !sleep.yielded && !done() {
+            sleep.yielded = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        // Outside any lock (a waker is the runtime's code).
+        match waker {
+            Some(spare) if spare.will_wake(cx.waker()) => {}
+            _ => *waker = Some(cx.waker().clone()),
+        }
+        // The common queue, else on the stack; then counted in each queue
+        // found empty: a push that sees the count finds a sleeper to ring.
+        {
+            let mut state = self.state.lock();
+            if let Some(item) = state.common.pop_front() {
+                sleep.yielded = false;
+                return Poll::Ready(Some(item));
+            }
+            if done() {
+                drop(state);
+                self.wake_all();
+                return Poll::Ready(None);
+            }
+            state.wakers[me] = waker.take();
+            state.stack.push(me);
+        }
+        let n = self.queues.len();
+        let mut found = None;
+        let mut marked = 0;
+        for i in 0..n {
+            let mut q = self.queues[(me + i) % n].lock();
+            if i == 0 {
+                q.looking = false;
+                q.away = false;
+            }
+            if let Some(item) = q.items.pop_front() {
+                found = Some(item);
+                break;
+            }
+            q.sleeping += 1;
+            marked += 1;
+        }
+        if let Some(item) = found {
+            // Awake again; a ring meant for a request still queued is
+            // passed on.
+            let mine = self.unregister(me, marked);
+            let rung = mine.is_none();
+            drop(mine);
+            if rung && self.any() {
+                self.ring();
+            }
+            sleep.yielded = false;
+            return Poll::Ready(Some(item));
+        }
+        sleep.registered = true;
+        if done() {
+            self.wake_all();
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    }
+
+    /// [`poll_next`](Self::poll_next) on a current-thread runtime: one
+    /// lock, the common queue and the stack under it ("One thread, one
+    /// queue").
+    #[inline]
+    fn poll_common(
         &self,
         cx: &mut Context<'_>,
         me: usize,
@@ -231,23 +537,15 @@ impl<T> SharedQueue<T> {
         let mut state = self.state.lock();
         // Off the stack, if still on it (polled without a ring): this look
         // decides anew. Its old waker is dropped after the lock.
-        let stale = if sleep.registered {
-            sleep.registered = false;
+        let stale = if std::mem::take(&mut sleep.registered) {
             state.unregister(me)
         } else {
             None
         };
-        let outcome = if let Some(item) = state.queue.pop_front() {
-            sleep.yielded = false;
+        let outcome = if let Some(item) = state.common.pop_front() {
             Poll::Ready(Some(item))
         } else if done() {
             Poll::Ready(None)
-        } else if self.yield_first && !sleep.yielded {
-            // The first time the queue is found empty after a request: let
-            // the tasks this worker just woke (its caller, in the runtime's
-            // next slot) run first, and look again (below).
-            sleep.yielded = true;
-            Poll::Pending
         } else {
             state.wakers[me] = waker.take();
             state.stack.push(me);
@@ -256,37 +554,32 @@ impl<T> SharedQueue<T> {
         };
         drop(state);
         drop(stale);
-        match outcome {
+        if let Poll::Ready(None) = outcome {
             // Drained: the other sleepers end too.
-            Poll::Ready(None) => self.wake_all(),
-            // Yielded, not registered: this worker polls again once the
-            // runtime has run what was queued before it.
-            Poll::Pending if !sleep.registered => cx.waker().wake_by_ref(),
-            _ => {}
+            self.wake_all();
         }
         outcome
     }
 
-    /// Takes worker `me` off the stack if it sleeps there (`registered`):
-    /// its loop is being dropped. If a ring took it off first, and a
-    /// request waits, the ring is passed on to the next sleeper.
+    /// Worker `me`'s loop is being dropped: takes it off the stack if it
+    /// sleeps there, and passes on a ring it took or a push it spared one.
     pub(crate) fn leave(&self, me: usize, sleep: &mut Sleep) {
-        if !std::mem::take(&mut sleep.registered) {
-            return;
-        }
-        let mut state = self.state.lock();
-        let waker = state.unregister(me);
-        let passed = match (&waker, state.queue.is_empty()) {
-            (None, false) => match state.stack.pop() {
-                Some(worker) => state.wakers[worker].take(),
-                None => None,
-            },
-            _ => None,
+        // A worker dropped between its yield and its next look (yielded,
+        // not asleep) may have spared a push its ring.
+        let in_window = sleep.yielded && !sleep.registered;
+        self.queues[me].lock().looking = false;
+        let marked = if self.per_worker {
+            self.queues.len()
+        } else {
+            0
         };
-        drop(state);
-        drop(waker);
-        if let Some(passed) = passed {
-            passed.wake();
+        let rung = if std::mem::take(&mut sleep.registered) {
+            self.unregister(me, marked).is_none()
+        } else {
+            false
+        };
+        if (rung || in_window) && self.any() {
+            self.ring();
         }
     }
 
@@ -296,12 +589,18 @@ impl<T> SharedQueue<T> {
     // Only the tokio pool drops workers; loom builds without it.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn close_and_drain(&self, mut each: impl FnMut(usize, T)) {
-        let items = {
+        let mut items = Vec::new();
+        for q in self.queues.iter() {
+            let mut q = q.lock();
+            q.closed = true;
+            items.extend(q.items.drain(..));
+        }
+        {
             let mut state = self.state.lock();
             state.closed = true;
-            std::mem::take(&mut state.queue)
-        };
-        // Outside the lock: `each` drops requests (user code).
+            items.extend(state.common.drain(..));
+        }
+        // Outside the locks: `each` drops requests (user code).
         for (shard, item) in items {
             each(shard, item);
         }

@@ -9,10 +9,13 @@
 //! hold more than the capacity. A bounded channel would count the same
 //! requests a second time, on a second contended word.
 //!
-//! * **Shared** (the default, `PoolBuilder::steal(true)`): one queue for
-//!   the whole pool (`pool/async_idle.rs`: a `VecDeque` and the sleeping
-//!   workers under one lock), each envelope tagged with the shard whose
-//!   unit it holds, taken by whichever worker is free first.
+//! * **Shared** (the default, `PoolBuilder::steal(true)`): the pool's
+//!   queues (`pool/async_idle.rs`: a `VecDeque` per worker and a common
+//!   one, each under its own lock, the sleeping workers under another),
+//!   each envelope tagged with the shard whose unit it holds, pushed to
+//!   the queue of the worker last polled on the caller's thread (to the
+//!   common one while that worker's handler awaits), taken by its worker
+//!   or by any free one.
 //! * **Own** (`PoolBuilder::steal(false)`, for affinity): each worker has
 //!   one tokio unbounded MPSC channel, so a request runs on the worker of
 //!   the shard that admitted it. tokio's channel is the one the actor
@@ -162,6 +165,16 @@ impl<E> Inbox<E> {
                 sleep,
             } => queue.poll_next(cx, *index, waker, sleep, &done),
         })
+    }
+
+    /// This worker's handler returned `Pending` (it awaits): with the
+    /// shared queues, what waits at this worker moves to the common queue
+    /// and later pushes go there until it looks again
+    /// ([`SharedQueue::away`]). Nothing with a mailbox of its own.
+    pub(crate) fn away(&self) {
+        if let Inbox::Shared { index, queue, .. } = self {
+            queue.away(*index);
+        }
     }
 
     /// True if this inbox reads the pool's one shared queue.

@@ -20,6 +20,18 @@ pub(crate) async fn guarded<F: Future>(
     worker: (usize, usize),
     future: F,
 ) -> Result<F::Output, Box<dyn Any + Send>> {
+    guarded_noting(worker, future, || {}).await
+}
+
+/// [`guarded`], calling `on_pending` (the crate's code, outside the catch)
+/// at the future's first `Pending`: for a handler, whose worker is then
+/// away (`pool/async_idle.rs`).
+pub(crate) async fn guarded_noting<F: Future>(
+    worker: (usize, usize),
+    future: F,
+    on_pending: impl FnOnce(),
+) -> Result<F::Output, Box<dyn Any + Send>> {
+    let mut on_pending = Some(on_pending);
     // Pinned inside an `Option` so it can be dropped in place, under a
     // catch, as soon as it is done: `Pin::set` drops the old value where it
     // lies, which pinning allows. Dropped in the poll that finished it, as
@@ -32,7 +44,12 @@ pub(crate) async fn guarded<F: Future>(
                 return Poll::Pending;
             };
             let outcome = match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
-                Ok(Poll::Pending) => return Poll::Pending,
+                Ok(Poll::Pending) => {
+                    if let Some(on_pending) = on_pending.take() {
+                        on_pending();
+                    }
+                    return Poll::Pending;
+                }
                 Ok(Poll::Ready(output)) => Ok(output),
                 Err(payload) => Err(payload),
             };

@@ -10,7 +10,7 @@ use std::pin::Pin;
 
 use super::current::{as_worker, worker_id};
 use super::mailbox::{Envelope, Inbox};
-use super::unwind::guarded;
+use super::unwind::{guarded, guarded_noting};
 use crate::adaptive::{Feed, FeedSlot, Outcome};
 use crate::engine::foreign::{drop_payload, drop_quietly};
 use crate::engine::table::{Table, Unit};
@@ -203,6 +203,7 @@ impl<W: AsyncWorker> TaskLoop<W> {
             // Set when the handler panicked and an async init is to make
             // the state again after the reply.
             let mut reinit = false;
+            let inbox = &self.inbox;
             let outcome = match state.as_mut() {
                 // The factory itself panicked (or the init failed): this
                 // request cannot be served.
@@ -212,15 +213,21 @@ impl<W: AsyncWorker> TaskLoop<W> {
                 }
                 // Creating the handler's future is user code too: inside
                 // the guard.
-                Some(worker) => match guarded(id, async move {
-                    match job {
-                        Job::Call(request) => Some(worker.handle_call(request).await),
-                        Job::Cast(message) => {
-                            worker.handle_cast(message).await;
-                            None
+                Some(worker) => match guarded_noting(
+                    id,
+                    async move {
+                        match job {
+                            Job::Call(request) => Some(worker.handle_call(request).await),
+                            Job::Cast(message) => {
+                                worker.handle_cast(message).await;
+                                None
+                            }
                         }
-                    }
-                })
+                    },
+                    // At its first `Pending` the handler awaits: what
+                    // waits at this worker goes where a free one takes it.
+                    || inbox.away(),
+                )
                 .await
                 {
                     Ok(reply) => Ok(reply),
