@@ -252,12 +252,6 @@ impl Idle {
         self.0.wake_all()
     }
 
-    /// What worker `me` does when its handler first returns `Pending`
-    /// (`SharedQueue::away`).
-    pub fn away(&self, me: usize) {
-        self.0.away(me)
-    }
-
     /// What worker `me` does once it gave back the unit of what it handled,
     /// before it replies: says it polls its mailbox next.
     pub fn polling(&self, me: usize) {
@@ -431,6 +425,12 @@ impl SharedQueue {
     /// after its yield a worker sleeps as it would at once otherwise).
     pub fn new(workers: usize) -> SharedQueue {
         SharedQueue(crate::pool::async_idle::SharedQueue::new(workers, 4, true))
+    }
+
+    /// As on a current-thread runtime: every push to the common queue,
+    /// and a worker sleeps at once when it finds it empty.
+    pub fn current_thread(workers: usize) -> SharedQueue {
+        SharedQueue(crate::pool::async_idle::SharedQueue::new(workers, 4, false))
     }
 
     /// What a delivery does: queues an envelope holding a unit of shard

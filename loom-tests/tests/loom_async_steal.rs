@@ -8,7 +8,7 @@
 //! that admitted it; a shutdown racing the last requests still lets every
 //! worker drain and end, the last release waking the sleepers; a worker
 //! dropped asleep leaves the stack, and one dropped after its ring passes
-//! the ring on.
+//! the ring on; on a current-thread runtime's one queue as well.
 //!
 //! Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p loom-tests --release --test loom_async_steal`.
@@ -56,9 +56,18 @@ struct Rig {
 
 impl Rig {
     fn new(capacity: usize) -> Arc<Rig> {
+        Rig::with(capacity, SharedQueue::new(2))
+    }
+
+    /// As on a current-thread runtime (`SharedQueue::current_thread`).
+    fn current_thread(capacity: usize) -> Arc<Rig> {
+        Rig::with(capacity, SharedQueue::current_thread(2))
+    }
+
+    fn with(capacity: usize, queue: SharedQueue) -> Arc<Rig> {
         Arc::new(Rig {
             table: Table::new(capacity, 2),
-            queue: SharedQueue::new(2),
+            queue,
             handled: Count::default(),
         })
     }
@@ -213,6 +222,36 @@ fn the_last_release_after_the_close_wakes_the_sleepers() {
         }
         assert_eq!(rig.handled.get(), 1);
         assert_eq!(rig.table.usage(), 0);
+    });
+}
+
+/// On a current-thread runtime's one queue: two workers take two requests
+/// across a shutdown, each once, and both end; a request also reaches the
+/// free worker while the other is busy.
+#[test]
+fn current_thread_workers_take_each_request_once_and_reach_the_free_one() {
+    loom::model(|| {
+        let rig = Rig::current_thread(4);
+        let workers = (0..2).map(|me| Rig::worker(&rig, me, || {})).collect();
+        rig.submit(0);
+        rig.submit(1);
+        rig.shut_down(workers, 2);
+    });
+    loom::model(|| {
+        let rig = Rig::current_thread(4);
+        let by_one = Arc::new(Count::default());
+        let one = {
+            let by_one = by_one.clone();
+            Rig::worker(&rig, 1, move || by_one.bump())
+        };
+        let zero = {
+            let by_one = by_one.clone();
+            Rig::worker(&rig, 0, move || by_one.wait_for(1))
+        };
+        rig.submit(0);
+        rig.submit(0);
+        rig.handled.wait_for(2);
+        rig.shut_down(vec![zero, one], 2);
     });
 }
 

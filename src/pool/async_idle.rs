@@ -242,7 +242,9 @@ impl<T> SharedQueue<T> {
         #[cfg(not(loom))]
         {
             let (key, last) = LAST.with(std::cell::Cell::get);
-            if key == self.key() {
+            // A hint only: a pool dropped and another made at its address
+            // may find a stale index here, kept in range.
+            if key == self.key() && last < self.queues.len() {
                 return last;
             }
         }
@@ -604,5 +606,134 @@ impl<T> SharedQueue<T> {
         for (shard, item) in items {
             each(shard, item);
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    //! The routing rules, one thread driving every side by hand: where a
+    //! push goes, what `away` moves, what a worker takes first. (The
+    //! sleep and wake protocol across threads is loom's:
+    //! `loom-tests/tests/loom_async_steal.rs`.)
+
+    use super::*;
+    use std::sync::Arc;
+    use std::task::Wake;
+
+    struct Noop;
+    impl Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+
+    /// Worker `me`'s next item if one is there now (`None` if it would
+    /// wait), polled as the pool polls it.
+    fn next(q: &SharedQueue<u32>, me: usize, sleep: &mut Sleep) -> Option<u32> {
+        let waker = Waker::from(Arc::new(Noop));
+        let mut cx = Context::from_waker(&waker);
+        let mut spare = None;
+        // A worker yields once before it sleeps: poll up to twice.
+        for _ in 0..2 {
+            match q.poll_next(&mut cx, me, &mut spare, sleep, || false) {
+                Poll::Ready(item) => return item.map(|(_, item)| item),
+                Poll::Pending if sleep.registered => return None,
+                Poll::Pending => {}
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn a_push_goes_to_the_worker_last_polled_on_this_thread() {
+        let q = SharedQueue::new(2, 8, true);
+        let (mut zero, mut one) = (Sleep::default(), Sleep::default());
+        assert_eq!(next(&q, 0, &mut zero), None);
+        assert_eq!(next(&q, 1, &mut one), None);
+        // Worker 1 was polled last here: its queue, not the common one.
+        q.push(0, 7).unwrap();
+        assert_eq!(q.queues[1].lock().items.len(), 1);
+        assert!(q.state.lock().common.is_empty());
+        assert_eq!(next(&q, 1, &mut one), Some(7));
+    }
+
+    #[test]
+    fn an_away_worker_hands_its_queue_on_and_pushes_for_it_go_past_it() {
+        let q = SharedQueue::new(2, 8, true);
+        let (mut zero, mut one) = (Sleep::default(), Sleep::default());
+        assert_eq!(next(&q, 0, &mut zero), None);
+        q.push(0, 1).unwrap();
+        // Worker 0, polled here last, takes it; two more queue at it.
+        assert_eq!(next(&q, 0, &mut zero), Some(1));
+        q.push(0, 2).unwrap();
+        q.push(0, 3).unwrap();
+        assert_eq!(q.queues[0].lock().items.len(), 2);
+        // Its handler awaits: what waited at it moves to the common queue,
+        // and what comes meanwhile goes there too.
+        q.away(0);
+        assert!(q.queues[0].lock().items.is_empty());
+        q.push(0, 4).unwrap();
+        assert!(q.queues[0].lock().items.is_empty(), "not queued behind it");
+        // A free worker takes them oldest first.
+        let order: Vec<u32> = std::iter::from_fn(|| next(&q, 1, &mut one)).collect();
+        assert_eq!(order, [2, 3, 4]);
+    }
+
+    #[test]
+    fn a_worker_back_from_away_looks_at_the_common_queue_first() {
+        let q = SharedQueue::new(2, 8, true);
+        let mut zero = Sleep::default();
+        assert_eq!(next(&q, 0, &mut zero), None);
+        q.push(0, 1).unwrap();
+        assert_eq!(next(&q, 0, &mut zero), Some(1));
+        q.away(0);
+        q.push(0, 2).unwrap();
+        assert_eq!(q.state.lock().common.len(), 1);
+        // Its first look after the handler: its queue is empty, the common
+        // one is not; no yield in between.
+        let waker = Waker::from(Arc::new(Noop));
+        let mut cx = Context::from_waker(&waker);
+        let polled = q.poll_next(&mut cx, 0, &mut None, &mut zero, || false);
+        assert!(matches!(polled, Poll::Ready(Some((0, 2)))));
+        // And it is back: the next push is queued at it again.
+        q.push(0, 3).unwrap();
+        assert_eq!(q.queues[0].lock().items.len(), 1);
+    }
+
+    #[test]
+    fn on_a_current_thread_runtime_every_push_goes_to_the_common_queue() {
+        let q = SharedQueue::new(2, 8, false);
+        let mut zero = Sleep::default();
+        assert_eq!(next(&q, 0, &mut zero), None);
+        q.push(0, 1).unwrap();
+        q.push(1, 2).unwrap();
+        assert!(q.queues.iter().all(|w| w.lock().items.is_empty()));
+        assert_eq!(q.state.lock().common.len(), 2);
+        let mut one = Sleep::default();
+        assert_eq!(next(&q, 1, &mut one), Some(1));
+        assert_eq!(next(&q, 1, &mut one), Some(2));
+    }
+
+    #[test]
+    fn a_stale_mark_out_of_range_falls_back_to_the_shard() {
+        let q = SharedQueue::new(2, 8, true);
+        // As if a pool of more workers had been polled here and another
+        // made at its address.
+        LAST.with(|last| last.set((q.key(), 7)));
+        q.push(1, 9).unwrap();
+        assert_eq!(q.queues[1].lock().items.len(), 1);
+    }
+
+    #[test]
+    fn a_closed_queue_refuses_and_hands_back_what_it_held() {
+        let q = SharedQueue::new(2, 8, true);
+        let mut zero = Sleep::default();
+        assert_eq!(next(&q, 0, &mut zero), None);
+        q.push(0, 1).unwrap();
+        q.away(0);
+        q.push(1, 2).unwrap();
+        let mut back = Vec::new();
+        q.close_and_drain(|shard, item| back.push((shard, item)));
+        back.sort_unstable();
+        assert_eq!(back, [(0, 1), (1, 2)]);
+        assert_eq!(q.push(0, 3), Err(3));
     }
 }

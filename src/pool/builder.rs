@@ -379,11 +379,14 @@ impl PoolBuilder {
     /// delivery it may take wakes it (a delivery wakes nobody while the
     /// mailbox's own worker is polling for it).
     ///
-    /// On an async pool (`build_async`, feature `tokio`) the default is
-    /// one queue that every free worker task takes from (no mailbox per
-    /// worker to steal from), which costs no more than a mailbox of its
-    /// own (a `call_async` round trip is 0.92x the tokio actor idiom's
-    /// instructions); `steal(false)` gives each worker its own mailbox.
+    /// On an async pool (`build_async`, feature `tokio`) the default gives
+    /// each worker task a queue fed from the threads it runs on, and any
+    /// free worker takes from any queue; a worker whose handler awaits
+    /// (a backend, a timer) hands its queue to a common one at once, so no
+    /// request waits behind a handler that is waiting. A `call_async`
+    /// round trip costs no more than the tokio actor idiom's (mpsc +
+    /// oneshot), from one caller or many; `steal(false)` gives each worker
+    /// a mailbox of its own, fed from its shard only.
     ///
     /// # Examples
     ///

@@ -6,8 +6,8 @@
 //!
 //! One idea per file: the mailbox seam (`mailbox.rs`), the worker loop
 //! (`worker.rs`), which worker the running task is (`current.rs`), a panic
-//! catch for futures (`unwind.rs`). The default dispatch's shared queue
-//! and its wake-up protocol are `pool/async_idle.rs` (there so loom builds
+//! catch for futures (`unwind.rs`). The default dispatch's queues
+//! and their wake-up protocol are `pool/async_idle.rs` (there so loom builds
 //! it without tokio).
 
 use self::mailbox::Mailboxes;
@@ -94,9 +94,12 @@ pub(crate) const MAX_DEFAULT_ASYNC_WORKERS: usize = 256;
 ///
 /// # Dispatch: every worker works
 ///
-/// By default the pool has one queue, and whichever worker is free first
-/// takes the oldest request: no request waits behind another while a
-/// worker is free, so with interchangeable workers (a connection each to
+/// By default each worker has a queue, fed from the runtime thread it
+/// last ran on (caller and worker stay on one thread, as the tokio actor
+/// idiom's do), and a free worker takes from any queue; a worker whose
+/// handler awaits hands its queue to a common one at its first `Pending`,
+/// and requests meant for it go there until it is done: no request waits
+/// behind another while a worker is free, so with interchangeable workers (a connection each to
 /// the same server) every worker works, and one slow reply holds up
 /// nothing but its own caller. A free worker costs no CPU: it awaits a
 /// wake-up, and a request queued while a worker sleeps wakes one. The unit
