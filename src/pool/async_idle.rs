@@ -272,7 +272,7 @@ impl<T> SharedQueue<T> {
             if q.away {
                 // Its owner awaits: not behind it (one lock at a time).
                 drop(q);
-                return self.push_common(shard, item);
+                return self.push_past(shard, item);
             }
             if q.closed {
                 return Err(item);
@@ -310,6 +310,15 @@ impl<T> SharedQueue<T> {
             waker.wake();
         }
         Ok(())
+    }
+
+    /// [`push_common`](Self::push_common) for a push meant for an away
+    /// worker: out of the hot path's way (the envelope is moved once more
+    /// here rather than on every push).
+    #[cold]
+    #[inline(never)]
+    fn push_past(&self, shard: usize, item: T) -> Result<(), T> {
+        self.push_common(shard, item)
     }
 
     /// Worker `me`'s handler returned `Pending`: until it looks again its
