@@ -190,11 +190,10 @@ pub(crate) struct Sleep {
     yielded: bool,
 }
 
-#[cfg(not(loom))]
-std::thread_local! {
+crate::sync::const_thread_local! {
     /// The worker last polled on this thread, as (its pool's queues'
     /// address, its index): where a push from this thread goes.
-    static LAST: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
+    static LAST: std::cell::Cell<(usize, usize)> = std::cell::Cell::new((0, 0));
 }
 
 impl<T> SharedQueue<T> {
@@ -230,33 +229,25 @@ impl<T> SharedQueue<T> {
     }
 
     /// This pool's mark in [`LAST`].
-    #[cfg(not(loom))]
     fn key(&self) -> usize {
         self.queues.as_ptr() as usize
     }
 
     /// The queue a push from this thread goes to: the worker last polled
-    /// here, if one of this pool's; else by the unit's shard (and in the
-    /// loom models, whose threads share one thread-local).
+    /// here, if one of this pool's; else by the unit's shard.
     fn target(&self, shard: usize) -> usize {
-        #[cfg(not(loom))]
-        {
-            let (key, last) = LAST.with(std::cell::Cell::get);
-            // A hint only: a pool dropped and another made at its address
-            // may find a stale index here, kept in range.
-            if key == self.key() && last < self.queues.len() {
-                return last;
-            }
+        let (key, last) = LAST.with(std::cell::Cell::get);
+        // A hint only: a pool dropped and another made at its address may
+        // find a stale index here, kept in range.
+        if key == self.key() && last < self.queues.len() {
+            return last;
         }
         shard % self.queues.len()
     }
 
     /// Worker `me` is polled on this thread.
     fn mark(&self, me: usize) {
-        #[cfg(not(loom))]
         LAST.with(|last| last.set((self.key(), me)));
-        #[cfg(loom)]
-        let _ = me;
     }
 
     /// Queues `item`, which holds a unit of shard `shard`, and wakes a
