@@ -461,7 +461,7 @@ impl SharedQueue {
     }
 }
 
-/// One async worker's side of the shared queue: its index, its spare
+/// One async worker's side of the shared queues: its index, its spare
 /// waker, whether it sleeps on the queue's stack.
 #[derive(Debug)]
 pub struct SharedWorker {

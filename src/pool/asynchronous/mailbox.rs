@@ -10,8 +10,8 @@
 //! requests a second time, on a second contended word.
 //!
 //! * **Shared** (the default, `PoolBuilder::steal(true)`): the pool's
-//!   queues (`pool/async_idle.rs`: a `VecDeque` per worker and a common
-//!   one, each under its own lock, the sleeping workers under another),
+//!   queues (`pool/async_idle.rs`: a `VecDeque` per worker under its own
+//!   lock, and a common one under the sleeping workers' lock),
 //!   each envelope tagged with the shard whose unit it holds, pushed to
 //!   the queue of the worker last polled on the caller's thread (to the
 //!   common one while that worker's handler awaits), taken by its worker
@@ -114,7 +114,7 @@ pub(crate) fn mailboxes<E>(
 
 impl<E> Mailboxes<E> {
     /// Posts `envelope`, which holds a unit of shard `shard`: to that
-    /// shard's worker, or to the shared queue. The envelope back if no
+    /// shard's worker, or to the shared queues. The envelope back if no
     /// worker can take it any more.
     #[inline]
     pub(crate) fn deliver(&self, shard: usize, envelope: E) -> Result<(), E> {
@@ -142,7 +142,7 @@ impl<E> Mailboxes<E> {
 impl<E> Inbox<E> {
     /// The next envelope, once there is one, with the shard whose unit it
     /// holds. `None` once every sender is gone and the mailbox is empty,
-    /// or, with the shared queue, once `done` (the worker's exit rule)
+    /// or, with the shared queues, once `done` (the worker's exit rule)
     /// holds and the queue is empty.
     #[inline]
     pub(crate) fn recv<'a>(
@@ -177,7 +177,7 @@ impl<E> Inbox<E> {
         }
     }
 
-    /// True if this inbox reads the pool's one shared queue.
+    /// True if this inbox reads the pool's shared queues.
     pub(crate) fn is_shared(&self) -> bool {
         matches!(self, Inbox::Shared { .. })
     }
@@ -185,7 +185,7 @@ impl<E> Inbox<E> {
     /// Refuses later deliveries (where the channel allows) and hands back,
     /// one by one with its shard, what is still queued: for a worker
     /// dropped before it could drain its mailbox (`abandoned`: the runtime
-    /// dropped it). An abandoned worker of the shared queue drains it, so
+    /// dropped it). An abandoned worker of the shared queues drains them, so
     /// the last one dropped leaves nothing queued; one that ended on its
     /// own found the pool drained.
     pub(crate) fn close_and_drain(&mut self, abandoned: bool, mut each: impl FnMut(usize, E)) {

@@ -6,9 +6,9 @@
 //!
 //! One idea per file: the mailbox seam (`mailbox.rs`), the worker loop
 //! (`worker.rs`), which worker the running task is (`current.rs`), a panic
-//! catch for futures (`unwind.rs`). The default dispatch's queues
-//! and their wake-up protocol are `pool/async_idle.rs` (there so loom builds
-//! it without tokio).
+//! catch for futures (`unwind.rs`). The default dispatch's queues and
+//! their wake-up protocol are `pool/async_idle.rs` (there so loom builds
+//! them without tokio).
 
 use self::mailbox::Mailboxes;
 use self::worker::{AsyncEnvelope, AsyncWorker};
@@ -99,14 +99,14 @@ pub(crate) const MAX_DEFAULT_ASYNC_WORKERS: usize = 256;
 /// idiom's do), and a free worker takes from any queue; a worker whose
 /// handler awaits hands its queue to a common one at its first `Pending`,
 /// and requests meant for it go there until it is done: no request waits
-/// behind another while a worker is free, so with interchangeable workers (a connection each to
-/// the same server) every worker works, and one slow reply holds up
-/// nothing but its own caller. A free worker costs no CPU: it awaits a
-/// wake-up, and a request queued while a worker sleeps wakes one. The unit
-/// stays with the shard that admitted the request and goes back there
-/// before the reply, so everything above holds as written; a panic
-/// rebuilds the worker that *ran* the request and is counted on the
-/// admitting shard.
+/// behind another while a worker is free, so with interchangeable
+/// workers (a connection each to the same server) every worker works, and
+/// one slow reply holds up nothing but its own caller. A free worker costs
+/// no CPU: it awaits a wake-up, and a request queued while a worker sleeps
+/// wakes one. The unit stays with the shard that admitted the request and
+/// goes back there before the reply, so everything above holds as written;
+/// a panic rebuilds the worker that *ran* the request and is counted on
+/// the admitting shard.
 ///
 /// What a worker's state sees is any request of the pool, and the casts of
 /// one producer may be handled by different workers, so out of order.

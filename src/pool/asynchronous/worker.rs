@@ -163,7 +163,7 @@ impl<W: AsyncWorker> TaskLoop<W> {
         };
         let table = Arc::clone(&self.table);
         let shard = table.shard(self.index);
-        // The exit rule: a worker of the shared queue serves every shard,
+        // The exit rule: a worker of the shared queues serves every shard,
         // and leaves once all are drained; one with its own mailbox, once
         // its shard is.
         let shared = self.inbox.is_shared();
@@ -176,7 +176,7 @@ impl<W: AsyncWorker> TaskLoop<W> {
             }
         };
         // `from` is the shard whose unit the envelope holds: this worker's
-        // own, or any with the shared queue.
+        // own, or any with the shared queues.
         while let Some((from, envelope)) = self.inbox.recv(done).await {
             let (job, reply) = match envelope {
                 Envelope::Call(request, reply) => (Job::<W>::Call(request), Some(reply)),
@@ -338,10 +338,10 @@ impl<W: AsyncWorker> Drop for TaskLoop<W> {
     /// A loop that ends normally leaves nothing queued in its mailbox (its
     /// shard is drained, or every sender is gone). One dropped early, by a
     /// runtime shutting down, shuts the pool down and gives back the unit
-    /// of every envelope still queued (with the shared queue, all of it,
-    /// which then refuses later pushes under its lock): their callers see
-    /// `Shutdown` (the reply slot is dropped), and the pool's count stays
-    /// exact. (With its own mailbox, a send racing with this drain, one
+    /// of every envelope still queued (with the shared queues, all of
+    /// them, which then refuse later pushes under their locks): their
+    /// callers see `Shutdown` (the reply slot is dropped), and the pool's
+    /// count stays exact. (With its own mailbox, a send racing with this drain, one
     /// that passed the channel's closed check before `close` and pushes
     /// after the last `try_recv`, is dropped with the channel and keeps its
     /// unit: `usage` of a pool whose runtime is gone may read one high per
