@@ -70,16 +70,8 @@ impl AsyncWorker for Hol {
     }
 }
 
-fn runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 fn hol_pool(steal: Option<bool>) -> Latency {
-    let rt = runtime();
+    let rt = common::two_thread_runtime();
     let latencies = Arc::new(Mutex::new(Vec::with_capacity(REQUESTS)));
     let pool = {
         let latencies = latencies.clone();
@@ -105,7 +97,7 @@ fn hol_pool(steal: Option<bool>) -> Latency {
 /// tokio `Mutex`, the usual way to share it): whichever is free takes the
 /// next request. Bounded at 64, as the pool.
 fn hol_shared_channel() -> Latency {
-    let rt = runtime();
+    let rt = common::two_thread_runtime();
     let latencies = Arc::new(Mutex::new(Vec::with_capacity(REQUESTS)));
     let (sender, receiver) = mpsc::channel::<Job>(64);
     let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
@@ -295,7 +287,7 @@ fn probe(args: &[String]) {
             .enable_all()
             .build()
             .unwrap(),
-        "mt" => runtime(),
+        "mt" => common::two_thread_runtime(),
         _ => panic!("{usage}"),
     };
     if !time {
@@ -328,7 +320,7 @@ fn main() {
     // A fresh process measuring the round-trip table alone (its figures
     // on its last line, in NAMES' order, 1 task then 64).
     if common::child_task().is_some() {
-        let rt = runtime();
+        let rt = common::two_thread_runtime();
         let contenders: Vec<_> = NAMES
             .iter()
             .map(|(name, _)| Contender::start(&rt, name))
@@ -346,7 +338,7 @@ fn main() {
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1))
         .sample_size(20);
-    let rt = runtime();
+    let rt = common::two_thread_runtime();
     let contenders: Vec<_> = NAMES
         .iter()
         .map(|(name, _)| Contender::start(&rt, name))

@@ -340,14 +340,6 @@ fn pool(
     .unwrap()
 }
 
-fn runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
@@ -362,7 +354,7 @@ fn main() {
     );
     for backend in [Backend::Fixed, Backend::Varied] {
         let addr = backend.serve();
-        let rt = runtime();
+        let rt = common::two_thread_runtime();
         let in_flight = Arc::new(InFlight::default());
         let mut rows = Vec::new();
         for (name, shared) in [

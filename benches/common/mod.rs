@@ -148,3 +148,13 @@ pub fn print_spread(what: &str, ratios: &[f64]) {
         median(ratios.to_vec())
     );
 }
+
+/// The async benches' runtime: tokio's multi-thread scheduler on 2 worker
+/// threads (this machine's cores), with timers and I/O.
+pub fn two_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}

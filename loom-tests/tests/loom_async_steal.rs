@@ -95,6 +95,36 @@ impl Rig {
         })
     }
 
+    /// Worker 1 starts (and, if `asleep`, is waited for until it sleeps),
+    /// then worker 0, whose handler is stuck until worker 1 has handled a
+    /// request (and first goes away, if `away`); two requests of shard 0
+    /// arrive. The second must reach worker 1 while worker 0 is stuck: a
+    /// ring lost, or spent on worker 0, is a deadlock.
+    fn one_busy_one_free(rig: Arc<Rig>, asleep: bool, away: bool) {
+        let by_one = Arc::new(Count::default());
+        let one = {
+            let by_one = by_one.clone();
+            Rig::worker(&rig, 1, move || by_one.bump())
+        };
+        while asleep && rig.queue.sleepers() == 0 {
+            thread::yield_now();
+        }
+        let zero = {
+            // The rig, to go away with, only where the model needs it.
+            let (by_one, away) = (by_one.clone(), away.then(|| Arc::clone(&rig)));
+            Rig::worker(&rig, 0, move || {
+                if let Some(rig) = &away {
+                    rig.queue.away(0);
+                }
+                by_one.wait_for(1)
+            })
+        };
+        rig.submit(0);
+        rig.submit(0);
+        rig.handled.wait_for(2);
+        rig.shut_down(vec![zero, one], 2);
+    }
+
     /// Shutdown: close, wake, join the workers; then every request was
     /// handled once and every unit is back.
     fn shut_down(&self, workers: Vec<thread::JoinHandle<()>>, handled: usize) {
@@ -144,25 +174,7 @@ fn two_workers_take_each_request_once_across_shutdown() {
 /// worker 0 is busy (a ring lost, or spent on worker 0, is a deadlock).
 #[test]
 fn a_request_reaches_the_free_worker_while_the_other_is_busy() {
-    loom::model(|| {
-        let rig = Rig::new(4);
-        let by_one = Arc::new(Count::default());
-        let one = {
-            let by_one = by_one.clone();
-            Rig::worker(&rig, 1, move || by_one.bump())
-        };
-        while rig.queue.sleepers() == 0 {
-            thread::yield_now();
-        }
-        let zero = {
-            let by_one = by_one.clone();
-            Rig::worker(&rig, 0, move || by_one.wait_for(1))
-        };
-        rig.submit(0);
-        rig.submit(0);
-        rig.handled.wait_for(2);
-        rig.shut_down(vec![zero, one], 2);
-    });
+    loom::model(|| Rig::one_busy_one_free(Rig::new(4), true, false));
 }
 
 /// As above, but worker 0's handler awaits (it goes away): what was
@@ -173,28 +185,7 @@ fn a_request_reaches_the_free_worker_while_the_other_is_busy() {
 /// or a ring lost in the move, is a deadlock).
 #[test]
 fn a_request_queued_at_a_worker_that_goes_away_reaches_the_free_one() {
-    loom::model(|| {
-        let rig = Rig::new(4);
-        let by_one = Arc::new(Count::default());
-        let one = {
-            let by_one = by_one.clone();
-            Rig::worker(&rig, 1, move || by_one.bump())
-        };
-        while rig.queue.sleepers() == 0 {
-            thread::yield_now();
-        }
-        let zero = {
-            let (by_one, queue) = (by_one.clone(), Arc::clone(&rig));
-            Rig::worker(&rig, 0, move || {
-                queue.queue.away(0);
-                by_one.wait_for(1)
-            })
-        };
-        rig.submit(0);
-        rig.submit(0);
-        rig.handled.wait_for(2);
-        rig.shut_down(vec![zero, one], 2);
-    });
+    loom::model(|| Rig::one_busy_one_free(Rig::new(4), true, true));
 }
 
 /// Worker 0 is in a request when shutdown begins, and gives its unit back
@@ -237,22 +228,7 @@ fn current_thread_workers_take_each_request_once_and_reach_the_free_one() {
         rig.submit(1);
         rig.shut_down(workers, 2);
     });
-    loom::model(|| {
-        let rig = Rig::current_thread(4);
-        let by_one = Arc::new(Count::default());
-        let one = {
-            let by_one = by_one.clone();
-            Rig::worker(&rig, 1, move || by_one.bump())
-        };
-        let zero = {
-            let by_one = by_one.clone();
-            Rig::worker(&rig, 0, move || by_one.wait_for(1))
-        };
-        rig.submit(0);
-        rig.submit(0);
-        rig.handled.wait_for(2);
-        rig.shut_down(vec![zero, one], 2);
-    });
+    loom::model(|| Rig::one_busy_one_free(Rig::current_thread(4), false, false));
 }
 
 /// A worker's loop dropped while it sleeps (its runtime dropping it) takes

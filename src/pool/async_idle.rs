@@ -35,7 +35,7 @@
 //! on a 2-thread runtime both threads wrote that lock's line twice a round
 //! trip, and the round trip took 1.5-1.6x the actor idiom's time, against
 //! 0.76-0.93x its instructions (`PERFORMANCE.md`, "Where the 64-task time
-//! goes"). Why not per-worker queues alone: a request queued at a worker
+//! went"). Why not per-worker queues alone: a request queued at a worker
 //! that awaits a 2 ms backend waited for that worker while others took
 //! newer requests from their own queues, and the connection bench's p99
 //! rose 1.8-3.8x. Nothing but locks synchronizes here: no atomics, no
@@ -92,7 +92,7 @@
 //!
 //! On a current-thread runtime there is no second thread for a queue to
 //! keep away from, and per-worker queues only add locks to each sleep and
-//! wake (2,220 instructions a round trip from one task against 1,871, and
+//! wake (2,220 instructions a round trip from one task against 1,899, and
 //! 1.10x the actor idiom's). There every push goes to the common queue,
 //! a worker takes from it or sleeps at once under its one lock (nothing
 //! runs in between to make a yield pay), and the workers' queues stay
@@ -162,6 +162,15 @@ struct State<T> {
     stack: Vec<usize>,
 }
 
+impl<T> Q<T> {
+    /// Its owner looks here: no longer `looking` (it has looked) nor
+    /// `away` (its handler is done).
+    fn looked(&mut self) {
+        self.looking = false;
+        self.away = false;
+    }
+}
+
 impl<T> State<T> {
     /// Takes worker `me` off the stack and its waker out of its slot, if a
     /// ring has not done so already (then `None`: it was rung).
@@ -177,6 +186,18 @@ impl<T> State<T> {
     fn pop_sleeper(&mut self) -> Option<Waker> {
         let worker = self.stack.pop()?;
         self.wakers[worker].take()
+    }
+
+    /// Pops up to `count` sleepers, the most recent first, and takes their
+    /// wakers (to be woken after the lock).
+    fn pop_sleepers(&mut self, count: usize) -> Vec<Waker> {
+        let from = self.stack.len().saturating_sub(count);
+        let wakers = &mut self.wakers;
+        self.stack
+            .drain(from..)
+            .rev()
+            .filter_map(|worker| wakers[worker].take())
+            .collect()
     }
 }
 
@@ -330,13 +351,7 @@ impl<T> SharedQueue<T> {
             let mut state = self.state.lock();
             let moved = q.items.len();
             state.common.extend(q.items.drain(..));
-            let State { wakers, stack, .. } = &mut *state;
-            let from = stack.len().saturating_sub(moved);
-            stack
-                .drain(from..)
-                .rev()
-                .filter_map(|worker| wakers[worker].take())
-                .collect::<Vec<_>>()
+            state.pop_sleepers(moved)
         };
         // Outside the locks, each even if one panics (`foreign.rs`).
         crate::engine::foreign::each_then_resume(wakers, Waker::wake);
@@ -360,8 +375,7 @@ impl<T> SharedQueue<T> {
         (0..n).find_map(|i| {
             let mut q = self.queues[(me + i) % n].lock();
             if i == 0 {
-                q.looking = false;
-                q.away = false;
+                q.looked();
             }
             q.items.pop_front()
         })
@@ -400,14 +414,7 @@ impl<T> SharedQueue<T> {
     /// Wakes every sleeper so it re-checks its exit rule: after a shutdown
     /// began.
     pub(crate) fn wake_all(&self) {
-        let wakers = {
-            let mut state = self.state.lock();
-            let State { wakers, stack, .. } = &mut *state;
-            stack
-                .drain(..)
-                .filter_map(|worker| wakers[worker].take())
-                .collect::<Vec<_>>()
-        };
+        let wakers = self.state.lock().pop_sleepers(usize::MAX);
         // Every one woken even if one panics (`foreign.rs`).
         crate::engine::foreign::each_then_resume(wakers, Waker::wake);
     }
@@ -489,8 +496,7 @@ impl<T> SharedQueue<T> {
         for i in 0..n {
             let mut q = self.queues[(me + i) % n].lock();
             if i == 0 {
-                q.looking = false;
-                q.away = false;
+                q.looked();
             }
             if let Some(item) = q.items.pop_front() {
                 found = Some(item);
@@ -625,15 +631,25 @@ mod tests {
         fn wake(self: Arc<Self>) {}
     }
 
-    /// Worker `me`'s next item if one is there now (`None` if it would
-    /// wait), polled as the pool polls it.
-    fn next(q: &SharedQueue<u32>, me: usize, sleep: &mut Sleep) -> Option<u32> {
+    /// One poll of worker `me`, as the pool polls it, with a waker that
+    /// does nothing.
+    fn poll_once(q: &SharedQueue<u32>, me: usize, sleep: &mut Sleep) -> Poll<Option<(usize, u32)>> {
         let waker = Waker::from(Arc::new(Noop));
-        let mut cx = Context::from_waker(&waker);
-        let mut spare = None;
+        q.poll_next(
+            &mut Context::from_waker(&waker),
+            me,
+            &mut None,
+            sleep,
+            || false,
+        )
+    }
+
+    /// Worker `me`'s next item if one is there now (`None` if it would
+    /// wait).
+    fn next(q: &SharedQueue<u32>, me: usize, sleep: &mut Sleep) -> Option<u32> {
         // A worker yields once before it sleeps: poll up to twice.
         for _ in 0..2 {
-            match q.poll_next(&mut cx, me, &mut spare, sleep, || false) {
+            match poll_once(q, me, sleep) {
                 Poll::Ready(item) => return item.map(|(_, item)| item),
                 Poll::Pending if sleep.registered => return None,
                 Poll::Pending => {}
@@ -689,10 +705,10 @@ mod tests {
         assert_eq!(q.state.lock().common.len(), 1);
         // Its first look after the handler: its queue is empty, the common
         // one is not; no yield in between.
-        let waker = Waker::from(Arc::new(Noop));
-        let mut cx = Context::from_waker(&waker);
-        let polled = q.poll_next(&mut cx, 0, &mut None, &mut zero, || false);
-        assert!(matches!(polled, Poll::Ready(Some((0, 2)))));
+        assert!(matches!(
+            poll_once(&q, 0, &mut zero),
+            Poll::Ready(Some((0, 2)))
+        ));
         // And it is back: the next push is queued at it again.
         q.push(0, 3).unwrap();
         assert_eq!(q.queues[0].lock().items.len(), 1);

@@ -21,8 +21,8 @@ impl PoolBuilder {
     /// The settings are the thread pool's, except two: `workers` defaults
     /// to the capacity, up to [`MAX_DEFAULT_ASYNC_WORKERS`](Self::MAX_DEFAULT_ASYNC_WORKERS) (see there why
     /// not the CPU count), and `spin_wait` and `pin_workers` do not apply
-    /// (a task never spins; the runtime places it). By default every free
-    /// worker takes from one queue; [`steal(false)`](Self::steal) gives
+    /// (a task never spins; the runtime places it). By default a free
+    /// worker takes from any worker's queue; [`steal(false)`](Self::steal) gives
     /// each its own mailbox (see [`AsyncPool`]'s "Dispatch"). To open a
     /// connection (or anything async) per worker when it starts, use
     /// [`build_async_init`](Self::build_async_init).

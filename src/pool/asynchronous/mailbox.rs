@@ -1,7 +1,7 @@
 //! The mailbox seam: how an admitted request reaches a worker, and how a
 //! worker takes its next one. The async pool touches its mailboxes only
 //! through [`Mailboxes::deliver`] and [`Inbox::recv`], so the dispatch
-//! (one queue every free worker takes from, or each worker its own
+//! (queues any free worker takes from, or each worker its own
 //! requests) is chosen here and not in the pool or the worker loop.
 //!
 //! Unbounded queues, because the shard's counter is the bound: every
@@ -57,8 +57,8 @@ pub(crate) enum Mailboxes<E> {
     /// One MPSC channel per worker, indexed by shard, read by that worker
     /// only.
     Own(Box<[mpsc::UnboundedSender<E>]>),
-    /// One queue for the pool, read by every worker, each envelope with
-    /// its shard.
+    /// The pool's queues (one per worker and a common one), read by
+    /// every worker, each envelope with its shard.
     Shared(Arc<SharedQueue<E>>),
 }
 
@@ -81,10 +81,10 @@ pub(crate) enum Inbox<E> {
 }
 
 /// The mailboxes of `count` workers: the senders, and one inbox per
-/// worker. With `steal` (and more than one worker) one queue, with room
-/// for `capacity` envelopes before it grows, serves them all; its workers
-/// yield once before they sleep if `multi_thread` (their runtime's
-/// flavor, `async_idle.rs`).
+/// worker. With `steal` (and more than one worker) the shared queues,
+/// with room for `capacity` envelopes before they grow, serve them all:
+/// per worker and common if `multi_thread` (their runtime's flavor), the
+/// common one alone otherwise (`async_idle.rs`).
 pub(crate) fn mailboxes<E>(
     count: usize,
     capacity: usize,
