@@ -396,6 +396,13 @@ impl BudgetBuilder {
     }
 
     /// Per-call I/O timeout. Default `min(R/2, 1 s)`.
+    ///
+    /// A call that must first reconnect spends at most a quarter of it on
+    /// the connect (TCP, the TLS handshake, the login), so that the whole
+    /// call ends within it. Over TLS, or to a Redis some milliseconds
+    /// away, check that a handshake fits: with `renew_every` 200 ms the
+    /// default leaves 25 ms, and a reconnect that never fits never
+    /// succeeds.
     pub fn renew_timeout(&mut self, timeout: Duration) -> &mut Self {
         self.renew_timeout = Some(timeout);
         self

@@ -1,5 +1,11 @@
 //! A real `redis-server`, started by the test on a free loopback port in
 //! its own temp dir and killed (by pid) when dropped.
+//!
+//! A free port is one the OS handed out and took back, so another test
+//! starting a server at the same moment can be handed it too. A server
+//! counts as started only when the process answering on its port is our
+//! child (`INFO server`'s `process_id`); one that lost the race exits (Redis
+//! does when it cannot bind), and the start is tried again on a new port.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -12,6 +18,51 @@ pub fn free_port() -> u16 {
         .local_addr()
         .expect("local addr")
         .port()
+}
+
+/// How many fresh ports a start tries before it gives up.
+pub const START_ATTEMPTS: usize = 5;
+
+/// What became of one start of a `redis-server` child.
+pub enum Started {
+    /// Our child answers on the port.
+    Ours,
+    /// The child exited (it could not bind: another process has the port).
+    Exited(std::process::ExitStatus),
+}
+
+/// Waits (up to 10 s) until `child` answers `PING` through `connect`, or
+/// exits. Whatever answers must be `child` itself: a server of another
+/// test that won the port is not ours.
+pub fn wait_started(
+    child: &mut Child,
+    mut connect: impl FnMut() -> redis::RedisResult<redis::Connection>,
+) -> Started {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Started::Exited(status);
+        }
+        if let Ok(mut c) = connect() {
+            if let Ok(info) = redis::cmd("INFO").arg("server").query::<String>(&mut c) {
+                let pid = info
+                    .lines()
+                    .find_map(|l| l.strip_prefix("process_id:"))
+                    .and_then(|p| p.trim().parse::<u32>().ok());
+                if pid == Some(child.id()) {
+                    return Started::Ours;
+                }
+                // Another server has the port; ours exits once it fails
+                // to bind, and the next turn sees that.
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "redis-server (pid {}) neither answered nor exited in 10 s",
+            child.id()
+        );
+        std::thread::sleep(Duration::from_millis(20)); // polling a child process's start-up
+    }
 }
 
 /// A redis-server child process.
@@ -60,12 +111,23 @@ fn start_with(persist: bool, extra: String) -> Option<Server> {
         persist,
         extra,
     };
-    s.spawn();
-    Some(s)
+    for attempt in 1..=START_ATTEMPTS {
+        match s.spawn() {
+            Started::Ours => return Some(s),
+            Started::Exited(status) => {
+                eprintln!(
+                    "redis-server on port {} exited ({status}), attempt {attempt}: the port was taken; trying another",
+                    s.port
+                );
+                s.port = free_port();
+            }
+        }
+    }
+    panic!("redis-server did not start on any of {START_ATTEMPTS} free ports");
 }
 
 impl Server {
-    fn spawn(&mut self) {
+    fn spawn(&mut self) -> Started {
         let conf = self.dir.join("redis.conf");
         let persistence = if self.persist {
             "save \"\"\nappendonly yes\nappendfsync always\n"
@@ -82,30 +144,20 @@ impl Server {
             ),
         )
         .expect("write redis.conf");
-        let child = Command::new("redis-server")
+        let mut child = Command::new("redis-server")
             .arg(&conf)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn redis-server");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(mut c) = self
-                .client()
-                .get_connection_with_timeout(Duration::from_millis(200))
-            {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not answer PING on port {}",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20)); // polling a child process's start-up
+        let client = self.client();
+        let started = wait_started(&mut child, || {
+            client.get_connection_with_timeout(Duration::from_millis(200))
+        });
+        if matches!(started, Started::Ours) {
+            self.child = Some(child);
         }
+        started
     }
 
     pub fn url(&self) -> String {
@@ -162,7 +214,12 @@ impl Server {
     /// persistent, the data comes back).
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        if let Started::Exited(status) = self.spawn() {
+            panic!(
+                "redis-server could not come back on port {} ({status}): another process took it",
+                self.port
+            );
+        }
     }
 }
 

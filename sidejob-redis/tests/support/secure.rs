@@ -3,23 +3,21 @@
 //! `tls-port`, with a CA and server certificate made for the test by the
 //! `openssl` command line (installed by `.ci/run` when missing). Killed by
 //! pid when dropped. Shared by sidejob-redis's and sidejob-pulse's tests.
+//! Started as `redis.rs` starts its servers: only our own child answering
+//! counts, and a port lost to another test is tried again on a new one.
 
-use std::net::TcpListener;
+#[path = "redis.rs"]
+mod plain;
+
+use plain::{free_port, wait_started, Started, START_ATTEMPTS};
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub const PASSWORD: &str = "s3cret-default-pw";
 pub const ACL_USER: &str = "alice";
 pub const ACL_PASSWORD: &str = "alice-Secret-42";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind a loopback port")
-        .local_addr()
-        .expect("local addr")
-        .port()
-}
 
 pub struct Secure {
     child: Child,
@@ -132,51 +130,55 @@ pub fn start() -> Option<Secure> {
             "san.ext",
         ],
     );
-    let (port, tls_port) = (free_port(), free_port());
-    let conf = dir.join("redis.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "bind 127.0.0.1\nport {port}\ntls-port {tls_port}\ndir {d}\n\
-             tls-cert-file {d}/server.crt\ntls-key-file {d}/server.key\n\
-             tls-ca-cert-file {d}/ca.crt\ntls-auth-clients no\n\
-             requirepass {PASSWORD}\nuser {ACL_USER} on >{ACL_PASSWORD} ~* &* +@all\n\
-             save \"\"\nappendonly no\nloglevel warning\nlogfile \"\"\ndaemonize no\n",
-            d = dir.display()
-        ),
-    )
-    .unwrap();
-    let child = Command::new("redis-server")
-        .arg(&conf)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn redis-server");
-    let s = Secure {
-        child,
-        port,
-        tls_port,
-        ca: std::fs::read(dir.join("ca.crt")).unwrap(),
-        other_ca: std::fs::read(dir.join("other.crt")).unwrap(),
-        dir,
-    };
-    let url = format!("redis://:{PASSWORD}@127.0.0.1:{port}/");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(mut c) = redis::Client::open(url.as_str())
-            .unwrap()
-            .get_connection_with_timeout(Duration::from_millis(200))
-        {
-            if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                return Some(s);
-            }
+    let ca = std::fs::read(dir.join("ca.crt")).unwrap();
+    let other_ca = std::fs::read(dir.join("other.crt")).unwrap();
+    for attempt in 1..=START_ATTEMPTS {
+        let port = free_port();
+        let mut tls_port = free_port();
+        while tls_port == port {
+            tls_port = free_port();
         }
-        assert!(
-            Instant::now() < deadline,
-            "secure redis-server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20)); // polling a child's start-up
+        let conf = dir.join("redis.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "bind 127.0.0.1\nport {port}\ntls-port {tls_port}\ndir {d}\n\
+                 tls-cert-file {d}/server.crt\ntls-key-file {d}/server.key\n\
+                 tls-ca-cert-file {d}/ca.crt\ntls-auth-clients no\n\
+                 requirepass {PASSWORD}\nuser {ACL_USER} on >{ACL_PASSWORD} ~* &* +@all\n\
+                 save \"\"\nappendonly no\nloglevel warning\nlogfile \"\"\ndaemonize no\n",
+                d = dir.display()
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new("redis-server")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        // Redis exits when it cannot bind either port, so our child
+        // answering on the plain one holds the TLS one too.
+        let client = redis::Client::open(format!("redis://:{PASSWORD}@127.0.0.1:{port}/")).unwrap();
+        match wait_started(&mut child, || {
+            client.get_connection_with_timeout(Duration::from_millis(200))
+        }) {
+            Started::Ours => {
+                return Some(Secure {
+                    child,
+                    port,
+                    tls_port,
+                    ca,
+                    other_ca,
+                    dir,
+                })
+            }
+            Started::Exited(status) => eprintln!(
+                "secure redis-server on ports {port}/{tls_port} exited ({status}), attempt {attempt}: a port was taken; trying others"
+            ),
+        }
     }
+    panic!("secure redis-server did not start on any of {START_ATTEMPTS} pairs of free ports");
 }
 
 impl Secure {
