@@ -120,6 +120,25 @@ pub enum Error {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     CallingSelf,
+    /// The request asks for more units than the capacity in force: it could
+    /// never be admitted as the capacity stands, so it is refused at once
+    /// instead of waiting for room that cannot come. Nothing was admitted
+    /// or counted. From [`Limiter::try_acquire_many`](crate::Limiter::try_acquire_many)
+    /// and the other forms that take several units at once. Raise the
+    /// capacity, or split the work.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{Error, Limiter};
+    ///
+    /// let limiter = Limiter::new(8)?;
+    /// assert_eq!(limiter.try_acquire_many(9).unwrap_err(), Error::TooLarge);
+    /// assert!(limiter.try_acquire_many(8).is_ok());
+    /// assert_eq!(limiter.stats().rejected, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    TooLarge,
     /// The key already has as many live children as the supervisor allows
     /// per key ([`per_key`](crate::SupervisorBuilder::per_key), 1 by
     /// default): nothing was admitted and no unit of the capacity was
@@ -178,6 +197,11 @@ impl Error {
         matches!(self, Error::CallingSelf)
     }
 
+    /// True for [`Error::TooLarge`].
+    pub fn is_too_large(&self) -> bool {
+        matches!(self, Error::TooLarge)
+    }
+
     /// True for [`Error::KeyBusy`].
     pub fn is_key_busy(&self) -> bool {
         matches!(self, Error::KeyBusy)
@@ -195,6 +219,7 @@ impl fmt::Display for Error {
             Error::NoRuntime => f.write_str("no tokio runtime to spawn the task on"),
             Error::CallingSelf => f.write_str("the call would wait for the calling worker itself"),
             Error::KeyBusy => f.write_str("the key already has as many at once as it may"),
+            Error::TooLarge => f.write_str("the request asks for more units than the capacity"),
         }
     }
 }

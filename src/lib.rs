@@ -325,6 +325,7 @@ mod supervisor;
 mod sync;
 #[cfg(all(test, not(loom)))]
 mod tests;
+pub mod units;
 
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]

@@ -4,11 +4,12 @@
 use std::fmt;
 
 use crate::engine::probe::Probe;
-use crate::engine::table::{Shard, Table};
+use crate::engine::table::{Grant, Shard, Table};
 use crate::engine::waiters::{Policy, QueueOrder};
 use crate::error::{ConfigError, Error};
 use crate::stats::Stats;
 use crate::sync::{os_thread, Arc};
+use crate::units::{sealed::Sealed, Many, One, Units};
 
 /// A fail-fast, sharded concurrency limit: at most `capacity` permits are
 /// out at once, and the next [`try_acquire`](Limiter::try_acquire) is
@@ -140,6 +141,7 @@ impl Limiter {
         Ok(Permit {
             limiter: self,
             shard,
+            units: One,
         })
     }
 
@@ -173,6 +175,91 @@ impl Limiter {
         Ok(OwnedPermit {
             limiter: Arc::clone(self),
             shard,
+            units: One,
+        })
+    }
+
+    /// Takes `n` units at once, all or nothing, if the limiter has `n` free;
+    /// never waits. tokio's `Semaphore::try_acquire_many`.
+    ///
+    /// The units come from one shard when one has room for all of them (a
+    /// single CAS, as for one unit), else from several, taken together
+    /// under the limiter's control lock once exact reads show all `n`
+    /// free: a refused request never holds a unit, even for a moment, so
+    /// it never makes a one-unit caller that would fit see `Overload`. The
+    /// permit gives every unit back when it is dropped;
+    /// [`split`](Permit::split) and [`merge`](Permit::merge) move units
+    /// between permits. `try_acquire_many(0)` is a permit of no units (it
+    /// gives nothing back).
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Overload`] when the shards, read one after another during
+    ///   the call, showed fewer than `n` free; counted in
+    ///   [`Stats::rejected`].
+    /// * [`Error::TooLarge`] at once when `n` is above the
+    ///   [capacity](Self::capacity) in force: it could never be admitted
+    ///   as the capacity stands. Not counted as a rejection.
+    /// * [`Error::Shutdown`] once [`close`](Self::close) has been called.
+    ///
+    /// # Examples
+    ///
+    /// A query that holds 8 of 64 connections:
+    ///
+    /// ```
+    /// use sidejob::{Error, Limiter};
+    ///
+    /// let limiter = Limiter::builder().capacity(64).shards(4).build()?;
+    /// let query = limiter.try_acquire_many(8)?;
+    /// assert_eq!((query.units(), limiter.usage()), (8, 8));
+    /// // Wider than any one shard (16 each): taken from several.
+    /// let batch = limiter.try_acquire_many(40)?;
+    /// assert_eq!(limiter.available(), 16);
+    /// assert_eq!(limiter.try_acquire_many(17).unwrap_err(), Error::Overload);
+    /// assert_eq!(limiter.try_acquire_many(65).unwrap_err(), Error::TooLarge);
+    /// drop((query, batch));
+    /// assert_eq!(limiter.usage(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_acquire_many(&self, n: usize) -> Result<Permit<'_, Many>, Error> {
+        let (shard, units) = Many::from_grant(self.table.acquire_many(n)?);
+        Ok(Permit {
+            limiter: self,
+            shard: self.table.shard(shard),
+            units,
+        })
+    }
+
+    /// [`try_acquire_many`](Self::try_acquire_many) for an `Arc<Limiter>`:
+    /// the permit owns a clone of the `Arc`, so it can move into another
+    /// thread or task. tokio's `Semaphore::try_acquire_many_owned`.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire_many`](Self::try_acquire_many).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use sidejob::Limiter;
+    ///
+    /// let cores = Arc::new(Limiter::new(16)?);
+    /// let job = cores.try_acquire_many_owned(4)?; // a job that needs 4 of 16 cores
+    /// std::thread::spawn(move || {
+    ///     assert_eq!(job.units(), 4); // held while the job runs
+    /// })
+    /// .join()
+    /// .unwrap();
+    /// assert_eq!(cores.usage(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_acquire_many_owned(self: &Arc<Self>, n: usize) -> Result<OwnedPermit<Many>, Error> {
+        let (shard, units) = Many::from_grant(self.table.acquire_many(n)?);
+        Ok(OwnedPermit {
+            limiter: Arc::clone(self),
+            shard,
+            units,
         })
     }
 
@@ -229,6 +316,7 @@ impl Limiter {
         Ok(Permit {
             limiter: self,
             shard,
+            units: One,
         })
     }
 
@@ -270,6 +358,7 @@ impl Limiter {
         Ok(Permit {
             limiter: self,
             shard,
+            units: One,
         })
     }
 
@@ -316,6 +405,7 @@ impl Limiter {
             Ok(OwnedPermit {
                 limiter: self,
                 shard,
+                units: One,
             })
         }
     }
@@ -435,6 +525,71 @@ impl Limiter {
     /// ```
     pub fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
         self.table.set_capacity(capacity)
+    }
+
+    /// Raises the capacity by `units`; the capacity after it.
+    ///
+    /// Relative, so it races nothing: two calls made at once both land,
+    /// where a [`capacity`](Self::capacity) read then a
+    /// [`set_capacity`](Self::set_capacity) could lose one. tokio's
+    /// `Semaphore::add_permits`. The new room is available to the next
+    /// acquire (and handed to waiters first, if any wait).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming `capacity` if the sum is above the largest
+    /// capacity a limiter can count; nothing changes then.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use sidejob::Limiter;
+    ///
+    /// let limiter = Arc::new(Limiter::new(10)?);
+    /// let adders: Vec<_> = (0..4)
+    ///     .map(|_| {
+    ///         let limiter = Arc::clone(&limiter);
+    ///         std::thread::spawn(move || limiter.add_capacity(5))
+    ///     })
+    ///     .collect();
+    /// for adder in adders {
+    ///     adder.join().unwrap()?;
+    /// }
+    /// assert_eq!(limiter.capacity(), 30, "every add landed");
+    /// assert!(limiter.add_capacity(usize::MAX).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn add_capacity(&self, units: usize) -> Result<usize, ConfigError> {
+        self.table.add_capacity(units)
+    }
+
+    /// Lowers the capacity by `units` (to 0 at the least); the capacity
+    /// after it.
+    ///
+    /// Relative, as [`add_capacity`](Self::add_capacity). It never revokes
+    /// a held permit: if more units are out than the new capacity, nothing
+    /// is handed out until enough permits have been dropped (a debt the
+    /// drops repay), as with [`set_capacity`](Self::set_capacity). tokio's
+    /// `Semaphore::forget_permits`, except that units out now count
+    /// against it too.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{Error, Limiter};
+    ///
+    /// let limiter = Limiter::new(4)?;
+    /// let held = limiter.try_acquire_many(3)?;
+    /// assert_eq!(limiter.remove_capacity(2), 2); // 3 out against 2: a debt
+    /// assert_eq!(limiter.try_acquire().unwrap_err(), Error::Overload);
+    /// drop(held);
+    /// assert_eq!(limiter.try_acquire_many(2)?.units(), 2);
+    /// assert_eq!(limiter.remove_capacity(100), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn remove_capacity(&self, units: usize) -> usize {
+        self.table.remove_capacity(units)
     }
 
     /// How many shards the capacity is split over: the count it was built
@@ -619,33 +774,54 @@ impl LimiterBuilder {
     }
 }
 
-/// A unit of a [`Limiter`]'s capacity, given back on drop.
+/// Units of a [`Limiter`]'s capacity, given back on drop: one unit
+/// ([`One`], the default), or any number ([`Many`]).
 ///
-/// Made by [`Limiter::try_acquire`]. Hold it for as long as the guarded
-/// work runs.
+/// Made by [`Limiter::try_acquire`] and its siblings (one unit), and by
+/// [`Limiter::try_acquire_many`] (`n` units). Hold it for as long as the
+/// guarded work runs. A one-unit permit is two references: what was
+/// measured on the hot path before permits had units, unchanged (see
+/// [`units`](crate::units) for why the count is in the type).
 #[must_use = "the permit is released as soon as it is dropped"]
 #[clippy::has_significant_drop]
-pub struct Permit<'a> {
+pub struct Permit<'a, U: Units = One> {
     limiter: &'a Limiter,
-    /// The shard the unit was taken from, kept by reference: the release
-    /// tests the full set with the shard's own bit and writes its line,
-    /// with no index to bound and scale.
+    /// The shard the unit was taken from (the first, for units from
+    /// several), kept by reference: the release tests the full set with
+    /// the shard's own bit and writes its line, with no index to bound
+    /// and scale.
     shard: &'a Shard,
+    units: U,
 }
 
-impl Permit<'_> {
-    /// The shard this permit was taken from.
+impl<'a, U: Units> Permit<'a, U> {
+    /// The shard this permit was taken from (the first, for a permit of
+    /// units from several).
     pub fn shard(&self) -> usize {
         self.shard.index()
     }
 
-    /// Gives the unit up for good: it is never given back, so the limiter's
-    /// capacity shrinks by one for the rest of its life.
+    /// How many units it holds. tokio's `SemaphorePermit::num_permits`.
     ///
-    /// tokio's `SemaphorePermit::forget`. The unit stays counted in
-    /// [`Limiter::usage`] (and [`Stats::usage`]), and the limiter counts it
-    /// in [`Stats::forgotten`]; it does not count as completed. Use it to
-    /// lower a limit at run time, or for a unit whose work outlives any
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = sidejob::Limiter::new(8)?;
+    /// assert_eq!(limiter.try_acquire()?.units(), 1);
+    /// assert_eq!(limiter.try_acquire_many(5)?.units(), 5);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn units(&self) -> usize {
+        self.units.count()
+    }
+
+    /// Gives every unit up for good: none is ever given back, so the
+    /// limiter's capacity shrinks by that many for the rest of its life.
+    ///
+    /// tokio's `SemaphorePermit::forget`. The units stay counted in
+    /// [`Limiter::usage`] (and [`Stats::usage`]), and the limiter counts
+    /// them in [`Stats::forgotten`]; they do not count as completed. Use it
+    /// to lower a limit at run time, or for units whose work outlives any
     /// scope you can hold a permit in.
     ///
     /// # Examples
@@ -653,61 +829,186 @@ impl Permit<'_> {
     /// ```
     /// use sidejob::{Error, Limiter};
     ///
-    /// let limiter = Limiter::new(2)?;
+    /// let limiter = Limiter::new(4)?;
     /// limiter.try_acquire()?.forget();
-    /// assert_eq!(limiter.usage(), 1, "the forgotten unit stays taken");
+    /// limiter.try_acquire_many(2)?.forget();
+    /// assert_eq!(limiter.usage(), 3, "the forgotten units stay taken");
     /// let last = limiter.try_acquire()?;
     /// assert_eq!(limiter.try_acquire().unwrap_err(), Error::Overload);
     /// drop(last);
     /// let stats = limiter.stats();
-    /// assert_eq!((stats.forgotten, stats.completed, stats.usage), (1, 1, 1));
+    /// assert_eq!((stats.forgotten, stats.completed, stats.usage), (3, 1, 3));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn forget(self) {
-        // `ManuallyDrop` skips the release in `Drop`; the permit owns nothing
-        // else (two shared references), so nothing leaks.
-        let permit = std::mem::ManuallyDrop::new(self);
-        permit.limiter.table.forget(permit.shard.index());
+        let limiter = self.limiter;
+        let grant = self.into_grant();
+        limiter.table.forget_grant(grant);
+    }
+
+    /// Its units as a grant; the permit is gone, with nothing given back.
+    fn into_grant(mut self) -> Grant {
+        let grant = self.units.take(self.shard.index());
+        if U::ONE {
+            // Two references and a marker of no size: nothing leaks, and
+            // the unit now belongs to the grant.
+            std::mem::forget(self);
+        }
+        // A `Many` holds none after `take`: its drop gives nothing back.
+        grant
     }
 }
 
-impl Drop for Permit<'_> {
+impl<'a> Permit<'a, One> {
+    /// The same unit as a permit of [`Many`] units, to
+    /// [`merge`](Permit::merge) others into or keep beside them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter = sidejob::Limiter::new(4)?;
+    /// let mut held = limiter.try_acquire()?.into_many();
+    /// held.merge(limiter.try_acquire()?).expect("one limiter");
+    /// assert_eq!(held.units(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn into_many(self) -> Permit<'a, Many> {
+        let limiter = self.limiter;
+        let (shard, units) = Many::from_grant(self.into_grant());
+        Permit {
+            limiter,
+            shard: limiter.table.shard(shard),
+            units,
+        }
+    }
+}
+
+impl<'a> Permit<'a, Many> {
+    /// Moves `units` of its units into a new permit, `None` (and nothing
+    /// moves) if it holds fewer. tokio's `SemaphorePermit::split`:
+    /// splitting off every unit leaves this permit holding none, and
+    /// `split(0)` makes a permit of none.
+    ///
+    /// # Examples
+    ///
+    /// Release a batch's units as its items finish:
+    ///
+    /// ```
+    /// let limiter = sidejob::Limiter::new(10)?;
+    /// let mut batch = limiter.try_acquire_many(6)?;
+    /// let first = batch.split(2).expect("6 held");
+    /// assert_eq!((batch.units(), first.units()), (4, 2));
+    /// assert!(batch.split(5).is_none(), "only 4 left");
+    /// drop(first); // two items done
+    /// assert_eq!(limiter.usage(), 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn split(&mut self, units: usize) -> Option<Permit<'a, Many>> {
+        let mut grant = self.units.take(self.shard.index());
+        let split = grant.split(units);
+        self.put(grant);
+        let (shard, units) = Many::from_grant(split?);
+        Some(Permit {
+            limiter: self.limiter,
+            shard: self.limiter.table.shard(shard),
+            units,
+        })
+    }
+
+    /// Adds `other`'s units to this permit. tokio's
+    /// `SemaphorePermit::merge`, without its panic: a permit of another
+    /// limiter comes back as the error, untouched (dropping it releases
+    /// its units as usual).
+    ///
+    /// # Errors
+    ///
+    /// `other` itself, if it belongs to another limiter.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::Limiter;
+    ///
+    /// let (limiter, other) = (Limiter::new(10)?, Limiter::new(1)?);
+    /// let mut held = limiter.try_acquire_many(3)?;
+    /// held.merge(limiter.try_acquire()?).expect("one limiter");
+    /// held.merge(limiter.try_acquire_many(2)?).expect("one limiter");
+    /// assert_eq!(held.units(), 6);
+    ///
+    /// let foreign = held.merge(other.try_acquire()?).unwrap_err(); // handed back
+    /// assert_eq!((held.units(), foreign.units()), (6, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn merge<V: Units>(&mut self, other: Permit<'a, V>) -> Result<(), Permit<'a, V>> {
+        if !std::ptr::eq(self.limiter, other.limiter) {
+            return Err(other);
+        }
+        let theirs = other.into_grant();
+        let mut grant = self.units.take(self.shard.index());
+        grant.merge(theirs);
+        self.put(grant);
+        Ok(())
+    }
+
+    /// Makes it hold `grant`'s units (of this limiter; it holds none now).
+    fn put(&mut self, grant: Grant) {
+        let (shard, units) = Many::from_grant(grant);
+        self.shard = self.limiter.table.shard(shard);
+        self.units = units;
+    }
+}
+
+impl<U: Units> Drop for Permit<'_, U> {
     #[inline]
     fn drop(&mut self) {
-        self.limiter.release_shard(self.shard);
+        self.units.release(&self.limiter.table, self.shard);
     }
 }
 
-impl fmt::Debug for Permit<'_> {
+impl<U: Units> fmt::Debug for Permit<'_, U> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
             .field("shard", &self.shard())
+            .field("units", &self.units())
             .finish()
     }
 }
 
-/// A unit of a [`Limiter`]'s capacity that owns an `Arc` of it, so it is
-/// `'static` and can move to another thread or task. Given back on drop.
+/// Units of a [`Limiter`]'s capacity that own an `Arc` of it, so they are
+/// `'static` and can move to another thread or task: one unit ([`One`],
+/// the default) or any number ([`Many`]). Given back on drop.
 ///
-/// Made by [`Limiter::try_acquire_owned`].
+/// Made by [`Limiter::try_acquire_owned`] and its siblings, and by
+/// [`Limiter::try_acquire_many_owned`].
 #[must_use = "the permit is released as soon as it is dropped"]
 #[clippy::has_significant_drop]
-pub struct OwnedPermit {
+pub struct OwnedPermit<U: Units = One> {
     limiter: Arc<Limiter>,
+    /// The shard of its (first) unit, or [`FORGOTTEN`].
     shard: usize,
+    units: U,
 }
 
-impl OwnedPermit {
-    /// The shard this permit was taken from.
+impl<U: Units> OwnedPermit<U> {
+    /// The shard this permit was taken from (the first, for a permit of
+    /// units from several).
     pub fn shard(&self) -> usize {
         self.shard
     }
 
-    /// Gives the unit up for good: it is never given back, so the limiter's
-    /// capacity shrinks by one for the rest of its life.
+    /// How many units it holds. tokio's `OwnedSemaphorePermit::num_permits`.
+    pub fn units(&self) -> usize {
+        if self.shard == FORGOTTEN {
+            return 0;
+        }
+        self.units.count()
+    }
+
+    /// Gives every unit up for good: none is ever given back, so the
+    /// limiter's capacity shrinks by that many for the rest of its life.
     ///
-    /// As [`Permit::forget`]: the unit stays counted in
-    /// [`Limiter::usage`] and is counted in [`Stats::forgotten`]. The
+    /// As [`Permit::forget`]: the units stay counted in
+    /// [`Limiter::usage`] and are counted in [`Stats::forgotten`]. The
     /// permit's `Arc` of the limiter is dropped as usual.
     ///
     /// # Examples
@@ -724,11 +1025,9 @@ impl OwnedPermit {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn forget(mut self) {
-        self.limiter.table.forget(self.shard);
-        // Not `ManuallyDrop`: the `Arc` must still be dropped, and moving it
-        // out of a `ManuallyDrop` takes `unsafe`. The sentinel makes `Drop`
-        // skip the release and drop the `Arc` as usual.
-        self.shard = FORGOTTEN;
+        if let Some(grant) = self.take_grant() {
+            self.limiter.table.forget_grant(grant);
+        }
     }
 
     /// The limiter this permit belongs to.
@@ -736,6 +1035,22 @@ impl OwnedPermit {
         &self.limiter
     }
 
+    /// Its units as a grant, leaving it holding none (its drop then gives
+    /// nothing back and drops the `Arc`); `None` once forgotten.
+    fn take_grant(&mut self) -> Option<Grant> {
+        if self.shard == FORGOTTEN {
+            return None;
+        }
+        let grant = self.units.take(self.shard);
+        // The sentinel makes `Drop` skip the release (a `Many` holds none
+        // after `take` anyway); the `Arc` drops as usual. Not
+        // `ManuallyDrop`: moving the `Arc` out of one takes `unsafe`.
+        self.shard = FORGOTTEN;
+        Some(grant)
+    }
+}
+
+impl OwnedPermit<One> {
     /// Disarms the permit and returns its shard: the unit stays taken, and
     /// the caller now owes its release (the tower layer's `Unit`).
     #[cfg_attr(not(feature = "tower"), allow(dead_code))]
@@ -745,26 +1060,112 @@ impl OwnedPermit {
         self.shard = FORGOTTEN;
         shard
     }
+
+    /// The same unit as a permit of [`Many`] units; as
+    /// [`Permit::into_many`].
+    pub fn into_many(mut self) -> OwnedPermit<Many> {
+        let grant = self.take_grant().unwrap_or(Grant {
+            shard: FORGOTTEN,
+            more: Some(Box::default()),
+        });
+        let (shard, units) = Many::from_grant(grant);
+        OwnedPermit {
+            limiter: Arc::clone(&self.limiter),
+            shard,
+            units,
+        }
+    }
+}
+
+impl OwnedPermit<Many> {
+    /// Moves `units` of its units into a new permit; as
+    /// [`Permit::split`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    ///
+    /// let limiter = Arc::new(sidejob::Limiter::new(10)?);
+    /// let mut held = limiter.try_acquire_many_owned(5)?;
+    /// let moved = held.split(3).expect("5 held");
+    /// assert_eq!((held.units(), moved.units()), (2, 3));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn split(&mut self, units: usize) -> Option<OwnedPermit<Many>> {
+        let mut grant = self.take_grant()?;
+        let split = grant.split(units);
+        self.put(grant);
+        let (shard, units) = Many::from_grant(split?);
+        Some(OwnedPermit {
+            limiter: Arc::clone(&self.limiter),
+            shard,
+            units,
+        })
+    }
+
+    /// Adds `other`'s units to this permit; as [`Permit::merge`].
+    ///
+    /// # Errors
+    ///
+    /// `other` itself, if it belongs to another limiter.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    ///
+    /// let limiter = Arc::new(sidejob::Limiter::new(10)?);
+    /// let mut held = limiter.try_acquire_many_owned(2)?;
+    /// held.merge(limiter.try_acquire_owned()?).expect("one limiter");
+    /// assert_eq!(held.units(), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn merge<V: Units>(&mut self, mut other: OwnedPermit<V>) -> Result<(), OwnedPermit<V>> {
+        if !Arc::ptr_eq(&self.limiter, &other.limiter) {
+            return Err(other);
+        }
+        let Some(theirs) = other.take_grant() else {
+            return Ok(()); // a forgotten permit holds nothing
+        };
+        match self.take_grant() {
+            Some(mut grant) => {
+                grant.merge(theirs);
+                self.put(grant);
+            }
+            None => self.put(theirs),
+        }
+        Ok(())
+    }
+
+    /// Makes it hold `grant`'s units (of this limiter; it holds none now).
+    fn put(&mut self, grant: Grant) {
+        let (shard, units) = Many::from_grant(grant);
+        self.shard = shard;
+        self.units = units;
+    }
 }
 
 /// `OwnedPermit::shard` after `forget`: above any shard index (shard counts
 /// are capped at 2^16).
 const FORGOTTEN: usize = usize::MAX;
 
-impl Drop for OwnedPermit {
+impl<U: Units> Drop for OwnedPermit<U> {
     #[inline]
     fn drop(&mut self) {
         // One compare of a value the release loads anyway.
         if self.shard != FORGOTTEN {
-            self.limiter.release(self.shard);
+            let shard = self.limiter.table.shard(self.shard);
+            self.units.release(&self.limiter.table, shard);
         }
     }
 }
 
-impl fmt::Debug for OwnedPermit {
+impl<U: Units> fmt::Debug for OwnedPermit<U> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OwnedPermit")
             .field("shard", &self.shard)
+            .field("units", &self.units())
             .finish()
     }
 }

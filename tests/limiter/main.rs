@@ -9,6 +9,9 @@
 //! * `resize.rs`: `set_capacity` at run time (issue 8): hands room to
 //!   waiters, never admits above the capacity in force, `available()`,
 //!   a shrink's debt.
+//! * `weighted.rs`: requests of many units (issue 35): tokio's weighted
+//!   semaphore tests translated, takes across shards, `split`, `merge`,
+//!   `forget`, relative resizes, bad input, a stress test with a ledger.
 //!
 //! The tower layer over a limiter is in `tests/tower.rs`, the waiting room
 //! under load in `tests/stress_waiting.rs`.
@@ -25,6 +28,7 @@ mod common;
 mod permits;
 mod resize;
 mod waiting;
+mod weighted;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -416,14 +416,6 @@ impl Table {
         }
     }
 
-    /// Records that the unit held on shard `i` will never be given back
-    /// (its holder called `forget`): it stays counted in the usage, so the
-    /// capacity shrinks by one for good, and the stats say why.
-    pub(crate) fn forget(&self, i: usize) {
-        // Relaxed: a count, read only by `stats`.
-        self.shards[i].forgotten.fetch_add(1, Relaxed);
-    }
-
     /// Gives back one unit taken from shard `i`, `panicked` if its holder
     /// was unwinding: steps 2 and 3 of the full set's protocol
     /// (`full.rs`), and with a waiting room its hand-off and wake-up

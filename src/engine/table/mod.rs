@@ -20,6 +20,8 @@
 //!   shrink below the holdings.
 //! * `room.rs`: the waiting room's side of the table: queueing, hand-off,
 //!   wake-up, cancellation (the queue itself is `waiters.rs`).
+//! * `many.rs`: requests of many units: `n` at once, from one shard or,
+//!   under the control lock, from several; the [`Grant`] that says where.
 //!
 //! This file holds the types they share, the constants of the shard words,
 //! construction, and shutdown.
@@ -60,12 +62,14 @@ use crate::sync::{
 mod admission;
 mod admit;
 mod full;
+mod many;
 mod readings;
 mod resize;
 mod room;
 mod unit;
 
 pub(crate) use admission::Admission;
+pub(crate) use many::{Grant, More};
 #[cfg(not(loom))]
 use room::RoomAlarm;
 pub(crate) use unit::{Batch, Unit};

@@ -45,17 +45,53 @@ use crate::error::{ConfigError, Error};
 use crate::sync::Ordering::{AcqRel, Relaxed, Release};
 
 impl Table {
-    /// Sets the capacity to `capacity`; see the module docs ("Resize").
-    pub(crate) fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
-        let max = match &self.caps {
+    /// The largest capacity this table can be resized to.
+    fn max_capacity(&self) -> usize {
+        match &self.caps {
             Some(caps) => caps.iter().sum(),
             None => MAX_CAPACITY,
-        };
-        if capacity > max {
-            return Err(ConfigError::too_large("capacity", max));
         }
+    }
+
+    /// Sets the capacity to `capacity`; see the module docs ("Resize").
+    pub(crate) fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
+        self.resize_with(|_| Some(capacity)).map(|_| ())
+    }
+
+    /// Raises the capacity by `units`, whatever it is when the resize runs:
+    /// two calls that race both land (a read then a `set_capacity` could
+    /// lose one). The capacity after it.
+    pub(crate) fn add_capacity(&self, units: usize) -> Result<usize, ConfigError> {
+        self.resize_with(|capacity| capacity.checked_add(units))
+    }
+
+    /// Lowers the capacity by `units` (to 0 at the least), whatever it is
+    /// when the resize runs. Never revokes a held unit: if more are held
+    /// than the new capacity, the difference is a debt that releases repay
+    /// (see the module docs). The capacity after it.
+    pub(crate) fn remove_capacity(&self, units: usize) -> usize {
+        self.resize_with(|capacity| Some(capacity.saturating_sub(units)))
+            .expect("a lower capacity is always within the maximum")
+    }
+
+    /// The resize of the module docs to `target(capacity in force)`, read
+    /// and applied under the control lock, so that concurrent relative
+    /// resizes compose. `None` from `target`, or a capacity above the
+    /// maximum: a [`ConfigError`] naming `capacity`, and nothing changes.
+    fn resize_with(
+        &self,
+        target: impl FnOnce(usize) -> Option<usize>,
+    ) -> Result<usize, ConfigError> {
+        let max = self.max_capacity();
         let mut woken = Woken::default();
         let mut control = self.control.lock();
+        let capacity = match target(self.capacity()) {
+            Some(capacity) if capacity <= max => capacity,
+            _ => {
+                drop(control);
+                return Err(ConfigError::too_large("capacity", max));
+            }
+        };
         // 1. Gate: from here every take goes to `acquire_gated`, which waits
         //    for this lock. AcqRel: the RMW puts the gate in each word's
         //    modification order, so a take either came before it (and is
@@ -87,7 +123,7 @@ impl Table {
         //    waker that calls back into the table finds it open, and one
         //    that panics leaves it consistent.
         self.wake(woken);
-        Ok(())
+        Ok(capacity)
     }
 
     /// Stores `limits`, hands new room to waiters (pushing them onto

@@ -40,7 +40,8 @@ use std::time::Duration;
 /// [`Error::Spawn`] `503` (the system refused a thread), each with
 /// `Retry-After`; [`Error::WorkerPanicked`], [`Error::NoRuntime`] and
 /// [`Error::CallingSelf`] `500 Internal Server Error`, without (a retry
-/// would not help).
+/// would not help); [`Error::TooLarge`] (a request weighing more than the
+/// whole capacity) `413 Content Too Large`, without.
 ///
 /// # Examples
 ///
@@ -109,6 +110,7 @@ impl HttpRefusal {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             Error::KeyBusy => StatusCode::TOO_MANY_REQUESTS,
+            Error::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Error::WorkerPanicked | Error::NoRuntime | Error::CallingSelf => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
@@ -182,7 +184,9 @@ impl<B: Default, E> Refusal<Response<B>, E> for HttpRefusal {
 /// [`response`](GrpcRefusal::response) maps the rest for handlers:
 /// [`Error::KeyBusy`] `RESOURCE_EXHAUSTED`, [`Error::Spawn`]
 /// `UNAVAILABLE`, [`Error::WorkerPanicked`], [`Error::NoRuntime`] and
-/// [`Error::CallingSelf`] `INTERNAL` (13, without pushback).
+/// [`Error::CallingSelf`] `INTERNAL` (13, without pushback);
+/// [`Error::TooLarge`] `OUT_OF_RANGE` (11, without pushback: the request
+/// weighs more than the whole capacity).
 ///
 /// # Examples
 ///
@@ -209,6 +213,7 @@ pub struct GrpcRefusal {
 
 /// gRPC's status codes used here (the numbers of gRPC's `Code` enum).
 const RESOURCE_EXHAUSTED: u16 = 8;
+const OUT_OF_RANGE: u16 = 11;
 const INTERNAL: u16 = 13;
 const UNAVAILABLE: u16 = 14;
 
@@ -237,6 +242,7 @@ impl GrpcRefusal {
             Error::Overload | Error::KeyBusy => RESOURCE_EXHAUSTED,
             Error::Timeout | Error::Shutdown | Error::Spawn(_) => UNAVAILABLE,
             Error::WorkerPanicked | Error::NoRuntime | Error::CallingSelf => INTERNAL,
+            Error::TooLarge => OUT_OF_RANGE,
         }
     }
 
