@@ -6,13 +6,12 @@
 #[allow(dead_code)]
 mod secure;
 
-#[path = "../../sidejob-redis/tests/support/redis.rs"]
-#[allow(dead_code)]
-mod redis_support;
-
 use std::sync::mpsc::{channel, Sender};
 use std::time::Duration;
 
+// The plain server, through `secure` (which loads it): one module per
+// file (clippy's `duplicate_mod`).
+use secure::plain as redis_support;
 use secure::{ACL_PASSWORD, ACL_USER, PASSWORD};
 use sidejob_pulse::{Endpoint, Error, Handler, Job, Node, StopReason, Token};
 
