@@ -73,7 +73,8 @@ impl ConfigError {
     /// The builder field that was wrong: `"name"`, `"capacity"`, `"ttl"`,
     /// `"renew_every"`, `"grace"`, `"clock_margin"`, `"max_hold"`,
     /// `"renew_timeout"`, `"fallback"`, `"min_block"`, `"headroom"` or
-    /// `"url"` (from [`Budget::attach`]).
+    /// `"url"` (one that did not parse, from [`build`](BudgetBuilder::build);
+    /// a missing one, from [`Budget::attach`]).
     pub fn field(&self) -> &'static str {
         self.field
     }
@@ -454,13 +455,21 @@ impl BudgetBuilder {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming the field: a missing `name`, `capacity` or
+    /// A [`ConfigError`] naming the field: a `url` that did not parse
+    /// (reported before anything else); a missing `name`, `capacity` or
     /// `max_hold`; a zero `capacity`, `ttl`, `renew_every`,
     /// `renew_timeout` or `min_block`; a `clock_margin` outside [0, 0.25];
     /// a negative `headroom`; floors that take all the capacity
     /// (`fallback`); or `ttl` too short for
     /// `T(1−2ρ) − ε − H > R + renew timeout`.
     pub fn build(&self) -> Result<Budget, ConfigError> {
+        // First: a URL that did not parse is what the user must hear about,
+        // whatever else is missing.
+        let url = match &self.url {
+            None => None,
+            Some(Ok(e)) => Some(e.clone()),
+            Some(Err(e)) => return Err(ConfigError::new("url", e.to_string())),
+        };
         let name = self
             .name
             .clone()
@@ -519,11 +528,6 @@ impl BudgetBuilder {
                 ));
             }
         }
-        let url = match &self.url {
-            None => None,
-            Some(Ok(e)) => Some(e.clone()),
-            Some(Err(e)) => return Err(ConfigError::new("url", e.to_string())),
-        };
         let budget = Budget {
             url,
             name,
