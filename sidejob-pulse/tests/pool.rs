@@ -442,3 +442,87 @@ fn jobs_not_started_within_the_pending_ttl_go_to_their_owner_now() {
         "settled"
     );
 }
+
+/// The field of the `Error::Config` that `b.join()` answers.
+fn config_field(b: &sidejob_pulse::NodeBuilder) -> &'static str {
+    match b.join() {
+        Err(Error::Config(c)) => c.field(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Durations out of range are refused by `join`, naming the field, before
+/// anything reaches Redis: `Duration::MAX` used to panic (`worker_ttl`, in
+/// `add_worker` after registering; `worker_shutdown_ttl`, in the last
+/// handle's drop), and a 100-year TTL meant a learning mode no job outlives
+/// (hardening 3, item 5). Nothing listens on port 1: a setting that passed
+/// would answer `Error::Redis`.
+#[test]
+fn out_of_range_durations_are_config_errors_naming_the_field() {
+    let year = Duration::from_secs(365 * 24 * 3600);
+    let base = || {
+        let mut b = Node::builder();
+        b.name("cfg").url("redis://127.0.0.1:1/");
+        b
+    };
+    for ttl in [Duration::MAX, 100 * year, Duration::from_secs(3601)] {
+        assert_eq!(
+            config_field(base().worker_ttl(ttl)),
+            "worker_ttl",
+            "{ttl:?}"
+        );
+    }
+    for ttl in [Duration::MAX, 100 * year] {
+        assert_eq!(
+            config_field(base().worker_shutdown_ttl(ttl)),
+            "worker_shutdown_ttl"
+        );
+        assert_eq!(config_field(base().pending_job_ttl(ttl)), "pending_job_ttl");
+    }
+    let msg = base()
+        .worker_ttl(Duration::MAX)
+        .join()
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("at most 1 h"), "{msg}");
+    // The longest accepted values pass the checks (and fail to connect);
+    // a long mailbox read is cut to the heartbeat period, so any is fine.
+    let longest = base()
+        .worker_ttl(Duration::from_secs(3600))
+        .worker_shutdown_ttl(Duration::from_secs(24 * 3600))
+        .pending_job_ttl(Duration::from_secs(24 * 3600))
+        .job_sink_block(Duration::MAX)
+        .join()
+        .unwrap_err();
+    assert!(matches!(longest, Error::Redis(_)), "{longest:?}");
+}
+
+/// `add_worker(usize::MAX)` says the bound it broke, not "at least 1", and
+/// registers nothing; a pool name with a NUL (any characters are fine)
+/// names the node's threads without a panic, and its jobs run
+/// (hardening 3, item 5).
+#[test]
+fn max_jobs_too_large_and_a_nul_in_the_name() {
+    let Some(redis) = redis_support::start(false) else {
+        return;
+    };
+    let url = redis.url();
+    let n = node(&url, "nul\0pool");
+    let err = n.add_worker(usize::MAX, Rec("w", channel().0)).unwrap_err();
+    let Error::Config(c) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(c.field(), "max_jobs");
+    assert!(err.to_string().contains("at most"), "{err}");
+    assert!(
+        n.membership().1.iter().all(|s| s.is_empty()),
+        "{:?}",
+        n.membership()
+    );
+    let (tx, rx) = channel();
+    let _w = n.add_worker(2, Rec("w", tx)).unwrap();
+    n.dispatch("k", b"").unwrap();
+    let mut owners = HashMap::new();
+    collect(&rx, &mut owners, |o| o.len() == 1);
+    assert_eq!(n.membership().1.iter().filter(|s| !s.is_empty()).count(), 1);
+}
