@@ -490,7 +490,11 @@ impl Node {
 
     /// Dispatches a job: records it in Redis and mails it to the worker
     /// that owns `key` (jump hash over the live workers). One round trip
-    /// when this node's view of the membership is current. Returns once
+    /// when this node's view of the membership is current; while the
+    /// membership keeps changing under it, one more per change, for up to
+    /// a heartbeat period (a fifth of the worker TTL), after which the job
+    /// is recorded unassigned and a keeper places it at its next
+    /// heartbeat. Returns once
     /// Redis holds the job: from then on it starts, eventually, on exactly
     /// one worker while one lives (if there is none yet, it waits for one,
     /// counted as queued).
@@ -508,11 +512,21 @@ impl Node {
         check_payload(payload)?;
         self.shared.check_open()?;
         let s = &self.shared;
-        for _ in 0..4 {
-            let (ver, owner) = {
+        // Each STALE answer brings the newest membership, so a retry fails
+        // only if it changed again meanwhile. A count of tries made a
+        // healthy Redis under churn look failed; a deadline of one
+        // heartbeat period bounds the retries instead, after which the job
+        // is recorded unassigned, and a keeper places it at its next
+        // heartbeat: no later than waiting longer here would.
+        let deadline = deadline_after(s.opts.heartbeat_every);
+        let mut unassigned = false;
+        loop {
+            let (ver, owner) = if unassigned {
+                ("*".to_string(), String::new())
+            } else {
                 let v = lock(&s.view);
                 (
-                    v.ver,
+                    v.ver.to_string(),
                     route(key.as_bytes(), &v.slots).unwrap_or("").to_string(),
                 )
             };
@@ -523,7 +537,7 @@ impl Node {
                     Arg::N(ms(s.opts.worker_ttl)),
                     Arg::N(ms(s.opts.grace)),
                     Arg::N(ms(s.opts.pending_job_ttl)),
-                    Arg::N(ver),
+                    Arg::S(&ver),
                     Arg::N(s.opts.max_queued_jobs as u64),
                     Arg::S(key),
                     Arg::B(payload),
@@ -532,8 +546,9 @@ impl Node {
             )?;
             match a.first().map(text).as_deref() {
                 Some("OK") => return Ok(()),
-                Some("STALE") => {
+                Some("STALE") if !unassigned => {
                     s.learn_view(a.get(1).map(num).unwrap_or(0), Some(slots_from(&a, 2)));
+                    unassigned = now() >= deadline;
                 }
                 Some("FULL") => {
                     return Err(Error::Full {
@@ -546,7 +561,6 @@ impl Node {
                 _ => return Err(unexpected("dispatch", &a)),
             }
         }
-        Err(RedisError("dispatch: the membership kept changing (4 tries)".into()).into())
     }
 
     /// Stops the job `key`: a job not started yet is dropped at once; a
