@@ -1,6 +1,9 @@
 -- dispatch(run, ttl, grace, pttl, ver, max, key, payload, owner): records
 -- the job and assigns it to owner (computed by the client over membership
 -- version ver; "" if there is no worker: an orphan, placed when one joins).
+-- ver "*": whatever the membership, record the job as an orphan, due at
+-- once (a keeper places it): for a client whose view the membership keeps
+-- outrunning.
 -- -> {'OK', token} | {'STALE', ver, slots...} | {'FULL'} | {'EXISTS'}
 --    | {'SHUTDOWN'} | {'NOPOOL'}
 if redis.call('EXISTS', META) == 0 then return {'NOPOOL'} end
@@ -14,7 +17,9 @@ if redis.call('HGET', P .. 'st', k) == 'S' then
   redis.call('HSET', P .. 'jobs', k, p)
   return {'OK', 0}
 end
-if mget('ver') ~= ver then
+if ver == '*' then
+  w = ''
+elseif mget('ver') ~= ver then
   local out = {'STALE', mnum('ver')}
   for _, s in ipairs(slots()) do out[#out + 1] = s end
   return out

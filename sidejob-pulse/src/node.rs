@@ -4,7 +4,7 @@
 
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sidejob_redis::{escape_name, Endpoint};
 
@@ -20,6 +20,30 @@ pub const MAX_PAYLOAD_LEN: usize = 1 << 20;
 
 /// Tolerated rate error between a node's monotonic clock and Redis' clock.
 const CLOCK_RATE_MARGIN: f64 = 1e-3;
+
+/// The longest worker TTL: after Redis loses its state (or on a Redis up
+/// for less than `ttl + grace`) no job starts for `ttl + grace`, so a TTL
+/// of years would start none at all.
+const MAX_WORKER_TTL: Duration = Duration::from_secs(3600);
+/// The longest pending-job TTL and worker shutdown TTL: a day, far from
+/// any overflow of the clock arithmetic they go through.
+const MAX_LONG_WAIT: Duration = Duration::from_secs(24 * 3600);
+
+/// `d` from now, or as far as the clock goes: deadlines from settings never
+/// overflow (and so never panic, in a `Drop` least of all).
+pub(crate) fn deadline_after(d: Duration) -> Instant {
+    let t = now();
+    t.checked_add(d)
+        .or_else(|| t.checked_add(MAX_LONG_WAIT))
+        .unwrap_or(t)
+}
+
+/// The name of one of the node's threads: `sidejob-pulse-<what>:<pool>`,
+/// the pool's name escaped as in its keys (a thread name cannot hold a
+/// NUL, a pool name can).
+pub(crate) fn thread_name(what: &str, pool: &str) -> String {
+    format!("sidejob-pulse-{what}:{}", escape_name(pool))
+}
 
 /// A node's settings, checked by [`NodeBuilder::join`].
 #[derive(Debug, Clone)]
@@ -191,7 +215,9 @@ impl NodeBuilder {
     }
 
     /// Longest time between two heartbeats of a worker before Redis removes
-    /// it and its jobs go to other workers (10 s). At least 100 ms. A
+    /// it and its jobs go to other workers (10 s). At least 100 ms, at most
+    /// 1 h: after Redis loses its state, and on a pool created on a Redis
+    /// up for less than TTL + grace, no job starts for TTL + grace. A
     /// worker that cannot renew stops its jobs a margin (a tenth of it)
     /// before that, on its own clock; Redis removes it a grace (another
     /// tenth) after it. Heartbeats go every fifth of it.
@@ -205,14 +231,16 @@ impl NodeBuilder {
     }
 
     /// Longest time a job may stay assigned and not started before it is
-    /// assigned again, to the worker that owns its key then (20 s).
+    /// assigned again, to the worker that owns its key then (20 s). At
+    /// least 10 ms, at most 24 h.
     pub fn pending_job_ttl(&mut self, ttl: Duration) -> &mut Self {
         self.pending_job_ttl = ttl;
         self
     }
 
     /// Longest wait for workers to stop gracefully (2 min): in
-    /// [`Node::shutdown`], [`Worker::remove`] and [`Node::close`].
+    /// [`Node::shutdown`], [`Worker::remove`] and [`Node::close`]. Above
+    /// zero, at most 24 h.
     pub fn worker_shutdown_ttl(&mut self, ttl: Duration) -> &mut Self {
         self.worker_shutdown_ttl = ttl;
         self
@@ -232,8 +260,9 @@ impl NodeBuilder {
     }
 
     /// Longest blocking read of a worker's mailbox (5 s; it is also cut
-    /// short by the heartbeat period). Shorter makes removal and close
-    /// of idle workers quicker.
+    /// short by the heartbeat period, so any value above it means the
+    /// period). At least 1 ms. Shorter makes removal and close of idle
+    /// workers quicker.
     pub fn job_sink_block(&mut self, block: Duration) -> &mut Self {
         self.job_sink_block = block;
         self
@@ -241,19 +270,30 @@ impl NodeBuilder {
 
     fn options(&self) -> Result<Options, ConfigError> {
         let ttl = self.worker_ttl;
-        if ttl < Duration::from_millis(100) {
-            return Err(ConfigError::new("worker_ttl", "must be at least 100 ms"));
-        }
-        if self.pending_job_ttl < Duration::from_millis(10) {
+        if !(Duration::from_millis(100)..=MAX_WORKER_TTL).contains(&ttl) {
             return Err(ConfigError::new(
-                "pending_job_ttl",
-                "must be at least 10 ms",
+                "worker_ttl",
+                format!(
+                    "must be at least 100 ms and at most 1 h (after Redis loses its state no job starts for the TTL and a tenth), not {ttl:?}"
+                ),
             ));
         }
-        if self.worker_shutdown_ttl.is_zero() {
+        if !(Duration::from_millis(10)..=MAX_LONG_WAIT).contains(&self.pending_job_ttl) {
+            return Err(ConfigError::new(
+                "pending_job_ttl",
+                format!(
+                    "must be at least 10 ms and at most 24 h, not {:?}",
+                    self.pending_job_ttl
+                ),
+            ));
+        }
+        if self.worker_shutdown_ttl.is_zero() || self.worker_shutdown_ttl > MAX_LONG_WAIT {
             return Err(ConfigError::new(
                 "worker_shutdown_ttl",
-                "must be above zero",
+                format!(
+                    "must be above zero and at most 24 h, not {:?}",
+                    self.worker_shutdown_ttl
+                ),
             ));
         }
         if self.max_queued_jobs == 0 {
@@ -337,7 +377,7 @@ impl NodeBuilder {
             let (tx, rx) = mpsc::channel();
             let s = shared.clone();
             let handle = std::thread::Builder::new()
-                .name(format!("sidejob-pulse-keeper:{}", s.name))
+                .name(thread_name("keeper", &s.name))
                 .spawn(move || keeper(s, rx))
                 .map_err(|e| RedisError(format!("cannot start the keeper thread: {e}")))?;
             *lock(&shared.keeper) = Some((tx, handle));
@@ -437,7 +477,9 @@ impl Node {
     /// # Errors
     ///
     /// [`Error::ClientOnly`], [`Error::Closed`], [`Error::ShuttingDown`],
-    /// [`Error::Config`] for `max_jobs` 0, or [`Error::Redis`].
+    /// [`Error::Config`] naming `max_jobs` if it is 0 or above
+    /// [`LimiterBuilder::MAX_CAPACITY`](sidejob::LimiterBuilder::MAX_CAPACITY)
+    /// (checked before anything reaches Redis), or [`Error::Redis`].
     pub fn add_worker<H: Handler>(&self, max_jobs: usize, handler: H) -> Result<Worker, Error> {
         if self.shared.opts.client_only {
             return Err(Error::ClientOnly);
@@ -448,7 +490,11 @@ impl Node {
 
     /// Dispatches a job: records it in Redis and mails it to the worker
     /// that owns `key` (jump hash over the live workers). One round trip
-    /// when this node's view of the membership is current. Returns once
+    /// when this node's view of the membership is current; while the
+    /// membership keeps changing under it, one more per change, for up to
+    /// a heartbeat period (a fifth of the worker TTL), after which the job
+    /// is recorded unassigned and a keeper places it at its next
+    /// heartbeat. Returns once
     /// Redis holds the job: from then on it starts, eventually, on exactly
     /// one worker while one lives (if there is none yet, it waits for one,
     /// counted as queued).
@@ -466,11 +512,21 @@ impl Node {
         check_payload(payload)?;
         self.shared.check_open()?;
         let s = &self.shared;
-        for _ in 0..4 {
-            let (ver, owner) = {
+        // Each STALE answer brings the newest membership, so a retry fails
+        // only if it changed again meanwhile. A count of tries made a
+        // healthy Redis under churn look failed; a deadline of one
+        // heartbeat period bounds the retries instead, after which the job
+        // is recorded unassigned, and a keeper places it at its next
+        // heartbeat: no later than waiting longer here would.
+        let deadline = deadline_after(s.opts.heartbeat_every);
+        let mut unassigned = false;
+        loop {
+            let (ver, owner) = if unassigned {
+                ("*".to_string(), String::new())
+            } else {
                 let v = lock(&s.view);
                 (
-                    v.ver,
+                    v.ver.to_string(),
                     route(key.as_bytes(), &v.slots).unwrap_or("").to_string(),
                 )
             };
@@ -481,7 +537,7 @@ impl Node {
                     Arg::N(ms(s.opts.worker_ttl)),
                     Arg::N(ms(s.opts.grace)),
                     Arg::N(ms(s.opts.pending_job_ttl)),
-                    Arg::N(ver),
+                    Arg::S(&ver),
                     Arg::N(s.opts.max_queued_jobs as u64),
                     Arg::S(key),
                     Arg::B(payload),
@@ -490,8 +546,9 @@ impl Node {
             )?;
             match a.first().map(text).as_deref() {
                 Some("OK") => return Ok(()),
-                Some("STALE") => {
+                Some("STALE") if !unassigned => {
                     s.learn_view(a.get(1).map(num).unwrap_or(0), Some(slots_from(&a, 2)));
+                    unassigned = now() >= deadline;
                 }
                 Some("FULL") => {
                     return Err(Error::Full {
@@ -504,7 +561,6 @@ impl Node {
                 _ => return Err(unexpected("dispatch", &a)),
             }
         }
-        Err(RedisError("dispatch: the membership kept changing (4 tries)".into()).into())
     }
 
     /// Stops the job `key`: a job not started yet is dropped at once; a
@@ -593,7 +649,7 @@ impl Node {
                 a.get(1).map(num).unwrap_or(0),
             ))
         };
-        let deadline = now() + s.opts.worker_shutdown_ttl;
+        let deadline = deadline_after(s.opts.worker_shutdown_ttl);
         let poll = Duration::from_millis(20);
         status("1")?;
         // Polling Redis with a deadline: the queued jobs start on other
@@ -661,7 +717,7 @@ fn close(s: &Arc<Shared>) {
         }
         st.closed = true;
     }
-    let deadline = now() + s.opts.worker_shutdown_ttl;
+    let deadline = deadline_after(s.opts.worker_shutdown_ttl);
     let workers = std::mem::take(&mut *lock(&s.workers));
     for w in &workers {
         w.begin_remove(s);
@@ -789,4 +845,26 @@ fn place_due(s: &Shared, conn: &mut Conn) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_from_settings_never_overflow() {
+        let t = now();
+        assert!(deadline_after(Duration::MAX) >= t);
+        let d = deadline_after(Duration::from_secs(60));
+        assert!(d >= t + Duration::from_secs(60) && d <= now() + Duration::from_secs(60));
+    }
+
+    #[test]
+    fn thread_names_hold_no_nul() {
+        assert_eq!(thread_name("keeper", "a\0b"), "sidejob-pulse-keeper:a%00b");
+        assert_eq!(
+            thread_name("worker", "tenants"),
+            "sidejob-pulse-worker:tenants"
+        );
+    }
 }

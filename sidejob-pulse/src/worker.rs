@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use sidejob::{Limiter, OwnedPermit};
 
 use crate::error::{ConfigError, Error, RedisError};
-use crate::node::{lock, Shared};
+use crate::node::{deadline_after, lock, thread_name, Shared};
 use crate::route::route;
 use crate::store::{ms, now, num, slots_from, text, Arg, Conn, Msg};
 
@@ -327,7 +327,8 @@ impl Worker {
     /// on in the background; Redis removes it when its lease runs out).
     pub fn remove(self) -> Result<(), Error> {
         self.cell.begin_remove(&self.shared);
-        let deadline = now() + self.shared.opts.worker_shutdown_ttl + Duration::from_secs(1);
+        let deadline =
+            deadline_after(self.shared.opts.worker_shutdown_ttl + Duration::from_secs(1));
         if self.cell.wait_exit(deadline) {
             lock(&self.shared.workers).retain(|c| !Arc::ptr_eq(c, &self.cell));
             Ok(())
@@ -346,9 +347,16 @@ pub(crate) fn spawn(
     max_jobs: usize,
     handler: Box<dyn Handler>,
 ) -> Result<Worker, Error> {
-    let limiter = Arc::new(
-        Limiter::new(max_jobs).map_err(|_| ConfigError::new("max_jobs", "must be at least 1"))?,
-    );
+    // Checked here, before anything reaches Redis.
+    if max_jobs == 0 {
+        return Err(ConfigError::new("max_jobs", "must be at least 1").into());
+    }
+    let max = sidejob::LimiterBuilder::MAX_CAPACITY;
+    if max_jobs > max {
+        return Err(ConfigError::new("max_jobs", format!("must be at most {max}")).into());
+    }
+    let limiter =
+        Arc::new(Limiter::new(max_jobs).map_err(|e| ConfigError::new("max_jobs", e.to_string()))?);
     let cell = Arc::new(WorkerCell {
         state: Mutex::new(CellState::default()),
         changed: Condvar::new(),
@@ -374,10 +382,23 @@ pub(crate) fn spawn(
     };
     run.register(&random_id())?;
     lock(&s.workers).push(cell.clone());
-    let handle = std::thread::Builder::new()
-        .name(format!("sidejob-pulse-worker:{}", s.name))
+    let wid = run.wid.clone();
+    let handle = match std::thread::Builder::new()
+        .name(thread_name("worker", &s.name))
         .spawn(move || run.main())
-        .map_err(|e| RedisError(format!("cannot start the worker thread: {e}")))?;
+    {
+        Ok(h) => h,
+        Err(e) => {
+            // Registered but never run: leave the pool at once rather than
+            // when the lease runs out (best effort; Redis removes it then
+            // anyway).
+            lock(&s.workers).retain(|c| !Arc::ptr_eq(c, &cell));
+            if let Ok(mut c) = s.conn() {
+                let _ = c.run(&s.scripts.leave, &s.prefix, &[Arg::S(&wid), Arg::N(2)]);
+            }
+            return Err(RedisError(format!("cannot start the worker thread: {e}")).into());
+        }
+    };
     *lock(&cell.thread) = Some(handle);
     Ok(Worker {
         cell,
@@ -528,7 +549,7 @@ impl Run {
             if removing {
                 let deadline = *self
                     .remove_deadline
-                    .get_or_insert(t + self.opts().worker_shutdown_ttl);
+                    .get_or_insert_with(|| deadline_after(self.s.opts.worker_shutdown_ttl));
                 if !self.left {
                     if self.leave(1) {
                         self.left = true;

@@ -6,7 +6,9 @@
 mod redis_support;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sidejob_pulse::{Error, Handler, Job, Node, StopReason, Token};
@@ -441,4 +443,190 @@ fn jobs_not_started_within_the_pending_ttl_go_to_their_owner_now() {
         rx.recv_timeout(Duration::from_millis(500)).is_err(),
         "settled"
     );
+}
+
+/// The field of the `Error::Config` that `b.join()` answers.
+fn config_field(b: &sidejob_pulse::NodeBuilder) -> &'static str {
+    match b.join() {
+        Err(Error::Config(c)) => c.field(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Durations out of range are refused by `join`, naming the field, before
+/// anything reaches Redis: `Duration::MAX` used to panic (`worker_ttl`, in
+/// `add_worker` after registering; `worker_shutdown_ttl`, in the last
+/// handle's drop), and a 100-year TTL meant a learning mode no job outlives
+/// (hardening 3, item 5). Nothing listens on port 1: a setting that passed
+/// would answer `Error::Redis`.
+#[test]
+fn out_of_range_durations_are_config_errors_naming_the_field() {
+    let year = Duration::from_secs(365 * 24 * 3600);
+    let base = || {
+        let mut b = Node::builder();
+        b.name("cfg").url("redis://127.0.0.1:1/");
+        b
+    };
+    for ttl in [Duration::MAX, 100 * year, Duration::from_secs(3601)] {
+        assert_eq!(
+            config_field(base().worker_ttl(ttl)),
+            "worker_ttl",
+            "{ttl:?}"
+        );
+    }
+    for ttl in [Duration::MAX, 100 * year] {
+        assert_eq!(
+            config_field(base().worker_shutdown_ttl(ttl)),
+            "worker_shutdown_ttl"
+        );
+        assert_eq!(config_field(base().pending_job_ttl(ttl)), "pending_job_ttl");
+    }
+    let msg = base()
+        .worker_ttl(Duration::MAX)
+        .join()
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("at most 1 h"), "{msg}");
+    // The longest accepted values pass the checks (and fail to connect);
+    // a long mailbox read is cut to the heartbeat period, so any is fine.
+    let longest = base()
+        .worker_ttl(Duration::from_secs(3600))
+        .worker_shutdown_ttl(Duration::from_secs(24 * 3600))
+        .pending_job_ttl(Duration::from_secs(24 * 3600))
+        .job_sink_block(Duration::MAX)
+        .join()
+        .unwrap_err();
+    assert!(matches!(longest, Error::Redis(_)), "{longest:?}");
+}
+
+/// `add_worker(usize::MAX)` says the bound it broke, not "at least 1", and
+/// registers nothing; a pool name with a NUL (any characters are fine)
+/// names the node's threads without a panic, and its jobs run
+/// (hardening 3, item 5).
+#[test]
+fn max_jobs_too_large_and_a_nul_in_the_name() {
+    let Some(redis) = redis_support::start(false) else {
+        return;
+    };
+    let url = redis.url();
+    let n = node(&url, "nul\0pool");
+    let err = n.add_worker(usize::MAX, Rec("w", channel().0)).unwrap_err();
+    let Error::Config(c) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(c.field(), "max_jobs");
+    assert!(err.to_string().contains("at most"), "{err}");
+    assert!(
+        n.membership().1.iter().all(|s| s.is_empty()),
+        "{:?}",
+        n.membership()
+    );
+    let (tx, rx) = channel();
+    let _w = n.add_worker(2, Rec("w", tx)).unwrap();
+    n.dispatch("k", b"").unwrap();
+    let mut owners = HashMap::new();
+    collect(&rx, &mut owners, |o| o.len() == 1);
+    assert_eq!(n.membership().1.iter().filter(|s| !s.is_empty()).count(), 1);
+}
+
+/// Workers added and removed in a loop while a client dispatches: every
+/// dispatch succeeds (52 of 400 used to fail with `Error::Redis`, "the
+/// membership kept changing (4 tries)", from a healthy Redis), and every
+/// job then runs on exactly one worker (hardening 3, item 10).
+#[test]
+fn dispatch_never_fails_while_workers_come_and_go() {
+    let Some(redis) = redis_support::start(false) else {
+        return;
+    };
+    let url = redis.url();
+    let host = node(&url, "churn");
+    let (tx, rx) = channel();
+    let _stay = host.add_worker(1000, Rec("stay", tx.clone())).unwrap();
+    let client = Node::builder()
+        .name("churn")
+        .url(&url)
+        .client_only(true)
+        .worker_ttl(Duration::from_millis(2000))
+        .join()
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let host = Arc::new(host);
+    // Three threads adding and removing a worker each, as fast as they can;
+    // the dispatches start once each has done a round.
+    let (going_tx, going) = channel();
+    let churn: Vec<_> = (0..3)
+        .map(|_| {
+            let (stop, host, tx) = (stop.clone(), host.clone(), tx.clone());
+            let going = going_tx.clone();
+            std::thread::spawn(move || {
+                let mut rounds = 0;
+                // Relaxed: a flag only; the joins below order the rest.
+                while rounds == 0 || !stop.load(Ordering::Relaxed) {
+                    let w = host.add_worker(1000, Rec("churn", tx.clone())).unwrap();
+                    w.remove().unwrap();
+                    rounds += 1;
+                    if rounds == 1 {
+                        going.send(()).unwrap();
+                    }
+                }
+                rounds
+            })
+        })
+        .collect();
+    for _ in 0..3 {
+        going.recv().unwrap();
+    }
+    let n = 400;
+    let failed: Vec<Error> = (0..n)
+        .filter_map(|i| client.dispatch(&format!("c{i}"), b"").err())
+        .collect();
+    stop.store(true, Ordering::Relaxed);
+    let rounds: usize = churn.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(
+        failed.is_empty(),
+        "{} of {n} dispatches failed ({rounds} rounds of churn): {:?}",
+        failed.len(),
+        failed.first()
+    );
+    let mut owners = HashMap::new();
+    collect(&rx, &mut owners, |o| {
+        o.len() == n && o.values().all(|(w, _)| *w == "stay")
+    });
+}
+
+/// A membership this node's view never catches up with (here Redis' version
+/// set below the one the node has seen, so every dispatch is stale): the
+/// dispatch retries for a heartbeat period, then records the job unassigned
+/// and succeeds, and a keeper places it once the views agree again. It used
+/// to fail with `Error::Redis` after 4 tries (hardening 3, item 10).
+#[test]
+fn a_dispatch_the_membership_outruns_is_recorded_unassigned() {
+    let Some(redis) = redis_support::start(false) else {
+        return;
+    };
+    let url = redis.url();
+    let host = node(&url, "outrun");
+    let (tx, rx) = channel();
+    let _a = host.add_worker(10, Rec("a", tx.clone())).unwrap();
+    let client = Node::builder()
+        .name("outrun")
+        .url(&url)
+        .client_only(true)
+        .worker_ttl(Duration::from_millis(2000))
+        .join()
+        .unwrap();
+    client.dispatch("k0", b"").unwrap();
+    let mut owners = HashMap::new();
+    collect(&rx, &mut owners, |o| o.contains_key("k0"));
+    let mut c = redis.conn();
+    let _: i64 = redis::cmd("HSET")
+        .arg("{sjp:outrun}:meta")
+        .arg("ver")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(client.dispatch("k1", b""), Ok(()));
+    // A new member bumps the version past every view: the orphan is placed.
+    let _b = host.add_worker(10, Rec("b", tx)).unwrap();
+    collect(&rx, &mut owners, |o| o.contains_key("k1"));
 }

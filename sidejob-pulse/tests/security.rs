@@ -6,13 +6,15 @@
 #[allow(dead_code)]
 mod secure;
 
-#[path = "../../sidejob-redis/tests/support/redis.rs"]
-#[allow(dead_code)]
-mod redis_support;
+#[path = "../../sidejob-redis/tests/support/urls.rs"]
+mod urls;
 
 use std::sync::mpsc::{channel, Sender};
 use std::time::Duration;
 
+// The plain server, through `secure` (which loads it): one module per
+// file (clippy's `duplicate_mod`).
+use secure::plain as redis_support;
 use secure::{ACL_PASSWORD, ACL_USER, PASSWORD};
 use sidejob_pulse::{Endpoint, Error, Handler, Job, Node, StopReason, Token};
 
@@ -142,4 +144,29 @@ fn pool_names_cannot_reach_each_others_keys() {
         );
     }
     assert!(keys.iter().any(|k| k.starts_with("{sjp:t%7D%3Ajobs}:")));
+}
+
+/// Every URL form the redis crate accepts, parsed or refused: the secret is
+/// in neither the builder's Debug nor `join`'s error (a bad URL, or no
+/// Redis there: every host is loopback port 1 or a missing socket)
+/// (hardening 3, item 6).
+#[test]
+fn no_url_form_shows_its_secret() {
+    let (mut config, mut redis) = (0, 0);
+    for url in urls::table() {
+        let mut b = Node::builder();
+        b.name("x").url(&url);
+        urls::assert_no_secret(&url, &format!("{b:?}"));
+        let err = b.join().unwrap_err();
+        urls::assert_no_secret(&url, &format!("{err} {err:?}"));
+        match &err {
+            Error::Config(c) => {
+                assert_eq!(c.field(), "url", "{url:?}: {err}");
+                config += 1;
+            }
+            Error::Redis(_) => redis += 1,
+            other => panic!("{url:?}: {other:?}"),
+        }
+    }
+    assert!(config >= 200 && redis >= 40, "{config} {redis}");
 }

@@ -73,7 +73,8 @@ impl ConfigError {
     /// The builder field that was wrong: `"name"`, `"capacity"`, `"ttl"`,
     /// `"renew_every"`, `"grace"`, `"clock_margin"`, `"max_hold"`,
     /// `"renew_timeout"`, `"fallback"`, `"min_block"`, `"headroom"` or
-    /// `"url"` (from [`Budget::attach`]).
+    /// `"url"` (one that did not parse, from [`build`](BudgetBuilder::build);
+    /// a missing one, from [`Budget::attach`]).
     pub fn field(&self) -> &'static str {
         self.field
     }
@@ -454,13 +455,21 @@ impl BudgetBuilder {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming the field: a missing `name`, `capacity` or
+    /// A [`ConfigError`] naming the field: a `url` that did not parse
+    /// (reported before anything else); a missing `name`, `capacity` or
     /// `max_hold`; a zero `capacity`, `ttl`, `renew_every`,
     /// `renew_timeout` or `min_block`; a `clock_margin` outside [0, 0.25];
     /// a negative `headroom`; floors that take all the capacity
-    /// (`fallback`); or `ttl` too short for
-    /// `T(1−2ρ) − ε − H > R + renew timeout`.
+    /// (`fallback`); or `ttl` too long to scale by `1−2ρ`, or too short
+    /// for `T(1−2ρ) − ε − H > R + renew timeout`.
     pub fn build(&self) -> Result<Budget, ConfigError> {
+        // First: a URL that did not parse is what the user must hear about,
+        // whatever else is missing.
+        let url = match &self.url {
+            None => None,
+            Some(Ok(e)) => Some(e.clone()),
+            Some(Err(e)) => return Err(ConfigError::new("url", e.to_string())),
+        };
         let name = self
             .name
             .clone()
@@ -488,6 +497,13 @@ impl BudgetBuilder {
                 "clock_margin",
                 format!("must be in [0, 0.25], not {}", self.clock_margin),
             ));
+        }
+        // `valid_window` scales ttl by (1 − 2ρ): refuse a ttl whose product
+        // is no Duration rather than panic there.
+        if Duration::try_from_secs_f64(self.ttl.as_secs_f64() * (1.0 - 2.0 * self.clock_margin))
+            .is_err()
+        {
+            return Err(ConfigError::new("ttl", format!("too long: {:?}", self.ttl)));
         }
         let max_hold = self.max_hold.ok_or_else(|| {
             ConfigError::new(
@@ -519,11 +535,6 @@ impl BudgetBuilder {
                 ));
             }
         }
-        let url = match &self.url {
-            None => None,
-            Some(Ok(e)) => Some(e.clone()),
-            Some(Err(e)) => return Err(ConfigError::new("url", e.to_string())),
-        };
         let budget = Budget {
             url,
             name,
@@ -543,7 +554,8 @@ impl BudgetBuilder {
             min_block: self.min_block,
             headroom: self.headroom,
         };
-        let needed = self.renew_every + renew_timeout;
+        // Saturating: a sum past Duration::MAX is longer than any window.
+        let needed = self.renew_every.saturating_add(renew_timeout);
         if budget.admit_window() <= needed {
             return Err(ConfigError::new(
                 "ttl",
@@ -555,5 +567,51 @@ impl BudgetBuilder {
             ));
         }
         Ok(budget)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Duration::MAX` in any setting is a `ConfigError` naming a field,
+    /// never a panic in `build` (hardening 3: no overflow on a build path).
+    #[test]
+    fn the_longest_durations_are_config_errors_not_panics() {
+        let ms = Duration::from_millis;
+        type Set = fn(&mut BudgetBuilder);
+        let cases: [(Set, &str); 4] = [
+            (
+                |b| {
+                    b.renew_every(Duration::MAX);
+                },
+                "ttl",
+            ),
+            (
+                |b| {
+                    b.renew_timeout(Duration::MAX);
+                },
+                "ttl",
+            ),
+            (
+                |b| {
+                    b.ttl(Duration::MAX).clock_margin(0.0);
+                },
+                "ttl",
+            ),
+            (
+                |b| {
+                    b.max_hold(Duration::MAX);
+                },
+                "ttl",
+            ),
+        ];
+        for (set, field) in cases {
+            let mut b = Budget::builder();
+            b.name("x").capacity(1).max_hold(ms(200));
+            set(&mut b);
+            let err = b.build().unwrap_err();
+            assert_eq!(err.field(), field, "{err}");
+        }
     }
 }

@@ -13,7 +13,8 @@ use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 /// for `rediss://`, the certificate authority to trust.
 ///
 /// Made from a URL (`redis://[user[:password]@]host[:port][/db]`,
-/// `rediss://…` for TLS, `unix:///path/to/socket`). The password can also be
+/// `rediss://…` for TLS, `unix:///path/to/socket[?user=…&pass=…&db=…]`,
+/// or the `valkey` spellings of these). The password can also be
 /// given apart from the URL ([`Endpoint::password`]), so that the URL in a
 /// config file holds no secret.
 ///
@@ -78,22 +79,26 @@ impl Endpoint {
     /// # Errors
     ///
     /// If the URL does not parse as a Redis URL, or is a `rediss://` URL in
-    /// a build without the `tls` feature; the message has the URL with any
-    /// password replaced by `<redacted>`.
+    /// a build without the `tls` feature; the message has the URL with
+    /// every secret (`user:password@`, `?pass=`, `?password=`, any query
+    /// value but `db` and `protocol`) replaced by `<redacted>`.
     pub fn parse(url: &str) -> Result<Endpoint, EndpointError> {
-        if cfg!(not(feature = "tls")) && url.starts_with("rediss://") {
+        if cfg!(not(feature = "tls"))
+            && (url.starts_with("rediss://") || url.starts_with("valkeys://"))
+        {
             return Err(EndpointError(format!(
                 "{:?}: a rediss:// endpoint needs the crate feature `tls`",
                 redact_url(url)
             )));
         }
         let info = url.into_connection_info().map_err(|e| {
-            // The redis crate's message may quote the URL: say only what kind.
-            EndpointError(format!(
-                "bad Redis URL {:?}: {:?}",
-                redact_url(url),
-                e.kind()
-            ))
+            // The redis crate's message may quote the URL: say only what
+            // kind, or the `url` crate's reason (fixed phrases).
+            let why = match url::Url::parse(url) {
+                Err(e) => e.to_string(),
+                Ok(_) => format!("{:?}", e.kind()),
+            };
+            EndpointError(format!("bad Redis URL {:?}: {why}", redact_url(url)))
         })?;
         // No `CLIENT SETINFO` on connecting: two more replies to wait for,
         // for a label in `CLIENT LIST`.
@@ -228,27 +233,73 @@ impl fmt::Debug for Endpoint {
     }
 }
 
-/// `url` with whatever sits between `scheme://` and `@` after the first
-/// `:` (the password) replaced: for messages about URLs that did not parse.
+/// `url` with every place a secret can sit replaced by `<redacted>`: for
+/// messages about URLs that did not parse as Redis URLs.
+///
+/// A URL the `url` crate parses is rebuilt from its parts: the password
+/// (and a lone user field, where people write passwords too) is redacted,
+/// and so is every query value but `db` and `protocol` (`?pass=` and
+/// `?user=` of a socket URL, or a `?password=` the redis crate ignores),
+/// and a fragment other than `#insecure`. Of one that does not parse, only
+/// the scheme is shown if anything after it could hold a secret (an `@`,
+/// a query or a fragment): where the parts end is then anybody's guess.
 pub(crate) fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+    let Some((scheme, rest)) = url.split_once("://") else {
         return "<not a URL>".into();
     };
-    let rest = &url[scheme_end..];
-    let Some(at) = rest.rfind('@') else {
-        return url.to_string();
-    };
-    let creds = &rest[..at];
-    let user = creds.split(':').next().unwrap_or("");
-    let redacted = if creds.contains(':') {
-        format!("{user}:<redacted>")
-    } else {
-        // `redis://field@host`: a user name to the redis crate, but
-        // people write passwords there too; a URL that did not parse is
-        // no place to guess.
-        "<redacted>".to_string()
-    };
-    format!("{}{redacted}{}", &url[..scheme_end], &rest[at..])
+    let mut chars = scheme.chars();
+    let is_scheme = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    if !is_scheme {
+        return "<not a URL>".into();
+    }
+    match url::Url::parse(url) {
+        Ok(u) => redact_parsed(&u),
+        Err(_) if rest.contains(['@', '?', '#']) => format!("{scheme}://<redacted>"),
+        Err(_) => url.to_string(),
+    }
+}
+
+/// Query keys shown with their values: never secret.
+const SHOWN_QUERY: [&str; 2] = ["db", "protocol"];
+/// Query keys shown without their values.
+const NAMED_QUERY: [&str; 4] = ["user", "username", "pass", "password"];
+
+fn redact_parsed(u: &url::Url) -> String {
+    let mut out = format!("{}://", u.scheme());
+    if u.password().is_some() {
+        out.push_str(&format!("{}:<redacted>@", u.username()));
+    } else if !u.username().is_empty() {
+        out.push_str("<redacted>@");
+    }
+    out.push_str(u.host_str().unwrap_or(""));
+    if let Some(port) = u.port() {
+        out.push_str(&format!(":{port}"));
+    }
+    out.push_str(u.path());
+    if let Some(query) = u.query() {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| {
+                let key = pair.split('=').next().unwrap_or("");
+                if SHOWN_QUERY.contains(&key) {
+                    pair.to_string()
+                } else if NAMED_QUERY.contains(&key) {
+                    format!("{key}=<redacted>")
+                } else {
+                    "<redacted>".to_string()
+                }
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&pairs.join("&"));
+    }
+    match u.fragment() {
+        None => {}
+        Some("insecure") => out.push_str("#insecure"),
+        Some(_) => out.push_str("#<redacted>"),
+    }
+    out
 }
 
 /// The part of a Redis key that names a user's budget or pool, escaped so
@@ -288,6 +339,40 @@ mod tests {
         assert_eq!(redact_url("redis://p@h/"), "redis://<redacted>@h/");
         assert_eq!(redact_url("redis://h/"), "redis://h/");
         assert_eq!(redact_url("nonsense"), "<not a URL>");
+        // Every query value but `db` and `protocol`, in any order; a
+        // fragment but `#insecure`.
+        assert_eq!(
+            redact_url("unix:///s.sock?db=x&pass=p&user=u&protocol=3"),
+            "unix:///s.sock?db=x&pass=<redacted>&user=<redacted>&protocol=3"
+        );
+        assert_eq!(
+            redact_url("redis+unix:///s.sock?password=p&pa%73s=p&db=1"),
+            "redis+unix:///s.sock?password=<redacted>&<redacted>&db=1"
+        );
+        assert_eq!(
+            redact_url("rediss://:p@h/0?protocol=9#insecure"),
+            "rediss://:<redacted>@h/0?protocol=9#insecure"
+        );
+        assert_eq!(redact_url("redis://h/#p"), "redis://h/#<redacted>");
+        // Not parsed: only the scheme, where a secret could sit.
+        assert_eq!(redact_url("redis://u:p@[bad/"), "redis://<redacted>");
+        assert_eq!(redact_url("unix://[bad/s?pass=p"), "unix://<redacted>");
+        assert_eq!(redact_url("redis://[bad/"), "redis://[bad/");
+        assert_eq!(redact_url("u:p@h://x"), "<not a URL>");
+    }
+
+    #[test]
+    fn parse_errors_say_why() {
+        let err = Endpoint::parse("unix:///s.sock?pass=p&db=x").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"bad Redis URL "unix:///s.sock?pass=<redacted>&db=x": InvalidClientConfig"#
+        );
+        let err = Endpoint::parse("redis://u:p@127.0.0.1:99999/").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"bad Redis URL "redis://<redacted>": invalid port number"#
+        );
     }
 
     #[test]

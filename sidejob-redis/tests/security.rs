@@ -5,6 +5,9 @@
 #[allow(dead_code)]
 mod secure;
 
+#[path = "support/urls.rs"]
+mod urls;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -158,4 +161,41 @@ fn budget_names_cannot_reach_each_others_keys() {
             assert!(!t.keys().contains(k));
         }
     }
+}
+
+/// Every URL form the redis crate accepts, parsed or refused: the secret is
+/// in no Display, Debug or error text of the endpoint, the builder, the
+/// budget or `build`'s error, and a bad URL is reported as `url` even when
+/// other settings are missing too (hardening 3, item 6).
+#[test]
+fn no_url_form_shows_its_secret() {
+    let (mut parsed, mut refused, mut with_password) = (0, 0, 0);
+    for url in urls::table() {
+        let check = |text: String| urls::assert_no_secret(&url, &text);
+        let mut b = Budget::builder();
+        b.url(&url).name("x").capacity(1);
+        check(format!("{b:?}"));
+        match Endpoint::parse(&url) {
+            Ok(e) => {
+                parsed += 1;
+                check(format!("{e} {e:?}"));
+                if format!("{e:?}").contains("<redacted>") {
+                    with_password += 1;
+                }
+                let budget = b.max_hold(ms(200)).build().unwrap();
+                check(format!("{budget:?}"));
+            }
+            Err(err) => {
+                refused += 1;
+                check(format!("{err} {err:?}"));
+                // `max_hold` is missing too: the URL is what is reported.
+                let err = b.build().unwrap_err();
+                check(format!("{err} {err:?}"));
+                assert_eq!(err.field(), "url", "{url:?}: {err}");
+            }
+        }
+    }
+    // Both paths ran, and the forms that carry a password were read as such.
+    assert!(parsed >= 40 && refused >= 200, "{parsed} {refused}");
+    assert!(with_password >= 30, "{with_password}");
 }

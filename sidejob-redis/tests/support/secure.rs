@@ -7,7 +7,7 @@
 //! counts, and a port lost to another test is tried again on a new one.
 
 #[path = "redis.rs"]
-mod plain;
+pub mod plain;
 
 use plain::{free_port, wait_started, Started, START_ATTEMPTS};
 
