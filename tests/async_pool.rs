@@ -598,3 +598,46 @@ fn a_reporter_reads_an_async_pool_without_keeping_it_alive() {
     drop(rt);
     assert!(reporter.tick(std::time::Instant::now()).is_none());
 }
+
+/// Hardening 3, item 3: at the capacity `null` gives in an `Env`
+/// (`LimiterBuilder::MAX_CAPACITY`) and at 2^30, the async pool builds and
+/// serves on either runtime, stealing or not. Its queues grow as they
+/// fill: sized to the capacity up front, the first panicked (`capacity
+/// overflow`) and the second asked for 32 GiB and aborted. That the
+/// process is still here, having built eight of them, is the check that
+/// memory stayed small.
+#[test]
+fn an_async_pool_at_the_largest_capacity_builds_and_serves_a_call() {
+    struct Echo;
+    impl AsyncWorker for Echo {
+        type Request = u64;
+        type Reply = u64;
+        type Message = ();
+        async fn handle_call(&mut self, n: u64) -> u64 {
+            n
+        }
+        async fn handle_cast(&mut self, _: ()) {}
+    }
+    let unlimited = sidejob::Env::with_lookup("ASYNC_", |var| {
+        (var == "ASYNC_CAPACITY").then(|| "null".to_owned())
+    });
+    let from_env = sidejob::PoolBuilder::from_env(&unlimited)
+        .unwrap()
+        .expect("the capacity is set");
+    for rt in [multi_thread(), common::current_thread()] {
+        for steal in [true, false] {
+            let mut builders = vec![from_env.clone(), Pool::builder()];
+            builders[1].capacity(1 << 30);
+            for mut builder in builders {
+                let pool = builder
+                    .steal(steal)
+                    .build_async_on(rt.handle(), |_| Echo)
+                    .unwrap();
+                assert!(pool.capacity() >= 1 << 30);
+                assert_eq!(rt.block_on(pool.call_async(7)), Ok(7));
+                assert_eq!(pool.usage(), 0);
+                rt.block_on(pool.shutdown_async());
+            }
+        }
+    }
+}
