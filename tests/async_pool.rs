@@ -618,7 +618,7 @@ fn an_async_pool_at_the_largest_capacity_builds_and_serves_a_call() {
         }
         async fn handle_cast(&mut self, _: ()) {}
     }
-    let unlimited = sidejob::Env::with_lookup("ASYNC_", |var| {
+    let unlimited = sidejob::env::Env::with_lookup("ASYNC_", |var| {
         (var == "ASYNC_CAPACITY").then(|| "null".to_owned())
     });
     let from_env = sidejob::PoolBuilder::from_env(&unlimited)

@@ -271,7 +271,7 @@ impl Supervisor {
         Supervisor::builder().capacity(capacity).build()
     }
 
-    /// A builder, to set the name, shard count, [`Probe`](crate::Probe) or child stack
+    /// A builder, to set the name, shard count, [`Probe`](crate::probe::Probe) or child stack
     /// size.
     pub fn builder() -> SupervisorBuilder {
         SupervisorBuilder::default()
