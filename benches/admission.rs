@@ -19,7 +19,8 @@ use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 mod common;
 use common::{best_of, time_loop};
 use parking_lot::Mutex;
-use sidejob::{Limiter, Permit, Probe};
+use sidejob::probe::Probe;
+use sidejob::{Limiter, Permit};
 use tokio::sync::Semaphore;
 
 /// Large enough that the no-overload benches never meet the limit.

@@ -63,7 +63,7 @@ async fn demo() -> Result<(), Box<dyn std::error::Error>> {
         tokio::task::spawn_blocking(move || sup.wait_idle(Duration::from_secs(5))).await?
     };
     assert!(idle, "connection tasks did not end");
-    println!("children alive after they closed: {}", sup.count());
+    println!("children alive after they closed: {}", sup.usage());
 
     // And a new client is served again.
     let mut fifth = Client::connect(addr).await?;
@@ -78,7 +78,7 @@ async fn demo() -> Result<(), Box<dyn std::error::Error>> {
         "served {} connections, refused {} as busy, {} still open",
         stats.accepted,
         stats.rejected,
-        sup.count()
+        sup.usage()
     );
     assert_eq!((stats.accepted, stats.rejected), (3, 2));
     Ok(())

@@ -1,6 +1,8 @@
-//! [`Env`]: builder settings read from environment variables under a
-//! prefix of the user's choice, with fallbacks, and the builders'
-//! `from_env`, which read them (inherent impls kept here, beside the
+//! Builder settings read from environment variables: [`Env`], the lookup
+//! (a prefix of the user's choice, fallbacks, renamed variables), and
+//! [`Setting`], what it reads. The builders read an `Env` with
+//! [`LimiterBuilder::from_env`], [`PoolBuilder::from_env`] and
+//! [`SupervisorBuilder::from_env`] (inherent impls kept here, beside the
 //! reader, so the builders' own files hold no environment code).
 
 use std::fmt;
@@ -46,7 +48,7 @@ macro_rules! shards_and_waiting_from_env {
 /// # Examples
 ///
 /// ```
-/// use sidejob::{Env, Setting};
+/// use sidejob::env::{Env, Setting};
 ///
 /// let env = Env::new("API_").rename(Setting::MaxWaiters, "QUEUE");
 /// assert_eq!(env.variables(Setting::Capacity), ["API_CAPACITY"]);
@@ -180,7 +182,8 @@ impl Layer {
 /// worker's defaults, under the names it already uses.
 ///
 /// ```
-/// use sidejob::{Env, LimiterBuilder, Setting};
+/// use sidejob::env::{Env, Setting};
+/// use sidejob::LimiterBuilder;
 ///
 /// // (Set here for the example; a deployment sets them.)
 /// std::env::set_var("WORKER_DEFAULT_REQUEST_CONCURRENCY", "10");
@@ -218,7 +221,8 @@ impl Layer {
 ///
 /// ```
 /// use std::collections::HashMap;
-/// use sidejob::{Env, PoolBuilder};
+/// use sidejob::env::Env;
+/// use sidejob::PoolBuilder;
 ///
 /// let tenant: HashMap<String, String> =
 ///     [("APP_CAPACITY", "64"), ("APP_SINGLE_THREAD", "true")]
@@ -308,7 +312,7 @@ impl Env {
     /// # Examples
     ///
     /// ```
-    /// use sidejob::{Env, Setting};
+    /// use sidejob::env::{Env, Setting};
     ///
     /// let env = Env::new("W_").fallback("W_DEFAULT_").rename(Setting::Capacity, "CONCURRENCY");
     /// assert_eq!(env.variables(Setting::Capacity), ["W_CONCURRENCY", "W_DEFAULT_CONCURRENCY"]);
@@ -578,7 +582,8 @@ impl SupervisorBuilder {
     /// # Examples
     ///
     /// ```
-    /// use sidejob::{Env, SupervisorBuilder};
+    /// use sidejob::env::Env;
+    /// use sidejob::SupervisorBuilder;
     ///
     /// let env = Env::with_lookup("JOBS_", |var| (var == "JOBS_CAPACITY").then(|| "null".into()));
     /// let err = SupervisorBuilder::from_env(&env).unwrap_err();

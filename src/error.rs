@@ -543,7 +543,7 @@ impl<E: std::error::Error + 'static> std::error::Error for BuildError<E> {
 /// [`AlarmBuilder`](crate::observe::AlarmBuilder)) and by the `new`
 /// shorthands. Its message names the field and the rule it broke;
 /// [`ConfigError::field`] gives the field alone. When the value came from
-/// an environment variable ([`Env`](crate::Env)), the message names the
+/// an environment variable ([`Env`](crate::env::Env)), the message names the
 /// variable and its value too, and [`variable`](ConfigError::variable)
 /// and [`value`](ConfigError::value) give them.
 ///
@@ -749,12 +749,13 @@ impl ConfigError {
     }
 
     /// The environment variable the value came from, when it was read by
-    /// [`Env`](crate::Env): `Some("WORKER_REQUEST_CONCURRENCY")`.
+    /// [`Env`](crate::env::Env): `Some("WORKER_REQUEST_CONCURRENCY")`.
     ///
     /// # Examples
     ///
     /// ```
-    /// use sidejob::{Env, LimiterBuilder};
+    /// use sidejob::env::Env;
+    /// use sidejob::LimiterBuilder;
     ///
     /// let env = Env::with_lookup("APP_", |var| (var == "APP_CAPACITY").then(|| "ten".to_string()));
     /// let err = LimiterBuilder::from_env(&env).unwrap_err();

@@ -142,6 +142,8 @@
 //! own line. [`Error::Overload`] says exactly what a refusal promises, and
 //! [`guide::semantics`] gives the argument in full.
 //!
+//! [`Probe`]: probe::Probe
+//!
 //! # Semantics
 //!
 //! * **Exact capacity.** Admitted-and-unfinished units never exceed the
@@ -311,7 +313,7 @@ pub mod guide {
 pub mod adaptive;
 pub mod claim;
 mod engine;
-mod env;
+pub mod env;
 mod error;
 mod integrations;
 mod limiter;
@@ -319,6 +321,7 @@ mod limiter;
 #[doc(hidden)]
 pub mod loom_api;
 mod pool;
+pub mod probe;
 pub mod shepherd;
 mod stats;
 mod supervisor;
@@ -334,9 +337,7 @@ pub use integrations::metrics;
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub use integrations::tower;
 
-pub use engine::probe::Probe;
 pub use engine::waiters::QueueOrder;
-pub use env::{Env, Setting};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use error::BuildError;

@@ -598,3 +598,97 @@ fn a_reporter_reads_an_async_pool_without_keeping_it_alive() {
     drop(rt);
     assert!(reporter.tick(std::time::Instant::now()).is_none());
 }
+
+/// Hardening 3, item 3: at the capacity `null` gives in an `Env`
+/// (`LimiterBuilder::MAX_CAPACITY`) and at 2^30, the async pool builds and
+/// serves on either runtime, stealing or not. Its queues grow as they
+/// fill: sized to the capacity up front, the first panicked (`capacity
+/// overflow`) and the second asked for 32 GiB and aborted. That the
+/// process is still here, having built eight of them, is the check that
+/// memory stayed small.
+#[test]
+fn an_async_pool_at_the_largest_capacity_builds_and_serves_a_call() {
+    struct Echo;
+    impl AsyncWorker for Echo {
+        type Request = u64;
+        type Reply = u64;
+        type Message = ();
+        async fn handle_call(&mut self, n: u64) -> u64 {
+            n
+        }
+        async fn handle_cast(&mut self, _: ()) {}
+    }
+    let unlimited = sidejob::env::Env::with_lookup("ASYNC_", |var| {
+        (var == "ASYNC_CAPACITY").then(|| "null".to_owned())
+    });
+    let from_env = sidejob::PoolBuilder::from_env(&unlimited)
+        .unwrap()
+        .expect("the capacity is set");
+    for rt in [multi_thread(), common::current_thread()] {
+        for steal in [true, false] {
+            let mut builders = vec![from_env.clone(), Pool::builder()];
+            builders[1].capacity(1 << 30);
+            for mut builder in builders {
+                let pool = builder
+                    .steal(steal)
+                    .build_async_on(rt.handle(), |_| Echo)
+                    .unwrap();
+                assert!(pool.capacity() >= 1 << 30);
+                assert_eq!(rt.block_on(pool.call_async(7)), Ok(7));
+                assert_eq!(pool.usage(), 0);
+                rt.block_on(pool.shutdown_async());
+            }
+        }
+    }
+}
+
+/// The timeout from now to the largest `Instant` this platform holds, less
+/// `margin`.
+fn to_the_largest_instant_less(margin: Duration) -> Duration {
+    let now = std::time::Instant::now();
+    // The largest `n` nanoseconds that `now` takes: a binary search.
+    let (mut fits, mut overflows) = (0u128, Duration::MAX.as_nanos() + 1);
+    while overflows - fits > 1 {
+        let mid = fits + (overflows - fits) / 2;
+        let d = Duration::new((mid / 1_000_000_000) as u64, (mid % 1_000_000_000) as u32);
+        if now.checked_add(d).is_some() {
+            fits = mid;
+        } else {
+            overflows = mid;
+        }
+    }
+    let largest = Duration::new((fits / 1_000_000_000) as u64, (fits % 1_000_000_000) as u32);
+    largest - margin
+}
+
+/// Hardening 3, item 4: a `call_timeout` whose deadline lands within a
+/// millisecond of the largest `Instant` is answered, admitted at once or
+/// after a wait for a unit. tokio rounds a timer's deadline up to the
+/// next millisecond by adding 999,999 ns, which overflowed the `Instant`
+/// and panicked in the caller's task at the timer's first poll.
+#[test]
+fn call_timeout_ending_within_a_millisecond_of_the_largest_instant_is_answered() {
+    multi_thread().block_on(async {
+        let mut f = probe_pool(1, 1, 1);
+        // Parked at the closed gate, the reply cannot have come at the
+        // first poll: that poll arms the timer.
+        let timeout = to_the_largest_instant_less(Duration::from_micros(500));
+        let mut parked = Box::pin(f.pool.call_timeout(Job::Park(1), timeout));
+        assert!(common::poll_once(&mut parked).is_pending());
+        assert_eq!(f.started.recv().await, Some(1));
+        // The one unit is held: this call waits for it, then for its reply.
+        let timeout = to_the_largest_instant_less(Duration::from_micros(500));
+        let waiting = f.pool.call_timeout(Job::Echo(2), timeout);
+        assert_eq!(f.pool.usage(), 1);
+        f.shared.open();
+        assert_eq!(parked.await, Ok(1));
+        assert_eq!(waiting.await, Ok(2));
+        for margin_us in [1, 100, 900] {
+            let timeout = to_the_largest_instant_less(Duration::from_micros(margin_us));
+            let call = f.pool.call_timeout(Job::Echo(margin_us), timeout);
+            assert_eq!(call.await, Ok(margin_us));
+        }
+        f.pool.shutdown_async().await;
+        assert_eq!(f.shared.handled_sorted(), vec![1, 1, 2, 100, 900]);
+    });
+}

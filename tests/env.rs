@@ -7,7 +7,8 @@
 //! test sets variables under a prefix of its own and never touches
 //! another's.
 
-use sidejob::{Env, Error, LimiterBuilder, PoolBuilder, Setting, SupervisorBuilder, Worker};
+use sidejob::env::{Env, Setting};
+use sidejob::{Error, LimiterBuilder, PoolBuilder, SupervisorBuilder, Worker};
 
 mod common;
 use common::poll_once;

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use sidejob::{Error, Limiter, OwnedPermit, Probe};
+use sidejob::probe::Probe;
+use sidejob::{Error, Limiter, OwnedPermit};
 
 const ITERATIONS: usize = if cfg!(miri) { 200 } else { 100_000 };
 

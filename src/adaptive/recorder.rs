@@ -120,17 +120,25 @@ impl Recorder {
         // by a drain that publishes nothing and orders nothing; each is
         // exact by itself because every change is an RMW on it.
         if dropped {
+            // Relaxed: a statistic; the drain's swap takes it, nothing
+            // pairs with it.
             cell.dropped.fetch_add(1, Relaxed);
             return;
         }
         let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+        // Relaxed: a statistic, taken by the drain's swap; pairs with
+        // nothing (the count and the sum may land in different windows).
         cell.samples.fetch_add(1, Relaxed);
+        // Relaxed: as `samples`.
         cell.sum_nanos.fetch_add(nanos, Relaxed);
         // Skipped when not lower: a load is cheaper than an RMW that
-        // writes nothing.
+        // writes nothing. Relaxed: a hint; the `fetch_min` below decides.
         if nanos < cell.min_nanos.load(Relaxed) {
+            // Relaxed: a statistic, exact as an RMW; the drain's swap
+            // takes it, nothing pairs with it.
             cell.min_nanos.fetch_min(nanos, Relaxed);
         }
+        // Relaxed: as `samples`.
         cell.buckets[bucket(nanos)].fetch_add(1, Relaxed);
     }
 
@@ -144,17 +152,23 @@ impl Recorder {
             buckets: [0; BUCKETS],
         };
         for cell in self.cells.iter() {
-            // Relaxed: as in `record`.
+            // Relaxed, each swap: as in `record`. Being RMWs, the swaps
+            // take every add before them in each counter's own order and
+            // lose none after, with nothing to pair with.
             drained.samples += cell.samples.swap(0, Relaxed);
+            // Relaxed: as `samples`.
             drained.dropped += cell.dropped.swap(0, Relaxed);
-            drained.sum_nanos = drained
-                .sum_nanos
-                .saturating_add(cell.sum_nanos.swap(0, Relaxed));
-            drained.min_nanos = drained
-                .min_nanos
-                .min(cell.min_nanos.swap(u64::MAX, Relaxed));
+            // Relaxed: as `samples`.
+            let sum_nanos = cell.sum_nanos.swap(0, Relaxed);
+            drained.sum_nanos = drained.sum_nanos.saturating_add(sum_nanos);
+            // Relaxed: as `samples`.
+            let min_nanos = cell.min_nanos.swap(u64::MAX, Relaxed);
+            drained.min_nanos = drained.min_nanos.min(min_nanos);
             for (sum, bucket) in drained.buckets.iter_mut().zip(cell.buckets.iter()) {
+                // Relaxed: a hint that spares an empty bucket the swap; an
+                // add it misses is taken by the next drain.
                 if bucket.load(Relaxed) != 0 {
+                    // Relaxed: as `samples`.
                     *sum += bucket.swap(0, Relaxed) as u64;
                 }
             }

@@ -40,7 +40,8 @@ use crate::sync::{const_thread_local, current_cpu, Mutex};
 /// # Examples
 ///
 /// ```
-/// use sidejob::{Limiter, Probe};
+/// use sidejob::probe::Probe;
+/// use sidejob::Limiter;
 ///
 /// let limiter = Limiter::builder().capacity(8).shards(4).probe(Probe::Cpu).build()?;
 /// assert!(limiter.try_acquire().is_ok());

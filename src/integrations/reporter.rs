@@ -320,7 +320,7 @@ struct Watch {
     /// False once the front-end is gone: it is read no more.
     alive: bool,
     #[cfg(feature = "metrics")]
-    series: Option<crate::metrics::Series>,
+    series: Option<super::metrics::Series>,
     alarms: Vec<WatchedAlarm>,
 }
 
@@ -797,8 +797,8 @@ impl ReporterBuilder {
         #[cfg(feature = "metrics")]
         let series = if self.export_metrics {
             let read = Arc::clone(&source.read);
-            Some(crate::metrics::Series::register(
-                crate::metrics::FrontEnd {
+            Some(super::metrics::Series::register(
+                super::metrics::FrontEnd {
                     kind: source.kind,
                     name: &name,
                     unnamed: self.name.is_none() && source.unnamed,

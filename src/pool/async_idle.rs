@@ -217,13 +217,21 @@ crate::sync::const_thread_local! {
     static LAST: std::cell::Cell<(usize, usize)> = std::cell::Cell::new((0, 0));
 }
 
+/// The most requests a queue has room for before it first grows. The
+/// table bounds what the queues hold by the pool's capacity, but that may
+/// be 2^60 − 1 (`null` in an `Env`): room for it up front would not fit
+/// in memory (2^30 requests were 32 GiB). Past this, a queue grows as it
+/// fills.
+const ROOM_UP_FRONT: usize = 1024;
+
 impl<T> SharedQueue<T> {
     /// Empty queues for `workers` workers; the common one has room for
     /// `capacity` requests before it grows (the pool's capacity: the table
-    /// bounds what they hold), each worker's for its share.
+    /// bounds what they hold), each worker's for its share, both at most
+    /// [`ROOM_UP_FRONT`].
     pub(crate) fn new(workers: usize, capacity: usize, multi_thread: bool) -> Self {
         let share = if multi_thread {
-            capacity.div_ceil(workers.max(1))
+            capacity.div_ceil(workers.max(1)).min(ROOM_UP_FRONT)
         } else {
             0
         };
@@ -241,7 +249,7 @@ impl<T> SharedQueue<T> {
                 })
                 .collect(),
             state: Mutex::new(State {
-                common: VecDeque::with_capacity(capacity),
+                common: VecDeque::with_capacity(capacity.min(ROOM_UP_FRONT)),
                 closed: false,
                 wakers: (0..workers).map(|_| None).collect(),
                 stack: Vec::with_capacity(workers),

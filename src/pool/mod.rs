@@ -63,7 +63,7 @@ pub(crate) mod worker_loop;
 /// when it is admitted and holds it until the worker has *finished*
 /// handling it, so `capacity` bounds every request that is queued or
 /// running, and no mailbox can grow past its shard's limit. A caller
-/// starts at its own shard (by thread or CPU, see [`Probe`](crate::Probe)) and moves to
+/// starts at its own shard (by thread or CPU, see [`Probe`](crate::probe::Probe)) and moves to
 /// the next only if that one is full.
 ///
 /// `Pool` is a handle: clone it freely, send it to other threads. Dropping

@@ -10,6 +10,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use super::unit::Unit;
+use crate::error::Error;
 use crate::sync::{now, spin_poll, Arc, Condvar, Mutex};
 
 /// Why the shepherd stopped trying an operation; see [`Failure::reason`].
@@ -62,7 +63,7 @@ impl<E: fmt::Debug> fmt::Debug for LastAttempt<E> {
 /// many attempts were made.
 ///
 /// Admission errors never get here: [`Shepherd::submit`](crate::shepherd::Shepherd::submit)
-/// refuses with the crate's [`Error`](crate::Error) (`Overload`, `Timeout`,
+/// refuses with the crate's [`Error`](Error) (`Overload`, `Timeout`,
 /// `Shutdown`) and hands the operation back. Once a [`Completion`] exists,
 /// the operation is the shepherd's, and it resolves to its output or to a
 /// `Failure`. [`error`](Self::error) maps a failure the shepherd caused to
@@ -144,18 +145,18 @@ impl<E> Failure<E> {
         }
     }
 
-    /// The crate's [`Error`](crate::Error) when the shepherd, not the
+    /// The crate's [`Error`](Error) when the shepherd, not the
     /// handler's error, ended the operation: `Shutdown` (reason
     /// [`Reason::Shutdown`]), else `WorkerPanicked` or `Timeout` for a last
     /// attempt that panicked or timed out. `None` when the last attempt
     /// returned an error of the handler's.
-    pub fn error(&self) -> Option<crate::Error> {
+    pub fn error(&self) -> Option<Error> {
         if self.reason == Reason::Shutdown {
-            return Some(crate::Error::Shutdown);
+            return Some(Error::Shutdown);
         }
         match self.last {
-            LastAttempt::Panicked => Some(crate::Error::WorkerPanicked),
-            LastAttempt::TimedOut => Some(crate::Error::Timeout),
+            LastAttempt::Panicked => Some(Error::WorkerPanicked),
+            LastAttempt::TimedOut => Some(Error::Timeout),
             LastAttempt::Error(_) | LastAttempt::None => None,
         }
     }

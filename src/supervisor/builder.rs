@@ -15,7 +15,8 @@ use std::time::Duration;
 /// # Examples
 ///
 /// ```
-/// use sidejob::{Probe, Supervisor};
+/// use sidejob::probe::Probe;
+/// use sidejob::Supervisor;
 ///
 /// let sup = Supervisor::builder()
 ///     .name("get_fsm")

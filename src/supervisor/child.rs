@@ -112,7 +112,7 @@ impl<T> Child<T> {
     /// let sup = sidejob::Supervisor::new(1)?;
     /// let child = sup.spawn(|| 6 * 7)?;
     /// assert_eq!(child.join().unwrap(), 42);
-    /// assert_eq!(sup.count(), 0);
+    /// assert_eq!(sup.usage(), 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn join(self) -> os_thread::Result<T> {

@@ -36,7 +36,7 @@ impl Supervisor {
     /// assert!(!sup.wait_idle(Duration::ZERO));
     /// let job = std::thread::spawn(move || drop(guard));
     /// assert!(sup.wait_idle(Duration::from_secs(60)));
-    /// assert_eq!(sup.count(), 0);
+    /// assert_eq!(sup.usage(), 0);
     /// # job.join().unwrap();
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -112,7 +112,7 @@ impl Supervisor {
     /// let guard = sup.reserve()?;
     /// let job = std::thread::spawn(move || drop(guard));
     /// sup.wait_idle_async().await;
-    /// assert_eq!(sup.count(), 0);
+    /// assert_eq!(sup.usage(), 0);
     /// # job.join().unwrap();
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;

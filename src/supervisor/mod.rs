@@ -201,14 +201,14 @@ pub use spawn::Task;
 ///     }
 /// }
 /// assert_eq!(answers, ["2: busy"]);
-/// assert_eq!(sup.count(), 2);
+/// assert_eq!(sup.usage(), 2);
 ///
 /// for _ in &handlers {
 ///     done_tx.send(()).unwrap();
 /// }
 /// let served: Vec<usize> = handlers.into_iter().map(|h| h.join().unwrap()).collect();
 /// assert_eq!(served, [0, 1]);
-/// assert_eq!(sup.count(), 0);
+/// assert_eq!(sup.usage(), 0);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
@@ -271,7 +271,7 @@ impl Supervisor {
         Supervisor::builder().capacity(capacity).build()
     }
 
-    /// A builder, to set the name, shard count, [`Probe`](crate::Probe) or child stack
+    /// A builder, to set the name, shard count, [`Probe`](crate::probe::Probe) or child stack
     /// size.
     pub fn builder() -> SupervisorBuilder {
         SupervisorBuilder::default()
@@ -382,7 +382,7 @@ impl Supervisor {
     /// assert!(sup.is_closed());
     /// assert_eq!(sup.reserve().unwrap_err(), Error::Shutdown);
     /// assert!(matches!(sup.spawn(|| ()), Err(Error::Shutdown)));
-    /// assert_eq!(sup.count(), 1, "the running child is not stopped");
+    /// assert_eq!(sup.usage(), 1, "the running child is not stopped");
     ///
     /// tx.send(()).unwrap();
     /// assert!(sup.wait_idle(Duration::from_secs(60)));
@@ -403,7 +403,9 @@ impl Supervisor {
         self.inner.common.table.is_closed()
     }
 
-    /// Children alive now: units of capacity held.
+    /// Children alive now: units of capacity held (the name every
+    /// front-end gives it: [`Limiter::usage`](crate::Limiter::usage),
+    /// [`Pool::usage`](crate::Pool::usage), ...).
     ///
     /// Read shard by shard while children come and go, so it is off by at
     /// most the children entering or leaving during the call; it counts a
@@ -411,10 +413,16 @@ impl Supervisor {
     /// exceed `which_children().len()`. Each shard's reading is a usage that
     /// shard really had (it is re-read while it changes under the read), so
     /// the count stays within `capacity`.
-    pub fn count(&self) -> usize {
+    pub fn usage(&self) -> usize {
         // `Table::usage` reads each shard consistently (see
         // `Shard::usage`), so no reading exceeds its shard's limit.
         self.inner.common.table.usage()
+    }
+
+    /// The same as [`usage`](Self::usage): its first name, a synonym kept
+    /// so that code written against it reads on (not deprecated).
+    pub fn count(&self) -> usize {
+        self.usage()
     }
 
     /// The most children that can be alive at once.
@@ -423,7 +431,7 @@ impl Supervisor {
     }
 
     /// Children that could be admitted now: [`capacity`](Self::capacity)
-    /// less [`count`](Self::count), or 0 while children above a shrunk
+    /// less [`usage`](Self::usage), or 0 while children above a shrunk
     /// capacity are still alive. A reading, not a reservation: a task
     /// worker sizes its next claim with it.
     pub fn available(&self) -> usize {
@@ -535,7 +543,7 @@ impl fmt::Debug for Supervisor {
             .field("name", &self.inner.name)
             .field("capacity", &self.capacity())
             .field("shards", &self.shards())
-            .field("count", &self.count())
+            .field("usage", &self.usage())
             .field("closed", &self.is_closed())
             .finish()
     }

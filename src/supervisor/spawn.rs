@@ -50,7 +50,7 @@ impl Supervisor {
     /// // A panicking child releases its unit and is counted.
     /// let crashing = sup.spawn(|| panic!("boom"))?;
     /// assert!(crashing.join().is_err());
-    /// assert_eq!(sup.count(), 0);
+    /// assert_eq!(sup.usage(), 0);
     /// assert_eq!(sup.stats().panicked, 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -125,7 +125,7 @@ impl Supervisor {
     ///
     /// tx.send(21).unwrap();
     /// assert_eq!(task.await?, 42);
-    /// assert_eq!(sup.count(), 0);
+    /// assert_eq!(sup.usage(), 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;
     /// // Outside a runtime there is nowhere to spawn: an error, not a panic.
@@ -163,7 +163,7 @@ impl Supervisor {
     /// // From outside the runtime, naming it:
     /// let task = sup.spawn_task_on(rt.handle(), async { 7 })?;
     /// assert_eq!(rt.block_on(task)?, 7);
-    /// assert_eq!(sup.count(), 0);
+    /// assert_eq!(sup.usage(), 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[cfg(feature = "tokio")]
@@ -414,7 +414,7 @@ impl Supervisor {
     /// for task in tasks {
     ///     assert!(task.await.unwrap_err().is_cancelled());
     /// }
-    /// assert_eq!(sup.count(), 1, "the reserved guard is not a task");
+    /// assert_eq!(sup.usage(), 1, "the reserved guard is not a task");
     /// drop(guard);
     /// sup.wait_idle_async().await;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -474,7 +474,7 @@ impl<T> Task<T> {
     /// let task = sup.spawn_task(std::future::pending::<()>())?;
     /// task.abort();
     /// assert!(task.await.unwrap_err().is_cancelled());
-    /// assert_eq!(sup.count(), 0);
+    /// assert_eq!(sup.usage(), 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())

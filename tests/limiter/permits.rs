@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use sidejob::{Error, Limiter, OwnedPermit, Permit, Probe};
+use sidejob::probe::Probe;
+use sidejob::{Error, Limiter, OwnedPermit, Permit};
 
 fn limiter(capacity: usize, shards: usize) -> Limiter {
     Limiter::builder()

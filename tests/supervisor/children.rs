@@ -36,7 +36,9 @@ fn auto_traits() {
 }
 
 /// Exactly `capacity` children are admitted however the shards split it;
-/// the next reserve and spawn are `Overload`.
+/// the next reserve and spawn are `Overload`. `usage` reads them, as on
+/// every other front-end, and `count` is its synonym (hardening 3, item
+/// 14).
 #[test]
 fn bound_is_exact_across_shards() {
     for (capacity, shards) in [(1, 1), (3, 2), (7, 3), (8, 8), (2, 8)] {
@@ -46,13 +48,16 @@ fn bound_is_exact_across_shards() {
             .build()
             .unwrap();
         let guards: Vec<_> = (0..capacity).map(|_| sup.reserve().unwrap()).collect();
-        assert_eq!(sup.count(), capacity);
+        assert_eq!(sup.usage(), capacity);
+        assert_eq!(sup.count(), sup.usage());
+        assert_eq!(sup.stats().usage, capacity);
         assert_eq!(sup.reserve().unwrap_err(), Error::Overload);
         assert!(matches!(sup.spawn(|| ()), Err(Error::Overload)));
         let stats = sup.stats();
         assert_eq!(stats.accepted, capacity as u64);
         assert_eq!(stats.rejected, 2);
         drop(guards);
+        assert_eq!(sup.usage(), 0);
         assert_eq!(sup.count(), 0);
         assert_eq!(sup.stats().completed, capacity as u64);
     }

@@ -24,7 +24,7 @@
 //! `Semaphore` and a bare CAS pair (`scripts/hot-path-instructions.sh`).
 //!
 //! **What `Overload` promises.** A caller starts at the shard its
-//! [`Probe`](crate::Probe) names and tries it if its counters show room
+//! [`Probe`](crate::probe::Probe) names and tries it if its counters show room
 //! (so a caller is never refused by its own shard's stale bit); if they
 //! show it full, it is refused when every other shard is marked, and
 //! otherwise walks the clear bits from there, wrapping once. `Overload`

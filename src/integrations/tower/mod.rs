@@ -574,7 +574,7 @@ impl<R, M, H> LimitLayer<R, M, H> {
     #[cfg(feature = "metrics")]
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn record_time(mut self) -> Self {
-        self.timer.histogram = Some(crate::metrics::time_histogram(
+        self.timer.histogram = Some(crate::integrations::metrics::time_histogram(
             self.limiter.name(),
             "limiter",
         ));

@@ -8,7 +8,20 @@ use super::{Admission, AsyncPool, Inner, ReplyReceiver};
 use crate::error::{Error, Refused, TryCallError};
 use crate::sync::{now, Arc};
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How far past a timer's deadline tokio looks: it rounds the deadline up
+/// to its next millisecond by adding 999,999 ns, unchecked
+/// (`TimeSource::deadline_to_tick`, `tokio/src/runtime/time/source.rs`).
+const TIMER_ROUNDING: Duration = Duration::from_millis(1);
+
+/// The deadline of a call that waits `timeout` from `now`: `None` (no
+/// deadline) when it is past the largest `Instant`, or so close to it that
+/// tokio's rounding would overflow and panic in the caller's task. A wait
+/// that long never ends anyway.
+fn call_deadline(now: Instant, timeout: Duration) -> Option<Instant> {
+    deadline_after(now, timeout).filter(|deadline| deadline.checked_add(TIMER_ROUNDING).is_some())
+}
 
 /// Where a call stands when its future is returned.
 enum Pending<W: AsyncWorker, T> {
@@ -102,7 +115,9 @@ impl<W: AsyncWorker> AsyncPool<W> {
     /// The timeout covers both waits, for capacity (with a waiting room)
     /// and for the reply. As with Erlang's `gen_server:call`, a request
     /// that timed out may still run: it was admitted. Its unit is released
-    /// when the worker finishes it, and its reply is dropped.
+    /// when the worker finishes it, and its reply is dropped. A timeout
+    /// that ends within a millisecond of the largest `Instant`, or past it,
+    /// is no timeout: the call waits as long as it takes.
     ///
     /// # Errors
     ///
@@ -151,7 +166,7 @@ impl<W: AsyncWorker> AsyncPool<W> {
         timeout: Duration,
     ) -> impl Future<Output = Result<W::Reply, Error>> + Send + 'static {
         // One deadline for the wait for capacity and the wait for the reply.
-        let deadline = deadline_after(now(), timeout);
+        let deadline = call_deadline(now(), timeout);
         let pending = self.start_call(request);
         async move {
             let reply = match pending {

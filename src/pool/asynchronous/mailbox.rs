@@ -82,7 +82,7 @@ pub(crate) enum Inbox<E> {
 
 /// The mailboxes of `count` workers: the senders, and one inbox per
 /// worker. With `steal` (and more than one worker) the shared queues,
-/// with room for `capacity` envelopes before they grow, serve them all:
+/// growing as they fill (the table bounds them by `capacity`), serve them all:
 /// per worker and common if `multi_thread` (their runtime's flavor), the
 /// common one alone otherwise (`async_idle.rs`).
 pub(crate) fn mailboxes<E>(

@@ -72,8 +72,9 @@ impl KeyShard {
         // Relaxed: a guess; the CAS below decides, with Acquire.
         let word = slot.load(Relaxed);
         if word == 0 {
-            // Acquire: pairs with the Release of the exit (fast, or the
-            // unpin of a locked one) that emptied the slot.
+            // Acquire on success: pairs with the Release of the exit (fast,
+            // or the unpin of a locked one) that emptied the slot. Relaxed
+            // on failure: nothing is entered, the caller goes to the lock.
             return slot
                 .compare_exchange(0, id | ONE, Acquire, Relaxed)
                 .ok()
@@ -85,7 +86,8 @@ impl KeyShard {
         if count_of(word) >= self.per_key {
             return Some(Err(Error::KeyBusy));
         }
-        // Acquire: as above, with the exit that left this count.
+        // Acquire: as above, with the exit that left this count. Relaxed
+        // on failure: as above.
         slot.compare_exchange(word, word + ONE, Acquire, Relaxed)
             .ok()
             .map(|_| Ok(()))
@@ -104,7 +106,8 @@ impl KeyShard {
             }
             let next = if count_of(word) == 1 { 0 } else { word - ONE };
             // Release: pairs with the Acquire of the next enter of this
-            // slot (fast, or the pin of a locked one).
+            // slot (fast, or the pin of a locked one). Relaxed on failure:
+            // the word seen is only the next guess, the next CAS decides.
             match slot.compare_exchange_weak(word, next, Release, Relaxed) {
                 Ok(_) => return true,
                 Err(seen) => word = seen,
@@ -130,6 +133,8 @@ impl KeyShard {
             // enters that read the unpinned word. Only the lock holder
             // writes a pinned word, so no update is lost.
             let slot = &self.slots[index];
+            // Relaxed load: a pinned word only the lock holder writes, so
+            // it reads its own last write.
             slot.store(slot.load(Relaxed) & !PINNED, Release);
         }
     }
@@ -145,6 +150,8 @@ impl KeyShard {
             if count_of(word) >= self.per_key {
                 return false;
             }
+            // Relaxed: a pinned word; the unpin's Release (or, while it
+            // stays pinned, the lock) publishes it.
             slot.store(word + ONE, Relaxed);
             return true;
         }
@@ -156,7 +163,8 @@ impl KeyShard {
             return true;
         }
         if id_of(word) == 0 && self.resident {
-            // An empty slot and the key nowhere: it moves in.
+            // An empty slot and the key nowhere: it moves in. Relaxed: a
+            // pinned word; the unpin's Release (or the lock) publishes it.
             slot.store(word | id | ONE, Relaxed);
             return true;
         }
@@ -227,6 +235,8 @@ impl KeyShard {
             } else {
                 word - ONE
             };
+            // Relaxed: a pinned word; the unpin's Release (or, while it
+            // stays pinned, the lock) publishes it.
             slot.store(next, Relaxed);
         } else {
             debug_assert!(false, "a released key is neither resident nor in the map");
