@@ -72,6 +72,32 @@ impl Table {
         self.0.acquire_at(start)
     }
 
+    /// Takes `n` units at once starting at shard `start` (the caller's
+    /// home shard in `Limiter::try_acquire_many`), all or nothing: each
+    /// shard it took from, with how many.
+    pub fn acquire_many_at(&self, start: usize, n: usize) -> Result<Vec<(usize, usize)>, Error> {
+        let grant = self.0.acquire_many_at(start, n)?;
+        let parts = grant.parts().iter().map(|p| (p.shard, p.units)).collect();
+        // The caller gives the units back part by part (`release_units`).
+        std::mem::forget(grant);
+        Ok(parts)
+    }
+
+    /// Gives back `units` units of shard `shard` at once.
+    pub fn release_units(&self, shard: usize, units: usize) {
+        self.0.release_units(shard, units, false)
+    }
+
+    /// Raises the capacity by `units` (see `Limiter::add_capacity`).
+    pub fn add_capacity(&self, units: usize) {
+        self.0.add_capacity(units).expect("a valid capacity");
+    }
+
+    /// Lowers the capacity by `units` (see `Limiter::remove_capacity`).
+    pub fn remove_capacity(&self, units: usize) {
+        self.0.remove_capacity(units);
+    }
+
     /// Gives back one unit of shard `shard`.
     pub fn release(&self, shard: usize) {
         self.0.release(shard, false)

@@ -224,6 +224,22 @@ impl Table {
         result
     }
 
+    /// [`acquire_many`](Self::acquire_many) starting at shard `start`
+    /// (modulo the shard count): the models' seam for a caller on a chosen
+    /// shard.
+    #[cfg(loom)]
+    pub(crate) fn acquire_many_at(&self, start: usize, n: usize) -> Result<Grant, Error> {
+        let start = self.reduce(start);
+        if n == 1 {
+            return self.acquire_at(start).map(Grant::one);
+        }
+        let result = self.take_many(start, n);
+        if result == Err(Error::Overload) {
+            self.count_refusal();
+        }
+        result
+    }
+
     /// A grant of 0 units on the home shard, or `Shutdown` once closed.
     fn empty_grant(&self) -> Result<Grant, Error> {
         if self.is_closed() {
