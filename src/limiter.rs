@@ -639,21 +639,16 @@ impl Limiter {
         self.table.count_refusal()
     }
 
-    // Inline: a permit's drop is half of the hot path, and it is called from
-    // the user's crate, where it would otherwise be a call through the GOT.
-    // `panicking` is asked only once the unit is back (`release_shard`): std's
-    // answer has a slow path, a call, that made every release save and
-    // restore registers when it was asked first.
+    /// Gives back one unit of shard `shard`, taken with
+    /// [`take_unit`](Self::take_unit): the tower layer's release. (A
+    /// permit's release is its units', `units.rs`.)
+    // Inline: called from the user's crate, where it would otherwise be a
+    // call through the GOT.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     #[inline]
     pub(crate) fn release(&self, shard: usize) {
-        self.release_shard(self.table.shard(shard));
-    }
-
-    /// [`release`](Self::release), given the shard itself (a [`Permit`]
-    /// keeps it).
-    #[inline]
-    fn release_shard(&self, shard: &Shard) {
-        self.table.release_shard(shard, os_thread::panicking);
+        self.table
+            .release_shard(self.table.shard(shard), os_thread::panicking);
     }
 }
 
