@@ -410,6 +410,171 @@ impl Limiter {
         }
     }
 
+    /// Takes `n` units at once, waiting for them if they are not free and
+    /// the limiter has a waiting room; blocks the thread while it waits.
+    ///
+    /// Where tokio's `acquire_many` is strict FIFO (a waiting request of
+    /// half the capacity holds every small one behind it) and a first-fit
+    /// semaphore lets large requests starve under small load, the waiting
+    /// room here takes the bounded middle:
+    ///
+    /// * the request first in the room's [order](LimiterBuilder::queue_order)
+    ///   is served as soon as its `n` units are free, all at once;
+    /// * while they are not, later requests that fit may pass it, until
+    ///   they have taken the [pass budget](LimiterBuilder::pass_budget)
+    ///   (by default the capacity in force: one turnover of the whole
+    ///   limiter, about one mean service time under load) past it;
+    /// * from then on every freed unit is kept for it until it has all
+    ///   `n`. If it gives up first (its `max_wait`, a dropped future), what
+    ///   it had collected goes to the next waiters at once.
+    ///
+    /// Without a waiting room, this is [`try_acquire_many`](Self::try_acquire_many).
+    /// The guide (`docs/guide/weighted.md`) compares the three rules.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::TooLarge`] at once when `n` is above the capacity in
+    ///   force.
+    /// * [`Error::Overload`] at once when the waiting room is full (or
+    ///   there is none); counted in [`Stats::rejected`].
+    /// * [`Error::Timeout`] when `max_wait` passed before all `n` came;
+    ///   counted in [`Stats::timed_out`]. Units collected meanwhile go to
+    ///   the next waiters (or back to the limiter).
+    /// * [`Error::Shutdown`] once the limiter is [closed](Self::close).
+    ///
+    /// # Examples
+    ///
+    /// A batch of 3 waits behind a full limiter of 4; one-unit requests may
+    /// pass it while it waits, within its pass budget:
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use sidejob::Limiter;
+    ///
+    /// let limiter = Arc::new(
+    ///     Limiter::builder()
+    ///         .capacity(4)
+    ///         .max_waiters(8)
+    ///         .max_wait(Duration::from_secs(30))
+    ///         .build()?,
+    /// );
+    /// let held: Vec<_> = (0..4).map(|_| limiter.try_acquire_owned()).collect::<Result<_, _>>()?;
+    /// let batch = {
+    ///     let limiter = Arc::clone(&limiter);
+    ///     std::thread::spawn(move || limiter.acquire_many(3).map(|p| p.units()))
+    /// };
+    /// while limiter.waiting() == 0 {
+    ///     std::thread::yield_now(); // until the batch is queued
+    /// }
+    /// drop(held); // four free: the batch takes three
+    /// assert_eq!(batch.join().unwrap()?, 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn acquire_many(&self, n: usize) -> Result<Permit<'_, Many>, Error> {
+        let grant = match n {
+            0 => self.table.acquire_many(0)?,
+            _ => self.table.acquire_waiting_many(n, None)?,
+        };
+        let (shard, units) = Many::from_grant(grant);
+        Ok(Permit {
+            limiter: self,
+            shard: self.table.shard(shard),
+            units,
+        })
+    }
+
+    /// [`acquire_many`](Self::acquire_many) as a future: waits without
+    /// blocking the executor's thread. tokio's `Semaphore::acquire_many`,
+    /// with the bounded passing of [`acquire_many`](Self::acquire_many)
+    /// instead of strict FIFO.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_many`](Self::acquire_many).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future gives up the wait: it leaves the queue, and
+    /// every unit handed to it or collected for it meanwhile goes to the
+    /// next waiters (or back to the limiter). No unit is ever lost.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    /// # rt.block_on(async {
+    /// use sidejob::Limiter;
+    ///
+    /// let limiter = Limiter::builder().capacity(8).max_waiters(4).build()?;
+    /// let upload = limiter.acquire_many_async(5).await?; // weighed by its size
+    /// assert_eq!(limiter.available(), 3);
+    /// drop(upload);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn acquire_many_async(&self, n: usize) -> Result<Permit<'_, Many>, Error> {
+        let grant = match n {
+            0 => self.table.acquire_many(0)?,
+            _ => self.table.acquire_async_many(n, None).await?,
+        };
+        let (shard, units) = Many::from_grant(grant);
+        Ok(Permit {
+            limiter: self,
+            shard: self.table.shard(shard),
+            units,
+        })
+    }
+
+    /// [`acquire_many_async`](Self::acquire_many_async) for an
+    /// `Arc<Limiter>`: the future and its permit are `Send + 'static`.
+    /// tokio's `Semaphore::acquire_many_owned`.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_many`](Self::acquire_many).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire_many_async`](Self::acquire_many_async).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    /// # rt.block_on(async {
+    /// use std::sync::Arc;
+    /// use sidejob::Limiter;
+    ///
+    /// let cores = Arc::new(Limiter::builder().capacity(16).max_waiters(64).build()?);
+    /// let job = tokio::spawn(Arc::clone(&cores).acquire_many_owned_async(4));
+    /// let permit = job.await??;
+    /// assert_eq!((permit.units(), cores.usage()), (4, 4));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    // Not `async fn`: the signature states `Send + 'static`.
+    #[allow(clippy::manual_async_fn)]
+    pub fn acquire_many_owned_async(
+        self: Arc<Self>,
+        n: usize,
+    ) -> impl std::future::Future<Output = Result<OwnedPermit<Many>, Error>> + Send + 'static {
+        async move {
+            let grant = match n {
+                0 => self.table.acquire_many(0)?,
+                _ => self.table.acquire_async_many(n, None).await?,
+            };
+            let (shard, units) = Many::from_grant(grant);
+            Ok(OwnedPermit {
+                limiter: self,
+                shard,
+                units,
+            })
+        }
+    }
+
     /// How many callers wait for a permit now (0 without a waiting room).
     pub fn waiting(&self) -> usize {
         self.table.waiting()
@@ -747,6 +912,20 @@ impl LimiterBuilder {
     /// to FIFO.
     pub fn queue_order(&mut self, order: QueueOrder) -> &mut Self {
         self.policy.order = order;
+        self
+    }
+
+    /// How many units later requests may take past a waiting request of
+    /// many units ([`Limiter::acquire_many`]) before every freed unit is
+    /// kept for it. Defaults to the capacity in force (one turnover of the
+    /// whole limiter: about one mean service time under load, whatever
+    /// that time is). `0` is strict FIFO, as tokio's `acquire_many`;
+    /// `usize::MAX` is first fit, where a large request may wait for its
+    /// whole `max_wait` under steady small load. Counted in units the
+    /// limiter admitted since the request came in, not in time: no clock
+    /// to calibrate, and it scales with the load.
+    pub fn pass_budget(&mut self, units: usize) -> &mut Self {
+        self.policy.pass_budget = Some(units);
         self
     }
 

@@ -38,6 +38,7 @@ impl Table {
             max_waiters,
             max_wait: std::time::Duration::MAX,
             order: crate::engine::waiters::QueueOrder::Fifo,
+            pass_budget: None,
         };
         let table = crate::engine::table::Table::new(capacity, shards, Probe::Thread)
             .and_then(|table| table.with_policy(&policy))

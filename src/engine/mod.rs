@@ -5,6 +5,7 @@
 //!   gate of a resize and the control lock. The hot path is here, in
 //!   `Table::try_at`, `Shard::try_take` and `Table::release`.
 //! * `split`: how a capacity is split over the shards.
+//! * `grant`: the units a table admitted together, as plain data.
 //! * `waiters`: the bounded waiting room.
 //! * `alarm`: the one deadline watcher that times out async waiters.
 //! * `foreign`: running code the crate does not own over a batch (wakers),
@@ -16,6 +17,7 @@
 #[cfg(not(loom))]
 pub(crate) mod alarm;
 pub(crate) mod foreign;
+pub(crate) mod grant;
 pub(crate) mod probe;
 pub(crate) mod split;
 pub(crate) mod table;

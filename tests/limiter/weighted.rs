@@ -444,3 +444,197 @@ fn stress_weighted_takes_never_exceed_the_capacity() {
     }
     super::every_unit_is_there(&limiter);
 }
+
+// ---- waiting for many units ------------------------------------------------
+
+mod waiting {
+    use std::sync::Arc;
+    use std::task::Poll;
+    use std::time::Duration;
+
+    use sidejob::{Error, Limiter, OwnedPermit};
+
+    use crate::common::poll_once;
+
+    /// A full limiter of `capacity` (one shard) with a room, and its units.
+    fn full(capacity: usize, pass_budget: Option<usize>) -> (Arc<Limiter>, Vec<OwnedPermit>) {
+        let mut builder = Limiter::builder();
+        builder
+            .capacity(capacity)
+            .shards(2)
+            .max_waiters(16)
+            .max_wait(crate::LONG);
+        if let Some(budget) = pass_budget {
+            builder.pass_budget(budget);
+        }
+        let limiter = Arc::new(builder.build().unwrap());
+        let held = crate::fill(&limiter);
+        (limiter, held)
+    }
+
+    #[test]
+    fn a_small_request_passes_a_waiting_large_one_within_its_budget() {
+        let (limiter, mut held) = full(4, None);
+        let mut big = Box::pin(Arc::clone(&limiter).acquire_many_owned_async(3));
+        let mut small = Box::pin(Arc::clone(&limiter).acquire_owned_async());
+        assert!(poll_once(&mut big).is_pending());
+        assert!(poll_once(&mut small).is_pending());
+        assert_eq!(limiter.waiting(), 2);
+        drop(held.pop()); // one unit: not enough for the head, so it is passed
+        let Poll::Ready(Ok(small)) = poll_once(&mut small) else {
+            panic!("the one-unit request passes the waiting three");
+        };
+        assert!(poll_once(&mut big).is_pending());
+        drop(held); // three free: the large request's turn
+        let Poll::Ready(Ok(big)) = poll_once(&mut big) else {
+            panic!("three units free");
+        };
+        assert_eq!((big.units(), limiter.usage()), (3, 4));
+        drop((big, small));
+        crate::every_unit_is_there(&limiter);
+    }
+
+    #[test]
+    fn with_no_budget_freed_units_are_kept_for_the_waiting_large_request() {
+        let (limiter, mut held) = full(4, Some(0));
+        let mut big = Box::pin(Arc::clone(&limiter).acquire_many_owned_async(3));
+        let mut small = Box::pin(Arc::clone(&limiter).acquire_owned_async());
+        assert!(poll_once(&mut big).is_pending());
+        assert!(poll_once(&mut small).is_pending());
+        drop(held.pop());
+        drop(held.pop());
+        // Two units freed, both kept for the head; the small one waits.
+        assert!(poll_once(&mut small).is_pending());
+        assert!(poll_once(&mut big).is_pending());
+        assert_eq!(limiter.usage(), 4, "the two are collected, not free");
+        assert_eq!(limiter.try_acquire().unwrap_err(), Error::Overload);
+        drop(held.pop());
+        let Poll::Ready(Ok(big)) = poll_once(&mut big) else {
+            panic!("all three collected");
+        };
+        assert_eq!(big.units(), 3);
+        drop(held);
+        let Poll::Ready(Ok(small)) = poll_once(&mut small) else {
+            panic!("then the small one");
+        };
+        drop((big, small));
+        let stats = limiter.stats();
+        assert_eq!(stats.accepted, stats.completed);
+        crate::every_unit_is_there(&limiter);
+    }
+
+    #[test]
+    fn a_large_request_that_leaves_hands_what_it_collected_to_the_next() {
+        let (limiter, mut held) = full(4, Some(0));
+        let mut big = Box::pin(Arc::clone(&limiter).acquire_many_owned_async(4));
+        let mut small = Box::pin(Arc::clone(&limiter).acquire_owned_async());
+        assert!(poll_once(&mut big).is_pending());
+        assert!(poll_once(&mut small).is_pending());
+        drop(held.pop());
+        drop(held.pop());
+        assert_eq!(limiter.usage(), 4, "two collected on the large request");
+        drop(big); // it leaves: one of its two goes to the small waiter
+        let Poll::Ready(Ok(small)) = poll_once(&mut small) else {
+            panic!("handed on in the same critical section");
+        };
+        assert_eq!(limiter.usage(), 3, "the other went back to the limiter");
+        assert_eq!(limiter.waiting(), 0);
+        drop((small, held));
+        let stats = limiter.stats();
+        assert_eq!(stats.accepted, stats.completed);
+        crate::every_unit_is_there(&limiter);
+    }
+
+    #[test]
+    fn a_large_request_that_times_out_gives_back_what_it_collected() {
+        let limiter = Arc::new(
+            Limiter::builder()
+                .capacity(4)
+                .shards(2)
+                .max_waiters(4)
+                .max_wait(crate::SHORT)
+                .pass_budget(0)
+                .build()
+                .unwrap(),
+        );
+        let mut held = crate::fill(&limiter);
+        let waiter = {
+            let limiter = Arc::clone(&limiter);
+            std::thread::spawn(move || limiter.acquire_many(4).map(|p| p.units()))
+        };
+        crate::common::until(|| limiter.waiting() == 1);
+        drop(held.pop()); // collected, then given back on the timeout
+        assert_eq!(waiter.join().unwrap(), Err(Error::Timeout));
+        assert_eq!(limiter.usage(), 3);
+        drop(held);
+        let stats = limiter.stats();
+        assert_eq!(
+            (stats.timed_out, stats.accepted, stats.completed),
+            (1, 4, 4)
+        );
+        crate::every_unit_is_there(&limiter);
+    }
+
+    #[test]
+    fn waiting_for_more_than_the_capacity_is_refused_at_once() {
+        let (limiter, held) = full(4, None);
+        assert_eq!(limiter.acquire_many(5).unwrap_err(), Error::TooLarge);
+        let mut future = Box::pin(limiter.acquire_many_async(5));
+        assert!(matches!(
+            poll_once(&mut future),
+            Poll::Ready(Err(Error::TooLarge))
+        ));
+        assert_eq!(limiter.waiting(), 0);
+        drop(held);
+    }
+
+    /// Threads wait for random widths with random give-ups (short
+    /// `max_wait`s), beside one-unit takers: the usage never passes the
+    /// capacity, nothing hangs, and every unit comes back.
+    #[test]
+    fn stress_waiters_of_many_units_lose_nothing() {
+        let capacity = 8;
+        let limiter = Arc::new(
+            Limiter::builder()
+                .capacity(capacity)
+                .shards(2)
+                .max_waiters(64)
+                .max_wait(Duration::from_millis(2))
+                .build()
+                .unwrap(),
+        );
+        let rounds = if cfg!(debug_assertions) {
+            2_000
+        } else {
+            20_000
+        };
+        let handles: Vec<_> = (0..4u64)
+            .map(|t| {
+                let limiter = Arc::clone(&limiter);
+                std::thread::spawn(move || {
+                    let mut rng = crate::common::Rng(0x9E37_79B9 ^ (t + 1));
+                    let mut served = 0;
+                    for _ in 0..rounds {
+                        let n = 1 + rng.below(capacity as u64) as usize;
+                        match limiter.acquire_many(n) {
+                            Ok(permit) => {
+                                assert!(limiter.usage() <= capacity);
+                                assert_eq!(permit.units(), n);
+                                served += 1;
+                            }
+                            Err(Error::Timeout | Error::Overload) => {}
+                            Err(other) => panic!("{other}"),
+                        }
+                    }
+                    served
+                })
+            })
+            .collect();
+        let served: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        assert!(served > 0);
+        assert_eq!(limiter.waiting(), 0);
+        let stats = limiter.stats();
+        assert_eq!(stats.accepted, stats.completed);
+        crate::every_unit_is_there(&limiter);
+    }
+}

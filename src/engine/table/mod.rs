@@ -68,8 +68,8 @@ mod resize;
 mod room;
 mod unit;
 
+pub(crate) use crate::engine::grant::{Grant, More};
 pub(crate) use admission::Admission;
-pub(crate) use many::{Grant, More};
 #[cfg(not(loom))]
 use room::RoomAlarm;
 pub(crate) use unit::{Batch, Unit};

@@ -13,16 +13,20 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
 use super::{Control, Table, Take, CLOSED, FLAGS};
-use crate::engine::waiters::{Policy, Room, State, Ticket, Wake, Woken};
+use crate::engine::grant::{Grant, Part};
+use crate::engine::waiters::{Policy, Room, Source, State, Ticket, Wake, Woken};
 use crate::error::{ConfigError, Error};
 #[cfg(not(loom))]
 use crate::sync::Mutex;
 use crate::sync::{now, park, Arc, Ordering::Relaxed};
 
-/// The future of [`Table::acquire_async`]: a unit's shard.
+/// The future of [`Table::acquire_async_many`]: the grant of `need`
+/// units.
 #[must_use = "futures do nothing unless polled"]
 pub(crate) struct WaitUnit<'a> {
     table: &'a Table,
+    /// How many units it waits for.
+    need: usize,
     /// The caller's own deadline, if any; `max_wait` bounds it too.
     deadline: Option<Instant>,
     /// The waiter's node and ticket, while it is queued. Its deadline is
@@ -32,13 +36,32 @@ pub(crate) struct WaitUnit<'a> {
 }
 
 /// A queued waiter's hold on its place: the node's key (valid while the
-/// ticket says `Waiting`), the ticket, and when it arrived on the room's
-/// clock (`Room::ticks`).
+/// ticket says `Waiting`), the ticket, when it arrived on the room's
+/// clock (`Room::ticks`), and how many units it waits for.
 #[derive(Debug)]
 struct Queued {
     key: usize,
     ticket: Arc<Ticket>,
     since_ticks: u64,
+    need: usize,
+}
+
+/// The future of [`Table::acquire_async`]: one unit's shard.
+#[must_use = "futures do nothing unless polled"]
+#[derive(Debug)]
+pub(crate) struct WaitOne<'a>(WaitUnit<'a>);
+
+impl std::future::Future for WaitOne<'_> {
+    type Output = Result<usize, Error>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.get_mut().0)
+            .poll(cx)
+            .map(|granted| granted.map(|grant| grant.shard))
+    }
 }
 
 impl std::fmt::Debug for WaitUnit<'_> {
@@ -50,7 +73,7 @@ impl std::fmt::Debug for WaitUnit<'_> {
 }
 
 impl std::future::Future for WaitUnit<'_> {
-    type Output = Result<usize, Error>;
+    type Output = Result<Grant, Error>;
 
     fn poll(
         self: std::pin::Pin<&mut Self>,
@@ -62,7 +85,7 @@ impl std::future::Future for WaitUnit<'_> {
         let table = this.table;
         let Some(room) = table.room.as_deref() else {
             // No room: the fast path alone.
-            return Poll::Ready(match table.try_at::<false>(table.home_shard()) {
+            return Poll::Ready(match table.try_fast(this.need) {
                 Err(Error::Overload) => {
                     table.count_refusal();
                     Err(Error::Overload)
@@ -76,8 +99,8 @@ impl std::future::Future for WaitUnit<'_> {
             // ended the wait, under the lock).
             let state = queued.ticket.state();
             if state != State::Waiting {
-                this.queued = None;
-                return Poll::Ready(table.finished(room, state));
+                let queued = this.queued.take().expect("just read");
+                return Poll::Ready(table.finished(room, state, &queued));
             }
             // Still waiting: point the node at this waker, under the lock
             // that a grant takes, so the grant wakes the right task. A
@@ -88,8 +111,8 @@ impl std::future::Future for WaitUnit<'_> {
             let state = queued.ticket.state();
             if state != State::Waiting {
                 drop(control);
-                this.queued = None;
-                return Poll::Ready(table.finished(room, state));
+                let queued = this.queued.take().expect("just read");
+                return Poll::Ready(table.finished(room, state, &queued));
             }
             // Still queued (so its node is its own): the same task, as a
             // re-poll usually brings, needs nothing.
@@ -104,8 +127,8 @@ impl std::future::Future for WaitUnit<'_> {
                 // Ended while the waker was cloned: the clone goes unused.
                 drop(control);
                 drop(wake);
-                this.queued = None;
-                return Poll::Ready(table.finished(room, state));
+                let queued = this.queued.take().expect("just read");
+                return Poll::Ready(table.finished(room, state, &queued));
             }
             let old = control.queue.replace_wake(queued.key, wake);
             drop(control);
@@ -116,7 +139,7 @@ impl std::future::Future for WaitUnit<'_> {
             return Poll::Pending;
         }
         // First poll: the fast path, then the queue.
-        match table.try_at::<false>(table.home_shard()) {
+        match table.try_fast(this.need) {
             Err(Error::Overload) => {}
             other => return Poll::Ready(other),
         }
@@ -128,7 +151,7 @@ impl std::future::Future for WaitUnit<'_> {
         let overdue = deadline.is_some_and(|deadline| deadline <= now);
         let watched = deadline.filter(|_| !overdue);
         let wake = Wake::Task(cx.waker().clone());
-        let entered = table.enter_room(room, wake, now, watched);
+        let entered = table.enter_room(room, wake, now, watched, this.need);
         let (queued, arm) = match entered {
             Ok(entered) => entered,
             Err(err) => return Poll::Ready(Err(err)),
@@ -139,8 +162,8 @@ impl std::future::Future for WaitUnit<'_> {
             // invariant).
             table.arm(watched);
         }
-        if let Some(shard) = table.recheck(room, &queued) {
-            return Poll::Ready(Ok(shard));
+        if let Some(grant) = table.recheck(room, &queued) {
+            return Poll::Ready(grant);
         }
         if overdue {
             return Poll::Ready(table.give_up(room, queued));
@@ -195,6 +218,39 @@ impl crate::engine::alarm::Alarm for RoomAlarm {
         // (`Woken::wake_all`), and the watcher must go on ringing.
         crate::engine::foreign::quietly(|| woken.wake_all(&self.room));
         next
+    }
+}
+
+/// The table as the room's scheduler sees it (`Queue::serve`): units
+/// taken under the control lock, with no debt, so no shard is gated but by
+/// a resize that holds the lock (which `CLOSED` alone ignores).
+struct TableSource<'a> {
+    table: &'a Table,
+    budget: usize,
+}
+
+impl Source for TableSource<'_> {
+    fn one(&mut self) -> Option<usize> {
+        match self.table.take_any(CLOSED) {
+            Found::Unit(shard) => Some(shard),
+            Found::Gated | Found::Nothing => None,
+        }
+    }
+
+    fn many(&mut self, n: usize) -> Option<Vec<Part>> {
+        let start = self.table.home_shard();
+        self.table
+            .take_across_locked(start, n)
+            .ok()
+            .map(|grant| grant.parts())
+    }
+
+    fn admitted(&self) -> usize {
+        self.table.admitted_total()
+    }
+
+    fn budget(&self) -> usize {
+        self.budget
     }
 }
 
@@ -256,7 +312,9 @@ impl Table {
     #[cold]
     fn acquire_or_wait(&self, deadline: Option<Instant>) -> Result<usize, Error> {
         match &self.room {
-            Some(room) => self.wait_blocking(room, deadline),
+            Some(room) => self
+                .wait_blocking(room, deadline, 1)
+                .map(|grant| grant.shard),
             None => {
                 self.count_refusal();
                 Err(Error::Overload)
@@ -289,6 +347,7 @@ impl Table {
         wake: Wake,
         now: Instant,
         deadline: Option<Instant>,
+        need: usize,
     ) -> Result<(Queued, bool), Error> {
         let mut control = self.control.lock();
         if self.is_closing() {
@@ -304,12 +363,18 @@ impl Table {
             self.count_refusal();
             return Err(Error::Overload);
         }
-        let (key, ticket, since_ticks) = control.queue.push(room, wake, now, deadline);
+        // The pass budget counts from here, for a waiter of many units.
+        let admitted_at = if need > 1 { self.admitted_total() } else { 0 };
+        let (key, ticket, since_ticks) =
+            control
+                .queue
+                .push(room, wake, now, deadline, need, admitted_at);
         let arm = deadline.is_some_and(|deadline| control.queue.arm(deadline));
         let queued = Queued {
             key,
             ticket,
             since_ticks,
+            need,
         };
         Ok((queued, arm))
     }
@@ -336,39 +401,105 @@ impl Table {
     /// With `Waiting`, the waiter's own waker comes back too: the caller
     /// drops it once its own bookkeeping is done (`waiters.rs`, "Foreign
     /// code"), since its drop may panic.
+    ///
+    /// A waiter of many units that was collecting them (reserved) leaves
+    /// them to the next waiters in the same critical section; what they
+    /// cannot use is given back here, after the lock.
     fn withdraw(&self, room: &Room, queued: &Queued, took_own: bool) -> (State, Option<Wake>) {
+        let mut woken = Woken::default();
         let mut control = self.control.lock();
         // Under the lock, the state is settled: only a holder of the lock
         // ends a wait.
         let state = queued.ticket.state();
         let mut wake = None;
+        let mut hand = Vec::new();
         if state == State::Waiting {
+            hand = control.queue.take_parts(queued.key);
             wake = control.queue.cancel(room, queued.key);
             if took_own {
                 control.queue.count_waited(true);
             }
+            if !hand.is_empty() && !control.debt {
+                self.serve(room, &mut control, &mut hand, &mut woken);
+            }
         }
+        drop(control);
+        self.return_parts(hand);
+        self.wake(woken);
         (state, wake)
+    }
+
+    /// Runs the room's scheduler (`Queue::serve`) over `hand` and the
+    /// table. Under the control lock, with no debt.
+    fn serve(&self, room: &Room, control: &mut Control, hand: &mut Vec<Part>, woken: &mut Woken) {
+        let mut source = TableSource {
+            table: self,
+            budget: room.policy.pass_budget.unwrap_or_else(|| self.capacity()),
+        };
+        control.queue.serve(room, hand, &mut source, now(), woken);
+    }
+
+    /// Gives back units that were taken and never used (collected by a
+    /// waiter that left, or left over from a hand-off), as
+    /// [`return_unused`](Self::return_unused) does for one.
+    fn return_parts(&self, parts: Vec<Part>) {
+        for part in parts {
+            self.release_units(part.shard, part.units, false);
+            // Relaxed: a count for `stats`.
+            self.shards[part.shard]
+                .phantom
+                .fetch_add(part.units, Relaxed);
+        }
+    }
+
+    /// [`return_parts`](Self::return_parts) of a grant's units.
+    fn return_grant(&self, grant: Grant) {
+        self.return_parts(grant.parts());
     }
 
     /// After queuing, the caller took `shard` from the table itself (its
     /// re-check): leave the queue, and give back a second unit if one was
     /// handed over meanwhile.
-    fn leave_with(&self, room: &Room, queued: &Queued, shard: usize) -> usize {
+    fn leave_with(&self, room: &Room, queued: &Queued, grant: Grant) -> Grant {
         let (state, wake) = self.withdraw(room, queued, true);
         match state {
-            // A second unit, handed over meanwhile: its grant counted this
-            // wait; the unit goes to the next waiter, or back to the table.
-            State::Granted(second) => self.return_unused(second),
-            _ => room.add_waited_time(queued.since_ticks, room.ticks()),
+            // A second grant, handed over meanwhile: it counted this wait;
+            // its units go to the next waiter, or back to the table.
+            State::Granted(second) => {
+                let second = self.granted(queued, second);
+                self.return_grant(second);
+            }
+            other => {
+                // Units collected before a close or an expiry go back too.
+                if other != State::Waiting {
+                    if let Some(left) = queued.ticket.take_grant() {
+                        self.return_grant(left);
+                    }
+                }
+                room.add_waited_time(queued.since_ticks, room.ticks());
+            }
         }
-        // The waiter's waker, last. If its drop panics, the unit taken
-        // goes back before the panic goes on: nobody holds it.
-        if let Err(panic) = catch_unwind(AssertUnwindSafe(move || drop(wake))) {
-            self.return_unused(shard);
-            resume_unwind(panic);
+        // The waiter's waker, last. If its drop panics, the units taken
+        // go back before the panic goes on: nobody holds them.
+        match catch_unwind(AssertUnwindSafe(move || drop(wake))) {
+            Ok(()) => grant,
+            Err(panic) => {
+                self.return_grant(grant);
+                resume_unwind(panic);
+            }
         }
-        shard
+    }
+
+    /// The grant a waiter's ticket says it was given: one unit of `shard`,
+    /// or, for a waiter of many, the units left in the ticket.
+    fn granted(&self, queued: &Queued, shard: usize) -> Grant {
+        if queued.need == 1 {
+            return Grant::one(shard);
+        }
+        queued
+            .ticket
+            .take_grant()
+            .expect("a grant of many units leaves them in the ticket")
     }
 
     /// Gives back a unit that was admitted but never used: a waiter was
@@ -385,14 +516,23 @@ impl Table {
 
     /// The result of a wait that ended in `state` (read from its ticket),
     /// with its figures: the time waited, or a timeout.
-    fn finished(&self, room: &Room, state: State) -> Result<usize, Error> {
-        match state {
+    fn finished(&self, room: &Room, state: State, queued: &Queued) -> Result<Grant, Error> {
+        if let State::Granted(shard) = state {
             // Counted by the grant (`Queue::end`), and its time by the
-            // releaser after the wake-up, so this waiter does not read the
-            // clock.
-            State::Granted(shard) => Ok(shard),
+            // releaser after the wake-up, so this waiter does not read
+            // the clock.
+            return Ok(self.granted(queued, shard));
+        }
+        // Units a waiter of many had collected before its wait ended go
+        // back (the ticket holds them).
+        if queued.need > 1 {
+            if let Some(left) = queued.ticket.take_grant() {
+                self.return_grant(left);
+            }
+        }
+        match state {
             State::Closed => Err(Error::Shutdown),
-            State::Expired | State::Waiting => {
+            _ => {
                 room.record_timeout();
                 Err(Error::Timeout)
             }
@@ -401,9 +541,9 @@ impl Table {
 
     /// The waiter's own deadline passed: `Timeout`, unless its wait ended
     /// meanwhile (then that outcome: a unit handed over just now is kept).
-    fn give_up(&self, room: &Room, queued: Queued) -> Result<usize, Error> {
+    fn give_up(&self, room: &Room, queued: Queued) -> Result<Grant, Error> {
         let (state, wake) = self.withdraw(room, &queued, false);
-        let result = self.finished(room, state);
+        let result = self.finished(room, state, &queued);
         // Some only if the wait had not ended: nothing was handed over, so
         // nothing is lost if the waker's drop panics.
         drop(wake);
@@ -422,10 +562,20 @@ impl Table {
         if state == State::Waiting {
             (state, wake) = self.withdraw(room, &queued, false);
         }
-        if let State::Granted(shard) = state {
-            // The grant counted a wait that admitted nobody.
-            self.control.lock().queue.count_waited(false);
-            self.return_unused(shard);
+        match state {
+            State::Granted(shard) => {
+                // The grant counted a wait that admitted nobody.
+                self.control.lock().queue.count_waited(false);
+                let grant = self.granted(&queued, shard);
+                self.return_grant(grant);
+            }
+            // Units collected before a close or an expiry go back.
+            State::Closed | State::Expired if queued.need > 1 => {
+                if let Some(left) = queued.ticket.take_grant() {
+                    self.return_grant(left);
+                }
+            }
+            _ => {}
         }
         // Last, after the lock: the waiter's own waker, if it was still
         // queued (then nothing was handed to it).
@@ -433,21 +583,26 @@ impl Table {
     }
 
     #[cold]
-    fn wait_blocking(&self, room: &Room, deadline: Option<Instant>) -> Result<usize, Error> {
+    fn wait_blocking(
+        &self,
+        room: &Room,
+        deadline: Option<Instant>,
+        need: usize,
+    ) -> Result<Grant, Error> {
         let start = now();
         let deadline = self.wait_deadline(room, deadline, start);
         // No deadline in the node: this thread times its own wait below.
         let wake = Wake::Thread(park::current());
-        let (queued, _) = self.enter_room(room, wake, start, None)?;
-        if let Some(shard) = self.recheck(room, &queued) {
-            return Ok(shard);
+        let (queued, _) = self.enter_room(room, wake, start, None, need)?;
+        if let Some(grant) = self.recheck(room, &queued) {
+            return grant;
         }
         loop {
             // Acquire (in `state`): pairs with the Release store of whoever
             // ended the wait; the unpark follows that store.
             let state = queued.ticket.state();
             if state != State::Waiting {
-                return self.finished(room, state);
+                return self.finished(room, state, &queued);
             }
             if deadline.is_some_and(|deadline| now() >= deadline) {
                 return self.give_up(room, queued);
@@ -462,11 +617,55 @@ impl Table {
     /// the executor's thread. Cancel safe: dropping it leaves nothing
     /// queued and strands no unit (one handed over meanwhile goes to the
     /// next waiter or back to the table).
-    pub(crate) fn acquire_async(&self, deadline: Option<Instant>) -> WaitUnit<'_> {
+    pub(crate) fn acquire_async(&self, deadline: Option<Instant>) -> WaitOne<'_> {
+        WaitOne(self.acquire_async_many(1, deadline))
+    }
+
+    /// [`acquire_waiting_many`](Self::acquire_waiting_many) as a future:
+    /// cancel safe as [`acquire_async`](Self::acquire_async) is (units
+    /// handed to it or collected by it go to the next waiter or back to
+    /// the table).
+    pub(crate) fn acquire_async_many(
+        &self,
+        need: usize,
+        deadline: Option<Instant>,
+    ) -> WaitUnit<'_> {
         WaitUnit {
             table: self,
+            need,
             deadline,
             queued: None,
+        }
+    }
+
+    /// Admits `need` units at once, from the table if they are there, else
+    /// waiting in the room (if any) until `deadline` at the latest; blocks
+    /// the thread. The room's scheduler (`Queue::serve`) decides who of
+    /// the waiters gets freed units. `TooLarge` at once for more than the
+    /// capacity in force; otherwise as [`acquire_waiting`](Self::acquire_waiting).
+    pub(crate) fn acquire_waiting_many(
+        &self,
+        need: usize,
+        deadline: Option<Instant>,
+    ) -> Result<Grant, Error> {
+        match self.try_fast(need) {
+            Err(Error::Overload) => match &self.room {
+                Some(room) => self.wait_blocking(room, deadline, need),
+                None => {
+                    self.count_refusal();
+                    Err(Error::Overload)
+                }
+            },
+            other => other,
+        }
+    }
+
+    /// One attempt at `need` units from the table, uncounted: the first
+    /// step of every wait.
+    fn try_fast(&self, need: usize) -> Result<Grant, Error> {
+        match need {
+            1 => self.try_at::<false>(self.home_shard()).map(Grant::one),
+            _ => self.take_many_uncounted(need),
         }
     }
 
@@ -495,26 +694,31 @@ impl Table {
     fn hand_off(&self, room: &Room, i: usize, panicked: bool) -> bool {
         let mut woken = Woken::default();
         let mut control = self.control.lock();
-        let shards = self.shards.len();
-        let Control {
-            debt,
-            queue,
-            handed,
-        } = &mut *control;
-        let counted = || {
+        if control.debt {
+            return false;
+        }
+        let handed = if control.queue.wide() == 0 {
+            let now = now;
+            control.queue.grant(room, i, now, || {}, &mut woken)
+        } else {
+            // A waiter of many units waits: the scheduler decides.
+            let mut hand = vec![Part { shard: i, units: 1 }];
+            self.serve(room, &mut control, &mut hand, &mut woken);
+            hand.is_empty()
+        };
+        if handed {
             // Under the lock, which `stats` takes: a waiter's own `stats()`
             // after its wait returns includes this hand-off.
-            if handed.is_empty() {
-                handed.resize(shards, 0);
+            let shards = self.shards.len();
+            if control.handed.is_empty() {
+                control.handed.resize(shards, 0);
             }
-            handed[i] += 1;
+            control.handed[i] += 1;
             if panicked {
-                // Relaxed: a count for `stats`; the waiter sees it through
-                // its ticket, written after this.
+                // Relaxed: a count for `stats`, read under the lock too.
                 self.shards[i].panicked.fetch_add(1, Relaxed);
             }
-        };
-        let handed = !*debt && queue.grant(room, i, now, counted, &mut woken);
+        }
         drop(control);
         woken.wake_all(room);
         handed
@@ -548,6 +752,12 @@ impl Table {
         // waiters itself (`apply`).
         if control.debt {
             self.settle(control, woken);
+            return;
+        }
+        if control.queue.wide() > 0 {
+            // A waiter of many units waits: the scheduler decides.
+            let mut hand = Vec::new();
+            self.serve(room, control, &mut hand, woken);
             return;
         }
         while control.queue.len() > 0 && !control.debt {
@@ -602,9 +812,20 @@ impl Table {
     /// it un-gates) or a debt, which nobody else may come to settle if the
     /// releases that repaid it came before this waiter was counted: so the
     /// waiter settles it, and is granted with the others, under the lock.
-    fn recheck(&self, room: &Room, queued: &Queued) -> Option<usize> {
+    ///
+    /// A waiter of many units re-checks through the scheduler itself,
+    /// under the lock (`grant_from_table`): its units may be spread over
+    /// shards, and the take across them reads each through an RMW on its
+    /// `given` (`usage_synced`), as this protocol needs. Then its ticket
+    /// says whether it was served.
+    fn recheck(&self, room: &Room, queued: &Queued) -> Option<Result<Grant, Error>> {
+        if queued.need > 1 {
+            self.grant_from_table();
+            let state = queued.ticket.state();
+            return (state != State::Waiting).then(|| self.finished(room, state, queued));
+        }
         match self.take_any(FLAGS) {
-            Found::Unit(shard) => Some(self.leave_with(room, queued, shard)),
+            Found::Unit(shard) => Some(Ok(self.leave_with(room, queued, Grant::one(shard)))),
             Found::Gated => {
                 self.grant_from_table();
                 None

@@ -88,9 +88,10 @@
 //! `interval`, serve the newest waiter (whose caller has not given up yet)
 //! and time out the waiters older than `target` (a CoDel-style deadline).
 
+use crate::engine::grant::Grant;
 use crate::error::ConfigError;
 use crate::sync::{
-    Arc, AtomicU64, AtomicUsize, CoarseClock,
+    Arc, AtomicU64, AtomicUsize, CoarseClock, Mutex,
     Ordering::{Acquire, Relaxed, Release},
 };
 use crossbeam_utils::CachePadded;
@@ -100,7 +101,7 @@ mod queue;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-pub(crate) use queue::{Queue, QueueCounts, Wake, Woken};
+pub(crate) use queue::{Queue, QueueCounts, Source, Wake, Woken};
 
 /// Which waiter a freed unit goes to, when several wait.
 ///
@@ -195,6 +196,10 @@ pub(crate) struct Policy {
     pub(crate) max_waiters: usize,
     pub(crate) max_wait: Duration,
     pub(crate) order: QueueOrder,
+    /// How many units later requests may take past a waiting request of
+    /// many units before freed units are kept for it; `None`: the
+    /// capacity in force (see `Queue::serve`).
+    pub(crate) pass_budget: Option<usize>,
 }
 
 impl Default for Policy {
@@ -203,6 +208,7 @@ impl Default for Policy {
             max_waiters: 0,
             max_wait: DEFAULT_MAX_WAIT,
             order: QueueOrder::Fifo,
+            pass_budget: None,
         }
     }
 }
@@ -368,6 +374,12 @@ impl State {
 #[derive(Debug, Default)]
 pub(crate) struct Ticket {
     state: AtomicUsize,
+    /// The units of a wait of many units: written under the control lock
+    /// before the state (a grant's, or what a waiter timed out or closed
+    /// had collected, to give back), taken by the waiter after it reads
+    /// the state. A lock of its own, never contended but by that one
+    /// hand-over; a wait of one unit never touches it.
+    grant: Mutex<Option<Grant>>,
 }
 
 impl Ticket {
@@ -382,5 +394,20 @@ impl Ticket {
     /// with the Acquire load in [`Ticket::state`].
     fn end(&self, state: State) {
         self.state.store(state.encode(), Release);
+    }
+
+    /// Leaves `grant` for the waiter, before [`end`](Self::end).
+    fn put_grant(&self, grant: Grant) {
+        let mut slot = self.grant.lock();
+        match slot.as_mut() {
+            Some(held) => held.merge(grant),
+            None => *slot = Some(grant),
+        }
+    }
+
+    /// The units left for the waiter, if any: after its state said the
+    /// wait ended (and by then nobody else writes them).
+    pub(crate) fn take_grant(&self) -> Option<Grant> {
+        self.grant.lock().take()
     }
 }

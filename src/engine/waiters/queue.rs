@@ -2,6 +2,7 @@
 
 use super::{QueueOrder, Room, State, Ticket, SPARE_TICKETS};
 use crate::engine::foreign::each_then_resume;
+use crate::engine::grant::{Grant, Part};
 use crate::sync::{park, Arc, Ordering::Relaxed};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::task::Waker;
@@ -122,6 +123,47 @@ impl Woken {
     }
 }
 
+/// Where [`Queue::serve`] takes units from besides a release's hand: the
+/// table, under its control lock.
+pub(crate) trait Source {
+    /// One unit from any shard, or `None`.
+    fn one(&mut self) -> Option<usize>;
+    /// `n` units, all or nothing (`n > 1`).
+    fn many(&mut self, n: usize) -> Option<Vec<Part>>;
+    /// Units the table has admitted so far: a count that only grows.
+    fn admitted(&self) -> usize;
+    /// How many units may be admitted past a waiting request of many
+    /// units before it is reserved.
+    fn budget(&self) -> usize;
+}
+
+/// How many waiters past a head that does not fit [`Queue::serve`] looks
+/// at for one that does: a bound on the work of one release under the
+/// lock, whatever the queue's length.
+const PASS_SCAN: usize = 4;
+
+/// Takes up to `units` units out of `hand`, the last parts first.
+fn take_units(hand: &mut Vec<Part>, units: usize) -> Vec<Part> {
+    let mut taken = Vec::new();
+    let mut want = units;
+    while want > 0 {
+        let Some(last) = hand.last_mut() else {
+            break;
+        };
+        let k = last.units.min(want);
+        taken.push(Part {
+            shard: last.shard,
+            units: k,
+        });
+        last.units -= k;
+        want -= k;
+        if last.units == 0 {
+            hand.pop();
+        }
+    }
+    taken
+}
+
 /// No node: the end of the waiting list.
 pub(super) const NIL: usize = usize::MAX;
 
@@ -141,6 +183,16 @@ pub(super) struct Node {
     /// newer waiter's key, or [`NIL`].
     older: usize,
     newer: usize,
+    /// How many units it waits for (1 but for `acquire_many`).
+    need: usize,
+    /// The units it holds already: those of its grant, just before the
+    /// grant; or, while it is *reserved*, what it has collected so far.
+    parts: Vec<Part>,
+    /// Units admitted by the table when it came in (`Source::admitted`),
+    /// for a waiter of many units: how far later requests have passed it.
+    admitted_at: usize,
+    /// Freed units are kept for it (see [`Queue::serve`]).
+    reserved: bool,
 }
 
 /// The queue of waiters, in the table's control lock. A node lives while
@@ -165,6 +217,9 @@ pub(crate) struct Queue {
     pub(super) newest: usize,
     /// How many nodes the list holds.
     len: usize,
+    /// How many of them wait for more than one unit: while none does, a
+    /// grant is the plain hand-off of one unit ([`Queue::grant`]).
+    wide: usize,
     /// Since when the queue has been non-empty without a break.
     pub(super) standing_since: Option<Instant>,
     /// The instant the room is registered with the deadline watcher for
@@ -185,6 +240,7 @@ impl Default for Queue {
             oldest: NIL,
             newest: NIL,
             len: 0,
+            wide: 0,
             standing_since: None,
             armed: None,
             counts: QueueCounts::default(),
@@ -202,12 +258,15 @@ impl Queue {
     /// waiters; `None` for a blocked thread, or no deadline); its key, its
     /// ticket and its arrival on the room's clock ([`Room::ticks`]). Call
     /// [`arm`](Self::arm) with the deadline next.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn push(
         &mut self,
         room: &Room,
         wake: Wake,
         now: Instant,
         deadline: Option<Instant>,
+        need: usize,
+        admitted_at: usize,
     ) -> (usize, Arc<Ticket>, u64) {
         let ticket = self.ticket();
         let since_ticks = room.ticks();
@@ -219,7 +278,14 @@ impl Queue {
             deadline,
             older: self.newest,
             newer: NIL,
+            need,
+            parts: Vec::new(),
+            admitted_at,
+            reserved: false,
         };
+        if need > 1 {
+            self.wide += 1;
+        }
         let key = match self.free.pop() {
             Some(key) => {
                 self.nodes[key] = Some(node);
@@ -249,6 +315,9 @@ impl Queue {
     fn unlink(&mut self, key: usize) {
         let node = self.node(key);
         let (older, newer) = (node.older, node.newer);
+        if node.need > 1 {
+            self.wide -= 1;
+        }
         match older {
             NIL => self.oldest = newer,
             older => self.node_mut(older).newer = newer,
@@ -291,6 +360,10 @@ impl Queue {
                 // Relaxed: nobody else holds it; its next waiter gets it
                 // through the control lock.
                 ticket.state.store(State::WAITING, Relaxed);
+                debug_assert!(
+                    ticket.grant.lock().is_none(),
+                    "a reused ticket's units were taken"
+                );
                 return ticket;
             }
         }
@@ -458,6 +531,173 @@ impl Queue {
         true
     }
 
+    /// How many wait for more than one unit.
+    pub(crate) fn wide(&self) -> usize {
+        self.wide
+    }
+
+    /// The units the waiting node `key` has collected (a reserved waiter of
+    /// many units), taken out of it: for a waiter that leaves, to serve the
+    /// others with in the same critical section.
+    pub(crate) fn take_parts(&mut self, key: usize) -> Vec<Part> {
+        std::mem::take(&mut self.node_mut(key).parts)
+    }
+
+    /// The scheduler of a room where some waiter waits for many units:
+    /// hands out the units in `hand` (taken already, by a release) and
+    /// units from the table (`source`) to the waiters, pushing what to
+    /// wake onto `woken`. What is left in `hand` goes back to the table,
+    /// by the caller, after the lock.
+    ///
+    /// The rule, a bounded middle between FIFO and first fit:
+    ///
+    /// * The waiter the room's order names first (the *head*) is served as
+    ///   soon as its units are there, all at once.
+    /// * While it does not fit, a later waiter that fits may pass it (the
+    ///   first of the next [`PASS_SCAN`] that does), until later requests
+    ///   have taken the room's *pass budget* of units past it (counted as
+    ///   units the table admitted since it came in: `Source::admitted`;
+    ///   by default the capacity in force, one turnover of the whole
+    ///   table, about one mean service time under load).
+    /// * From then on it is *reserved*: every unit that comes (a release's,
+    ///   or free in the table) is collected on it, and nobody passes it,
+    ///   until it holds all it needs. If it leaves first, its units serve
+    ///   the next waiters in the same critical section (`Table::withdraw`).
+    ///
+    /// The room's order picks the head (FIFO: the oldest; LIFO and a
+    /// standing adaptive LIFO: the newest); adaptive LIFO's target
+    /// timeouts apply to rooms of one-unit waiters only.
+    pub(crate) fn serve(
+        &mut self,
+        room: &Room,
+        hand: &mut Vec<Part>,
+        source: &mut dyn Source,
+        now: Instant,
+        woken: &mut Woken,
+    ) {
+        while let Some(head) = self.head(room, now) {
+            if self.node(head).reserved {
+                if !self.collect(head, hand, source) {
+                    break;
+                }
+                self.grant_node(room, head, woken);
+                continue;
+            }
+            if self.fill(head, hand, source) {
+                self.grant_node(room, head, woken);
+                continue;
+            }
+            let node = self.node(head);
+            if node.need > 1 && source.admitted().wrapping_sub(node.admitted_at) >= source.budget()
+            {
+                self.node_mut(head).reserved = true;
+                continue;
+            }
+            let mut passer = None;
+            let mut key = self.after(room, head, now);
+            for _ in 0..PASS_SCAN {
+                if key == NIL {
+                    break;
+                }
+                if self.fill(key, hand, source) {
+                    passer = Some(key);
+                    break;
+                }
+                key = self.after(room, key, now);
+            }
+            match passer {
+                Some(key) => self.grant_node(room, key, woken),
+                None => break,
+            }
+        }
+    }
+
+    /// The waiter the room's order serves first, if any.
+    fn head(&self, room: &Room, now: Instant) -> Option<usize> {
+        let key = if self.newest_first(room, now) {
+            self.newest
+        } else {
+            self.oldest
+        };
+        (key != NIL).then_some(key)
+    }
+
+    /// The waiter after `key` in the room's order, or [`NIL`].
+    fn after(&self, room: &Room, key: usize, now: Instant) -> usize {
+        let node = self.node(key);
+        if self.newest_first(room, now) {
+            node.older
+        } else {
+            node.newer
+        }
+    }
+
+    /// True if the order serves the newest first now.
+    fn newest_first(&self, room: &Room, now: Instant) -> bool {
+        match room.policy.order {
+            QueueOrder::Fifo => false,
+            QueueOrder::Lifo => true,
+            QueueOrder::AdaptiveLifo { interval, .. } => self
+                .standing_since
+                .is_some_and(|since| now.saturating_duration_since(since) >= interval),
+        }
+    }
+
+    /// Gives the waiter of `key` all its units at once, from `hand` first,
+    /// then from the table; false (nothing moves) if they are not all
+    /// there.
+    fn fill(&mut self, key: usize, hand: &mut Vec<Part>, source: &mut dyn Source) -> bool {
+        let need = self.node(key).need;
+        let in_hand: usize = hand.iter().map(|p| p.units).sum();
+        let parts = if need <= in_hand {
+            take_units(hand, need)
+        } else {
+            let rest = need - in_hand;
+            let from_table = if rest == 1 {
+                source.one().map(|shard| vec![Part { shard, units: 1 }])
+            } else {
+                source.many(rest)
+            };
+            let Some(mut from_table) = from_table else {
+                return false;
+            };
+            let mut parts = std::mem::take(hand);
+            parts.append(&mut from_table);
+            parts
+        };
+        self.node_mut(key).parts = parts;
+        true
+    }
+
+    /// Collects on the reserved waiter of `key` every unit in `hand` it can
+    /// use, then units from the table one at a time; true once it holds
+    /// all it needs.
+    fn collect(&mut self, key: usize, hand: &mut Vec<Part>, source: &mut dyn Source) -> bool {
+        let node = self.node(key);
+        let have: usize = node.parts.iter().map(|p| p.units).sum();
+        let mut want = node.need - have;
+        let mut got = take_units(hand, want);
+        want -= got.iter().map(|p| p.units).sum::<usize>();
+        while want > 0 {
+            let Some(shard) = source.one() else {
+                break;
+            };
+            got.push(Part { shard, units: 1 });
+            want -= 1;
+        }
+        self.node_mut(key).parts.append(&mut got);
+        want == 0
+    }
+
+    /// Ends the wait of `key`, whose units are in its node: granted.
+    fn grant_node(&mut self, room: &Room, key: usize, woken: &mut Woken) {
+        let first = self.node(key).parts.first().map_or(0, |p| p.shard);
+        self.unlink(key);
+        // The count before the ticket (see `end`).
+        room.set_count(self.len);
+        self.end(key, State::Granted(first), woken);
+    }
+
     /// Wakes every waiter with `Closed`.
     pub(crate) fn close_all(&mut self, room: &Room, woken: &mut Woken) {
         let mut closed = Vec::with_capacity(self.len);
@@ -484,6 +724,14 @@ impl Queue {
             return;
         };
         let granted = matches!(state, State::Granted(_));
+        // Units it holds go with its outcome: a grant of many units, or
+        // what a waiter timed out or closed had collected (it gives them
+        // back). A grant of one unit is its state alone.
+        if node.need > 1 || !granted {
+            if let Some(first) = node.parts.first().map(|p| p.shard) {
+                node.ticket.put_grant(Grant::from_parts(first, node.parts));
+            }
+        }
         if granted {
             // Counted before the lock is let go, so that the waiter's
             // `stats()` (which takes the lock) includes its own wait; its

@@ -26,8 +26,182 @@ fn push(
     now: Instant,
     deadline: Option<Instant>,
 ) -> (usize, Arc<Ticket>) {
-    let (key, ticket, _) = queue.push(room, waker(), now, deadline);
+    let (key, ticket, _) = queue.push(room, waker(), now, deadline, 1, 0);
     (key, ticket)
+}
+
+/// Queues a waiter of `need` units, come in when `admitted` units had been
+/// admitted; its key and ticket.
+fn push_many(
+    queue: &mut Queue,
+    room: &Room,
+    now: Instant,
+    need: usize,
+    admitted: usize,
+) -> (usize, Arc<Ticket>) {
+    let (key, ticket, _) = queue.push(room, waker(), now, None, need, admitted);
+    (key, ticket)
+}
+
+/// A table for the scheduler: `free` units on shard 7, taken one at a time
+/// or all or nothing; `admitted` moves as the test says.
+struct Fake {
+    free: usize,
+    admitted: usize,
+    budget: usize,
+}
+
+impl Source for Fake {
+    fn one(&mut self) -> Option<usize> {
+        (self.free > 0).then(|| {
+            self.free -= 1;
+            7
+        })
+    }
+
+    fn many(&mut self, n: usize) -> Option<Vec<crate::engine::grant::Part>> {
+        (self.free >= n).then(|| {
+            self.free -= n;
+            vec![crate::engine::grant::Part { shard: 7, units: n }]
+        })
+    }
+
+    fn admitted(&self) -> usize {
+        self.admitted
+    }
+
+    fn budget(&self) -> usize {
+        self.budget
+    }
+}
+
+fn part(shard: usize, units: usize) -> crate::engine::grant::Part {
+    crate::engine::grant::Part { shard, units }
+}
+
+/// Units in a hand of parts.
+fn units(hand: &[crate::engine::grant::Part]) -> usize {
+    hand.iter().map(|p| p.units).sum()
+}
+
+#[test]
+fn small_waiters_pass_a_large_head_until_its_budget_then_units_are_kept_for_it() {
+    let now = Instant::now();
+    let room = room(QueueOrder::Fifo);
+    let mut queue = Queue::default();
+    let (_, big) = push_many(&mut queue, &room, now, 3, 100);
+    let (_, small_a) = push(&mut queue, &room, now, None);
+    let (_, small_b) = push(&mut queue, &room, now, None);
+    assert_eq!(queue.wide(), 1);
+    let mut fake = Fake {
+        free: 0,
+        admitted: 104,
+        budget: 10,
+    };
+    let mut woken = Woken::default();
+    // A released unit: the head needs 3, so the first small one passes it.
+    let mut hand = vec![part(1, 1)];
+    queue.serve(&room, &mut hand, &mut fake, now, &mut woken);
+    assert!(hand.is_empty());
+    assert_eq!(small_a.state(), State::Granted(1));
+    assert_eq!(big.state(), State::Waiting);
+    // Ten units admitted past it: the budget is spent, the head is
+    // reserved, and the next unit is kept for it, not passed on.
+    fake.admitted = 110;
+    let mut hand = vec![part(2, 1)];
+    queue.serve(&room, &mut hand, &mut fake, now, &mut woken);
+    assert!(hand.is_empty(), "collected on the head");
+    assert_eq!(small_b.state(), State::Waiting);
+    assert_eq!(big.state(), State::Waiting);
+    // Two more, one from a release and one free in the table: the head
+    // holds all three, spread over shards 2, 3 and 7.
+    fake.free = 1;
+    let mut hand = vec![part(3, 1)];
+    queue.serve(&room, &mut hand, &mut fake, now, &mut woken);
+    assert!(matches!(big.state(), State::Granted(_)));
+    let grant = big.take_grant().expect("a grant of many in the ticket");
+    assert_eq!(grant.units(), 3);
+    let mut shards: Vec<_> = grant.parts().iter().map(|p| p.shard).collect();
+    shards.sort_unstable();
+    assert_eq!(shards, [2, 3, 7]);
+    assert_eq!(queue.wide(), 0);
+    assert_eq!(small_b.state(), State::Waiting);
+    assert_eq!(queue.len(), 1);
+}
+
+#[test]
+fn a_head_that_does_not_fit_takes_nothing_from_the_table() {
+    let now = Instant::now();
+    let room = room(QueueOrder::Fifo);
+    let mut queue = Queue::default();
+    let (_, big) = push_many(&mut queue, &room, now, 4, 0);
+    let mut fake = Fake {
+        free: 3,
+        admitted: 0,
+        budget: 100,
+    };
+    let mut woken = Woken::default();
+    let mut hand = Vec::new();
+    queue.serve(&room, &mut hand, &mut fake, now, &mut woken);
+    assert_eq!(fake.free, 3, "all or nothing: nothing taken");
+    assert_eq!(big.state(), State::Waiting);
+    // One more unit released: all four are there, three of them free.
+    let mut hand = vec![part(0, 1)];
+    queue.serve(&room, &mut hand, &mut fake, now, &mut woken);
+    assert_eq!(fake.free, 0);
+    assert_eq!(big.take_grant().map(|g| g.units()), Some(4));
+}
+
+#[test]
+fn a_reserved_head_that_leaves_gives_up_what_it_collected() {
+    let now = Instant::now();
+    let room = room(QueueOrder::Fifo);
+    let mut queue = Queue::default();
+    let (big_key, big) = push_many(&mut queue, &room, now, 5, 0);
+    let (_, small) = push(&mut queue, &room, now, None);
+    let mut fake = Fake {
+        free: 0,
+        admitted: 0,
+        budget: 0,
+    };
+    let mut woken = Woken::default();
+    // Budget 0: strict FIFO. Two units collected on the head.
+    let mut hand = vec![part(4, 2)];
+    queue.serve(&room, &mut hand, &mut fake, now, &mut woken);
+    assert!(hand.is_empty());
+    assert_eq!(
+        small.state(),
+        State::Waiting,
+        "nobody passes a reserved head"
+    );
+    // The head leaves: its units go to the next waiter in the same lock.
+    let mut hand = queue.take_parts(big_key);
+    assert_eq!(units(&hand), 2);
+    drop(queue.cancel(&room, big_key));
+    assert_eq!(big.state(), State::Waiting, "cancelled, not ended");
+    queue.serve(&room, &mut hand, &mut fake, now, &mut woken);
+    assert_eq!(small.state(), State::Granted(4));
+    assert_eq!(units(&hand), 1, "one left to give back to the table");
+    assert_eq!(queue.wide(), 0);
+}
+
+#[test]
+fn a_reserved_head_closed_leaves_its_units_in_its_ticket() {
+    let now = Instant::now();
+    let room = room(QueueOrder::Fifo);
+    let mut queue = Queue::default();
+    let (_, big) = push_many(&mut queue, &room, now, 3, 0);
+    let mut fake = Fake {
+        free: 0,
+        admitted: 5,
+        budget: 0,
+    };
+    let mut woken = Woken::default();
+    let mut hand = vec![part(1, 1)];
+    queue.serve(&room, &mut hand, &mut fake, now, &mut woken);
+    queue.close_all(&room, &mut woken);
+    assert_eq!(big.state(), State::Closed);
+    assert_eq!(big.take_grant().map(|g| g.units()), Some(1), "to give back");
 }
 
 #[test]
