@@ -413,7 +413,9 @@ impl Controller {
         } else {
             completed
         };
-        let enough = seen >= self.min_samples || elapsed >= self.samples.interval * 10;
+        // Saturating: an interval of `Duration::MAX` is a user's to give.
+        let enough =
+            seen >= self.min_samples || elapsed >= self.samples.interval.saturating_mul(10);
         if elapsed.is_zero() || !enough {
             return None;
         }

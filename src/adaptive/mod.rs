@@ -331,8 +331,10 @@ impl Window {
             return self.mean_latency;
         }
         let throughput = self.throughput();
+        // Saturating: a window as long as `Duration::MAX` with few
+        // completions reads a latency beyond it.
         (throughput > 0.0 && self.in_flight > 0)
-            .then(|| Duration::from_secs_f64(self.in_flight as f64 / throughput))
+            .then(|| saturating_secs(self.in_flight as f64 / throughput))
     }
 
     /// The shortest timed sample, if any.
@@ -371,6 +373,17 @@ impl Window {
         } else {
             self.dropped as f64 / all as f64
         }
+    }
+}
+
+/// `secs` seconds as a `Duration`, saturating: `Duration::MAX` past its
+/// end (a latency read from a window as long as `Duration::MAX`), zero
+/// below zero or for NaN.
+pub(crate) fn saturating_secs(secs: f64) -> Duration {
+    match Duration::try_from_secs_f64(secs) {
+        Ok(duration) => duration,
+        Err(_) if secs > 0.0 => Duration::MAX,
+        Err(_) => Duration::ZERO,
     }
 }
 

@@ -631,3 +631,67 @@ fn two_controllers_taking_turns_on_one_thread_are_both_sampled() {
         b.samples()
     );
 }
+
+#[test]
+fn the_longest_interval_ticks_without_panicking() {
+    use std::sync::Arc;
+
+    use crate::limiter::Limiter;
+
+    let limiter = Arc::new(Limiter::new(4).unwrap());
+    let controller = Controller::builder()
+        .interval(Duration::MAX)
+        .build(Arc::clone(&limiter), Guarded::default())
+        .unwrap();
+    // No samples, no completions: too few for a window, and ten intervals
+    // of `Duration::MAX` have not passed (they saturate, not overflow)...
+    assert!(controller.tick().is_none());
+    // ... until the end of time, which is as far as they saturate.
+    let window = controller.tick_at(Duration::MAX).unwrap();
+    assert_eq!((window.completed(), window.limit()), (0, 4));
+    assert_eq!(limiter.capacity(), 4);
+}
+
+#[test]
+fn a_tick_at_the_end_of_time_reads_a_saturated_latency() {
+    use std::sync::Arc;
+
+    use crate::limiter::Limiter;
+
+    let limiter = Arc::new(Limiter::new(4).unwrap());
+    let guarded = Guarded::builder()
+        .max_latency(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let controller = Controller::builder()
+        .min_samples(0)
+        .build(Arc::clone(&limiter), guarded)
+        .unwrap();
+    drop(limiter.try_acquire().unwrap());
+    let held: Vec<_> = (0..3).map(|_| limiter.try_acquire().unwrap()).collect();
+    // One completion in `Duration::MAX` with three in flight: Little's law
+    // gives a latency beyond `Duration::MAX`, which saturates.
+    let window = controller.tick_at(Duration::MAX).unwrap();
+    assert_eq!(window.latency(), Some(Duration::MAX));
+    assert!((1..=4).contains(&limiter.capacity()));
+    drop(held);
+}
+
+#[test]
+fn a_ticker_on_the_longest_interval_lives_until_stopped() {
+    use std::sync::Arc;
+
+    use crate::limiter::Limiter;
+
+    let limiter = Arc::new(Limiter::new(4).unwrap());
+    let controller = Arc::new(
+        Controller::builder()
+            .interval(Duration::MAX)
+            .build(limiter, Guarded::default())
+            .unwrap(),
+    );
+    let mut ticker = Controller::spawn_ticker(&controller).unwrap();
+    // The thread computes its first deadline before it looks at the stop
+    // flag: a deadline that overflowed would have killed it.
+    assert!(ticker.stop(), "the ticker thread died");
+}
