@@ -387,9 +387,10 @@ pub(crate) fn saturating_secs(secs: f64) -> Duration {
     }
 }
 
-/// `value` clamped into the window's bounds, as a whole limit.
+/// `value` clamped into the window's bounds, as a whole limit: an
+/// infinite one is the ceiling (or the floor), NaN the floor.
 pub(crate) fn clamp(window: &Window, value: f64) -> f64 {
-    let value = if value.is_finite() { value } else { 0.0 };
+    let value = if value.is_nan() { 0.0 } else { value };
     value.clamp(window.floor as f64, window.ceiling as f64)
 }
 
@@ -403,6 +404,21 @@ pub(crate) fn fraction(field: &'static str, value: f64) -> Result<f64, crate::er
             "a fraction above 0 and below 1",
         ))
     }
+}
+
+/// Checks a builder's step or queue length: 0 or more, at most the
+/// largest capacity (a larger one means nothing more, and would push a
+/// limit past what `f64` holds).
+pub(crate) fn at_most_capacity(
+    field: &'static str,
+    value: f64,
+) -> Result<f64, crate::error::ConfigError> {
+    let value = non_negative(field, value)?;
+    let max = crate::engine::table::MAX_CAPACITY;
+    if value > max as f64 {
+        return Err(crate::error::ConfigError::too_large(field, max));
+    }
+    Ok(value)
 }
 
 /// Checks a builder's non-negative finite number.

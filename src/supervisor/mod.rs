@@ -554,6 +554,12 @@ impl crate::adaptive::Target for Supervisor {
         Supervisor::stats(self)
     }
 
+    /// Its builder's [`max_capacity`](crate::SupervisorBuilder::max_capacity)
+    /// (its capacity, unless set), for which its registry was allocated.
+    fn max_capacity(&self) -> usize {
+        self.inner.common.table.max_capacity()
+    }
+
     /// Its children time themselves: a thread from
     /// [`spawn`](Supervisor::spawn) from the start of its closure to its
     /// return, a task from `spawn_task` and its kin (feature `tokio`) from

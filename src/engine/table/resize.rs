@@ -38,7 +38,7 @@
 //! admit above the capacity).
 //!
 
-use super::{Control, Table, Take, GATED, MAX_CAPACITY};
+use super::{Control, Table, Take, GATED};
 use crate::engine::split;
 use crate::engine::waiters::Woken;
 use crate::error::{ConfigError, Error};
@@ -47,10 +47,7 @@ use crate::sync::Ordering::{AcqRel, Relaxed, Release};
 impl Table {
     /// Sets the capacity to `capacity`; see the module docs ("Resize").
     pub(crate) fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
-        let max = match &self.caps {
-            Some(caps) => caps.iter().sum(),
-            None => MAX_CAPACITY,
-        };
+        let max = self.max_capacity();
         if capacity > max {
             return Err(ConfigError::too_large("capacity", max));
         }
