@@ -244,6 +244,9 @@ struct Inner {
     registry: Box<[Arc<RegistryShard>]>,
     clock: CoarseClock,
     name: String,
+    /// True if its builder was given a name, even the default one: a
+    /// reporter refuses a name taken by another live front-end only then.
+    named: bool,
     /// `{name}-child`: the name of every spawned thread.
     thread_name: String,
     stack_size: Option<usize>,
@@ -478,6 +481,11 @@ impl Supervisor {
     /// are named `{name}-child`.
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// True if its builder was given a name (see `Reporter`'s claims).
+    pub(crate) fn is_named(&self) -> bool {
+        self.inner.named
     }
 
     /// A snapshot of the counters; see [`Stats`]. A unit is a child:
