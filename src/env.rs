@@ -343,8 +343,19 @@ impl Env {
         })
     }
 
-    fn name(&self) -> Option<String> {
-        self.find(Setting::Name).map(|found| found.value)
+    /// The name, refused here (naming its variable) if it holds a NUL
+    /// byte, which the builder would refuse without saying where it came
+    /// from.
+    fn name(&self) -> Result<Option<String>, ConfigError> {
+        let Some(found) = self.find(Setting::Name) else {
+            return Ok(None);
+        };
+        if found.value.contains('\0') {
+            return Err(
+                ConfigError::nul(Setting::Name.field()).read_from(&found.variable, &found.value)
+            );
+        }
+        Ok(Some(found.value))
     }
 
     /// A count: a whole number in `1..=max` (`0..=max` with `zero_ok`), or
@@ -507,8 +518,9 @@ impl LimiterBuilder {
     /// [`ConfigError`] naming the field, the variable and its value
     /// ([`variable`](ConfigError::variable), [`value`](ConfigError::value))
     /// when a value does not read as its setting's type, is 0 where
-    /// that is refused (capacity, shards), or is above the builder's
-    /// maximum. See the example on [`Env`].
+    /// that is refused (capacity, shards), is above the builder's
+    /// maximum, or is a name holding a NUL byte. A value longer than 64
+    /// bytes is cut in the error. See the example on [`Env`].
     pub fn from_env(env: &Env) -> Result<Option<LimiterBuilder>, ConfigError> {
         let max = TABLE_MAX_CAPACITY;
         let Some(capacity) = env.count(Setting::Capacity, false, max, Ok(max))? else {
@@ -516,7 +528,7 @@ impl LimiterBuilder {
         };
         let mut builder = LimiterBuilder::default();
         builder.capacity(capacity);
-        if let Some(name) = env.name() {
+        if let Some(name) = env.name()? {
             builder.name(name);
         }
         shards_and_waiting_from_env!(env, builder);
@@ -548,7 +560,7 @@ impl PoolBuilder {
         };
         let mut builder = PoolBuilder::default();
         builder.capacity(capacity);
-        if let Some(name) = env.name() {
+        if let Some(name) = env.name()? {
             builder.name(name);
         }
         if env.flag(Setting::SingleThread)? == Some(true) {
@@ -605,7 +617,7 @@ impl SupervisorBuilder {
         };
         let mut builder = SupervisorBuilder::default();
         builder.capacity(capacity);
-        if let Some(name) = env.name() {
+        if let Some(name) = env.name()? {
             builder.name(name);
         }
         shards_and_waiting_from_env!(env, builder);
@@ -638,6 +650,61 @@ mod tests {
         for bad in ["250", "ms", "s", "1.5s", "2m", "-1s", "+1s", "1 s"] {
             assert_eq!(read_duration(bad), None, "{bad}");
         }
+    }
+
+    /// An env of `APP_` whose variables are `vars`.
+    fn lookup(vars: &'static [(&'static str, &'static str)]) -> Env {
+        Env::with_lookup("APP_", move |var| {
+            vars.iter()
+                .find(|(name, _)| *name == var)
+                .map(|(_, value)| value.to_string())
+        })
+    }
+
+    #[test]
+    fn a_nul_in_a_name_names_its_variable() {
+        let env = lookup(&[("APP_CAPACITY", "4"), ("APP_NAME", "api\0v2")]);
+        let errors = [
+            LimiterBuilder::from_env(&env).unwrap_err(),
+            PoolBuilder::from_env(&env).unwrap_err(),
+            SupervisorBuilder::from_env(&env).unwrap_err(),
+        ];
+        for err in errors {
+            assert_eq!(
+                (err.field(), err.variable(), err.value()),
+                ("name", Some("APP_NAME"), Some("api\0v2"))
+            );
+            assert_eq!(
+                err.to_string(),
+                "invalid `name` from APP_NAME=\"api\\0v2\": must not contain a NUL byte"
+            );
+        }
+    }
+
+    #[test]
+    fn a_huge_value_is_truncated_in_the_error() {
+        let huge: &'static str = Box::leak("9".repeat(1 << 20).into_boxed_str());
+        let vars: &'static [(&'static str, &'static str)] =
+            Box::leak(Box::new([("APP_CAPACITY", huge)]));
+        let err = LimiterBuilder::from_env(&lookup(vars)).unwrap_err();
+        assert_eq!(err.field(), "capacity");
+        let value = err.value().unwrap();
+        assert!(value.len() < 100, "{} bytes", value.len());
+        assert!(value.starts_with("9999") && value.ends_with('…'), "{value}");
+        assert!(err.to_string().len() < 200, "{err}");
+        // A value cut inside a character is cut before it.
+        let wide: &'static str = Box::leak("é".repeat(1 << 10).into_boxed_str());
+        let vars: &'static [(&'static str, &'static str)] =
+            Box::leak(Box::new([("APP_CAPACITY", wide)]));
+        let err = LimiterBuilder::from_env(&lookup(vars)).unwrap_err();
+        let value = err.value().unwrap();
+        assert!(
+            value.trim_end_matches('…').chars().all(|c| c == 'é'),
+            "{value}"
+        );
+        // A short value is kept whole.
+        let err = LimiterBuilder::from_env(&lookup(&[("APP_CAPACITY", "ten")])).unwrap_err();
+        assert_eq!(err.value(), Some("ten"));
     }
 
     #[test]

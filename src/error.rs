@@ -534,6 +534,10 @@ impl<E: std::error::Error + 'static> std::error::Error for BuildError<E> {
     }
 }
 
+/// The most bytes of an environment variable's value a [`ConfigError`]
+/// keeps.
+const ECHOED: usize = 64;
+
 /// A builder was given a value it cannot accept.
 ///
 /// Returned by every `build()` and `from_env` ([`LimiterBuilder`](crate::LimiterBuilder),
@@ -702,10 +706,21 @@ impl ConfigError {
     }
 
     /// The same problem, with the environment variable and the value it
-    /// came from.
+    /// came from: the value cut to its first [`ECHOED`] bytes (at a
+    /// character boundary) and `…` when longer, so a megabyte of it is
+    /// not copied into every message.
     pub(crate) fn read_from(self, variable: &str, value: &str) -> Self {
+        let value = if value.len() > ECHOED {
+            let mut end = ECHOED;
+            while !value.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!("{}…", &value[..end])
+        } else {
+            value.to_string()
+        };
         ConfigError {
-            from_env: Some(Box::new((variable.to_string(), value.to_string()))),
+            from_env: Some(Box::new((variable.to_string(), value))),
             ..self
         }
     }
@@ -771,7 +786,8 @@ impl ConfigError {
             .map(|(variable, _)| variable.as_str())
     }
 
-    /// The value of [`variable`](Self::variable), as it was read.
+    /// The value of [`variable`](Self::variable), as it was read: its
+    /// first 64 bytes and `…` when it is longer.
     pub fn value(&self) -> Option<&str> {
         self.from_env.as_deref().map(|(_, value)| value.as_str())
     }

@@ -84,6 +84,9 @@ pub struct Limiter {
     table: Table,
     /// Its metric series' `name` label (`observe::Reporter`).
     name: Box<str>,
+    /// True if its builder was given a name, even the default one: a
+    /// reporter refuses a name taken by another live front-end only then.
+    named: bool,
 }
 
 impl Limiter {
@@ -769,6 +772,11 @@ impl Limiter {
         &self.name
     }
 
+    /// True if its builder was given a name (see `Reporter`'s claims).
+    pub(crate) fn is_named(&self) -> bool {
+        self.named
+    }
+
     /// A snapshot of the counters; see [`Stats`].
     pub fn stats(&self) -> Stats {
         self.table.stats()
@@ -944,6 +952,7 @@ impl LimiterBuilder {
         Ok(Limiter {
             table: Table::new(capacity, shards, self.probe)?.with_policy(&self.policy)?,
             name,
+            named: self.name.is_some(),
         })
     }
 }

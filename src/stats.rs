@@ -79,6 +79,12 @@ pub struct Stats {
     /// or [`OwnedPermit::forget`](crate::OwnedPermit::forget). They stay
     /// counted in `usage`: the capacity they held is lost until the
     /// limiter is rebuilt.
+    ///
+    /// A guard leaked with [`std::mem::forget`] instead (a permit, a
+    /// tower response future or a `HeldBody` response holding a unit, a
+    /// child guard) keeps its unit the same way, but no code of the
+    /// front-end runs then, so it is not counted here: only in `usage`.
+    /// Give units up with the `forget` methods to have them counted.
     pub forgotten: u64,
     /// Callers waiting for a unit now (always 0 without a waiting room:
     /// see `max_waiters` on the builders).

@@ -491,6 +491,35 @@ fn two_unnamed_front_ends_export_two_series() {
     assert_eq!(value(&p, "sidejob_capacity", &b_labels), 6.0);
 }
 
+/// A front-end named `sidejob` on purpose was exported as `sidejob-3`
+/// (taken for unnamed) without a word. Named, it is refused like any
+/// other name two live front-ends share.
+#[test]
+fn a_front_end_named_like_the_default_is_named() {
+    let (recorder, _page) = prometheus();
+    let a = Arc::new(Limiter::new(4).unwrap());
+    let b = Arc::new(Limiter::new(4).unwrap());
+    let named = |name: &str| {
+        let limiter = Limiter::builder().name(name).capacity(1).build();
+        Arc::new(limiter.unwrap())
+    };
+    let sidejob = named("sidejob");
+    metrics::with_local_recorder(&recorder, || {
+        let ra = Reporter::builder().build(&a).unwrap();
+        let rb = Reporter::builder().build(&b).unwrap();
+        assert_eq!((ra.name(), rb.name()), ("sidejob", "sidejob-2"));
+        let err = Reporter::builder().build(&sidejob).unwrap_err();
+        assert_eq!(err.field(), "name");
+        assert!(err.to_string().contains("\"sidejob\""), "{err}");
+        // Once the unnamed one is gone, the name is the named one's.
+        drop((ra, a));
+        assert_eq!(
+            Reporter::builder().build(&sidejob).unwrap().name(),
+            "sidejob"
+        );
+    });
+}
+
 /// Two live front-ends given one name: the second reporter is refused,
 /// naming the field, rather than merged into the first one's series.
 #[test]

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{clamp, fraction, non_negative, Algorithm, Window};
+use super::{at_most_capacity, clamp, fraction, Algorithm, Window};
 use crate::error::ConfigError;
 
 /// Additive increase, multiplicative decrease: the limit grows by
@@ -98,7 +98,8 @@ pub struct AimdBuilder {
 
 impl AimdBuilder {
     /// Units added per round trip while the limit binds. Defaults to 1;
-    /// a finite number, 0 or more.
+    /// 0 or more, at most the largest capacity (2^60 - 1 on 64-bit
+    /// targets): a larger step means nothing more.
     pub fn increase(&mut self, units: f64) -> &mut Self {
         self.increase = Some(units);
         self
@@ -126,7 +127,7 @@ impl AimdBuilder {
     pub fn build(&self) -> Result<Aimd, ConfigError> {
         let default = Aimd::default();
         Ok(Aimd {
-            increase: non_negative("increase", self.increase.unwrap_or(default.increase))?,
+            increase: at_most_capacity("increase", self.increase.unwrap_or(default.increase))?,
             backoff: fraction("backoff", self.backoff.unwrap_or(default.backoff))?,
             threshold: self.threshold,
             limit: None,

@@ -334,7 +334,10 @@ impl Controller {
         drop(slot);
         let limit = wanted.clamp(self.floor, self.ceiling);
         if limit != self.target.capacity() {
-            // An error leaves the limit where it was; the next tick tries again.
+            // The ceiling was checked against the target's maximum when
+            // built, so the target takes any limit within the bounds; an
+            // error (a target of yours that refuses one anyway) leaves the
+            // limit where it was, and the next tick tries again.
             let _ = self.target.set_capacity(limit);
         }
         *self.last.lock() = Some(window.clone());
@@ -399,7 +402,10 @@ impl Controller {
     fn close_window(&self, state: &mut State, now: Duration) -> Option<Window> {
         state.pending.merge(&self.samples.recorder.drain());
         let stats = self.target.stats();
-        let completed = (stats.completed + stats.panicked).saturating_sub(state.completed);
+        let completed = stats
+            .completed
+            .saturating_add(stats.panicked)
+            .saturating_sub(state.completed);
         let elapsed = now.saturating_sub(state.since);
         // Once the controller has been given timed samples, a window is
         // read from them: it waits for `min_samples` of them, not of
@@ -407,13 +413,15 @@ impl Controller {
         // completions would hold a handful of latencies, and the least of
         // many such noisy means reads low: the no-load estimate would sink
         // and the limit with it.) Until then, on completions: counts only.
-        state.timed |= state.pending.samples + state.pending.dropped > 0;
+        state.timed |= state.pending.samples.saturating_add(state.pending.dropped) > 0;
         let seen = if state.timed {
-            state.pending.samples + state.pending.dropped
+            state.pending.samples.saturating_add(state.pending.dropped)
         } else {
             completed
         };
-        let enough = seen >= self.min_samples || elapsed >= self.samples.interval * 10;
+        // Saturating: an interval of `Duration::MAX` is a user's to give.
+        let enough =
+            seen >= self.min_samples || elapsed >= self.samples.interval.saturating_mul(10);
         if elapsed.is_zero() || !enough {
             return None;
         }
@@ -435,7 +443,7 @@ impl Controller {
             in_flight: stats.usage,
         };
         state.since = now;
-        state.completed = stats.completed + stats.panicked;
+        state.completed = stats.completed.saturating_add(stats.panicked);
         state.rejected = stats.rejected;
         state.waited = stats.waited;
         self.samples.store_tick(now);
@@ -540,9 +548,12 @@ impl ControllerBuilder {
         self
     }
 
-    /// The highest limit applied, at least the floor. Defaults to
+    /// The highest limit applied, at least the floor, at most the
+    /// target's [`max_capacity`](super::Target::max_capacity). Defaults to
     /// [`DEFAULT_CEILING`](Self::DEFAULT_CEILING), or the target's
-    /// capacity when built if that is larger.
+    /// capacity when built if that is larger, but never above the
+    /// target's maximum (a [`Supervisor`](crate::Supervisor)'s is its
+    /// capacity unless its builder raised it).
     pub fn ceiling(&mut self, ceiling: usize) -> &mut Self {
         self.ceiling = Some(ceiling);
         self
@@ -611,8 +622,9 @@ impl ControllerBuilder {
     ///
     /// # Errors
     ///
-    /// [`ConfigError`] naming the field when `floor` is 0, `ceiling` is
-    /// below the floor or above the largest capacity, `interval` is
+    /// [`ConfigError`] naming the field when `floor` is 0 or above the
+    /// target's [`max_capacity`](super::Target::max_capacity), `ceiling`
+    /// is below the floor or above the target's maximum, `interval` is
     /// zero or `sample_every` is 0; naming `capacity` if the target refuses the bounded capacity.
     pub fn build<T: Target, A: Algorithm>(
         &self,
@@ -624,14 +636,21 @@ impl ControllerBuilder {
             return Err(ConfigError::zero("floor"));
         }
         let capacity = target.capacity();
+        // What the target takes at most: a ceiling above it would be a
+        // limit every tick asks for and the target refuses (a supervisor
+        // left at its default maximum would never grow).
+        let max = target.max_capacity().min(MAX_CAPACITY);
+        if floor > max {
+            return Err(ConfigError::too_large("floor", max));
+        }
         let ceiling = self
             .ceiling
-            .unwrap_or(Self::DEFAULT_CEILING.max(capacity).max(floor));
+            .unwrap_or(Self::DEFAULT_CEILING.max(capacity).max(floor).min(max));
         if ceiling < floor {
             return Err(ConfigError::out_of_range("ceiling", "at least the floor"));
         }
-        if ceiling > MAX_CAPACITY {
-            return Err(ConfigError::too_large("ceiling", MAX_CAPACITY));
+        if ceiling > max {
+            return Err(ConfigError::too_large("ceiling", max));
         }
         let interval = self.interval.unwrap_or(Self::DEFAULT_INTERVAL);
         if interval.is_zero() {
@@ -657,7 +676,7 @@ impl ControllerBuilder {
             state: Mutex::new(Some(State {
                 algorithm: Box::new(algorithm),
                 since: Duration::ZERO,
-                completed: stats.completed + stats.panicked,
+                completed: stats.completed.saturating_add(stats.panicked),
                 rejected: stats.rejected,
                 waited: stats.waited,
                 pending: Drained::empty(),

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::noload::{Noload, Reading, DEFAULT_SAMPLES};
-use super::{clamp, fraction, non_negative, Algorithm, Window};
+use super::{clamp, fraction, non_negative, saturating_secs, Algorithm, Window};
 use crate::error::ConfigError;
 
 /// The default algorithm: Little's law (the in-flight the backend serves
@@ -134,7 +134,7 @@ impl Guarded {
     /// assert_eq!(sidejob::adaptive::Guarded::default().noload_latency(), None);
     /// ```
     pub fn noload_latency(&self) -> Option<Duration> {
-        self.noload.get().map(Duration::from_secs_f64)
+        self.noload.get().map(saturating_secs)
     }
 
     /// True when the change from the previous window says the backend is
@@ -208,9 +208,7 @@ impl Algorithm for Guarded {
 
         // The guardrails first.
         if let Some(max) = self.max_latency {
-            let seen = window
-                .p99_latency()
-                .unwrap_or(Duration::from_secs_f64(latency));
+            let seen = window.p99_latency().unwrap_or(saturating_secs(latency));
             if seen > max {
                 let cut = (max.as_secs_f64() / seen.as_secs_f64()).max(0.5);
                 self.growth = self.min_growth;

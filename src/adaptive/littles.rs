@@ -119,12 +119,14 @@ impl Algorithm for LittlesLaw {
         self.max_qps = Some(max_qps);
 
         let now = window.now();
-        let next_remeasure = *self
-            .next_remeasure
-            .get_or_insert_with(|| now + self.remeasure_every.unwrap_or(Duration::MAX / 2));
+        let next_remeasure = *self.next_remeasure.get_or_insert_with(|| {
+            now.saturating_add(self.remeasure_every.unwrap_or(Duration::MAX))
+        });
         let next = if self.remeasure_every.is_some() && now >= next_remeasure {
             self.remeasuring = true;
-            self.next_remeasure = self.remeasure_every.map(|every| now + every);
+            // Saturating: `remeasure_every` is the user's, and may be
+            // `Duration::MAX`.
+            self.next_remeasure = self.remeasure_every.map(|every| now.saturating_add(every));
             max_qps * min_latency * self.reduce_ratio
         } else {
             if latency <= min_latency * (1.0 + self.min_explore)

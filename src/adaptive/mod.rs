@@ -331,8 +331,10 @@ impl Window {
             return self.mean_latency;
         }
         let throughput = self.throughput();
+        // Saturating: a window as long as `Duration::MAX` with few
+        // completions reads a latency beyond it.
         (throughput > 0.0 && self.in_flight > 0)
-            .then(|| Duration::from_secs_f64(self.in_flight as f64 / throughput))
+            .then(|| saturating_secs(self.in_flight as f64 / throughput))
     }
 
     /// The shortest timed sample, if any.
@@ -374,9 +376,21 @@ impl Window {
     }
 }
 
-/// `value` clamped into the window's bounds, as a whole limit.
+/// `secs` seconds as a `Duration`, saturating: `Duration::MAX` past its
+/// end (a latency read from a window as long as `Duration::MAX`), zero
+/// below zero or for NaN.
+pub(crate) fn saturating_secs(secs: f64) -> Duration {
+    match Duration::try_from_secs_f64(secs) {
+        Ok(duration) => duration,
+        Err(_) if secs > 0.0 => Duration::MAX,
+        Err(_) => Duration::ZERO,
+    }
+}
+
+/// `value` clamped into the window's bounds, as a whole limit: an
+/// infinite one is the ceiling (or the floor), NaN the floor.
 pub(crate) fn clamp(window: &Window, value: f64) -> f64 {
-    let value = if value.is_finite() { value } else { 0.0 };
+    let value = if value.is_nan() { 0.0 } else { value };
     value.clamp(window.floor as f64, window.ceiling as f64)
 }
 
@@ -390,6 +404,21 @@ pub(crate) fn fraction(field: &'static str, value: f64) -> Result<f64, crate::er
             "a fraction above 0 and below 1",
         ))
     }
+}
+
+/// Checks a builder's step or queue length: 0 or more, at most the
+/// largest capacity (a larger one means nothing more, and would push a
+/// limit past what `f64` holds).
+pub(crate) fn at_most_capacity(
+    field: &'static str,
+    value: f64,
+) -> Result<f64, crate::error::ConfigError> {
+    let value = non_negative(field, value)?;
+    let max = crate::engine::table::MAX_CAPACITY;
+    if value > max as f64 {
+        return Err(crate::error::ConfigError::too_large(field, max));
+    }
+    Ok(value)
 }
 
 /// Checks a builder's non-negative finite number.

@@ -47,9 +47,15 @@ pub(crate) struct Reading {
 }
 
 impl Reading {
-    /// The window's reading; `None` when nothing completed.
+    /// The window's reading; `None` when nothing completed, or when its
+    /// mean latency is zero: samples that all read zero (a clock coarser
+    /// than the requests, a mock) measure nothing, and taken as the
+    /// no-load latency they would hold the limit at the floor.
     pub(crate) fn of(window: &Window) -> Option<Reading> {
         let latency = window.latency()?.as_secs_f64();
+        if latency <= 0.0 {
+            return None;
+        }
         let weight = match window.samples() {
             0 => window.completed(),
             samples => samples,

@@ -72,9 +72,18 @@ pub(crate) struct Drained {
 }
 
 impl Drained {
-    /// The mean latency of the successes, if any.
+    /// The mean latency of the successes, if any. The sum saturates, so
+    /// huge samples read low: never below the least sample.
     pub(crate) fn mean(&self) -> Option<Duration> {
-        (self.samples > 0).then(|| Duration::from_nanos(self.sum_nanos / self.samples))
+        (self.samples > 0).then(|| {
+            let mean = self.sum_nanos / self.samples;
+            let least = if self.min_nanos == u64::MAX {
+                0
+            } else {
+                self.min_nanos
+            };
+            Duration::from_nanos(mean.max(least))
+        })
     }
 
     /// The shortest success, if any.
@@ -129,8 +138,13 @@ impl Recorder {
         // Relaxed: a statistic, taken by the drain's swap; pairs with
         // nothing (the count and the sum may land in different windows).
         cell.samples.fetch_add(1, Relaxed);
-        // Relaxed: as `samples`.
-        cell.sum_nanos.fetch_add(nanos, Relaxed);
+        // Saturating, not wrapping: one `Duration::MAX` sample would
+        // otherwise carry the sum round to a mean below the minimum. A
+        // CAS loop on a cell its thread mostly owns, on sampled requests
+        // only. (Relaxed both ways: as above.)
+        let _ = cell
+            .sum_nanos
+            .fetch_update(Relaxed, Relaxed, |sum| Some(sum.saturating_add(nanos)));
         // Skipped when not lower: a load is cheaper than an RMW that
         // writes nothing. Relaxed: a hint; the `fetch_min` below decides.
         if nanos < cell.min_nanos.load(Relaxed) {
@@ -216,6 +230,22 @@ mod tests {
             }
         }
         assert_eq!(bucket(u64::MAX), BUCKETS - 1);
+    }
+
+    #[test]
+    fn a_huge_sample_saturates_the_sum() {
+        let recorder = Recorder::new(1);
+        recorder.record(Duration::from_millis(1), false);
+        recorder.record(Duration::MAX, false);
+        let drained = recorder.drain();
+        // A wrapped sum read a mean of 499.999 µs, below the minimum.
+        assert_eq!(drained.min(), Some(Duration::from_millis(1)));
+        assert_eq!(drained.mean(), Some(Duration::from_nanos(u64::MAX / 2)));
+        // All huge: the mean is never below the least sample.
+        recorder.record(Duration::from_nanos(u64::MAX - 1), false);
+        recorder.record(Duration::from_nanos(u64::MAX - 1), false);
+        let drained = recorder.drain();
+        assert_eq!(drained.mean(), drained.min());
     }
 
     #[test]

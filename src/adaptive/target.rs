@@ -1,6 +1,7 @@
 //! [`Target`]: a front-end whose capacity a controller moves.
 
 use super::Feed;
+use crate::engine::table::MAX_CAPACITY;
 use crate::error::ConfigError;
 use crate::stats::Stats;
 
@@ -39,6 +40,27 @@ pub trait Target: Send + Sync + 'static {
 
     /// The front-end's counters.
     fn stats(&self) -> Stats;
+
+    /// The largest capacity [`set_capacity`](Self::set_capacity) takes.
+    /// A controller's ceiling is checked against it when the controller
+    /// is built (its default ceiling is kept under it), so no tick asks
+    /// for a limit the front-end refuses. The default: the largest
+    /// capacity of any front-end (2^60 - 1 on 64-bit targets); a
+    /// [`Supervisor`](crate::Supervisor) answers its `max_capacity`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::adaptive::Target;
+    /// use sidejob::Supervisor;
+    ///
+    /// let sup = Supervisor::builder().capacity(4).max_capacity(64).build()?;
+    /// assert_eq!(Target::max_capacity(&sup), 64);
+    /// # Ok::<(), sidejob::ConfigError>(())
+    /// ```
+    fn max_capacity(&self) -> usize {
+        MAX_CAPACITY
+    }
 
     /// Takes `feed` to time its own requests from now on, where it sees
     /// each one's life (see [`Controller::attach`](super::Controller::attach));

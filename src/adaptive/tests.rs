@@ -631,3 +631,200 @@ fn two_controllers_taking_turns_on_one_thread_are_both_sampled() {
         b.samples()
     );
 }
+
+#[test]
+fn the_longest_interval_ticks_without_panicking() {
+    use std::sync::Arc;
+
+    use crate::limiter::Limiter;
+
+    let limiter = Arc::new(Limiter::new(4).unwrap());
+    let controller = Controller::builder()
+        .interval(Duration::MAX)
+        .build(Arc::clone(&limiter), Guarded::default())
+        .unwrap();
+    // No samples, no completions: too few for a window, and ten intervals
+    // of `Duration::MAX` have not passed (they saturate, not overflow)...
+    assert!(controller.tick().is_none());
+    // ... until the end of time, which is as far as they saturate.
+    let window = controller.tick_at(Duration::MAX).unwrap();
+    assert_eq!((window.completed(), window.limit()), (0, 4));
+    assert_eq!(limiter.capacity(), 4);
+}
+
+#[test]
+fn a_tick_at_the_end_of_time_reads_a_saturated_latency() {
+    use std::sync::Arc;
+
+    use crate::limiter::Limiter;
+
+    let limiter = Arc::new(Limiter::new(4).unwrap());
+    let guarded = Guarded::builder()
+        .max_latency(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let controller = Controller::builder()
+        .min_samples(0)
+        .build(Arc::clone(&limiter), guarded)
+        .unwrap();
+    drop(limiter.try_acquire().unwrap());
+    let held: Vec<_> = (0..3).map(|_| limiter.try_acquire().unwrap()).collect();
+    // One completion in `Duration::MAX` with three in flight: Little's law
+    // gives a latency beyond `Duration::MAX`, which saturates.
+    let window = controller.tick_at(Duration::MAX).unwrap();
+    assert_eq!(window.latency(), Some(Duration::MAX));
+    assert!((1..=4).contains(&limiter.capacity()));
+    drop(held);
+}
+
+#[test]
+fn a_ticker_on_the_longest_interval_lives_until_stopped() {
+    use std::sync::Arc;
+
+    use crate::limiter::Limiter;
+
+    let limiter = Arc::new(Limiter::new(4).unwrap());
+    let controller = Arc::new(
+        Controller::builder()
+            .interval(Duration::MAX)
+            .build(limiter, Guarded::default())
+            .unwrap(),
+    );
+    let mut ticker = Controller::spawn_ticker(&controller).unwrap();
+    // The thread computes its first deadline before it looks at the stop
+    // flag: a deadline that overflowed would have killed it.
+    assert!(ticker.stop(), "the ticker thread died");
+}
+
+#[test]
+fn a_window_of_zero_latencies_is_not_taken_as_the_noload_latency() {
+    for remeasure in [Some(Duration::from_secs(50)), None] {
+        let mut brpc = LittlesLaw::builder()
+            .remeasure_every(remeasure)
+            .build()
+            .unwrap();
+        let mut model = Model::new(64.0, ms(20), 0.5);
+        let mut limit = 64;
+        // A first window whose every sample read zero (a clock too coarse,
+        // a mock): it measures nothing.
+        let (mut window, _) = model.window(limit);
+        window.mean_latency = Some(Duration::ZERO);
+        window.min_latency = Some(Duration::ZERO);
+        window.p99_latency = Some(Duration::ZERO);
+        limit = brpc.update(&window).clamp(1, 10_000);
+        let seen = model.run(&mut brpc, &mut limit, 40);
+        // Half load: 32 in flight, and the limit above them within 2 s.
+        assert!(
+            limit >= 32,
+            "{remeasure:?}: the limit sits at {limit}: {:?}",
+            limits(&seen)
+        );
+    }
+}
+
+#[test]
+fn vegas_backs_off_on_drops_without_timed_samples() {
+    let mut vegas = Vegas::default();
+    let window = Window {
+        now: ms(50),
+        elapsed: ms(50),
+        limit: 100,
+        floor: 1,
+        ceiling: 1_000,
+        samples: 0,
+        dropped: 10,
+        mean_latency: None,
+        min_latency: None,
+        p99_latency: None,
+        completed: 0,
+        rejected: 0,
+        waited: 0,
+        in_flight: 0,
+    };
+    assert!(vegas.update(&window) < 100);
+}
+
+#[test]
+fn huge_steps_are_refused_and_an_infinite_limit_is_the_ceiling() {
+    assert_eq!(
+        Aimd::builder()
+            .increase(f64::MAX)
+            .build()
+            .unwrap_err()
+            .field(),
+        "increase"
+    );
+    assert_eq!(
+        Vegas::builder()
+            .alpha(f64::MAX)
+            .beta(f64::MAX)
+            .build()
+            .unwrap_err()
+            .field(),
+        "alpha"
+    );
+    assert_eq!(
+        Vegas::builder().beta(f64::MAX).build().unwrap_err().field(),
+        "beta"
+    );
+    // The largest step accepted grows the limit to the ceiling, not the
+    // floor.
+    let largest = crate::engine::table::MAX_CAPACITY as f64;
+    let mut aimd = Aimd::builder().increase(largest).build().unwrap();
+    let mut model = Model::new(64.0, ms(20), 2.0);
+    let (window, _) = model.window(10);
+    assert_eq!(aimd.update(&window), 10_000);
+    let (window, _) = model.window(10);
+    assert_eq!(clamp(&window, f64::INFINITY), 10_000.0);
+    assert_eq!(clamp(&window, f64::NEG_INFINITY), 1.0);
+}
+
+#[test]
+fn the_ceiling_is_checked_against_a_supervisors_maximum() {
+    use crate::supervisor::Supervisor;
+
+    let sup = Supervisor::builder().capacity(4).build().unwrap();
+    // Its default maximum is its capacity: a default ceiling of 1,000
+    // would be a limit it can never take.
+    let controller = Controller::builder()
+        .build(sup.clone(), Guarded::default())
+        .unwrap();
+    assert_eq!(controller.ceiling(), 4);
+    let err = Controller::builder()
+        .ceiling(100)
+        .build(sup.clone(), Guarded::default())
+        .unwrap_err();
+    assert_eq!(err.field(), "ceiling");
+    assert_eq!(err.to_string(), "invalid `ceiling`: must be at most 4");
+    let err = Controller::builder()
+        .floor(5)
+        .build(sup, Guarded::default())
+        .unwrap_err();
+    assert_eq!(err.field(), "floor");
+    let grows = Supervisor::builder()
+        .capacity(4)
+        .max_capacity(64)
+        .build()
+        .unwrap();
+    let controller = Controller::builder()
+        .build(grows, Guarded::default())
+        .unwrap();
+    assert_eq!(controller.ceiling(), 64);
+}
+
+#[test]
+fn brpc_takes_the_longest_remeasure_and_the_end_of_time() {
+    let mut brpc = LittlesLaw::builder()
+        .remeasure_every(Some(Duration::MAX))
+        .build()
+        .unwrap();
+    let mut model = Model::new(64.0, ms(20), 0.5);
+    let mut limit = 64;
+    let seen = model.run(&mut brpc, &mut limit, 10);
+    assert!(limit >= 32, "{:?}", limits(&seen));
+    // A window at the end of time: the next re-measure saturates.
+    let mut brpc = LittlesLaw::default();
+    let (mut window, _) = model.window(limit);
+    window.now = Duration::MAX;
+    assert!(brpc.update(&window) >= 1);
+}

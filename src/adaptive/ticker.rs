@@ -74,12 +74,18 @@ fn run(controller: &Weak<Controller>, interval: Duration, stop: &(Mutex<bool>, C
     loop {
         {
             // The lock guards the flag alone, and is let go before the tick.
-            let deadline = now() + interval;
+            // No deadline when the interval reaches past the clock's end
+            // (`Duration::MAX`): then it waits for the stop alone.
+            let deadline = now().checked_add(interval);
             let mut guard = stopped.lock();
             loop {
                 if *guard {
                     return;
                 }
+                let Some(deadline) = deadline else {
+                    guard = wake.wait(guard);
+                    continue;
+                };
                 let timed_out;
                 (guard, timed_out) = wake.wait_until(guard, deadline);
                 if timed_out && !*guard {
@@ -100,15 +106,25 @@ fn run(controller: &Weak<Controller>, interval: Duration, stop: &(Mutex<bool>, C
     }
 }
 
-impl Drop for Ticker {
-    fn drop(&mut self) {
+impl Ticker {
+    /// Stops the thread and joins it; true if it ended by itself (not by
+    /// a panic). Once stopped, again is a no-op that returns true.
+    pub(crate) fn stop(&mut self) -> bool {
         let (stopped, wake) = &*self.stop;
         *stopped.lock() = true;
         wake.notify_all();
-        if let Some(thread) = self.thread.take() {
-            // Its panics are caught inside; a join error has nothing to say.
-            let _ = thread.join();
+        match self.thread.take() {
+            Some(thread) => thread.join().is_ok(),
+            None => true,
         }
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        // The algorithm's panics are caught inside; a join error has
+        // nothing more to say.
+        let _ = self.stop();
     }
 }
 

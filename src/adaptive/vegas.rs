@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::aimd::round_trips;
-use super::{clamp, non_negative, Algorithm, Window};
+use super::{at_most_capacity, clamp, non_negative, Algorithm, Window};
 use crate::error::ConfigError;
 
 /// TCP Vegas: the queue is `limit × (1 − no-load latency / latency)`; a
@@ -64,7 +64,13 @@ impl Vegas {
 impl Algorithm for Vegas {
     fn update(&mut self, window: &Window) -> usize {
         let limit = self.limit.unwrap_or(window.limit() as f64);
+        let log = limit.max(1.0).log10().max(1.0);
         let (Some(latency), least) = (window.latency(), window.min_latency()) else {
+            // No latency (nothing timed succeeded, nothing completed):
+            // drops still say "too much".
+            if window.dropped() > 0 {
+                return self.set(window, limit - log * round_trips(window));
+            }
             return limit.round() as usize;
         };
         let least = least.unwrap_or(latency);
@@ -77,7 +83,6 @@ impl Algorithm for Vegas {
         let noload = noload.min(least);
         self.noload = Some(noload);
 
-        let log = limit.max(1.0).log10().max(1.0);
         let steps = round_trips(window);
         let next = if window.dropped() > 0 {
             limit - log * steps
@@ -95,9 +100,15 @@ impl Algorithm for Vegas {
                 limit
             }
         };
-        let next = clamp(window, next);
-        self.limit = Some(next);
-        next.round() as usize
+        self.set(window, next)
+    }
+}
+
+impl Vegas {
+    fn set(&mut self, window: &Window, limit: f64) -> usize {
+        let limit = clamp(window, limit);
+        self.limit = Some(limit);
+        limit.round() as usize
     }
 }
 
@@ -110,14 +121,16 @@ pub struct VegasBuilder {
 }
 
 impl VegasBuilder {
-    /// Below `alpha × log10(limit)` queued, the limit grows. Defaults to 3.
+    /// Below `alpha × log10(limit)` queued, the limit grows. Defaults to 3;
+    /// 0 or more, at most the largest capacity (2^60 - 1 on 64-bit
+    /// targets): no queue is longer.
     pub fn alpha(&mut self, alpha: f64) -> &mut Self {
         self.alpha = Some(alpha);
         self
     }
 
-    /// Above `beta × log10(limit)` queued, it shrinks; at least `alpha`.
-    /// Defaults to 6.
+    /// Above `beta × log10(limit)` queued, it shrinks; at least `alpha`,
+    /// at most the largest capacity. Defaults to 6.
     pub fn beta(&mut self, beta: f64) -> &mut Self {
         self.beta = Some(beta);
         self
@@ -135,11 +148,12 @@ impl VegasBuilder {
     /// # Errors
     ///
     /// [`ConfigError`] naming `alpha`, `beta` or `probe_multiplier` when
-    /// negative or not finite, or `beta` when below `alpha`.
+    /// negative or not finite, `alpha` or `beta` when above the largest
+    /// capacity, or `beta` when below `alpha`.
     pub fn build(&self) -> Result<Vegas, ConfigError> {
         let default = Vegas::default();
-        let alpha = non_negative("alpha", self.alpha.unwrap_or(default.alpha))?;
-        let beta = non_negative("beta", self.beta.unwrap_or(default.beta))?;
+        let alpha = at_most_capacity("alpha", self.alpha.unwrap_or(default.alpha))?;
+        let beta = at_most_capacity("beta", self.beta.unwrap_or(default.beta))?;
         if beta < alpha {
             return Err(ConfigError::out_of_range("beta", "at least `alpha`"));
         }

@@ -100,7 +100,9 @@ impl Pressure {
         Pressure::new(limiter.available(), limiter.capacity()).memory(memory_in_use())
     }
 
-    /// The share of memory in use (0 to 1), if known.
+    /// The share of memory in use (0 to 1), if known. A reading that is
+    /// not a number (NaN) counts as past the threshold: a reading gone
+    /// wrong is no sign of calm.
     pub fn memory(self, memory: Option<f64>) -> Self {
         Pressure { memory, ..self }
     }
@@ -147,9 +149,10 @@ impl ClaimSize {
             return 0;
         }
         let mut factor = 1.0;
+        // A reading that is not a number is no sign of calm.
         if pressure
             .memory
-            .is_some_and(|used| used > self.memory_threshold)
+            .is_some_and(|used| used.is_nan() || used > self.memory_threshold)
         {
             factor *= self.memory_factor;
         }
@@ -281,6 +284,15 @@ mod tests {
         // Never more than free.
         assert_eq!(claims.size(&Pressure::new(3, 10)), 3);
         assert_eq!(claims.size(&Pressure::new(0, 0)), 0);
+    }
+
+    #[test]
+    fn a_memory_reading_that_is_not_a_number_is_not_calm() {
+        let claims = claims();
+        let calm = Pressure::new(1_000, 1_000);
+        assert_eq!(claims.size(&calm.memory(Some(f64::NAN))), 25);
+        assert_eq!(claims.size(&calm.memory(Some(f64::INFINITY))), 25);
+        assert_eq!(claims.size(&calm.memory(None)), 50);
     }
 
     #[test]

@@ -28,10 +28,15 @@
 //!   alive (reported or not), another front-end asking for the same name
 //!   gets a [`ConfigError`](crate::ConfigError) naming `name`, and so does
 //!   a second reporter for it while the first one lives (it would count
-//!   the front-end twice). A front-end left with its
-//!   default name (`sidejob`, or `shepherd` for a shepherd) is unnamed:
-//!   it takes `sidejob`, or `sidejob-2`, `sidejob-3`, ... when that is
-//!   claimed (name it for a series that survives a rebuild). Claims are per
+//!   the front-end twice). A front-end built without a name (so named
+//!   `sidejob`, or `shepherd` for a shepherd) is unnamed: it takes
+//!   `sidejob`, or `sidejob-2`, `sidejob-3`, ... when that is claimed
+//!   (name it for a series that survives a rebuild). One given the name
+//!   `sidejob` explicitly is named: refused while another live front-end
+//!   holds `sidejob`, never moved to `sidejob-3`. A claim looks at the
+//!   entries for the names it tries (one, for a named front-end), so an
+//!   unnamed front-end's claim grows with the unnamed ones before it: name
+//!   front-ends built by the thousand. Claims are per
 //!   recorder: each recorder (the global one, or one installed locally
 //!   with `metrics::with_local_recorder`) has series of its own. With no
 //!   recorder installed nothing is exported, so nothing is claimed.
@@ -79,7 +84,7 @@
 //! [`WAITED`] and [`TIMED_OUT`]. A [`Shepherd`](crate::shepherd::Shepherd)
 //! also exports its own figures ([`ShepherdStats`]) under `sidejob_shepherd_*`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use ::metrics::{Counter, Gauge, Histogram, Label, Recorder, Unit};
@@ -508,6 +513,8 @@ struct Entry {
 struct Registry {
     entries: HashMap<Key, Entry>,
     next_claim: u64,
+    /// How many entries the last sweep left.
+    swept: usize,
 }
 
 /// A reporter's claim on a set of series.
@@ -546,34 +553,45 @@ fn claim(front_end: &FrontEnd<'_>) -> Result<(String, Totals, Option<Claim>), Co
     // meanwhile, the front-end's drop (which may join its threads) runs
     // here, where it must not hold the registry. A front-end gone stays
     // gone; one claimed after this look counts as alive.
-    let probes: Vec<Alive> = registry()
-        .lock()
-        .entries
-        .values()
-        .map(|entry| Arc::clone(&entry.alive))
-        .collect();
+    //
+    // Only the entries this claim looks at are asked: the names it tries,
+    // up to the first free one (one name for a named front-end). Every
+    // entry is asked only when the registry has doubled since it was last
+    // swept (so forgetting the series of front-ends gone costs a claim
+    // O(1), amortized, not a question to every live front-end).
+    let (probes, sweep): (Vec<Alive>, bool) = {
+        let registry = registry().lock();
+        let sweep = registry.entries.len() >= registry.swept.saturating_mul(2).max(SWEEP_AT_LEAST);
+        let probes = if sweep {
+            registry
+                .entries
+                .values()
+                .map(|entry| Arc::clone(&entry.alive))
+                .collect()
+        } else {
+            candidates(front_end, recorder)
+                .map_while(|key| registry.entries.get(&key))
+                .map(|entry| Arc::clone(&entry.alive))
+                .collect()
+        };
+        (probes, sweep)
+    };
+    // Kept to the end: an address in `gone` is not reused meanwhile.
     let gone: Vec<Alive> = probes.into_iter().filter(|alive| !alive()).collect();
-    let is_gone = |entry: &Entry| gone.iter().any(|g| Arc::ptr_eq(g, &entry.alive));
+    let gone_at: HashSet<usize> = gone.iter().map(address).collect();
+    let is_gone = |entry: &Entry| gone_at.contains(&address(&entry.alive));
     let mut registry = registry().lock();
-    // Forget the series of front-ends gone and unreported: whoever claims
-    // them next starts afresh, as a rebuild does.
-    registry
-        .entries
-        .retain(|_, entry| entry.owner.is_some() || !is_gone(entry));
+    if sweep {
+        // Forget the series of front-ends gone and unreported: whoever
+        // claims them next starts afresh, as a rebuild does.
+        registry
+            .entries
+            .retain(|_, entry| entry.owner.is_some() || !is_gone(entry));
+        registry.swept = registry.entries.len();
+    }
     let token = registry.next_claim;
     registry.next_claim += 1;
-    let mut n = 1u64;
-    loop {
-        let name = match n {
-            1 => front_end.name.to_string(),
-            n => format!("{}-{n}", front_end.name),
-        };
-        n += 1;
-        let key = Key {
-            recorder,
-            kind: front_end.kind,
-            name,
-        };
+    for key in candidates(front_end, recorder) {
         let exported = match registry.entries.get(&key) {
             // Never claimed, or its front-end is gone (a rebuild): carry
             // on from the series' last value.
@@ -602,6 +620,32 @@ fn claim(front_end: &FrontEnd<'_>) -> Result<(String, Totals, Option<Claim>), Co
         );
         return Ok((key.name.clone(), exported, Some(Claim { key, token })));
     }
+    // Only a named front-end's one name ends the loop without returning,
+    // and it returns; an unnamed one's names do not run out.
+    Err(ConfigError::taken(front_end.kind, front_end.name))
+}
+
+/// The registry is swept whole once it holds this many entries, then
+/// each time it has doubled since.
+const SWEEP_AT_LEAST: usize = 64;
+
+/// The keys a claim tries, in order: the name asked for, then (unnamed)
+/// `name-2`, `name-3`, ...
+fn candidates<'a>(front_end: &'a FrontEnd<'_>, recorder: usize) -> impl Iterator<Item = Key> + 'a {
+    let tries = if front_end.unnamed { u64::MAX } else { 1 };
+    (1..=tries).map(move |n| Key {
+        recorder,
+        kind: front_end.kind,
+        name: match n {
+            1 => front_end.name.to_string(),
+            n => format!("{}-{n}", front_end.name),
+        },
+    })
+}
+
+/// Where an `Alive` lives: which front-end's probe it is.
+fn address(alive: &Alive) -> usize {
+    Arc::as_ptr(alive).cast::<()>() as usize
 }
 
 /// Gives a claim up, leaving what was exported for a reporter that takes
@@ -614,5 +658,59 @@ fn release(claim: Claim, exported: Totals) {
             entry.owner = None;
             entry.exported = exported;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::{AtomicUsize, Ordering::Relaxed};
+
+    /// A claim asked every entry in the registry whether its front-end
+    /// was alive: the 3,000th claim took 2.2 ms. It now asks the entries
+    /// it looks at, and all of them only when the registry has doubled.
+    #[test]
+    fn a_claim_asks_only_the_entries_it_looks_at() {
+        let recorder = metrics_util::debugging::DebuggingRecorder::new();
+        let asked = Arc::new(AtomicUsize::new(0));
+        let front_end = |name: &'static str, id: usize| {
+            let asked = Arc::clone(&asked);
+            let alive: Alive = Arc::new(move || {
+                // Relaxed: a count the test reads after the claims, on
+                // this thread.
+                asked.fetch_add(1, Relaxed);
+                true
+            });
+            FrontEnd {
+                kind: "limiter",
+                name,
+                unnamed: false,
+                id,
+                alive,
+            }
+        };
+        let claims = 1_000;
+        let series: Vec<Series> = ::metrics::with_local_recorder(&recorder, || {
+            (0..claims)
+                .map(|id| {
+                    let name: &'static str = Box::leak(format!("api-{id}").into_boxed_str());
+                    Series::register(front_end(name, id)).unwrap()
+                })
+                .collect()
+        });
+        // Relaxed: as above.
+        let asked_by_all = asked.load(Relaxed);
+        assert!(
+            asked_by_all <= 3 * claims,
+            "{asked_by_all} questions for {claims} claims"
+        );
+        // A name taken by a live front-end is refused after one question.
+        let before = asked.load(Relaxed);
+        let err = ::metrics::with_local_recorder(&recorder, || {
+            Series::register(front_end("api-7", claims + 1)).unwrap_err()
+        });
+        assert_eq!(err.field(), "name");
+        assert!(asked.load(Relaxed) - before <= claims, "a sweep at most");
+        drop(series);
     }
 }

@@ -26,12 +26,6 @@ use crate::sync::{now, os_thread, Arc, Condvar, Mutex, Weak};
 /// How often a reporter ticks unless told otherwise: every second.
 pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 
-/// The name of a limiter, pool or supervisor built without one
-/// (`ConfigError::check_name`).
-const DEFAULT_NAME: &str = "sidejob";
-/// The name of a shepherd built without one (`ShepherdBuilder::build`).
-const DEFAULT_SHEPHERD_NAME: &str = "shepherd";
-
 mod sealed {
     use crate::shepherd::ShepherdStats;
     use crate::stats::Stats;
@@ -58,7 +52,8 @@ mod sealed {
     pub struct Source {
         pub(crate) kind: &'static str,
         pub(crate) name: String,
-        /// True when `name` is the front-end's default: it was not named.
+        /// True when the front-end was built without a name (its name is
+        /// the default); one named `sidejob` explicitly is named.
         #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
         pub(crate) unnamed: bool,
         /// Which front-end it is: an address that it alone owns while it
@@ -98,7 +93,7 @@ impl sealed::Sealed for Arc<Limiter> {
         Source {
             kind: "limiter",
             name: self.name().to_string(),
-            unnamed: self.name() == DEFAULT_NAME,
+            unnamed: !self.is_named(),
             id: Arc::as_ptr(self) as usize,
             read: Arc::new(move || {
                 weak.upgrade()
@@ -115,7 +110,7 @@ impl<W: Worker> sealed::Sealed for Pool<W> {
         Source {
             kind: "pool",
             name: self.name().to_string(),
-            unnamed: self.name() == DEFAULT_NAME,
+            unnamed: !self.is_named(),
             id: self.name().as_ptr() as usize,
             read: Arc::new(move || read().map(Reading::plain)),
         }
@@ -132,7 +127,7 @@ impl<W: crate::pool::asynchronous::worker::AsyncWorker> sealed::Sealed
         Source {
             kind: "async_pool",
             name: self.name().to_string(),
-            unnamed: self.name() == DEFAULT_NAME,
+            unnamed: !self.is_named(),
             id: self.name().as_ptr() as usize,
             read: Arc::new(move || read().map(Reading::plain)),
         }
@@ -150,7 +145,7 @@ impl sealed::Sealed for Supervisor {
         Source {
             kind: "supervisor",
             name: self.name().to_string(),
-            unnamed: self.name() == DEFAULT_NAME,
+            unnamed: !self.is_named(),
             id: self.name().as_ptr() as usize,
             read: Arc::new(move || read().map(Reading::plain)),
         }
@@ -164,7 +159,7 @@ impl<H: Handler> sealed::Sealed for Shepherd<H> {
         Source {
             kind: "shepherd",
             name: self.name().to_string(),
-            unnamed: self.name() == DEFAULT_SHEPHERD_NAME,
+            unnamed: !self.is_named(),
             id: self.name().as_ptr() as usize,
             read: Arc::new(move || {
                 read().map(|shepherd| Reading {

@@ -622,6 +622,7 @@ impl PoolBuilder {
             threads: Mutex::new(threads),
             worker_ids,
             name,
+            named: self.name.is_some(),
             spin,
             routing: Routing {
                 own_private: idle.is_some() && !steal,

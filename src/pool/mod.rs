@@ -181,6 +181,9 @@ struct Inner<W: Worker> {
     threads: Mutex<Vec<os_thread::JoinHandle<()>>>,
     worker_ids: Box<[os_thread::ThreadId]>,
     name: Arc<str>,
+    /// True if its builder was given a name, even the default one: a
+    /// reporter refuses a name taken by another live front-end only then.
+    named: bool,
     /// How long a waiting caller polls for its reply before it parks.
     spin: Duration,
     /// How requests reach workers.
@@ -342,6 +345,11 @@ impl<W: Worker> Pool<W> {
     /// The pool's name; worker threads are named `{name}-{index}`.
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// True if its builder was given a name (see `Reporter`'s claims).
+    pub(crate) fn is_named(&self) -> bool {
+        self.inner.named
     }
 
     /// A snapshot of the counters. [`Stats::shards`] has one entry per

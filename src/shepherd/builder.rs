@@ -364,6 +364,7 @@ impl ShepherdBuilder {
             threads: Mutex::new(threads),
             thread_ids,
             name,
+            named: self.name.is_some(),
             workers,
             _listener: listener,
         };

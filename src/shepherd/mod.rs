@@ -202,6 +202,9 @@ struct Inner<H: Handler> {
     /// The workers and the timer: none of them may wait for itself.
     thread_ids: Box<[os_thread::ThreadId]>,
     name: Arc<str>,
+    /// True if its builder was given a name, even the default one: a
+    /// reporter refuses a name taken by another live front-end only then.
+    named: bool,
     workers: usize,
     /// Wakes the timer when a manual clock moves; the clock holds it
     /// weakly.
@@ -439,6 +442,11 @@ impl<H: Handler> Shepherd<H> {
     /// `{name}-timer`.
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// True if its builder was given a name (see `Reporter`'s claims).
+    pub(crate) fn is_named(&self) -> bool {
+        self.inner.named
     }
 
     /// Operations due now and waiting for a worker: the health figure,

@@ -199,6 +199,7 @@ impl SupervisorBuilder {
                 clock: CoarseClock::new(),
                 thread_name: format!("{name}-child"),
                 name,
+                named: self.name.is_some(),
                 stack_size: self.stack_size,
             }),
         })

@@ -244,6 +244,9 @@ struct Inner {
     registry: Box<[Arc<RegistryShard>]>,
     clock: CoarseClock,
     name: String,
+    /// True if its builder was given a name, even the default one: a
+    /// reporter refuses a name taken by another live front-end only then.
+    named: bool,
     /// `{name}-child`: the name of every spawned thread.
     thread_name: String,
     stack_size: Option<usize>,
@@ -488,6 +491,11 @@ impl Supervisor {
         &self.inner.name
     }
 
+    /// True if its builder was given a name (see `Reporter`'s claims).
+    pub(crate) fn is_named(&self) -> bool {
+        self.inner.named
+    }
+
     /// A snapshot of the counters; see [`Stats`]. A unit is a child:
     /// `accepted` children admitted, `completed` ended normally (or aborted,
     /// or refused a thread by the OS), `panicked` ended by a panic.
@@ -560,6 +568,12 @@ impl crate::adaptive::Target for Supervisor {
 
     fn stats(&self) -> Stats {
         Supervisor::stats(self)
+    }
+
+    /// Its builder's [`max_capacity`](crate::SupervisorBuilder::max_capacity)
+    /// (its capacity, unless set), for which its registry was allocated.
+    fn max_capacity(&self) -> usize {
+        self.inner.common.table.max_capacity()
     }
 
     /// Its children time themselves: a thread from

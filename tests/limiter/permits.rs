@@ -369,6 +369,17 @@ fn forgotten_permits_stay_counted_and_shrink_the_capacity_for_good() {
     assert_eq!(Arc::strong_count(&limiter), 1);
 }
 
+/// Hardening 3, item 9: a guard leaked with `mem::forget` keeps its unit,
+/// as `forget` does, but is not counted in `forgotten` (no code runs):
+/// what `Stats::forgotten` documents.
+#[test]
+fn a_permit_leaked_with_mem_forget_is_in_usage_not_in_forgotten() {
+    let limiter = Arc::new(Limiter::builder().capacity(2).shards(1).build().unwrap());
+    std::mem::forget(limiter.try_acquire_owned().unwrap());
+    let stats = limiter.stats();
+    assert_eq!((stats.usage, stats.forgotten, stats.completed), (1, 0, 0));
+}
+
 /// Issue 7: forgetting every unit refuses everything after; `close` still
 /// works.
 #[test]

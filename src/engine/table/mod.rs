@@ -332,6 +332,15 @@ impl Table {
         self.capacity().saturating_sub(self.usage())
     }
 
+    /// The largest capacity [`set_capacity`](Self::set_capacity) takes:
+    /// the sum of the caps, or `MAX_CAPACITY` in a table without them.
+    pub(crate) fn max_capacity(&self) -> usize {
+        match &self.caps {
+            Some(caps) => caps.iter().sum(),
+            None => MAX_CAPACITY,
+        }
+    }
+
     /// The most units shard `i` can ever hold: its cap, or its limit in a
     /// table without caps.
     pub(crate) fn cap(&self, i: usize) -> usize {

@@ -38,21 +38,13 @@
 //! admit above the capacity).
 //!
 
-use super::{Control, Table, Take, GATED, MAX_CAPACITY};
+use super::{Control, Table, Take, GATED};
 use crate::engine::split;
 use crate::engine::waiters::Woken;
 use crate::error::{ConfigError, Error};
 use crate::sync::Ordering::{AcqRel, Relaxed, Release};
 
 impl Table {
-    /// The largest capacity this table can be resized to.
-    fn max_capacity(&self) -> usize {
-        match &self.caps {
-            Some(caps) => caps.iter().sum(),
-            None => MAX_CAPACITY,
-        }
-    }
-
     /// Sets the capacity to `capacity`; see the module docs ("Resize").
     pub(crate) fn set_capacity(&self, capacity: usize) -> Result<(), ConfigError> {
         self.resize_with(|_| Some(capacity)).map(|_| ())

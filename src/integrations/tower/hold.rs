@@ -143,6 +143,12 @@ mod body {
         /// reports `is_end_stream`), ends, or fails, whichever comes
         /// first; or when this body is dropped unfinished. A refused
         /// request's body holds nothing.
+        ///
+        /// A response leaked with [`std::mem::forget`] (or kept in an
+        /// `Rc` cycle) is never dropped: its unit stays taken for the
+        /// limiter's life, and, since no code of the limiter runs, it
+        /// is not counted in [`Stats::forgotten`](crate::Stats::forgotten)
+        /// (only in `usage`).
         pub struct HeldBody<B> {
             // Declared before `held`, so dropped first: a body dropped
             // unfinished is gone before its unit goes back.

@@ -95,8 +95,8 @@ impl HttpRefusal {
     }
 
     /// The `Retry-After` header of every `429` and `503`: `Some(after)`
-    /// in whole seconds, rounded up (HTTP's delay-seconds), or `None` for
-    /// no header. Default: 1 second.
+    /// in whole seconds, rounded up (HTTP's delay-seconds) and saturating
+    /// at `u64::MAX`, or `None` for no header. Default: 1 second.
     pub fn retry_after(mut self, after: Option<Duration>) -> Self {
         self.retry_after = after.map(whole_seconds);
         self
@@ -227,8 +227,8 @@ impl GrpcRefusal {
     }
 
     /// The `grpc-retry-pushback-ms` of every `RESOURCE_EXHAUSTED` and
-    /// `UNAVAILABLE`, in milliseconds rounded up, or `None` for none.
-    /// Default: 1 second.
+    /// `UNAVAILABLE`, in milliseconds rounded up and saturating at
+    /// `u64::MAX`, or `None` for none. Default: 1 second.
     pub fn retry_after(mut self, after: Option<Duration>) -> Self {
         self.retry_after_ms =
             after.map(|d| u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX));
@@ -277,9 +277,12 @@ impl<B: Default, E> Refusal<Response<B>, E> for GrpcRefusal {
     }
 }
 
-/// Whole seconds, rounded up: a `Retry-After` of 1.2 s is `2`.
+/// Whole seconds, rounded up: a `Retry-After` of 1.2 s is `2`. Saturates
+/// at `u64::MAX` (a `Duration::MAX` must not wrap to 0, "retry at once").
 fn whole_seconds(after: Duration) -> u64 {
-    after.as_secs() + u64::from(after.subsec_nanos() > 0)
+    after
+        .as_secs()
+        .saturating_add(u64::from(after.subsec_nanos() > 0))
 }
 
 /// `grpc-message` is percent-encoded: bytes outside printable ASCII, and
@@ -307,6 +310,24 @@ mod tests {
         assert_eq!(whole_seconds(Duration::from_millis(1)), 1);
         assert_eq!(whole_seconds(Duration::from_secs(2)), 2);
         assert_eq!(whole_seconds(Duration::from_millis(2001)), 3);
+    }
+
+    #[test]
+    fn the_longest_retry_after_saturates() {
+        // Duration::MAX is u64::MAX seconds and a fraction: rounding up
+        // must not wrap to 0 ("retry at once") nor panic.
+        assert_eq!(whole_seconds(Duration::MAX), u64::MAX);
+        let http: Response<()> = HttpRefusal::new()
+            .retry_after(Some(Duration::MAX))
+            .response(Error::Overload);
+        assert_eq!(http.headers()[RETRY_AFTER], u64::MAX.to_string().as_str());
+        let grpc: Response<()> = GrpcRefusal::new()
+            .retry_after(Some(Duration::MAX))
+            .response(Error::Overload);
+        assert_eq!(
+            grpc.headers()["grpc-retry-pushback-ms"],
+            u64::MAX.to_string().as_str()
+        );
     }
 
     #[test]

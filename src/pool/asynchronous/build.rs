@@ -264,6 +264,7 @@ impl PoolBuilder {
             .with_policy(&self.policy)?;
         Ok(Plan {
             name,
+            named: self.name.is_some(),
             table: Arc::new(table),
             capacity,
             steal: self.steal.unwrap_or(DEFAULT_STEAL),
@@ -274,6 +275,7 @@ impl PoolBuilder {
 /// A pool's checked settings and its table, before any worker starts.
 struct Plan {
     name: Arc<str>,
+    named: bool,
     table: Arc<Table>,
     capacity: usize,
     steal: bool,
@@ -290,6 +292,7 @@ impl Plan {
     ) -> AsyncPool<W> {
         let Plan {
             name,
+            named,
             table,
             capacity,
             steal,
@@ -318,6 +321,7 @@ impl Plan {
                 table,
                 mailboxes,
                 name,
+                named,
                 done,
                 feed,
             }),

@@ -188,6 +188,9 @@ struct Inner<W: AsyncWorker> {
     table: Arc<Table>,
     mailboxes: Mailboxes<AsyncEnvelope<W>>,
     name: Arc<str>,
+    /// True if its builder was given a name, even the default one: a
+    /// reporter refuses a name taken by another live front-end only then.
+    named: bool,
     /// Every worker task holds a receiver; `closed()` answers once all are
     /// dropped, i.e. every worker has ended (or the runtime dropped it).
     done: watch::Sender<()>,
@@ -292,6 +295,11 @@ impl<W: AsyncWorker> AsyncPool<W> {
     /// The pool's name.
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// True if its builder was given a name (see `Reporter`'s claims).
+    pub(crate) fn is_named(&self) -> bool {
+        self.inner.named
     }
 
     /// A snapshot of the counters, one [`Stats::shards`] entry per worker.
