@@ -46,6 +46,43 @@ impl Table {
         Table(table)
     }
 
+    /// As [`with_waiters`](Self::with_waiters), with a pass budget for
+    /// waiters of many units (0: freed units are kept for the first
+    /// waiter at once).
+    pub fn with_waiters_and_budget(
+        capacity: usize,
+        shards: usize,
+        max_waiters: usize,
+        pass_budget: usize,
+    ) -> Table {
+        let policy = crate::engine::waiters::Policy {
+            max_waiters,
+            max_wait: std::time::Duration::MAX,
+            order: crate::engine::waiters::QueueOrder::Fifo,
+            pass_budget: Some(pass_budget),
+        };
+        let table = crate::engine::table::Table::new(capacity, shards, Probe::Thread)
+            .and_then(|table| table.with_policy(&policy))
+            .expect("valid model config");
+        Table(table)
+    }
+
+    /// Waits for `n` units at once as a future (`Limiter::acquire_many_async`):
+    /// each shard it got units of, with how many.
+    pub fn acquire_many_async(
+        &self,
+        n: usize,
+    ) -> impl std::future::Future<Output = Result<Vec<(usize, usize)>, Error>> + '_ {
+        let wait = self.0.acquire_async_many(n, None);
+        async move {
+            let grant = wait.await?;
+            let parts = grant.parts().iter().map(|p| (p.shard, p.units)).collect();
+            // The caller gives the units back part by part.
+            std::mem::forget(grant);
+            Ok(parts)
+        }
+    }
+
     /// Admits one unit from the caller's home shard, waiting in the room
     /// (blocking the model thread) when every shard is full.
     pub fn acquire_waiting(&self) -> Result<usize, Error> {

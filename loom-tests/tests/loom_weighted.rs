@@ -17,6 +17,7 @@
 //! (CI uses 2).
 #![cfg(loom)]
 
+use std::future::Future;
 use std::sync::Arc;
 
 use loom::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -151,5 +152,93 @@ fn relative_resizes_compose_and_a_wide_take_fits_within_them() {
             .expect("capacity 3, nothing held");
         assert_eq!(table.acquire_at(1), Err(Error::Overload));
         release_all(&table, &all);
+    });
+}
+
+/// A waker that does nothing: the models poll by hand.
+fn noop_waker() -> std::task::Waker {
+    std::task::Waker::noop().clone()
+}
+
+/// A waiter of 2 units (capacity 2 over 2 shards, both held, pass budget
+/// 0) is queued; a release hands it one unit (collected: it is reserved)
+/// while it gives up (its future dropped) and the other unit is released.
+/// However they interleave, no unit is stranded on the waiter that left:
+/// both units are back, nobody is queued, and 2 can be taken again.
+#[test]
+fn a_partial_grant_racing_a_cancel_strands_nothing() {
+    use std::pin::pin;
+    use std::task::{Context, Poll};
+    loom::model(|| {
+        let table = Arc::new(Table::with_waiters_and_budget(2, 2, 2, 0));
+        assert_eq!(table.acquire_at(0), Ok(0));
+        assert_eq!(table.acquire_at(1), Ok(1));
+        let waiter = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || {
+                let mut wait = pin!(table.acquire_many_async(2));
+                let waker = noop_waker();
+                let mut cx = Context::from_waker(&waker);
+                match wait.as_mut().poll(&mut cx) {
+                    // Both released before it looked: it holds them.
+                    Poll::Ready(Ok(parts)) => release_all(&table, &parts[..]),
+                    Poll::Ready(Err(err)) => panic!("unexpected {err}"),
+                    // Queued (maybe with a unit collected): give up.
+                    Poll::Pending => {}
+                }
+            })
+        };
+        let releaser = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.release(0))
+        };
+        table.release(1);
+        waiter.join().unwrap();
+        releaser.join().unwrap();
+        assert_eq!(table.waiting(), 0, "a waiter left behind");
+        assert_eq!(table.usage(), 0, "a unit stranded on the waiter that left");
+        let both = table.acquire_many_at(0, 2).expect("both units are back");
+        release_all(&table, &both);
+    });
+}
+
+/// The reserved head: a waiter of 2 (pass budget 0) is queued ahead of a
+/// waiter of 1, on a full table of 2. Two releases race: whatever the
+/// order, the first waiter gets both units (freed units are kept for it;
+/// the one-unit waiter never passes it), and the second is still queued.
+#[test]
+fn freed_units_go_to_the_reserved_head_not_past_it() {
+    use std::pin::pin;
+    use std::task::{Context, Poll};
+    loom::model(|| {
+        let table = Arc::new(Table::with_waiters_and_budget(2, 2, 2, 0));
+        assert_eq!(table.acquire_at(0), Ok(0));
+        assert_eq!(table.acquire_at(1), Ok(1));
+        let waker = noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let mut big = pin!(table.acquire_many_async(2));
+        assert!(big.as_mut().poll(&mut cx).is_pending());
+        let mut small = pin!(table.acquire_async());
+        assert!(small.as_mut().poll(&mut cx).is_pending());
+        let releaser = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.release(0))
+        };
+        table.release(1);
+        releaser.join().unwrap();
+        let Poll::Ready(Ok(parts)) = big.as_mut().poll(&mut cx) else {
+            panic!("both units were kept for the head");
+        };
+        assert_eq!(parts.iter().map(|p| p.1).sum::<usize>(), 2);
+        assert!(
+            small.as_mut().poll(&mut cx).is_pending(),
+            "passed a reserved head"
+        );
+        release_all(&table, &parts);
+        let Poll::Ready(Ok(shard)) = small.as_mut().poll(&mut cx) else {
+            panic!("then the one-unit waiter");
+        };
+        table.release(shard);
+        assert_eq!((table.waiting(), table.usage()), (0, 0));
     });
 }
