@@ -226,6 +226,8 @@ impl crate::engine::alarm::Alarm for RoomAlarm {
 /// a resize that holds the lock (which `CLOSED` alone ignores).
 struct TableSource<'a> {
     table: &'a Table,
+    /// Units the room handed out from releases, as of this call.
+    handed: usize,
     budget: usize,
 }
 
@@ -246,7 +248,7 @@ impl Source for TableSource<'_> {
     }
 
     fn admitted(&self) -> usize {
-        self.table.admitted_total()
+        self.table.admitted_total().wrapping_add(self.handed)
     }
 
     fn budget(&self) -> usize {
@@ -363,8 +365,17 @@ impl Table {
             self.count_refusal();
             return Err(Error::Overload);
         }
-        // The pass budget counts from here, for a waiter of many units.
-        let admitted_at = if need > 1 { self.admitted_total() } else { 0 };
+        // The pass budget counts from here, for a waiter of many units:
+        // units taken from the table, and handed from releases.
+        let admitted_at = if need > 1 {
+            let handed = control
+                .handed
+                .iter()
+                .fold(0usize, |sum, &h| sum.wrapping_add(h));
+            self.admitted_total().wrapping_add(handed)
+        } else {
+            0
+        };
         let (key, ticket, since_ticks) =
             control
                 .queue
@@ -434,6 +445,13 @@ impl Table {
     fn serve(&self, room: &Room, control: &mut Control, hand: &mut Vec<Part>, woken: &mut Woken) {
         let mut source = TableSource {
             table: self,
+            // Units handed from a release straight to a waiter are
+            // admissions too, without a take: under a standing queue they
+            // are nearly all of them.
+            handed: control
+                .handed
+                .iter()
+                .fold(0usize, |sum, &h| sum.wrapping_add(h)),
             budget: room.policy.pass_budget.unwrap_or_else(|| self.capacity()),
         };
         control.queue.serve(room, hand, &mut source, now(), woken);
