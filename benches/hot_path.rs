@@ -65,6 +65,16 @@ fn op_ours_admit_timed(limiter: &Limiter, controller: &Controller) {
     black_box(&permit);
 }
 
+/// Ours: admission + release of 4 units at once (`try_acquire_many`), on
+/// one shard (the common case of a weighted request).
+#[inline(never)]
+fn op_ours_admit_many(limiter: &Limiter) {
+    let permit = black_box(limiter)
+        .try_acquire_many(4)
+        .expect("no overload here");
+    black_box(&permit);
+}
+
 /// Ours: a refusal, counted (every shard full).
 #[inline(never)]
 fn op_ours_refuse(limiter: &Limiter) {
@@ -229,6 +239,7 @@ fn run(s: &Subjects, name: &str, iters: u64) {
             (0..iters).for_each(|_| op_ours_admit_timed_unsampled(&s.timed, &s.controller_none));
         }
         "ours_refuse" => (0..iters).for_each(|_| op_ours_refuse(&s.ours_full)),
+        "ours_admit_many" => (0..iters).for_each(|_| op_ours_admit_many(&s.ours)),
         "tokio_admit" => (0..iters).for_each(|_| op_tokio_admit(&s.tokio)),
         "tokio_refuse" => (0..iters).for_each(|_| op_tokio_refuse(&s.tokio_empty)),
         "bare_admit" => (0..iters).for_each(|_| op_bare_admit(&s.bare)),
@@ -260,9 +271,10 @@ fn timed_table(s: &Subjects) {
                     op_ours_admit_timed_every(&s.timed, &s.controller_every);
                 })
             },
+            &mut || time_loop(ITERS, || op_ours_admit_many(&s.ours)),
         ],
     );
-    let [ours_a, room_a, bare_a, tokio_a, ours_r, bare_r, tokio_r, empty, timed_a, every_a] =
+    let [ours_a, room_a, bare_a, tokio_a, ours_r, bare_r, tokio_r, empty, timed_a, every_a, many_a] =
         ns[..]
     else {
         unreachable!()
@@ -292,6 +304,10 @@ fn timed_table(s: &Subjects) {
         "ratio admission timed/untimed     = {:.2}   (an adaptive controller, default sampling; every permit timed: {:.2}; untimed: 1.00 by construction)",
         timed_a / ours_a,
         every_a / ours_a
+    );
+    println!(
+        "ratio try_acquire_many(4)/one   = {:.2}   (admission + release of 4 units at once over one unit's; target <= 1.20)",
+        many_a / ours_a
     );
     assert_eq!(s.ours.usage(), 0);
 }

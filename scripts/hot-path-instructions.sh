@@ -45,6 +45,7 @@ echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src benches
 empty=$(per_op empty)
 for op in admit refuse; do
   ours=$(per_op "ours_$op")
+  [ "$op" = admit ] && ours_one=$ours
   tokio=$(per_op "tokio_$op")
   bare=$(per_op "bare_$op")
   net() { awk -v x="$1" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'; }
@@ -60,6 +61,8 @@ every=$(per_op ours_admit_timed_every)
 echo "admission + release, timed by an adaptive controller, every permit:     sidejob $every   (net $(awk -v x="$every" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'))"
 never=$(per_op ours_admit_timed_unsampled)
 echo "admission + release, timed by an adaptive controller, none sampled:   sidejob $never   (net $(awk -v x="$never" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'); what each unsampled permit pays)"
+many=$(per_op ours_admit_many)
+echo "admission + release of 4 units at once (try_acquire_many(4)): sidejob $many   (net $(awk -v x="$many" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'); $(awk -v m="$many" -v o="$ours_one" -v e="$empty" 'BEGIN { printf "%.2f", (m - e) / (o - e) }')x one unit's; target <= 1.2x)"
 room=$(per_op ours_admit_room)
 echo "admission + release, idle waiting room: sidejob $room   (net $(awk -v x="$room" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'))"
 

@@ -224,8 +224,20 @@ impl Limiter {
     /// assert_eq!(limiter.usage(), 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[inline]
     pub fn try_acquire_many(&self, n: usize) -> Result<Permit<'_, Many>, Error> {
-        let (shard, units) = Many::from_grant(self.table.acquire_many(n)?);
+        // The common case built in place: no grant to take apart.
+        if let Some(shard) = self.table.take_home_n(n) {
+            return Ok(Permit {
+                limiter: self,
+                shard,
+                units: Many {
+                    here: n,
+                    rest: Vec::new(),
+                },
+            });
+        }
+        let (shard, units) = Many::from_grant(self.table.acquire_many_cold(n)?);
         Ok(Permit {
             limiter: self,
             shard: self.table.shard(shard),
@@ -1247,10 +1259,7 @@ impl OwnedPermit<One> {
     /// The same unit as a permit of [`Many`] units; as
     /// [`Permit::into_many`].
     pub fn into_many(mut self) -> OwnedPermit<Many> {
-        let grant = self.take_grant().unwrap_or(Grant {
-            shard: FORGOTTEN,
-            more: Some(Box::default()),
-        });
+        let grant = self.take_grant().unwrap_or(Grant::on(FORGOTTEN, 0));
         let (shard, units) = Many::from_grant(grant);
         OwnedPermit {
             limiter: Arc::clone(&self.limiter),

@@ -17,7 +17,7 @@
 
 use std::fmt;
 
-use crate::engine::table::{Grant, More, Shard, Table};
+use crate::engine::table::{Grant, Part, Shard, Table};
 use crate::sync::os_thread;
 
 /// How many units a permit holds: [`One`] or [`Many`]. Sealed: the crate
@@ -86,21 +86,30 @@ impl sealed::Sealed for One {
 /// Any number of units (none included), on one shard or several: the
 /// permit of [`Limiter::try_acquire_many`](crate::Limiter::try_acquire_many)
 /// and its siblings, or of [`Permit::into_many`](crate::Permit::into_many).
+/// Units on the permit's own shard are a count; only units on other
+/// shards (a take wider than one shard, a merge) are in a `Vec`, so a
+/// permit of `n` units from one shard allocates nothing.
 pub struct Many {
-    /// Where the units are beyond the permit's first shard; `None` once
-    /// taken (the permit then holds none).
-    pub(crate) more: Option<Box<More>>,
+    /// Units on the permit's shard.
+    pub(crate) here: usize,
+    /// Units on other shards, one part a shard.
+    pub(crate) rest: Vec<Part>,
 }
 
 impl Many {
     pub(crate) fn from_grant(grant: Grant) -> (usize, Many) {
-        let more = grant.more.unwrap_or_else(|| {
-            Box::new(More {
-                here: 1,
-                rest: Vec::new(),
-            })
-        });
-        (grant.shard, Many { more: Some(more) })
+        let Grant { shard, here, rest } = grant;
+        (shard, Many { here, rest })
+    }
+
+    /// Gives back the units on other shards: out of line, a permit of
+    /// units from one shard never comes here.
+    #[cold]
+    #[inline(never)]
+    fn release_rest(&mut self, table: &Table, panicked: bool) {
+        for part in std::mem::take(&mut self.rest) {
+            table.release_units(part.shard, part.units, panicked);
+        }
     }
 }
 
@@ -120,25 +129,25 @@ impl sealed::Sealed for Many {
     const ONE: bool = false;
 
     fn count(&self) -> usize {
-        self.more.as_deref().map_or(0, More::units)
+        self.here + self.rest.iter().map(|p| p.units).sum::<usize>()
     }
 
-    #[cold]
-    #[inline(never)]
+    #[inline]
     fn release(&mut self, table: &Table, shard: &Shard) {
-        if let Some(more) = self.more.take() {
-            let grant = Grant {
-                shard: shard.index(),
-                more: Some(more),
-            };
-            table.release_grant(grant, os_thread::panicking());
+        if !self.rest.is_empty() {
+            self.release_rest(table, os_thread::panicking());
+        }
+        let here = std::mem::take(&mut self.here);
+        if here > 0 {
+            table.release_run(shard, here, os_thread::panicking);
         }
     }
 
     fn take(&mut self, shard: usize) -> Grant {
         Grant {
             shard,
-            more: Some(self.more.take().unwrap_or_default()),
+            here: std::mem::take(&mut self.here),
+            rest: std::mem::take(&mut self.rest),
         }
     }
 }

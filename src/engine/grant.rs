@@ -2,6 +2,10 @@
 //! shards, how many on each). The table makes and takes them back
 //! (`table/many.rs`); the waiting room hands them to waiters
 //! (`waiters/`); the front-ends' guards hold them.
+//!
+//! The units on the grant's first shard are a number in the grant; only
+//! units on other shards (a take across shards, a merge) go in a `Vec`,
+//! so a grant of `n` units from one shard allocates nothing.
 
 /// Units on one shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -10,150 +14,157 @@ pub(crate) struct Part {
     pub(crate) units: usize,
 }
 
-/// The units of a grant beyond the one unit on its first shard: how many
-/// it holds there, and what it holds elsewhere. Boxed behind an `Option`
-/// in [`Grant`], so a grant of one unit is two words and carries nothing
-/// to check but a null pointer.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct More {
-    /// Units on the grant's first shard (possibly 0 after a split).
+/// Units a table admitted together: `here` units of `shard`, and the
+/// units of `rest` (each part on another shard). Plain data, as a shard
+/// index is: whoever holds it gives it back with `Table::release_grant`
+/// exactly once.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a grant's units stay taken until it is given back"]
+pub(crate) struct Grant {
+    pub(crate) shard: usize,
+    /// Units on `shard` (possibly 0, after a split).
     pub(crate) here: usize,
     /// Units on other shards, one part a shard.
     pub(crate) rest: Vec<Part>,
 }
 
-impl More {
-    /// Every unit it holds.
-    pub(crate) fn units(&self) -> usize {
-        self.here + self.rest.iter().map(|p| p.units).sum::<usize>()
-    }
-}
-
-/// Units a table admitted together: one unit of `shard` when `more` is
-/// `None` (the common case), else what `more` says. Plain data, as a shard
-/// index is: whoever holds it gives it back with
-/// [`Table::release_grant`] exactly once.
-#[derive(Debug, PartialEq, Eq)]
-#[must_use = "a grant's units stay taken until it is given back"]
-pub(crate) struct Grant {
-    pub(crate) shard: usize,
-    pub(crate) more: Option<Box<More>>,
-}
-
 impl Grant {
+    /// `units` units of `shard`.
+    pub(crate) fn on(shard: usize, units: usize) -> Grant {
+        Grant {
+            shard,
+            here: units,
+            rest: Vec::new(),
+        }
+    }
+
     /// One unit of `shard`.
     pub(crate) fn one(shard: usize) -> Grant {
-        Grant { shard, more: None }
+        Grant::on(shard, 1)
     }
 
     /// How many units it holds.
     pub(crate) fn units(&self) -> usize {
-        self.more.as_deref().map_or(1, More::units)
+        self.here + self.rest.iter().map(|p| p.units).sum::<usize>()
     }
 
     /// Each shard it holds units of, with how many (none for a grant of 0
     /// units).
     pub(crate) fn parts(&self) -> Vec<Part> {
-        match self.more.as_deref() {
-            None => vec![Part {
+        let mut parts = Vec::with_capacity(1 + self.rest.len());
+        if self.here > 0 {
+            parts.push(Part {
                 shard: self.shard,
-                units: 1,
-            }],
-            Some(more) => {
-                let mut parts = Vec::with_capacity(1 + more.rest.len());
-                if more.here > 0 {
-                    parts.push(Part {
-                        shard: self.shard,
-                        units: more.here,
-                    });
-                }
-                parts.extend(more.rest.iter().copied());
-                parts
-            }
+                units: self.here,
+            });
         }
+        parts.extend(self.rest.iter().copied());
+        parts
     }
 
-    /// A grant of the units in `parts` (each on a distinct shard), first
-    /// on `shard` (which need not be among them).
+    /// A grant of the units in `parts`, first on `shard` if it is among
+    /// them (else on the first part's shard); 0 units on `shard` for no
+    /// parts.
     pub(crate) fn from_parts(shard: usize, parts: Vec<Part>) -> Grant {
-        if let [only] = parts.as_slice() {
-            if only.units == 1 {
-                return Grant::one(only.shard);
-            }
-        }
-        let mut more = More::default();
-        let mut first = shard;
+        let first = if parts.iter().any(|p| p.shard == shard) {
+            shard
+        } else {
+            parts.first().map_or(shard, |p| p.shard)
+        };
+        let mut grant = Grant::on(first, 0);
         for part in parts {
             if part.shard == first {
-                more.here += part.units;
-            } else if more.here == 0 && more.rest.is_empty() {
-                first = part.shard;
-                more.here = part.units;
+                grant.here += part.units;
             } else {
-                match more.rest.iter_mut().find(|p| p.shard == part.shard) {
+                match grant.rest.iter_mut().find(|p| p.shard == part.shard) {
                     Some(p) => p.units += part.units,
-                    None => more.rest.push(part),
+                    None => grant.rest.push(part),
                 }
             }
         }
-        Grant {
-            shard: first,
-            more: Some(Box::new(more)),
-        }
+        grant
     }
 
     /// Takes `units` of its units into a grant of their own, `None` if it
     /// holds fewer. What is left may be 0 units, and so may the split off
-    /// grant (as tokio's `split(0)`).
+    /// grant (as tokio's `split(0)`). The other shards give theirs first,
+    /// so the first shard keeps what it can.
     pub(crate) fn split(&mut self, units: usize) -> Option<Grant> {
-        let held = self.units();
-        if units > held {
+        if units > self.units() {
             return None;
         }
-        if units == 0 {
-            return Some(Grant {
-                shard: self.shard,
-                more: Some(Box::default()),
-            });
-        }
-        let mut parts = self.parts();
         let mut taken = Vec::new();
         let mut wanted = units;
-        // From the last parts first: the first shard keeps what it can.
         while wanted > 0 {
-            let last = parts.last_mut().expect("held >= units");
-            let k = last.units.min(wanted);
-            taken.push(Part {
-                shard: last.shard,
-                units: k,
-            });
-            last.units -= k;
+            let from_rest = self.rest.last_mut();
+            let (shard, held) = match from_rest {
+                Some(last) => (last.shard, &mut last.units),
+                None => (self.shard, &mut self.here),
+            };
+            let k = (*held).min(wanted);
+            *held -= k;
             wanted -= k;
-            if last.units == 0 {
-                parts.pop();
+            taken.push(Part { shard, units: k });
+            if self.rest.last().is_some_and(|p| p.units == 0) {
+                self.rest.pop();
             }
         }
-        *self = Grant::from_parts_keeping(self.shard, parts);
-        Some(Grant::from_parts(taken[0].shard, taken))
-    }
-
-    /// As [`from_parts`](Self::from_parts), but never the one-unit form
-    /// for no parts: a grant emptied by a split keeps its first shard and
-    /// holds 0 units.
-    fn from_parts_keeping(shard: usize, parts: Vec<Part>) -> Grant {
-        if parts.is_empty() {
-            return Grant {
-                shard,
-                more: Some(Box::default()),
-            };
-        }
-        Grant::from_parts(shard, parts)
+        Some(Grant::from_parts(
+            taken.first().map_or(self.shard, |p| p.shard),
+            taken,
+        ))
     }
 
     /// Adds `other`'s units to this grant (both of one table).
     pub(crate) fn merge(&mut self, other: Grant) {
         let mut parts = self.parts();
         parts.extend(other.parts());
-        *self = Grant::from_parts_keeping(self.shard, parts);
+        *self = Grant::from_parts(self.shard, parts);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_and_merge_keep_every_unit_once() {
+        let mut grant = Grant::from_parts(
+            2,
+            vec![
+                Part { shard: 2, units: 3 },
+                Part { shard: 0, units: 2 },
+                Part { shard: 5, units: 1 },
+            ],
+        );
+        assert_eq!((grant.shard, grant.here, grant.units()), (2, 3, 6));
+        let a = grant.split(2).unwrap();
+        assert_eq!((a.units(), grant.units()), (2, 4));
+        assert!(grant.split(5).is_none());
+        let b = grant.split(4).unwrap();
+        assert_eq!(grant.units(), 0);
+        assert_eq!(grant.shard, 2, "an emptied grant keeps its first shard");
+        let zero = b.clone_parts_for_test();
+        assert_eq!(zero.iter().map(|p| p.units).sum::<usize>(), 4);
+        grant.merge(a);
+        grant.merge(b);
+        assert_eq!(grant.units(), 6);
+        let mut per_shard = grant.parts();
+        per_shard.sort_by_key(|p| p.shard);
+        assert_eq!(
+            per_shard,
+            [
+                Part { shard: 0, units: 2 },
+                Part { shard: 2, units: 3 },
+                Part { shard: 5, units: 1 },
+            ]
+        );
+        assert_eq!(grant.split(0).map(|g| g.units()), Some(0));
+    }
+
+    impl Grant {
+        fn clone_parts_for_test(&self) -> Vec<Part> {
+            self.parts()
+        }
     }
 }

@@ -39,10 +39,22 @@
 //! enough units are back).
 
 use super::{Shard, Table, Take, CLOSED, FLAGS, GATED, UNIT};
-use crate::engine::grant::{Grant, More, Part};
+use crate::engine::grant::{Grant, Part};
+use crate::engine::probe::raw_thread_index;
 use crate::engine::waiters::Woken;
 use crate::error::Error;
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
+
+/// What [`Shard::take_fast_n`] found.
+enum FastN {
+    /// Taken below the limit: nothing more to do.
+    Taken,
+    /// Taken, and the shard now holds `now` against `limit` read after the
+    /// CAS: its last units, or over a limit a resize lowered.
+    Edge { now: usize, limit: usize },
+    /// Nothing taken.
+    No,
+}
 
 /// What a planned take across shards found on one shard: its free units
 /// (exact, the shard being gated), or that it is closed.
@@ -57,7 +69,62 @@ impl Table {
     /// than `n` were seen free, [`Error::TooLarge`] at once when `n` is
     /// above the capacity in force, `Shutdown` once closed. A take of one
     /// unit is the hot path's; of 0 units, a grant of nothing.
+    #[inline]
     pub(crate) fn acquire_many(&self, n: usize) -> Result<Grant, Error> {
+        match self.take_home_n(n) {
+            Some(shard) => Ok(Grant::on(shard.index, n)),
+            None => self.acquire_many_cold(n),
+        }
+    }
+
+    /// The fast path of a take of `n > 1` units: all of them below the
+    /// limit of the home shard, one reading of its counters and one CAS,
+    /// as for one unit (`Shard::take_fast_n`). `None` (nothing taken) for
+    /// anything else, which [`acquire_many_cold`](Self::acquire_many_cold)
+    /// settles; a front-end building its permit in place calls this
+    /// first, so the fast path makes no grant to take apart.
+    // inline(always): as `acquire_shard`, the caller's hot path.
+    #[inline(always)]
+    pub(crate) fn take_home_n(&self, n: usize) -> Option<&Shard> {
+        if n < 2 {
+            return None;
+        }
+        // The home shard as `acquire_shard` finds it: the thread's index
+        // as stored, when the table allows and it is in range.
+        let raw = raw_thread_index();
+        let start = if self.thread_home && raw < self.shards.len() {
+            raw
+        } else {
+            self.home_shard()
+        };
+        let shard = &*self.shards[start];
+        match shard.take_fast_n(n) {
+            FastN::Taken => Some(shard),
+            FastN::Edge { now, limit } => self.took_edge_n(start, n, now, limit),
+            FastN::No => None,
+        }
+    }
+
+    /// The fast take of `n` landed at or over the shard's limit: it took
+    /// the last units (mark the shard full, as `took_edge` does for one,
+    /// and keep them), or a racing resize lowered the limit under it (undo
+    /// it: `None`, and the cold path goes on).
+    #[cold]
+    #[inline(never)]
+    fn took_edge_n(&self, start: usize, n: usize, now: usize, limit: usize) -> Option<&Shard> {
+        if now > limit {
+            self.undo_n(start, n);
+            return None;
+        }
+        self.shards[start].raise_peak(now);
+        self.mark_full(start);
+        Some(&self.shards[start])
+    }
+
+    /// [`acquire_many`](Self::acquire_many) past its fast path.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn acquire_many_cold(&self, n: usize) -> Result<Grant, Error> {
         match n {
             1 => return self.acquire().map(Grant::one),
             0 => return self.empty_grant(),
@@ -91,10 +158,7 @@ impl Table {
         if self.is_closed() {
             return Err(Error::Shutdown);
         }
-        Ok(Grant {
-            shard: self.home_shard(),
-            more: Some(Box::default()),
-        })
+        Ok(Grant::on(self.home_shard(), 0))
     }
 
     /// The take of `n > 1` units from the home shard, uncounted: the first
@@ -137,15 +201,9 @@ impl Table {
         self.take_across(start, n)
     }
 
-    /// The grant of `n` units all on shard `i`.
+    /// The grant of `n` units all on shard `i`: no allocation.
     fn grant_n(&self, i: usize, n: usize) -> Grant {
-        Grant {
-            shard: i,
-            more: Some(Box::new(More {
-                here: n,
-                rest: Vec::new(),
-            })),
-        }
+        Grant::on(i, n)
     }
 
     /// The free units the shards show, each read on its own (plain loads:
@@ -314,18 +372,39 @@ impl Table {
         shard.phantom.fetch_add(part.units, Relaxed);
     }
 
-    /// Gives back every unit of `grant`, `panicked` if its holder was
-    /// unwinding: each shard's units in one release.
-    pub(crate) fn release_grant(&self, grant: Grant, panicked: bool) {
-        match grant.more {
-            None => self.release(grant.shard, panicked),
-            Some(more) => {
-                self.release_units(grant.shard, more.here, panicked);
-                for part in &more.rest {
-                    self.release_units(part.shard, part.units, panicked);
-                }
-            }
+    /// Gives back `n` units of `shard` in one release, asking `panicked`
+    /// (a front-end passes `thread::panicking`) once they are back: a
+    /// permit of many units from one shard. Inline, the table without a
+    /// waiting room alone (the full-set steps and one RMW); a room's
+    /// hand-offs out of line.
+    ///
+    /// The shape of `release_shard`'s fast path, for a run: step 2's read
+    /// with the shard's own bit, the RMW on `given`, step 3's read, then
+    /// the panic question; a marked shard, a table of more than 64 shards
+    /// or one with a waiting room go out of line.
+    #[inline(always)]
+    pub(crate) fn release_run<P: FnOnce() -> bool>(&self, shard: &Shard, n: usize, panicked: P) {
+        if !self.one_word || self.full.first_word() & shard.bit != 0 || self.room.is_some() {
+            return self.release_run_general(shard.index, n, panicked());
         }
+        // AcqRel: as in `Shard::give_back_many`, which argues both halves.
+        shard.given.fetch_add(n * UNIT, AcqRel);
+        // Step 3's read, ordered after a racing marker's `insert` by the
+        // RMW just made (see `Table::give_back_many`).
+        if self.full.first_word() & shard.bit != 0 {
+            self.unmark(shard.index);
+        }
+        if panicked() {
+            // Release, and after `given`: as in `Shard::give_back_many`.
+            shard.panicked.fetch_add(n, Release);
+        }
+    }
+
+    /// [`release_run`](Self::release_run) through the whole protocol.
+    #[cold]
+    #[inline(never)]
+    fn release_run_general(&self, i: usize, n: usize, panicked: bool) {
+        self.release_units(i, n, panicked);
     }
 
     /// Gives back `units` units of shard `i`, all by a panic if `panicked`.
@@ -347,6 +426,43 @@ impl Table {
 }
 
 impl Shard {
+    /// The fast path's take of `n` units (`take_fast` for one): one reading
+    /// of the counters and at most one CAS. Anything it cannot settle (a
+    /// flag, too little room, a lost CAS) is [`FastN::No`], left to the
+    /// cold path; the last units, or a take over a limit a resize lowered,
+    /// are [`FastN::Edge`], handled out of line by the caller.
+    #[inline(always)]
+    fn take_fast_n(&self, n: usize) -> FastN {
+        // Acquire, both: as in `take_fast`.
+        let taken = self.taken.load(Acquire);
+        let given = self.given.load(Acquire);
+        // As in `take_fast`: a flag or a negative gap lands far above any
+        // limit, so one compare refuses them with too little room.
+        let usage = taken
+            .wrapping_sub(given)
+            .rotate_right(UNIT.trailing_zeros());
+        let limit = self.limit();
+        if usage >= limit || limit - usage < n {
+            return FastN::No;
+        }
+        // As `take_fast`'s CAS (and `try_take_masked`'s, argued there).
+        if self
+            .taken
+            .compare_exchange(taken, taken + n * UNIT, AcqRel, Relaxed)
+            .is_err()
+        {
+            return FastN::No;
+        }
+        let now = usage + n;
+        // The limit again after the CAS, as `take_fast` reads it.
+        let limit = self.limit();
+        if now >= limit {
+            return FastN::Edge { now, limit };
+        }
+        self.raise_peak(now);
+        FastN::Taken
+    }
+
     /// Takes `n` units if the shard is open and has room for all of them;
     /// stops at the flags in `stop` (`FLAGS` normally, `CLOSED` alone for
     /// a take across shards, under the gate it set itself).

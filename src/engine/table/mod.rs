@@ -68,7 +68,7 @@ mod resize;
 mod room;
 mod unit;
 
-pub(crate) use crate::engine::grant::{Grant, More};
+pub(crate) use crate::engine::grant::{Grant, Part};
 pub(crate) use admission::Admission;
 #[cfg(not(loom))]
 use room::RoomAlarm;
