@@ -200,9 +200,11 @@ impl Limiter {
     /// * [`Error::Overload`] when the shards, read one after another during
     ///   the call, showed fewer than `n` free; counted in
     ///   [`Stats::rejected`].
-    /// * [`Error::TooLarge`] at once when `n` is above the
+    /// * [`Error::TooLarge`] at once when `n` (more than one) is above the
     ///   [capacity](Self::capacity) in force: it could never be admitted
     ///   as the capacity stands. Not counted as a rejection.
+    ///   `try_acquire_many(1)` answers as [`try_acquire`](Self::try_acquire)
+    ///   does, `Overload` at a capacity of 0.
     /// * [`Error::Shutdown`] once [`close`](Self::close) has been called.
     ///
     /// # Examples

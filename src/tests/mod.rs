@@ -1,7 +1,8 @@
 //! Crate-private protocol tests: proptest models that drive the engine
 //! through seams the public API does not expose, on one harness
 //! (`harness.rs`: the split and walk they predict with, the counters they
-//! check, the gated pool they drive).
+//! check, the gated pool they drive). `weighted_model.rs` checks takes of
+//! many units against a ledger.
 
 mod harness;
 mod keyed_model;
@@ -11,3 +12,4 @@ mod pool_model;
 mod shepherd_model;
 mod spawn_refusal;
 mod supervisor_model;
+mod weighted_model;

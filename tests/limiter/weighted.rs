@@ -364,8 +364,8 @@ fn weighted_types_are_send_and_sync() {
     send_sync::<Many>();
 }
 
-/// Threads take random widths, one unit or many, with a shadow ledger of
-/// what each holds: the limiter's usage is never above its capacity (and
+/// Threads take random widths, one unit or many (10^7 takes and releases
+/// in all), with a shadow ledger of what each holds: the limiter's usage is never above its capacity (and
 /// matches the ledger once they stop), each shard stays within its limit,
 /// and every unit comes back.
 #[test]
@@ -374,11 +374,9 @@ fn stress_weighted_takes_never_exceed_the_capacity() {
     let limiter = Arc::new(limiter(capacity, 4));
     let held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let threads = 4;
-    let rounds = if cfg!(debug_assertions) {
-        20_000
-    } else {
-        200_000
-    };
+    // 4 threads x 1.25 M takes, each given back: 10^7 admissions and
+    // releases (issue 35 asks for 10^7 operations in CI).
+    let rounds = 1_250_000;
     let barrier = Arc::new(Barrier::new(threads));
     let handles: Vec<_> = (0..threads)
         .map(|t| {
