@@ -62,7 +62,7 @@ echo "admission + release, timed by an adaptive controller, every permit:     si
 never=$(per_op ours_admit_timed_unsampled)
 echo "admission + release, timed by an adaptive controller, none sampled:   sidejob $never   (net $(awk -v x="$never" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'); what each unsampled permit pays)"
 many=$(per_op ours_admit_many)
-echo "admission + release of 4 units at once (try_acquire_many(4)): sidejob $many   (net $(awk -v x="$many" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'); $(awk -v m="$many" -v o="$ours_one" -v e="$empty" 'BEGIN { printf "%.2f", (m - e) / (o - e) }')x one unit's; target <= 1.2x)"
+echo "admission + release of 4 units at once (try_acquire_many(4)): sidejob $many   (net $(awk -v x="$many" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'); $(awk -v m="$many" -v o="$ours_one" -v e="$empty" 'BEGIN { printf "%.2f", (m - e) / (o - e) }')x one unit's instructions; the bench's timed table has the time, target <= 1.2x there)"
 room=$(per_op ours_admit_room)
 echo "admission + release, idle waiting room: sidejob $room   (net $(awk -v x="$room" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'))"
 

@@ -112,6 +112,17 @@
 //! those above the new capacity drain first. `available()` says how many
 //! units are free, to size a batch of claims. More in [`guide::resizing`].
 //!
+//! # Requests of different sizes
+//!
+//! [`Limiter::try_acquire_many`] takes `n` units at once, all or nothing,
+//! from one shard or, when none has room, from several;
+//! [`Limiter::acquire_many`] and its async forms wait for them, letting
+//! small requests pass a waiting large one for a bounded budget, then
+//! keeping freed units for it (neither tokio's strict FIFO nor first
+//! fit). Permits of many units split, merge and forget;
+//! [`Limiter::add_capacity`] and [`Limiter::remove_capacity`] resize by a
+//! difference. More in [`guide::weighted`].
+//!
 //! # One at a time per key
 //!
 //! [`Supervisor::reserve_keyed`] and its siblings (`try_`, `_async`, and
@@ -271,6 +282,8 @@ pub mod guide {
     pub mod waiting {}
     #[doc = include_str!("../docs/guide/resizing.md")]
     pub mod resizing {}
+    #[doc = include_str!("../docs/guide/weighted.md")]
+    pub mod weighted {}
     #[doc = include_str!("../docs/guide/adaptive.md")]
     pub mod adaptive {}
     #[doc = include_str!("../docs/guide/keyed.md")]
