@@ -636,3 +636,37 @@ mod waiting {
         crate::every_unit_is_there(&limiter);
     }
 }
+
+/// A waiter of more units than a shrink leaves is told so at once
+/// (`TooLarge`), and what it had collected goes back.
+#[test]
+fn a_shrink_below_a_waiters_need_ends_its_wait_with_too_large() {
+    use std::task::Poll;
+
+    use crate::common::poll_once;
+
+    let limiter = Arc::new(
+        Limiter::builder()
+            .capacity(6)
+            .shards(2)
+            .max_waiters(4)
+            .max_wait(crate::LONG)
+            .pass_budget(0)
+            .build()
+            .unwrap(),
+    );
+    let mut held = crate::fill(&limiter);
+    let mut big = Box::pin(Arc::clone(&limiter).acquire_many_owned_async(5));
+    assert!(poll_once(&mut big).is_pending());
+    drop(held.pop()); // collected on the waiter
+    limiter.set_capacity(4).unwrap();
+    assert!(matches!(
+        poll_once(&mut big),
+        Poll::Ready(Err(Error::TooLarge))
+    ));
+    assert_eq!(limiter.waiting(), 0);
+    assert_eq!(limiter.usage(), 5, "the collected unit went back");
+    drop(held);
+    assert_eq!(limiter.usage(), 0);
+    assert_eq!(limiter.try_acquire_many(4).unwrap().units(), 4);
+}

@@ -110,6 +110,11 @@ impl Table {
                 self.apply(&mut control, &limits, false, &mut woken);
             }
         }
+        // Waiters of more units than the new capacity can never be served:
+        // they are told so now, not left to their deadline.
+        if let Some(room) = self.room.as_deref() {
+            control.queue.end_too_large(room, capacity, &mut woken);
+        }
         drop(control);
         // 4. Wake the waiters a grow served: un-gated and unlocked, so a
         //    waker that calls back into the table finds it open, and one

@@ -254,6 +254,10 @@ impl Source for TableSource<'_> {
     fn budget(&self) -> usize {
         self.budget
     }
+
+    fn capacity(&self) -> usize {
+        self.table.capacity()
+    }
 }
 
 impl Table {
@@ -550,6 +554,7 @@ impl Table {
         }
         match state {
             State::Closed => Err(Error::Shutdown),
+            State::TooLarge => Err(Error::TooLarge),
             _ => {
                 room.record_timeout();
                 Err(Error::Timeout)
@@ -588,7 +593,7 @@ impl Table {
                 self.return_grant(grant);
             }
             // Units collected before a close or an expiry go back.
-            State::Closed | State::Expired if queued.need > 1 => {
+            State::Closed | State::Expired | State::TooLarge if queued.need > 1 => {
                 if let Some(left) = queued.ticket.take_grant() {
                     self.return_grant(left);
                 }

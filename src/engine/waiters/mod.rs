@@ -338,20 +338,25 @@ pub(crate) enum State {
     Expired,
     /// The table was closed.
     Closed,
+    /// A shrink left the capacity below what it waits for: it could never
+    /// be served.
+    TooLarge,
 }
 
 impl State {
     const WAITING: usize = 0;
     const EXPIRED: usize = 1;
     const CLOSED: usize = 2;
+    const TOO_LARGE: usize = 3;
     /// `Granted(shard)` is `GRANTED + shard`.
-    const GRANTED: usize = 3;
+    const GRANTED: usize = 4;
 
     fn encode(self) -> usize {
         match self {
             State::Waiting => State::WAITING,
             State::Expired => State::EXPIRED,
             State::Closed => State::CLOSED,
+            State::TooLarge => State::TOO_LARGE,
             State::Granted(shard) => State::GRANTED + shard,
         }
     }
@@ -361,6 +366,7 @@ impl State {
             State::WAITING => State::Waiting,
             State::EXPIRED => State::Expired,
             State::CLOSED => State::Closed,
+            State::TOO_LARGE => State::TooLarge,
             shard => State::Granted(shard - State::GRANTED),
         }
     }

@@ -135,6 +135,8 @@ pub(crate) trait Source {
     /// How many units may be admitted past a waiting request of many
     /// units before it is reserved.
     fn budget(&self) -> usize;
+    /// The capacity in force: a waiter that needs more is ended.
+    fn capacity(&self) -> usize;
 }
 
 /// How many waiters past a head that does not fit [`Queue::serve`] looks
@@ -563,6 +565,9 @@ impl Queue {
     ///   or free in the table) is collected on it, and nobody passes it,
     ///   until it holds all it needs. If it leaves first, its units serve
     ///   the next waiters in the same critical section (`Table::withdraw`).
+    /// * A head that needs more than the capacity in force (a shrink came
+    ///   after it) is ended with `TooLarge`, never left to wait for room
+    ///   that cannot come.
     ///
     /// The room's order picks the head (FIFO: the oldest; LIFO and a
     /// standing adaptive LIFO: the newest); adaptive LIFO's target
@@ -576,6 +581,14 @@ impl Queue {
         woken: &mut Woken,
     ) {
         while let Some(head) = self.head(room, now) {
+            if self.node(head).need > source.capacity() {
+                // A shrink made it impossible: it could never be served.
+                // What it collected goes back with its outcome.
+                self.unlink(head);
+                room.set_count(self.len);
+                self.end(head, State::TooLarge, woken);
+                continue;
+            }
             if self.node(head).reserved {
                 if !self.collect(head, hand, source) {
                     break;
@@ -609,6 +622,31 @@ impl Queue {
                 Some(key) => self.grant_node(room, key, woken),
                 None => break,
             }
+        }
+    }
+
+    /// Ends with `TooLarge` every waiter that needs more than `capacity`
+    /// (a shrink made it impossible), pushing what to wake onto `woken`.
+    /// Linear in the queue: once per resize, under its lock.
+    pub(crate) fn end_too_large(&mut self, room: &Room, capacity: usize, woken: &mut Woken) {
+        if self.wide == 0 {
+            return;
+        }
+        let mut ended = Vec::new();
+        let mut key = self.oldest;
+        while key != NIL {
+            let node = self.node(key);
+            let newer = node.newer;
+            if node.need > capacity {
+                self.unlink(key);
+                ended.push(key);
+            }
+            key = newer;
+        }
+        // The count before the tickets (see `end`).
+        room.set_count(self.len);
+        for key in ended {
+            self.end(key, State::TooLarge, woken);
         }
     }
 

@@ -73,6 +73,10 @@ impl Source for Fake {
     fn budget(&self) -> usize {
         self.budget
     }
+
+    fn capacity(&self) -> usize {
+        usize::MAX
+    }
 }
 
 fn part(shard: usize, units: usize) -> crate::engine::grant::Part {
