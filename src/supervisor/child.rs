@@ -1,6 +1,7 @@
 //! What a child is to its caller: its id, kind and description, the handle of a spawned thread ([`Child`]), and the guard whose drop is the child's exit ([`ChildGuard`]).
 
 use super::RegistryShard;
+use crate::engine::grant::Grant;
 use crate::supervisor::keys::KeySlot;
 use crate::sync::{os_thread, Arc};
 use std::fmt;
@@ -161,9 +162,19 @@ pub struct ChildGuard {
     /// whose id is `key`, after the unit.
     pub(super) keyed: bool,
     pub(super) key: u64,
+    /// The units a child of many holds beyond the one of its slot's shard
+    /// (`reserve_many`): `None` for a child of one unit, so its exit
+    /// checks a null pointer and nothing more.
+    pub(super) more: Option<Box<Grant>>,
 }
 
 impl ChildGuard {
+    /// How many units of the capacity the child holds: 1, or what
+    /// [`Supervisor::reserve_many`](crate::Supervisor::reserve_many) took.
+    pub fn units(&self) -> usize {
+        1 + self.more.as_deref().map_or(0, Grant::units)
+    }
+
     /// The child's id, as [`Supervisor::which_children`](crate::Supervisor::which_children) lists it.
     pub fn id(&self) -> ChildId {
         // Computed, not stored: a smaller guard is a cheaper reserve + drop.
@@ -184,6 +195,12 @@ impl Drop for ChildGuard {
     #[inline]
     fn drop(&mut self) {
         let panicked = self.panicked || os_thread::panicking();
+        // The units beyond the slot's go back first, so that the slot's
+        // own release is the last, and its check for an empty shard (what
+        // `wait_idle` waits for) sees them all back.
+        if let Some(more) = self.more.take() {
+            self.give_back_more(*more, panicked);
+        }
         #[cfg(feature = "tokio")]
         if self.task {
             self.shard
@@ -198,6 +215,18 @@ impl Drop for ChildGuard {
         // alive until here.
         if self.keyed {
             self.shard.common.keys.release(self.key);
+        }
+    }
+}
+
+impl ChildGuard {
+    /// Gives back the units of a child of many beyond its slot's unit.
+    #[cold]
+    #[inline(never)]
+    fn give_back_more(&self, more: Grant, panicked: bool) {
+        let table = &self.shard.common.table;
+        for part in more.parts() {
+            table.release_units(part.shard, part.units, panicked);
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The registry of live children: one padded run of slot words per table shard, each word an occupant (its kind, generation and start time) or free; and the admission that takes a unit of the table and a slot together.
 
 use super::{ChildGuard, ChildId, ChildKind, Common, Inner};
+use crate::engine::grant::Grant;
 use crate::engine::table::Admission;
 use crate::error::Error;
 #[cfg(feature = "tokio")]
@@ -317,6 +318,20 @@ impl Inner {
             task: false,
             keyed: false,
             key: 0,
+            more: None,
         }
+    }
+
+    /// Registers a child of the units of `grant` (taken by the caller):
+    /// its slot on the grant's first shard, which holds at least one of
+    /// them; the rest ride in the guard.
+    pub(super) fn register_many(&self, mut grant: Grant, kind: ChildKind) -> ChildGuard {
+        debug_assert!(grant.here >= 1, "a grant's first shard holds a unit");
+        let mut guard = self.register(grant.shard, kind);
+        grant.here -= 1;
+        if grant.units() > 0 {
+            guard.more = Some(Box::new(grant));
+        }
+        guard
     }
 }

@@ -100,6 +100,107 @@ impl Supervisor {
         Ok(self.inner.register(shard, ChildKind::Reserved))
     }
 
+    /// Admits a child that holds `n` units of the capacity (a job that
+    /// needs 4 of 16 cores, an import weighed by its rows), and returns its
+    /// guard. Waits for them only under the supervisor's waiting policy,
+    /// with the bounded passing of [`Limiter::acquire_many`](crate::Limiter::acquire_many)
+    /// (small children pass a waiting large one until its pass budget is
+    /// spent). The child is listed once by
+    /// [`which_children`](Self::which_children); its units count in
+    /// [`usage`](Self::usage); dropping the guard gives them all back.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::TooLarge`](crate::Error::TooLarge) at once for `n` above
+    ///   the capacity in force, or for `n = 0` (a child holds at least one
+    ///   unit).
+    /// * [`Error::Overload`](crate::Error::Overload) when `n` units are not
+    ///   free (and the room is full or there is none); counted in
+    ///   [`Stats::rejected`](crate::Stats::rejected).
+    /// * [`Error::Timeout`](crate::Error::Timeout) when its wait ran out.
+    /// * [`Error::Shutdown`](crate::Error::Shutdown) once closed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{Error, Supervisor};
+    ///
+    /// let cores = Supervisor::builder().capacity(16).shards(4).build()?;
+    /// let job = cores.reserve_many(6)?; // wider than a shard (4): from several
+    /// let small = cores.reserve()?;
+    /// assert_eq!((job.units(), small.units(), cores.usage()), (6, 1, 7));
+    /// assert_eq!(cores.which_children().len(), 2);
+    /// assert_eq!(cores.try_reserve_many(10).unwrap_err(), Error::Overload);
+    /// drop(job);
+    /// assert_eq!(cores.usage(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve_many(&self, n: usize) -> Result<ChildGuard, Error> {
+        let grant = match n {
+            0 => return Err(Error::TooLarge),
+            1 => return self.reserve(),
+            _ => self.inner.common.table.acquire_waiting_many(n, None)?,
+        };
+        Ok(self.inner.register_many(grant, ChildKind::Reserved))
+    }
+
+    /// [`reserve_many`](Self::reserve_many) that never waits, whatever the
+    /// supervisor's waiting policy.
+    ///
+    /// # Errors
+    ///
+    /// As [`reserve_many`](Self::reserve_many), but never `Timeout`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let sup = sidejob::Supervisor::new(8)?;
+    /// let guard = sup.try_reserve_many(3)?;
+    /// assert_eq!((guard.units(), sup.usage()), (3, 3));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_reserve_many(&self, n: usize) -> Result<ChildGuard, Error> {
+        if n == 0 {
+            return Err(Error::TooLarge);
+        }
+        let grant = self.inner.common.table.acquire_many(n)?;
+        Ok(self.inner.register_many(grant, ChildKind::Reserved))
+    }
+
+    /// [`reserve_many`](Self::reserve_many) as a future: waits without
+    /// blocking the executor's thread.
+    ///
+    /// # Errors
+    ///
+    /// As [`reserve_many`](Self::reserve_many).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future gives up the wait; units handed to it or
+    /// collected for it meanwhile go to the next waiters. Nothing is
+    /// registered.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    /// # rt.block_on(async {
+    /// let sup = sidejob::Supervisor::builder().capacity(8).max_waiters(4).build()?;
+    /// let guard = sup.reserve_many_async(5).await?;
+    /// assert_eq!(sup.usage(), 5);
+    /// drop(guard);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn reserve_many_async(&self, n: usize) -> Result<ChildGuard, Error> {
+        let grant = match n {
+            0 => return Err(Error::TooLarge),
+            _ => self.inner.common.table.acquire_async_many(n, None).await?,
+        };
+        Ok(self.inner.register_many(grant, ChildKind::Reserved))
+    }
+
     /// How many callers wait for capacity now (0 without a waiting room).
     pub fn waiting(&self) -> usize {
         self.inner.common.table.waiting()

@@ -6,7 +6,8 @@
 //! * `waiting.rs`: waiting for capacity (issue 8);
 //! * `tasks.rs`: guards in tokio tasks, `spawn_task`, `abort_all`
 //!   (issue 7);
-//! * `keyed.rs`: keyed admission, `per_key` and `KeyBusy` (issue 10).
+//! * `keyed.rs`: keyed admission, `per_key` and `KeyBusy` (issue 10);
+//! * `weighted.rs`: children of many units (issue 35).
 //!
 //! Synchronised with barriers and channels; nothing sleeps and nothing
 //! asserts on time. (The `wait_idle` lock-hold fix of issue 7 is checked by
@@ -21,3 +22,4 @@ mod close;
 mod keyed;
 mod tasks;
 mod waiting;
+mod weighted;

@@ -1,0 +1,126 @@
+//! Children of many units (issue 35): `reserve_many`, `try_reserve_many`,
+//! `reserve_many_async`; one listing per child, every unit counted and
+//! given back, across shards within each shard's registry slots.
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use sidejob::{Error, Supervisor};
+
+use crate::common::poll_once;
+
+fn sup(capacity: usize, shards: usize) -> Supervisor {
+    Supervisor::builder()
+        .capacity(capacity)
+        .shards(shards)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_child_of_many_units_is_listed_once_and_gives_every_unit_back() {
+    let sup = sup(16, 4); // 4 a shard
+    let big = sup.try_reserve_many(7).unwrap(); // across shards
+    let small = sup.try_reserve().unwrap();
+    assert_eq!((big.units(), small.units(), sup.usage()), (7, 1, 8));
+    let mut ids = sup.which_children();
+    ids.sort_unstable();
+    let mut want = vec![big.id(), small.id()];
+    want.sort_unstable();
+    assert_eq!(ids, want);
+    assert_eq!(sup.try_reserve_many(9).unwrap_err(), Error::Overload);
+    assert_eq!(sup.try_reserve_many(17).unwrap_err(), Error::TooLarge);
+    assert_eq!(sup.try_reserve_many(0).unwrap_err(), Error::TooLarge);
+    drop(big);
+    assert_eq!(sup.usage(), 1);
+    let rest = sup.try_reserve_many(15).unwrap();
+    assert_eq!(sup.usage(), 16);
+    drop((rest, small));
+    let stats = sup.stats();
+    assert_eq!((stats.usage, stats.accepted, stats.completed), (0, 23, 23));
+}
+
+#[test]
+fn a_supervisor_at_its_maximum_still_admits_a_child_wider_than_a_shard() {
+    // Each shard's registry has max_capacity / shards slots (2 here): a
+    // child of 6 holds one slot and units on several shards.
+    let sup = Supervisor::builder()
+        .capacity(8)
+        .shards(4)
+        .max_capacity(8)
+        .build()
+        .unwrap();
+    let wide = sup.try_reserve_many(6).unwrap();
+    let a = sup.try_reserve().unwrap();
+    let b = sup.try_reserve().unwrap();
+    assert_eq!(sup.try_reserve().unwrap_err(), Error::Overload);
+    assert_eq!(sup.which_children().len(), 3);
+    drop((wide, a, b));
+    // Eight children of one unit fill every slot again.
+    let all: Vec<_> = (0..8).map(|_| sup.try_reserve().unwrap()).collect();
+    assert_eq!(sup.which_children().len(), 8);
+    drop(all);
+    assert_eq!(sup.usage(), 0);
+}
+
+#[test]
+fn wait_idle_sees_a_child_of_many_leave() {
+    let sup = Arc::new(sup(8, 2));
+    let guard = sup.try_reserve_many(6).unwrap();
+    let (go, gone) = mpsc::channel();
+    let child = thread::spawn(move || {
+        gone.recv().unwrap();
+        drop(guard);
+    });
+    let waiter = {
+        let sup = Arc::clone(&sup);
+        thread::spawn(move || sup.wait_idle(Duration::from_secs(30)))
+    };
+    go.send(()).unwrap();
+    child.join().unwrap();
+    assert!(waiter.join().unwrap(), "the child's exit woke wait_idle");
+    assert_eq!(sup.usage(), 0);
+}
+
+#[test]
+fn a_child_of_many_that_panics_counts_its_units_as_panicked() {
+    let sup = Arc::new(sup(8, 2));
+    let guard = sup.try_reserve_many(5).unwrap();
+    let died = thread::spawn(move || {
+        let _guard = guard;
+        panic!("the child failed");
+    })
+    .join();
+    assert!(died.is_err());
+    let stats = sup.stats();
+    assert_eq!((stats.usage, stats.panicked), (0, 5));
+}
+
+#[test]
+fn reserve_many_waits_and_its_future_gives_up_cleanly() {
+    let sup = Supervisor::builder()
+        .capacity(4)
+        .shards(2)
+        .max_waiters(4)
+        .max_wait(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let held: Vec<_> = (0..4).map(|_| sup.try_reserve().unwrap()).collect();
+    let mut wait = Box::pin(sup.reserve_many_async(3));
+    assert!(poll_once(&mut wait).is_pending());
+    assert_eq!(sup.waiting(), 1);
+    drop(wait); // gives up: nothing registered, nothing lost
+    assert_eq!((sup.waiting(), sup.usage()), (0, 4));
+    let mut wait = Box::pin(sup.reserve_many_async(3));
+    assert!(poll_once(&mut wait).is_pending());
+    drop(held);
+    let std::task::Poll::Ready(Ok(guard)) = poll_once(&mut wait) else {
+        panic!("three units came");
+    };
+    assert_eq!(
+        (guard.units(), sup.usage(), sup.which_children().len()),
+        (3, 3, 1)
+    );
+}
