@@ -41,6 +41,15 @@ pub const LONG: Duration = Duration::from_secs(30);
 /// A `max_wait` that must run out: only the error is checked, never the time.
 pub const SHORT: Duration = Duration::from_millis(20);
 
+/// A fail-fast limiter of `capacity` over `shards`.
+pub fn limiter(capacity: usize, shards: usize) -> Limiter {
+    Limiter::builder()
+        .capacity(capacity)
+        .shards(shards)
+        .build()
+        .unwrap()
+}
+
 /// A limiter with a waiting room.
 pub fn room(
     capacity: usize,

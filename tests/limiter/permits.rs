@@ -11,13 +11,7 @@ use std::time::Duration;
 use sidejob::probe::Probe;
 use sidejob::{Error, Limiter, OwnedPermit, Permit};
 
-fn limiter(capacity: usize, shards: usize) -> Limiter {
-    Limiter::builder()
-        .capacity(capacity)
-        .shards(shards)
-        .build()
-        .unwrap()
-}
+use super::limiter;
 
 /// For every capacity and shard count, the shard limits add up to the
 /// capacity, differ by one at most, and exactly that many permits are taken.

@@ -16,13 +16,7 @@ use std::thread;
 use sidejob::units::Many;
 use sidejob::{Error, Limiter, OwnedPermit, Permit};
 
-fn limiter(capacity: usize, shards: usize) -> Limiter {
-    Limiter::builder()
-        .capacity(capacity)
-        .shards(shards)
-        .build()
-        .unwrap()
-}
+use super::limiter;
 
 /// A limiter of capacity 0, as tokio's `Semaphore::new(0)`.
 fn empty(shards: usize) -> Limiter {

@@ -635,84 +635,12 @@ impl Shard {
 
     /// [`try_take`](Self::try_take), stopping only at the flags in `stop`:
     /// `FLAGS` normally, `CLOSED` alone for a take made under the control
-    /// lock for a waiter while the shards are gated.
+    /// lock for a waiter while the shards are gated. The take of one unit
+    /// of [`try_take_n`](Self::try_take_n), whose body (and the argument
+    /// of its orderings) is the one both share.
     #[inline(always)]
     pub(super) fn try_take_masked(&self, stop: usize) -> Take {
-        // Relaxed: the CAS below re-checks this exact value, and the limit
-        // is checked again after it (see there).
-        let mut taken = self.taken.load(Relaxed);
-        // Acquire: pairs with the AcqRel RMW in `give_back_many`, so work done
-        // under a released unit happens-before work under the unit that
-        // replaces it.
-        let mut given = self.given.load(Acquire);
-        loop {
-            if taken & stop != 0 {
-                return if taken & CLOSED != 0 {
-                    Take::Closed
-                } else {
-                    Take::Gated
-                };
-            }
-            let gap = taken.wrapping_sub(given);
-            if (gap as isize) < 0 {
-                // Units were taken *and* given back after our `taken` was
-                // read, so `given` passed it. Every release we read was
-                // preceded (happens-before) by its take, so a fresh read of
-                // `taken` covers them. Relaxed, as above.
-                taken = self.taken.load(Relaxed);
-                continue;
-            }
-            let usage = gap / UNIT;
-            let limit = self.limit();
-            if usage >= limit {
-                // Full by these reads; confirm against the newest `given`.
-                // AcqRel RMW (adds nothing): it reads the last release in
-                // `given`'s modification order. Unchanged means the shard
-                // was full at this RMW (`taken` only grows).
-                let newest = self.given.fetch_add(0, AcqRel);
-                if newest == given {
-                    return Take::Full;
-                }
-                given = newest;
-                continue;
-            }
-            // Release on success: publishes the releases this taker read,
-            // so a reader that reads `taken` and then `given` with Acquire
-            // (`Shard::counts`) never computes a usage above the limit.
-            // Acquire on success: pairs with the Release of a resize's
-            // un-gating RMW on this word, for the limit read below.
-            // Relaxed on failure: the loop re-reads. Against a fixed limit
-            // the bound needs no ordering: this RMW succeeds only against
-            // the value the check used, and `given` can only have grown.
-            match self
-                .taken
-                .compare_exchange_weak(taken, taken + UNIT, AcqRel, Relaxed)
-            {
-                Ok(_) => {
-                    let now = usage + 1;
-                    // The limit may have been lowered since it was checked:
-                    // a resize gated this word, stored a new limit and
-                    // un-gated it, leaving the very value this CAS expected.
-                    // The CAS read that un-gating RMW (or a later one), so
-                    // this read sees the new limit. Over it, the take is
-                    // undone (`Table::undo`): nobody ever held it. One load
-                    // of a line this CAS just wrote.
-                    let limit = self.limit();
-                    if now > limit {
-                        return Take::Over;
-                    }
-                    self.raise_peak(now);
-                    return Take::Taken {
-                        now_full: now >= limit,
-                    };
-                }
-                Err(actual) => {
-                    taken = actual;
-                    // Acquire: as above.
-                    given = self.given.load(Acquire);
-                }
-            }
-        }
+        self.try_take_n(1, stop)
     }
 
     /// True if one reading of the counters shows the shard at its limit:

@@ -465,17 +465,23 @@ impl Shard {
 
     /// Takes `n` units if the shard is open and has room for all of them;
     /// stops at the flags in `stop` (`FLAGS` normally, `CLOSED` alone for
-    /// a take across shards, under the gate it set itself).
+    /// a take under the control lock past a gate it or a resize set).
     ///
-    /// `Full` here means fewer than `n` free: confirmed, as
-    /// [`try_take`](Self::try_take) confirms, against the newest `given`
-    /// read through an RMW. The orderings are `try_take_masked`'s, argued
-    /// there.
+    /// `Full` (fewer than `n` free) is only answered when it was so at one
+    /// instant: the instant of an RMW on `given`, which reads its newest
+    /// value. A plain load of `given` may lag (in the memory model, and
+    /// across a preemption) behind releases that came before the `taken`
+    /// we hold, and two such reads can add up to a usage the shard never
+    /// had. For one unit this is [`try_take`](Self::try_take)'s body.
+    #[inline(always)]
     pub(super) fn try_take_n(&self, n: usize, stop: usize) -> Take {
         debug_assert!(n >= 1);
-        // Relaxed: the CAS re-checks this exact value.
+        // Relaxed: the CAS below re-checks this exact value, and the limit
+        // is checked again after it (see there).
         let mut taken = self.taken.load(Relaxed);
-        // Acquire: pairs with the AcqRel RMW in `give_back_many`.
+        // Acquire: pairs with the AcqRel RMW in `give_back_many`, so work
+        // done under a released unit happens-before work under the unit
+        // that replaces it.
         let mut given = self.given.load(Acquire);
         loop {
             if taken & stop != 0 {
@@ -487,16 +493,21 @@ impl Shard {
             }
             let gap = taken.wrapping_sub(given);
             if (gap as isize) < 0 {
-                // `given` passed our `taken`: read `taken` again (Relaxed,
-                // as above; see `try_take_masked`).
+                // Units were taken *and* given back after our `taken` was
+                // read, so `given` passed it. Every release we read was
+                // preceded (happens-before) by its take, so a fresh read of
+                // `taken` covers them. Relaxed, as above.
                 taken = self.taken.load(Relaxed);
                 continue;
             }
             let usage = gap / UNIT;
             let limit = self.limit();
             if usage.saturating_add(n) > limit {
-                // AcqRel RMW adding nothing: the newest `given`, as in
-                // `try_take_masked`.
+                // Too little room by these reads; confirm against the
+                // newest `given`. AcqRel RMW (adds nothing): it reads the
+                // last release in `given`'s modification order. Unchanged
+                // means the shard had too little room at this RMW (`taken`
+                // only grows).
                 let newest = self.given.fetch_add(0, AcqRel);
                 if newest == given {
                     return Take::Full;
@@ -504,18 +515,27 @@ impl Shard {
                 given = newest;
                 continue;
             }
-            // AcqRel on success, Relaxed on failure: as in
-            // `try_take_masked` (Release publishes the releases read,
-            // Acquire pairs with a resize's un-gating for the limit below).
+            // Release on success: publishes the releases this taker read,
+            // so a reader that reads `taken` and then `given` with Acquire
+            // (`Shard::counts`) never computes a usage above the limit.
+            // Acquire on success: pairs with the Release of a resize's
+            // un-gating RMW on this word, for the limit read below.
+            // Relaxed on failure: the loop re-reads. Against a fixed limit
+            // the bound needs no ordering: this RMW succeeds only against
+            // the value the check used, and `given` can only have grown.
             match self
                 .taken
                 .compare_exchange_weak(taken, taken + n * UNIT, AcqRel, Relaxed)
             {
                 Ok(_) => {
                     let now = usage + n;
-                    // The limit again after the CAS, as in `try_take_masked`:
-                    // over a limit a racing resize lowered, the caller undoes
-                    // the take.
+                    // The limit may have been lowered since it was checked:
+                    // a resize gated this word, stored a new limit and
+                    // un-gated it, leaving the very value this CAS expected.
+                    // The CAS read that un-gating RMW (or a later one), so
+                    // this read sees the new limit. Over it, the take is
+                    // undone (`Table::undo`): nobody ever held it. One load
+                    // of a line this CAS just wrote.
                     let limit = self.limit();
                     if now > limit {
                         return Take::Over;
