@@ -720,28 +720,37 @@ impl Table {
         if control.debt {
             return false;
         }
-        let handed = if control.queue.wide() == 0 {
-            let now = now;
-            control.queue.grant(room, i, now, || {}, &mut woken)
-        } else {
-            // A waiter of many units waits: the scheduler decides.
-            let mut hand = vec![Part { shard: i, units: 1 }];
-            self.serve(room, &mut control, &mut hand, &mut woken);
-            hand.is_empty()
-        };
-        if handed {
-            // Under the lock, which `stats` takes: a waiter's own `stats()`
-            // after its wait returns includes this hand-off.
-            let shards = self.shards.len();
-            if control.handed.is_empty() {
-                control.handed.resize(shards, 0);
+        let shards = self.shards.len();
+        // Under the lock, which `stats` takes: a waiter's own `stats()`
+        // after its wait returns includes this hand-off. Run just before
+        // the waiter's ticket says it is granted (`Queue::grant`), so the
+        // panic count, Relaxed, reaches the waiter through the ticket's
+        // Release store too.
+        let count = |handed: &mut Vec<usize>| {
+            if handed.is_empty() {
+                handed.resize(shards, 0);
             }
-            control.handed[i] += 1;
+            handed[i] += 1;
             if panicked {
-                // Relaxed: a count for `stats`, read under the lock too.
+                // Relaxed: a count for `stats` (see above).
                 self.shards[i].panicked.fetch_add(1, Relaxed);
             }
-        }
+        };
+        let handed = if control.queue.wide() == 0 {
+            let Control { queue, handed, .. } = &mut *control;
+            queue.grant(room, i, now, || count(handed), &mut woken)
+        } else {
+            // A waiter of many units waits: the scheduler decides. Its
+            // grant may wait for more units, so the count follows it,
+            // still under the lock.
+            let mut hand = vec![Part { shard: i, units: 1 }];
+            self.serve(room, &mut control, &mut hand, &mut woken);
+            let used = hand.is_empty();
+            if used {
+                count(&mut control.handed);
+            }
+            used
+        };
         drop(control);
         woken.wake_all(room);
         handed
