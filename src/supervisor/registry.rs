@@ -318,7 +318,7 @@ impl Inner {
             task: false,
             keyed: false,
             key: 0,
-            more: None,
+            more: std::mem::ManuallyDrop::new(None),
         }
     }
 
@@ -330,7 +330,8 @@ impl Inner {
         let mut guard = self.register(grant.shard, kind);
         grant.here -= 1;
         if grant.units() > 0 {
-            guard.more = Some(Box::new(grant));
+            // The new guard's is `None`: nothing is overwritten.
+            *guard.more = Some(Box::new(grant));
         }
         guard
     }
