@@ -5,8 +5,8 @@ use crate::engine::grant::Grant;
 use crate::supervisor::keys::KeySlot;
 use crate::sync::{os_thread, Arc};
 use std::fmt;
-use std::mem::ManuallyDrop;
 use std::hash::Hash;
+use std::mem::ManuallyDrop;
 use std::time::Instant;
 
 /// Identifies a live child of a [`Supervisor`](crate::Supervisor).
