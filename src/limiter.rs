@@ -188,8 +188,9 @@ impl Limiter {
     /// The units come from one shard when one has room for all of them (a
     /// single CAS, as for one unit), else from several, taken together
     /// under the limiter's control lock once exact reads show all `n`
-    /// free: a refused request never holds a unit, even for a moment, so
-    /// it never makes a one-unit caller that would fit see `Overload`. The
+    /// free: a refused request takes no unit it might give back (only a
+    /// take a racing resize cancels is undone, as for one unit), so it
+    /// never makes a one-unit caller that would fit see `Overload`. The
     /// permit gives every unit back when it is dropped;
     /// [`split`](Permit::split) and [`merge`](Permit::merge) move units
     /// between permits. `try_acquire_many(0)` is a permit of no units (it

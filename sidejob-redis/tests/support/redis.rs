@@ -23,6 +23,16 @@ pub fn free_port() -> u16 {
 /// How many fresh ports a start tries before it gives up.
 pub const START_ATTEMPTS: usize = 5;
 
+/// Spawns `redis-server` on config file `conf`, its output discarded.
+pub fn spawn_server(conf: &std::path::Path) -> Child {
+    Command::new("redis-server")
+        .arg(conf)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn redis-server")
+}
+
 /// What became of one start of a `redis-server` child.
 pub enum Started {
     /// Our child answers on the port.
@@ -144,12 +154,7 @@ impl Server {
             ),
         )
         .expect("write redis.conf");
-        let mut child = Command::new("redis-server")
-            .arg(&conf)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server");
+        let mut child = spawn_server(&conf);
         let client = self.client();
         let started = wait_started(&mut child, || {
             client.get_connection_with_timeout(Duration::from_millis(200))

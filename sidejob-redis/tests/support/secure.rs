@@ -12,7 +12,7 @@ pub mod plain;
 use plain::{free_port, wait_started, Started, START_ATTEMPTS};
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 pub const PASSWORD: &str = "s3cret-default-pw";
@@ -151,12 +151,7 @@ pub fn start() -> Option<Secure> {
             ),
         )
         .unwrap();
-        let mut child = Command::new("redis-server")
-            .arg(&conf)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server");
+        let mut child = plain::spawn_server(&conf);
         // Redis exits when it cannot bind either port, so our child
         // answering on the plain one holds the TLS one too.
         let client = redis::Client::open(format!("redis://:{PASSWORD}@127.0.0.1:{port}/")).unwrap();
