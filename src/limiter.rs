@@ -9,7 +9,7 @@ use crate::engine::waiters::{Policy, QueueOrder};
 use crate::error::{ConfigError, Error};
 use crate::stats::Stats;
 use crate::sync::{os_thread, Arc};
-use crate::units::{sealed::Sealed, Many, One, Units};
+use crate::units::{sealed::Sealed, Ask, Many, One, Units};
 
 /// A fail-fast, sharded concurrency limit: at most `capacity` permits are
 /// out at once, and the next [`try_acquire`](Limiter::try_acquire) is
@@ -490,11 +490,83 @@ impl Limiter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn acquire_many(&self, n: usize) -> Result<Permit<'_, Many>, Error> {
-        let grant = match n {
-            0 => self.table.acquire_many(0)?,
-            _ => self.table.acquire_waiting_many(n, None)?,
-        };
-        let (shard, units) = Many::from_grant(grant);
+        self.acquire_with(Ask::new().units(n))
+    }
+
+    /// Takes what `ask` describes: its units, all or nothing, failing fast
+    /// or waiting as it says (blocking the thread while it waits). Every
+    /// other way to take units is this one with a fixed ask:
+    /// [`acquire_many(n)`](Self::acquire_many) is
+    /// `acquire_with(Ask::new().units(n))`,
+    /// [`try_acquire_many(n)`](Self::try_acquire_many) the same ask
+    /// `.fail_fast()` (on a faster path).
+    ///
+    /// A waiting ask waits only if the limiter has a waiting room
+    /// ([`max_waiters`](LimiterBuilder::max_waiters)); it is served as
+    /// [`acquire_many`](Self::acquire_many) says, and gives up at its
+    /// [deadline](Ask::wait_until) or the room's `max_wait`, whichever
+    /// comes first.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_many`](Self::acquire_many); [`Error::Timeout`] also
+    /// when the ask's own deadline passed first.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use sidejob::{units::Ask, Error, Limiter};
+    ///
+    /// let limiter = Limiter::builder().capacity(8).max_waiters(4).build()?;
+    /// let big = limiter.acquire_with(Ask::new().units(6))?;
+    /// // Three more are not free: wait for them 10 ms at most.
+    /// let deadline = Instant::now() + Duration::from_millis(10);
+    /// let late = limiter.acquire_with(Ask::new().units(3).wait_until(deadline));
+    /// assert_eq!(late.unwrap_err(), Error::Timeout);
+    /// drop(big);
+    /// assert_eq!(limiter.acquire_with(Ask::new().units(3))?.units(), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn acquire_with(&self, ask: Ask) -> Result<Permit<'_, Many>, Error> {
+        let (shard, units) = Many::from_grant(self.table.admit(&ask)?);
+        Ok(Permit {
+            limiter: self,
+            shard: self.table.shard(shard),
+            units,
+        })
+    }
+
+    /// [`acquire_with`](Self::acquire_with) as a future: a waiting ask
+    /// waits without blocking the executor's thread; any other is answered
+    /// at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_with`](Self::acquire_with).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire_many_async`](Self::acquire_many_async): dropping the
+    /// future gives up the wait, and every unit handed to it or collected
+    /// for it goes to the next waiters (or back to the limiter).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    /// # rt.block_on(async {
+    /// use sidejob::{units::Ask, Limiter};
+    ///
+    /// let limiter = Limiter::builder().capacity(8).max_waiters(4).build()?;
+    /// let query = limiter.acquire_with_async(Ask::new().units(2)).await?;
+    /// assert_eq!((query.units(), limiter.available()), (2, 6));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn acquire_with_async(&self, ask: Ask) -> Result<Permit<'_, Many>, Error> {
+        let (shard, units) = Many::from_grant(self.table.admit_async(ask).await?);
         Ok(Permit {
             limiter: self,
             shard: self.table.shard(shard),
@@ -533,16 +605,7 @@ impl Limiter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn acquire_many_async(&self, n: usize) -> Result<Permit<'_, Many>, Error> {
-        let grant = match n {
-            0 => self.table.acquire_many(0)?,
-            _ => self.table.acquire_async_many(n, None).await?,
-        };
-        let (shard, units) = Many::from_grant(grant);
-        Ok(Permit {
-            limiter: self,
-            shard: self.table.shard(shard),
-            units,
-        })
+        self.acquire_with_async(Ask::new().units(n)).await
     }
 
     /// [`acquire_many_async`](Self::acquire_many_async) for an
@@ -580,10 +643,7 @@ impl Limiter {
         n: usize,
     ) -> impl std::future::Future<Output = Result<OwnedPermit<Many>, Error>> + Send + 'static {
         async move {
-            let grant = match n {
-                0 => self.table.acquire_many(0)?,
-                _ => self.table.acquire_async_many(n, None).await?,
-            };
+            let grant = self.table.admit_async(Ask::new().units(n)).await?;
             let (shard, units) = Many::from_grant(grant);
             Ok(OwnedPermit {
                 limiter: self,

@@ -1,5 +1,7 @@
-//! How many units a permit holds: [`One`], the hot path's, a marker of no
-//! size; or [`Many`], any number, on one shard or several.
+//! Units: what a request asks for ([`Ask`], the request description every
+//! front-end's `*_with` method takes) and how many units a permit holds
+//! ([`One`], the hot path's, a marker of no size; or [`Many`], any number,
+//! on one shard or several).
 //!
 //! A permit is generic over it (`Permit<'a, U = One>`), so the permit of
 //! [`Limiter::try_acquire`](crate::Limiter::try_acquire) is exactly what
@@ -16,6 +18,8 @@
 //! the permit's drop grew past what the compiler inlines.
 
 use std::fmt;
+
+pub use crate::engine::ask::Ask;
 
 use crate::engine::table::{Grant, Part, Shard, Table};
 use crate::sync::os_thread;

@@ -4,6 +4,8 @@
 //! * `table`: shards, the full-shard bitmap, probe, CAS and release; the
 //!   gate of a resize and the control lock. The hot path is here, in
 //!   `Table::try_at`, `Shard::try_take` and `Table::release`.
+//! * `ask`: the request description, [`Ask`](crate::units::Ask): the
+//!   one argument of the table's front door (`table/admission.rs`).
 //! * `split`: how a capacity is split over the shards.
 //! * `grant`: the units a table admitted together, as plain data.
 //! * `waiters`: the bounded waiting room.
@@ -16,6 +18,7 @@
 
 #[cfg(not(loom))]
 pub(crate) mod alarm;
+pub(crate) mod ask;
 pub(crate) mod foreign;
 pub(crate) mod grant;
 pub(crate) mod probe;

@@ -1,6 +1,6 @@
 //! Requests: `call` (and its timed, async and `try_` forms) and `cast`, each admitted on a unit of the table, then delivered to that unit's worker.
 
-use super::{deadline_after, wait_reply, wait_reply_until, Admission, Inner, Pool, ReplyReceiver};
+use super::{deadline_after, wait_reply, wait_reply_until, How, Inner, Pool, ReplyReceiver};
 use crate::error::{Error, Refused, TryCallError};
 use crate::pool::worker::{Envelope, Worker};
 use crate::pool::worker_loop::calling_worker;
@@ -60,7 +60,7 @@ impl<W: Worker> Pool<W> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn call(&self, request: W::Request) -> Result<W::Reply, Error> {
-        let reply = self.submit_call(Admission::Wait(None), request)?;
+        let reply = self.submit_call(How::Wait(None), request)?;
         wait_reply(reply, self.inner.spin)
     }
 
@@ -107,7 +107,7 @@ impl<W: Worker> Pool<W> {
     pub fn call_timeout(&self, request: W::Request, timeout: Duration) -> Result<W::Reply, Error> {
         // One deadline for the wait for capacity and the wait for the reply.
         let deadline = deadline_after(now(), timeout);
-        let reply = self.submit_call(Admission::Wait(deadline), request)?;
+        let reply = self.submit_call(How::Wait(deadline), request)?;
         let spin = self.inner.spin.min(timeout);
         match deadline {
             Some(deadline) => wait_reply_until(reply, spin, deadline),
@@ -176,12 +176,8 @@ impl<W: Worker> Pool<W> {
         // A worker of this pool never waits for its capacity (see
         // `admit_from_worker`).
         let can_wait = self.inner.table.has_room() && calling_worker(&self.inner.table).is_none();
-        let admission = if can_wait {
-            Admission::Probe
-        } else {
-            Admission::Try
-        };
-        let pending = match self.submit_call(admission, request) {
+        let how = if can_wait { How::Probe } else { How::Try };
+        let pending = match self.submit_call(how, request) {
             Ok(reply) => Pending::Reply(reply),
             Err(refused) if can_wait && refused.error() == Error::Overload => {
                 let (_, request) = refused.into_parts();
@@ -244,7 +240,7 @@ impl<W: Worker> Pool<W> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn cast(&self, message: W::Message) -> Result<(), Error> {
-        Ok(self.submit_cast(Admission::Wait(None), message)?)
+        Ok(self.submit_cast(How::Wait(None), message)?)
     }
 
     /// Like [`call`](Self::call), but a request that is not admitted is
@@ -294,7 +290,7 @@ impl<W: Worker> Pool<W> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn try_call(&self, request: W::Request) -> Result<W::Reply, TryCallError<W::Request>> {
-        let reply = self.submit_call(Admission::Try, request)?;
+        let reply = self.submit_call(How::Try, request)?;
         wait_reply(reply, self.inner.spin).map_err(TryCallError::Failed)
     }
 
@@ -328,7 +324,7 @@ impl<W: Worker> Pool<W> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn try_cast(&self, message: W::Message) -> Result<(), Refused<W::Message>> {
-        self.submit_cast(Admission::Try, message)
+        self.submit_cast(How::Try, message)
     }
 
     /// Like [`call`](Self::call), but never refused for capacity: the
@@ -366,7 +362,7 @@ impl<W: Worker> Pool<W> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn call_unbounded(&self, request: W::Request) -> Result<W::Reply, Error> {
-        let reply = self.submit_call(Admission::Unbounded, request)?;
+        let reply = self.submit_call(How::Unbounded, request)?;
         wait_reply(reply, self.inner.spin)
     }
 
@@ -396,7 +392,7 @@ impl<W: Worker> Pool<W> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn cast_unbounded(&self, message: W::Message) -> Result<(), Error> {
-        Ok(self.submit_cast(Admission::Unbounded, message)?)
+        Ok(self.submit_cast(How::Unbounded, message)?)
     }
 
     /// Admits one unit and posts a call; the receiver of its reply, or the
@@ -407,12 +403,12 @@ impl<W: Worker> Pool<W> {
     /// The check is one thread-local read.
     pub(crate) fn submit_call(
         &self,
-        admission: Admission,
+        how: How,
         request: W::Request,
     ) -> Result<ReplyReceiver<W>, Refused<W::Request>> {
         let admitted = match calling_worker(&self.inner.table) {
-            None => self.inner.table.admit(admission),
-            Some(worker) => self.inner.table.admit_from_worker(admission, worker),
+            None => self.inner.table.admit_one(how),
+            Some(worker) => self.inner.table.admit_from_worker(how, worker),
         };
         let shard = match admitted {
             Ok(shard) => shard,
@@ -429,10 +425,10 @@ impl<W: Worker> Pool<W> {
     /// Admits one unit and posts a cast, or hands the message back.
     pub(crate) fn submit_cast(
         &self,
-        admission: Admission,
+        how: How,
         message: W::Message,
     ) -> Result<(), Refused<W::Message>> {
-        let shard = match self.inner.table.admit(admission) {
+        let shard = match self.inner.table.admit_one(how) {
             Ok(shard) => shard,
             Err(error) => return Err(Refused::new(error, message)),
         };

@@ -1,8 +1,8 @@
 //! Keyed requests: `call_keyed` and `cast_keyed`, routed by the pool's keyed mode (pinned to a worker by jump hash, or ordered per key).
 
 use super::{
-    deadline_after, post, wait_passing, wait_reply, wait_reply_until, Admission, Inner, KeyedMode,
-    Pool, ReplyReceiver,
+    deadline_after, post, wait_passing, wait_reply, wait_reply_until, How, Inner, KeyedMode, Pool,
+    ReplyReceiver,
 };
 use crate::error::{Error, Refused};
 use crate::pool::jump::jump_hash;
@@ -108,7 +108,7 @@ impl<W: Worker> Pool<W> {
     ) -> Result<W::Reply, Error> {
         let id = self.key_id(key);
         let Some(ordered) = &self.inner.routing.ordered else {
-            let reply = self.submit_keyed_call(Admission::Wait(None), id, request)?;
+            let reply = self.submit_keyed_call(How::Wait(None), id, request)?;
             return wait_reply(reply, self.inner.spin);
         };
         // Ordered: this caller reads its reply whatever happens, so the
@@ -116,7 +116,7 @@ impl<W: Worker> Pool<W> {
         // the turn").
         let (reply, receiver) = oneshot::channel();
         if let Err((error, _)) =
-            self.submit_keyed(Admission::Wait(None), id, Job::CallPassing(request, reply))
+            self.submit_keyed(How::Wait(None), id, Job::CallPassing(request, reply))
         {
             return Err(error);
         }
@@ -159,7 +159,7 @@ impl<W: Worker> Pool<W> {
         timeout: Duration,
     ) -> Result<W::Reply, Error> {
         let deadline = deadline_after(now(), timeout);
-        let reply = self.submit_keyed_call(Admission::Wait(deadline), self.key_id(key), request)?;
+        let reply = self.submit_keyed_call(How::Wait(deadline), self.key_id(key), request)?;
         let spin = self.inner.spin.min(timeout);
         match deadline {
             Some(deadline) => wait_reply_until(reply, spin, deadline),
@@ -221,12 +221,8 @@ impl<W: Worker> Pool<W> {
         let can_wait = self.inner.routing.ordered.is_some()
             && self.inner.table.has_room()
             && calling_worker(&self.inner.table).is_none();
-        let admission = if can_wait {
-            Admission::Probe
-        } else {
-            Admission::Try
-        };
-        let pending = match self.submit_keyed_call(admission, id, request) {
+        let how = if can_wait { How::Probe } else { How::Try };
+        let pending = match self.submit_keyed_call(how, id, request) {
             Ok(reply) => KeyedPending::Reply(reply),
             Err(refused) if can_wait && refused.error() == Error::Overload => {
                 let (_, request) = refused.into_parts();
@@ -285,7 +281,7 @@ impl<W: Worker> Pool<W> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn cast_keyed<K: Hash + ?Sized>(&self, key: &K, message: W::Message) -> Result<(), Error> {
-        self.submit_keyed(Admission::Wait(None), self.key_id(key), Job::Cast(message))
+        self.submit_keyed(How::Wait(None), self.key_id(key), Job::Cast(message))
             .map_err(|(error, _)| error)
     }
 
@@ -330,12 +326,12 @@ impl<W: Worker> Pool<W> {
     /// Admits a keyed call; the receiver of its reply.
     pub(crate) fn submit_keyed_call(
         &self,
-        admission: Admission,
+        how: How,
         id: u64,
         request: W::Request,
     ) -> Result<ReplyReceiver<W>, Refused<W::Request>> {
         let (reply, receiver) = oneshot::channel();
-        match self.submit_keyed(admission, id, Job::Call(request, reply)) {
+        match self.submit_keyed(how, id, Job::Call(request, reply)) {
             Ok(()) => Ok(receiver),
             Err((error, Job::Call(request, _))) => Err(Refused::new(error, request)),
             Err(_) => unreachable!("a keyed submit hands back the job it was given"),
@@ -346,7 +342,7 @@ impl<W: Worker> Pool<W> {
     /// line; the job back if refused.
     pub(crate) fn submit_keyed(
         &self,
-        admission: Admission,
+        how: How,
         id: u64,
         job: Job<W>,
     ) -> Result<(), (Error, Job<W>)> {
@@ -389,8 +385,8 @@ impl<W: Worker> Pool<W> {
             return Err((refused_self(), job));
         }
         let admitted = match me {
-            Some(worker) if waits => inner.table.admit_from_worker(admission, worker),
-            _ => inner.table.admit(admission),
+            Some(worker) if waits => inner.table.admit_from_worker(how, worker),
+            _ => inner.table.admit_one(how),
         };
         match admitted {
             Ok(shard) => inner.submit_keyed_on(shard, id, job),

@@ -12,7 +12,8 @@
 //! with `async_idle.rs`.
 
 use crate::adaptive::{Feed, FeedSlot, Target};
-use crate::engine::table::{Admission, Table};
+use crate::engine::ask::How;
+use crate::engine::table::Table;
 use crate::error::{ConfigError, Error};
 use crate::pool::worker::{Envelope, Worker};
 use crate::stats::Stats;

@@ -1,6 +1,6 @@
 //! Keyed children: at most `per_key` live children of a key on top of the capacity (the key set is `keys.rs`).
 
-use super::{Admission, ChildGuard, ChildKind, Supervisor};
+use super::{ChildGuard, ChildKind, How, Supervisor};
 use crate::error::Error;
 use crate::supervisor::keys::KeySlot;
 use std::future::Future;
@@ -64,9 +64,7 @@ impl Supervisor {
         match keys.try_enter(id) {
             Ok(key) => {
                 // `key` is dropped (released) if the capacity refuses.
-                let child = self
-                    .inner
-                    .enter(Admission::Wait(None), ChildKind::Reserved)?;
+                let child = self.inner.enter(How::Wait(None), ChildKind::Reserved)?;
                 Ok(child.with_key(key))
             }
             Err(Error::KeyBusy) if keys.can_wait() => self.reserve_keyed_slow(id),
@@ -137,7 +135,7 @@ impl Supervisor {
         let key = keys
             .try_enter(keys.id(key))
             .map_err(|err| self.keyed_refusal(err))?;
-        let child = self.inner.enter(Admission::Try, ChildKind::Reserved)?;
+        let child = self.inner.enter(How::Try, ChildKind::Reserved)?;
         Ok(child.with_key(key))
     }
 
@@ -233,9 +231,7 @@ impl Supervisor {
             .try_enter(keys.id(key))
             .map_err(|err| self.keyed_refusal(err))?;
         let start = start % self.inner.common.table.shard_count();
-        let child = self
-            .inner
-            .enter(Admission::At(start), ChildKind::Reserved)?;
+        let child = self.inner.enter(How::At(start), ChildKind::Reserved)?;
         Ok(child.with_key(key))
     }
 }

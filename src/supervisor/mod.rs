@@ -132,7 +132,7 @@ mod spawn;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-use crate::engine::table::Admission;
+use crate::engine::ask::How;
 pub use builder::SupervisorBuilder;
 pub use child::{Child, ChildGuard, ChildId, ChildInfo, ChildKind};
 use idle::Idle;

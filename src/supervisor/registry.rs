@@ -1,8 +1,8 @@
 //! The registry of live children: one padded run of slot words per table shard, each word an occupant (its kind, generation and start time) or free; and the admission that takes a unit of the table and a slot together.
 
 use super::{ChildGuard, ChildId, ChildKind, Common, Inner};
+use crate::engine::ask::How;
 use crate::engine::grant::Grant;
-use crate::engine::table::Admission;
 use crate::error::Error;
 #[cfg(feature = "tokio")]
 use crate::sync::Mutex;
@@ -297,8 +297,8 @@ impl Inner {
     // there against ~29 ns inlined (`PERFORMANCE.md`, the supervisor bench). The
     // callers are `reserve`, `reserve_at`, `spawn` and `spawn_task_on`.
     #[inline(always)]
-    pub(super) fn enter(&self, admission: Admission, kind: ChildKind) -> Result<ChildGuard, Error> {
-        let shard = self.common.table.admit(admission)?;
+    pub(super) fn enter(&self, how: How, kind: ChildKind) -> Result<ChildGuard, Error> {
+        let shard = self.common.table.admit_one(how)?;
         Ok(self.register(shard, kind))
     }
 

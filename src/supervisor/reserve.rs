@@ -1,7 +1,8 @@
 //! Reserving a child's unit for a child the caller starts itself: `reserve`, `try_reserve`, `reserve_async`.
 
-use super::{Admission, ChildGuard, ChildKind, Supervisor};
+use super::{ChildGuard, ChildKind, How, Supervisor};
 use crate::error::Error;
+use crate::units::Ask;
 
 impl Supervisor {
     /// Admits a child that you start yourself, and returns its guard.
@@ -36,7 +37,7 @@ impl Supervisor {
     /// ```
     #[inline]
     pub fn reserve(&self) -> Result<ChildGuard, Error> {
-        self.inner.enter(Admission::Wait(None), ChildKind::Reserved)
+        self.inner.enter(How::Wait(None), ChildKind::Reserved)
     }
 
     /// [`reserve`](Self::reserve) that never waits for capacity, whatever
@@ -59,7 +60,7 @@ impl Supervisor {
     /// ```
     #[inline]
     pub fn try_reserve(&self) -> Result<ChildGuard, Error> {
-        self.inner.enter(Admission::Try, ChildKind::Reserved)
+        self.inner.enter(How::Try, ChildKind::Reserved)
     }
 
     /// [`reserve`](Self::reserve) as a future: waits for capacity (under
@@ -136,11 +137,77 @@ impl Supervisor {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reserve_many(&self, n: usize) -> Result<ChildGuard, Error> {
-        let grant = match n {
-            0 => return Err(Error::TooLarge),
-            1 => return self.reserve(),
-            _ => self.inner.common.table.acquire_waiting_many(n, None)?,
-        };
+        self.reserve_with(Ask::new().units(n))
+    }
+
+    /// Admits a child of what `ask` describes (its units; failing fast or
+    /// waiting, blocking the thread while it waits) and returns its guard.
+    /// [`reserve`](Self::reserve) is `reserve_with(Ask::new())`,
+    /// [`reserve_many(n)`](Self::reserve_many) the same ask of `n` units,
+    /// [`try_reserve_many(n)`](Self::try_reserve_many) that ask
+    /// `.fail_fast()`.
+    ///
+    /// # Errors
+    ///
+    /// As [`reserve_many`](Self::reserve_many) (an ask of 0 units is
+    /// `TooLarge`: a child holds at least one); [`Error::Timeout`](crate::Error::Timeout)
+    /// also when the ask's own deadline passed first.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{units::Ask, Error, Supervisor};
+    ///
+    /// let sup = Supervisor::builder().capacity(8).max_waiters(4).build()?;
+    /// let import = sup.reserve_with(Ask::new().units(5))?;
+    /// let refused = sup.reserve_with(Ask::new().units(4).fail_fast());
+    /// assert_eq!(refused.unwrap_err(), Error::Overload);
+    /// assert_eq!((import.units(), sup.usage()), (5, 5));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve_with(&self, ask: Ask) -> Result<ChildGuard, Error> {
+        if ask.is_one() {
+            return self.inner.enter(ask.how, ChildKind::Reserved);
+        }
+        if ask.units == 0 {
+            return Err(Error::TooLarge);
+        }
+        let grant = self.inner.common.table.admit(&ask)?;
+        Ok(self.inner.register_many(grant, ChildKind::Reserved))
+    }
+
+    /// [`reserve_with`](Self::reserve_with) as a future: a waiting ask
+    /// waits without blocking the executor's thread.
+    ///
+    /// # Errors
+    ///
+    /// As [`reserve_with`](Self::reserve_with).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`reserve_many_async`](Self::reserve_many_async): nothing is
+    /// registered, and what was handed to the wait goes on.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    /// # rt.block_on(async {
+    /// use sidejob::{units::Ask, Supervisor};
+    ///
+    /// let sup = Supervisor::builder().capacity(8).max_waiters(4).build()?;
+    /// let guard = sup.reserve_with_async(Ask::new().units(3)).await?;
+    /// assert_eq!(sup.usage(), 3);
+    /// drop(guard);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn reserve_with_async(&self, ask: Ask) -> Result<ChildGuard, Error> {
+        if ask.units == 0 {
+            return Err(Error::TooLarge);
+        }
+        let grant = self.inner.common.table.admit_async(ask).await?;
         Ok(self.inner.register_many(grant, ChildKind::Reserved))
     }
 
@@ -160,11 +227,7 @@ impl Supervisor {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn try_reserve_many(&self, n: usize) -> Result<ChildGuard, Error> {
-        if n == 0 {
-            return Err(Error::TooLarge);
-        }
-        let grant = self.inner.common.table.acquire_many(n)?;
-        Ok(self.inner.register_many(grant, ChildKind::Reserved))
+        self.reserve_with(Ask::new().units(n).fail_fast())
     }
 
     /// [`reserve_many`](Self::reserve_many) as a future: waits without
@@ -194,11 +257,7 @@ impl Supervisor {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn reserve_many_async(&self, n: usize) -> Result<ChildGuard, Error> {
-        let grant = match n {
-            0 => return Err(Error::TooLarge),
-            _ => self.inner.common.table.acquire_async_many(n, None).await?,
-        };
-        Ok(self.inner.register_many(grant, ChildKind::Reserved))
+        self.reserve_with_async(Ask::new().units(n)).await
     }
 
     /// How many callers wait for capacity now (0 without a waiting room).
@@ -212,6 +271,6 @@ impl Supervisor {
     #[cfg_attr(any(not(test), loom), allow(dead_code))]
     pub(crate) fn reserve_at(&self, start: usize) -> Result<ChildGuard, Error> {
         let start = start % self.inner.common.table.shard_count();
-        self.inner.enter(Admission::At(start), ChildKind::Reserved)
+        self.inner.enter(How::At(start), ChildKind::Reserved)
     }
 }

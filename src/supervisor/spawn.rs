@@ -2,7 +2,7 @@
 
 #[cfg(feature = "tokio")]
 use super::{kind_of, ChildId};
-use super::{Admission, Child, ChildGuard, ChildKind, Common, Supervisor};
+use super::{Child, ChildGuard, ChildKind, Common, How, Supervisor};
 use crate::adaptive::{Feed, Outcome};
 use crate::engine::foreign::drop_payload;
 use crate::error::Error;
@@ -59,7 +59,7 @@ impl Supervisor {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let mut guard = self.inner.enter(Admission::Wait(None), ChildKind::Thread)?;
+        let mut guard = self.inner.enter(How::Wait(None), ChildKind::Thread)?;
         let id = guard.id();
         let mut builder = os_thread::Builder::new().name(self.inner.thread_name.clone());
         if let Some(size) = self.inner.stack_size {
@@ -179,7 +179,7 @@ impl Supervisor {
     {
         // Never waits: this is a plain function called on a runtime's
         // thread, which must not block. `spawn_task_async` waits.
-        let guard = self.inner.enter(Admission::Try, ChildKind::Task)?;
+        let guard = self.inner.enter(How::Try, ChildKind::Task)?;
         Ok(self.spawn_guarded(handle, guard, future))
     }
 
@@ -285,7 +285,7 @@ impl Supervisor {
         let key = keys
             .try_enter(keys.id(key))
             .map_err(|err| self.keyed_refusal(err))?;
-        let guard = self.inner.enter(Admission::Try, ChildKind::Task)?;
+        let guard = self.inner.enter(How::Try, ChildKind::Task)?;
         Ok(self.spawn_guarded(&handle, guard.with_key(key), future))
     }
 

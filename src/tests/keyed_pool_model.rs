@@ -25,7 +25,7 @@
 //!
 //! No real concurrency between actions (that is loom's and the stress
 //! test's job): the start shard comes with each action through the
-//! crate-private `Admission::At` seam.
+//! crate-private `How::At` seam.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -34,7 +34,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use proptest::prelude::*;
 
 use super::harness::{shard_limits, shard_usage, wait_until, walk, Counts, GatedPool, Go};
-use crate::engine::table::Admission;
+use crate::engine::ask::How;
 use crate::pool::worker::Job as PoolJob;
 use crate::pool::ReplyReceiver;
 use crate::{Error, KeyedMode, Pool, Worker};
@@ -184,11 +184,11 @@ fn run(
                     .unit(start)
                     .map(|shard| (shard, model.keys[key].len() >= cap));
                 let outcome = if call {
-                    pool.submit_keyed_call(Admission::At(start), id, (key, next_id))
+                    pool.submit_keyed_call(How::At(start), id, (key, next_id))
                         .map(Some)
                         .map_err(Error::from)
                 } else {
-                    pool.submit_keyed(Admission::At(start), id, PoolJob::Cast((key, next_id)))
+                    pool.submit_keyed(How::At(start), id, PoolJob::Cast((key, next_id)))
                         .map(|()| None)
                         .map_err(|(error, _)| error)
                 };

@@ -16,7 +16,7 @@
 //! * **The counters match**: accepted, rejected, completed, panicked.
 //!
 //! The start shard comes with each action through the crate-private
-//! `Admission::At` seam; concurrency itself is loom's and the stress tests'
+//! `How::At` seam; concurrency itself is loom's and the stress tests'
 //! job.
 
 use std::collections::VecDeque;
@@ -25,7 +25,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use proptest::prelude::*;
 
 use super::harness::{shard_limits, shard_usage, wait_until, walk, Counts, GatedPool, Go};
-use crate::engine::table::Admission;
+use crate::engine::ask::How;
 use crate::pool::ReplyReceiver;
 use crate::{Error, Pool, Worker};
 
@@ -134,11 +134,11 @@ fn run(capacity: usize, workers: usize, actions: Vec<Action>) -> Result<(), Test
                 let predicted = model.admit(start);
                 let outcome = match action {
                     Action::Call { .. } => pool
-                        .submit_call(Admission::At(start), next_id)
+                        .submit_call(How::At(start), next_id)
                         .map_err(Error::from)
                         .map(|reply| Job::Call(next_id, reply)),
                     _ => pool
-                        .submit_cast(Admission::At(start), next_id)
+                        .submit_cast(How::At(start), next_id)
                         .map_err(Error::from)
                         .map(|()| Job::Cast),
                 };

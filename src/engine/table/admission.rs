@@ -1,63 +1,87 @@
-//! How a front-end asks the table for a unit: one [`Admission`] for every
-//! front-end (the pools' requests, the supervisor's children), and the one
-//! rule for a caller that is a worker of the very front-end it calls.
+//! The engine's front door: [`Table::admit`] takes what an [`Ask`]
+//! describes and answers with the [`Grant`] of its units, whichever
+//! front-end asks (a limiter's permit, a pool's request, a supervisor's
+//! child); [`Table::admit_async`] is its twin for a caller that waits
+//! without blocking. And the one rule for a caller that is a worker of the
+//! very front-end it calls.
+//!
+//! One unit stays the hot path: `admit` sends an ask of one to
+//! [`Table::admit_one`], inlined, whose answer is the shard alone (a grant
+//! of one unit is its shard: the front-ends that know they ask for one
+//! call `admit_one` and keep the index, with nothing to take apart).
+//! Asks of other sizes go out of line to the takes of `many.rs` and the
+//! room's scheduler.
 
-use std::time::Instant;
-
-use super::Table;
+use super::{Grant, Table};
+use crate::engine::ask::{Ask, How};
 use crate::error::Error;
 
-/// How a caller takes its unit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Admission {
-    /// From the caller's home shard, never waiting; an `Overload` is
-    /// counted.
-    Try,
-    /// From shard `start` (taken modulo the shard count), never waiting:
-    /// the model tests' seam for a caller on a chosen shard.
-    #[cfg_attr(not(test), allow(dead_code))]
-    At(usize),
-    /// The caller's home shard, whatever its limit (the pool's
-    /// `*_unbounded` requests); refused only once closed.
-    Unbounded,
-    /// From the caller's home shard, then waiting in the waiting room (if
-    /// the front-end has one) until `deadline` (if any; `max_wait` bounds
-    /// it too). Blocks the thread.
-    Wait(Option<Instant>),
-    /// As `Try`, but an `Overload` is not counted: the caller waits next
-    /// (in an async wait, which counts its own outcome).
-    Probe,
-}
-
 impl Table {
-    /// Takes a unit as `admission` says; the shard it came from.
+    /// Takes the units `ask` describes: all of them, or none and an error.
     ///
-    /// `Overload` (counted, but for `Probe`) when every shard was seen
-    /// full (and, for `Wait`, the room is full or the wait ran out:
-    /// `Timeout`), `Shutdown` once closed.
+    /// `Overload` (counted, but for a probe) when they were not seen free
+    /// (and, for a waiting ask, the room is full; `Timeout` when its wait
+    /// ran out), `TooLarge` at once for more units than the capacity in
+    /// force, `Shutdown` once closed. An ask of 0 units gets a grant of
+    /// nothing.
     #[inline(always)]
-    pub(crate) fn admit(&self, admission: Admission) -> Result<usize, Error> {
-        match admission {
-            Admission::Try => self.acquire(),
-            Admission::At(start) => self.acquire_at(self.reduce(start)),
-            Admission::Unbounded => self.acquire_unbounded(),
-            Admission::Wait(deadline) => self.acquire_waiting(deadline),
-            Admission::Probe => self.probe(),
+    pub(crate) fn admit(&self, ask: &Ask) -> Result<Grant, Error> {
+        if ask.is_one() {
+            self.admit_one(ask.how).map(Grant::one)
+        } else {
+            self.admit_many(ask)
         }
     }
 
-    /// [`admit`](Self::admit) for a caller that is worker `me` of this
-    /// table's front-end and will wait for its reply: never on `me`'s
+    /// [`admit`](Self::admit) of one unit: the shard it came from.
+    #[inline(always)]
+    pub(crate) fn admit_one(&self, how: How) -> Result<usize, Error> {
+        match how {
+            How::Try => self.acquire(),
+            How::At(start) => self.acquire_at(self.reduce(start)),
+            How::Unbounded => self.acquire_unbounded(),
+            How::Wait(deadline) => self.acquire_waiting(deadline),
+            How::Probe => self.probe(),
+        }
+    }
+
+    /// [`admit`](Self::admit) of any number of units but one.
+    #[cold]
+    #[inline(never)]
+    fn admit_many(&self, ask: &Ask) -> Result<Grant, Error> {
+        let n = ask.units;
+        match ask.how {
+            _ if n == 0 => self.acquire_many(0),
+            // An unbounded take is the pool's, of one unit; asked for
+            // more, it is a plain fail-fast take.
+            How::Try | How::Unbounded => self.acquire_many_cold(n),
+            How::At(start) => self.acquire_many_at(start, n),
+            How::Wait(deadline) => self.acquire_waiting_many(n, deadline),
+            How::Probe => self.take_many_uncounted(n),
+        }
+    }
+
+    /// [`admit`](Self::admit) for a caller that waits without blocking
+    /// its thread: a waiting ask waits in the room as a future (cancel
+    /// safe: what was handed to it goes to the next waiter or back), any
+    /// other ask is answered at once.
+    pub(crate) async fn admit_async(&self, ask: Ask) -> Result<Grant, Error> {
+        match ask.how {
+            How::Wait(deadline) if ask.units > 0 => {
+                self.acquire_async_many(ask.units, deadline).await
+            }
+            _ => self.admit(&ask),
+        }
+    }
+
+    /// [`admit_one`](Self::admit_one) for a caller that is worker `me` of
+    /// this table's front-end and will wait for its reply: never on `me`'s
     /// shard, whose queue only `me` serves, and never waiting (a unit
     /// handed over could be `me`'s own). With a single shard only the
     /// caller could serve it: [`Error::CallingSelf`], or `Shutdown` once
     /// shutdown has begun (the answer every other caller gets then).
     #[cold]
-    pub(crate) fn admit_from_worker(
-        &self,
-        admission: Admission,
-        me: usize,
-    ) -> Result<usize, Error> {
+    pub(crate) fn admit_from_worker(&self, how: How, me: usize) -> Result<usize, Error> {
         let shards = self.shard_count();
         if shards == 1 {
             return Err(if self.is_closing() {
@@ -66,15 +90,13 @@ impl Table {
                 Error::CallingSelf
             });
         }
-        match admission {
-            Admission::Unbounded => {
+        match how {
+            How::Unbounded => {
                 let home = self.home_shard();
                 let other = if home == me { (me + 1) % shards } else { home };
                 self.acquire_unbounded_on(other)
             }
-            Admission::Try | Admission::At(_) | Admission::Wait(_) | Admission::Probe => {
-                self.acquire_except(me)
-            }
+            How::Try | How::At(_) | How::Wait(_) | How::Probe => self.acquire_except(me),
         }
     }
 }

@@ -139,8 +139,7 @@ impl Table {
 
     /// [`acquire_many`](Self::acquire_many) starting at shard `start`
     /// (modulo the shard count): the models' seam for a caller on a chosen
-    /// shard.
-    #[cfg(loom)]
+    /// shard, and the ask of many units `How::At` describes.
     pub(crate) fn acquire_many_at(&self, start: usize, n: usize) -> Result<Grant, Error> {
         let start = self.reduce(start);
         if n == 1 {

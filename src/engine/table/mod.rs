@@ -7,6 +7,8 @@
 //!
 //! One protocol a file, the hot path first:
 //!
+//! * `admission.rs`: the front door: `admit(&Ask)` and its async twin,
+//!   every front-end's way in; one unit goes on to the hot path.
 //! * `admit.rs`: **the hot path.** Admission (`acquire`, `try_at`: the
 //!   caller's own shard, the walk, the refusal) and release (`release_shard`,
 //!   `give_back_many`), down to the shard's CAS (`Shard::take_fast`,
@@ -69,7 +71,6 @@ mod room;
 mod unit;
 
 pub(crate) use crate::engine::grant::{Grant, Part};
-pub(crate) use admission::Admission;
 #[cfg(not(loom))]
 use room::RoomAlarm;
 pub(crate) use unit::{Batch, Unit};

@@ -4,7 +4,7 @@ use super::current::calling_worker;
 use super::deadline_after;
 use super::mailbox::Envelope;
 use super::worker::AsyncWorker;
-use super::{Admission, AsyncPool, Inner, ReplyReceiver};
+use super::{AsyncPool, How, Inner, ReplyReceiver};
 use crate::error::{Error, Refused, TryCallError};
 use crate::sync::{now, Arc};
 use std::future::Future;
@@ -229,12 +229,8 @@ impl<W: AsyncWorker> AsyncPool<W> {
         message: W::Message,
     ) -> impl Future<Output = Result<(), Error>> + Send + 'static {
         let can_wait = self.inner.table.has_room() && self.calling_worker().is_none();
-        let admission = if can_wait {
-            Admission::Probe
-        } else {
-            Admission::Try
-        };
-        let pending = match self.submit_cast(admission, message) {
+        let how = if can_wait { How::Probe } else { How::Try };
+        let pending = match self.submit_cast(how, message) {
             Ok(()) => Pending::Sent(()),
             Err(refused) if can_wait && refused.error() == Error::Overload => {
                 let (_, message) = refused.into_parts();
@@ -287,7 +283,7 @@ impl<W: AsyncWorker> AsyncPool<W> {
         &self,
         request: W::Request,
     ) -> impl Future<Output = Result<W::Reply, TryCallError<W::Request>>> + Send + 'static {
-        let submitted = self.submit_call(Admission::Try, request);
+        let submitted = self.submit_call(How::Try, request);
         async move {
             let reply = submitted?;
             reply
@@ -327,7 +323,7 @@ impl<W: AsyncWorker> AsyncPool<W> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn try_cast(&self, message: W::Message) -> Result<(), Refused<W::Message>> {
-        self.submit_cast(Admission::Try, message)
+        self.submit_cast(How::Try, message)
     }
 
     #[inline]
@@ -341,12 +337,8 @@ impl<W: AsyncWorker> AsyncPool<W> {
         // A worker of this pool never waits for its capacity (a unit handed
         // over could be its own shard's, which only it serves).
         let can_wait = self.inner.table.has_room() && self.calling_worker().is_none();
-        let admission = if can_wait {
-            Admission::Probe
-        } else {
-            Admission::Try
-        };
-        match self.submit_call(admission, request) {
+        let how = if can_wait { How::Probe } else { How::Try };
+        match self.submit_call(how, request) {
             Ok(reply) => Pending::Sent(reply),
             Err(refused) if can_wait && refused.error() == Error::Overload => {
                 let (_, request) = refused.into_parts();
@@ -362,12 +354,12 @@ impl<W: AsyncWorker> AsyncPool<W> {
     #[inline]
     pub(super) fn submit_call(
         &self,
-        admission: Admission,
+        how: How,
         request: W::Request,
     ) -> Result<ReplyReceiver<W>, Refused<W::Request>> {
         let admitted = match self.calling_worker() {
-            None => self.inner.table.admit(admission),
-            Some(worker) => self.inner.table.admit_from_worker(admission, worker),
+            None => self.inner.table.admit_one(how),
+            Some(worker) => self.inner.table.admit_from_worker(how, worker),
         };
         let shard = match admitted {
             Ok(shard) => shard,
@@ -387,10 +379,10 @@ impl<W: AsyncWorker> AsyncPool<W> {
     #[inline]
     pub(super) fn submit_cast(
         &self,
-        admission: Admission,
+        how: How,
         message: W::Message,
     ) -> Result<(), Refused<W::Message>> {
-        let shard = match self.inner.table.admit(admission) {
+        let shard = match self.inner.table.admit_one(how) {
             Ok(shard) => shard,
             Err(error) => return Err(Refused::new(error, message)),
         };

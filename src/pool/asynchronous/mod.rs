@@ -13,7 +13,8 @@
 use self::mailbox::Mailboxes;
 use self::worker::{AsyncEnvelope, AsyncWorker};
 use super::{deadline_after, PoolBuilder, DEFAULT_STEAL};
-use crate::engine::table::{Admission, Table};
+use crate::engine::ask::How;
+use crate::engine::table::Table;
 use crate::error::{ConfigError, Error};
 use crate::stats::Stats;
 use crate::sync::{Arc, Weak};
