@@ -664,3 +664,137 @@ fn a_shrink_below_a_waiters_need_ends_its_wait_with_too_large() {
     assert_eq!(limiter.usage(), 0);
     assert_eq!(limiter.try_acquire_many(4).unwrap().units(), 4);
 }
+
+// ---- the request description -------------------------------------------------
+
+mod ask {
+    use std::sync::mpsc;
+    use std::sync::Arc;
+    use std::thread;
+    use std::time::{Duration, Instant};
+
+    use sidejob::units::Ask;
+    use sidejob::{Error, Limiter};
+
+    fn waiting(capacity: usize, shards: usize) -> Arc<Limiter> {
+        Arc::new(
+            Limiter::builder()
+                .capacity(capacity)
+                .shards(shards)
+                .max_waiters(8)
+                .build()
+                .unwrap(),
+        )
+    }
+
+    #[test]
+    fn an_ask_says_units_and_waiting_and_defaults_to_one_unit_waiting() {
+        let ask = Ask::default();
+        assert_eq!(ask, Ask::new());
+        assert_eq!((ask.unit_count(), ask.is_fail_fast()), (1, false));
+        let deadline = Instant::now();
+        let ask = Ask::new().units(5).wait_until(deadline);
+        assert_eq!((ask.unit_count(), ask.deadline()), (5, Some(deadline)));
+        // The last of wait / fail fast wins.
+        assert!(ask.fail_fast().is_fail_fast());
+        assert!(!ask.fail_fast().wait_until(deadline).is_fail_fast());
+    }
+
+    #[test]
+    fn acquire_with_takes_what_the_ask_says_on_every_size() {
+        let limiter = waiting(12, 4); // 3 a shard
+        let nothing = limiter.acquire_with(Ask::new().units(0)).unwrap();
+        let one = limiter.acquire_with(Ask::new()).unwrap();
+        let wide = limiter.acquire_with(Ask::new().units(7)).unwrap(); // across shards
+        assert_eq!((nothing.units(), one.units(), wide.units()), (0, 1, 7));
+        assert_eq!(limiter.usage(), 8);
+        assert_eq!(
+            limiter
+                .acquire_with(Ask::new().units(13))
+                .map(|p| p.units()),
+            Err(Error::TooLarge)
+        );
+        drop((nothing, one, wide));
+        assert_eq!(limiter.usage(), 0);
+    }
+
+    #[test]
+    fn a_fail_fast_ask_never_waits_even_with_a_room() {
+        let limiter = waiting(4, 2);
+        let held = limiter.try_acquire_many(3).unwrap();
+        let one = limiter.acquire_with(Ask::new().fail_fast()).unwrap();
+        let before = limiter.stats().rejected;
+        for n in [1, 2] {
+            let refused = limiter.acquire_with(Ask::new().units(n).fail_fast());
+            assert_eq!(refused.map(|p| p.units()), Err(Error::Overload));
+        }
+        assert_eq!(limiter.waiting(), 0);
+        assert_eq!(limiter.stats().rejected, before + 2);
+        drop((held, one));
+    }
+
+    #[test]
+    fn a_waiting_ask_ends_at_its_own_deadline_and_leaves_nothing_taken() {
+        let limiter = waiting(4, 2);
+        let held = limiter.try_acquire_many(4).unwrap();
+        let deadline = Instant::now() + Duration::from_millis(20);
+        let late = limiter.acquire_with(Ask::new().units(2).wait_until(deadline));
+        assert_eq!(late.map(|p| p.units()), Err(Error::Timeout));
+        assert!(Instant::now() >= deadline);
+        assert_eq!((limiter.usage(), limiter.waiting()), (4, 0));
+        drop(held);
+        assert_eq!(limiter.usage(), 0);
+    }
+
+    #[test]
+    fn a_waiting_ask_is_served_when_its_units_free() {
+        let limiter = waiting(4, 2);
+        let held = limiter.try_acquire_many_owned(4).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let waiter = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                let permit = limiter.acquire_with(Ask::new().units(3))?;
+                tx.send(permit.units()).unwrap();
+                done_rx.recv().unwrap(); // held until the test has looked
+                Ok::<_, Error>(())
+            })
+        };
+        crate::common::until(|| limiter.waiting() == 1);
+        drop(held); // returns once all four are back
+        assert_eq!(rx.recv().unwrap(), 3);
+        assert_eq!(limiter.usage(), 3);
+        done_tx.send(()).unwrap();
+        assert_eq!(waiter.join().unwrap(), Ok(()));
+        assert_eq!(limiter.usage(), 0);
+    }
+
+    #[test]
+    fn acquire_with_async_waits_and_a_dropped_wait_gives_everything_back() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let limiter = waiting(4, 2);
+        rt.block_on(async {
+            let held = limiter.try_acquire_many(3).unwrap();
+            let mut wait = Box::pin(limiter.acquire_with_async(Ask::new().units(2)));
+            assert!(crate::common::poll_once(&mut wait).is_pending());
+            assert_eq!(limiter.waiting(), 1);
+            drop(wait); // cancelled: the free unit it may hold goes back
+            assert_eq!((limiter.waiting(), limiter.usage()), (0, 3));
+            let mut wait = Box::pin(limiter.acquire_with_async(Ask::new().units(2)));
+            assert!(crate::common::poll_once(&mut wait).is_pending());
+            drop(held);
+            let permit = wait.await.unwrap();
+            assert_eq!((permit.units(), limiter.usage()), (2, 2));
+            // A fail-fast ask is answered at once, without the room.
+            let refused = limiter
+                .acquire_with_async(Ask::new().units(3).fail_fast())
+                .await;
+            assert_eq!(refused.map(|p| p.units()), Err(Error::Overload));
+        });
+        assert_eq!(limiter.usage(), 0);
+    }
+}

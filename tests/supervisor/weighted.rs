@@ -124,3 +124,62 @@ fn reserve_many_waits_and_its_future_gives_up_cleanly() {
         (3, 3, 1)
     );
 }
+
+#[test]
+fn reserve_with_takes_what_the_ask_says() {
+    use sidejob::units::Ask;
+    let sup = Supervisor::builder()
+        .capacity(8)
+        .shards(2)
+        .max_waiters(4)
+        .build()
+        .unwrap();
+    let one = sup.reserve_with(Ask::new()).unwrap();
+    let wide = sup.reserve_with(Ask::new().units(5)).unwrap(); // across shards
+    assert_eq!((one.units(), wide.units(), sup.usage()), (1, 5, 6));
+    assert_eq!(sup.which_children().len(), 2);
+    let refused = sup.reserve_with(Ask::new().units(3).fail_fast());
+    assert_eq!(refused.map(|g| g.units()), Err(Error::Overload));
+    assert_eq!(
+        sup.reserve_with(Ask::new().units(0)).map(|g| g.units()),
+        Err(Error::TooLarge)
+    );
+    assert_eq!(
+        sup.reserve_with(Ask::new().units(9)).map(|g| g.units()),
+        Err(Error::TooLarge)
+    );
+    let deadline = std::time::Instant::now() + Duration::from_millis(10);
+    let late = sup.reserve_with(Ask::new().units(3).wait_until(deadline));
+    assert_eq!(late.map(|g| g.units()), Err(Error::Timeout));
+    drop((one, wide));
+    assert_eq!(sup.usage(), 0);
+    assert!(sup.which_children().is_empty());
+}
+
+#[test]
+fn reserve_with_async_waits_for_its_units() {
+    use sidejob::units::Ask;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let sup = sup_waiting(4);
+    rt.block_on(async {
+        let held = sup.try_reserve_many(3).unwrap();
+        let mut wait = Box::pin(sup.reserve_with_async(Ask::new().units(2)));
+        assert!(poll_once(&mut wait).is_pending());
+        drop(held);
+        let child = wait.await.unwrap();
+        assert_eq!((child.units(), sup.usage()), (2, 2));
+    });
+    assert_eq!(sup.usage(), 0);
+}
+
+fn sup_waiting(capacity: usize) -> Supervisor {
+    Supervisor::builder()
+        .capacity(capacity)
+        .shards(2)
+        .max_waiters(4)
+        .build()
+        .unwrap()
+}
