@@ -235,6 +235,38 @@ impl PoolBuilder {
         self
     }
 
+    /// How many units later requests may take past a waiting request of many units
+    /// ([`Pool::call_with`](crate::Pool::call_with)) before every freed unit is kept for it. As
+    /// [`LimiterBuilder::pass_budget`](crate::LimiterBuilder::pass_budget):
+    /// defaults to the capacity in force; `0` is strict FIFO, `usize::MAX`
+    /// first fit.
+    ///
+    /// # Examples
+    ///
+    /// Two turnovers of the pool before a waiting large request is served
+    /// strictly:
+    ///
+    /// ```
+    /// # use sidejob::{Pool, Worker};
+    /// # struct Echo;
+    /// # impl Worker for Echo {
+    /// #     type Request = u32; type Reply = u32; type Message = ();
+    /// #     fn handle_call(&mut self, n: u32) -> u32 { n }
+    /// #     fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// let pool = Pool::builder()
+    ///     .capacity(64)
+    ///     .max_waiters(32)
+    ///     .pass_budget(128)
+    ///     .build(|_| Echo)?;
+    /// assert_eq!(pool.call(7)?, 7);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn pass_budget(&mut self, units: usize) -> &mut Self {
+        self.policy.pass_budget = Some(units);
+        self
+    }
+
     /// The pool's name, used for its worker threads (`{name}-{index}`).
     /// Defaults to `"sidejob"`; must not contain a NUL byte.
     pub fn name(&mut self, name: impl Into<String>) -> &mut Self {

@@ -114,6 +114,30 @@ impl SupervisorBuilder {
         self
     }
 
+    /// How many units later requests may take past a waiting child of many units
+    /// ([`Supervisor::reserve_many`](crate::Supervisor::reserve_many)) before every freed unit is kept for it. As
+    /// [`LimiterBuilder::pass_budget`](crate::LimiterBuilder::pass_budget):
+    /// defaults to the capacity in force; `0` is strict FIFO, `usize::MAX`
+    /// first fit.
+    ///
+    /// # Examples
+    ///
+    /// Strict FIFO: no child passes a waiting child of many units.
+    ///
+    /// ```
+    /// let sup = sidejob::Supervisor::builder()
+    ///     .capacity(16)
+    ///     .max_waiters(32)
+    ///     .pass_budget(0)
+    ///     .build()?;
+    /// assert_eq!(sup.capacity(), 16);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn pass_budget(&mut self, units: usize) -> &mut Self {
+        self.policy.pass_budget = Some(units);
+        self
+    }
+
     /// How many children of one key may be alive at once, for the keyed
     /// forms ([`Supervisor::reserve_keyed`] and friends). Defaults to 1:
     /// a key's children run one after another. At least 1; children

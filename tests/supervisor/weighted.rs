@@ -183,3 +183,41 @@ fn sup_waiting(capacity: usize) -> Supervisor {
         .build()
         .unwrap()
 }
+
+/// A waiting child of two units, a waiting child of one behind it, and
+/// one unit freed: with the default pass budget the small child passes
+/// the large one; with a budget of 0 (strict FIFO) the unit is kept for
+/// the large child and the small one waits.
+#[test]
+fn the_pass_budget_decides_whether_a_small_child_passes_a_large_one() {
+    for (budget, passes) in [(None, true), (Some(0), false)] {
+        let mut builder = Supervisor::builder();
+        builder.capacity(4).shards(1).max_waiters(4);
+        if let Some(budget) = budget {
+            builder.pass_budget(budget);
+        }
+        let sup = Arc::new(builder.build().unwrap());
+        let mut held: Vec<_> = (0..4).map(|_| sup.try_reserve().unwrap()).collect();
+        let large = {
+            let sup = Arc::clone(&sup);
+            thread::spawn(move || sup.reserve_many(2).map(|g| g.units()))
+        };
+        crate::common::until(|| sup.waiting() == 1);
+        let small = {
+            let sup = Arc::clone(&sup);
+            thread::spawn(move || sup.reserve().map(|g| g.units()))
+        };
+        crate::common::until(|| sup.waiting() == 2);
+        drop(held.pop()); // one unit: handed on before drop returns
+        let still_waiting = sup.waiting();
+        assert_eq!(
+            still_waiting,
+            if passes { 1 } else { 2 },
+            "budget {budget:?}"
+        );
+        drop(held); // the rest: everyone is served
+        assert_eq!(large.join().unwrap(), Ok(2));
+        assert_eq!(small.join().unwrap(), Ok(1));
+        assert_eq!(sup.usage(), 0);
+    }
+}
