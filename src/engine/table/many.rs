@@ -186,7 +186,7 @@ impl Table {
                 continue;
             }
             match self.take_n_at(i, n) {
-                Take::Taken { .. } => return Ok(self.grant_n(i, n)),
+                Take::Taken { .. } => return Ok(Grant::on(i, n)),
                 Take::Closed => return Err(Error::Shutdown),
                 Take::Gated => gated = true,
                 Take::Full | Take::Over => {}
@@ -198,11 +198,6 @@ impl Table {
         }
         // 3. Across shards, under the control lock.
         self.take_across(start, n)
-    }
-
-    /// The grant of `n` units all on shard `i`: no allocation.
-    fn grant_n(&self, i: usize, n: usize) -> Grant {
-        Grant::on(i, n)
     }
 
     /// The free units the shards show, each read on its own (plain loads:

@@ -180,6 +180,17 @@ struct Control {
     handed: Vec<usize>,
 }
 
+impl Control {
+    /// Units the room has handed from releases straight to waiters, over
+    /// every shard (wrapping, as the table's counts do): admissions
+    /// without a take, which the pass budget counts with the takes.
+    fn handed_total(&self) -> usize {
+        self.handed
+            .iter()
+            .fold(0usize, |sum, &h| sum.wrapping_add(h))
+    }
+}
+
 /// The admission table shared by every front-end.
 #[derive(Debug)]
 pub(crate) struct Table {

@@ -372,11 +372,7 @@ impl Table {
         // The pass budget counts from here, for a waiter of many units:
         // units taken from the table, and handed from releases.
         let admitted_at = if need > 1 {
-            let handed = control
-                .handed
-                .iter()
-                .fold(0usize, |sum, &h| sum.wrapping_add(h));
-            self.admitted_total().wrapping_add(handed)
+            self.admitted_total().wrapping_add(control.handed_total())
         } else {
             0
         };
@@ -452,10 +448,7 @@ impl Table {
             // Units handed from a release straight to a waiter are
             // admissions too, without a take: under a standing queue they
             // are nearly all of them.
-            handed: control
-                .handed
-                .iter()
-                .fold(0usize, |sum, &h| sum.wrapping_add(h)),
+            handed: control.handed_total(),
             budget: room.policy.pass_budget.unwrap_or_else(|| self.capacity()),
         };
         control.queue.serve(room, hand, &mut source, now(), woken);
