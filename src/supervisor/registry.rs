@@ -10,6 +10,7 @@ use crate::sync::{
     yield_now, Arc, AtomicU64, AtomicUsize,
     Ordering::{Acquire, Relaxed, Release},
 };
+use crate::units::Ask;
 use crossbeam_utils::CachePadded;
 
 /// The largest supervisor capacity: the registry allocates one 8-byte slot
@@ -300,6 +301,37 @@ impl Inner {
     pub(super) fn enter(&self, how: How, kind: ChildKind) -> Result<ChildGuard, Error> {
         let shard = self.common.table.admit_one(how)?;
         Ok(self.register(shard, kind))
+    }
+
+    /// Admits a child of what `ask` describes and registers it: one unit
+    /// through [`enter`](Self::enter), the hot path; any other number
+    /// through the table's front door. An ask of 0 units is `TooLarge`: a
+    /// child holds at least one unit (its registry slot is on the shard
+    /// of one of them).
+    pub(super) fn enter_with(&self, ask: Ask, kind: ChildKind) -> Result<ChildGuard, Error> {
+        if ask.is_one() {
+            return self.enter(ask.how, kind);
+        }
+        if ask.units == 0 {
+            return Err(Error::TooLarge);
+        }
+        let grant = self.common.table.admit(&ask)?;
+        Ok(self.register_many(grant, kind))
+    }
+
+    /// [`enter_with`](Self::enter_with) for a caller that waits without
+    /// blocking its thread (cancel safe: nothing is registered until the
+    /// units are there).
+    pub(super) async fn enter_with_async(
+        &self,
+        ask: Ask,
+        kind: ChildKind,
+    ) -> Result<ChildGuard, Error> {
+        if ask.units == 0 {
+            return Err(Error::TooLarge);
+        }
+        let grant = self.common.table.admit_async(ask).await?;
+        Ok(self.register_many(grant, kind))
     }
 
     /// Registers a child on `shard`, whose unit the caller holds. Inlined

@@ -166,14 +166,7 @@ impl Supervisor {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reserve_with(&self, ask: Ask) -> Result<ChildGuard, Error> {
-        if ask.is_one() {
-            return self.inner.enter(ask.how, ChildKind::Reserved);
-        }
-        if ask.units == 0 {
-            return Err(Error::TooLarge);
-        }
-        let grant = self.inner.common.table.admit(&ask)?;
-        Ok(self.inner.register_many(grant, ChildKind::Reserved))
+        self.inner.enter_with(ask, ChildKind::Reserved)
     }
 
     /// [`reserve_with`](Self::reserve_with) as a future: a waiting ask
@@ -204,11 +197,7 @@ impl Supervisor {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn reserve_with_async(&self, ask: Ask) -> Result<ChildGuard, Error> {
-        if ask.units == 0 {
-            return Err(Error::TooLarge);
-        }
-        let grant = self.inner.common.table.admit_async(ask).await?;
-        Ok(self.inner.register_many(grant, ChildKind::Reserved))
+        self.inner.enter_with_async(ask, ChildKind::Reserved).await
     }
 
     /// [`reserve_many`](Self::reserve_many) that never waits, whatever the

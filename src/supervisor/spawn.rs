@@ -7,6 +7,7 @@ use crate::adaptive::{Feed, Outcome};
 use crate::engine::foreign::drop_payload;
 use crate::error::Error;
 use crate::sync::{os_thread, Arc};
+use crate::units::Ask;
 #[cfg(feature = "tokio")]
 use std::fmt;
 #[cfg(feature = "tokio")]
@@ -59,7 +60,47 @@ impl Supervisor {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let mut guard = self.inner.enter(How::Wait(None), ChildKind::Thread)?;
+        let guard = self.inner.enter(How::Wait(None), ChildKind::Thread)?;
+        self.spawn_thread(guard, f)
+    }
+
+    /// [`spawn`](Self::spawn) of a child of what `ask` describes: its
+    /// units (a job that needs 4 of 16 cores), failing fast or waiting as
+    /// the ask says (blocking the calling thread while it waits). The
+    /// child holds every unit until `f` returns or panics.
+    ///
+    /// # Errors
+    ///
+    /// As [`spawn`](Self::spawn), and as [`reserve_with`](Self::reserve_with)
+    /// for the ask ([`Error::TooLarge`](crate::Error::TooLarge) for 0
+    /// units or more than the capacity in force).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{units::Ask, Supervisor};
+    ///
+    /// let cores = Supervisor::new(16)?;
+    /// let build = cores.spawn_with(Ask::new().units(4), || 2 + 2)?;
+    /// assert_eq!(build.join().unwrap(), 4);
+    /// assert_eq!(cores.usage(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn spawn_with<F, T>(&self, ask: Ask, f: F) -> Result<Child<T>, Error>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let guard = self.inner.enter_with(ask, ChildKind::Thread)?;
+        self.spawn_thread(guard, f)
+    }
+
+    /// Runs `f` on a new thread as the child `guard` admitted.
+    fn spawn_thread<F, T>(&self, mut guard: ChildGuard, f: F) -> Result<Child<T>, Error>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
         let id = guard.id();
         let mut builder = os_thread::Builder::new().name(self.inner.thread_name.clone());
         if let Some(size) = self.inner.stack_size {
@@ -232,6 +273,49 @@ impl Supervisor {
         let handle = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let shard = self.inner.common.table.acquire_async(None).await?;
         let guard = self.inner.register(shard, ChildKind::Task);
+        Ok(self.spawn_guarded(&handle, guard, future))
+    }
+
+    /// [`spawn_task_async`](Self::spawn_task_async) of a child of what
+    /// `ask` describes: its units, failing fast or waiting (without
+    /// blocking the executor) as the ask says; then `future` is spawned on
+    /// the current runtime, holding every unit until it completes, panics
+    /// or is aborted.
+    ///
+    /// # Errors
+    ///
+    /// As [`reserve_with`](Self::reserve_with); [`Error::NoRuntime`](crate::Error::NoRuntime)
+    /// outside a tokio runtime (nothing admitted).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`spawn_task_async`](Self::spawn_task_async): dropping the
+    /// future gives up the wait, and `future` is dropped without running.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    /// # rt.block_on(async {
+    /// use sidejob::{units::Ask, Supervisor};
+    ///
+    /// let sup = Supervisor::builder().capacity(8).max_waiters(16).build()?;
+    /// let export = sup.spawn_task_with(Ask::new().units(6), async { 6 * 7 }).await?;
+    /// assert_eq!(export.await?, 42);
+    /// assert_eq!(sup.usage(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub async fn spawn_task_with<F>(&self, ask: Ask, future: F) -> Result<Task<F::Output>, Error>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let guard = self.inner.enter_with_async(ask, ChildKind::Task).await?;
         Ok(self.spawn_guarded(&handle, guard, future))
     }
 

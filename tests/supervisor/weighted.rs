@@ -221,3 +221,54 @@ fn the_pass_budget_decides_whether_a_small_child_passes_a_large_one() {
         assert_eq!(sup.usage(), 0);
     }
 }
+
+#[test]
+fn spawn_with_holds_every_unit_until_the_child_returns() {
+    use sidejob::units::Ask;
+    let sup = sup(8, 2);
+    let (started_tx, started_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let child = sup
+        .spawn_with(Ask::new().units(5), move || {
+            started_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            7
+        })
+        .unwrap();
+    started_rx.recv().unwrap();
+    assert_eq!(sup.usage(), 5);
+    assert_eq!(
+        sup.spawn_with(Ask::new().units(4), || 0).map(|c| c.id()),
+        Err(Error::Overload)
+    );
+    assert_eq!(
+        sup.spawn_with(Ask::new().units(0), || 0).map(|c| c.id()),
+        Err(Error::TooLarge)
+    );
+    go_tx.send(()).unwrap();
+    assert_eq!(child.join().unwrap(), 7);
+    assert_eq!(sup.usage(), 0);
+}
+
+#[test]
+fn spawn_task_with_waits_then_holds_every_unit_until_the_task_ends() {
+    use sidejob::units::Ask;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let sup = sup_waiting(4);
+    rt.block_on(async {
+        let held = sup.try_reserve_many(3).unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        let mut spawn =
+            Box::pin(sup.spawn_task_with(Ask::new().units(2), async move { rx.await.unwrap() }));
+        assert!(poll_once(&mut spawn).is_pending());
+        drop(held);
+        let task = spawn.await.unwrap();
+        assert_eq!(sup.usage(), 2);
+        tx.send(9).unwrap();
+        assert_eq!(task.await.unwrap(), 9);
+        assert_eq!(sup.usage(), 0);
+    });
+}
