@@ -1,7 +1,8 @@
 //! A proptest model of requests of many units, driven from one thread.
 //!
 //! Random capacity (1..24) and shard count (1..6), and random sequences of:
-//! take `n` units (0..30) from the table, give back a held grant, split one
+//! take `n` units (0..30) from the table (by `acquire_many` or through the
+//! front door, `admit(&Ask)`, failing fast or asking to wait), give back a held grant, split one
 //! (any number of units, past what it holds included), merge two, forget
 //! one, and resize (absolute, and relative both ways). The model is a
 //! ledger: the capacity in force and the units of each grant held.
@@ -21,6 +22,7 @@
 
 use proptest::prelude::*;
 
+use crate::engine::ask::Ask;
 use crate::engine::grant::Grant;
 use crate::engine::probe::Probe;
 use crate::engine::table::Table;
@@ -28,7 +30,10 @@ use crate::error::Error;
 
 #[derive(Debug, Clone)]
 enum Step {
-    Take(usize),
+    /// Take `n` units: through `acquire_many` (door 0), or the front
+    /// door with a fail-fast ask (1) or a waiting one, which a table
+    /// without a room answers at once (2).
+    Take(usize, u8),
     Release(usize),
     Split(usize, usize),
     Merge(usize, usize),
@@ -40,7 +45,7 @@ enum Step {
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        6 => (0usize..30).prop_map(Step::Take),
+        6 => ((0usize..30), 0u8..3).prop_map(|(n, door)| Step::Take(n, door)),
         4 => any::<usize>().prop_map(Step::Release),
         2 => (any::<usize>(), 0usize..12).prop_map(|(k, n)| Step::Split(k, n)),
         2 => (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Step::Merge(a, b)),
@@ -82,9 +87,14 @@ proptest! {
         for step in steps {
             let used: usize = held.iter().map(Grant::units).sum::<usize>() + forgotten;
             match step {
-                Step::Take(n) => {
+                Step::Take(n, door) => {
                     let free = capacity.saturating_sub(used);
-                    match table.acquire_many(n) {
+                    let taken = match door {
+                        0 => table.acquire_many(n),
+                        1 => table.admit(&Ask::new().units(n).fail_fast()),
+                        _ => table.admit(&Ask::new().units(n)),
+                    };
+                    match taken {
                         Ok(grant) => {
                             prop_assert!(n <= free, "took {n} with {free} free");
                             prop_assert_eq!(grant.units(), n);
