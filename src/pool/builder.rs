@@ -236,7 +236,7 @@ impl PoolBuilder {
     }
 
     /// How many units later requests may take past a waiting request of many units
-    /// ([`Pool::call_with`](crate::Pool::call_with)) before every freed unit is kept for it. As
+    /// (the pool's `call_with`) before every freed unit is kept for it. As
     /// [`LimiterBuilder::pass_budget`](crate::LimiterBuilder::pass_budget):
     /// defaults to the capacity in force; `0` is strict FIFO, `usize::MAX`
     /// first fit.
