@@ -10,6 +10,10 @@
 //!   per thread ([`RejectCounter`]): each live thread owns one padded slot
 //!   and bumps it with a plain load and store (no locked instruction, no
 //!   shared line). Threads beyond the slot count share one atomic counter.
+//!   A thread refused on the fast path by the shard its index names (with
+//!   `Probe::Thread` and at most 64 shards) counts on that shard's second
+//!   line instead, by the same rule: it is that word's only writer, and
+//!   the shard was already bounded and read to refuse it.
 //! * **panicked**: rare; an RMW on the shard's own line.
 //!
 //! Erlang's sidejob publishes rates computed from once-a-second reports;

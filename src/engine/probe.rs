@@ -20,7 +20,8 @@
 //! the default.
 //!
 //! The thread index has a second job: it names the one thread allowed to
-//! write a per-thread counter slot (`stats::RejectCounter`), so counting a
+//! write a per-thread counter slot (`stats::RejectCounter`, and its home
+//! shard's `refused_home`), so counting a
 //! rejection needs no locked instruction. That is why indices are unique
 //! among live threads and recycled through a lock-protected min-heap: the
 //! lock hands a slot's last value from the exiting owner to the next one.

@@ -65,7 +65,8 @@ pub(super) enum Fast {
     /// over a limit a racing resize lowered (`now > limit`).
     Edge { now: usize, limit: usize },
     /// Nothing taken: no flag is set and one reading of the counters shows
-    /// the shard at its limit (the reading of [`Shard::looks_full`]).
+    /// the shard exactly at its limit (the reading of
+    /// [`Shard::looks_full`]; over the limit, after a shrink, is `Cold`).
     LooksFull,
     /// Nothing taken, for any other reason: a flag, counters read across a
     /// release, a CAS lost to another taker.
@@ -172,10 +173,13 @@ impl Table {
             Fast::LooksFull => match small {
                 // One word holds every bit: equal to `all_full`, it holds
                 // `start`'s too (`all_marked_from`).
-                Some(index) if self.full.first_word() == self.all_full => {
-                    return Err(self.refuse::<COUNT>(Some(index)));
+                Some(_) if self.full.first_word() == self.all_full => {
+                    if COUNT {
+                        shard.count_home_refusal();
+                    }
+                    return Err(Error::Overload);
                 }
-                None if self.all_marked_from(start) => return Err(self.refuse::<COUNT>(None)),
+                None if self.all_marked_from(start) => return Err(self.refuse::<COUNT>()),
                 _ => self.try_at_cold::<COUNT>(start),
             },
             Fast::Cold => self.try_at_cold::<COUNT>(start),
@@ -319,8 +323,10 @@ impl Table {
     }
 
     /// The fast refusal: `Overload`, counted if `COUNT` (under the
-    /// caller's thread index, if known), for a caller whose own shard
-    /// looked full with no flag set ([`Fast::LooksFull`]).
+    /// caller's thread index), for a caller whose own shard looked full
+    /// with no flag set ([`Fast::LooksFull`]). The caller whose own shard
+    /// is its thread index's counts on that shard instead
+    /// ([`Shard::count_home_refusal`]), with the same answer.
     ///
     /// No load of `closed`, unlike [`refused`](Self::refused): the own
     /// shard's word had no CLOSED bit, so a close that began has not
@@ -329,12 +335,9 @@ impl Table {
     /// every shard ([`is_closed`](Self::is_closed)) reads CLOSED in its own
     /// shard's word, goes the cold way and gets `Shutdown`.
     #[inline(always)]
-    fn refuse<const COUNT: bool>(&self, index: Option<usize>) -> Error {
+    fn refuse<const COUNT: bool>(&self) -> Error {
         if COUNT {
-            match index {
-                Some(index) => self.count_refusal_at(index),
-                None => self.count_refusal(),
-            }
+            self.count_refusal();
         }
         Error::Overload
     }
@@ -549,6 +552,25 @@ fn waiting(room: Option<&Room>) -> bool {
 }
 
 impl Shard {
+    /// Counts one `Overload` answered on the fast path to the thread whose
+    /// index is this shard's (see `refused_home`).
+    #[inline(always)]
+    pub(super) fn count_home_refusal(&self) {
+        // Relaxed load and store, not an RMW: the thread holding this
+        // shard's index is the only writer (the index registry's lock
+        // orders a previous holder before the next, as for the
+        // `RejectCounter`'s slots). A count that publishes nothing.
+        let count = self.refused_home.load(Relaxed);
+        self.refused_home.store(count.wrapping_add(1), Relaxed);
+    }
+
+    /// The refusals [`count_home_refusal`](Self::count_home_refusal)
+    /// counted.
+    pub(super) fn home_refusals(&self) -> usize {
+        // Relaxed: a reading for a snapshot, ordered with nothing.
+        self.refused_home.load(Relaxed)
+    }
+
     /// One attempt to take a unit, the fast path's: one reading of the
     /// counters and at most one CAS, no loop and no RMW but the CAS. What
     /// it cannot settle alone it leaves to the caller ([`Fast`]), which
@@ -579,7 +601,14 @@ impl Shard {
             // Usage below 2^61: no flag, no negative gap, a real reading
             // that shows the shard at its limit. Otherwise `try_take` and
             // the gate's path sort it out, out of line.
-            return if usage < 1 << 61 {
+            // Exactly at the limit: no flag, no negative gap (either puts
+            // the usage above 2^61, past any limit), a real reading that
+            // shows the shard full. Over it (a flag, a negative gap, or
+            // units over a limit a shrink lowered, a deficit that releases
+            // repay), `try_take` and the gate's path sort it out, out of
+            // line. One compare settles both: the refusal's fast path is
+            // the `usage >= limit` compare's own flags.
+            return if usage == limit {
                 Fast::LooksFull
             } else {
                 Fast::Cold
@@ -643,9 +672,10 @@ impl Shard {
         self.try_take_n(1, stop)
     }
 
-    /// True if one reading of the counters shows the shard at its limit:
-    /// [`Fast::LooksFull`]'s reading, for the cold path's check of the
-    /// caller's own marked shard. No RMW.
+    /// True if one reading of the counters shows the shard at or over its
+    /// limit: [`Fast::LooksFull`]'s reading (which the fast path takes only
+    /// exactly at the limit), for the cold path's check of the caller's own
+    /// marked shard. No RMW.
     #[inline]
     fn looks_full(&self) -> bool {
         // Acquire: pairs with the Release take CAS in `take_fast` or

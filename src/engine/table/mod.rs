@@ -154,6 +154,13 @@ pub(crate) struct Shard {
     /// round trip read a median of 1.18x the plain pool's, against
     /// 1.07-1.10x here (`PERFORMANCE.md`, the dispatch bench).
     attended: AtomicBool,
+    /// `Overload`s answered on the fast path to the thread whose index is
+    /// this shard's (`thread_home`): that thread is its only writer, as it
+    /// is of its slot in the table's `RejectCounter`, which counts every
+    /// other refusal. Here, the refusal's count needs no bound on the
+    /// thread's slot: the shard was bounded to find it, and the caller
+    /// has just read its first line.
+    refused_home: AtomicUsize,
 }
 
 /// Which shards are at their limit, one bit each (see the module docs).
@@ -422,6 +429,7 @@ impl Shard {
             phantom: AtomicUsize::new(0),
             limit: AtomicUsize::new(limit),
             attended: AtomicBool::new(false),
+            refused_home: AtomicUsize::new(0),
         }
     }
 

@@ -86,7 +86,12 @@ impl Table {
             usage: shards.iter().map(|s| s.usage).sum(),
             peak_usage: shards.iter().map(|s| s.peak_usage).sum(),
             accepted: shards.iter().map(|s| s.accepted).sum(),
-            rejected: self.rejected.total(),
+            rejected: self
+                .shards
+                .iter()
+                .fold(self.rejected.total(), |sum, shard| {
+                    sum.wrapping_add(shard.home_refusals() as u64)
+                }),
             completed: shards.iter().map(|s| s.completed).sum(),
             panicked: shards.iter().map(|s| s.panicked).sum(),
             forgotten: shards.iter().map(|s| s.forgotten).sum(),

@@ -234,3 +234,49 @@ fn unbounded_takes_are_counted_beyond_the_limit() {
     assert_eq!((stats.accepted, stats.completed, stats.panicked), (3, 1, 1));
     assert_eq!(stats.rejected, 2);
 }
+
+/// Refusals are counted exactly whichever counter takes them: a thread
+/// whose index names a shard counts on that shard (the fast path's
+/// `refused_home`), any other in the table's per-thread slots; with more
+/// threads than shards, both at once. A shrunk table's shards over their
+/// limit send the refusal down the cold path, counted there.
+#[test]
+fn refusals_are_counted_exactly_on_every_path() {
+    const THREADS: usize = 6;
+    const TRIES: usize = 2_000;
+    let table = Arc::new(Table::new(2, 2, Probe::Thread).unwrap());
+    let held = [table.acquire_at(0).unwrap(), table.acquire_at(1).unwrap()];
+    let barrier = Arc::new(std::sync::Barrier::new(THREADS));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (table, barrier) = (Arc::clone(&table), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                // Every thread is live at once: their indices differ, and
+                // some are past the two shards.
+                barrier.wait();
+                let refused = (0..TRIES)
+                    .filter(|_| table.acquire() == Err(Error::Overload))
+                    .count();
+                barrier.wait();
+                refused
+            })
+        })
+        .collect();
+    let refused: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(refused, THREADS * TRIES);
+    assert_eq!(table.stats().rejected, (THREADS * TRIES) as u64);
+
+    // Shrunk under what is held: one shard is at its limit of 1, the other
+    // over its limit of 0, a reading the fast path leaves to the cold one,
+    // which still refuses and counts.
+    table.set_capacity(1).unwrap();
+    let before = table.stats().rejected;
+    assert_eq!(table.acquire_at(0), Err(Error::Overload));
+    assert_eq!(table.acquire_at(1), Err(Error::Overload));
+    assert_eq!(table.acquire(), Err(Error::Overload));
+    assert_eq!(table.stats().rejected, before + 3);
+    for shard in held {
+        table.release(shard, false);
+    }
+    assert_eq!(table.usage(), 0);
+}
