@@ -239,6 +239,20 @@ fn run(s: &Subjects, name: &str, iters: u64) {
             (0..iters).for_each(|_| op_ours_admit_timed_unsampled(&s.timed, &s.controller_none));
         }
         "ours_refuse" => (0..iters).for_each(|_| op_ours_refuse(&s.ours_full)),
+        // The refusal as a caller's own loop meets it, inlined where it
+        // can be (ours is; tokio's `try_acquire` is a call): the script
+        // counts these over the whole program, loop included, the way an
+        // independent harness counted them (hardening 3, item 12).
+        "loop_ours_refuse" => {
+            for _ in 0..iters {
+                black_box(s.ours_full.try_acquire().is_err());
+            }
+        }
+        "loop_tokio_refuse" => {
+            for _ in 0..iters {
+                black_box(s.tokio_empty.try_acquire().is_err());
+            }
+        }
         "ours_admit_many" => (0..iters).for_each(|_| op_ours_admit_many(&s.ours)),
         "tokio_admit" => (0..iters).for_each(|_| op_tokio_admit(&s.tokio)),
         "tokio_refuse" => (0..iters).for_each(|_| op_tokio_refuse(&s.tokio_empty)),
@@ -332,6 +346,8 @@ fn main() {
             "ours_admit_timed_every",
             "ours_admit_timed_unsampled",
             "ours_refuse",
+            "loop_ours_refuse",
+            "loop_tokio_refuse",
             "tokio_admit",
             "tokio_refuse",
             "bare_admit",

@@ -55,6 +55,21 @@ for op in admit refuse; do
   esac
   echo "$label: sidejob $ours, tokio $tokio, bare pair $bare   (net of the call's $empty: sidejob $(net "$ours"), tokio $(net "$tokio"), bare $(net "$bare"); target sidejob <= $target)"
 done
+# The refusal inlined into a caller's loop, counted over the whole program
+# (no toggle): what a harness that loops on `try_acquire().is_err()` sees,
+# its loop's few instructions included, for both.
+whole() {
+  local name=$1 n=$2 file="$tmp/cgw.$1.$2"
+  valgrind --tool=callgrind --callgrind-out-file="$file" "$out" "$name" "$n" >/dev/null 2>&1
+  sed -n 's/^summary: *\([0-9]*\).*/\1/p; s/^totals: *\([0-9]*\).*/\1/p' "$file" | head -1
+}
+per_iter() {
+  local a b
+  a=$(whole "$1" $N1)
+  b=$(whole "$1" $N2)
+  awk -v a="$a" -v b="$b" -v n=$((N2 - N1)) 'BEGIN { printf "%.1f", (b - a) / n }'
+}
+echo "refusal in a caller's loop, whole program: sidejob $(per_iter loop_ours_refuse), tokio $(per_iter loop_tokio_refuse)   (each with its loop and black_box, as an independent harness counted; its target for sidejob: 32, not met)"
 timed=$(per_op ours_admit_timed)
 echo "admission + release, timed by an adaptive controller, default sampling: sidejob $timed   (net $(awk -v x="$timed" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'); untimed permits under a controller are the plain figure above)"
 every=$(per_op ours_admit_timed_every)
