@@ -2,6 +2,7 @@
 //! envelope (a call with its reply's sender, a cast, a keyed request of an
 //! ordered pool) and the factory that builds a worker's state.
 
+use crate::engine::table::Grant;
 use crate::error::Error;
 
 /// The state and handlers of one pool worker, like an Erlang `gen_server`.
@@ -100,14 +101,20 @@ pub(crate) type PassingSender<W> = oneshot::Sender<(Result<<W as Worker>::Reply,
 
 /// What travels through a worker's mailbox. Every `Call` and `Cast` holds
 /// one unit of the worker's shard, which the worker gives back once it has
-/// handled it.
+/// handled it; a `Weighed` request holds its grant.
 pub(crate) enum Envelope<W: Worker> {
     Call(W::Request, ReplySender<W>),
     Cast(W::Message),
     /// A keyed request of an ordered pool, out for its key (see
     /// `ordered.rs`): once handled, its key's next request goes out.
     Keyed(Keyed<W>),
-    /// Shutdown began: check whether the shard is drained.
+    /// A request of many units (`Pool::call_with`, `cast_with`), with the
+    /// grant of its units: boxed, so the one-unit envelopes stay the size
+    /// they were (the box is one word beside `Keyed`'s two and a job).
+    Weighed(Box<Weighed<W>>),
+    /// Shutdown began (or, in a pool whose workers wait on their own
+    /// mailboxes, a weighed request gave back units of this shard): check
+    /// whether the shard is drained.
     Wake,
 }
 
@@ -121,6 +128,20 @@ impl<W: Worker> Envelope<W> {
             _ => from,
         }
     }
+}
+
+/// A request of many units: the [`Grant`] of every unit it holds (on
+/// the shard of the mailbox it was posted to, and maybe on others), and
+/// the request. The worker that handles it gives back the whole grant.
+pub(crate) struct Weighed<W: Worker> {
+    pub(crate) grant: Grant,
+    pub(crate) job: Heavy<W>,
+}
+
+/// A call or a cast, as a weighed request carries it.
+pub(crate) enum Heavy<W: Worker> {
+    Call(W::Request, ReplySender<W>),
+    Cast(W::Message),
 }
 
 /// A keyed request of an ordered pool: the key's hash, the shard holding
