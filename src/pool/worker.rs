@@ -166,3 +166,47 @@ pub(crate) enum Job<W: Worker> {
 
 /// Builds a worker's state; shared by every worker thread of a pool.
 pub(crate) type Factory<W> = dyn Fn(usize) -> W + Send + Sync;
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// The envelope as it was before weighed requests: the same variants
+    /// but `Weighed`.
+    #[allow(dead_code)]
+    enum Before<W: Worker> {
+        Call(W::Request, ReplySender<W>),
+        Cast(W::Message),
+        Keyed(Keyed<W>),
+        Wake,
+    }
+
+    struct Small;
+    impl Worker for Small {
+        type Request = ();
+        type Reply = ();
+        type Message = ();
+        fn handle_call(&mut self, (): ()) {}
+        fn handle_cast(&mut self, (): ()) {}
+    }
+
+    struct Wide;
+    impl Worker for Wide {
+        type Request = [u64; 8];
+        type Reply = u64;
+        type Message = String;
+        fn handle_call(&mut self, _: [u64; 8]) -> u64 {
+            0
+        }
+        fn handle_cast(&mut self, _: String) {}
+    }
+
+    /// The boxed `Weighed` variant adds no byte to the one-unit envelopes
+    /// (the mailbox ring is sized in envelopes of this size).
+    #[test]
+    fn a_weighed_variant_leaves_the_envelope_its_size() {
+        use std::mem::size_of;
+        assert_eq!(size_of::<Envelope<Small>>(), size_of::<Before<Small>>());
+        assert_eq!(size_of::<Envelope<Wide>>(), size_of::<Before<Wide>>());
+    }
+}

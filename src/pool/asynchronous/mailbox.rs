@@ -249,3 +249,34 @@ impl<E> Inbox<E> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The async envelope as it was before weighed requests.
+    #[allow(dead_code)]
+    enum Before<Request, Reply, Message> {
+        Call(Request, ReplySender<Reply>),
+        Cast(Message),
+        Wake,
+    }
+
+    /// What the boxed `Weighed` variant costs the one-unit envelopes.
+    #[test]
+    fn a_weighed_variant_leaves_the_envelope_its_size() {
+        use std::mem::size_of;
+        assert_eq!(
+            size_of::<Envelope<u64, u64, String>>(),
+            size_of::<Before<u64, u64, String>>()
+        );
+        assert_eq!(
+            size_of::<Envelope<[u64; 8], u64, u64>>(),
+            size_of::<Before<[u64; 8], u64, u64>>()
+        );
+        assert_eq!(
+            size_of::<Envelope<(), (), ()>>(),
+            size_of::<Before<(), (), ()>>()
+        );
+    }
+}
