@@ -692,3 +692,110 @@ fn call_timeout_ending_within_a_millisecond_of_the_largest_instant_is_answered()
         assert_eq!(f.shared.handled_sorted(), vec![1, 1, 2, 100, 900]);
     });
 }
+
+/// Issue 35: `call_with_async` and `cast_with` hold every unit of their
+/// ask until the handler ends; 0 units and more than the capacity are
+/// `TooLarge`, a fail-fast ask that does not fit `Overload`; a waiting
+/// future dropped leaves nothing behind, units handed to it included; a
+/// panicking handler gives every unit back.
+#[test]
+fn requests_of_many_units_hold_them_until_handled_and_a_dropped_wait_returns_them() {
+    use sidejob::units::Ask;
+    multi_thread().block_on(async {
+        let mut f = probe_pool(6, 2, 4);
+        let big = f.pool.call_with_async(Ask::new().units(4), Job::Park(1));
+        assert_eq!(f.started.recv().await, Some(1));
+        assert_eq!(f.pool.usage(), 4);
+        let refused = f
+            .pool
+            .call_with_async(Ask::new().units(3).fail_fast(), Job::Echo(2));
+        assert_eq!(refused.await, Err(Error::Overload));
+        let zero = f.pool.cast_with(Ask::new().units(0), Job::Echo(2));
+        assert_eq!(zero.await, Err(Error::TooLarge));
+        let wide = f.pool.call_with_async(Ask::new().units(7), Job::Echo(2));
+        assert_eq!(wide.await, Err(Error::TooLarge));
+
+        // A waiting call, dropped while it waits: gone from the room.
+        let mut waiting = Box::pin(f.pool.call_with_async(Ask::new().units(3), Job::Echo(3)));
+        assert!(common::poll_once(&mut waiting).is_pending());
+        assert_eq!(f.pool.waiting(), 1);
+        drop(waiting);
+        assert_eq!((f.pool.waiting(), f.pool.usage()), (0, 4));
+
+        // A waiting cast handed its units when the big call ends, dropped
+        // before it polls again: the units go back.
+        let mut handed = Box::pin(f.pool.cast_with(Ask::new().units(5), Job::Echo(4)));
+        assert!(common::poll_once(&mut handed).is_pending());
+        f.shared.open();
+        assert_eq!(big.await, Ok(1));
+        while f.pool.waiting() > 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(f.pool.usage(), 5, "handed to the waiting cast");
+        drop(handed);
+        assert_eq!(f.pool.usage(), 0);
+
+        let boom = f.pool.call_with_async(Ask::new().units(6), Job::Panic);
+        assert_eq!(boom.await, Err(Error::WorkerPanicked));
+        assert_eq!(f.pool.usage(), 0);
+        f.pool
+            .cast_with(Ask::new().units(2), Job::Echo(5))
+            .await
+            .unwrap();
+        f.pool.shutdown_async().await;
+        assert_eq!(f.pool.usage(), 0);
+        assert!(f.shared.handled_sorted().contains(&5));
+        assert!(
+            !f.shared.handled_sorted().contains(&3),
+            "the dropped call never ran"
+        );
+        assert!(
+            !f.shared.handled_sorted().contains(&4),
+            "the dropped cast never ran"
+        );
+    });
+}
+
+/// With a mailbox per worker, a request of many units across shards gives
+/// back units of other workers' shards: a shutdown begun meanwhile still
+/// ends, every worker woken to leave.
+#[test]
+fn a_shutdown_ends_after_a_request_held_units_of_other_workers_shards() {
+    use sidejob::units::Ask;
+    multi_thread().block_on(async {
+        let shared = Arc::new(Shared::default());
+        let (tx, mut started) = mpsc::unbounded_channel();
+        let pool = {
+            let shared = shared.clone();
+            Pool::builder()
+                .capacity(6)
+                .workers(3)
+                .steal(false)
+                .build_async(move |_| Probe {
+                    shared: shared.clone(),
+                    started: tx.clone(),
+                    count: 0,
+                })
+                .unwrap()
+        };
+        pool.cast_with(Ask::new().units(5), Job::Park(9))
+            .await
+            .unwrap();
+        assert_eq!(started.recv().await, Some(9));
+        assert_eq!(pool.usage(), 5);
+        let closing = tokio::spawn({
+            let pool = pool.clone();
+            async move { pool.shutdown_async().await }
+        });
+        while !pool.is_shutdown() {
+            tokio::task::yield_now().await;
+        }
+        shared.open();
+        tokio::time::timeout(Duration::from_secs(20), closing)
+            .await
+            .expect("the shutdown ends")
+            .unwrap();
+        assert_eq!(pool.usage(), 0);
+        assert_eq!(shared.handled_sorted(), [9]);
+    });
+}

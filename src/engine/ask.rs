@@ -18,7 +18,7 @@ use std::time::Instant;
 /// Built by value (`Ask` is `Copy`) and handed to a front-end's `*_with`
 /// method: [`Limiter::acquire_with`](crate::Limiter::acquire_with),
 /// [`Supervisor::reserve_with`](crate::Supervisor::reserve_with),
-/// the pool's `call_with` and their siblings. The
+/// [`Pool::call_with`](crate::Pool::call_with) and their siblings. The
 /// convenient names (`try_acquire_many(n)`, `acquire_many(n)`) are the
 /// same asks, spelled the way a tokio user looks for them.
 ///

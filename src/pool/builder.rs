@@ -236,7 +236,7 @@ impl PoolBuilder {
     }
 
     /// How many units later requests may take past a waiting request of many units
-    /// (the pool's `call_with`) before every freed unit is kept for it. As
+    /// ([`Pool::call_with`](crate::Pool::call_with)) before every freed unit is kept for it. As
     /// [`LimiterBuilder::pass_budget`](crate::LimiterBuilder::pass_budget):
     /// defaults to the capacity in force; `0` is strict FIFO, `usize::MAX`
     /// first fit.
@@ -635,6 +635,9 @@ impl PoolBuilder {
                     }
                 }),
                 ordered: ordered.clone(),
+                // Workers that wait on their own mailboxes (no idle
+                // room): a weighed request's release wakes the others.
+                owners: (idle.is_none() && count > 1).then(|| mailboxes.clone().into_boxed_slice()),
             };
             let spawned = os_thread::Builder::new()
                 .name(format!("{name}-{index}"))

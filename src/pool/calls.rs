@@ -1,8 +1,10 @@
-//! Requests: `call` (and its timed, async and `try_` forms) and `cast`, each admitted on a unit of the table, then delivered to that unit's worker.
+//! Requests: `call` (and its timed, async and `try_` forms) and `cast`, each admitted on a unit of the table, then delivered to that unit's worker; `call_with` and `cast_with`, of what an [`Ask`] describes.
 
 use super::{deadline_after, wait_reply, wait_reply_until, How, Inner, Pool, ReplyReceiver};
+use crate::engine::ask::Ask;
+use crate::engine::table::Grant;
 use crate::error::{Error, Refused, TryCallError};
-use crate::pool::worker::{Envelope, Worker};
+use crate::pool::worker::{Envelope, Heavy, Weighed, Worker};
 use crate::pool::worker_loop::calling_worker;
 use crate::sync::{now, Arc};
 use std::future::Future;
@@ -243,6 +245,130 @@ impl<W: Worker> Pool<W> {
         Ok(self.submit_cast(How::Wait(None), message)?)
     }
 
+    /// Sends `request` as what `ask` describes (its units; failing fast
+    /// or waiting for them) and waits for its reply.
+    ///
+    /// The request holds `ask.unit_count()` units of the capacity, all or
+    /// nothing, from its admission until its handler has finished (they
+    /// go back before the reply, as a call's one unit does): a request
+    /// that costs the pool four times the usual work can hold four units.
+    /// [`call`](Self::call) is `call_with(Ask::new(), request)`, and an ask
+    /// of one unit takes `call`'s path.
+    ///
+    /// A waiting ask (the default) waits in the pool's waiting room
+    /// ([`PoolBuilder::max_waiters`](crate::PoolBuilder::max_waiters)),
+    /// until its [`deadline`](Ask::wait_until) at the latest and never past
+    /// [`max_wait`](crate::PoolBuilder::max_wait); how far later, smaller
+    /// requests may pass it is the room's
+    /// [`pass_budget`](crate::PoolBuilder::pass_budget). Without a room, or
+    /// with [`fail_fast`](Ask::fail_fast), it never waits. The deadline
+    /// bounds the wait for units, not the wait for the reply. A worker of
+    /// this pool calling it never waits for capacity, and its request is
+    /// never queued behind itself (a request of many units whose units
+    /// all came from the caller's own shard is refused with `Overload`).
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::TooLarge`]: the ask is of more units than the capacity in
+    ///   force (it could never be admitted), or of 0 units (a request holds
+    ///   at least one: the unit of the worker it is queued on).
+    /// * [`Error::Overload`]: the units were not free (and the ask fails
+    ///   fast, or the waiting room was full); the request was not sent.
+    /// * [`Error::Timeout`]: its wait for units ran out (its deadline, or
+    ///   `max_wait`); the request was not sent.
+    /// * [`Error::Shutdown`], [`Error::WorkerPanicked`] and
+    ///   [`Error::CallingSelf`], as for [`call`](Self::call).
+    ///
+    /// # Examples
+    ///
+    /// A bulk request costs four ordinary ones:
+    ///
+    /// ```
+    /// use sidejob::{units::Ask, Error, Pool, Worker};
+    ///
+    /// struct Sum;
+    /// impl Worker for Sum {
+    ///     type Request = Vec<u64>; type Reply = u64; type Message = ();
+    ///     fn handle_call(&mut self, batch: Vec<u64>) -> u64 { batch.iter().sum() }
+    ///     fn handle_cast(&mut self, _: ()) {}
+    /// }
+    ///
+    /// let pool = Pool::builder().capacity(8).workers(2).build(|_| Sum)?;
+    /// assert_eq!(pool.call_with(Ask::new().units(4), vec![1, 2, 3])?, 6);
+    /// assert_eq!(pool.usage(), 0); // every unit back with the reply
+    /// let too_big = pool.call_with(Ask::new().units(9), vec![]);
+    /// assert_eq!(too_big, Err(Error::TooLarge));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn call_with(&self, ask: Ask, request: W::Request) -> Result<W::Reply, Error> {
+        if ask.is_one() {
+            let reply = self.submit_call(ask.how, request)?;
+            return wait_reply(reply, self.inner.spin);
+        }
+        let reply = self.submit_weighed_call(&ask, request)?;
+        wait_reply(reply, self.inner.spin)
+    }
+
+    /// Sends `message` as what `ask` describes (its units; failing fast or
+    /// waiting for them), without waiting for it to be handled.
+    ///
+    /// The message holds `ask.unit_count()` units, all or nothing, from its
+    /// admission until its handler has finished; it waits for them as
+    /// [`call_with`](Self::call_with) does. [`cast`](Self::cast) is
+    /// `cast_with(Ask::new(), message)`. `Ok` means admitted: the message
+    /// will be handled exactly once, and every unit given back, even if the
+    /// handler panics or the pool shuts down first.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::TooLarge`] for an ask of 0 units or of more than the
+    /// capacity in force, [`Error::Overload`] when the units were not free
+    /// (and it fails fast, or the room was full), [`Error::Timeout`] when
+    /// its wait ran out, [`Error::Shutdown`] once the pool is shut down.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::mpsc;
+    /// use sidejob::{units::Ask, Error, Pool, Worker};
+    ///
+    /// /// Handles each message when the example says so.
+    /// struct Gate(mpsc::Receiver<()>);
+    /// impl Worker for Gate {
+    ///     type Request = (); type Reply = (); type Message = ();
+    ///     fn handle_call(&mut self, _: ()) {}
+    ///     fn handle_cast(&mut self, _: ()) { let _ = self.0.recv(); }
+    /// }
+    ///
+    /// let (go, gate) = mpsc::channel();
+    /// let gate = std::sync::Mutex::new(Some(gate));
+    /// let pool = Pool::builder().capacity(4).workers(1)
+    ///     .build(move |_| Gate(gate.lock().unwrap().take().unwrap()))?;
+    ///
+    /// pool.cast_with(Ask::new().units(3), ())?; // holds 3 until handled
+    /// assert_eq!(pool.usage(), 3);
+    /// let refused = pool.cast_with(Ask::new().units(2).fail_fast(), ());
+    /// assert_eq!(refused, Err(Error::Overload));
+    /// go.send(()).unwrap();
+    /// pool.shutdown(); // handled, then the worker joined
+    /// assert_eq!(pool.usage(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cast_with(&self, ask: Ask, message: W::Message) -> Result<(), Error> {
+        if ask.is_one() {
+            return Ok(self.submit_cast(ask.how, message)?);
+        }
+        let grant = self.inner.admit_weighed(&ask, None)?;
+        let shard = grant.shard;
+        let weighed = Box::new(Weighed {
+            grant,
+            job: Heavy::Cast(message),
+        });
+        self.inner
+            .deliver_weighed(shard, weighed)
+            .map_err(|_| Error::Shutdown)
+    }
+
     /// Like [`call`](Self::call), but a request that is not admitted is
     /// handed back instead of dropped.
     ///
@@ -437,5 +563,76 @@ impl<W: Worker> Pool<W> {
             Err(Envelope::Cast(message)) => Err(Refused::new(Error::Shutdown, message)),
             Err(_) => unreachable!("a mailbox hands back the envelope it was given"),
         }
+    }
+
+    /// Admits the units of a call of many units and posts it; the
+    /// receiver of its reply. A worker of this pool calling it is admitted
+    /// as in [`Inner::admit_weighed`].
+    fn submit_weighed_call(
+        &self,
+        ask: &Ask,
+        request: W::Request,
+    ) -> Result<ReplyReceiver<W>, Error> {
+        let me = calling_worker(&self.inner.table);
+        let grant = self.inner.admit_weighed(ask, me)?;
+        // The mailbox of a shard the grant holds units of, and not the
+        // caller's own if it is a worker (`admit_weighed` made sure there
+        // is one).
+        let shard = match me {
+            None => grant.shard,
+            Some(me) => grant
+                .parts()
+                .iter()
+                .map(|p| p.shard)
+                .find(|&shard| shard != me)
+                .unwrap_or(grant.shard),
+        };
+        let (reply, receiver) = oneshot::channel();
+        let weighed = Box::new(Weighed {
+            grant,
+            job: Heavy::Call(request, reply),
+        });
+        match self.inner.deliver_weighed(shard, weighed) {
+            Ok(()) => Ok(receiver),
+            Err(_) => Err(Error::Shutdown),
+        }
+    }
+}
+
+impl<W: Worker> Inner<W> {
+    /// Takes the units of an ask of many units (not one: that is the
+    /// inlined path's): all of them, or an error. `me` is the calling
+    /// worker of this pool, for a call that will wait for its reply: it
+    /// never waits, its take starts past its own shard, and a grant whose
+    /// units are all on its own shard (only it serves that mailbox) is
+    /// given back and refused with `Overload`.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn admit_weighed(&self, ask: &Ask, me: Option<usize>) -> Result<Grant, Error> {
+        debug_assert!(!ask.is_one());
+        if ask.units == 0 {
+            // A request holds at least one unit: the one that keeps its
+            // worker from leaving while it is queued.
+            return Err(Error::TooLarge);
+        }
+        let Some(me) = me else {
+            return self.table.admit(ask);
+        };
+        if self.table.shard_count() == 1 {
+            return Err(if self.table.is_closing() {
+                Error::Shutdown
+            } else {
+                Error::CallingSelf
+            });
+        }
+        let grant = self.table.admit(&Ask {
+            units: ask.units,
+            how: How::At(me + 1),
+        })?;
+        if grant.parts().iter().all(|p| p.shard == me) {
+            self.table.release_grant(&grant, false);
+            return Err(Error::Overload);
+        }
+        Ok(grant)
     }
 }

@@ -4,7 +4,7 @@
 use super::mailbox::Outbox;
 use super::Inner;
 use crate::engine::table::Table;
-use crate::pool::worker::{Envelope, Worker};
+use crate::pool::worker::{Envelope, Weighed, Worker};
 use crate::sync::os_thread;
 
 /// Queues `envelope`, which holds a unit of `shard`, in `mailbox`, then
@@ -39,14 +39,44 @@ impl<W: Worker> Inner<W> {
     #[inline]
     pub(super) fn deliver(&self, shard: usize, envelope: Envelope<W>) -> Result<(), Envelope<W>> {
         post(&self.mailboxes[shard], &self.table, shard, envelope, || {
-            if let Some(idle) = &self.routing.idle {
-                if self.routing.own_private {
-                    idle.private_added(shard);
-                } else {
-                    idle.work_added(shard, || !self.mailboxes[shard].is_empty());
-                }
-            }
+            self.queued(shard);
         })
+    }
+
+    /// The wake-up a delivery to shard `shard`'s mailbox needs.
+    #[inline(always)]
+    fn queued(&self, shard: usize) {
+        if let Some(idle) = &self.routing.idle {
+            if self.routing.own_private {
+                idle.private_added(shard);
+            } else {
+                idle.work_added(shard, || !self.mailboxes[shard].is_empty());
+            }
+        }
+    }
+
+    /// Posts a weighed request to the mailbox of `shard`, one of the
+    /// shards its grant holds units of (so that worker cannot drain and
+    /// leave while it is queued). If the worker is gone, the whole grant
+    /// goes back and the request with it.
+    #[cold]
+    pub(super) fn deliver_weighed(
+        &self,
+        shard: usize,
+        weighed: Box<Weighed<W>>,
+    ) -> Result<(), Box<Weighed<W>>> {
+        debug_assert!(weighed.grant.parts().iter().any(|p| p.shard == shard));
+        match self.mailboxes[shard].send(Envelope::Weighed(weighed)) {
+            Ok(()) => {
+                self.queued(shard);
+                Ok(())
+            }
+            Err(Envelope::Weighed(weighed)) => {
+                self.table.release_grant(&weighed.grant, false);
+                Err(weighed)
+            }
+            Err(_) => unreachable!("a mailbox hands back the envelope it was given"),
+        }
     }
 
     pub(super) fn shutdown(&self) {

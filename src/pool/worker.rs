@@ -2,6 +2,7 @@
 //! envelope (a call with its reply's sender, a cast, a keyed request of an
 //! ordered pool) and the factory that builds a worker's state.
 
+use crate::engine::table::Grant;
 use crate::error::Error;
 
 /// The state and handlers of one pool worker, like an Erlang `gen_server`.
@@ -100,14 +101,20 @@ pub(crate) type PassingSender<W> = oneshot::Sender<(Result<<W as Worker>::Reply,
 
 /// What travels through a worker's mailbox. Every `Call` and `Cast` holds
 /// one unit of the worker's shard, which the worker gives back once it has
-/// handled it.
+/// handled it; a `Weighed` request holds its grant.
 pub(crate) enum Envelope<W: Worker> {
     Call(W::Request, ReplySender<W>),
     Cast(W::Message),
     /// A keyed request of an ordered pool, out for its key (see
     /// `ordered.rs`): once handled, its key's next request goes out.
     Keyed(Keyed<W>),
-    /// Shutdown began: check whether the shard is drained.
+    /// A request of many units (`Pool::call_with`, `cast_with`), with the
+    /// grant of its units: boxed, so the one-unit envelopes stay the size
+    /// they were (the box is one word beside `Keyed`'s two and a job).
+    Weighed(Box<Weighed<W>>),
+    /// Shutdown began (or, in a pool whose workers wait on their own
+    /// mailboxes, a weighed request gave back units of this shard): check
+    /// whether the shard is drained.
     Wake,
 }
 
@@ -121,6 +128,20 @@ impl<W: Worker> Envelope<W> {
             _ => from,
         }
     }
+}
+
+/// A request of many units: the [`Grant`] of every unit it holds (on
+/// the shard of the mailbox it was posted to, and maybe on others), and
+/// the request. The worker that handles it gives back the whole grant.
+pub(crate) struct Weighed<W: Worker> {
+    pub(crate) grant: Grant,
+    pub(crate) job: Heavy<W>,
+}
+
+/// A call or a cast, as a weighed request carries it.
+pub(crate) enum Heavy<W: Worker> {
+    Call(W::Request, ReplySender<W>),
+    Cast(W::Message),
 }
 
 /// A keyed request of an ordered pool: the key's hash, the shard holding
@@ -145,3 +166,47 @@ pub(crate) enum Job<W: Worker> {
 
 /// Builds a worker's state; shared by every worker thread of a pool.
 pub(crate) type Factory<W> = dyn Fn(usize) -> W + Send + Sync;
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// The envelope as it was before weighed requests: the same variants
+    /// but `Weighed`.
+    #[allow(dead_code)]
+    enum Before<W: Worker> {
+        Call(W::Request, ReplySender<W>),
+        Cast(W::Message),
+        Keyed(Keyed<W>),
+        Wake,
+    }
+
+    struct Small;
+    impl Worker for Small {
+        type Request = ();
+        type Reply = ();
+        type Message = ();
+        fn handle_call(&mut self, (): ()) {}
+        fn handle_cast(&mut self, (): ()) {}
+    }
+
+    struct Wide;
+    impl Worker for Wide {
+        type Request = [u64; 8];
+        type Reply = u64;
+        type Message = String;
+        fn handle_call(&mut self, _: [u64; 8]) -> u64 {
+            0
+        }
+        fn handle_cast(&mut self, _: String) {}
+    }
+
+    /// The boxed `Weighed` variant adds no byte to the one-unit envelopes
+    /// (the mailbox ring is sized in envelopes of this size).
+    #[test]
+    fn a_weighed_variant_leaves_the_envelope_its_size() {
+        use std::mem::size_of;
+        assert_eq!(size_of::<Envelope<Small>>(), size_of::<Before<Small>>());
+        assert_eq!(size_of::<Envelope<Wide>>(), size_of::<Before<Wide>>());
+    }
+}

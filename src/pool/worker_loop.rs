@@ -16,12 +16,12 @@ use std::time::Duration;
 
 use crate::adaptive::{Feed, FeedSlot, Outcome};
 use crate::engine::foreign::{drop_payload, drop_quietly};
-use crate::engine::table::{Batch, Table, Unit};
+use crate::engine::table::{Batch, Grant, Held, Table, Unit};
 use crate::error::Error;
-use crate::pool::mailbox::{Inbox, Look};
+use crate::pool::mailbox::{Inbox, Look, Outbox};
 use crate::pool::ordered::Ordered;
 use crate::pool::steal::{self, Idle};
-use crate::pool::worker::{Envelope, Factory, Job, Keyed, Worker};
+use crate::pool::worker::{Envelope, Factory, Heavy, Job, Keyed, Weighed, Worker};
 use crate::sync::{const_thread_local, spin_poll, Arc};
 
 const_thread_local! {
@@ -108,6 +108,11 @@ pub(crate) struct WorkerLoop<W: Worker> {
     /// Set when a sample found the controller's interval passed: the tick
     /// runs after the request is answered.
     pub(crate) due: Cell<Option<Duration>>,
+    /// Every worker's mailbox, in a pool of several workers that each wait
+    /// on their own (no `steal`): a weighed request's units on another
+    /// worker's shard may be the last that keep that worker from leaving
+    /// after a shutdown, so their release posts it a `Wake`.
+    pub(crate) owners: Option<Box<[Outbox<Envelope<W>>]>>,
 }
 
 /// What a worker of a stealing (or ordered keyed) pool takes work from.
@@ -259,7 +264,52 @@ impl<W: Worker> WorkerLoop<W> {
                     }
                 }
             }
+            Envelope::Weighed(weighed) => self.process_weighed(state, *weighed, batch),
             Envelope::Wake => {}
+        }
+    }
+
+    /// Handles a request of many units and gives its whole grant back,
+    /// on every path (the [`Held`] guard releases it if anything unwinds
+    /// first); a call's before its reply, with the batch's units.
+    #[cold]
+    #[inline(never)]
+    fn process_weighed(&self, state: &mut Option<W>, weighed: Weighed<W>, batch: &mut Batch) {
+        let Weighed { grant, job } = weighed;
+        let held = Held::new(&self.table, grant);
+        match job {
+            Heavy::Call(request, reply) => {
+                let outcome = self.handle(state, move |worker| worker.handle_call(request));
+                batch.give_back(&self.table);
+                let grant = held.release(outcome.is_err());
+                self.wake_owners(&grant);
+                self.polling_next();
+                drop_quietly(reply.send(outcome));
+            }
+            Heavy::Cast(message) => {
+                let outcome = self.handle(state, move |worker| worker.handle_cast(message));
+                let grant = held.release(outcome.is_err());
+                self.wake_owners(&grant);
+            }
+        }
+    }
+
+    /// After a weighed request gave back `grant`'s units: every other
+    /// worker whose shard got units back re-checks its exit rule, as
+    /// [`steal::after_release`] does for a stolen unit, and for the same
+    /// reason unconditionally (a check of "is that shard closed?" here
+    /// would race the close: they are different words).
+    fn wake_owners(&self, grant: &Grant) {
+        let others = grant.parts().into_iter().filter(|p| p.shard != self.index);
+        if let Some(stealing) = &self.steal {
+            if others.count() > 0 {
+                stealing.idle.wake_all();
+            }
+        } else if let Some(owners) = &self.owners {
+            for part in others {
+                // A worker already gone needs no wake-up.
+                let _ = owners[part.shard].send(Envelope::Wake);
+            }
         }
     }
 

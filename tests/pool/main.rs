@@ -9,7 +9,8 @@
 //! * `panics.rs`: panics in handlers and factories, and in the drops of
 //!   replies, requests and panic payloads;
 //! * `shutdown.rs`: shutdown, the last handle, weak handles;
-//! * `waiting.rs`: the waiting room through the pool.
+//! * `waiting.rs`: the waiting room through the pool;
+//! * `weighted.rs`: requests of many units, `call_with` and `cast_with`.
 //!
 //! The async pool is in `tests/async_pool.rs`, what both kinds share in
 //! `tests/pool_kinds.rs`, stealing in `tests/steal.rs`, keyed requests in
@@ -27,6 +28,7 @@ mod config;
 mod panics;
 mod shutdown;
 mod waiting;
+mod weighted;
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};

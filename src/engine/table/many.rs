@@ -407,6 +407,14 @@ impl Table {
         self.release_many(i, units, by_panic);
     }
 
+    /// Gives back every unit of `grant`, all by a panic if `panicked`:
+    /// the end of a request of many units (a pool's weighed envelope).
+    pub(crate) fn release_grant(&self, grant: &Grant, panicked: bool) {
+        for part in grant.parts() {
+            self.release_units(part.shard, part.units, panicked);
+        }
+    }
+
     /// Records that every unit of `grant` will never be given back
     /// (`Permit::forget`): they stay counted in the usage for good.
     pub(crate) fn forget_grant(&self, grant: Grant) {

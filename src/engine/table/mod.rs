@@ -73,7 +73,7 @@ mod unit;
 pub(crate) use crate::engine::grant::{Grant, Part};
 #[cfg(not(loom))]
 use room::RoomAlarm;
-pub(crate) use unit::{Batch, Unit};
+pub(crate) use unit::{Batch, Held, Unit};
 #[cfg(all(test, not(loom)))]
 mod tests;
 

@@ -1,11 +1,12 @@
 //! A unit held by the work it admitted: given back exactly once, by its
 //! holder or by its guard's `Drop`; or kept with others of its shard in a
 //! [`Batch`] and given back in one RMW. The pool's workers hold their
-//! requests' units this way.
+//! requests' units this way, and a weighed request's [`Grant`] in a
+//! [`Held`].
 
 use std::mem::ManuallyDrop;
 
-use super::Table;
+use super::{Grant, Table};
 use crate::sync::os_thread;
 
 /// The units of a plain pool worker's finished casts, kept to be given back
@@ -120,5 +121,46 @@ impl Drop for Unit<'_> {
         // Only reached when the holder went before `release`: unwinding
         // from a panic, or an async task dropped mid-handler.
         self.table.release(self.index, os_thread::panicking());
+    }
+}
+
+/// The [`Grant`] of a request of many units, held while the work it
+/// admitted runs (a pool worker's weighed envelope): [`Unit`] for a grant.
+/// Given back by [`release`](Self::release), or by `Drop` if the holder
+/// goes first (counted as a panic while the thread unwinds); exactly once
+/// either way.
+#[must_use = "dropping the grant releases its units at once"]
+pub(crate) struct Held<'a> {
+    table: &'a Table,
+    grant: Grant,
+}
+
+impl<'a> Held<'a> {
+    pub(crate) fn new(table: &'a Table, grant: Grant) -> Self {
+        Held { table, grant }
+    }
+
+    /// Gives every unit back; `panicked` says whether its handler
+    /// panicked. Hands back the grant as plain data (its parts say which
+    /// shards got units back).
+    pub(crate) fn release(mut self, panicked: bool) -> Grant {
+        let (table, grant) = (
+            self.table,
+            std::mem::replace(&mut self.grant, Grant::on(0, 0)),
+        );
+        // Forgotten, not dropped: what it holds now is a grant of nothing
+        // (no allocation), and `Drop` would give back what comes next.
+        let _ = ManuallyDrop::new(self);
+        table.release_grant(&grant, panicked);
+        grant
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        // Only reached when the holder went before `release`: unwinding
+        // from a panic, or an async task dropped mid-handler.
+        self.table
+            .release_grant(&self.grant, os_thread::panicking());
     }
 }

@@ -311,6 +311,7 @@ impl Plan {
                 _alive: alive.clone(),
                 ended: false,
                 feed: std::sync::Arc::clone(&feed),
+                owners: mailboxes.own_senders(),
             };
             // Detached: `done` says when it ends.
             drop(handle.spawn(worker.run()));

@@ -5,6 +5,7 @@ use super::deadline_after;
 use super::mailbox::Envelope;
 use super::worker::AsyncWorker;
 use super::{AsyncPool, How, Inner, ReplyReceiver};
+use crate::engine::ask::Ask;
 use crate::error::{Error, Refused, TryCallError};
 use crate::sync::{now, Arc};
 use std::future::Future;
@@ -247,6 +248,150 @@ impl<W: AsyncWorker> AsyncPool<W> {
         }
     }
 
+    /// Sends `request` as what `ask` describes (its units; failing fast or
+    /// waiting for them) and returns a future of its reply: the async
+    /// pool's [`Pool::call_with`](crate::Pool::call_with).
+    ///
+    /// The request holds `ask.unit_count()` units, all or nothing, from its
+    /// admission until its handler's future has finished (they go back
+    /// before the reply). [`call_async`](Self::call_async) is
+    /// `call_with_async(Ask::new(), request)`, and an ask of one unit takes
+    /// its path. Admission is tried when this is called, as for
+    /// `call_async`; a waiting ask that finds its units taken waits in the
+    /// future, in the pool's waiting room
+    /// ([`PoolBuilder::max_waiters`](crate::PoolBuilder::max_waiters)),
+    /// until its [`deadline`](Ask::wait_until) at the latest and never past
+    /// [`max_wait`](crate::PoolBuilder::max_wait); smaller requests pass it
+    /// as far as the room's [`pass_budget`](crate::PoolBuilder::pass_budget)
+    /// allows. The deadline bounds the wait for units, not for the reply.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::TooLarge`]: an ask of 0 units, or of more than the
+    ///   capacity in force.
+    /// * [`Error::Overload`]: the units were not free (and the ask fails
+    ///   fast, or the room was full).
+    /// * [`Error::Timeout`]: its wait for units ran out.
+    /// * [`Error::Shutdown`], [`Error::WorkerPanicked`],
+    ///   [`Error::CallingSelf`]: as for [`call_async`](Self::call_async).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`call_async`](Self::call_async): a request that was sent is
+    /// handled and gives every unit back when it is, whether or not the
+    /// future is still there; dropping a future that still waits for its
+    /// units drops the request, and units handed to it meanwhile go to the
+    /// next waiter or back to the pool.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{AsyncWorker, Error, Pool};
+    /// use sidejob::units::Ask;
+    /// # struct Len;
+    /// # impl AsyncWorker for Len {
+    /// #     type Request = Vec<u8>; type Reply = usize; type Message = ();
+    /// #     async fn handle_call(&mut self, bytes: Vec<u8>) -> usize { bytes.len() }
+    /// #     async fn handle_cast(&mut self, _: ()) {}
+    /// # }
+    /// let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    /// runtime.block_on(async {
+    ///     let pool = Pool::builder().capacity(8).build_async(|_| Len)?;
+    ///     let upload = pool.call_with_async(Ask::new().units(6), vec![0; 100]);
+    ///     assert_eq!(pool.usage(), 6); // admitted when called
+    ///     let refused = pool.call_with_async(Ask::new().units(3).fail_fast(), vec![]);
+    ///     assert_eq!(refused.await, Err(Error::Overload));
+    ///     assert_eq!(upload.await?, 100);
+    ///     assert_eq!(pool.usage(), 0);
+    ///     Ok::<(), Box<dyn std::error::Error>>(())
+    /// })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn call_with_async(
+        &self,
+        ask: Ask,
+        request: W::Request,
+    ) -> impl Future<Output = Result<W::Reply, Error>> + Send + 'static {
+        let me = self.calling_worker();
+        let pending = self.start_with(ask, Unsent::Call(request), me);
+        async move {
+            let reply = match pending {
+                Pending::Sent(reply) => reply,
+                Pending::Refused(error) => return Err(error),
+                Pending::Wait(inner, job) => inner.wait_with(ask, job, me).await?,
+            };
+            let Some(reply) = reply else {
+                // A call's job always gives a receiver.
+                return Err(Error::Shutdown);
+            };
+            reply.await.unwrap_or(Err(Error::Shutdown))
+        }
+    }
+
+    /// Sends `message` as what `ask` describes, without waiting for it to
+    /// be handled; the future answers once it is admitted: the async
+    /// pool's [`Pool::cast_with`](crate::Pool::cast_with).
+    ///
+    /// The message holds `ask.unit_count()` units, all or nothing, from its
+    /// admission until its handler's future has finished; it waits for
+    /// them as [`call_with_async`](Self::call_with_async) does (a worker of
+    /// this pool never waits). [`cast`](Self::cast) is
+    /// `cast_with(Ask::new(), message)`. `Ok` means admitted: handled
+    /// exactly once, every unit given back, even if the handler panics.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::TooLarge`] for 0 units or more than the capacity in force,
+    /// [`Error::Overload`] when the units were not free (and it fails fast,
+    /// or the room was full), [`Error::Timeout`] when its wait ran out,
+    /// [`Error::Shutdown`] once the pool is shut down.
+    ///
+    /// # Cancel safety
+    ///
+    /// A message admitted when `cast_with` was called is handled whatever
+    /// becomes of the future; dropping a future that still waits for its
+    /// units drops the message and returns whatever was handed to it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use sidejob::{AsyncWorker, Pool};
+    /// use sidejob::units::Ask;
+    /// # struct Sink;
+    /// # impl AsyncWorker for Sink {
+    /// #     type Request = (); type Reply = (); type Message = u64;
+    /// #     async fn handle_call(&mut self, _: ()) {}
+    /// #     async fn handle_cast(&mut self, _: u64) {}
+    /// # }
+    /// let runtime = tokio::runtime::Runtime::new()?;
+    /// runtime.block_on(async {
+    ///     let pool = Pool::builder().capacity(8).build_async(|_| Sink)?;
+    ///     pool.cast_with(Ask::new().units(5), 1).await?;
+    ///     pool.cast_with(Ask::new().units(3), 2).await?;
+    ///     pool.shutdown_async().await;
+    ///     assert_eq!(pool.usage(), 0);
+    ///     assert_eq!(pool.stats().completed, 8); // counted in units
+    ///     Ok::<(), Box<dyn std::error::Error>>(())
+    /// })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cast_with(
+        &self,
+        ask: Ask,
+        message: W::Message,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'static {
+        // A worker's cast needs no reply: it may go to any shard, as
+        // `cast`'s does, and waits as anyone's.
+        let pending = self.start_with(ask, Unsent::Cast(message), None);
+        async move {
+            match pending {
+                Pending::Sent(_) => Ok(()),
+                Pending::Refused(error) => Err(error),
+                Pending::Wait(inner, job) => inner.wait_with(ask, job, None).await.map(drop),
+            }
+        }
+    }
+
     /// Like [`call_async`](Self::call_async), but never waits for capacity,
     /// and a request that is not admitted is handed back in the error.
     ///
@@ -390,6 +535,63 @@ impl<W: AsyncWorker> AsyncPool<W> {
             Ok(()) => Ok(()),
             Err(Envelope::Cast(message)) => Err(Refused::new(Error::Shutdown, message)),
             Err(_) => unreachable!("a mailbox hands back the envelope it was given"),
+        }
+    }
+
+    /// Tries admission for `job` as `ask` describes and sends it; or says
+    /// how its future waits. `me` is the calling worker, for a call.
+    fn start_with(
+        &self,
+        ask: Ask,
+        job: Unsent<W>,
+        me: Option<usize>,
+    ) -> Pending<W, Option<ReplyReceiver<W>>> {
+        let can_wait = !ask.is_fail_fast() && self.inner.table.has_room() && me.is_none();
+        if ask.is_one() {
+            // The one-unit path: `call_async`'s and `cast`'s envelopes.
+            let how = if can_wait { How::Probe } else { How::Try };
+            let sent = match job {
+                Unsent::Call(request) => self
+                    .submit_call(how, request)
+                    .map(Some)
+                    .map_err(|refused| (refused.error(), Unsent::Call(refused.into_inner()))),
+                Unsent::Cast(message) => self
+                    .submit_cast(how, message)
+                    .map(|()| None)
+                    .map_err(|refused| (refused.error(), Unsent::Cast(refused.into_inner()))),
+            };
+            return match sent {
+                Ok(reply) => Pending::Sent(reply),
+                Err((Error::Overload, job)) if can_wait => {
+                    Pending::Wait(Arc::clone(&self.inner), job)
+                }
+                // A refused request is dropped now, not kept in the future.
+                Err((error, _)) => Pending::Refused(error),
+            };
+        }
+        if ask.units == 0 {
+            return Pending::Refused(Error::TooLarge);
+        }
+        // First a take that does not wait (uncounted if a wait follows:
+        // the wait counts its own outcome), then, refused, the future
+        // waits.
+        let first = match me {
+            Some(me) => self.inner.admit_weighed_from_worker(&ask, me),
+            None => {
+                let how = if can_wait { How::Probe } else { How::Try };
+                self.inner.table.admit(&Ask {
+                    units: ask.units,
+                    how,
+                })
+            }
+        };
+        match first {
+            Ok(grant) => match self.inner.deliver_weighed(grant, job, me) {
+                Ok(reply) => Pending::Sent(reply),
+                Err(error) => Pending::Refused(error),
+            },
+            Err(Error::Overload) if can_wait => Pending::Wait(Arc::clone(&self.inner), job),
+            Err(error) => Pending::Refused(error),
         }
     }
 }

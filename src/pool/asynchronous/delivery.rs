@@ -2,9 +2,11 @@
 //! mailbox a request goes to (waking a sleeping worker), shutdown. (The
 //! unit a request takes is the table's `Admission`.)
 
-use super::mailbox::Envelope;
+use super::mailbox::{Envelope, Heavy, Weighed};
 use super::worker::{AsyncEnvelope, AsyncWorker};
 use super::{Inner, ReplyReceiver, Unsent};
+use crate::engine::ask::Ask;
+use crate::engine::table::Grant;
 use crate::error::Error;
 use std::time::Instant;
 
@@ -40,6 +42,78 @@ impl<W: AsyncWorker> Inner<W> {
         self.wait_and_send(job, deadline)
             .await?
             .ok_or(Error::Shutdown)
+    }
+
+    /// Waits under the room's policy for the units `ask` describes (to
+    /// its deadline at most), then sends `job`: the wait of a
+    /// `call_with_async` or `cast_with` whose first take was refused. Cancel
+    /// safe: units handed to a dropped wait go to the next waiter or back.
+    pub(super) async fn wait_with(
+        &self,
+        ask: Ask,
+        job: Unsent<W>,
+        me: Option<usize>,
+    ) -> Result<Option<ReplyReceiver<W>>, Error> {
+        if ask.is_one() {
+            return self.wait_and_send(job, ask.deadline()).await;
+        }
+        let grant = self.table.admit_async(ask).await?;
+        self.deliver_weighed(grant, job, me)
+    }
+
+    /// A worker's take of many units: never waiting, starting past its own
+    /// shard, refused with `Overload` if every unit came from its own
+    /// (only it serves that shard: the request would queue behind itself).
+    pub(super) fn admit_weighed_from_worker(&self, ask: &Ask, me: usize) -> Result<Grant, Error> {
+        if self.table.shard_count() == 1 {
+            return Err(if self.table.is_closing() {
+                Error::Shutdown
+            } else {
+                Error::CallingSelf
+            });
+        }
+        let grant = self.table.admit(&Ask {
+            units: ask.units,
+            how: crate::engine::ask::How::At(me + 1),
+        })?;
+        if grant.parts().iter().all(|p| p.shard == me) {
+            self.table.release_grant(&grant, false);
+            return Err(Error::Overload);
+        }
+        Ok(grant)
+    }
+
+    /// Posts a weighed request of `grant` (`job` with its reply slot for a
+    /// call) to the worker of a shard the grant holds units of (not `me`'s,
+    /// for a worker's call); the receiver of a call's reply. If no worker
+    /// can take it, the whole grant goes back: `Shutdown`.
+    pub(super) fn deliver_weighed(
+        &self,
+        grant: Grant,
+        job: Unsent<W>,
+        me: Option<usize>,
+    ) -> Result<Option<ReplyReceiver<W>>, Error> {
+        let shard = grant
+            .parts()
+            .iter()
+            .map(|p| p.shard)
+            .find(|&shard| Some(shard) != me)
+            .unwrap_or(grant.shard);
+        let (job, receiver) = match job {
+            Unsent::Call(request) => {
+                let (reply, receiver) = oneshot::channel();
+                (Heavy::Call(request, reply), Some(receiver))
+            }
+            Unsent::Cast(message) => (Heavy::Cast(message), None),
+        };
+        let envelope = Envelope::Weighed(Box::new(Weighed { grant, job }));
+        match self.mailboxes.deliver(shard, envelope) {
+            Ok(()) => Ok(receiver),
+            Err(returned) => {
+                returned.give_back(&self.table, shard);
+                Err(Error::Shutdown)
+            }
+        }
     }
 
     /// Posts an envelope holding a unit of shard `shard`; the envelope back

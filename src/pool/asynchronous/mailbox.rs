@@ -27,6 +27,7 @@ use std::task::Waker;
 
 use tokio::sync::mpsc;
 
+use crate::engine::table::{Grant, Table};
 use crate::error::Error;
 use crate::pool::async_idle::{SharedQueue, Sleep};
 use crate::sync::Arc;
@@ -41,14 +42,43 @@ pub(crate) type ReplySender<T> = oneshot::Sender<Result<T, Error>>;
 pub(crate) enum Envelope<Request, Reply, Message> {
     Call(Request, ReplySender<Reply>),
     Cast(Message),
-    /// Shutdown began: check whether the shard is drained.
+    /// A request of many units (`call_with_async`, `cast_with`) with the
+    /// grant of its units: boxed, so the one-unit envelopes need no room
+    /// for a grant.
+    Weighed(Box<Weighed<Request, Reply, Message>>),
+    /// Shutdown began (or, with a mailbox per worker, a weighed request
+    /// gave back units of this shard): check whether the shard is drained.
     Wake,
+}
+
+/// A request of many units: the grant of every unit it holds (on the
+/// shard it was delivered for, and maybe on others), and the request.
+pub(crate) struct Weighed<Request, Reply, Message> {
+    pub(crate) grant: Grant,
+    pub(crate) job: Heavy<Request, Reply, Message>,
+}
+
+/// A call or a cast, as a weighed request carries it.
+pub(crate) enum Heavy<Request, Reply, Message> {
+    Call(Request, ReplySender<Reply>),
+    Cast(Message),
 }
 
 impl<Request, Reply, Message> Envelope<Request, Reply, Message> {
     /// Whether this envelope holds a unit of its shard.
     pub(crate) fn holds_unit(&self) -> bool {
         !matches!(self, Envelope::Wake)
+    }
+
+    /// Gives back what this envelope, queued for shard `shard`, holds: a
+    /// unit of `shard`, a weighed request's grant, or nothing (`Wake`).
+    /// For an envelope that will not be handled.
+    pub(crate) fn give_back(&self, table: &Table, shard: usize) {
+        match self {
+            Envelope::Weighed(weighed) => table.release_grant(&weighed.grant, false),
+            _ if self.holds_unit() => table.release(shard, false),
+            _ => {}
+        }
     }
 }
 
@@ -121,6 +151,16 @@ impl<E> Mailboxes<E> {
         match self {
             Mailboxes::Own(senders) => senders[shard].send(envelope).map_err(|returned| returned.0),
             Mailboxes::Shared(queue) => queue.push(shard, envelope),
+        }
+    }
+
+    /// Each worker's own sender, if every worker has a mailbox of its own
+    /// and there are several: a worker that gives back a weighed
+    /// request's units on another's shard posts that one a `Wake`.
+    pub(crate) fn own_senders(&self) -> Option<Box<[mpsc::UnboundedSender<E>]>> {
+        match self {
+            Mailboxes::Own(senders) if senders.len() > 1 => Some(senders.clone()),
+            _ => None,
         }
     }
 
@@ -207,5 +247,36 @@ impl<E> Inbox<E> {
                 queue.close_and_drain(each);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The async envelope as it was before weighed requests.
+    #[allow(dead_code)]
+    enum Before<Request, Reply, Message> {
+        Call(Request, ReplySender<Reply>),
+        Cast(Message),
+        Wake,
+    }
+
+    /// What the boxed `Weighed` variant costs the one-unit envelopes.
+    #[test]
+    fn a_weighed_variant_leaves_the_envelope_its_size() {
+        use std::mem::size_of;
+        assert_eq!(
+            size_of::<Envelope<u64, u64, String>>(),
+            size_of::<Before<u64, u64, String>>()
+        );
+        assert_eq!(
+            size_of::<Envelope<[u64; 8], u64, u64>>(),
+            size_of::<Before<[u64; 8], u64, u64>>()
+        );
+        assert_eq!(
+            size_of::<Envelope<(), (), ()>>(),
+            size_of::<Before<(), (), ()>>()
+        );
     }
 }

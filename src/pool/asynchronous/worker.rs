@@ -9,11 +9,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 
 use super::current::{as_worker, worker_id};
-use super::mailbox::{Envelope, Inbox};
+use super::mailbox::{Envelope, Heavy, Inbox, Weighed};
 use super::unwind::{guarded, guarded_noting};
 use crate::adaptive::{Feed, FeedSlot, Outcome};
 use crate::engine::foreign::{drop_payload, drop_quietly};
-use crate::engine::table::{Table, Unit};
+use crate::engine::table::{Held, Table, Unit};
 use crate::error::Error;
 use crate::pool::worker_loop::{drained, pool_drained};
 use crate::sync::Arc;
@@ -153,6 +153,18 @@ pub(crate) struct TaskLoop<W: AsyncWorker> {
     /// An adaptive controller's feed, once one is attached: read once per
     /// request, each handler timed into it.
     pub(crate) feed: std::sync::Arc<FeedSlot>,
+    /// Every worker's sender, when each has a mailbox of its own (and
+    /// there are several): a weighed request's units on another worker's
+    /// shard may be what keeps that worker from leaving after a shutdown,
+    /// so their release posts it a `Wake`.
+    pub(crate) owners: Option<Box<[tokio::sync::mpsc::UnboundedSender<AsyncEnvelope<W>>]>>,
+}
+
+/// What a request in a worker's hands holds: one unit, or a weighed
+/// request's grant. Given back by `release`, or by the guard's `Drop`.
+enum Hold<'a> {
+    One(Unit<'a>),
+    Many(Held<'a>),
 }
 
 impl<W: AsyncWorker> TaskLoop<W> {
@@ -178,9 +190,18 @@ impl<W: AsyncWorker> TaskLoop<W> {
         // `from` is the shard whose unit the envelope holds: this worker's
         // own, or any with the shared queues.
         while let Some((from, envelope)) = self.inbox.recv(done).await {
-            let (job, reply) = match envelope {
-                Envelope::Call(request, reply) => (Job::<W>::Call(request), Some(reply)),
-                Envelope::Cast(message) => (Job::Cast(message), None),
+            let (job, reply, grant) = match envelope {
+                Envelope::Call(request, reply) => (Job::<W>::Call(request), Some(reply), None),
+                Envelope::Cast(message) => (Job::Cast(message), None, None),
+                Envelope::Weighed(weighed) => {
+                    let Weighed { grant, job } = *weighed;
+                    match job {
+                        Heavy::Call(request, reply) => {
+                            (Job::Call(request), Some(reply), Some(grant))
+                        }
+                        Heavy::Cast(message) => (Job::Cast(message), None, Some(grant)),
+                    }
+                }
                 Envelope::Wake => {
                     if done() {
                         break;
@@ -191,7 +212,10 @@ impl<W: AsyncWorker> TaskLoop<W> {
             // Held until given back below, on the shard that admitted it;
             // released by its `Drop` if the runtime drops this task while
             // the handler runs.
-            let unit = Unit::new(&self.table, from);
+            let unit = match grant {
+                None => Hold::One(Unit::new(&self.table, from)),
+                Some(grant) => Hold::Many(Held::new(&self.table, grant)),
+            };
             let feed = self.feed.get();
             let started = feed.and_then(Feed::start);
             // The handler, under a panic catch (inline rather than an
@@ -256,7 +280,10 @@ impl<W: AsyncWorker> TaskLoop<W> {
             // The unit goes back before the reply is delivered: a caller
             // that gets its answer and calls again at once never meets its
             // own stale unit.
-            unit.release(panicked);
+            match unit {
+                Hold::One(unit) => unit.release(panicked),
+                Hold::Many(held) => self.release_weighed(held, panicked),
+            }
             if let Some(reply) = reply {
                 // A call's job always answers `Some`; `None` cannot come.
                 let outcome = outcome.and_then(|reply| reply.ok_or(Error::WorkerPanicked));
@@ -291,6 +318,26 @@ impl<W: AsyncWorker> TaskLoop<W> {
             drop_quietly(worker);
         }
         self.ended = true;
+    }
+
+    /// Gives back a weighed request's grant; with a mailbox per worker,
+    /// every other worker whose shard got units back re-checks its exit
+    /// rule, unconditionally (a check of "is that shard closed?" here
+    /// would race the close, on another word: `steal::after_release`).
+    /// The shared queues need nothing: this worker looks again next, and
+    /// the pool's exit rule covers every shard.
+    #[cold]
+    #[inline(never)]
+    fn release_weighed(&self, held: Held<'_>, panicked: bool) {
+        let grant = held.release(panicked);
+        if let Some(owners) = &self.owners {
+            for part in grant.parts() {
+                if part.shard != self.index {
+                    // A worker already gone needs no wake-up.
+                    let _ = owners[part.shard].send(Envelope::Wake);
+                }
+            }
+        }
     }
 
     /// This worker's record for `calling_worker` (`current.rs`).
@@ -355,9 +402,7 @@ impl<W: AsyncWorker> Drop for TaskLoop<W> {
         }
         let table = &self.table;
         self.inbox.close_and_drain(!self.ended, |shard, envelope| {
-            if envelope.holds_unit() {
-                table.release(shard, false);
-            }
+            envelope.give_back(table, shard);
             drop_quietly(envelope);
         });
     }
