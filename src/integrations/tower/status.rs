@@ -256,7 +256,10 @@ impl GrpcRefusal {
         if let Ok(message) = HeaderValue::try_from(percent_encode(&error.to_string())) {
             headers.insert("grpc-message", message);
         }
-        if let (true, Some(ms)) = (code != INTERNAL, self.retry_after_ms) {
+        // Pushback only where a retry may help: not on `INTERNAL`, nor on
+        // `OUT_OF_RANGE` (a request too large for the whole capacity).
+        let retry = code == RESOURCE_EXHAUSTED || code == UNAVAILABLE;
+        if let (true, Some(ms)) = (retry, self.retry_after_ms) {
             headers.insert("grpc-retry-pushback-ms", HeaderValue::from(ms));
         }
         response
