@@ -68,10 +68,12 @@
 //! * [`HttpRefusal`] (feature `http`): `503 Service Unavailable` when every
 //!   unit is out, after a `max_wait` and on shutdown; `429 Too Many
 //!   Requests` (or `503`, your choice) when a waiting layer's room is
-//!   full; each with `Retry-After`.
+//!   full; each with `Retry-After`. `413 Content Too Large`, without, for
+//!   a [weighed](#weighed-requests) request above the whole capacity.
 //! * [`GrpcRefusal`] (feature `http`): gRPC's `RESOURCE_EXHAUSTED` for
 //!   overload, `UNAVAILABLE` after a `max_wait` and on shutdown, with
-//!   gRPC's retry pushback, as a tonic client reads them.
+//!   gRPC's retry pushback, as a tonic client reads them; `OUT_OF_RANGE`,
+//!   without, for a weighed request above the whole capacity.
 //! * [`LimitLayer::on_overload`]: a function of yours from the [`Error`]
 //!   to a response.
 //!
@@ -91,6 +93,26 @@
 //! limit bounds the live bodies, streaming ones included. The time in the
 //! limit (`record_time`) then runs to the body's end too. A refused
 //! request's body holds nothing, and an empty body none either.
+//!
+//! # Weighed requests
+//!
+//! [`LimitLayer::weigh`] makes a request take as many units as a function
+//! of it says (an upload its `Content-Length`, a query its cost), all or
+//! nothing, in `call`, and hold them as one unit is held: until the
+//! response future completes, or through the body with
+//! [`hold_until_body_ends`](LimitLayer::hold_until_body_ends). A weight
+//! of 0 counts as 1. A request weighing more than the limiter's capacity
+//! in force is refused at once with [`Error::TooLarge`] (in a waiting
+//! layer too: it never waits), which [`HttpRefusal`] answers `413 Content
+//! Too Large` and [`GrpcRefusal`] `OUT_OF_RANGE`, both without a retry
+//! hint; one whose units are not all free is refused with
+//! [`Error::Overload`] (`503`), or waits for all of them in a waiting
+//! layer.
+//!
+//! The weight is a type parameter of the layer ([`Unweighed`], the
+//! default, or [`Weighed`]): an unweighed layer keeps its types and its
+//! cost, a guard of one unit with no count in it
+//! (`benches/tower.rs`).
 //!
 //! # Waiting
 //!
@@ -484,8 +506,9 @@ impl<R, M, H, W> LimitLayer<R, M, H, W> {
     /// `error` is [`Error::Overload`] when every unit is out (for a
     /// [waiting](LimitLayer::waiting) layer: and the waiting room is full),
     /// [`Error::Timeout`] when a waiting request waited its `max_wait`,
-    /// and [`Error::Shutdown`] once the limiter is
-    /// [closed](Limiter::close). [`HttpRefusal`] and [`GrpcRefusal`]
+    /// [`Error::TooLarge`] when a [weighed](LimitLayer::weigh) request
+    /// weighs more than the whole capacity, and [`Error::Shutdown`] once
+    /// the limiter is [closed](Limiter::close). [`HttpRefusal`] and [`GrpcRefusal`]
     /// (feature `http`, with [`refuse_with`](LimitLayer::refuse_with))
     /// are this mapping ready-made.
     ///
@@ -864,14 +887,19 @@ pub trait Refusal<T, E>: Clone {
     type Error;
 
     /// The answer to a request a fail-fast layer ([`LimitLayer::new`])
-    /// refused with `error`: [`Error::Overload`] (every unit is out) or
-    /// [`Error::Shutdown`] (the limiter is closed).
+    /// refused with `error`: [`Error::Overload`] (every unit is out, or,
+    /// for a [weighed](LimitLayer::weigh) request, too few),
+    /// [`Error::TooLarge`] (a weighed request above the whole capacity)
+    /// or [`Error::Shutdown`] (the limiter is closed).
     fn refuse(&self, error: Error) -> Result<T, Self::Error>;
 
     /// The answer to a request a [waiting](LimitLayer::waiting) layer
     /// refused with `error`: [`Error::Overload`] (the waiting room is
     /// full too, or the limiter has none), [`Error::Timeout`] (it waited
-    /// its `max_wait`) or [`Error::Shutdown`] (the limiter is closed).
+    /// its `max_wait`), [`Error::TooLarge`] (a
+    /// [weighed](LimitLayer::weigh) request above the whole capacity,
+    /// refused without waiting) or [`Error::Shutdown`] (the limiter is
+    /// closed).
     ///
     /// By default the same answer as [`refuse`](Refusal::refuse);
     /// `HttpRefusal` answers a full room with its own status (`429`).
