@@ -925,6 +925,27 @@ fn a_dropped_weighed_waiter_gives_back_what_it_collected() {
 }
 
 #[test]
+fn a_weighed_waiter_the_capacity_shrinks_below_is_refused_too_large() {
+    let limiter = with_room(4, 2, LONG);
+    let (inner, calls) = gated_weighty();
+    let mut service = LimitLayer::waiting(Arc::clone(&limiter))
+        .weigh(by_units)
+        .layer(inner);
+    let (_tx_a, a) = weighty(2);
+    let a = service.call(a);
+    let (_tx_b, b) = weighty(4);
+    let mut b = service.call(b);
+    assert!(poll_once(&mut b).is_pending());
+    assert_eq!(limiter.waiting(), 1);
+    // Four can never be free in a limiter of three: the wait ends now.
+    limiter.set_capacity(3).unwrap();
+    assert_eq!(refusal_of(poll_once(&mut b)), Error::TooLarge);
+    assert_eq!((limiter.waiting(), calls.load(SeqCst)), (0, 1));
+    drop(a);
+    assert_eq!(limiter.usage(), 0);
+}
+
+#[test]
 fn weighed_futures_are_send_and_static() {
     fn send_static<T: Send + 'static>(_: &T) {}
     let (inner, _) = gated_weighty();
