@@ -225,7 +225,10 @@ async fn burst() {
             tokio::spawn(async move { get(&client, &url).await })
         })
         .collect();
-    while limiter.usage() < CAPACITY || limiter.waiting() < WAITERS {
+    // Inside the handlers, not only admitted: a request admitted but not
+    // yet in its handler when the gate opens let the peak end at
+    // CAPACITY - 1 (seen once in six runs).
+    while inside.now.load(SeqCst) < CAPACITY || limiter.waiting() < WAITERS {
         tokio::task::yield_now().await;
     }
     // Past the waiting room: 429 at once, while the gate is still closed.
