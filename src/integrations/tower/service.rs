@@ -18,7 +18,8 @@ use tower_service::Service;
 ///
 /// * `poll_ready` is the inner service's: it reserves nothing of the
 ///   limiter's and never waits for capacity.
-/// * `call` takes a unit. Admitted, it calls the inner service and the
+/// * `call` takes a unit (a [weighed](super::LimitLayer::weigh) request:
+///   its units, all or nothing). Admitted, it calls the inner service and the
 ///   [`ResponseFuture`] holds the unit until the inner future completes
 ///   (or is dropped). Refused, it does not call the inner service, gives
 ///   back whatever the inner service reserved in `poll_ready` (it drops
@@ -149,12 +150,7 @@ where
             Ok(shard) => self.admitted(shard, One, request),
             // A limiter without a waiting room refuses here, counted,
             // without the clone and allocation of a wait.
-            Err(Error::Overload) if self.limiter.has_room() => {
-                // Boxed: `acquire_owned_async`'s future has no name to
-                // store it under. One allocation, for a request that waits.
-                let acquire = Box::pin(Arc::clone(&self.limiter).acquire_owned_async());
-                return self.wait(acquire, request);
-            }
+            Err(Error::Overload) if self.limiter.has_room() => return self.wait_one(request),
             Err(error) => {
                 if error == Error::Overload {
                     self.limiter.count_refusal();
@@ -193,10 +189,7 @@ where
         // `TooLarge` (more than the capacity in force) never waits.
         let response = match self.limiter.take_units_uncounted(n) {
             Ok((shard, units)) => self.admitted(shard, units, request),
-            Err(Error::Overload) if self.limiter.has_room() => {
-                let acquire = Box::pin(Arc::clone(&self.limiter).acquire_many_owned_async(n));
-                return self.wait(acquire, request);
-            }
+            Err(Error::Overload) if self.limiter.has_room() => return self.wait_many(n, request),
             Err(error) => {
                 if error == Error::Overload {
                     self.limiter.count_refusal();
@@ -279,10 +272,39 @@ impl<S, R, M, H, W> Limit<S, R, M, H, W> {
 }
 
 impl<S, R, H, W> Limit<S, R, Wait, H, W> {
+    /// [`wait`](Self::wait) for one unit. Cold: only requests that found
+    /// every unit out come here.
+    #[cold]
+    fn wait_one<Request>(&mut self, request: Request) -> WaitResponseFuture<S, Request, R, H, One>
+    where
+        S: Service<Request> + Clone,
+        R: Refusal<S::Response, S::Error>,
+    {
+        // Boxed: `acquire_owned_async`'s future has no name to store it
+        // under. One allocation, for a request that waits.
+        let acquire = Box::pin(Arc::clone(&self.limiter).acquire_owned_async());
+        self.wait(acquire, request)
+    }
+
+    /// [`wait`](Self::wait) for a weighed request's `n` units. Cold, as
+    /// [`wait_one`](Self::wait_one).
+    #[cold]
+    fn wait_many<Request>(
+        &mut self,
+        n: usize,
+        request: Request,
+    ) -> WaitResponseFuture<S, Request, R, H, Many>
+    where
+        S: Service<Request> + Clone,
+        R: Refusal<S::Response, S::Error>,
+    {
+        let acquire = Box::pin(Arc::clone(&self.limiter).acquire_many_owned_async(n));
+        self.wait(acquire, request)
+    }
+
     /// The response future of a request that must wait: the wait
     /// (`acquire`), then the inner service's readiness, then the call.
-    /// Cold: only requests that found their units out come here.
-    #[cold]
+    #[inline]
     fn wait<Request, U: Carry>(
         &mut self,
         acquire: Acquire<U>,
