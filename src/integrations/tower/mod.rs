@@ -100,7 +100,7 @@
 //! of it says (an upload its `Content-Length`, a query its cost), all or
 //! nothing, in `call`, and hold them as one unit is held: until the
 //! response future completes, or through the body with
-//! [`hold_until_body_ends`](LimitLayer::hold_until_body_ends). A weight
+//! [`hold_until_body_ends`](#streamed-bodies). A weight
 //! of 0 counts as 1. A request weighing more than the limiter's capacity
 //! in force is refused at once with [`Error::TooLarge`] (in a waiting
 //! layer too: it never waits), which [`HttpRefusal`] answers `413 Content
@@ -697,6 +697,7 @@ impl<R, M, H, W> LimitLayer<R, M, H, W> {
     /// use axum::body::Body;
     /// use axum::http::{header, Request, StatusCode};
     /// use axum::{routing::post, Router};
+    /// # #[cfg(feature = "http")]
     /// use sidejob::tower::{HttpRefusal, LimitLayer};
     /// use sidejob::Limiter;
     /// use tower::ServiceExt;
@@ -710,6 +711,8 @@ impl<R, M, H, W> LimitLayer<R, M, H, W> {
     ///         .unwrap_or(0)
     /// }
     ///
+    /// # #[cfg(not(feature = "http"))] fn main() {}
+    /// # #[cfg(feature = "http")]
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     /// let limiter = Arc::new(Limiter::new(1 << 20)?);
