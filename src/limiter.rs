@@ -3,12 +3,13 @@
 
 use std::fmt;
 
+use crate::engine::ask::How;
 use crate::engine::probe::Probe;
 use crate::engine::table::{Grant, Shard, Table};
 use crate::engine::waiters::{Policy, QueueOrder};
 use crate::error::{ConfigError, Error};
 use crate::stats::Stats;
-use crate::sync::{os_thread, Arc};
+use crate::sync::Arc;
 use crate::units::{sealed::Sealed, Ask, Many, One, Units};
 
 /// A fail-fast, sharded concurrency limit: at most `capacity` permits are
@@ -874,6 +875,26 @@ impl Limiter {
         self.table.probe()
     }
 
+    /// Takes `n` units (a weighed request's), fail-fast and counted as
+    /// [`take_unit`](Self::take_unit), and returns where they are, for a
+    /// guard kept elsewhere (the tower layer's), which gives them back with
+    /// [`release_held`](Self::release_held).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) fn take_units(&self, n: usize) -> Result<(usize, Many), Error> {
+        self.table.acquire_many(n).map(Many::from_grant)
+    }
+
+    /// [`take_units`](Self::take_units) without counting an `Overload`,
+    /// as [`take_unit_uncounted`](Self::take_unit_uncounted).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) fn take_units_uncounted(&self, n: usize) -> Result<(usize, Many), Error> {
+        let probe = Ask {
+            units: n,
+            how: How::Probe,
+        };
+        self.table.admit(&probe).map(Many::from_grant)
+    }
+
     /// True if the limiter has a waiting room (`max_waiters > 0`).
     #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     pub(crate) fn has_room(&self) -> bool {
@@ -887,16 +908,17 @@ impl Limiter {
         self.table.count_refusal()
     }
 
-    /// Gives back one unit of shard `shard`, taken with
-    /// [`take_unit`](Self::take_unit): the tower layer's release. (A
-    /// permit's release is its units', `units.rs`.)
+    /// Gives back `units`, the first of them on shard `shard`, taken with
+    /// [`take_unit`](Self::take_unit) ([`One`]) or
+    /// [`take_units`](Self::take_units) ([`Many`]), leaving `units`
+    /// holding none: the tower layer's release. For [`One`] it is the
+    /// one-unit release of a shard, inlined as a permit's.
     // Inline: called from the user's crate, where it would otherwise be a
     // call through the GOT.
     #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     #[inline]
-    pub(crate) fn release(&self, shard: usize) {
-        self.table
-            .release_shard(self.table.shard(shard), os_thread::panicking);
+    pub(crate) fn release_held<U: Units>(&self, shard: usize, units: &mut U) {
+        units.release(&self.table, self.table.shard(shard));
     }
 }
 
@@ -1391,6 +1413,16 @@ impl OwnedPermit<Many> {
             None => self.put(theirs),
         }
         Ok(())
+    }
+
+    /// Disarms the permit and returns where its units are: they stay
+    /// taken, and the caller now owes their release (the weighed tower
+    /// layer's `Unit`, through [`Limiter::release_held`]). A forgotten
+    /// permit's are none.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) fn into_parts(mut self) -> (usize, Many) {
+        let grant = self.take_grant().unwrap_or(Grant::on(0, 0));
+        Many::from_grant(grant)
     }
 
     /// Makes it hold `grant`'s units (of this limiter; it holds none now).

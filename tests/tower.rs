@@ -703,6 +703,263 @@ fn a_panicking_inner_call_gives_the_unit_back() {
     assert_eq!((stats.accepted, stats.completed, stats.panicked), (2, 0, 2));
 }
 
+// ---- Weighed requests (`LimitLayer::weigh`) ----
+
+/// A weighed request: its units, and when to answer.
+type Weighty = (usize, oneshot::Receiver<u32>);
+
+/// An inner service that counts its calls and answers each weighed
+/// request when its sender says.
+fn gated_weighty() -> (BoxCloneService<Weighty, u32, Infallible>, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let service = service_fn(move |(_, rx): Weighty| {
+        counted.fetch_add(1, SeqCst);
+        Box::pin(async move { Ok::<_, Infallible>(rx.await.unwrap_or(0)) })
+    });
+    (BoxCloneService::new(service), calls)
+}
+
+/// A weighed request of `units`, and the sender that answers it.
+fn weighty(units: usize) -> (oneshot::Sender<u32>, Weighty) {
+    let (tx, rx) = oneshot::channel();
+    (tx, (units, rx))
+}
+
+/// The weigher of [`Weighty`] requests: their first field.
+fn by_units(request: &Weighty) -> usize {
+    request.0
+}
+
+fn refusal_of<T: std::fmt::Debug>(answer: Poll<Result<T, BoxError>>) -> Error {
+    match answer {
+        Poll::Ready(Err(e)) => *e.downcast_ref::<Error>().expect("a sidejob::Error"),
+        other => panic!("expected an immediate refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_weighed_request_holds_its_units_while_the_inner_service_runs() {
+    let limiter = Arc::new(Limiter::builder().capacity(10).shards(2).build().unwrap());
+    let (inner, calls) = gated_weighty();
+    let mut service = LimitLayer::new(Arc::clone(&limiter))
+        .weigh(by_units)
+        .layer(inner);
+
+    let (tx_a, a) = weighty(6);
+    let mut a = service.call(a);
+    assert_eq!(limiter.usage(), 6, "taken in call, all six");
+    assert!(poll_once(&mut a).is_pending());
+    assert_eq!(limiter.usage(), 6, "held while the inner future runs");
+
+    // The last four (six were wider than either shard's 5: taken from both).
+    let (tx_b, b) = weighty(4);
+    let b = service.call(b);
+    assert_eq!(limiter.usage(), 10);
+
+    // Full: one more unit is refused with Overload, the inner service not called.
+    let (_tx, c) = weighty(1);
+    assert_eq!(refusal_of(poll_once(&mut service.call(c))), Error::Overload);
+    assert_eq!(calls.load(SeqCst), 2);
+
+    tx_a.send(1).unwrap();
+    assert!(matches!(poll_once(&mut a), Poll::Ready(Ok(1))));
+    assert_eq!(
+        limiter.usage(),
+        4,
+        "all six back when the response is ready"
+    );
+    drop(b); // a cancelled request gives its four back too
+    drop(tx_b);
+    assert_eq!(limiter.usage(), 0);
+    // The counters count units (a request of six is six), refusals requests.
+    let stats = limiter.stats();
+    assert_eq!(
+        (stats.accepted, stats.rejected, stats.completed),
+        (10, 1, 10)
+    );
+}
+
+#[test]
+fn a_weighed_request_finding_too_few_units_free_is_refused_with_overload() {
+    let limiter = Arc::new(Limiter::new(8).unwrap());
+    let (inner, calls) = gated_weighty();
+    let mut service = LimitLayer::new(Arc::clone(&limiter))
+        .weigh(by_units)
+        .layer(inner);
+    let (tx, big) = weighty(5);
+    let mut big = service.call(big);
+    // Three free: four are refused, three admitted.
+    let (_tx4, four) = weighty(4);
+    assert_eq!(
+        refusal_of(poll_once(&mut service.call(four))),
+        Error::Overload
+    );
+    assert_eq!(limiter.usage(), 5, "a refused request takes nothing");
+    let (tx3, three) = weighty(3);
+    let mut three = service.call(three);
+    assert_eq!(limiter.usage(), 8);
+    tx.send(5).unwrap();
+    tx3.send(3).unwrap();
+    assert!(matches!(poll_once(&mut big), Poll::Ready(Ok(5))));
+    assert!(matches!(poll_once(&mut three), Poll::Ready(Ok(3))));
+    assert_eq!(limiter.usage(), 0);
+    assert_eq!(calls.load(SeqCst), 2);
+    assert_eq!(limiter.stats().rejected, 1);
+}
+
+#[test]
+fn a_weighed_request_above_the_capacity_is_too_large_at_once_and_not_counted() {
+    let limiter = Arc::new(Limiter::new(8).unwrap());
+    let (inner, calls) = gated_weighty();
+    let mut service = LimitLayer::new(Arc::clone(&limiter))
+        .weigh(by_units)
+        .layer(inner);
+    // Even with every unit free.
+    let (_tx, huge) = weighty(9);
+    assert_eq!(
+        refusal_of(poll_once(&mut service.call(huge))),
+        Error::TooLarge
+    );
+    // Exactly the capacity fits.
+    let (tx, whole) = weighty(8);
+    let mut whole = service.call(whole);
+    assert_eq!(limiter.usage(), 8);
+    tx.send(8).unwrap();
+    assert!(matches!(poll_once(&mut whole), Poll::Ready(Ok(8))));
+    // A grown limiter admits what was too large.
+    limiter.set_capacity(9).unwrap();
+    let (tx, huge) = weighty(9);
+    let mut huge = service.call(huge);
+    assert_eq!(limiter.usage(), 9);
+    tx.send(9).unwrap();
+    assert!(matches!(poll_once(&mut huge), Poll::Ready(Ok(9))));
+    assert_eq!(calls.load(SeqCst), 2);
+    let stats = limiter.stats();
+    assert_eq!((stats.accepted, stats.rejected, stats.usage), (8 + 9, 0, 0));
+}
+
+#[test]
+fn a_weight_of_zero_holds_one_unit() {
+    let limiter = Arc::new(Limiter::new(1).unwrap());
+    let (inner, _) = gated_weighty();
+    let mut service = LimitLayer::new(Arc::clone(&limiter))
+        .weigh(by_units)
+        .layer(inner);
+    let (tx, free) = weighty(0);
+    let mut first = service.call(free);
+    assert_eq!(limiter.usage(), 1, "0 counts as 1");
+    let (_tx, second) = weighty(0);
+    assert_eq!(
+        refusal_of(poll_once(&mut service.call(second))),
+        Error::Overload
+    );
+    tx.send(0).unwrap();
+    assert!(matches!(poll_once(&mut first), Poll::Ready(Ok(0))));
+    assert_eq!(limiter.usage(), 0);
+}
+
+#[test]
+fn a_weighed_waiting_request_waits_for_all_its_units_and_too_large_never_waits() {
+    let limiter = with_room(4, 2, LONG);
+    let (inner, calls) = gated_weighty();
+    let mut service = LimitLayer::waiting(Arc::clone(&limiter))
+        .weigh(by_units)
+        .layer(inner);
+
+    let (tx_a, a) = weighty(3);
+    let mut a = service.call(a);
+    assert_eq!(limiter.usage(), 3, "admitted in call");
+
+    // Needs 3, 1 free: waits, holding nothing of the inner service's.
+    let (tx_b, b) = weighty(3);
+    let mut b = service.call(b);
+    assert!(poll_once(&mut b).is_pending());
+    assert_eq!((limiter.waiting(), calls.load(SeqCst)), (1, 1));
+
+    // More than the capacity: refused at once, never queued, not counted.
+    let (_tx, huge) = weighty(5);
+    let mut huge = service.call(huge);
+    assert_eq!(refusal_of(poll_once(&mut huge)), Error::TooLarge);
+    assert_eq!(limiter.waiting(), 1);
+
+    // The first answers: its three go to the waiter, which is called.
+    tx_a.send(1).unwrap();
+    assert!(matches!(poll_once(&mut a), Poll::Ready(Ok(1))));
+    assert!(poll_once(&mut b).is_pending(), "called, its answer pending");
+    assert_eq!((limiter.usage(), limiter.waiting()), (3, 0));
+    assert_eq!(calls.load(SeqCst), 2);
+    tx_b.send(2).unwrap();
+    assert!(matches!(poll_once(&mut b), Poll::Ready(Ok(2))));
+    assert_eq!(limiter.usage(), 0, "all three back at its response");
+    let stats = limiter.stats();
+    assert_eq!(
+        (
+            stats.accepted,
+            stats.waited,
+            stats.rejected,
+            stats.completed
+        ),
+        (6, 1, 0, 6),
+        "units admitted and completed, one request waited"
+    );
+}
+
+#[test]
+fn a_dropped_weighed_waiter_gives_back_what_it_collected() {
+    let limiter = with_room(4, 2, LONG);
+    let (inner, _) = gated_weighty();
+    let mut service = LimitLayer::waiting(Arc::clone(&limiter))
+        .weigh(by_units)
+        .layer(inner);
+    let (tx_a, a) = weighty(4);
+    let mut a = service.call(a);
+    let (_tx_b, b) = weighty(4);
+    let mut b = service.call(b);
+    assert!(poll_once(&mut b).is_pending());
+    assert_eq!(limiter.waiting(), 1);
+    tx_a.send(1).unwrap();
+    assert!(matches!(poll_once(&mut a), Poll::Ready(Ok(1))));
+    drop(b); // handed four, never polled again: a client that hung up
+    assert_eq!((limiter.usage(), limiter.waiting()), (0, 0));
+}
+
+#[test]
+fn a_weighed_waiter_the_capacity_shrinks_below_is_refused_too_large() {
+    let limiter = with_room(4, 2, LONG);
+    let (inner, calls) = gated_weighty();
+    let mut service = LimitLayer::waiting(Arc::clone(&limiter))
+        .weigh(by_units)
+        .layer(inner);
+    let (_tx_a, a) = weighty(2);
+    let a = service.call(a);
+    let (_tx_b, b) = weighty(4);
+    let mut b = service.call(b);
+    assert!(poll_once(&mut b).is_pending());
+    assert_eq!(limiter.waiting(), 1);
+    // Four can never be free in a limiter of three: the wait ends now.
+    limiter.set_capacity(3).unwrap();
+    assert_eq!(refusal_of(poll_once(&mut b)), Error::TooLarge);
+    assert_eq!((limiter.waiting(), calls.load(SeqCst)), (0, 1));
+    drop(a);
+    assert_eq!(limiter.usage(), 0);
+}
+
+#[test]
+fn weighed_futures_are_send_and_static() {
+    fn send_static<T: Send + 'static>(_: &T) {}
+    let (inner, _) = gated_weighty();
+    let mut fail_fast = LimitLayer::new(Arc::new(Limiter::new(4).unwrap()))
+        .weigh(by_units)
+        .layer(inner.clone());
+    let mut waiting = LimitLayer::waiting(with_room(4, 1, LONG))
+        .weigh(|request: &Weighty| request.0)
+        .layer(inner);
+    send_static(&fail_fast);
+    send_static(&fail_fast.call(weighty(1).1));
+    send_static(&waiting.call(weighty(1).1));
+}
+
 /// `HttpRefusal`, `GrpcRefusal` and `hold_until_body_ends` in-process;
 /// `tests/http_edge.rs` and `tests/grpc.rs` drive them over loopback.
 #[cfg(feature = "http")]
@@ -1019,6 +1276,87 @@ mod http_edge {
         let layer = LimitLayer::new(Arc::new(Limiter::new(1).unwrap())).hold_until_body_ends();
         let _: &LimitLayer<_, _, UntilBodyEnd> = &layer;
         send_static(&layer);
+    }
+
+    /// A service answering a body of as many bytes as the request asks.
+    fn sized(n: usize) -> std::future::Ready<Result<Response<Full<Bytes>>, Infallible>> {
+        std::future::ready(Ok(Response::new(Full::new(Bytes::from(vec![b'x'; n])))))
+    }
+
+    #[test]
+    fn a_weighed_body_holds_all_its_units_until_it_ends_or_is_dropped() {
+        let limiter = Arc::new(Limiter::new(10).unwrap());
+        let mut service = LimitLayer::new(Arc::clone(&limiter))
+            .refuse_with(HttpRefusal::new())
+            .hold_until_body_ends()
+            .weigh(|n: &usize| *n)
+            .layer(service_fn(sized));
+        let Poll::Ready(Ok(first)) = poll_once(&mut service.call(6)) else {
+            panic!("answered at once")
+        };
+        let _: &HeldBody<Full<Bytes>, sidejob::units::Many> = first.body();
+        assert!(first.body().is_holding());
+        assert_eq!(limiter.usage(), 6, "held past the response future");
+        let Poll::Ready(Ok(second)) = poll_once(&mut service.call(4)) else {
+            panic!("answered at once")
+        };
+        assert_eq!(limiter.usage(), 10);
+        let Poll::Ready(Ok(busy)) = poll_once(&mut service.call(1)) else {
+            panic!("answered at once")
+        };
+        assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(!busy.body().is_holding());
+
+        let mut body = first.into_body();
+        let frame = poll_once(&mut std::future::poll_fn(|cx| {
+            Pin::new(&mut body).poll_frame(cx)
+        }));
+        assert!(matches!(frame, Poll::Ready(Some(Ok(_)))));
+        assert!(!body.is_holding());
+        assert_eq!(limiter.usage(), 4, "all six back at the last frame");
+        drop(second); // a client that hung up: its four go back
+        assert_eq!(limiter.usage(), 0);
+    }
+
+    #[test]
+    fn a_weighed_request_too_large_is_413_or_out_of_range_without_retry_hints() {
+        let limiter = Arc::new(Limiter::new(4).unwrap());
+        let mut http = LimitLayer::new(Arc::clone(&limiter))
+            .refuse_with(HttpRefusal::new())
+            .weigh(|n: &usize| *n)
+            .layer(service_fn(sized));
+        let Poll::Ready(Ok(too_large)) = poll_once(&mut http.call(5)) else {
+            panic!("refused at once")
+        };
+        assert_eq!(too_large.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(!too_large.headers().contains_key(header::RETRY_AFTER));
+        // The waiting layer answers the same: it never waits for it.
+        let mut waiting = LimitLayer::waiting(with_room(4, 4, LONG))
+            .refuse_with(HttpRefusal::new())
+            .weigh(|n: &usize| *n)
+            .layer(service_fn(sized));
+        let Poll::Ready(Ok(too_large)) = poll_once(&mut waiting.call(5)) else {
+            panic!("refused at once")
+        };
+        assert_eq!(too_large.status(), StatusCode::PAYLOAD_TOO_LARGE);
+
+        let mut grpc = LimitLayer::new(Arc::clone(&limiter))
+            .refuse_with(GrpcRefusal::new())
+            .weigh(|n: &usize| *n)
+            .layer(service_fn(sized));
+        let Poll::Ready(Ok(too_large)) = poll_once(&mut grpc.call(5)) else {
+            panic!("refused at once")
+        };
+        assert_eq!(too_large.headers()["grpc-status"], "11"); // OUT_OF_RANGE
+        assert!(!too_large.headers().contains_key("grpc-retry-pushback-ms"));
+        let held = limiter.try_acquire_many(4).unwrap();
+        let Poll::Ready(Ok(busy)) = poll_once(&mut grpc.call(1)) else {
+            panic!("refused at once")
+        };
+        assert_eq!(busy.headers()["grpc-status"], "8"); // RESOURCE_EXHAUSTED
+        assert_eq!(busy.headers()["grpc-retry-pushback-ms"], "1000");
+        drop(held);
+        assert_eq!((limiter.usage(), limiter.stats().rejected), (0, 1));
     }
 }
 

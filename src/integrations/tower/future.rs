@@ -1,9 +1,10 @@
 //! The response futures: [`ResponseFuture`] holds an admitted request's unit until the inner response is ready (then gives it back, or hands it to the body); [`WaitResponseFuture`] first waits for a unit, then polls the inner service ready and calls it.
 
-use super::{start_timer, trace, Anchors, Held, Hold, Refusal, TimerSpec, Unit};
+use super::{start_timer, trace, Anchors, Carry, Held, Hold, Refusal, TimerSpec, Unit};
 use crate::error::Error;
 use crate::limiter::OwnedPermit;
 use crate::sync::Arc;
+use crate::units::{One, Units};
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -20,21 +21,25 @@ pin_project_lite::pin_project! {
     /// response's body ([`UntilBodyEnd`](super::UntilBodyEnd)); an inner
     /// error gives it back either way. Dropped unfinished (a cancelled
     /// request), this future gives it back.
+    ///
+    /// `U` is how many units an admitted request holds: [`One`], or
+    /// [`Many`](crate::units::Many) behind a
+    /// [weighed](super::LimitLayer::weigh) layer.
     #[must_use = "futures do nothing unless polled; the unit is held until this completes or drops"]
-    pub struct ResponseFuture<F, T, E, H = super::UntilResponse> {
+    pub struct ResponseFuture<F, T, E, H = super::UntilResponse, U: Units = One> {
         #[pin]
-        pub(super) state: State<F, T, E>,
+        pub(super) state: State<F, T, E, U>,
         pub(super) hold: PhantomData<fn() -> H>,
     }
 }
 
 pin_project_lite::pin_project! {
     #[project = StateProj]
-    pub(super) enum State<F, T, E> {
+    pub(super) enum State<F, T, E, U: Units> {
         Admitted {
             #[pin]
             future: F,
-            held: Option<Held>,
+            held: Option<Held<U>>,
         },
         Refused {
             answer: Option<Result<T, E>>,
@@ -42,8 +47,8 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<F, T, E, H> ResponseFuture<F, T, E, H> {
-    pub(super) fn new(state: State<F, T, E>) -> Self {
+impl<F, T, E, H, U: Units> ResponseFuture<F, T, E, H, U> {
+    pub(super) fn new(state: State<F, T, E, U>) -> Self {
         ResponseFuture {
             state,
             hold: PhantomData,
@@ -51,11 +56,12 @@ impl<F, T, E, H> ResponseFuture<F, T, E, H> {
     }
 }
 
-impl<F, T, E, Fe, H> Future for ResponseFuture<F, T, E, H>
+impl<F, T, E, Fe, H, U> Future for ResponseFuture<F, T, E, H, U>
 where
     F: Future<Output = Result<T, Fe>>,
     Fe: Into<E>,
-    H: Hold<T>,
+    H: Hold<T, U>,
+    U: Units,
 {
     type Output = Result<H::Response, E>;
 
@@ -107,40 +113,47 @@ pin_project_lite::pin_project! {
     /// meanwhile goes to the next waiter (or back to the limiter). Dropping
     /// it after admission, the inner service ready or not, gives the unit
     /// back, as [`ResponseFuture`] does.
+    ///
+    /// `U` is how many units it waits for and holds: [`One`], or
+    /// [`Many`](crate::units::Many) behind a
+    /// [weighed](super::LimitLayer::weigh) layer.
     #[must_use = "futures do nothing unless polled; a waiting request waits only while this is polled"]
-    pub struct WaitResponseFuture<S, Request, R, H = super::UntilResponse>
+    pub struct WaitResponseFuture<S, Request, R, H = super::UntilResponse, U = One>
     where
         S: Service<Request>,
         R: Refusal<S::Response, S::Error>,
+        U: Units,
     {
         #[pin]
-        pub(super) state: WaitState<S, Request, R, H>,
+        pub(super) state: WaitState<S, Request, R, H, U>,
     }
 }
 
 pin_project_lite::pin_project! {
     #[project = WaitStateProj]
-    pub(super) enum WaitState<S, Request, R, H>
+    pub(super) enum WaitState<S, Request, R, H, U>
     where
         S: Service<Request>,
         R: Refusal<S::Response, S::Error>,
+        U: Units,
     {
         Queued {
-            acquire: Acquire,
+            acquire: Acquire<U>,
             call: Option<Deferred<S, Request, R>>,
         },
         Handed {
-            handed: Option<Handed<S, Request>>,
+            handed: Option<Handed<S, Request, U>>,
         },
         Called {
             #[pin]
-            response: ResponseFuture<S::Future, S::Response, R::Error, H>,
+            response: ResponseFuture<S::Future, S::Response, R::Error, H, U>,
         },
     }
 }
 
-/// The wait for a unit (`Limiter::acquire_owned_async`).
-type Acquire = Pin<Box<dyn Future<Output = Result<OwnedPermit, Error>> + Send>>;
+/// The wait for units (`Limiter::acquire_owned_async`, or
+/// `acquire_many_owned_async` for a weighed request).
+pub(super) type Acquire<U> = Pin<Box<dyn Future<Output = Result<OwnedPermit<U>, Error>> + Send>>;
 
 /// What a waiting request needs once its wait ends: a clone of the
 /// service (not yet polled ready) and the request, or the refusal to
@@ -157,10 +170,10 @@ pub(super) struct Deferred<S, Request, R> {
 
 /// A request handed a unit after its wait, polling its clone of the inner
 /// service ready before calling it. Dropping it gives the unit back.
-struct Handed<S, Request> {
+struct Handed<S, Request, U: Units> {
     service: S,
     request: Request,
-    held: Held,
+    held: Held<U>,
 }
 
 impl<S, Request, R> Deferred<S, Request, R>
@@ -170,22 +183,26 @@ where
 {
     /// The wait ended with `admitted`: on to the inner service's readiness
     /// with the unit, or answer the refusal.
-    fn admit<H>(self, admitted: Result<OwnedPermit, Error>) -> WaitState<S, Request, R, H> {
+    fn admit<H, U: Carry>(
+        self,
+        admitted: Result<OwnedPermit<U>, Error>,
+    ) -> WaitState<S, Request, R, H, U> {
         self.trace
             .end(admitted.as_ref().map(|_| ()).map_err(|e| *e));
         match admitted {
             Ok(permit) => {
-                // The unit moves from the permit (and its `Arc` of the
+                // The units move from the permit (and its `Arc` of the
                 // limiter) to the shard's anchor before the inner service
                 // is polled, so a panic in `poll_ready` or `call` still
-                // gives it back.
-                let shard = permit.into_shard();
+                // gives them back.
+                let (shard, units) = U::disarm(permit);
                 WaitState::Handed {
                     handed: Some(Handed {
                         held: Held {
                             unit: Unit {
                                 anchor: Arc::clone(&self.anchors[shard]),
                                 shard,
+                                units,
                             },
                             timer: start_timer(&self.timer),
                         },
@@ -203,12 +220,13 @@ where
     }
 }
 
-impl<S, Request, R, H, Fe> Future for WaitResponseFuture<S, Request, R, H>
+impl<S, Request, R, H, U, Fe> Future for WaitResponseFuture<S, Request, R, H, U>
 where
     S: Service<Request, Error = Fe>,
     R: Refusal<S::Response, Fe>,
     Fe: Into<R::Error>,
-    H: Hold<S::Response>,
+    H: Hold<S::Response, U>,
+    U: Carry,
 {
     type Output = Result<H::Response, R::Error>;
 
@@ -270,10 +288,11 @@ where
     }
 }
 
-impl<S, Request, R, H> fmt::Debug for WaitResponseFuture<S, Request, R, H>
+impl<S, Request, R, H, U> fmt::Debug for WaitResponseFuture<S, Request, R, H, U>
 where
     S: Service<Request>,
     R: Refusal<S::Response, S::Error>,
+    U: Units,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
@@ -290,7 +309,7 @@ where
     }
 }
 
-impl<F, T, E, H> fmt::Debug for ResponseFuture<F, T, E, H> {
+impl<F, T, E, H, U: Units> fmt::Debug for ResponseFuture<F, T, E, H, U> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
             State::Admitted { .. } => "admitted",

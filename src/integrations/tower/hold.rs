@@ -12,18 +12,24 @@
 #[cfg(feature = "http")]
 pub use body::{HeldBody, UntilBodyEnd};
 
-/// When an admitted request's unit goes back, for a response of type `T`:
-/// [`UntilResponse`] (the default) or `UntilBodyEnd` (feature `http`).
-/// Sealed: the two modes are the crate's.
-pub trait Hold<T>: private::Sealed {
+#[cfg(doc)]
+use crate::units::Many;
+use crate::units::{One, Units};
+
+/// When an admitted request's units go back, for a response of type `T`
+/// and a request holding `U` units ([`One`], or [`Many`] for a
+/// [weighed](super::LimitLayer::weigh) request): [`UntilResponse`] (the
+/// default) or `UntilBodyEnd` (feature `http`). Sealed: the two modes are
+/// the crate's.
+pub trait Hold<T, U: Units = One>: private::Sealed {
     /// The response the [`Limit`](super::Limit) service answers with: `T`
     /// itself for [`UntilResponse`], `T` with its body wrapped in a
     /// `HeldBody` for `UntilBodyEnd`.
     type Response;
 
-    /// An admitted request's response, its unit and timer in `held`.
+    /// An admitted request's response, its units and timer in `held`.
     #[doc(hidden)]
-    fn admitted(response: T, held: private::Held) -> Self::Response;
+    fn admitted(response: T, held: private::Held<U>) -> Self::Response;
 
     /// A refused request's answer (it holds no unit).
     #[doc(hidden)]
@@ -39,11 +45,11 @@ pub trait Hold<T>: private::Sealed {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct UntilResponse;
 
-impl<T> Hold<T> for UntilResponse {
+impl<T, U: Units> Hold<T, U> for UntilResponse {
     type Response = T;
 
     #[inline]
-    fn admitted(response: T, held: private::Held) -> T {
+    fn admitted(response: T, held: private::Held<U>) -> T {
         drop(held);
         response
     }
@@ -58,6 +64,7 @@ pub(super) use private::Held;
 
 mod private {
     use super::super::{stop_timer, Timer, Unit};
+    use crate::units::{One, Units};
 
     /// Implemented by the crate's hold modes only.
     pub trait Sealed {}
@@ -73,21 +80,22 @@ mod private {
     /// trait's hidden methods, and no user can name or build it.
     ///
     /// [`Hold`]: super::Hold
-    pub struct Held {
-        // Held for its `Drop`, which gives the unit back.
-        pub(in crate::integrations::tower) unit: Unit,
+    pub struct Held<U: Units = One> {
+        // Held for its `Drop`, which gives the units back.
+        pub(in crate::integrations::tower) unit: Unit<U>,
         pub(in crate::integrations::tower) timer: Timer,
     }
 
-    impl std::fmt::Debug for Held {
+    impl<U: Units> std::fmt::Debug for Held<U> {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.debug_struct("Held")
                 .field("shard", &self.unit.shard)
+                .field("units", &self.unit.units.count())
                 .finish_non_exhaustive()
         }
     }
 
-    impl Drop for Held {
+    impl<U: Units> Drop for Held<U> {
         #[inline]
         fn drop(&mut self) {
             // The unit (a field) is released right after this body.
@@ -99,6 +107,7 @@ mod private {
 #[cfg(feature = "http")]
 mod body {
     use super::{Held, Hold};
+    use crate::units::{One, Units};
     use http_body::{Body, Frame, SizeHint};
     use std::fmt;
     use std::pin::Pin;
@@ -111,10 +120,10 @@ mod body {
     #[derive(Debug, Clone, Copy, Default)]
     pub struct UntilBodyEnd;
 
-    impl<B: Body> Hold<http::Response<B>> for UntilBodyEnd {
-        type Response = http::Response<HeldBody<B>>;
+    impl<B: Body, U: Units> Hold<http::Response<B>, U> for UntilBodyEnd {
+        type Response = http::Response<HeldBody<B, U>>;
 
-        fn admitted(response: http::Response<B>, held: Held) -> Self::Response {
+        fn admitted(response: http::Response<B>, held: Held<U>) -> Self::Response {
             // A body that is already over (an empty body, a `HEAD`
             // answer) holds nothing: the unit goes back now.
             let held = if response.body().is_end_stream() {
@@ -135,6 +144,8 @@ mod body {
         /// A response body that holds its request's unit until it ends
         /// or is dropped; made by
         /// [`LimitLayer::hold_until_body_ends`](crate::tower::LimitLayer::hold_until_body_ends).
+        /// `U` is how many units: [`One`], or [`Many`](crate::units::Many)
+        /// for a [weighed](crate::tower::LimitLayer::weigh) request's body.
         ///
         /// Its frames, errors, [`size_hint`](Body::size_hint) and
         /// [`is_end_stream`](Body::is_end_stream) are the inner body's.
@@ -149,16 +160,16 @@ mod body {
         /// limiter's life, and, since no code of the limiter runs, it
         /// is not counted in [`Stats::forgotten`](crate::Stats::forgotten)
         /// (only in `usage`).
-        pub struct HeldBody<B> {
+        pub struct HeldBody<B, U: Units = One> {
             // Declared before `held`, so dropped first: a body dropped
             // unfinished is gone before its unit goes back.
             #[pin]
             inner: B,
-            held: Option<Held>,
+            held: Option<Held<U>>,
         }
     }
 
-    impl<B> HeldBody<B> {
+    impl<B, U: Units> HeldBody<B, U> {
         /// Whether this body still holds its request's unit.
         pub fn is_holding(&self) -> bool {
             self.held.is_some()
@@ -170,7 +181,7 @@ mod body {
         }
     }
 
-    impl<B: Body> Body for HeldBody<B> {
+    impl<B: Body, U: Units> Body for HeldBody<B, U> {
         type Data = B::Data;
         type Error = B::Error;
 
@@ -202,7 +213,7 @@ mod body {
         }
     }
 
-    impl<B> fmt::Debug for HeldBody<B> {
+    impl<B, U: Units> fmt::Debug for HeldBody<B, U> {
         fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             f.debug_struct("HeldBody")
                 .field("holding", &self.held.is_some())

@@ -68,10 +68,12 @@
 //! * [`HttpRefusal`] (feature `http`): `503 Service Unavailable` when every
 //!   unit is out, after a `max_wait` and on shutdown; `429 Too Many
 //!   Requests` (or `503`, your choice) when a waiting layer's room is
-//!   full; each with `Retry-After`.
+//!   full; each with `Retry-After`. `413 Content Too Large`, without, for
+//!   a [weighed](#weighed-requests) request above the whole capacity.
 //! * [`GrpcRefusal`] (feature `http`): gRPC's `RESOURCE_EXHAUSTED` for
 //!   overload, `UNAVAILABLE` after a `max_wait` and on shutdown, with
-//!   gRPC's retry pushback, as a tonic client reads them.
+//!   gRPC's retry pushback, as a tonic client reads them; `OUT_OF_RANGE`,
+//!   without, for a weighed request above the whole capacity.
 //! * [`LimitLayer::on_overload`]: a function of yours from the [`Error`]
 //!   to a response.
 //!
@@ -91,6 +93,26 @@
 //! limit bounds the live bodies, streaming ones included. The time in the
 //! limit (`record_time`) then runs to the body's end too. A refused
 //! request's body holds nothing, and an empty body none either.
+//!
+//! # Weighed requests
+//!
+//! [`LimitLayer::weigh`] makes a request take as many units as a function
+//! of it says (an upload its `Content-Length`, a query its cost), all or
+//! nothing, in `call`, and hold them as one unit is held: until the
+//! response future completes, or through the body with
+//! [`hold_until_body_ends`](#streamed-bodies). A weight
+//! of 0 counts as 1. A request weighing more than the limiter's capacity
+//! in force is refused at once with [`Error::TooLarge`] (in a waiting
+//! layer too: it never waits), which [`HttpRefusal`] answers `413 Content
+//! Too Large` and [`GrpcRefusal`] `OUT_OF_RANGE`, both without a retry
+//! hint; one whose units are not all free is refused with
+//! [`Error::Overload`] (`503`), or waits for all of them in a waiting
+//! layer.
+//!
+//! The weight is a type parameter of the layer ([`Unweighed`], the
+//! default, or [`Weighed`]): an unweighed layer keeps its types and its
+//! cost, a guard of one unit with no count in it
+//! (`benches/tower.rs`).
 //!
 //! # Waiting
 //!
@@ -186,8 +208,9 @@
 
 use crate::adaptive::{Controller, Outcome};
 use crate::error::Error;
-use crate::limiter::Limiter;
+use crate::limiter::{Limiter, OwnedPermit};
 use crate::sync::Arc;
+use crate::units::{Many, One, Units};
 use crossbeam_utils::CachePadded;
 use std::fmt;
 use tower_layer::Layer;
@@ -199,7 +222,7 @@ mod service;
 mod status;
 mod trace;
 
-use future::{Deferred, State, WaitState};
+use future::{Acquire, Deferred, State, WaitState};
 pub use future::{ResponseFuture, WaitResponseFuture};
 use hold::Held;
 #[cfg(feature = "http")]
@@ -251,13 +274,14 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// # Ok(())
 /// # }
 /// ```
-pub struct LimitLayer<R = Reject, M = FailFast, H = UntilResponse> {
+pub struct LimitLayer<R = Reject, M = FailFast, H = UntilResponse, W = Unweighed> {
     limiter: Arc<Limiter>,
     anchors: Anchors,
     refusal: R,
     timer: TimerSpec,
     mode: M,
     hold: H,
+    weigh: W,
 }
 
 /// The mode of a [`LimitLayer`] made by [`LimitLayer::new`]: a request
@@ -269,6 +293,79 @@ pub struct FailFast;
 /// that finds every unit out waits in the limiter's waiting room.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Wait;
+
+/// The weight of a [`LimitLayer`] made by [`LimitLayer::new`] or
+/// [`LimitLayer::waiting`]: every request takes one unit.
+///
+/// The default last type parameter of [`LimitLayer`] and [`Limit`], so
+/// code that names `LimitLayer<R, M, H>` keeps compiling, and an
+/// unweighed request pays what it paid before requests had weights (its
+/// guard holds no count). [`LimitLayer::weigh`] swaps it for [`Weighed`].
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use sidejob::tower::{FailFast, LimitLayer, Reject, Unweighed, UntilResponse};
+/// use sidejob::Limiter;
+///
+/// let layer: LimitLayer<Reject, FailFast, UntilResponse, Unweighed> =
+///     LimitLayer::new(Arc::new(Limiter::new(8)?));
+/// assert!(format!("{layer:?}").contains("Unweighed"));
+/// # Ok::<(), sidejob::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Unweighed;
+
+/// The weight of a [`LimitLayer`] made by [`LimitLayer::weigh`]: each
+/// request takes as many units as the function `F` says for it (at least
+/// one), and holds all of them until its response (or, with
+/// [`hold_until_body_ends`](crate::tower#streamed-bodies), its body) is
+/// done. See [Weighed requests](crate::tower#weighed-requests).
+///
+/// # Examples
+///
+/// Requests weighed by themselves: a `u32` request takes that many units.
+///
+/// ```
+/// use std::sync::Arc;
+/// use sidejob::tower::LimitLayer;
+/// use sidejob::Limiter;
+/// use tower::{service_fn, Layer, Service, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// let limiter = Arc::new(Limiter::new(10)?);
+/// let layer = LimitLayer::new(Arc::clone(&limiter)).weigh(|n: &u32| *n as usize);
+/// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, std::convert::Infallible>(n) }));
+///
+/// let pending = service.ready().await?.call(7); // called, not yet polled
+/// assert_eq!(limiter.usage(), 7);
+/// assert_eq!(pending.await?, 7); // done: all seven go back
+/// assert_eq!(limiter.usage(), 0);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Copy)]
+pub struct Weighed<F>(F);
+
+impl<F> Weighed<F> {
+    /// The units `request` takes: what the weigher says, and one for a
+    /// weight of 0 (see [`LimitLayer::weigh`]).
+    #[inline]
+    fn units<Request>(&self, request: &Request) -> usize
+    where
+        F: Fn(&Request) -> usize,
+    {
+        (self.0)(request).max(1)
+    }
+}
+
+impl<F> fmt::Debug for Weighed<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Weighed(..)")
+    }
+}
 
 impl LimitLayer<Reject> {
     /// A layer admitting requests through `limiter`; refusals are
@@ -297,6 +394,7 @@ impl LimitLayer<Reject> {
             timer: TimerSpec::default(),
             mode: FailFast,
             hold: UntilResponse,
+            weigh: Unweighed,
         }
     }
 }
@@ -395,11 +493,12 @@ impl LimitLayer<Reject, Wait> {
             timer: TimerSpec::default(),
             mode: Wait,
             hold: UntilResponse,
+            weigh: Unweighed,
         }
     }
 }
 
-impl<R, M, H> LimitLayer<R, M, H> {
+impl<R, M, H, W> LimitLayer<R, M, H, W> {
     /// Answers refused requests with `respond(error)` instead of an error;
     /// the service then keeps the inner service's error type (for axum:
     /// `Infallible`, so the layer goes on a route as it is).
@@ -407,8 +506,9 @@ impl<R, M, H> LimitLayer<R, M, H> {
     /// `error` is [`Error::Overload`] when every unit is out (for a
     /// [waiting](LimitLayer::waiting) layer: and the waiting room is full),
     /// [`Error::Timeout`] when a waiting request waited its `max_wait`,
-    /// and [`Error::Shutdown`] once the limiter is
-    /// [closed](Limiter::close). [`HttpRefusal`] and [`GrpcRefusal`]
+    /// [`Error::TooLarge`] when a [weighed](LimitLayer::weigh) request
+    /// weighs more than the whole capacity, and [`Error::Shutdown`] once
+    /// the limiter is [closed](Limiter::close). [`HttpRefusal`] and [`GrpcRefusal`]
     /// (feature `http`, with [`refuse_with`](LimitLayer::refuse_with))
     /// are this mapping ready-made.
     ///
@@ -441,7 +541,7 @@ impl<R, M, H> LimitLayer<R, M, H> {
         not(feature = "http"),
         doc = "[`GrpcRefusal`]: crate::tower#what-a-refusal-looks-like"
     )]
-    pub fn on_overload<F>(self, respond: F) -> LimitLayer<RespondWith<F>, M, H> {
+    pub fn on_overload<F>(self, respond: F) -> LimitLayer<RespondWith<F>, M, H, W> {
         self.refuse_with(RespondWith(respond))
     }
 
@@ -475,7 +575,7 @@ impl<R, M, H> LimitLayer<R, M, H> {
         not(feature = "http"),
         doc = "[`GrpcRefusal`]: crate::tower#what-a-refusal-looks-like"
     )]
-    pub fn refuse_with<R2>(self, refusal: R2) -> LimitLayer<R2, M, H> {
+    pub fn refuse_with<R2>(self, refusal: R2) -> LimitLayer<R2, M, H, W> {
         LimitLayer {
             limiter: self.limiter,
             anchors: self.anchors,
@@ -483,6 +583,7 @@ impl<R, M, H> LimitLayer<R, M, H> {
             timer: self.timer,
             mode: self.mode,
             hold: self.hold,
+            weigh: self.weigh,
         }
     }
 
@@ -536,7 +637,7 @@ impl<R, M, H> LimitLayer<R, M, H> {
     /// ```
     #[cfg(feature = "http")]
     #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
-    pub fn hold_until_body_ends(self) -> LimitLayer<R, M, UntilBodyEnd> {
+    pub fn hold_until_body_ends(self) -> LimitLayer<R, M, UntilBodyEnd, W> {
         LimitLayer {
             limiter: self.limiter,
             anchors: self.anchors,
@@ -544,6 +645,123 @@ impl<R, M, H> LimitLayer<R, M, H> {
             timer: self.timer,
             mode: self.mode,
             hold: UntilBodyEnd,
+            weigh: self.weigh,
+        }
+    }
+
+    /// Weighs each request: `weigh(&request)` units of the limiter are
+    /// taken for it in `call`, all or nothing, and held until its response
+    /// future completes (or, with
+    /// [`hold_until_body_ends`](crate::tower#streamed-bodies), until its
+    /// body ends), as one unit is for an unweighed layer. For example an
+    /// upload weighed by its `Content-Length` in KiB, so that a limiter of
+    /// 64 Mi units bounds the bytes being received at once, not the
+    /// uploads. See [Weighed requests](self#weighed-requests).
+    ///
+    /// * A weight of **0 counts as 1**: every admitted request holds at
+    ///   least one unit. A weigher by `Content-Length` answers 0 for a
+    ///   request without a body (a `GET`), and those requests still run
+    ///   handlers; letting them in for free would let a flood of them past
+    ///   the limit. Route what must not be limited around the layer.
+    /// * A request weighing more than the limiter's
+    ///   [capacity](Limiter::capacity) in force is refused at once with
+    ///   [`Error::TooLarge`] (not counted in
+    ///   [`Stats::rejected`](crate::Stats::rejected)), in either mode: it
+    ///   could not be admitted as the limiter stands, so it never waits.
+    ///   [`HttpRefusal`] answers it `413 Content Too Large` without
+    ///   `Retry-After`, [`GrpcRefusal`] `OUT_OF_RANGE` without retry
+    ///   pushback: retrying the same request cannot help.
+    /// * Otherwise a request whose units are not all free is refused with
+    ///   [`Error::Overload`] (`503`, or `RESOURCE_EXHAUSTED`), or, in a
+    ///   [waiting](LimitLayer::waiting) layer, waits for all of them, as
+    ///   [`Limiter::acquire_many_owned_async`] does (small requests may
+    ///   pass a large one within the limiter's
+    ///   [pass budget](crate::LimiterBuilder::pass_budget)).
+    ///
+    /// The weigher runs in `call`, once per request, before the units are
+    /// taken and under no lock of the limiter's; it should be cheap (read
+    /// a header, not the body). It must be annotated with the request
+    /// type (`|request: &Request<Body>| ..`): the layer does not know the
+    /// request type until it wraps a service.
+    ///
+    /// The unweighed layer is untouched by this: its requests take one
+    /// unit on the path they always did ([`Unweighed`]).
+    ///
+    /// # Examples
+    ///
+    /// An axum route whose uploads hold their `Content-Length` in bytes of
+    /// a 1 MiB budget:
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use axum::body::Body;
+    /// use axum::http::{header, Request, StatusCode};
+    /// use axum::{routing::post, Router};
+    /// # #[cfg(feature = "http")]
+    /// use sidejob::tower::{HttpRefusal, LimitLayer};
+    /// use sidejob::Limiter;
+    /// use tower::ServiceExt;
+    ///
+    /// /// The request's `Content-Length`, or 0 (which counts as one unit).
+    /// fn content_length(request: &Request<Body>) -> usize {
+    ///     request
+    ///         .headers()
+    ///         .get(header::CONTENT_LENGTH)
+    ///         .and_then(|v| v.to_str().ok()?.parse().ok())
+    ///         .unwrap_or(0)
+    /// }
+    ///
+    /// # #[cfg(not(feature = "http"))] fn main() {}
+    /// # #[cfg(feature = "http")]
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// let limiter = Arc::new(Limiter::new(1 << 20)?);
+    /// let layer = LimitLayer::new(Arc::clone(&limiter))
+    ///     .refuse_with(HttpRefusal::new())
+    ///     .weigh(content_length);
+    /// let app: Router = Router::new().route("/upload", post(|body: String| async move { body.len().to_string() }).layer(layer));
+    /// let upload = |bytes: usize| {
+    ///     Request::post("/upload")
+    ///         .header(header::CONTENT_LENGTH, bytes)
+    ///         .body(Body::from(vec![b'x'; bytes]))
+    ///         .unwrap()
+    /// };
+    ///
+    /// let ok = app.clone().oneshot(upload(1000)).await?;
+    /// assert_eq!(ok.status(), StatusCode::OK);
+    ///
+    /// let held = limiter.try_acquire_many((1 << 20) - 500)?; // others' uploads
+    /// let busy = app.clone().oneshot(upload(1000)).await?;
+    /// assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE); // retry later
+    /// drop(held);
+    ///
+    /// let huge = Request::post("/upload")
+    ///     .header(header::CONTENT_LENGTH, 2 << 20)
+    ///     .body(Body::empty())?;
+    /// let too_large = app.oneshot(huge).await?;
+    /// assert_eq!(too_large.status(), StatusCode::PAYLOAD_TOO_LARGE); // never fits
+    /// assert!(!too_large.headers().contains_key(header::RETRY_AFTER));
+    /// assert_eq!(limiter.usage(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg_attr(
+        not(feature = "http"),
+        doc = "[`HttpRefusal`]: crate::tower#what-a-refusal-looks-like"
+    )]
+    #[cfg_attr(
+        not(feature = "http"),
+        doc = "[`GrpcRefusal`]: crate::tower#what-a-refusal-looks-like"
+    )]
+    pub fn weigh<F>(self, weigh: F) -> LimitLayer<R, M, H, Weighed<F>> {
+        LimitLayer {
+            limiter: self.limiter,
+            anchors: self.anchors,
+            refusal: self.refusal,
+            timer: self.timer,
+            mode: self.mode,
+            hold: self.hold,
+            weigh: Weighed(weigh),
         }
     }
 
@@ -618,10 +836,10 @@ impl<R, M, H> LimitLayer<R, M, H> {
     }
 }
 
-impl<S, R: Clone, M: Clone, H: Clone> Layer<S> for LimitLayer<R, M, H> {
-    type Service = Limit<S, R, M, H>;
+impl<S, R: Clone, M: Clone, H: Clone, W: Clone> Layer<S> for LimitLayer<R, M, H, W> {
+    type Service = Limit<S, R, M, H, W>;
 
-    fn layer(&self, inner: S) -> Limit<S, R, M, H> {
+    fn layer(&self, inner: S) -> Limit<S, R, M, H, W> {
         Limit {
             inner,
             limiter: Arc::clone(&self.limiter),
@@ -630,11 +848,12 @@ impl<S, R: Clone, M: Clone, H: Clone> Layer<S> for LimitLayer<R, M, H> {
             timer: self.timer.clone(),
             mode: self.mode.clone(),
             hold: self.hold.clone(),
+            weigh: self.weigh.clone(),
         }
     }
 }
 
-impl<R: Clone, M: Clone, H: Clone> Clone for LimitLayer<R, M, H> {
+impl<R: Clone, M: Clone, H: Clone, W: Clone> Clone for LimitLayer<R, M, H, W> {
     fn clone(&self) -> Self {
         LimitLayer {
             limiter: Arc::clone(&self.limiter),
@@ -643,16 +862,18 @@ impl<R: Clone, M: Clone, H: Clone> Clone for LimitLayer<R, M, H> {
             timer: self.timer.clone(),
             mode: self.mode.clone(),
             hold: self.hold.clone(),
+            weigh: self.weigh.clone(),
         }
     }
 }
 
-impl<R, M: fmt::Debug, H: fmt::Debug> fmt::Debug for LimitLayer<R, M, H> {
+impl<R, M: fmt::Debug, H: fmt::Debug, W: fmt::Debug> fmt::Debug for LimitLayer<R, M, H, W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LimitLayer")
             .field("limiter", &self.limiter)
             .field("mode", &self.mode)
             .field("hold", &self.hold)
+            .field("weigh", &self.weigh)
             .finish_non_exhaustive()
     }
 }
@@ -669,14 +890,19 @@ pub trait Refusal<T, E>: Clone {
     type Error;
 
     /// The answer to a request a fail-fast layer ([`LimitLayer::new`])
-    /// refused with `error`: [`Error::Overload`] (every unit is out) or
-    /// [`Error::Shutdown`] (the limiter is closed).
+    /// refused with `error`: [`Error::Overload`] (every unit is out, or,
+    /// for a [weighed](LimitLayer::weigh) request, too few),
+    /// [`Error::TooLarge`] (a weighed request above the whole capacity)
+    /// or [`Error::Shutdown`] (the limiter is closed).
     fn refuse(&self, error: Error) -> Result<T, Self::Error>;
 
     /// The answer to a request a [waiting](LimitLayer::waiting) layer
     /// refused with `error`: [`Error::Overload`] (the waiting room is
     /// full too, or the limiter has none), [`Error::Timeout`] (it waited
-    /// its `max_wait`) or [`Error::Shutdown`] (the limiter is closed).
+    /// its `max_wait`), [`Error::TooLarge`] (a
+    /// [weighed](LimitLayer::weigh) request above the whole capacity,
+    /// refused without waiting) or [`Error::Shutdown`] (the limiter is
+    /// closed).
     ///
     /// By default the same answer as [`refuse`](Refusal::refuse);
     /// `HttpRefusal` answers a full room with its own status (`429`).
@@ -739,17 +965,41 @@ fn anchors(limiter: &Arc<Limiter>) -> Anchors {
         .collect()
 }
 
-/// An admitted request's unit: the shard it was taken from, and that
-/// shard's anchor keeping the limiter alive. Given back on drop.
-struct Unit {
+/// An admitted request's units: the shard its (first) unit was taken
+/// from, that shard's anchor keeping the limiter alive, and how many:
+/// [`One`] (an unweighed request's, no size: the guard is what it was
+/// before requests had weights) or [`Many`] (a weighed request's). Given
+/// back on drop.
+struct Unit<U: Units = One> {
     anchor: Arc<CachePadded<Arc<Limiter>>>,
     shard: usize,
+    units: U,
 }
 
-impl Drop for Unit {
+impl<U: Units> Drop for Unit<U> {
     #[inline]
     fn drop(&mut self) {
-        self.anchor.release(self.shard);
+        self.anchor.release_held(self.shard, &mut self.units);
+    }
+}
+
+/// How an admitted request's units are carried, for each kind of
+/// [`Unit`]: how a permit handed over after a wait becomes one.
+trait Carry: Units + Sized {
+    /// Disarms `permit`: its units stay taken, and the caller owes their
+    /// release. Returns the shard of the first, and the units.
+    fn disarm(permit: OwnedPermit<Self>) -> (usize, Self);
+}
+
+impl Carry for One {
+    fn disarm(permit: OwnedPermit<One>) -> (usize, One) {
+        (permit.into_shard(), One)
+    }
+}
+
+impl Carry for Many {
+    fn disarm(permit: OwnedPermit<Many>) -> (usize, Many) {
+        permit.into_parts()
     }
 }
 

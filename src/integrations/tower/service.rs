@@ -1,12 +1,14 @@
 //! [`Limit`], the service a [`LimitLayer`] wraps around yours: it admits each request in `call` (never reserving in `poll_ready`), refuses at once or waits in the limiter's room, and keeps no inner reservation it does not use.
 
 use super::{
-    start_timer, trace, Anchors, Deferred, FailFast, Held, Hold, Refusal, Reject, ResponseFuture,
-    State, TimerSpec, Unit, UntilResponse, Wait, WaitResponseFuture, WaitState,
+    start_timer, trace, Acquire, Anchors, Carry, Deferred, FailFast, Held, Hold, Refusal, Reject,
+    ResponseFuture, State, TimerSpec, Unit, UntilResponse, Unweighed, Wait, WaitResponseFuture,
+    WaitState, Weighed,
 };
 use crate::error::Error;
 use crate::limiter::Limiter;
 use crate::sync::Arc;
+use crate::units::{Many, One, Units};
 use std::fmt;
 use std::task::{Context, Poll};
 use tower_service::Service;
@@ -16,7 +18,8 @@ use tower_service::Service;
 ///
 /// * `poll_ready` is the inner service's: it reserves nothing of the
 ///   limiter's and never waits for capacity.
-/// * `call` takes a unit. Admitted, it calls the inner service and the
+/// * `call` takes a unit (a [weighed](super::LimitLayer::weigh) request:
+///   its units, all or nothing). Admitted, it calls the inner service and the
 ///   [`ResponseFuture`] holds the unit until the inner future completes
 ///   (or is dropped). Refused, it does not call the inner service, gives
 ///   back whatever the inner service reserved in `poll_ready` (it drops
@@ -32,10 +35,14 @@ use tower_service::Service;
 ///   [`UntilResponse`] (its response future completes, the default) or
 ///   `UntilBodyEnd` (its response body ends; feature `http`).
 ///
+/// * `W` says how many units a request takes: one ([`Unweighed`], the
+///   default), or as many as a function of the request says
+///   ([`Weighed`], made by [`LimitLayer::weigh`](super::LimitLayer::weigh)).
+///
 /// The inner service must be `Clone` (see
 /// [The inner service's reservation](super#the-inner-services-reservation)).
 /// Clones share the limiter.
-pub struct Limit<S, R = Reject, M = FailFast, H = UntilResponse> {
+pub struct Limit<S, R = Reject, M = FailFast, H = UntilResponse, W = Unweighed> {
     pub(super) inner: S,
     pub(super) limiter: Arc<Limiter>,
     pub(super) anchors: Anchors,
@@ -43,9 +50,10 @@ pub struct Limit<S, R = Reject, M = FailFast, H = UntilResponse> {
     pub(super) timer: TimerSpec,
     pub(super) mode: M,
     pub(super) hold: H,
+    pub(super) weigh: W,
 }
 
-impl<S, R, M, H> Limit<S, R, M, H> {
+impl<S, R, M, H, W> Limit<S, R, M, H, W> {
     /// The limiter requests are admitted through.
     pub fn limiter(&self) -> &Arc<Limiter> {
         &self.limiter
@@ -83,7 +91,35 @@ where
     #[inline]
     fn call(&mut self, request: Request) -> Self::Future {
         match self.limiter.take_unit() {
-            Ok(shard) => self.admitted(shard, request),
+            Ok(shard) => self.admitted(shard, One, request),
+            Err(error) => self.refuse(error, false),
+        }
+    }
+}
+
+impl<S, R, H, F, Request> Service<Request> for Limit<S, R, FailFast, H, Weighed<F>>
+where
+    S: Service<Request> + Clone,
+    R: Refusal<S::Response, S::Error>,
+    S::Error: Into<R::Error>,
+    H: Hold<S::Response, Many>,
+    F: Fn(&Request) -> usize,
+{
+    type Response = H::Response;
+    type Error = R::Error;
+    type Future = ResponseFuture<S::Future, S::Response, R::Error, H, Many>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // As the unweighed layer: nothing reserved, no wait for capacity.
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        // The weigher runs here, before any take and under no lock of ours.
+        let n = self.weigh.units(&request);
+        match self.limiter.take_units(n) {
+            Ok((shard, units)) => self.admitted(shard, units, request),
             Err(error) => self.refuse(error, false),
         }
     }
@@ -111,10 +147,10 @@ where
         // Uncounted: a request that goes on to wait is not a refusal; the
         // waiting room counts one if it is refused for good.
         let response = match self.limiter.take_unit_uncounted() {
-            Ok(shard) => self.admitted(shard, request),
+            Ok(shard) => self.admitted(shard, One, request),
             // A limiter without a waiting room refuses here, counted,
             // without the clone and allocation of a wait.
-            Err(Error::Overload) if self.limiter.has_room() => return self.wait(request),
+            Err(Error::Overload) if self.limiter.has_room() => return self.wait_one(request),
             Err(error) => {
                 if error == Error::Overload {
                     self.limiter.count_refusal();
@@ -128,26 +164,67 @@ where
     }
 }
 
-impl<S, R, M, H> Limit<S, R, M, H> {
-    /// The response future of a request admitted in `call` on `shard`: the
-    /// inner service called, the unit held (with its timer) until `H`
-    /// gives it back.
+impl<S, R, H, F, Request> Service<Request> for Limit<S, R, Wait, H, Weighed<F>>
+where
+    S: Service<Request> + Clone,
+    R: Refusal<S::Response, S::Error>,
+    S::Error: Into<R::Error>,
+    H: Hold<S::Response, Many>,
+    F: Fn(&Request) -> usize,
+{
+    type Response = H::Response;
+    type Error = R::Error;
+    type Future = WaitResponseFuture<S, Request, R, H, Many>;
+
     #[inline]
-    fn admitted<Request>(
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // As the unweighed layer: nothing reserved, no wait for capacity.
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        // The weigher runs here, before any take and under no lock of ours.
+        let n = self.weigh.units(&request);
+        // As the unweighed waiting layer: uncounted, then the room.
+        // `TooLarge` (more than the capacity in force) never waits.
+        let response = match self.limiter.take_units_uncounted(n) {
+            Ok((shard, units)) => self.admitted(shard, units, request),
+            Err(Error::Overload) if self.limiter.has_room() => return self.wait_many(n, request),
+            Err(error) => {
+                if error == Error::Overload {
+                    self.limiter.count_refusal();
+                }
+                self.refuse(error, true)
+            }
+        };
+        WaitResponseFuture {
+            state: WaitState::Called { response },
+        }
+    }
+}
+
+impl<S, R, M, H, W> Limit<S, R, M, H, W> {
+    /// The response future of a request admitted in `call` with `units`,
+    /// the first on `shard`: the inner service called, the units held
+    /// (with the timer) until `H` gives them back.
+    #[inline]
+    fn admitted<Request, U: Units>(
         &mut self,
         shard: usize,
+        units: U,
         request: Request,
-    ) -> ResponseFuture<S::Future, S::Response, R::Error, H>
+    ) -> ResponseFuture<S::Future, S::Response, R::Error, H, U>
     where
         S: Service<Request>,
         R: Refusal<S::Response, S::Error>,
     {
-        // The unit is anchored (and so given back on any unwind) before
+        // The units are anchored (and so given back on any unwind) before
         // the inner service is called.
         let held = Held {
             unit: Unit {
                 anchor: Arc::clone(&self.anchors[shard]),
                 shard,
+                units,
             },
             timer: start_timer(&self.timer),
         };
@@ -161,11 +238,11 @@ impl<S, R, M, H> Limit<S, R, M, H> {
     /// layer if `waiting`), with the inner service's reservation given
     /// back. Cold: refusals only.
     #[cold]
-    fn refuse<Request>(
+    fn refuse<Request, U: Units>(
         &mut self,
         error: Error,
         waiting: bool,
-    ) -> ResponseFuture<S::Future, S::Response, R::Error, H>
+    ) -> ResponseFuture<S::Future, S::Response, R::Error, H, U>
     where
         S: Service<Request> + Clone,
         R: Refusal<S::Response, S::Error>,
@@ -194,12 +271,45 @@ impl<S, R, M, H> Limit<S, R, M, H> {
     }
 }
 
-impl<S, R, H> Limit<S, R, Wait, H> {
-    /// The response future of a request that must wait: the wait, then the
-    /// inner service's readiness, then the call. Cold: only requests that
-    /// found every unit out come here.
+impl<S, R, H, W> Limit<S, R, Wait, H, W> {
+    /// [`wait`](Self::wait) for one unit. Cold: only requests that found
+    /// every unit out come here.
     #[cold]
-    fn wait<Request>(&mut self, request: Request) -> WaitResponseFuture<S, Request, R, H>
+    fn wait_one<Request>(&mut self, request: Request) -> WaitResponseFuture<S, Request, R, H, One>
+    where
+        S: Service<Request> + Clone,
+        R: Refusal<S::Response, S::Error>,
+    {
+        // Boxed: `acquire_owned_async`'s future has no name to store it
+        // under. One allocation, for a request that waits.
+        let acquire = Box::pin(Arc::clone(&self.limiter).acquire_owned_async());
+        self.wait(acquire, request)
+    }
+
+    /// [`wait`](Self::wait) for a weighed request's `n` units. Cold, as
+    /// [`wait_one`](Self::wait_one).
+    #[cold]
+    fn wait_many<Request>(
+        &mut self,
+        n: usize,
+        request: Request,
+    ) -> WaitResponseFuture<S, Request, R, H, Many>
+    where
+        S: Service<Request> + Clone,
+        R: Refusal<S::Response, S::Error>,
+    {
+        let acquire = Box::pin(Arc::clone(&self.limiter).acquire_many_owned_async(n));
+        self.wait(acquire, request)
+    }
+
+    /// The response future of a request that must wait: the wait
+    /// (`acquire`), then the inner service's readiness, then the call.
+    #[inline]
+    fn wait<Request, U: Carry>(
+        &mut self,
+        acquire: Acquire<U>,
+        request: Request,
+    ) -> WaitResponseFuture<S, Request, R, H, U>
     where
         S: Service<Request> + Clone,
         R: Refusal<S::Response, S::Error>,
@@ -217,9 +327,7 @@ impl<S, R, H> Limit<S, R, Wait, H> {
         drop(std::mem::replace(&mut self.inner, fresh));
         WaitResponseFuture {
             state: WaitState::Queued {
-                // Boxed: `acquire_owned_async`'s future has no name to
-                // store it under. One allocation, for a request that waits.
-                acquire: Box::pin(Arc::clone(&self.limiter).acquire_owned_async()),
+                acquire,
                 call: Some(Deferred {
                     service,
                     request,
@@ -233,7 +341,7 @@ impl<S, R, H> Limit<S, R, Wait, H> {
     }
 }
 
-impl<S: Clone, R: Clone, M: Clone, H: Clone> Clone for Limit<S, R, M, H> {
+impl<S: Clone, R: Clone, M: Clone, H: Clone, W: Clone> Clone for Limit<S, R, M, H, W> {
     fn clone(&self) -> Self {
         Limit {
             inner: self.inner.clone(),
@@ -243,17 +351,21 @@ impl<S: Clone, R: Clone, M: Clone, H: Clone> Clone for Limit<S, R, M, H> {
             timer: self.timer.clone(),
             mode: self.mode.clone(),
             hold: self.hold.clone(),
+            weigh: self.weigh.clone(),
         }
     }
 }
 
-impl<S: fmt::Debug, R, M: fmt::Debug, H: fmt::Debug> fmt::Debug for Limit<S, R, M, H> {
+impl<S: fmt::Debug, R, M: fmt::Debug, H: fmt::Debug, W: fmt::Debug> fmt::Debug
+    for Limit<S, R, M, H, W>
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limit")
             .field("inner", &self.inner)
             .field("limiter", &self.limiter)
             .field("mode", &self.mode)
             .field("hold", &self.hold)
+            .field("weigh", &self.weigh)
             .finish_non_exhaustive()
     }
 }

@@ -30,8 +30,12 @@ use std::time::Duration;
 /// | [`Error::Overload`] from a [waiting](super::LimitLayer::waiting) layer: the waiting room is full (or the limiter has none) | `429 Too Many Requests`, or what [`room_full`](HttpRefusal::room_full) chose |
 /// | [`Error::Timeout`]: a waiting request waited its `max_wait` | `503 Service Unavailable` |
 /// | [`Error::Shutdown`]: the limiter is [closed](crate::Limiter::close) | `503 Service Unavailable` |
+/// | [`Error::TooLarge`]: a [weighed](super::LimitLayer::weigh) request weighs more than the whole capacity | `413 Content Too Large`, without `Retry-After` |
 ///
-/// Each of these carries `Retry-After` (1 second unless
+/// `413` and not `503`: the same request would be refused again however
+/// long the client waits (until the capacity grows), so it is a client
+/// error, and clients and load balancers that retry `503` must not retry
+/// it. Every other row carries `Retry-After` (1 second unless
 /// [`retry_after`](HttpRefusal::retry_after) says otherwise). A limiter
 /// refuses with nothing else; [`response`](HttpRefusal::response) maps the
 /// other variants too, for a handler that answers a [`Pool`](crate::Pool)'s
@@ -40,8 +44,7 @@ use std::time::Duration;
 /// [`Error::Spawn`] `503` (the system refused a thread), each with
 /// `Retry-After`; [`Error::WorkerPanicked`], [`Error::NoRuntime`] and
 /// [`Error::CallingSelf`] `500 Internal Server Error`, without (a retry
-/// would not help); [`Error::TooLarge`] (a request weighing more than the
-/// whole capacity) `413 Content Too Large`, without.
+/// would not help).
 ///
 /// # Examples
 ///
@@ -176,6 +179,17 @@ impl<B: Default, E> Refusal<Response<B>, E> for HttpRefusal {
 /// | [`Error::Overload`]: every unit is out, or the waiting room is full | `RESOURCE_EXHAUSTED` (8) |
 /// | [`Error::Timeout`]: a waiting request waited its `max_wait` | `UNAVAILABLE` (14) |
 /// | [`Error::Shutdown`]: the limiter is [closed](crate::Limiter::close) | `UNAVAILABLE` (14) |
+/// | [`Error::TooLarge`]: a [weighed](super::LimitLayer::weigh) request weighs more than the whole capacity | `OUT_OF_RANGE` (11), without pushback |
+///
+/// `OUT_OF_RANGE` rather than `RESOURCE_EXHAUSTED`: gRPC's retry
+/// policies commonly list `RESOURCE_EXHAUSTED` (and `UNAVAILABLE`) as
+/// retryable, and a retry of a request above the whole capacity cannot
+/// succeed. `OUT_OF_RANGE` is gRPC's code for "past the valid range,
+/// may be fixed if the system state changes" (here: the capacity grows),
+/// which no usual policy retries; without `grpc-retry-pushback-ms` the
+/// client's own policy decides, and an explicit pushback would invite the
+/// retry that cannot help. `INVALID_ARGUMENT` was rejected too: the same
+/// request is valid on a larger limiter.
 ///
 /// `RESOURCE_EXHAUSTED` is gRPC's code for a server out of a resource
 /// (its own servers answer it when a limit is hit); `UNAVAILABLE` its code
@@ -184,9 +198,7 @@ impl<B: Default, E> Refusal<Response<B>, E> for HttpRefusal {
 /// [`response`](GrpcRefusal::response) maps the rest for handlers:
 /// [`Error::KeyBusy`] `RESOURCE_EXHAUSTED`, [`Error::Spawn`]
 /// `UNAVAILABLE`, [`Error::WorkerPanicked`], [`Error::NoRuntime`] and
-/// [`Error::CallingSelf`] `INTERNAL` (13, without pushback);
-/// [`Error::TooLarge`] `OUT_OF_RANGE` (11, without pushback: the request
-/// weighs more than the whole capacity).
+/// [`Error::CallingSelf`] `INTERNAL` (13, without pushback).
 ///
 /// # Examples
 ///
@@ -256,7 +268,10 @@ impl GrpcRefusal {
         if let Ok(message) = HeaderValue::try_from(percent_encode(&error.to_string())) {
             headers.insert("grpc-message", message);
         }
-        if let (true, Some(ms)) = (code != INTERNAL, self.retry_after_ms) {
+        // Pushback only where a retry may help: not on `INTERNAL`, nor on
+        // `OUT_OF_RANGE` (a request too large for the whole capacity).
+        let retry = code == RESOURCE_EXHAUSTED || code == UNAVAILABLE;
+        if let (true, Some(ms)) = (retry, self.retry_after_ms) {
             headers.insert("grpc-retry-pushback-ms", HeaderValue::from(ms));
         }
         response

@@ -74,7 +74,7 @@ impl WaitTrace {
 
     /// The wait ended with `outcome`. If the request waited, the outcome
     /// is recorded on its `wait` span (`admitted`, `overload`, `timeout`,
-    /// `shutdown`), a refusal is a `refused` event inside that span, and
+    /// `shutdown`, `too_large`), a refusal is a `refused` event inside that span, and
     /// the span closes here. If it did not (the room was full at once),
     /// a refusal is a `refused` event in the request's span.
     #[inline]
@@ -119,6 +119,8 @@ fn outcome_name(error: Error) -> &'static str {
         Error::Overload => "overload",
         Error::Timeout => "timeout",
         Error::Shutdown => "shutdown",
+        // A weighed waiter the capacity shrank below.
+        Error::TooLarge => "too_large",
         // A limiter's wait ends in none of these; named for completeness.
         _ => "refused",
     }
