@@ -9,6 +9,10 @@
 --   tok[k]  = token       the fencing token of the current assignment
 --   st[k]   = P | R | S   pending (assigned, not started) | running | stopping
 --   pending (zset) k -> Redis ms at which the assignment is due again
+--   again (set)   keys dispatched again while their job was stopping: to
+--                 run once the stop completes (done.lua moves them into
+--                 pending). Counted with pending against max_queued_jobs:
+--                 "queued" means dispatched and not yet claimed.
 --   wk:<w>  (set) the keys whose record names worker w
 --   s:<w>   (stream) worker w's mailbox
 -- Pool-wide: meta (hash), slots (list: the jump-hash buckets, "" = free),
@@ -91,6 +95,7 @@ local function assign(k, w, pttl)
   local old = redis.call('HGET', P .. 'own', k)
   if old and old ~= '' then redis.call('SREM', P .. 'wk:' .. old, k) end
   local t = next_token()
+  redis.call('SREM', P .. 'again', k)
   redis.call('HSET', P .. 'own', k, w)
   redis.call('HSET', P .. 'tok', k, fmt(t))
   redis.call('HSET', P .. 'st', k, 'P')
@@ -112,6 +117,13 @@ local function drop_record(k)
   redis.call('HDEL', P .. 'tok', k)
   redis.call('HDEL', P .. 'st', k)
   redis.call('ZREM', P .. 'pending', k)
+  redis.call('SREM', P .. 'again', k)
+end
+
+-- Jobs queued: dispatched and not yet claimed (pending, or waiting for
+-- their old run to stop). What max_queued_jobs bounds.
+local function queued()
+  return redis.call('ZCARD', P .. 'pending') + redis.call('SCARD', P .. 'again')
 end
 
 -- Worker w leaves the membership for good: its slot is freed, and each job
@@ -122,6 +134,7 @@ local function remove_worker(w)
   local idx = redis.call('LPOS', P .. 'slots', w)
   if idx then redis.call('LSET', P .. 'slots', idx, '') end
   for _, k in ipairs(redis.call('SMEMBERS', P .. 'wk:' .. w)) do
+    redis.call('SREM', P .. 'again', k)
     if redis.call('HGET', P .. 'jobs', k) then
       redis.call('HSET', P .. 'own', k, '')
       redis.call('HSET', P .. 'st', k, 'P')

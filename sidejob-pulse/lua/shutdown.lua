@@ -20,7 +20,7 @@ elseif phase == '3' then
   for _, w in ipairs(slots()) do
     if w ~= '' then redis.call('DEL', P .. 'wk:' .. w, P .. 's:' .. w) end
   end
-  redis.call('DEL', META, P .. 'slots', P .. 'members', P .. 'jobs', P .. 'own', P .. 'tok', P .. 'st', P .. 'pending')
+  redis.call('DEL', META, P .. 'slots', P .. 'members', P .. 'jobs', P .. 'own', P .. 'tok', P .. 'st', P .. 'pending', P .. 'again')
   return {0, 0}
 end
-return {redis.call('ZCARD', P .. 'pending'), redis.call('ZCARD', P .. 'members')}
+return {queued(), redis.call('ZCARD', P .. 'members')}

@@ -8,6 +8,9 @@ local had = redis.call('HDEL', P .. 'jobs', k)
 local st = redis.call('HGET', P .. 'st', k)
 if st == 'P' then
   drop_record(k)
+elseif st == 'S' and had == 1 then
+  -- dispatched again while stopping, and now stopped again: not queued
+  redis.call('SREM', P .. 'again', k)
 elseif st == 'R' then
   redis.call('HSET', P .. 'st', k, 'S')
   send(redis.call('HGET', P .. 'own', k), {'t', 'x', 'k', k, 'tok', redis.call('HGET', P .. 'tok', k)})

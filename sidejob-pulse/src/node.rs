@@ -246,8 +246,13 @@ impl NodeBuilder {
         self
     }
 
-    /// Jobs waiting to start (dispatched, or orphaned, and not yet started)
-    /// past which [`Node::dispatch`] answers [`Error::Full`] (1,000).
+    /// Jobs queued in the pool past which [`Node::dispatch`] answers
+    /// [`Error::Full`] (1,000). Queued means not yet claimed by a worker:
+    /// dispatched or orphaned and not started, including a key dispatched
+    /// again while its previous run is still stopping (it counts from the
+    /// acknowledgement, not from when the stop completes). The bound is the
+    /// pool's count in Redis, checked by every dispatch in the same script
+    /// that records the job, so it is exact across nodes.
     pub fn max_queued_jobs(&mut self, max: usize) -> &mut Self {
         self.max_queued_jobs = max;
         self
