@@ -15,7 +15,8 @@
 --                 "queued" means dispatched and not yet claimed.
 --   wk:<w>  (set) the keys whose record names worker w
 --   s:<w>   (stream) worker w's mailbox
--- Pool-wide: meta (hash), slots (list: the jump-hash buckets, "" = free),
+-- Pool-wide: meta (hash; ttl: the worker TTL in ms the pool was created
+-- with, which every node joining must use), slots (list: the jump-hash buckets, "" = free),
 -- members (zset: worker id -> lease expiry, Redis ms).
 
 local P = KEYS[1]
@@ -55,7 +56,8 @@ local function ensure(ttl, grace, epoch)
     local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) or 0
     local learn = NOW - up * 1000 + ttl + grace
     redis.call('HSET', META, 'ver', fmt(NOW_US), 'ctr', fmt(NOW_US), 'shut', '0',
-      'learn', fmt(learn), 'run', RUN, 'loss', '0', 'epoch', epoch .. '.' .. fmt(NOW_US))
+      'learn', fmt(learn), 'run', RUN, 'loss', '0', 'epoch', epoch .. '.' .. fmt(NOW_US),
+      'ttl', fmt(ttl))
     return true
   end
   if mget('run') ~= RUN then

@@ -2,16 +2,31 @@
 
 use std::fmt;
 
+use sidejob_redis::EndpointError;
+
 /// Why a pool operation was refused or failed.
+///
+/// An [`EndpointError`](crate::EndpointError) converts into it (as
+/// [`Error::Config`] naming `url`), so `?` works on
+/// [`Endpoint::parse`](crate::Endpoint::parse) in a function that returns
+/// this error.
 ///
 /// # Examples
 ///
 /// ```
-/// use sidejob_pulse::Error;
+/// use sidejob_pulse::{Endpoint, Error};
 ///
 /// let e = Error::Full { max_queued_jobs: 1000 };
 /// assert!(e.is_full());
 /// assert_eq!(e.to_string(), "pool full: 1000 jobs queued");
+///
+/// fn endpoint(url: &str) -> Result<Endpoint, Error> {
+///     Ok(Endpoint::parse(url)?.password("from-a-secret-store"))
+/// }
+/// assert!(endpoint("redis://127.0.0.1:6379/").is_ok());
+/// let Err(Error::Config(c)) = endpoint("127.0.0.1:6379") else { panic!() };
+/// assert_eq!(c.field(), "url");
+/// assert!(c.to_string().contains("\"127.0.0.1:6379\": no scheme"), "{c}");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -105,6 +120,21 @@ impl From<ConfigError> for Error {
 impl From<RedisError> for Error {
     fn from(e: RedisError) -> Self {
         Error::Redis(e)
+    }
+}
+
+impl From<EndpointError> for Error {
+    /// A bad Redis URL or CA file: [`Error::Config`] naming `url`.
+    fn from(e: EndpointError) -> Self {
+        Error::Config(e.into())
+    }
+}
+
+impl From<EndpointError> for ConfigError {
+    /// Names the field `url`; the text is the endpoint error's (the input
+    /// with every secret redacted, and the reason).
+    fn from(e: EndpointError) -> Self {
+        ConfigError::new("url", e.to_string())
     }
 }
 

@@ -48,8 +48,9 @@
 //! * [`Worker`], [`Handler`], [`Job`], [`StopReason`], [`Token`]: what
 //!   runs the jobs.
 //! * [`Error`], [`ConfigError`], [`RedisError`]: every failure.
-//! * [`Endpoint`]: Redis' address, login and TLS CA (from
-//!   `sidejob-redis`).
+//! * [`Endpoint`], [`EndpointError`]: Redis' address, login and TLS CA
+//!   (re-exported from `sidejob-redis`: `use sidejob_pulse::Endpoint`; an
+//!   `EndpointError` converts into [`Error`] with `?`).
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -68,5 +69,5 @@ struct ReadmeDoctest;
 
 pub use error::{ConfigError, Error, RedisError};
 pub use node::{Node, NodeBuilder, MAX_KEY_LEN, MAX_PAYLOAD_LEN};
-pub use sidejob_redis::Endpoint;
+pub use sidejob_redis::{Endpoint, EndpointError};
 pub use worker::{Handler, Job, StopReason, Token, Worker};

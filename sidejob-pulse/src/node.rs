@@ -6,7 +6,7 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use sidejob_redis::{escape_name, Endpoint};
+use sidejob_redis::{escape_name, Endpoint, EndpointError};
 
 use crate::error::{ConfigError, Error, RedisError};
 use crate::route::route;
@@ -166,7 +166,7 @@ impl Shared {
 #[derive(Debug, Clone)]
 pub struct NodeBuilder {
     name: Option<String>,
-    endpoint: Option<Result<Endpoint, String>>,
+    endpoint: Option<Result<Endpoint, EndpointError>>,
     worker_ttl: Duration,
     pending_job_ttl: Duration,
     worker_shutdown_ttl: Duration,
@@ -201,9 +201,10 @@ impl NodeBuilder {
 
     /// The Redis URL (`redis://[user[:password]@]host:port/db`, `rediss://`
     /// with the `tls` feature, `unix:///path`). A URL that does not parse
-    /// is reported by [`join`](Self::join), without its password.
+    /// is reported by [`join`](Self::join) as [`Error::Config`] naming
+    /// `url`: the input with every secret redacted, and the reason.
     pub fn url(&mut self, url: impl AsRef<str>) -> &mut Self {
-        self.endpoint = Some(Endpoint::parse(url.as_ref()).map_err(|e| e.to_string()));
+        self.endpoint = Some(Endpoint::parse(url.as_ref()));
         self
     }
 
@@ -222,9 +223,24 @@ impl NodeBuilder {
     /// before that, on its own clock; Redis removes it a grace (another
     /// tenth) after it. Heartbeats go every fifth of it.
     ///
-    /// Every node of a pool should use the same value: after Redis loses
-    /// its state, the pool's learning mode lasts the TTL and grace of the
-    /// node that re-creates it, and must outlast every worker's lease.
+    /// Every node of a pool must use the same value, the one the pool was
+    /// created with: after Redis loses its state, the pool's learning mode
+    /// lasts the TTL and grace of the node that re-creates it, and must
+    /// outlast every worker's lease. [`join`](Self::join) refuses another
+    /// value with [`Error::Config`] naming `worker_ttl` (client-only nodes
+    /// too: they may re-create a lost pool).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use sidejob_pulse::{Error, Node};
+    ///
+    /// let url = "redis://127.0.0.1:6379/";
+    /// let _a = Node::builder().name("t").url(url).worker_ttl(Duration::from_secs(5)).join()?;
+    /// let b = Node::builder().name("t").url(url).worker_ttl(Duration::from_secs(9)).join();
+    /// let Err(Error::Config(c)) = b else { panic!("{b:?}") };
+    /// assert_eq!(c.field(), "worker_ttl");
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn worker_ttl(&mut self, ttl: Duration) -> &mut Self {
         self.worker_ttl = ttl;
         self
@@ -327,8 +343,9 @@ impl NodeBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] naming the setting; [`Error::Redis`] if Redis
-    /// cannot be reached or refuses the login.
+    /// [`Error::Config`] naming the setting (`worker_ttl` if the pool was
+    /// created with another); [`Error::Redis`] if Redis cannot be reached
+    /// or refuses the login.
     pub fn join(&self) -> Result<Node, Error> {
         let name = self
             .name
@@ -339,7 +356,7 @@ impl NodeBuilder {
         }
         let endpoint = match &self.endpoint {
             None => return Err(ConfigError::new("url", "required").into()),
-            Some(Err(e)) => return Err(ConfigError::new("url", e.clone()).into()),
+            Some(Err(e)) => return Err(e.clone().into()),
             Some(Ok(e)) => e.clone(),
         };
         let opts = self.options()?;
@@ -359,11 +376,30 @@ impl NodeBuilder {
                 Arg::S(&epoch),
             ],
         )?;
+        // The pool's timings live in the pool: a node with another worker
+        // TTL is refused rather than joining silently. After a state loss
+        // the node that re-creates the pool sets its learning mode from
+        // its own TTL, which must outlast every worker's lease; with TTLs
+        // that differ, a shorter one would let jobs start while a longer
+        // lease still runs. (Adopting the pool's TTL instead would hide a
+        // misconfiguration and change this node's timings under it.)
+        let pool_ttl = a.get(4).map(num).unwrap_or(0);
+        if pool_ttl != 0 && pool_ttl != ms(opts.worker_ttl) {
+            return Err(ConfigError::new(
+                "worker_ttl",
+                format!(
+                    "the pool runs with a worker TTL of {:?}, this node asked for {:?}: every node of a pool must use the pool's",
+                    Duration::from_millis(pool_ttl),
+                    opts.worker_ttl
+                ),
+            )
+            .into());
+        }
         let view = View {
             shut: a.first().map(num).unwrap_or(0),
             ver: a.get(1).map(num).unwrap_or(0),
             generation: a.get(2).map(text).unwrap_or_default(),
-            slots: slots_from(&a, 4),
+            slots: slots_from(&a, 5),
         };
         let shared = Arc::new(Shared {
             name,

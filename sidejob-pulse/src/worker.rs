@@ -140,7 +140,83 @@ pub enum StopReason {
 pub trait Handler: Send + 'static {
     /// Starts job `job.key`; the worker holds it until `stop`.
     fn start(&mut self, job: Job);
-    /// Stops job `key` (started under `token`).
+    /// Stops job `key` (started under `token`), and returns only once it
+    /// has stopped.
+    ///
+    /// # Contract
+    ///
+    /// * **Do not return until the job has stopped**: once `stop` returns,
+    ///   nothing of the job runs and it writes nothing more. The worker
+    ///   tells Redis the job stopped when `stop` returns, and from then on
+    ///   another worker may start it ([`StopReason::Moved`], or a new
+    ///   dispatch after [`StopReason::Requested`]): a job still running
+    ///   then runs twice. So signal the job's thread or task to stop, and
+    ///   join it (as the example below does).
+    /// * **Within the lease margin**: on [`StopReason::LeaseLost`] the worker
+    ///   calls `stop` for each of its jobs, one after another, when its
+    ///   lease has run out on its own clock, a margin (a tenth of the worker
+    ///   TTL) before Redis may give the keys to other workers. The stops
+    ///   of all its jobs together must finish within that margin, or a new
+    ///   owner may start a job while this one still runs it; only the
+    ///   fencing [`Token`] then keeps the old run's writes out. Other
+    ///   reasons have no such deadline, but the worker's thread waits in
+    ///   `stop` and starts nothing meanwhile.
+    /// * A panic in `stop` is caught and the job is taken as stopped: a
+    ///   handler that can panic must have stopped the job first.
+    ///
+    /// # Examples
+    ///
+    /// A long-running job on its own thread, cancelled and joined:
+    ///
+    /// ```
+    /// use std::collections::HashMap;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::{mpsc, Arc};
+    /// use std::thread::JoinHandle;
+    /// use std::time::Duration;
+    /// use sidejob_pulse::{Handler, Job, StopReason, Token};
+    ///
+    /// #[derive(Default)]
+    /// struct Tenants {
+    ///     running: HashMap<String, (mpsc::Sender<()>, JoinHandle<()>)>,
+    ///     finished: Arc<AtomicUsize>,
+    /// }
+    ///
+    /// impl Handler for Tenants {
+    ///     fn start(&mut self, job: Job) {
+    ///         let (cancel, cancelled) = mpsc::channel::<()>();
+    ///         let finished = self.finished.clone();
+    ///         let worker = std::thread::spawn(move || {
+    ///             // The tenant's work, a step at a time (each write fenced
+    ///             // with job.token), until it is cancelled.
+    ///             while let Err(mpsc::RecvTimeoutError::Timeout) =
+    ///                 cancelled.recv_timeout(Duration::from_millis(1))
+    ///             {}
+    ///             finished.fetch_add(1, Ordering::SeqCst);
+    ///         });
+    ///         self.running.insert(job.key, (cancel, worker));
+    ///     }
+    ///
+    ///     fn stop(&mut self, key: &str, _token: Token, _why: StopReason) {
+    ///         if let Some((cancel, worker)) = self.running.remove(key) {
+    ///             let _ = cancel.send(()); // ask the job to stop,
+    ///             let _ = worker.join(); // and return only once it has
+    ///         }
+    ///     }
+    /// }
+    ///
+    /// let mut h = Tenants::default();
+    /// h.start(Job::for_test("t1", b"cfg", Token::from_raw(1)));
+    /// h.stop("t1", Token::from_raw(1), StopReason::Moved);
+    /// // When `stop` returned, the job's thread had ended.
+    /// assert_eq!(h.finished.load(Ordering::SeqCst), 1);
+    /// assert!(h.running.is_empty());
+    /// ```
+    ///
+    /// With tokio, the same shape: keep a `CancellationToken` (or a
+    /// oneshot sender) and the task's `JoinHandle`; in `stop`, cancel,
+    /// then block on the handle (`runtime_handle.block_on(handle)`; the
+    /// worker's thread is not a runtime thread).
     fn stop(&mut self, key: &str, token: Token, why: StopReason);
     /// A notification for job `key` ([`Node::notify`](crate::Node::notify)).
     fn notify(&mut self, key: &str, token: Token, payload: &[u8]) {
@@ -312,7 +388,25 @@ impl Worker {
         lock(&self.cell.state).running
     }
 
-    /// The local bound: the [`Limiter`] whose permits running jobs hold.
+    /// The local bound: the sidejob `Limiter` (crate `sidejob`) of
+    /// capacity `max_jobs` whose permits this worker's running jobs hold;
+    /// its `usage()` is how many run.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use sidejob_pulse::{Handler, Job, Node, StopReason, Token};
+    /// # struct Tenants;
+    /// # impl Handler for Tenants {
+    /// #     fn start(&mut self, _: Job) {}
+    /// #     fn stop(&mut self, _: &str, _: Token, _: StopReason) {}
+    /// # }
+    /// let node = Node::builder().name("tenants").url("redis://127.0.0.1:6379/").join()?;
+    /// let worker = node.add_worker(10, Tenants)?;
+    /// assert_eq!(worker.limiter().capacity(), 10);
+    /// assert!(worker.limiter().usage() <= 10);
+    /// # Ok::<(), sidejob_pulse::Error>(())
+    /// ```
     pub fn limiter(&self) -> &Arc<Limiter> {
         &self.cell.limiter
     }
