@@ -17,7 +17,8 @@
 --   s:<w>   (stream) worker w's mailbox
 -- Pool-wide: meta (hash; ttl: the worker TTL in ms the pool was created
 -- with, which every node joining must use), slots (list: the jump-hash buckets, "" = free),
--- members (zset: worker id -> lease expiry, Redis ms).
+-- members (zset: worker id -> lease expiry, Redis ms). After a shutdown
+-- only `closed` is left (a tombstone: the pool stays shut).
 
 local P = KEYS[1]
 local RUN = ARGV[1]
@@ -48,10 +49,12 @@ local function learning() return mnum('learn') > NOW end
 -- A Redis process other than the last writer's (restart, failover) means
 -- the same: learning mode for ttl + grace, and the generation changes so
 -- that workers re-assert (adopt) the jobs they run.
--- Returns false if the pool is missing and epoch is "" (do not create).
+-- Returns false if the pool is missing and epoch is "" (do not create), or
+-- if the pool was shut down (the tombstone `closed`: only an explicit
+-- reopen, join.lua's flag, removes it).
 local function ensure(ttl, grace, epoch)
   if redis.call('EXISTS', META) == 0 then
-    if epoch == '' then return false end
+    if epoch == '' or redis.call('EXISTS', P .. 'closed') == 1 then return false end
     local info = redis.call('INFO', 'server')
     local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) or 0
     local learn = NOW - up * 1000 + ttl + grace
@@ -67,6 +70,9 @@ local function ensure(ttl, grace, epoch)
   end
   return true
 end
+
+-- Whether the pool was shut down (and not reopened since).
+local function shut_down() return redis.call('EXISTS', P .. 'closed') == 1 end
 
 local function generation() return (mget('epoch') or '') .. ':' .. (mget('loss') or '0') end
 

@@ -1,7 +1,7 @@
 -- stop(run, ttl, grace, key): the job is no longer wanted. Not started
 -- yet: forgotten at once. Running: its owner is asked to stop it.
--- -> {'OK'} | {'NOTFOUND'} | {'NOPOOL'}
-if redis.call('EXISTS', META) == 0 then return {'NOPOOL'} end
+-- -> {'OK'} | {'NOTFOUND'} | {'NOPOOL'} | {'CLOSED'}
+if redis.call('EXISTS', META) == 0 then return {shut_down() and 'CLOSED' or 'NOPOOL'} end
 ensure(tonumber(ARGV[2]), tonumber(ARGV[3]), '')
 local k = ARGV[4]
 local had = redis.call('HDEL', P .. 'jobs', k)

@@ -44,7 +44,8 @@
 //!
 //! # Contents
 //!
-//! * [`Node`], [`NodeBuilder`]: a process's handle on a pool.
+//! * [`Node`], [`NodeBuilder`], [`PoolState`]: a process's handle on a
+//!   pool.
 //! * [`Worker`], [`Handler`], [`Job`], [`StopReason`], [`Token`]: what
 //!   runs the jobs.
 //! * [`Error`], [`ConfigError`], [`RedisError`]: every failure.
@@ -68,6 +69,6 @@ mod worker;
 struct ReadmeDoctest;
 
 pub use error::{ConfigError, Error, RedisError};
-pub use node::{Node, NodeBuilder, MAX_KEY_LEN, MAX_PAYLOAD_LEN};
+pub use node::{Node, NodeBuilder, PoolState, MAX_KEY_LEN, MAX_PAYLOAD_LEN};
 pub use sidejob_redis::{Endpoint, EndpointError};
 pub use worker::{Handler, Job, StopReason, Token, Worker};

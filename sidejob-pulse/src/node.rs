@@ -100,6 +100,36 @@ pub(crate) struct Shared {
 struct NodeState {
     closed: bool,
     shutting: bool,
+    /// The pool was shut down for good (seen here or in Redis).
+    shut_down: bool,
+}
+
+/// Where a pool stands, as [`Node::pool_state`] reads it from Redis.
+///
+/// # Examples
+///
+/// ```no_run
+/// use sidejob_pulse::{Node, PoolState};
+///
+/// let node = Node::builder().name("tenants").url("redis://127.0.0.1:6379/").join()?;
+/// assert_eq!(node.pool_state()?, PoolState::Open);
+/// node.shutdown()?;
+/// assert_eq!(node.pool_state()?, PoolState::ShutDown);
+/// # Ok::<(), sidejob_pulse::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PoolState {
+    /// Running: jobs are accepted.
+    Open,
+    /// [`Node::shutdown`] has begun: new jobs are refused, workers stop.
+    ShuttingDown,
+    /// Shut down, and it stays so ([`Error::PoolShutDown`]) until a node
+    /// joins with [`NodeBuilder::reopen`].
+    ShutDown,
+    /// Not in Redis, and not shut down: Redis lost its state
+    /// ([`Error::NoPool`]); the next worker node's heartbeat re-creates it.
+    Missing,
 }
 
 /// Locks a mutex, recovering it if a panicking thread left it poisoned
@@ -124,12 +154,15 @@ impl Shared {
         }
     }
 
+    /// Whether this node may act. A pool this node saw shutting down is
+    /// left for Redis to judge: it answers `ShuttingDown` while the
+    /// shutdown runs and `PoolShutDown` once it is done.
     fn check_open(&self) -> Result<(), Error> {
         let s = lock(&self.state);
         if s.closed {
             Err(Error::Closed)
-        } else if s.shutting {
-            Err(Error::ShuttingDown)
+        } else if s.shut_down {
+            Err(Error::PoolShutDown)
         } else {
             Ok(())
         }
@@ -141,6 +174,14 @@ impl Shared {
 
     pub(crate) fn is_shutting(&self) -> bool {
         lock(&self.state).shutting
+    }
+
+    /// Records that the pool was shut down for good; the error to answer.
+    fn saw_shut_down(&self) -> Error {
+        let mut st = lock(&self.state);
+        st.shutting = true;
+        st.shut_down = true;
+        Error::PoolShutDown
     }
 }
 
@@ -173,6 +214,7 @@ pub struct NodeBuilder {
     max_queued_jobs: usize,
     client_only: bool,
     job_sink_block: Duration,
+    reopen: bool,
 }
 
 impl Default for NodeBuilder {
@@ -186,6 +228,7 @@ impl Default for NodeBuilder {
             max_queued_jobs: 1000,
             client_only: false,
             job_sink_block: Duration::from_secs(5),
+            reopen: false,
         }
     }
 }
@@ -274,6 +317,29 @@ impl NodeBuilder {
         self
     }
 
+    /// Re-create the pool if it was shut down (false). A shut-down pool
+    /// stays shut: without this, [`join`](Self::join) answers
+    /// [`Error::PoolShutDown`] and creates nothing, so that no node started
+    /// late (or restarted by a supervisor) brings a pool back that was
+    /// shut down on purpose. With it, the join removes the shutdown's mark
+    /// and creates the pool afresh: do it from one place (a deploy step),
+    /// not from every node.
+    ///
+    /// ```no_run
+    /// use sidejob_pulse::{Error, Node};
+    ///
+    /// let url = "redis://127.0.0.1:6379/";
+    /// Node::builder().name("tenants").url(url).join()?.shutdown()?;
+    /// let again = Node::builder().name("tenants").url(url).join();
+    /// assert_eq!(again.unwrap_err(), Error::PoolShutDown);
+    /// let node = Node::builder().name("tenants").url(url).reopen(true).join()?;
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn reopen(&mut self, yes: bool) -> &mut Self {
+        self.reopen = yes;
+        self
+    }
+
     /// A node that only dispatches: no keeper thread, no workers.
     pub fn client_only(&mut self, yes: bool) -> &mut Self {
         self.client_only = yes;
@@ -344,8 +410,9 @@ impl NodeBuilder {
     /// # Errors
     ///
     /// [`Error::Config`] naming the setting (`worker_ttl` if the pool was
-    /// created with another); [`Error::Redis`] if Redis cannot be reached
-    /// or refuses the login.
+    /// created with another); [`Error::PoolShutDown`] if the pool was shut
+    /// down (see [`reopen`](Self::reopen)); [`Error::Redis`] if Redis
+    /// cannot be reached or refuses the login.
     pub fn join(&self) -> Result<Node, Error> {
         let name = self
             .name
@@ -374,8 +441,12 @@ impl NodeBuilder {
                 Arg::N(ms(opts.worker_ttl)),
                 Arg::N(ms(opts.grace)),
                 Arg::S(&epoch),
+                Arg::N(u64::from(self.reopen)),
             ],
         )?;
+        if a.first().map(num) == Some(3) {
+            return Err(Error::PoolShutDown);
+        }
         // The pool's timings live in the pool: a node with another worker
         // TTL is refused rather than joining silently. After a state loss
         // the node that re-creates the pool sets its learning mode from
@@ -518,6 +589,7 @@ impl Node {
     /// # Errors
     ///
     /// [`Error::ClientOnly`], [`Error::Closed`], [`Error::ShuttingDown`],
+    /// [`Error::PoolShutDown`],
     /// [`Error::Config`] naming `max_jobs` if it is 0 or above
     /// [`LimiterBuilder::MAX_CAPACITY`](sidejob::LimiterBuilder::MAX_CAPACITY)
     /// (checked before anything reaches Redis), or [`Error::Redis`].
@@ -545,7 +617,8 @@ impl Node {
     /// [`Error::Full`] at once when `max_queued_jobs` jobs are waiting to
     /// start; [`Error::InvalidKey`], [`Error::InvalidPayload`];
     /// [`Error::Exists`] if the key is in the pool; [`Error::ShuttingDown`],
-    /// [`Error::Closed`], [`Error::NoPool`]; [`Error::Redis`] (the job may
+    /// [`Error::Closed`], [`Error::PoolShutDown`], [`Error::NoPool`];
+    /// [`Error::Redis`] (the job may
     /// or may not have been recorded: dispatching it again answers
     /// [`Error::Exists`] if it was).
     pub fn dispatch(&self, key: &str, payload: &[u8]) -> Result<(), Error> {
@@ -599,6 +672,7 @@ impl Node {
                 Some("EXISTS") => return Err(Error::Exists),
                 Some("SHUTDOWN") => return Err(Error::ShuttingDown),
                 Some("NOPOOL") => return Err(Error::NoPool),
+                Some("CLOSED") => return Err(s.saw_shut_down()),
                 _ => return Err(unexpected("dispatch", &a)),
             }
         }
@@ -612,7 +686,7 @@ impl Node {
     /// # Errors
     ///
     /// [`Error::NotFound`], [`Error::InvalidKey`], [`Error::Closed`],
-    /// [`Error::NoPool`], [`Error::Redis`].
+    /// [`Error::PoolShutDown`], [`Error::NoPool`], [`Error::Redis`].
     pub fn stop(&self, key: &str) -> Result<(), Error> {
         check_key(key)?;
         if self.shared.is_closed() {
@@ -632,6 +706,7 @@ impl Node {
             Some("OK") => Ok(()),
             Some("NOTFOUND") => Err(Error::NotFound),
             Some("NOPOOL") => Err(Error::NoPool),
+            Some("CLOSED") => Err(s.saw_shut_down()),
             _ => Err(unexpected("stop", &a)),
         }
     }
@@ -643,7 +718,8 @@ impl Node {
     /// # Errors
     ///
     /// [`Error::NotFound`] if no worker holds the job; [`Error::InvalidKey`],
-    /// [`Error::InvalidPayload`], [`Error::Closed`], [`Error::NoPool`],
+    /// [`Error::InvalidPayload`], [`Error::Closed`], [`Error::PoolShutDown`],
+    /// [`Error::NoPool`],
     /// [`Error::Redis`].
     pub fn notify(&self, key: &str, payload: &[u8]) -> Result<(), Error> {
         check_key(key)?;
@@ -661,6 +737,7 @@ impl Node {
             Some("OK") => Ok(()),
             Some("NOTFOUND") => Err(Error::NotFound),
             Some("NOPOOL") => Err(Error::NoPool),
+            Some("CLOSED") => Err(s.saw_shut_down()),
             _ => Err(unexpected("notify", &a)),
         }
     }
@@ -671,6 +748,15 @@ impl Node {
     /// and leaves, then the pool's keys are deleted from Redis. Each wait
     /// is bounded by the worker shutdown TTL; workers that did not leave by
     /// then are removed anyway. This node is closed afterwards.
+    ///
+    /// The shutdown is final: Redis keeps one small mark of it, so that no
+    /// later [`join`](NodeBuilder::join) (client-only or not) re-creates
+    /// the pool, and every node's dispatch, stop and notify answer
+    /// [`Error::PoolShutDown`]. Another node learns of it from
+    /// [`Node::wait_shutdown`] or [`Node::pool_state`]. To run the pool
+    /// again, join with [`NodeBuilder::reopen`]. (A Redis that loses its
+    /// state loses the mark too: a node that did not see the shutdown may
+    /// then re-create the pool, as after any state loss.)
     ///
     /// # Errors
     ///
@@ -714,7 +800,11 @@ impl Node {
             w.wait_exit(deadline);
         }
         status("3")?;
-        lock(&s.state).closed = true;
+        {
+            let mut st = lock(&s.state);
+            st.closed = true;
+            st.shut_down = true;
+        }
         if left > 0 {
             return Err(Error::Timeout {
                 left: left as usize,
@@ -729,6 +819,70 @@ impl Node {
     /// does the same.
     pub fn close(&self) {
         close(&self.shared);
+    }
+
+    /// Where the pool stands, read from Redis now (one round trip; also
+    /// on a closed node).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`].
+    pub fn pool_state(&self) -> Result<PoolState, Error> {
+        let s = &self.shared;
+        let a = lock(&s.conn).run(&s.scripts.view, &s.prefix, &[])?;
+        let (ver, shut) = (
+            a.first().map(num).unwrap_or(0),
+            a.get(2).map(num).unwrap_or(0),
+        );
+        Ok(match (ver, shut) {
+            (_, 3) => {
+                s.saw_shut_down();
+                PoolState::ShutDown
+            }
+            (0, _) => PoolState::Missing,
+            (_, 0) => PoolState::Open,
+            _ => PoolState::ShuttingDown,
+        })
+    }
+
+    /// Waits until the pool has been shut down (by any node), or `timeout`:
+    /// whether it was. For a process that should exit when its pool is
+    /// shut down. Reads Redis every twentieth of the worker TTL (at most
+    /// every 250 ms); returns at once if this node already saw the
+    /// shutdown.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] if Redis fails (the wait ends there).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use sidejob_pulse::Node;
+    ///
+    /// let node = Node::builder().name("tenants").url("redis://127.0.0.1:6379/").join()?;
+    /// let watcher = node.clone();
+    /// let t = std::thread::spawn(move || watcher.wait_shutdown(Duration::from_secs(60)));
+    /// node.shutdown()?;
+    /// assert!(t.join().unwrap()?);
+    /// # Ok::<(), sidejob_pulse::Error>(())
+    /// ```
+    pub fn wait_shutdown(&self, timeout: Duration) -> Result<bool, Error> {
+        let deadline = deadline_after(timeout);
+        let every = (self.shared.opts.worker_ttl / 20).min(Duration::from_millis(250));
+        loop {
+            if lock(&self.shared.state).shut_down || self.pool_state()? == PoolState::ShutDown {
+                return Ok(true);
+            }
+            let left = deadline.saturating_duration_since(now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            // Polling Redis with a deadline: the shutdown may come from
+            // any node, which tells only Redis.
+            std::thread::sleep(every.min(left));
+        }
     }
 
     /// The membership version and slots this node last saw (a free slot is
@@ -831,6 +985,9 @@ fn heartbeat(s: &Shared, conn: &mut Conn, t_send: std::time::Instant) -> Result<
     }
     if shut > 0 {
         lock(&s.state).shutting = true;
+    }
+    if shut == 3 {
+        s.saw_shut_down();
     }
     let valid_until = t_send + s.opts.lease_window();
     for (j, &i) in live.iter().enumerate() {

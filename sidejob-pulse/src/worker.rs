@@ -567,6 +567,7 @@ impl Run {
         match a.first().map(text).as_deref() {
             Some("OK") => {}
             Some("SHUTDOWN") => return Err(Error::ShuttingDown),
+            Some("CLOSED") => return Err(Error::PoolShutDown),
             _ => return Err(RedisError(format!("unexpected register reply {a:?}")).into()),
         }
         let generation = a.get(2).map(text).unwrap_or_default();
@@ -717,7 +718,7 @@ impl Run {
             }
             match self.register(&random_id()) {
                 Ok(()) => return true,
-                Err(Error::ShuttingDown) => return false,
+                Err(Error::ShuttingDown | Error::PoolShutDown) => return false,
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
             }
         }
