@@ -60,6 +60,7 @@
 mod error;
 mod node;
 mod route;
+mod shared;
 mod store;
 mod worker;
 

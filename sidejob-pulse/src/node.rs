@@ -2,108 +2,29 @@
 //! notifies jobs, hosts workers, and (unless client-only) runs the keeper
 //! thread that renews its workers' leases and places orphaned jobs.
 
-use std::sync::{mpsc, Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
 
 use sidejob_redis::{escape_name, Endpoint, EndpointError};
 
 use crate::error::{ConfigError, Error, RedisError};
 use crate::route::route;
+use crate::shared::{
+    deadline_after, lock, random_id, thread_name, NodeState, Options, Shared, View, WorkerCell,
+    MAX_LONG_WAIT,
+};
 use crate::store::{ms, now, num, slots_from, text, Arg, Conn, Scripts};
-use crate::worker::{self, Handler, Worker, WorkerCell};
+use crate::worker::{self, Handler, Worker};
 
 /// The longest job key, in bytes.
 pub const MAX_KEY_LEN: usize = 1024;
 /// The longest payload (of a job or a notification), in bytes.
 pub const MAX_PAYLOAD_LEN: usize = 1 << 20;
 
-/// Tolerated rate error between a node's monotonic clock and Redis' clock.
-const CLOCK_RATE_MARGIN: f64 = 1e-3;
-
 /// The longest worker TTL: after Redis loses its state (or on a Redis up
 /// for less than `ttl + grace`) no job starts for `ttl + grace`, so a TTL
 /// of years would start none at all.
 const MAX_WORKER_TTL: Duration = Duration::from_secs(3600);
-/// The longest pending-job TTL and worker shutdown TTL: a day, far from
-/// any overflow of the clock arithmetic they go through.
-const MAX_LONG_WAIT: Duration = Duration::from_secs(24 * 3600);
-
-/// `d` from now, or as far as the clock goes: deadlines from settings never
-/// overflow (and so never panic, in a `Drop` least of all).
-pub(crate) fn deadline_after(d: Duration) -> Instant {
-    let t = now();
-    t.checked_add(d)
-        .or_else(|| t.checked_add(MAX_LONG_WAIT))
-        .unwrap_or(t)
-}
-
-/// The name of one of the node's threads: `sidejob-pulse-<what>:<pool>`,
-/// the pool's name escaped as in its keys (a thread name cannot hold a
-/// NUL, a pool name can).
-pub(crate) fn thread_name(what: &str, pool: &str) -> String {
-    format!("sidejob-pulse-{what}:{}", escape_name(pool))
-}
-
-/// A node's settings, checked by [`NodeBuilder::join`].
-#[derive(Debug, Clone)]
-pub(crate) struct Options {
-    pub(crate) worker_ttl: Duration,
-    pub(crate) pending_job_ttl: Duration,
-    pub(crate) worker_shutdown_ttl: Duration,
-    pub(crate) max_queued_jobs: usize,
-    pub(crate) client_only: bool,
-    pub(crate) job_sink_block: Duration,
-    pub(crate) heartbeat_every: Duration,
-    pub(crate) grace: Duration,
-    pub(crate) stop_margin: Duration,
-    pub(crate) io_timeout: Duration,
-}
-
-impl Options {
-    /// How long after sending a heartbeat that Redis accepted a worker may
-    /// hold its jobs: `ttl·(1−2ρ) − stop_margin`. Redis removes the worker
-    /// only at `ttl + grace` after its script ran (which is later, on
-    /// Redis' clock).
-    pub(crate) fn lease_window(&self) -> Duration {
-        self.worker_ttl
-            .mul_f64(1.0 - 2.0 * CLOCK_RATE_MARGIN)
-            .saturating_sub(self.stop_margin)
-    }
-}
-
-/// The membership as this node last saw it.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct View {
-    pub(crate) ver: u64,
-    pub(crate) slots: Vec<String>,
-    pub(crate) generation: String,
-    pub(crate) shut: u64,
-}
-
-/// What the node's threads share.
-pub(crate) struct Shared {
-    pub(crate) name: String,
-    pub(crate) prefix: String,
-    pub(crate) endpoint: Endpoint,
-    pub(crate) opts: Options,
-    pub(crate) scripts: Scripts,
-    pub(crate) epoch: String,
-    conn: Mutex<Conn>,
-    pub(crate) view: Mutex<View>,
-    state: Mutex<NodeState>,
-    pub(crate) workers: Mutex<Vec<Arc<WorkerCell>>>,
-    keeper: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
-}
-
-#[derive(Debug, Default)]
-struct NodeState {
-    closed: bool,
-    shutting: bool,
-    /// The pool was shut down for good (seen here or in Redis).
-    shut_down: bool,
-}
-
 /// Where a pool stands, as [`Node::pool_state`] reads it from Redis.
 ///
 /// # Examples
@@ -130,59 +51,6 @@ pub enum PoolState {
     /// Not in Redis, and not shut down: Redis lost its state
     /// ([`Error::NoPool`]); the next worker node's heartbeat re-creates it.
     Missing,
-}
-
-/// Locks a mutex, recovering it if a panicking thread left it poisoned
-/// (every value behind our locks is consistent between statements).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl Shared {
-    pub(crate) fn conn(&self) -> Result<Conn, RedisError> {
-        Conn::new(&self.endpoint, self.opts.io_timeout)
-    }
-
-    /// Folds a newer membership into the view.
-    pub(crate) fn learn_view(&self, ver: u64, slots: Option<Vec<String>>) {
-        let mut v = lock(&self.view);
-        if let Some(slots) = slots {
-            if ver >= v.ver {
-                v.ver = ver;
-                v.slots = slots;
-            }
-        }
-    }
-
-    /// Whether this node may act. A pool this node saw shutting down is
-    /// left for Redis to judge: it answers `ShuttingDown` while the
-    /// shutdown runs and `PoolShutDown` once it is done.
-    fn check_open(&self) -> Result<(), Error> {
-        let s = lock(&self.state);
-        if s.closed {
-            Err(Error::Closed)
-        } else if s.shut_down {
-            Err(Error::PoolShutDown)
-        } else {
-            Ok(())
-        }
-    }
-
-    pub(crate) fn is_closed(&self) -> bool {
-        lock(&self.state).closed
-    }
-
-    pub(crate) fn is_shutting(&self) -> bool {
-        lock(&self.state).shutting
-    }
-
-    /// Records that the pool was shut down for good; the error to answer.
-    fn saw_shut_down(&self) -> Error {
-        let mut st = lock(&self.state);
-        st.shutting = true;
-        st.shut_down = true;
-        Error::PoolShutDown
-    }
 }
 
 /// Configures a [`Node`]; made by [`Node::builder`].
@@ -433,7 +301,7 @@ impl NodeBuilder {
         let mut conn = Conn::new(&endpoint, opts.io_timeout.max(Duration::from_secs(1)))?;
         let scripts = Scripts::new();
         let prefix = format!("{{sjp:{}}}:", escape_name(&name));
-        let epoch = worker::random_id();
+        let epoch = random_id();
         let a = conn.run(
             &scripts.join,
             &prefix,
@@ -1043,26 +911,4 @@ fn place_due(s: &Shared, conn: &mut Conn) -> Result<(), Error> {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn deadlines_from_settings_never_overflow() {
-        let t = now();
-        assert!(deadline_after(Duration::MAX) >= t);
-        let d = deadline_after(Duration::from_secs(60));
-        assert!(d >= t + Duration::from_secs(60) && d <= now() + Duration::from_secs(60));
-    }
-
-    #[test]
-    fn thread_names_hold_no_nul() {
-        assert_eq!(thread_name("keeper", "a\0b"), "sidejob-pulse-keeper:a%00b");
-        assert_eq!(
-            thread_name("worker", "tenants"),
-            "sidejob-pulse-worker:tenants"
-        );
-    }
 }

@@ -12,16 +12,16 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sidejob::{Limiter, OwnedPermit};
 
 use crate::error::{ConfigError, Error, RedisError};
-use crate::node::{deadline_after, lock, thread_name, Shared};
 use crate::route::route;
+use crate::shared::{
+    deadline_after, lock, random_id, thread_name, CellState, Options, Shared, WorkerCell,
+};
 use crate::store::{ms, now, num, slots_from, text, Arg, Conn, Msg};
 
 /// A fencing token: every assignment of a key to a worker gets a larger
@@ -235,131 +235,6 @@ impl Job {
     }
 }
 
-/// 128 random bits in hex (std's randomly seeded hasher, twice).
-pub(crate) fn random_id() -> String {
-    let part = || {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0),
-        );
-        h.write_u32(std::process::id());
-        h.finish()
-    };
-    format!("{:016x}{:016x}", part(), part())
-}
-
-/// What the worker thread, the keeper and the handle share.
-pub(crate) struct WorkerCell {
-    state: Mutex<CellState>,
-    changed: Condvar,
-    limiter: Arc<Limiter>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-}
-
-#[derive(Default)]
-struct CellState {
-    /// The current incarnation's id in Redis ("" when not registered).
-    wid: String,
-    valid_until: Option<Instant>,
-    /// The generation of the pool's state this worker has asserted its
-    /// jobs under.
-    generation: String,
-    /// The keeper found the worker forgotten by a Redis that lost state.
-    reregister: bool,
-    removing: bool,
-    exited: bool,
-    running: usize,
-}
-
-impl WorkerCell {
-    pub(crate) fn wid(&self) -> String {
-        lock(&self.state).wid.clone()
-    }
-
-    /// The keeper's heartbeat answer for incarnation `wid`.
-    pub(crate) fn heartbeat_result(
-        &self,
-        wid: &str,
-        renewed: bool,
-        valid_until: Instant,
-        generation: &str,
-        s: &Shared,
-        conn: &mut Conn,
-    ) {
-        let mut st = lock(&self.state);
-        if st.wid != wid {
-            return;
-        }
-        if renewed {
-            st.valid_until = Some(st.valid_until.map_or(valid_until, |v| v.max(valid_until)));
-        } else if !generation.is_empty() && st.generation != generation {
-            // Forgotten by a Redis that lost its state: re-register at once
-            // (the lease still runs) and re-assert the jobs.
-            st.reregister = true;
-        }
-        let poke = !renewed || (!generation.is_empty() && st.generation != generation);
-        drop(st);
-        if poke {
-            wake(s, conn, wid);
-        }
-    }
-
-    /// Asks the worker to leave (its jobs move); returns at once.
-    pub(crate) fn begin_remove(&self, s: &Shared) {
-        let wid = {
-            let mut st = lock(&self.state);
-            st.removing = true;
-            st.wid.clone()
-        };
-        if let Ok(mut c) = s.conn() {
-            wake(s, &mut c, &wid);
-        }
-    }
-
-    /// Waits until the worker thread has exited, or `deadline`.
-    pub(crate) fn wait_exit(&self, deadline: Instant) -> bool {
-        let mut st = lock(&self.state);
-        while !st.exited {
-            let left = deadline.saturating_duration_since(now());
-            if left.is_zero() {
-                return false;
-            }
-            st = self
-                .changed
-                .wait_timeout(st, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        drop(st);
-        if let Some(h) = lock(&self.thread).take() {
-            let _ = h.join();
-        }
-        true
-    }
-}
-
-fn wake(s: &Shared, conn: &mut Conn, wid: &str) {
-    if wid.is_empty() {
-        return;
-    }
-    // NOMKSTREAM: a wake-up never creates a mailbox (nor re-creates one of
-    // a pool that is gone).
-    let _ = conn.cmd(
-        redis::cmd("XADD")
-            .arg(format!("{}s:{wid}", s.prefix))
-            .arg("NOMKSTREAM")
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(100_000)
-            .arg("*")
-            .arg("t")
-            .arg("w"),
-    );
-}
-
 /// A worker of this node: its handle. Dropping it leaves the worker
 /// running; [`remove`](Self::remove) takes it out of the pool.
 pub struct Worker {
@@ -539,7 +414,7 @@ struct Run {
 const RETRY: Duration = Duration::from_millis(50);
 
 impl Run {
-    fn opts(&self) -> &crate::node::Options {
+    fn opts(&self) -> &Options {
         &self.s.opts
     }
 
