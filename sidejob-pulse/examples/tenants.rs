@@ -65,7 +65,8 @@ pub fn run(url: &str) -> Result<Vec<String>, Error> {
     seen.push(next());
     w1.remove()?; // its jobs move to the other worker
     node.shutdown()?; // every job stops; the pool's keys leave Redis
-    assert_eq!(client.dispatch("hooli", b"{}"), Err(Error::NoPool));
+                      // ...and it stays shut (`NodeBuilder::reopen` brings it back).
+    assert_eq!(client.dispatch("hooli", b"{}"), Err(Error::PoolShutDown));
     seen.extend(rx.try_iter());
     Ok(seen)
 }

@@ -18,6 +18,7 @@ end
 if redis.call('HEXISTS', P .. 'jobs', k) == 0 then return {'STOP'} end
 if own and own ~= '' then redis.call('SREM', P .. 'wk:' .. own, k) end
 redis.call('ZREM', P .. 'pending', k)
+redis.call('SREM', P .. 'again', k)
 redis.call('HSET', P .. 'own', k, w)
 redis.call('HSET', P .. 'tok', k, t)
 redis.call('HSET', P .. 'st', k, 'R')

@@ -5,16 +5,18 @@
 -- once (a keeper places it): for a client whose view the membership keeps
 -- outrunning.
 -- -> {'OK', token} | {'STALE', ver, slots...} | {'FULL'} | {'EXISTS'}
---    | {'SHUTDOWN'} | {'NOPOOL'}
-if redis.call('EXISTS', META) == 0 then return {'NOPOOL'} end
+--    | {'SHUTDOWN'} | {'NOPOOL'} | {'CLOSED'}
+if redis.call('EXISTS', META) == 0 then return {shut_down() and 'CLOSED' or 'NOPOOL'} end
 ensure(tonumber(ARGV[2]), tonumber(ARGV[3]), '')
 local pttl, ver, max, k, p, w = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8], ARGV[9]
 if mnum('shut') ~= 0 then return {'SHUTDOWN'} end
 if redis.call('HEXISTS', P .. 'jobs', k) == 1 then return {'EXISTS'} end
-if redis.call('ZCARD', P .. 'pending') >= max then return {'FULL'} end
+if queued() >= max then return {'FULL'} end
 if redis.call('HGET', P .. 'st', k) == 'S' then
-  -- still stopping: the new job is placed when the stop completes
+  -- still stopping: the new job is placed when the stop completes, and
+  -- counts as queued until then
   redis.call('HSET', P .. 'jobs', k, p)
+  redis.call('SADD', P .. 'again', k)
   return {'OK', 0}
 end
 if ver == '*' then

@@ -4,10 +4,10 @@
 -- -> {ver, generation, shut, learn_remaining_ms, due, renewed..., [slots...]}
 -- renewed_i is 1 or 0; the slots follow only if ver differs from myver.
 -- An empty epoch: do not re-create a missing pool (this node saw it shut
--- down); the answer then says shut 2.
+-- down); the answer then says shut 2, or 3 if it was shut down for good.
 local ttl, grace = tonumber(ARGV[2]), tonumber(ARGV[3])
 if not ensure(ttl, grace, ARGV[4]) then
-  local out = {0, '', 2, 0, 0}
+  local out = {0, '', shut_down() and 3 or 2, 0, 0}
   for i = 6, #ARGV do out[#out + 1] = 0 end
   return out
 end

@@ -1,6 +1,11 @@
--- join(run, ttl, grace, epoch): a node joins; creates the pool if missing.
--- -> {shut, ver, generation, learn_remaining_ms, slots...}
-ensure(tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4])
-local out = {mnum('shut'), mnum('ver'), generation(), math.max(0, mnum('learn') - NOW)}
+-- join(run, ttl, grace, epoch, reopen): a node joins; creates the pool if
+-- missing, unless it was shut down (reopen "1": the user re-creates it on
+-- purpose, and the tombstone goes).
+-- -> {shut, ver, generation, learn_remaining_ms, pool_ttl_ms, slots...}
+-- shut 3: the pool was shut down (nothing created). pool_ttl_ms 0: a pool
+-- created before the TTL was recorded.
+if ARGV[5] == '1' then redis.call('DEL', P .. 'closed') end
+if not ensure(tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]) then return {3, 0, '', 0, 0} end
+local out = {mnum('shut'), mnum('ver'), generation(), math.max(0, mnum('learn') - NOW), mnum('ttl')}
 for _, s in ipairs(slots()) do out[#out + 1] = s end
 return out

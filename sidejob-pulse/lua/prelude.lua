@@ -9,10 +9,16 @@
 --   tok[k]  = token       the fencing token of the current assignment
 --   st[k]   = P | R | S   pending (assigned, not started) | running | stopping
 --   pending (zset) k -> Redis ms at which the assignment is due again
+--   again (set)   keys dispatched again while their job was stopping: to
+--                 run once the stop completes (done.lua moves them into
+--                 pending). Counted with pending against max_queued_jobs:
+--                 "queued" means dispatched and not yet claimed.
 --   wk:<w>  (set) the keys whose record names worker w
 --   s:<w>   (stream) worker w's mailbox
--- Pool-wide: meta (hash), slots (list: the jump-hash buckets, "" = free),
--- members (zset: worker id -> lease expiry, Redis ms).
+-- Pool-wide: meta (hash; ttl: the worker TTL in ms the pool was created
+-- with, which every node joining must use), slots (list: the jump-hash buckets, "" = free),
+-- members (zset: worker id -> lease expiry, Redis ms). After a shutdown
+-- only `closed` is left (a tombstone: the pool stays shut).
 
 local P = KEYS[1]
 local RUN = ARGV[1]
@@ -43,15 +49,18 @@ local function learning() return mnum('learn') > NOW end
 -- A Redis process other than the last writer's (restart, failover) means
 -- the same: learning mode for ttl + grace, and the generation changes so
 -- that workers re-assert (adopt) the jobs they run.
--- Returns false if the pool is missing and epoch is "" (do not create).
+-- Returns false if the pool is missing and epoch is "" (do not create), or
+-- if the pool was shut down (the tombstone `closed`: only an explicit
+-- reopen, join.lua's flag, removes it).
 local function ensure(ttl, grace, epoch)
   if redis.call('EXISTS', META) == 0 then
-    if epoch == '' then return false end
+    if epoch == '' or redis.call('EXISTS', P .. 'closed') == 1 then return false end
     local info = redis.call('INFO', 'server')
     local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) or 0
     local learn = NOW - up * 1000 + ttl + grace
     redis.call('HSET', META, 'ver', fmt(NOW_US), 'ctr', fmt(NOW_US), 'shut', '0',
-      'learn', fmt(learn), 'run', RUN, 'loss', '0', 'epoch', epoch .. '.' .. fmt(NOW_US))
+      'learn', fmt(learn), 'run', RUN, 'loss', '0', 'epoch', epoch .. '.' .. fmt(NOW_US),
+      'ttl', fmt(ttl))
     return true
   end
   if mget('run') ~= RUN then
@@ -61,6 +70,9 @@ local function ensure(ttl, grace, epoch)
   end
   return true
 end
+
+-- Whether the pool was shut down (and not reopened since).
+local function shut_down() return redis.call('EXISTS', P .. 'closed') == 1 end
 
 local function generation() return (mget('epoch') or '') .. ':' .. (mget('loss') or '0') end
 
@@ -91,6 +103,7 @@ local function assign(k, w, pttl)
   local old = redis.call('HGET', P .. 'own', k)
   if old and old ~= '' then redis.call('SREM', P .. 'wk:' .. old, k) end
   local t = next_token()
+  redis.call('SREM', P .. 'again', k)
   redis.call('HSET', P .. 'own', k, w)
   redis.call('HSET', P .. 'tok', k, fmt(t))
   redis.call('HSET', P .. 'st', k, 'P')
@@ -112,6 +125,13 @@ local function drop_record(k)
   redis.call('HDEL', P .. 'tok', k)
   redis.call('HDEL', P .. 'st', k)
   redis.call('ZREM', P .. 'pending', k)
+  redis.call('SREM', P .. 'again', k)
+end
+
+-- Jobs queued: dispatched and not yet claimed (pending, or waiting for
+-- their old run to stop). What max_queued_jobs bounds.
+local function queued()
+  return redis.call('ZCARD', P .. 'pending') + redis.call('SCARD', P .. 'again')
 end
 
 -- Worker w leaves the membership for good: its slot is freed, and each job
@@ -122,6 +142,7 @@ local function remove_worker(w)
   local idx = redis.call('LPOS', P .. 'slots', w)
   if idx then redis.call('LSET', P .. 'slots', idx, '') end
   for _, k in ipairs(redis.call('SMEMBERS', P .. 'wk:' .. w)) do
+    redis.call('SREM', P .. 'again', k)
     if redis.call('HGET', P .. 'jobs', k) then
       redis.call('HSET', P .. 'own', k, '')
       redis.call('HSET', P .. 'st', k, 'P')

@@ -1,5 +1,6 @@
--- view(run): -> {ver, generation, shut, slots...} (ver 0: no pool)
-if redis.call('EXISTS', META) == 0 then return {0, '', 0} end
+-- view(run): -> {ver, generation, shut, slots...} (ver 0: no pool; shut
+-- 3 then if it was shut down, 0 if it is missing: lost by Redis)
+if redis.call('EXISTS', META) == 0 then return {0, '', shut_down() and 3 or 0} end
 local out = {mnum('ver'), generation(), mnum('shut')}
 for _, s in ipairs(slots()) do out[#out + 1] = s end
 return out

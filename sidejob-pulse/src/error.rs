@@ -2,16 +2,31 @@
 
 use std::fmt;
 
+use sidejob_redis::EndpointError;
+
 /// Why a pool operation was refused or failed.
+///
+/// An [`EndpointError`](crate::EndpointError) converts into it (as
+/// [`Error::Config`] naming `url`), so `?` works on
+/// [`Endpoint::parse`](crate::Endpoint::parse) in a function that returns
+/// this error.
 ///
 /// # Examples
 ///
 /// ```
-/// use sidejob_pulse::Error;
+/// use sidejob_pulse::{Endpoint, Error};
 ///
 /// let e = Error::Full { max_queued_jobs: 1000 };
 /// assert!(e.is_full());
 /// assert_eq!(e.to_string(), "pool full: 1000 jobs queued");
+///
+/// fn endpoint(url: &str) -> Result<Endpoint, Error> {
+///     Ok(Endpoint::parse(url)?.password("from-a-secret-store"))
+/// }
+/// assert!(endpoint("redis://127.0.0.1:6379/").is_ok());
+/// let Err(Error::Config(c)) = endpoint("127.0.0.1:6379") else { panic!() };
+/// assert_eq!(c.field(), "url");
+/// assert!(c.to_string().contains("\"127.0.0.1:6379\": no scheme"), "{c}");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -35,9 +50,17 @@ pub enum Error {
     /// The pool is shutting down ([`Node::shutdown`](crate::Node::shutdown)):
     /// no new job or worker is accepted.
     ShuttingDown,
-    /// The pool has no state in Redis: it was shut down, or Redis lost its
-    /// state and no worker node has re-created it yet.
+    /// The pool has no state in Redis: Redis lost it (a restart without
+    /// persistence, a failover to a replica that had not caught up) and no
+    /// worker node has re-created it yet. A pool that was shut down answers
+    /// [`Error::PoolShutDown`] instead.
     NoPool,
+    /// The pool was shut down ([`Node::shutdown`](crate::Node::shutdown),
+    /// by this node or another) and stays so: no dispatch, stop or notify
+    /// reaches it, and no node's [`join`](crate::NodeBuilder::join)
+    /// re-creates it unless it asks to with
+    /// [`NodeBuilder::reopen`](crate::NodeBuilder::reopen).
+    PoolShutDown,
     /// This node was closed.
     Closed,
     /// [`Node::add_worker`](crate::Node::add_worker) on a client-only node.
@@ -55,6 +78,12 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether this is [`Error::PoolShutDown`]: the pool was shut down for
+    /// good (as opposed to [`Error::NoPool`], a pool Redis lost).
+    pub fn is_pool_shut_down(&self) -> bool {
+        matches!(self, Error::PoolShutDown)
+    }
+
     /// Whether this is [`Error::Full`].
     pub fn is_full(&self) -> bool {
         matches!(self, Error::Full { .. })
@@ -80,9 +109,10 @@ impl fmt::Display for Error {
             Error::Exists => f.write_str("a job with this key is already in the pool"),
             Error::NotFound => f.write_str("no job with this key in the pool"),
             Error::ShuttingDown => f.write_str("the pool is shutting down"),
-            Error::NoPool => f.write_str(
-                "no such pool in Redis (shut down, or lost by Redis and not re-created yet)",
-            ),
+            Error::NoPool => {
+                f.write_str("no such pool in Redis (lost by Redis and not re-created yet)")
+            }
+            Error::PoolShutDown => f.write_str("the pool was shut down"),
             Error::Closed => f.write_str("this node is closed"),
             Error::ClientOnly => f.write_str("a client-only node hosts no workers"),
             Error::Timeout { left } => {
@@ -105,6 +135,21 @@ impl From<ConfigError> for Error {
 impl From<RedisError> for Error {
     fn from(e: RedisError) -> Self {
         Error::Redis(e)
+    }
+}
+
+impl From<EndpointError> for Error {
+    /// A bad Redis URL or CA file: [`Error::Config`] naming `url`.
+    fn from(e: EndpointError) -> Self {
+        Error::Config(e.into())
+    }
+}
+
+impl From<EndpointError> for ConfigError {
+    /// Names the field `url`; the text is the endpoint error's (the input
+    /// with every secret redacted, and the reason).
+    fn from(e: EndpointError) -> Self {
+        ConfigError::new("url", e.to_string())
     }
 }
 

@@ -44,12 +44,14 @@
 //!
 //! # Contents
 //!
-//! * [`Node`], [`NodeBuilder`]: a process's handle on a pool.
+//! * [`Node`], [`NodeBuilder`], [`PoolState`]: a process's handle on a
+//!   pool.
 //! * [`Worker`], [`Handler`], [`Job`], [`StopReason`], [`Token`]: what
 //!   runs the jobs.
 //! * [`Error`], [`ConfigError`], [`RedisError`]: every failure.
-//! * [`Endpoint`]: Redis' address, login and TLS CA (from
-//!   `sidejob-redis`).
+//! * [`Endpoint`], [`EndpointError`]: Redis' address, login and TLS CA
+//!   (re-exported from `sidejob-redis`: `use sidejob_pulse::Endpoint`; an
+//!   `EndpointError` converts into [`Error`] with `?`).
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -58,6 +60,7 @@
 mod error;
 mod node;
 mod route;
+mod shared;
 mod store;
 mod worker;
 
@@ -67,6 +70,6 @@ mod worker;
 struct ReadmeDoctest;
 
 pub use error::{ConfigError, Error, RedisError};
-pub use node::{Node, NodeBuilder, MAX_KEY_LEN, MAX_PAYLOAD_LEN};
-pub use sidejob_redis::Endpoint;
+pub use node::{Node, NodeBuilder, PoolState, MAX_KEY_LEN, MAX_PAYLOAD_LEN};
+pub use sidejob_redis::{Endpoint, EndpointError};
 pub use worker::{Handler, Job, StopReason, Token, Worker};

@@ -2,146 +2,55 @@
 //! notifies jobs, hosts workers, and (unless client-only) runs the keeper
 //! thread that renews its workers' leases and places orphaned jobs.
 
-use std::sync::{mpsc, Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
 
-use sidejob_redis::{escape_name, Endpoint};
+use sidejob_redis::{escape_name, Endpoint, EndpointError};
 
 use crate::error::{ConfigError, Error, RedisError};
 use crate::route::route;
+use crate::shared::{
+    deadline_after, lock, random_id, thread_name, NodeState, Options, Shared, View, WorkerCell,
+    MAX_LONG_WAIT,
+};
 use crate::store::{ms, now, num, slots_from, text, Arg, Conn, Scripts};
-use crate::worker::{self, Handler, Worker, WorkerCell};
+use crate::worker::{self, Handler, Worker};
 
 /// The longest job key, in bytes.
 pub const MAX_KEY_LEN: usize = 1024;
 /// The longest payload (of a job or a notification), in bytes.
 pub const MAX_PAYLOAD_LEN: usize = 1 << 20;
 
-/// Tolerated rate error between a node's monotonic clock and Redis' clock.
-const CLOCK_RATE_MARGIN: f64 = 1e-3;
-
 /// The longest worker TTL: after Redis loses its state (or on a Redis up
 /// for less than `ttl + grace`) no job starts for `ttl + grace`, so a TTL
 /// of years would start none at all.
 const MAX_WORKER_TTL: Duration = Duration::from_secs(3600);
-/// The longest pending-job TTL and worker shutdown TTL: a day, far from
-/// any overflow of the clock arithmetic they go through.
-const MAX_LONG_WAIT: Duration = Duration::from_secs(24 * 3600);
-
-/// `d` from now, or as far as the clock goes: deadlines from settings never
-/// overflow (and so never panic, in a `Drop` least of all).
-pub(crate) fn deadline_after(d: Duration) -> Instant {
-    let t = now();
-    t.checked_add(d)
-        .or_else(|| t.checked_add(MAX_LONG_WAIT))
-        .unwrap_or(t)
-}
-
-/// The name of one of the node's threads: `sidejob-pulse-<what>:<pool>`,
-/// the pool's name escaped as in its keys (a thread name cannot hold a
-/// NUL, a pool name can).
-pub(crate) fn thread_name(what: &str, pool: &str) -> String {
-    format!("sidejob-pulse-{what}:{}", escape_name(pool))
-}
-
-/// A node's settings, checked by [`NodeBuilder::join`].
-#[derive(Debug, Clone)]
-pub(crate) struct Options {
-    pub(crate) worker_ttl: Duration,
-    pub(crate) pending_job_ttl: Duration,
-    pub(crate) worker_shutdown_ttl: Duration,
-    pub(crate) max_queued_jobs: usize,
-    pub(crate) client_only: bool,
-    pub(crate) job_sink_block: Duration,
-    pub(crate) heartbeat_every: Duration,
-    pub(crate) grace: Duration,
-    pub(crate) stop_margin: Duration,
-    pub(crate) io_timeout: Duration,
-}
-
-impl Options {
-    /// How long after sending a heartbeat that Redis accepted a worker may
-    /// hold its jobs: `ttl·(1−2ρ) − stop_margin`. Redis removes the worker
-    /// only at `ttl + grace` after its script ran (which is later, on
-    /// Redis' clock).
-    pub(crate) fn lease_window(&self) -> Duration {
-        self.worker_ttl
-            .mul_f64(1.0 - 2.0 * CLOCK_RATE_MARGIN)
-            .saturating_sub(self.stop_margin)
-    }
-}
-
-/// The membership as this node last saw it.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct View {
-    pub(crate) ver: u64,
-    pub(crate) slots: Vec<String>,
-    pub(crate) generation: String,
-    pub(crate) shut: u64,
-}
-
-/// What the node's threads share.
-pub(crate) struct Shared {
-    pub(crate) name: String,
-    pub(crate) prefix: String,
-    pub(crate) endpoint: Endpoint,
-    pub(crate) opts: Options,
-    pub(crate) scripts: Scripts,
-    pub(crate) epoch: String,
-    conn: Mutex<Conn>,
-    pub(crate) view: Mutex<View>,
-    state: Mutex<NodeState>,
-    pub(crate) workers: Mutex<Vec<Arc<WorkerCell>>>,
-    keeper: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
-}
-
-#[derive(Debug, Default)]
-struct NodeState {
-    closed: bool,
-    shutting: bool,
-}
-
-/// Locks a mutex, recovering it if a panicking thread left it poisoned
-/// (every value behind our locks is consistent between statements).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl Shared {
-    pub(crate) fn conn(&self) -> Result<Conn, RedisError> {
-        Conn::new(&self.endpoint, self.opts.io_timeout)
-    }
-
-    /// Folds a newer membership into the view.
-    pub(crate) fn learn_view(&self, ver: u64, slots: Option<Vec<String>>) {
-        let mut v = lock(&self.view);
-        if let Some(slots) = slots {
-            if ver >= v.ver {
-                v.ver = ver;
-                v.slots = slots;
-            }
-        }
-    }
-
-    fn check_open(&self) -> Result<(), Error> {
-        let s = lock(&self.state);
-        if s.closed {
-            Err(Error::Closed)
-        } else if s.shutting {
-            Err(Error::ShuttingDown)
-        } else {
-            Ok(())
-        }
-    }
-
-    pub(crate) fn is_closed(&self) -> bool {
-        lock(&self.state).closed
-    }
-
-    pub(crate) fn is_shutting(&self) -> bool {
-        lock(&self.state).shutting
-    }
+/// Where a pool stands, as [`Node::pool_state`] reads it from Redis.
+///
+/// # Examples
+///
+/// ```no_run
+/// use sidejob_pulse::{Node, PoolState};
+///
+/// let node = Node::builder().name("tenants").url("redis://127.0.0.1:6379/").join()?;
+/// assert_eq!(node.pool_state()?, PoolState::Open);
+/// node.shutdown()?;
+/// assert_eq!(node.pool_state()?, PoolState::ShutDown);
+/// # Ok::<(), sidejob_pulse::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PoolState {
+    /// Running: jobs are accepted.
+    Open,
+    /// [`Node::shutdown`] has begun: new jobs are refused, workers stop.
+    ShuttingDown,
+    /// Shut down, and it stays so ([`Error::PoolShutDown`]) until a node
+    /// joins with [`NodeBuilder::reopen`].
+    ShutDown,
+    /// Not in Redis, and not shut down: Redis lost its state
+    /// ([`Error::NoPool`]); the next worker node's heartbeat re-creates it.
+    Missing,
 }
 
 /// Configures a [`Node`]; made by [`Node::builder`].
@@ -166,13 +75,14 @@ impl Shared {
 #[derive(Debug, Clone)]
 pub struct NodeBuilder {
     name: Option<String>,
-    endpoint: Option<Result<Endpoint, String>>,
+    endpoint: Option<Result<Endpoint, EndpointError>>,
     worker_ttl: Duration,
     pending_job_ttl: Duration,
     worker_shutdown_ttl: Duration,
     max_queued_jobs: usize,
     client_only: bool,
     job_sink_block: Duration,
+    reopen: bool,
 }
 
 impl Default for NodeBuilder {
@@ -186,6 +96,7 @@ impl Default for NodeBuilder {
             max_queued_jobs: 1000,
             client_only: false,
             job_sink_block: Duration::from_secs(5),
+            reopen: false,
         }
     }
 }
@@ -201,9 +112,10 @@ impl NodeBuilder {
 
     /// The Redis URL (`redis://[user[:password]@]host:port/db`, `rediss://`
     /// with the `tls` feature, `unix:///path`). A URL that does not parse
-    /// is reported by [`join`](Self::join), without its password.
+    /// is reported by [`join`](Self::join) as [`Error::Config`] naming
+    /// `url`: the input with every secret redacted, and the reason.
     pub fn url(&mut self, url: impl AsRef<str>) -> &mut Self {
-        self.endpoint = Some(Endpoint::parse(url.as_ref()).map_err(|e| e.to_string()));
+        self.endpoint = Some(Endpoint::parse(url.as_ref()));
         self
     }
 
@@ -222,9 +134,24 @@ impl NodeBuilder {
     /// before that, on its own clock; Redis removes it a grace (another
     /// tenth) after it. Heartbeats go every fifth of it.
     ///
-    /// Every node of a pool should use the same value: after Redis loses
-    /// its state, the pool's learning mode lasts the TTL and grace of the
-    /// node that re-creates it, and must outlast every worker's lease.
+    /// Every node of a pool must use the same value, the one the pool was
+    /// created with: after Redis loses its state, the pool's learning mode
+    /// lasts the TTL and grace of the node that re-creates it, and must
+    /// outlast every worker's lease. [`join`](Self::join) refuses another
+    /// value with [`Error::Config`] naming `worker_ttl` (client-only nodes
+    /// too: they may re-create a lost pool).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use sidejob_pulse::{Error, Node};
+    ///
+    /// let url = "redis://127.0.0.1:6379/";
+    /// let _a = Node::builder().name("t").url(url).worker_ttl(Duration::from_secs(5)).join()?;
+    /// let b = Node::builder().name("t").url(url).worker_ttl(Duration::from_secs(9)).join();
+    /// let Err(Error::Config(c)) = b else { panic!("{b:?}") };
+    /// assert_eq!(c.field(), "worker_ttl");
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn worker_ttl(&mut self, ttl: Duration) -> &mut Self {
         self.worker_ttl = ttl;
         self
@@ -246,10 +173,38 @@ impl NodeBuilder {
         self
     }
 
-    /// Jobs waiting to start (dispatched, or orphaned, and not yet started)
-    /// past which [`Node::dispatch`] answers [`Error::Full`] (1,000).
+    /// Jobs queued in the pool past which [`Node::dispatch`] answers
+    /// [`Error::Full`] (1,000). Queued means not yet claimed by a worker:
+    /// dispatched or orphaned and not started, including a key dispatched
+    /// again while its previous run is still stopping (it counts from the
+    /// acknowledgement, not from when the stop completes). The bound is the
+    /// pool's count in Redis, checked by every dispatch in the same script
+    /// that records the job, so it is exact across nodes.
     pub fn max_queued_jobs(&mut self, max: usize) -> &mut Self {
         self.max_queued_jobs = max;
+        self
+    }
+
+    /// Re-create the pool if it was shut down (false). A shut-down pool
+    /// stays shut: without this, [`join`](Self::join) answers
+    /// [`Error::PoolShutDown`] and creates nothing, so that no node started
+    /// late (or restarted by a supervisor) brings a pool back that was
+    /// shut down on purpose. With it, the join removes the shutdown's mark
+    /// and creates the pool afresh: do it from one place (a deploy step),
+    /// not from every node.
+    ///
+    /// ```no_run
+    /// use sidejob_pulse::{Error, Node};
+    ///
+    /// let url = "redis://127.0.0.1:6379/";
+    /// Node::builder().name("tenants").url(url).join()?.shutdown()?;
+    /// let again = Node::builder().name("tenants").url(url).join();
+    /// assert_eq!(again.unwrap_err(), Error::PoolShutDown);
+    /// let node = Node::builder().name("tenants").url(url).reopen(true).join()?;
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn reopen(&mut self, yes: bool) -> &mut Self {
+        self.reopen = yes;
         self
     }
 
@@ -322,7 +277,9 @@ impl NodeBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] naming the setting; [`Error::Redis`] if Redis
+    /// [`Error::Config`] naming the setting (`worker_ttl` if the pool was
+    /// created with another); [`Error::PoolShutDown`] if the pool was shut
+    /// down (see [`reopen`](Self::reopen)); [`Error::Redis`] if Redis
     /// cannot be reached or refuses the login.
     pub fn join(&self) -> Result<Node, Error> {
         let name = self
@@ -334,7 +291,7 @@ impl NodeBuilder {
         }
         let endpoint = match &self.endpoint {
             None => return Err(ConfigError::new("url", "required").into()),
-            Some(Err(e)) => return Err(ConfigError::new("url", e.clone()).into()),
+            Some(Err(e)) => return Err(e.clone().into()),
             Some(Ok(e)) => e.clone(),
         };
         let opts = self.options()?;
@@ -344,7 +301,7 @@ impl NodeBuilder {
         let mut conn = Conn::new(&endpoint, opts.io_timeout.max(Duration::from_secs(1)))?;
         let scripts = Scripts::new();
         let prefix = format!("{{sjp:{}}}:", escape_name(&name));
-        let epoch = worker::random_id();
+        let epoch = random_id();
         let a = conn.run(
             &scripts.join,
             &prefix,
@@ -352,13 +309,36 @@ impl NodeBuilder {
                 Arg::N(ms(opts.worker_ttl)),
                 Arg::N(ms(opts.grace)),
                 Arg::S(&epoch),
+                Arg::N(u64::from(self.reopen)),
             ],
         )?;
+        if a.first().map(num) == Some(3) {
+            return Err(Error::PoolShutDown);
+        }
+        // The pool's timings live in the pool: a node with another worker
+        // TTL is refused rather than joining silently. After a state loss
+        // the node that re-creates the pool sets its learning mode from
+        // its own TTL, which must outlast every worker's lease; with TTLs
+        // that differ, a shorter one would let jobs start while a longer
+        // lease still runs. (Adopting the pool's TTL instead would hide a
+        // misconfiguration and change this node's timings under it.)
+        let pool_ttl = a.get(4).map(num).unwrap_or(0);
+        if pool_ttl != 0 && pool_ttl != ms(opts.worker_ttl) {
+            return Err(ConfigError::new(
+                "worker_ttl",
+                format!(
+                    "the pool runs with a worker TTL of {:?}, this node asked for {:?}: every node of a pool must use the pool's",
+                    Duration::from_millis(pool_ttl),
+                    opts.worker_ttl
+                ),
+            )
+            .into());
+        }
         let view = View {
             shut: a.first().map(num).unwrap_or(0),
             ver: a.get(1).map(num).unwrap_or(0),
             generation: a.get(2).map(text).unwrap_or_default(),
-            slots: slots_from(&a, 4),
+            slots: slots_from(&a, 5),
         };
         let shared = Arc::new(Shared {
             name,
@@ -477,6 +457,7 @@ impl Node {
     /// # Errors
     ///
     /// [`Error::ClientOnly`], [`Error::Closed`], [`Error::ShuttingDown`],
+    /// [`Error::PoolShutDown`],
     /// [`Error::Config`] naming `max_jobs` if it is 0 or above
     /// [`LimiterBuilder::MAX_CAPACITY`](sidejob::LimiterBuilder::MAX_CAPACITY)
     /// (checked before anything reaches Redis), or [`Error::Redis`].
@@ -504,7 +485,8 @@ impl Node {
     /// [`Error::Full`] at once when `max_queued_jobs` jobs are waiting to
     /// start; [`Error::InvalidKey`], [`Error::InvalidPayload`];
     /// [`Error::Exists`] if the key is in the pool; [`Error::ShuttingDown`],
-    /// [`Error::Closed`], [`Error::NoPool`]; [`Error::Redis`] (the job may
+    /// [`Error::Closed`], [`Error::PoolShutDown`], [`Error::NoPool`];
+    /// [`Error::Redis`] (the job may
     /// or may not have been recorded: dispatching it again answers
     /// [`Error::Exists`] if it was).
     pub fn dispatch(&self, key: &str, payload: &[u8]) -> Result<(), Error> {
@@ -558,6 +540,7 @@ impl Node {
                 Some("EXISTS") => return Err(Error::Exists),
                 Some("SHUTDOWN") => return Err(Error::ShuttingDown),
                 Some("NOPOOL") => return Err(Error::NoPool),
+                Some("CLOSED") => return Err(s.saw_shut_down()),
                 _ => return Err(unexpected("dispatch", &a)),
             }
         }
@@ -571,7 +554,7 @@ impl Node {
     /// # Errors
     ///
     /// [`Error::NotFound`], [`Error::InvalidKey`], [`Error::Closed`],
-    /// [`Error::NoPool`], [`Error::Redis`].
+    /// [`Error::PoolShutDown`], [`Error::NoPool`], [`Error::Redis`].
     pub fn stop(&self, key: &str) -> Result<(), Error> {
         check_key(key)?;
         if self.shared.is_closed() {
@@ -591,6 +574,7 @@ impl Node {
             Some("OK") => Ok(()),
             Some("NOTFOUND") => Err(Error::NotFound),
             Some("NOPOOL") => Err(Error::NoPool),
+            Some("CLOSED") => Err(s.saw_shut_down()),
             _ => Err(unexpected("stop", &a)),
         }
     }
@@ -602,7 +586,8 @@ impl Node {
     /// # Errors
     ///
     /// [`Error::NotFound`] if no worker holds the job; [`Error::InvalidKey`],
-    /// [`Error::InvalidPayload`], [`Error::Closed`], [`Error::NoPool`],
+    /// [`Error::InvalidPayload`], [`Error::Closed`], [`Error::PoolShutDown`],
+    /// [`Error::NoPool`],
     /// [`Error::Redis`].
     pub fn notify(&self, key: &str, payload: &[u8]) -> Result<(), Error> {
         check_key(key)?;
@@ -620,6 +605,7 @@ impl Node {
             Some("OK") => Ok(()),
             Some("NOTFOUND") => Err(Error::NotFound),
             Some("NOPOOL") => Err(Error::NoPool),
+            Some("CLOSED") => Err(s.saw_shut_down()),
             _ => Err(unexpected("notify", &a)),
         }
     }
@@ -630,6 +616,15 @@ impl Node {
     /// and leaves, then the pool's keys are deleted from Redis. Each wait
     /// is bounded by the worker shutdown TTL; workers that did not leave by
     /// then are removed anyway. This node is closed afterwards.
+    ///
+    /// The shutdown is final: Redis keeps one small mark of it, so that no
+    /// later [`join`](NodeBuilder::join) (client-only or not) re-creates
+    /// the pool, and every node's dispatch, stop and notify answer
+    /// [`Error::PoolShutDown`]. Another node learns of it from
+    /// [`Node::wait_shutdown`] or [`Node::pool_state`]. To run the pool
+    /// again, join with [`NodeBuilder::reopen`]. (A Redis that loses its
+    /// state loses the mark too: a node that did not see the shutdown may
+    /// then re-create the pool, as after any state loss.)
     ///
     /// # Errors
     ///
@@ -673,7 +668,11 @@ impl Node {
             w.wait_exit(deadline);
         }
         status("3")?;
-        lock(&s.state).closed = true;
+        {
+            let mut st = lock(&s.state);
+            st.closed = true;
+            st.shut_down = true;
+        }
         if left > 0 {
             return Err(Error::Timeout {
                 left: left as usize,
@@ -688,6 +687,70 @@ impl Node {
     /// does the same.
     pub fn close(&self) {
         close(&self.shared);
+    }
+
+    /// Where the pool stands, read from Redis now (one round trip; also
+    /// on a closed node).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`].
+    pub fn pool_state(&self) -> Result<PoolState, Error> {
+        let s = &self.shared;
+        let a = lock(&s.conn).run(&s.scripts.view, &s.prefix, &[])?;
+        let (ver, shut) = (
+            a.first().map(num).unwrap_or(0),
+            a.get(2).map(num).unwrap_or(0),
+        );
+        Ok(match (ver, shut) {
+            (_, 3) => {
+                s.saw_shut_down();
+                PoolState::ShutDown
+            }
+            (0, _) => PoolState::Missing,
+            (_, 0) => PoolState::Open,
+            _ => PoolState::ShuttingDown,
+        })
+    }
+
+    /// Waits until the pool has been shut down (by any node), or `timeout`:
+    /// whether it was. For a process that should exit when its pool is
+    /// shut down. Reads Redis every twentieth of the worker TTL (at most
+    /// every 250 ms); returns at once if this node already saw the
+    /// shutdown.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] if Redis fails (the wait ends there).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use sidejob_pulse::Node;
+    ///
+    /// let node = Node::builder().name("tenants").url("redis://127.0.0.1:6379/").join()?;
+    /// let watcher = node.clone();
+    /// let t = std::thread::spawn(move || watcher.wait_shutdown(Duration::from_secs(60)));
+    /// node.shutdown()?;
+    /// assert!(t.join().unwrap()?);
+    /// # Ok::<(), sidejob_pulse::Error>(())
+    /// ```
+    pub fn wait_shutdown(&self, timeout: Duration) -> Result<bool, Error> {
+        let deadline = deadline_after(timeout);
+        let every = (self.shared.opts.worker_ttl / 20).min(Duration::from_millis(250));
+        loop {
+            if lock(&self.shared.state).shut_down || self.pool_state()? == PoolState::ShutDown {
+                return Ok(true);
+            }
+            let left = deadline.saturating_duration_since(now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            // Polling Redis with a deadline: the shutdown may come from
+            // any node, which tells only Redis.
+            std::thread::sleep(every.min(left));
+        }
     }
 
     /// The membership version and slots this node last saw (a free slot is
@@ -791,6 +854,9 @@ fn heartbeat(s: &Shared, conn: &mut Conn, t_send: std::time::Instant) -> Result<
     if shut > 0 {
         lock(&s.state).shutting = true;
     }
+    if shut == 3 {
+        s.saw_shut_down();
+    }
     let valid_until = t_send + s.opts.lease_window();
     for (j, &i) in live.iter().enumerate() {
         let renewed = a.get(5 + j).map(num).unwrap_or(0) == 1;
@@ -845,26 +911,4 @@ fn place_due(s: &Shared, conn: &mut Conn) -> Result<(), Error> {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn deadlines_from_settings_never_overflow() {
-        let t = now();
-        assert!(deadline_after(Duration::MAX) >= t);
-        let d = deadline_after(Duration::from_secs(60));
-        assert!(d >= t + Duration::from_secs(60) && d <= now() + Duration::from_secs(60));
-    }
-
-    #[test]
-    fn thread_names_hold_no_nul() {
-        assert_eq!(thread_name("keeper", "a\0b"), "sidejob-pulse-keeper:a%00b");
-        assert_eq!(
-            thread_name("worker", "tenants"),
-            "sidejob-pulse-worker:tenants"
-        );
-    }
 }

@@ -12,16 +12,16 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sidejob::{Limiter, OwnedPermit};
 
 use crate::error::{ConfigError, Error, RedisError};
-use crate::node::{deadline_after, lock, thread_name, Shared};
 use crate::route::route;
+use crate::shared::{
+    deadline_after, lock, random_id, thread_name, CellState, Options, Shared, WorkerCell,
+};
 use crate::store::{ms, now, num, slots_from, text, Arg, Conn, Msg};
 
 /// A fencing token: every assignment of a key to a worker gets a larger
@@ -140,7 +140,83 @@ pub enum StopReason {
 pub trait Handler: Send + 'static {
     /// Starts job `job.key`; the worker holds it until `stop`.
     fn start(&mut self, job: Job);
-    /// Stops job `key` (started under `token`).
+    /// Stops job `key` (started under `token`), and returns only once it
+    /// has stopped.
+    ///
+    /// # Contract
+    ///
+    /// * **Do not return until the job has stopped**: once `stop` returns,
+    ///   nothing of the job runs and it writes nothing more. The worker
+    ///   tells Redis the job stopped when `stop` returns, and from then on
+    ///   another worker may start it ([`StopReason::Moved`], or a new
+    ///   dispatch after [`StopReason::Requested`]): a job still running
+    ///   then runs twice. So signal the job's thread or task to stop, and
+    ///   join it (as the example below does).
+    /// * **Within the lease margin**: on [`StopReason::LeaseLost`] the worker
+    ///   calls `stop` for each of its jobs, one after another, when its
+    ///   lease has run out on its own clock, a margin (a tenth of the worker
+    ///   TTL) before Redis may give the keys to other workers. The stops
+    ///   of all its jobs together must finish within that margin, or a new
+    ///   owner may start a job while this one still runs it; only the
+    ///   fencing [`Token`] then keeps the old run's writes out. Other
+    ///   reasons have no such deadline, but the worker's thread waits in
+    ///   `stop` and starts nothing meanwhile.
+    /// * A panic in `stop` is caught and the job is taken as stopped: a
+    ///   handler that can panic must have stopped the job first.
+    ///
+    /// # Examples
+    ///
+    /// A long-running job on its own thread, cancelled and joined:
+    ///
+    /// ```
+    /// use std::collections::HashMap;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::{mpsc, Arc};
+    /// use std::thread::JoinHandle;
+    /// use std::time::Duration;
+    /// use sidejob_pulse::{Handler, Job, StopReason, Token};
+    ///
+    /// #[derive(Default)]
+    /// struct Tenants {
+    ///     running: HashMap<String, (mpsc::Sender<()>, JoinHandle<()>)>,
+    ///     finished: Arc<AtomicUsize>,
+    /// }
+    ///
+    /// impl Handler for Tenants {
+    ///     fn start(&mut self, job: Job) {
+    ///         let (cancel, cancelled) = mpsc::channel::<()>();
+    ///         let finished = self.finished.clone();
+    ///         let worker = std::thread::spawn(move || {
+    ///             // The tenant's work, a step at a time (each write fenced
+    ///             // with job.token), until it is cancelled.
+    ///             while let Err(mpsc::RecvTimeoutError::Timeout) =
+    ///                 cancelled.recv_timeout(Duration::from_millis(1))
+    ///             {}
+    ///             finished.fetch_add(1, Ordering::SeqCst);
+    ///         });
+    ///         self.running.insert(job.key, (cancel, worker));
+    ///     }
+    ///
+    ///     fn stop(&mut self, key: &str, _token: Token, _why: StopReason) {
+    ///         if let Some((cancel, worker)) = self.running.remove(key) {
+    ///             let _ = cancel.send(()); // ask the job to stop,
+    ///             let _ = worker.join(); // and return only once it has
+    ///         }
+    ///     }
+    /// }
+    ///
+    /// let mut h = Tenants::default();
+    /// h.start(Job::for_test("t1", b"cfg", Token::from_raw(1)));
+    /// h.stop("t1", Token::from_raw(1), StopReason::Moved);
+    /// // When `stop` returned, the job's thread had ended.
+    /// assert_eq!(h.finished.load(Ordering::SeqCst), 1);
+    /// assert!(h.running.is_empty());
+    /// ```
+    ///
+    /// With tokio, the same shape: keep a `CancellationToken` (or a
+    /// oneshot sender) and the task's `JoinHandle`; in `stop`, cancel,
+    /// then block on the handle (`runtime_handle.block_on(handle)`; the
+    /// worker's thread is not a runtime thread).
     fn stop(&mut self, key: &str, token: Token, why: StopReason);
     /// A notification for job `key` ([`Node::notify`](crate::Node::notify)).
     fn notify(&mut self, key: &str, token: Token, payload: &[u8]) {
@@ -157,131 +233,6 @@ impl Job {
             token,
         }
     }
-}
-
-/// 128 random bits in hex (std's randomly seeded hasher, twice).
-pub(crate) fn random_id() -> String {
-    let part = || {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0),
-        );
-        h.write_u32(std::process::id());
-        h.finish()
-    };
-    format!("{:016x}{:016x}", part(), part())
-}
-
-/// What the worker thread, the keeper and the handle share.
-pub(crate) struct WorkerCell {
-    state: Mutex<CellState>,
-    changed: Condvar,
-    limiter: Arc<Limiter>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-}
-
-#[derive(Default)]
-struct CellState {
-    /// The current incarnation's id in Redis ("" when not registered).
-    wid: String,
-    valid_until: Option<Instant>,
-    /// The generation of the pool's state this worker has asserted its
-    /// jobs under.
-    generation: String,
-    /// The keeper found the worker forgotten by a Redis that lost state.
-    reregister: bool,
-    removing: bool,
-    exited: bool,
-    running: usize,
-}
-
-impl WorkerCell {
-    pub(crate) fn wid(&self) -> String {
-        lock(&self.state).wid.clone()
-    }
-
-    /// The keeper's heartbeat answer for incarnation `wid`.
-    pub(crate) fn heartbeat_result(
-        &self,
-        wid: &str,
-        renewed: bool,
-        valid_until: Instant,
-        generation: &str,
-        s: &Shared,
-        conn: &mut Conn,
-    ) {
-        let mut st = lock(&self.state);
-        if st.wid != wid {
-            return;
-        }
-        if renewed {
-            st.valid_until = Some(st.valid_until.map_or(valid_until, |v| v.max(valid_until)));
-        } else if !generation.is_empty() && st.generation != generation {
-            // Forgotten by a Redis that lost its state: re-register at once
-            // (the lease still runs) and re-assert the jobs.
-            st.reregister = true;
-        }
-        let poke = !renewed || (!generation.is_empty() && st.generation != generation);
-        drop(st);
-        if poke {
-            wake(s, conn, wid);
-        }
-    }
-
-    /// Asks the worker to leave (its jobs move); returns at once.
-    pub(crate) fn begin_remove(&self, s: &Shared) {
-        let wid = {
-            let mut st = lock(&self.state);
-            st.removing = true;
-            st.wid.clone()
-        };
-        if let Ok(mut c) = s.conn() {
-            wake(s, &mut c, &wid);
-        }
-    }
-
-    /// Waits until the worker thread has exited, or `deadline`.
-    pub(crate) fn wait_exit(&self, deadline: Instant) -> bool {
-        let mut st = lock(&self.state);
-        while !st.exited {
-            let left = deadline.saturating_duration_since(now());
-            if left.is_zero() {
-                return false;
-            }
-            st = self
-                .changed
-                .wait_timeout(st, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        drop(st);
-        if let Some(h) = lock(&self.thread).take() {
-            let _ = h.join();
-        }
-        true
-    }
-}
-
-fn wake(s: &Shared, conn: &mut Conn, wid: &str) {
-    if wid.is_empty() {
-        return;
-    }
-    // NOMKSTREAM: a wake-up never creates a mailbox (nor re-creates one of
-    // a pool that is gone).
-    let _ = conn.cmd(
-        redis::cmd("XADD")
-            .arg(format!("{}s:{wid}", s.prefix))
-            .arg("NOMKSTREAM")
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(100_000)
-            .arg("*")
-            .arg("t")
-            .arg("w"),
-    );
 }
 
 /// A worker of this node: its handle. Dropping it leaves the worker
@@ -312,7 +263,25 @@ impl Worker {
         lock(&self.cell.state).running
     }
 
-    /// The local bound: the [`Limiter`] whose permits running jobs hold.
+    /// The local bound: the sidejob `Limiter` (crate `sidejob`) of
+    /// capacity `max_jobs` whose permits this worker's running jobs hold;
+    /// its `usage()` is how many run.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use sidejob_pulse::{Handler, Job, Node, StopReason, Token};
+    /// # struct Tenants;
+    /// # impl Handler for Tenants {
+    /// #     fn start(&mut self, _: Job) {}
+    /// #     fn stop(&mut self, _: &str, _: Token, _: StopReason) {}
+    /// # }
+    /// let node = Node::builder().name("tenants").url("redis://127.0.0.1:6379/").join()?;
+    /// let worker = node.add_worker(10, Tenants)?;
+    /// assert_eq!(worker.limiter().capacity(), 10);
+    /// assert!(worker.limiter().usage() <= 10);
+    /// # Ok::<(), sidejob_pulse::Error>(())
+    /// ```
     pub fn limiter(&self) -> &Arc<Limiter> {
         &self.cell.limiter
     }
@@ -445,7 +414,7 @@ struct Run {
 const RETRY: Duration = Duration::from_millis(50);
 
 impl Run {
-    fn opts(&self) -> &crate::node::Options {
+    fn opts(&self) -> &Options {
         &self.s.opts
     }
 
@@ -473,6 +442,7 @@ impl Run {
         match a.first().map(text).as_deref() {
             Some("OK") => {}
             Some("SHUTDOWN") => return Err(Error::ShuttingDown),
+            Some("CLOSED") => return Err(Error::PoolShutDown),
             _ => return Err(RedisError(format!("unexpected register reply {a:?}")).into()),
         }
         let generation = a.get(2).map(text).unwrap_or_default();
@@ -623,7 +593,7 @@ impl Run {
             }
             match self.register(&random_id()) {
                 Ok(()) => return true,
-                Err(Error::ShuttingDown) => return false,
+                Err(Error::ShuttingDown | Error::PoolShutDown) => return false,
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
             }
         }

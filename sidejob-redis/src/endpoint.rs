@@ -30,8 +30,7 @@ use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 /// # Examples
 ///
 /// ```
-/// use sidejob_redis::Endpoint;
-///
+/// # use sidejob_redis::{Endpoint, EndpointError};
 /// let e = Endpoint::parse("redis://app:s3cret@127.0.0.1:6380/2")?;
 /// assert_eq!(e.to_string(), "redis://app@127.0.0.1:6380/2");
 /// assert!(!format!("{e:?}").contains("s3cret"));
@@ -43,7 +42,7 @@ use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 ///     assert!(tls.is_tls());
 ///     assert_eq!(tls.to_string(), "rediss://app@cache.internal:6380/0");
 /// }
-/// # Ok::<(), sidejob_redis::EndpointError>(())
+/// # Ok::<(), EndpointError>(())
 /// ```
 #[derive(Clone)]
 pub struct Endpoint {
@@ -57,8 +56,7 @@ pub struct Endpoint {
 /// # Examples
 ///
 /// ```
-/// use sidejob_redis::Endpoint;
-///
+/// # use sidejob_redis::Endpoint;
 /// let err = Endpoint::parse("http://user:hunter2@host/").unwrap_err();
 /// assert!(!err.to_string().contains("hunter2"), "{err}");
 /// ```
@@ -92,13 +90,11 @@ impl Endpoint {
             )));
         }
         let info = url.into_connection_info().map_err(|e| {
-            // The redis crate's message may quote the URL: say only what
-            // kind, or the `url` crate's reason (fixed phrases).
-            let why = match url::Url::parse(url) {
-                Err(e) => e.to_string(),
-                Ok(_) => format!("{:?}", e.kind()),
-            };
-            EndpointError(format!("bad Redis URL {:?}: {why}", redact_url(url)))
+            EndpointError(format!(
+                "bad Redis URL {:?}: {}",
+                redact_url(url),
+                why_bad(url, &e)
+            ))
         })?;
         // No `CLIENT SETINFO` on connecting: two more replies to wait for,
         // for a label in `CLIENT LIST`.
@@ -233,6 +229,29 @@ impl fmt::Debug for Endpoint {
     }
 }
 
+/// The schemes a Redis URL may have.
+const SCHEMES: [&str; 5] = ["redis", "rediss", "valkey", "valkeys", "unix"];
+
+/// Why `url` is not a Redis URL, in words that quote nothing of it: the
+/// redis crate's error text may quote the URL, so only its fixed
+/// description (the part before " - ") is used, or the `url` crate's
+/// reason (fixed phrases too).
+fn why_bad(url: &str, e: &redis::RedisError) -> String {
+    let Some((scheme, _)) = url.split_once("://") else {
+        return "no scheme: a Redis URL starts with redis://, rediss://, valkey://, valkeys:// or unix://".into();
+    };
+    if !SCHEMES.contains(&scheme) {
+        return "unsupported scheme: a Redis URL starts with redis://, rediss://, valkey://, valkeys:// or unix://".into();
+    }
+    if let Err(e) = url::Url::parse(url) {
+        return e.to_string();
+    }
+    match e.to_string().split(" - ").next() {
+        Some(desc) if e.detail().is_none() && !desc.is_empty() => desc.to_string(),
+        _ => format!("{:?}", e.kind()),
+    }
+}
+
 /// `url` with every place a secret can sit replaced by `<redacted>`: for
 /// messages about URLs that did not parse as Redis URLs.
 ///
@@ -245,19 +264,34 @@ impl fmt::Debug for Endpoint {
 /// a query or a fragment): where the parts end is then anybody's guess.
 pub(crate) fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return "<not a URL>".into();
+        return redact_loose(url);
     };
     let mut chars = scheme.chars();
     let is_scheme = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
     if !is_scheme {
-        return "<not a URL>".into();
+        return redact_loose(url);
     }
     match url::Url::parse(url) {
         Ok(u) => redact_parsed(&u),
         Err(_) if rest.contains(['@', '?', '#']) => format!("{scheme}://<redacted>"),
         Err(_) => url.to_string(),
     }
+}
+
+/// Text that is not a URL at all (`localhost:6379`, a missing `redis://`):
+/// shown, but for whatever could be a login (up to the last `@`) and a
+/// query or fragment (from the first `?` or `#`), each `<redacted>`.
+fn redact_loose(text: &str) -> String {
+    let (login, rest) = match text.rsplit_once('@') {
+        Some((_, rest)) => ("<redacted>@", rest),
+        None => ("", text),
+    };
+    let (place, tail) = match rest.find(['?', '#']) {
+        Some(i) => (&rest[..i], "<redacted>"),
+        None => (rest, ""),
+    };
+    format!("{login}{place}{tail}")
 }
 
 /// Query keys shown with their values: never secret.
@@ -338,7 +372,13 @@ mod tests {
         assert_eq!(redact_url("redis://u:p@h:1/"), "redis://u:<redacted>@h:1/");
         assert_eq!(redact_url("redis://p@h/"), "redis://<redacted>@h/");
         assert_eq!(redact_url("redis://h/"), "redis://h/");
-        assert_eq!(redact_url("nonsense"), "<not a URL>");
+        // Not a URL: shown, but for a login, a query or a fragment.
+        assert_eq!(redact_url("nonsense"), "nonsense");
+        assert_eq!(redact_url("localhost:6379"), "localhost:6379");
+        assert_eq!(
+            redact_url("u:hunter2@localhost:6379/?x#y"),
+            "<redacted>@localhost:6379/<redacted>"
+        );
         // Every query value but `db` and `protocol`, in any order; a
         // fragment but `#insecure`.
         assert_eq!(
@@ -358,7 +398,7 @@ mod tests {
         assert_eq!(redact_url("redis://u:p@[bad/"), "redis://<redacted>");
         assert_eq!(redact_url("unix://[bad/s?pass=p"), "unix://<redacted>");
         assert_eq!(redact_url("redis://[bad/"), "redis://[bad/");
-        assert_eq!(redact_url("u:p@h://x"), "<not a URL>");
+        assert_eq!(redact_url("u:p@h://x"), "<redacted>@h://x");
     }
 
     #[test]
@@ -366,7 +406,27 @@ mod tests {
         let err = Endpoint::parse("unix:///s.sock?pass=p&db=x").unwrap_err();
         assert_eq!(
             err.to_string(),
-            r#"bad Redis URL "unix:///s.sock?pass=<redacted>&db=x": InvalidClientConfig"#
+            r#"bad Redis URL "unix:///s.sock?pass=<redacted>&db=x": Invalid database number"#
+        );
+        // Not a URL at all: the input and the reason, not "<not a URL>":
+        // InvalidClientConfig (issue 38, item 5).
+        let err = Endpoint::parse("127.0.0.1:6379").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"bad Redis URL "127.0.0.1:6379": no scheme: a Redis URL starts with redis://, rediss://, valkey://, valkeys:// or unix://"#
+        );
+        let err = Endpoint::parse("app:hunter2@cache:6379").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with(r#"bad Redis URL "<redacted>@cache:6379": no scheme"#),
+            "{err}"
+        );
+        let err = Endpoint::parse("http://app:hunter2@cache:6379/").unwrap_err();
+        assert!(
+            err.to_string().starts_with(
+                r#"bad Redis URL "http://app:<redacted>@cache:6379/": unsupported scheme"#
+            ),
+            "{err}"
         );
         let err = Endpoint::parse("redis://u:p@127.0.0.1:99999/").unwrap_err();
         assert_eq!(
