@@ -211,6 +211,9 @@ pub struct Measured {
     pub early: Vec<f64>,
     /// The limit at the phase's end.
     pub end_limit: usize,
+    /// When the last refusal counted in `shed` came, since the phase's
+    /// start.
+    pub last_shed: Option<Nanos>,
     /// Latencies of admitted requests completed in the phase, ns.
     pub latencies: Vec<Nanos>,
 }
@@ -336,7 +339,10 @@ pub fn simulate_on(
                         requests[slot] = Some(Request { start: now, held });
                         finishing.push(Reverse((target, slot)));
                     }
-                    None if drained => measured.shed += 1,
+                    None if drained => {
+                        measured.shed += 1;
+                        measured.last_shed = Some(now - start);
+                    }
                     None => measured.carried += 1,
                 }
                 next_arrival = now + exp(&mut rng, rate);
