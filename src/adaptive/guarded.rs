@@ -36,8 +36,21 @@ use crate::error::ConfigError;
 ///   much again each window (up to 50 %) while it stays uncongested, so a
 ///   cold start or a recovered backend is found in a few windows and the
 ///   knee is approached gently.
+///   Until a knee has been found (a congested window, or a guardrail), a
+///   binding window with refusals climbs at once to what the offered
+///   load needs by Little's law (refused requests included) plus four
+///   Poisson standard deviations, at most doubling: from a start below
+///   the load, a window or two of refusals, not one per step.
+/// * **Above the band, within its noise allowance**: the limit holds
+///   (too unsure to cut, too high to grow on).
 /// * **Not binding**: the limit stays. Light load never lowers it, so
 ///   load that returns meets the limit it left.
+///
+/// A window in which the limit refused requests closes on a quarter of
+/// the controller's `min_samples`
+/// ([`binding_min_samples`](Algorithm::binding_min_samples)): the band
+/// widens by the window's standard error, so four samples read a halved
+/// knee as surely as sixteen, and sooner.
 ///
 /// The guardrails:
 ///
