@@ -36,7 +36,7 @@
 //! knee with the warm-up's requests, are reported apart as `carried`), 1.5×, 4× (goodput, oscillation, p99), the knee halved at 4×,
 //! recovered, and a shift to requests twice as heavy (same knee).
 
-use sidejob::adaptive::{Aimd, Gradient2, Guarded, LittlesLaw, Vegas};
+use sidejob::adaptive::{Aimd, Algorithm, Gradient2, Guarded, LittlesLaw, Vegas};
 
 mod common;
 
@@ -46,7 +46,9 @@ fn acc<A: tower_acc::Algorithm>(algorithm: A) -> Peer<A> {
     Peer {
         algorithm,
         in_flight: 0,
-        update: |a, rtt, in_flight, error| a.update(rtt, in_flight, error, false),
+        // tower-acc's layer returns the permit before it updates the
+        // algorithm: the in-flight it passes leaves the request out.
+        update: |a, rtt, in_flight, error| a.update(rtt, in_flight - 1, error, false),
         limit: |a| a.max_concurrency(),
     }
 }
@@ -66,65 +68,66 @@ fn resilience<A: tower_resilience_adaptive::ConcurrencyAlgorithm>(algorithm: A) 
     }
 }
 
-fn contenders() -> Vec<(&'static str, Box<dyn Contender>)> {
+/// Every contender, from a limit of `initial`. The peers run with their
+/// builders' defaults (what their docs recommend: the builder tables of
+/// tower-acc 0.1 and tower-resilience-adaptive 0.14) but for the initial
+/// limit, which is the scenario's, and tower-acc's `min_limit` (default
+/// 20), lowered to the initial limit when it starts below it (its builder
+/// refuses an initial limit under the minimum).
+fn contenders(initial: usize) -> Vec<(&'static str, Box<dyn Contender>)> {
     use tower_resilience_adaptive as tra;
+    fn ours<A: Algorithm>(algorithm: A, every: u32, initial: usize) -> Box<dyn Contender> {
+        Box::new(Ours::starting(algorithm, every, initial))
+    }
+    let every = sidejob::adaptive::ControllerBuilder::DEFAULT_SAMPLE_EVERY;
+    let acc_min = initial.min(20);
     vec![
-        ("sidejob Guarded", Box::new(Ours::new(Guarded::default()))),
-        (
-            "sidejob Guarded 1/1",
-            Box::new(Ours::sampled(Guarded::default(), 1)),
-        ),
-        (
-            "sidejob Guarded 1/8",
-            Box::new(Ours::sampled(Guarded::default(), 8)),
-        ),
+        ("sidejob Guarded", ours(Guarded::default(), every, initial)),
+        ("sidejob Guarded 1/1", ours(Guarded::default(), 1, initial)),
+        ("sidejob Guarded 1/8", ours(Guarded::default(), 8, initial)),
         (
             "sidejob Guarded 1/32",
-            Box::new(Ours::sampled(Guarded::default(), 32)),
+            ours(Guarded::default(), 32, initial),
         ),
         (
             "sidejob Guarded 1/64",
-            Box::new(Ours::sampled(Guarded::default(), 64)),
+            ours(Guarded::default(), 64, initial),
         ),
-        ("sidejob Aimd", Box::new(Ours::new(Aimd::default()))),
-        ("sidejob Vegas", Box::new(Ours::new(Vegas::default()))),
+        ("sidejob Aimd", ours(Aimd::default(), every, initial)),
+        ("sidejob Vegas", ours(Vegas::default(), every, initial)),
         (
             "sidejob Gradient2",
-            Box::new(Ours::new(Gradient2::default())),
+            ours(Gradient2::default(), every, initial),
         ),
         (
             "sidejob LittlesLaw",
-            Box::new(Ours::new(LittlesLaw::default())),
+            ours(LittlesLaw::default(), every, initial),
         ),
         (
             "tower-acc Aimd",
             Box::new(acc(tower_acc::Aimd::builder()
-                .initial_limit(INITIAL)
-                .min_limit(1)
-                .max_limit(CEILING)
+                .initial_limit(initial)
+                .min_limit(acc_min)
                 .build())),
         ),
         (
             "tower-acc Vegas",
             Box::new(acc(tower_acc::Vegas::builder()
-                .initial_limit(INITIAL)
-                .max_limit(CEILING)
+                .initial_limit(initial)
                 .build())),
         ),
         (
             "tower-acc Gradient2",
             Box::new(acc(tower_acc::Gradient2::builder()
-                .initial_limit(INITIAL)
-                .min_limit(1)
-                .max_limit(CEILING)
+                .initial_limit(initial)
+                .min_limit(acc_min)
                 .build())),
         ),
         (
             "t-resilience Aimd",
             Box::new(resilience(
                 tra::Aimd::builder()
-                    .initial_limit(INITIAL)
-                    .max_limit(CEILING)
+                    .initial_limit(initial)
                     .build()
                     .expect("valid"),
             )),
@@ -133,8 +136,7 @@ fn contenders() -> Vec<(&'static str, Box<dyn Contender>)> {
             "t-resilience Vegas",
             Box::new(resilience(
                 tra::Vegas::builder()
-                    .initial_limit(INITIAL)
-                    .max_limit(CEILING)
+                    .initial_limit(initial)
                     .build()
                     .expect("valid"),
             )),
@@ -143,8 +145,7 @@ fn contenders() -> Vec<(&'static str, Box<dyn Contender>)> {
             "t-resilience Gradient2",
             Box::new(resilience(
                 tra::Gradient2::builder()
-                    .initial_limit(INITIAL)
-                    .max_limit(CEILING)
+                    .initial_limit(initial)
                     .build()
                     .expect("valid"),
             )),
@@ -196,11 +197,11 @@ fn main() {
         "recover",
         "mix"
     ));
-    for index in 0..contenders().len() {
+    for index in 0..contenders(INITIAL).len() {
         // Each on a fresh thread: the sampling countdown is the thread's,
         // so a row does not depend on the rows before it.
         let (name, mut m) = std::thread::spawn(move || {
-            let (name, mut contender) = contenders().swap_remove(index);
+            let (name, mut contender) = contenders(INITIAL).swap_remove(index);
             (name, simulate(&mut *contender, &phases))
         })
         .join()
@@ -242,6 +243,8 @@ fn main() {
          sidejob rows time one request in 16 (ControllerBuilder::DEFAULT_SAMPLE_EVERY) as Controller::timed does;\n\
          'Guarded 1/n' times one in n. Each row runs on a fresh thread (the sampling draws are the thread's).\n",
     );
+    out.push('\n');
+    out.push_str(&harness(length));
     print!("{out}");
     if full {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/results/adaptive.txt");
@@ -249,4 +252,90 @@ fn main() {
             eprintln!("could not write {path}: {err}");
         }
     }
+}
+
+// ---- the independent harness's conditions ----------------------------------------
+
+/// The knee, base latency, noise and start of the independent harness
+/// (issue 39, item 11).
+const H_KNEE: usize = 32;
+const H_WORK: f64 = 0.020;
+const H_SIGMA: f64 = 0.1;
+const H_START: usize = H_KNEE / 2;
+
+/// The second table: the independent harness's conditions. A backend with
+/// a knee of 32, 20 ms of work with log-normal noise σ 0.1 (median 20 ms),
+/// a deadline of 200 ms (ten times the work, as the main table's), every
+/// limit starting at 16 (half the knee) with the crate's defaults
+/// otherwise. Phases: 0.5x from that start, 4x, 1.5x, then the knee
+/// halved to 16 under 1.5x (of the halved backend's best, as the main
+/// table's steps are).
+fn harness(length: Nanos) -> String {
+    let backend = Backend {
+        spread: Spread::LogNormal(H_SIGMA),
+        deadline: 200 * MS,
+    };
+    let phase = |load, knee| Phase {
+        load,
+        knee,
+        work: H_WORK,
+        length,
+    };
+    let phases = [
+        phase(0.5, H_KNEE),
+        phase(4.0, H_KNEE),
+        phase(1.5, H_KNEE),
+        phase(1.5, H_KNEE / 2),
+    ];
+    let mut out = format!(
+        "== the independent harness's conditions: knee {H_KNEE}, work 20 ms x lognormal(sigma {H_SIGMA}), deadline 200 ms, every limit from {H_START}, {} s per phase ==\n",
+        length / SEC
+    );
+    out.push_str(&format!(
+        "{:<23} {:>9} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9}\n",
+        "algorithm",
+        "sheds@.5",
+        "shed%",
+        "lim@.5",
+        "gp 4x",
+        "gp 1.5x",
+        "halved",
+        "mean200",
+        "gp halved"
+    ));
+    for index in 0..contenders(H_START).len() {
+        let (name, m) = std::thread::spawn(move || {
+            let (name, mut contender) = contenders(H_START).swap_remove(index);
+            (name, simulate_on(&mut *contender, &phases, backend))
+        })
+        .join()
+        .expect("the simulation does not panic");
+        let best = |knee: usize| knee as f64 / H_WORK * (length as f64 / SEC as f64);
+        let half = &m[0];
+        let halved = &m[3];
+        let mean200 = halved.early.iter().sum::<f64>() / halved.early.len().max(1) as f64;
+        out.push_str(&format!(
+            "{:<23} {:>9} {:>7.2} {:>7} {:>8.3} {:>8.3} {:>8} {:>8.1} {:>9.3}\n",
+            name,
+            half.shed + half.carried,
+            100.0 * (half.shed + half.carried) as f64 / half.arrived.max(1) as f64,
+            half.end_limit,
+            m[1].goodput as f64 / best(H_KNEE),
+            m[2].goodput as f64 / best(H_KNEE),
+            match halved.reach {
+                Some(t) => format!("{:.2}s", t as f64 / SEC as f64),
+                None => "-".to_string(),
+            },
+            mean200,
+            halved.goodput as f64 / best(H_KNEE / 2),
+        ));
+    }
+    out.push_str(
+        "sheds@.5: requests refused at 0.5x from the start (none carried: the backend starts empty), and their share\n\
+         of arrivals; lim@.5: the limit at the end of that phase. gp: completions within the deadline over the\n\
+         backend's best (knee / 20 ms) in that phase. halved: first time within +-10 % of the halved knee (16) after\n\
+         it halves under 1.5x; mean200: the limit's mean over the 200 ms after (every 10 ms). sidejob rows time one\n\
+         request in 16 (the default) unless '1/n'; the peers run with their builders' defaults from a limit of 16.\n",
+    );
+    out
 }

@@ -64,9 +64,18 @@ impl Ours {
 
     /// Timing about one request in `every`, as `Controller::timed` does.
     pub fn sampled<A: sidejob::adaptive::Algorithm>(algorithm: A, every: u32) -> Self {
+        Self::starting(algorithm, every, INITIAL)
+    }
+
+    /// Timing one request in `every`, from a limit of `initial`.
+    pub fn starting<A: sidejob::adaptive::Algorithm>(
+        algorithm: A,
+        every: u32,
+        initial: usize,
+    ) -> Self {
         let limiter = Arc::new(
             Limiter::builder()
-                .capacity(INITIAL)
+                .capacity(initial)
                 .shards(1)
                 .build()
                 .expect("valid"),
@@ -155,6 +164,30 @@ pub struct Phase {
     pub length: Nanos,
 }
 
+/// How a request's work varies around the phase's mean.
+#[derive(Clone, Copy, Debug)]
+pub enum Spread {
+    /// `work × U(0.5, 1.5)`: the main table's.
+    Uniform,
+    /// `work × exp(σ·z)`, z standard normal: log-normal noise of σ
+    /// around a median of `work` (the independent harness's, σ 0.1).
+    LogNormal(f64),
+}
+
+/// The backend's fixed traits: how work varies, and the deadline past
+/// which a completion is a timeout (not goodput, a drop to the algorithm).
+#[derive(Clone, Copy, Debug)]
+pub struct Backend {
+    pub spread: Spread,
+    pub deadline: Nanos,
+}
+
+/// The main table's backend: uniform work, a 100 ms deadline.
+pub const UNIFORM: Backend = Backend {
+    spread: Spread::Uniform,
+    deadline: DEADLINE,
+};
+
 /// What one phase measured.
 #[derive(Default, Clone)]
 pub struct Measured {
@@ -174,6 +207,13 @@ pub struct Measured {
     pub goodput: u64,
     /// The limit every 10 ms over the phase's second half.
     pub limits: Vec<f64>,
+    /// The limit every 10 ms over the phase's first 200 ms.
+    pub early: Vec<f64>,
+    /// The limit at the phase's end.
+    pub end_limit: usize,
+    /// When the last refusal counted in `shed` came, since the phase's
+    /// start.
+    pub last_shed: Option<Nanos>,
     /// Latencies of admitted requests completed in the phase, ns.
     pub latencies: Vec<Nanos>,
 }
@@ -182,6 +222,13 @@ pub struct Measured {
 pub struct Rng(u64);
 
 impl Rng {
+    /// A standard normal draw (Box-Muller, two uniform draws).
+    fn normal(&mut self) -> f64 {
+        let u = self.unit().max(1e-12);
+        let v = self.unit();
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+
     fn unit(&mut self) -> f64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
@@ -196,7 +243,18 @@ pub struct Request {
     pub held: Held,
 }
 
+/// [`simulate_on`] the main table's backend ([`UNIFORM`]).
 pub fn simulate(contender: &mut dyn Contender, phases: &[Phase]) -> Vec<Measured> {
+    simulate_on(contender, phases, UNIFORM)
+}
+
+/// Runs `phases` one after the other against `backend`, from an empty
+/// backend at virtual time 0.
+pub fn simulate_on(
+    contender: &mut dyn Contender,
+    phases: &[Phase],
+    backend: Backend,
+) -> Vec<Measured> {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     // Processor sharing on a virtual-work clock: `work_done` advances at
     // the backend's speed; a request finishes when it reaches its target.
@@ -243,6 +301,9 @@ pub fn simulate(contender: &mut dyn Contender, phases: &[Phase]) -> Vec<Measured
                 if now >= start + phase.length / 2 {
                     measured.limits.push(contender.limit() as f64);
                 }
+                if now < start + 200 * MS {
+                    measured.early.push(contender.limit() as f64);
+                }
                 if measured.reach.is_none() {
                     let limit = contender.limit() as f64;
                     if (limit - phase.knee as f64).abs() <= 0.1 * phase.knee as f64 {
@@ -255,7 +316,7 @@ pub fn simulate(contender: &mut dyn Contender, phases: &[Phase]) -> Vec<Measured
                 let request = requests[slot].take().expect("in flight");
                 free.push(slot);
                 let latency = now - request.start;
-                let timed_out = latency > DEADLINE;
+                let timed_out = latency > backend.deadline;
                 if !timed_out {
                     measured.goodput += 1;
                 }
@@ -265,7 +326,11 @@ pub fn simulate(contender: &mut dyn Contender, phases: &[Phase]) -> Vec<Measured
                 measured.arrived += 1;
                 match contender.admit() {
                     Some(held) => {
-                        let work = phase.work * (0.5 + rng.unit());
+                        let work = phase.work
+                            * match backend.spread {
+                                Spread::Uniform => 0.5 + rng.unit(),
+                                Spread::LogNormal(sigma) => (sigma * rng.normal()).exp(),
+                            };
                         let target = ((work_done + work) * 1e9) as u64;
                         let slot = free.pop().unwrap_or_else(|| {
                             requests.push(None);
@@ -274,12 +339,16 @@ pub fn simulate(contender: &mut dyn Contender, phases: &[Phase]) -> Vec<Measured
                         requests[slot] = Some(Request { start: now, held });
                         finishing.push(Reverse((target, slot)));
                     }
-                    None if drained => measured.shed += 1,
+                    None if drained => {
+                        measured.shed += 1;
+                        measured.last_shed = Some(now - start);
+                    }
                     None => measured.carried += 1,
                 }
                 next_arrival = now + exp(&mut rng, rate);
             }
         }
+        measured.end_limit = contender.limit();
         results.push(measured);
     }
     results

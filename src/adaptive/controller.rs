@@ -419,9 +419,20 @@ impl Controller {
         } else {
             completed
         };
+        // A window in which the limit refused or queued requests may close
+        // on fewer samples, if the algorithm says so
+        // (`Algorithm::binding_min_samples`; never more than otherwise).
+        let binding = stats.rejected > state.rejected || stats.waited > state.waited;
+        let least = if binding {
+            state
+                .algorithm
+                .binding_min_samples(self.min_samples)
+                .min(self.min_samples)
+        } else {
+            self.min_samples
+        };
         // Saturating: an interval of `Duration::MAX` is a user's to give.
-        let enough =
-            seen >= self.min_samples || elapsed >= self.samples.interval.saturating_mul(10);
+        let enough = seen >= least || elapsed >= self.samples.interval.saturating_mul(10);
         if elapsed.is_zero() || !enough {
             return None;
         }

@@ -36,8 +36,21 @@ use crate::error::ConfigError;
 ///   much again each window (up to 50 %) while it stays uncongested, so a
 ///   cold start or a recovered backend is found in a few windows and the
 ///   knee is approached gently.
+///   Until a knee has been found (a congested window, or a guardrail), a
+///   binding window with refusals climbs at once to what the offered
+///   load needs by Little's law (refused requests included) plus four
+///   Poisson standard deviations, at most doubling: from a start below
+///   the load, a window or two of refusals, not one per step.
+/// * **Above the band, within its noise allowance**: the limit holds
+///   (too unsure to cut, too high to grow on).
 /// * **Not binding**: the limit stays. Light load never lowers it, so
 ///   load that returns meets the limit it left.
+///
+/// A window in which the limit refused requests closes on a quarter of
+/// the controller's `min_samples`
+/// ([`binding_min_samples`](Algorithm::binding_min_samples)): the band
+/// widens by the window's standard error, so four samples read a halved
+/// knee as surely as sixteen, and sooner.
 ///
 /// The guardrails:
 ///
@@ -95,6 +108,9 @@ pub struct Guarded {
     growth: f64,
     /// The previous window was above the tolerance.
     suspect: bool,
+    /// A congested window (or a guardrail) has been seen: the knee has
+    /// been found once, and the limit no longer climbs by the demand.
+    found: bool,
     /// The previous window's mean in-flight and throughput.
     previous: Option<(f64, f64)>,
 }
@@ -111,9 +127,10 @@ impl Default for Guarded {
             min_growth: 0.02,
             max_growth: 0.5,
             limit: None,
-            noload: Noload::new(DEFAULT_SAMPLES, 0.1),
+            noload: Noload::new(DEFAULT_SAMPLES, 0.1).seed_allowance(),
             growth: 0.02,
             suspect: false,
+            found: false,
             previous: None,
         }
     }
@@ -166,6 +183,14 @@ impl Guarded {
 }
 
 impl Algorithm for Guarded {
+    /// A quarter of `min_samples` (at least 1 unless it is 0): the band
+    /// widens by the window's standard error, so four samples read a
+    /// halved knee (three times the no-load latency) as surely as 16, and
+    /// a climb from a low start stops shedding after a window or two.
+    fn binding_min_samples(&self, min_samples: u64) -> u64 {
+        (min_samples / 4).max(min_samples.min(1))
+    }
+
     fn update(&mut self, window: &Window) -> usize {
         let limit = self.limit.unwrap_or(window.limit() as f64);
         let Some(reading) = Reading::of(window) else {
@@ -212,12 +237,14 @@ impl Algorithm for Guarded {
             if seen > max {
                 let cut = (max.as_secs_f64() / seen.as_secs_f64()).max(0.5);
                 self.growth = self.min_growth;
-                return self.set(window, limit * cut);
+                self.found = true;
+                return self.set(window, (limit * cut).floor());
             }
         }
         if window.drop_rate() > self.drop_tolerance {
             self.growth = self.min_growth;
-            return self.set(window, limit * 0.9);
+            self.found = true;
+            return self.set(window, (limit * 0.9).floor());
         }
 
         let above = ratio > 1.0 + tolerance;
@@ -233,13 +260,33 @@ impl Algorithm for Guarded {
         let next = if above {
             // Congested: down to the target, by half at most. One window
             // mildly above the band (noise, or the knee just passed): by a
-            // tenth at most, and see the next.
+            // tenth at most, and see the next. Rounded down: a cut to
+            // 17.6 against a knee of 16 applies 17, not 18.
             let most = if congested { 0.5 } else { 0.9 };
             self.growth = self.min_growth;
-            target.max(limit * most).min(limit)
+            self.found |= congested;
+            target.max(limit * most).min(limit).floor()
+        } else if ratio > 1.0 + self.tolerance {
+            // Above the band, within its noise allowance: too unsure to
+            // cut, too high to grow on (a window straddling a fall of the
+            // knee reads so, its p99 far out). Hold.
+            limit
         } else if binding {
-            let next = (limit * (1.0 + self.growth)).max(limit + 1.0);
+            let mut next = (limit * (1.0 + self.growth)).max(limit + 1.0);
             self.growth = (self.growth * 1.5).min(self.max_growth);
+            if !self.found && window.rejected() > 0 {
+                // Requests were refused at the no-load latency, and no
+                // knee has been seen yet: climb to what the offered load
+                // needs by Little's law (refused requests included), with
+                // room for its bursts (four standard deviations of a
+                // Poisson in-flight), at most doubling a window. From a
+                // limit of half the in-flight needed, one or two windows
+                // instead of one per +2 %..+50 % step.
+                let offered =
+                    throughput + window.rejected() as f64 / window.elapsed().as_secs_f64();
+                let needed = offered * noload * (1.0 + self.headroom);
+                next = next.max((needed + 4.0 * needed.sqrt()).min(2.0 * limit));
+            }
             next
         } else {
             limit
@@ -342,7 +389,7 @@ impl GuardedBuilder {
                 "drop_tolerance",
                 self.drop_tolerance.unwrap_or(default.drop_tolerance),
             )?,
-            noload: Noload::new(noload_samples, tolerance),
+            noload: Noload::new(noload_samples, tolerance).seed_allowance(),
             ..default
         })
     }

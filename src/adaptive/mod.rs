@@ -177,6 +177,39 @@ pub enum Outcome {
 pub trait Algorithm: Send + 'static {
     /// The limit wanted after `window`.
     fn update(&mut self, window: &Window) -> usize;
+
+    /// How many timed samples (completions, for a controller never given
+    /// one) a window needs before it is closed when the limit refused or
+    /// queued requests during it, given the builder's
+    /// [`min_samples`](ControllerBuilder::min_samples). The controller
+    /// takes no more than `min_samples` whatever this answers.
+    ///
+    /// By default `min_samples`: a binding window waits as any other.
+    /// An algorithm that widens its band by each window's standard error
+    /// may answer less, to act sooner when a late answer costs sheds (a
+    /// limit too low) or a congested backend (too high): [`Guarded`]
+    /// answers a quarter, so a slow backend with one request in 16 timed
+    /// (800 completions a second) is read every 80 ms, not every 320 ms.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::adaptive::{Algorithm, Guarded, Window};
+    ///
+    /// #[derive(Debug)]
+    /// struct Keep;
+    /// impl Algorithm for Keep {
+    ///     fn update(&mut self, window: &Window) -> usize {
+    ///         window.limit()
+    ///     }
+    /// }
+    ///
+    /// assert_eq!(Keep.binding_min_samples(16), 16);
+    /// assert_eq!(Guarded::default().binding_min_samples(16), 4);
+    /// ```
+    fn binding_min_samples(&self, min_samples: u64) -> u64 {
+        min_samples
+    }
 }
 
 impl fmt::Debug for dyn Algorithm {

@@ -92,6 +92,12 @@ pub(crate) struct Noload {
     noise: f64,
     /// The window reading a provisional estimate started from.
     seed: f64,
+    /// That reading's relative standard error: a seed from a handful of
+    /// samples may itself read low by a few of them.
+    seed_noise: f64,
+    /// How many of the seed's standard errors a provisional estimate may
+    /// rise by beside `rise` (0 unless [`seed_allowance`](Self::seed_allowance)).
+    seed_errors: f64,
     /// Uncongested windows pooled toward the next reading.
     pool: Pool,
 }
@@ -132,8 +138,18 @@ impl Noload {
             weight: 0.0,
             noise: 0.0,
             seed: 0.0,
+            seed_noise: 0.0,
+            seed_errors: 0.0,
             pool: Pool::default(),
         }
+    }
+
+    /// Lets a provisional estimate rise above its seed by three of the
+    /// seed's standard errors besides `rise`: for an owner whose windows
+    /// may close on a handful of samples (Guarded's binding windows).
+    pub(crate) fn seed_allowance(mut self) -> Self {
+        self.seed_errors = 3.0;
+        self
     }
 
     /// The estimate, seconds, if there is one.
@@ -149,7 +165,10 @@ impl Noload {
     /// Forgets the estimate: the next [`rebase`](Self::rebase) starts it
     /// again.
     pub(crate) fn forget(&mut self) {
-        *self = Noload::new(self.samples, self.rise);
+        *self = Noload {
+            seed_errors: self.seed_errors,
+            ..Noload::new(self.samples, self.rise)
+        };
     }
 
     /// Starts again from one window's reading, provisional until a pool
@@ -159,6 +178,7 @@ impl Noload {
         self.weight = reading.weight;
         self.noise = reading.noise;
         self.seed = reading.latency;
+        self.seed_noise = reading.noise;
         self.pool = Pool::default();
     }
 
@@ -175,7 +195,12 @@ impl Noload {
         let (mean, error) = self.pool.reading();
         let full = self.pool.weight >= self.samples;
         if self.weight < self.samples {
-            self.value = Some(mean.min(self.seed * (1.0 + self.rise)));
+            // Above the seed by the rise, and by three of the seed's own
+            // standard errors: a seed read from four samples (a window the
+            // limit bound, closed early) may be low by a seventh, and a
+            // cap at the rise alone kept that error once the pool filled.
+            self.value =
+                Some(mean.min(self.seed * (1.0 + self.rise + self.seed_errors * self.seed_noise)));
             self.weight = self.pool.weight;
             self.noise = error;
         } else if full && self.value.is_some_and(|value| mean <= value) {
