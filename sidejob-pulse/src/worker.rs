@@ -470,6 +470,7 @@ impl Run {
         let generation = a.get(2).map(text).unwrap_or_default();
         self.s
             .learn_view(a.get(1).map(num).unwrap_or(0), Some(slots_from(&a, 3)));
+        self.s.learn_generation(&generation);
         let fresh = wid != self.wid;
         {
             let mut st = lock(&self.cell.state);
@@ -641,10 +642,8 @@ impl Run {
         if let Ok(a) = self.conn.run(&self.s.scripts.view, &self.s.prefix, &[]) {
             self.s
                 .learn_view(a.first().map(num).unwrap_or(0), Some(slots_from(&a, 3)));
-            let generation = a.get(1).map(text).unwrap_or_default();
-            if !generation.is_empty() {
-                lock(&self.s.view).generation = generation;
-            }
+            self.s
+                .learn_generation(&a.get(1).map(text).unwrap_or_default());
         }
     }
 
