@@ -94,6 +94,9 @@ pub enum StopReason {
     /// the process was frozen): the key may be given to another worker, so
     /// the job stops now. If the process was frozen past the lease, the
     /// new owner may already run it: only the token fences writes then.
+    /// If Redis lost the pool's state meanwhile, the worker hands the job
+    /// back when its node rejoins the re-created pool, and the key's owner
+    /// then starts it again under a larger token.
     LeaseLost,
     /// After Redis lost its state, another worker asserted the key with a
     /// newer token.
