@@ -10,6 +10,7 @@
 //! stops every job ([`StopReason::LeaseLost`]) before Redis, at `ttl +
 //! grace` after the heartbeat on Redis' clock, can give them away.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Condvar, Mutex};
@@ -351,7 +352,7 @@ pub(crate) fn spawn(
         shutdown: false,
         remove_deadline: None,
         rebalance_due: false,
-        lost: Vec::new(),
+        lost: HashMap::new(),
     };
     run.register(&random_id())?;
     lock(&s.workers).push(cell.clone());
@@ -416,13 +417,13 @@ struct Run {
     rebalance_due: bool,
     /// Jobs this worker stopped (or had not started) when the pool's state
     /// was lost under it, to hand back once the pool is re-created.
-    lost: Vec<Lost>,
+    /// By key.
+    lost: HashMap<String, Lost>,
 }
 
 /// A job the worker held when the pool's state was lost: what it needs
 /// to hand the job back (`lua/handback.lua`).
 struct Lost {
-    key: String,
     token: u64,
     payload: Vec<u8>,
     /// The epoch of the pool the worker held it in.
@@ -774,22 +775,19 @@ impl Run {
     /// (one entry per key: the newest token).
     fn keep_lost(&mut self, jobs: Vec<(String, u64, Vec<u8>)>, epoch: &str) {
         for (key, token, payload) in jobs {
-            if let Some(l) = self.lost.iter_mut().find(|l| l.key == key) {
-                if l.token < token {
-                    *l = Lost {
-                        key,
-                        token,
-                        payload,
-                        epoch: epoch.to_string(),
-                    };
+            let l = Lost {
+                token,
+                payload,
+                epoch: epoch.to_string(),
+            };
+            match self.lost.entry(key) {
+                Entry::Occupied(mut o) if o.get().token < token => {
+                    o.insert(l);
                 }
-            } else {
-                self.lost.push(Lost {
-                    key,
-                    token,
-                    payload,
-                    epoch: epoch.to_string(),
-                });
+                Entry::Occupied(_) => {}
+                Entry::Vacant(v) => {
+                    v.insert(l);
+                }
             }
         }
     }
@@ -802,15 +800,19 @@ impl Run {
     fn hand_back(&mut self) {
         const BATCH: usize = 100;
         while !self.lost.is_empty() {
-            let n = self.lost.len().min(BATCH);
-            let toks: Vec<String> = self.lost[..n].iter().map(|l| l.token.to_string()).collect();
+            let keys: Vec<String> = self.lost.keys().take(BATCH).cloned().collect();
+            let toks: Vec<String> = keys
+                .iter()
+                .map(|k| self.lost[k].token.to_string())
+                .collect();
             let mut args = vec![
                 Arg::N(ms(self.s.opts.worker_ttl)),
                 Arg::N(ms(self.s.opts.grace)),
                 Arg::N(ms(self.s.opts.pending_job_ttl)),
             ];
-            for (l, t) in self.lost[..n].iter().zip(&toks) {
-                args.push(Arg::S(&l.key));
+            for (k, t) in keys.iter().zip(&toks) {
+                let l = &self.lost[k];
+                args.push(Arg::S(k));
                 args.push(Arg::S(t));
                 args.push(Arg::B(&l.payload));
                 args.push(Arg::S(&l.epoch));
@@ -820,7 +822,9 @@ impl Run {
                 .run(&self.s.scripts.handback, &self.s.prefix, &args);
             match a.as_ref().ok().and_then(|a| a.first()).map(text).as_deref() {
                 Some("OK" | "SHUTDOWN" | "CLOSED") => {
-                    self.lost.drain(..n);
+                    for k in &keys {
+                        self.lost.remove(k);
+                    }
                 }
                 _ => {
                     // NOPOOL (not re-created yet) or Redis failing.
