@@ -4,7 +4,7 @@
 -- ver "*": whatever the membership, record the job as an orphan, due at
 -- once (a keeper places it): for a client whose view the membership keeps
 -- outrunning.
--- -> {'OK', token} | {'STALE', ver, slots...} | {'FULL'} | {'EXISTS'}
+-- -> {'OK', token, generation} | {'STALE', ver, slots...} | {'FULL'} | {'EXISTS'}
 --    | {'SHUTDOWN'} | {'NOPOOL'} | {'CLOSED'}
 if redis.call('EXISTS', META) == 0 then return {shut_down() and 'CLOSED' or 'NOPOOL'} end
 ensure(tonumber(ARGV[2]), tonumber(ARGV[3]), '')
@@ -17,7 +17,7 @@ if redis.call('HGET', P .. 'st', k) == 'S' then
   -- counts as queued until then
   redis.call('HSET', P .. 'jobs', k, p)
   redis.call('SADD', P .. 'again', k)
-  return {'OK', 0}
+  return {'OK', 0, generation()}
 end
 if ver == '*' then
   w = ''
@@ -27,4 +27,4 @@ elseif mget('ver') ~= ver then
   return out
 end
 redis.call('HSET', P .. 'jobs', k, p)
-return {'OK', assign(k, w, pttl)}
+return {'OK', assign(k, w, pttl), generation()}

@@ -53,7 +53,9 @@ pub enum Error {
     /// The pool has no state in Redis: Redis lost it (a restart without
     /// persistence, a failover to a replica that had not caught up) and no
     /// worker node has re-created it yet. A pool that was shut down answers
-    /// [`Error::PoolShutDown`] instead.
+    /// [`Error::PoolShutDown`] instead. The re-created pool has a new
+    /// [`Generation`](crate::Generation) (see
+    /// [`Node::watch_generation`](crate::Node::watch_generation)).
     NoPool,
     /// The pool was shut down ([`Node::shutdown`](crate::Node::shutdown),
     /// by this node or another) and stays so: no dispatch, stop or notify

@@ -45,7 +45,8 @@
 //! # Contents
 //!
 //! * [`Node`], [`NodeBuilder`], [`PoolState`]: a process's handle on a
-//!   pool.
+//!   pool; [`Generation`]: which incarnation of the pool's state in Redis
+//!   acknowledged a job (it changes when Redis loses state).
 //! * [`Worker`], [`Handler`], [`Job`], [`StopReason`], [`Token`]: what
 //!   runs the jobs.
 //! * [`Error`], [`ConfigError`], [`RedisError`]: every failure.
@@ -58,6 +59,7 @@
 #![warn(missing_debug_implementations)]
 
 mod error;
+mod generation;
 mod node;
 mod route;
 mod shared;
@@ -70,6 +72,7 @@ mod worker;
 struct ReadmeDoctest;
 
 pub use error::{ConfigError, Error, RedisError};
+pub use generation::Generation;
 pub use node::{Node, NodeBuilder, PoolState, MAX_KEY_LEN, MAX_PAYLOAD_LEN};
 pub use sidejob_redis::{Endpoint, EndpointError};
 pub use worker::{Handler, Job, StopReason, Token, Worker};

@@ -8,6 +8,7 @@ use std::time::Duration;
 use sidejob_redis::{escape_name, Endpoint, EndpointError};
 
 use crate::error::{ConfigError, Error, RedisError};
+use crate::generation::Generation;
 use crate::route::route;
 use crate::shared::{
     deadline_after, lock, random_id, thread_name, NodeState, Options, Shared, View, WorkerCell,
@@ -338,6 +339,7 @@ impl NodeBuilder {
             shut: a.first().map(num).unwrap_or(0),
             ver: a.get(1).map(num).unwrap_or(0),
             generation: a.get(2).map(text).unwrap_or_default(),
+            superseded: Default::default(),
             slots: slots_from(&a, 5),
         };
         let shared = Arc::new(Shared {
@@ -352,15 +354,10 @@ impl NodeBuilder {
             state: Mutex::new(NodeState::default()),
             workers: Mutex::new(Vec::new()),
             keeper: Mutex::new(None),
+            watchers: Mutex::new(Vec::new()),
         });
         if !shared.opts.client_only {
-            let (tx, rx) = mpsc::channel();
-            let s = shared.clone();
-            let handle = std::thread::Builder::new()
-                .name(thread_name("keeper", &s.name))
-                .spawn(move || keeper(s, rx))
-                .map_err(|e| RedisError(format!("cannot start the keeper thread: {e}")))?;
-            *lock(&shared.keeper) = Some((tx, handle));
+            start_keeper(&shared)?;
         }
         Ok(Node {
             shared: shared.clone(),
@@ -490,6 +487,37 @@ impl Node {
     /// or may not have been recorded: dispatching it again answers
     /// [`Error::Exists`] if it was).
     pub fn dispatch(&self, key: &str, payload: &[u8]) -> Result<(), Error> {
+        self.dispatch_acked(key, payload).map(drop)
+    }
+
+    /// [`dispatch`](Self::dispatch), answering the [`Generation`] of the
+    /// pool's state that acknowledged the job.
+    ///
+    /// A job acknowledged under a generation that has changed since (see
+    /// [`watch_generation`](Self::watch_generation)) may have been lost
+    /// with Redis' state if it had not started: dispatch it again (if the
+    /// pool still holds it, or a worker handed it back, the answer is
+    /// [`Error::Exists`] and nothing else happens). `dispatch` keeps its
+    /// `()` so that code matching on `Ok(())` does not break; this is the
+    /// same call with the generation kept.
+    ///
+    /// # Errors
+    ///
+    /// As [`dispatch`](Self::dispatch).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use sidejob_pulse::{Error, Node};
+    ///
+    /// let node = Node::builder().name("tenants").url("redis://127.0.0.1:6379/").join()?;
+    /// let acked = node.dispatch_acked("tenant-1", b"{}")?;
+    /// assert_eq!(acked, node.generation()?);
+    /// // Again, under the same generation: the pool holds it.
+    /// assert_eq!(node.dispatch_acked("tenant-1", b"{}"), Err(Error::Exists));
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn dispatch_acked(&self, key: &str, payload: &[u8]) -> Result<Generation, Error> {
         check_key(key)?;
         check_payload(payload)?;
         self.shared.check_open()?;
@@ -527,7 +555,11 @@ impl Node {
                 ],
             )?;
             match a.first().map(text).as_deref() {
-                Some("OK") => return Ok(()),
+                Some("OK") => {
+                    let generation = a.get(2).map(text).unwrap_or_default();
+                    s.learn_generation(&generation);
+                    return Ok(Generation(generation));
+                }
                 Some("STALE") if !unassigned => {
                     s.learn_view(a.get(1).map(num).unwrap_or(0), Some(slots_from(&a, 2)));
                     unassigned = now() >= deadline;
@@ -753,6 +785,95 @@ impl Node {
         }
     }
 
+    /// The pool's current [`Generation`], read from Redis now (one round
+    /// trip). A node that has watchers tells them if it is new.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoPool`] if Redis lost the pool and no worker node has
+    /// re-created it yet; [`Error::PoolShutDown`]; [`Error::Redis`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use sidejob_pulse::Node;
+    ///
+    /// let node = Node::builder().name("tenants").url("redis://127.0.0.1:6379/").join()?;
+    /// let now = node.generation()?;
+    /// assert_eq!(node.dispatch_acked("tenant-1", b"{}")?, now);
+    /// # Ok::<(), sidejob_pulse::Error>(())
+    /// ```
+    pub fn generation(&self) -> Result<Generation, Error> {
+        let s = &self.shared;
+        let a = lock(&s.conn).run(&s.scripts.view, &s.prefix, &[])?;
+        if a.first().map(num).unwrap_or(0) == 0 {
+            return Err(match a.get(2).map(num) {
+                Some(3) => s.saw_shut_down(),
+                _ => Error::NoPool,
+            });
+        }
+        let generation = a.get(1).map(text).unwrap_or_default();
+        s.learn_generation(&generation);
+        Ok(Generation(generation))
+    }
+
+    /// A receiver told of each new [`Generation`] of the pool this node
+    /// sees from now on, so that a producer can dispatch again what was
+    /// acknowledged under an older one (see [`Generation`]).
+    ///
+    /// The node reads the generation at least every heartbeat period (a
+    /// fifth of the worker TTL): a worker node in its keeper thread, a
+    /// client-only node in a keeper thread started for its first watcher
+    /// (it only reads, and never re-creates a lost pool). Replies to this
+    /// node's own calls ([`dispatch_acked`](Self::dispatch_acked),
+    /// [`generation`](Self::generation), its workers' joins) tell of a
+    /// change sooner. Each change is sent once, in the order this node saw
+    /// them; nothing is sent while the pool is missing (Redis lost it and
+    /// no worker node has re-created it yet), and the new generation is
+    /// sent once one has. The sender is dropped when the node closes or
+    /// shuts the pool down (the receiver then reports disconnection).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::collections::HashMap;
+    /// use std::time::Duration;
+    /// use sidejob_pulse::{Error, Generation, Node};
+    ///
+    /// let node = Node::builder().name("tenants").url("redis://127.0.0.1:6379/").join()?;
+    /// let changes = node.watch_generation();
+    /// let mut acked: HashMap<String, Generation> = HashMap::new();
+    /// for key in ["tenant-1", "tenant-2"] {
+    ///     acked.insert(key.into(), node.dispatch_acked(key, b"{}")?);
+    /// }
+    /// // Redis lost its state: dispatch again what was acked before.
+    /// if let Ok(now) = changes.recv_timeout(Duration::from_secs(60)) {
+    ///     for (key, g) in acked.iter_mut().filter(|(_, g)| **g != now) {
+    ///         match node.dispatch_acked(key, b"{}") {
+    ///             Ok(new) => *g = new,
+    ///             Err(Error::Exists) => *g = now.clone(),
+    ///             Err(e) => return Err(e),
+    ///         }
+    ///     }
+    /// }
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn watch_generation(&self) -> mpsc::Receiver<Generation> {
+        let (tx, rx) = mpsc::channel();
+        let s = &self.shared;
+        if s.is_closed() {
+            return rx; // tx dropped: disconnected at once
+        }
+        lock(&s.watchers).push(tx);
+        // A client-only node reads the generation in a keeper of its own,
+        // started for its first watcher. (A failure to start it leaves the
+        // watcher told by this node's own calls only.)
+        if s.opts.client_only && lock(&s.keeper).is_none() {
+            let _ = start_keeper(s);
+        }
+        rx
+    }
+
     /// The membership version and slots this node last saw (a free slot is
     /// `""`): for tests and diagnostics.
     pub fn membership(&self) -> (u64, Vec<String>) {
@@ -765,11 +886,24 @@ fn unexpected(what: &str, a: &[redis::Value]) -> Error {
     RedisError(format!("unexpected {what} reply {a:?}")).into()
 }
 
+fn start_keeper(shared: &Arc<Shared>) -> Result<(), Error> {
+    let (tx, rx) = mpsc::channel();
+    let s = shared.clone();
+    let handle = std::thread::Builder::new()
+        .name(thread_name("keeper", &s.name))
+        .spawn(move || keeper(s, rx))
+        .map_err(|e| RedisError(format!("cannot start the keeper thread: {e}")))?;
+    *lock(&shared.keeper) = Some((tx, handle));
+    Ok(())
+}
+
 fn stop_keeper(s: &Shared) {
     if let Some((tx, h)) = lock(&s.keeper).take() {
         drop(tx);
         let _ = h.join();
     }
+    // No more generations to tell of: the watchers see the end.
+    lock(&s.watchers).clear();
 }
 
 fn close(s: &Arc<Shared>) {
@@ -820,6 +954,11 @@ fn heartbeat(s: &Shared, conn: &mut Conn, t_send: std::time::Instant) -> Result<
     let wids: Vec<String> = cells.iter().map(|c| c.wid()).collect();
     let live: Vec<usize> = (0..cells.len()).filter(|&i| !wids[i].is_empty()).collect();
     if live.is_empty() {
+        // No lease to renew; read the generation for the watchers, if any.
+        if !lock(&s.watchers).is_empty() {
+            let a = conn.run(&s.scripts.view, &s.prefix, &[])?;
+            s.learn_generation(&a.get(1).map(text).unwrap_or_default());
+        }
         return Ok(0);
     }
     let myver = lock(&s.view).ver;
@@ -846,11 +985,8 @@ fn heartbeat(s: &Shared, conn: &mut Conn, t_send: std::time::Instant) -> Result<
     let due = a.get(4).map(num).unwrap_or(0);
     let slots = (a.len() > 5 + live.len()).then(|| slots_from(&a, 5 + live.len()));
     s.learn_view(ver, slots);
-    {
-        let mut v = lock(&s.view);
-        v.generation = generation.clone();
-        v.shut = shut;
-    }
+    s.learn_generation(&generation);
+    lock(&s.view).shut = shut;
     if shut > 0 {
         lock(&s.state).shutting = true;
     }

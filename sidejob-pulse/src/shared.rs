@@ -4,6 +4,7 @@
 //! handle and the keeper) and `worker.rs` (the worker's handle and run
 //! loop) both build on this module, and neither on the other's insides.
 
+use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -13,6 +14,7 @@ use sidejob::Limiter;
 use sidejob_redis::{escape_name, Endpoint};
 
 use crate::error::{Error, RedisError};
+use crate::generation::Generation;
 use crate::store::{now, Conn, Scripts};
 
 /// Tolerated rate error between a node's monotonic clock and Redis' clock.
@@ -71,8 +73,15 @@ pub(crate) struct View {
     pub(crate) ver: u64,
     pub(crate) slots: Vec<String>,
     pub(crate) generation: String,
+    /// Generations this node saw replaced, newest last (a few): a reply
+    /// that left Redis before the change and is read after it names one,
+    /// and must not bring it back.
+    pub(crate) superseded: VecDeque<String>,
     pub(crate) shut: u64,
 }
+
+/// Superseded generations a node remembers.
+const SUPERSEDED_KEPT: usize = 8;
 
 /// What the node's threads share.
 pub(crate) struct Shared {
@@ -87,6 +96,8 @@ pub(crate) struct Shared {
     pub(crate) state: Mutex<NodeState>,
     pub(crate) workers: Mutex<Vec<Arc<WorkerCell>>>,
     pub(crate) keeper: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
+    /// Told of each new generation ([`Node::watch_generation`](crate::Node::watch_generation)).
+    pub(crate) watchers: Mutex<Vec<mpsc::Sender<Generation>>>,
 }
 
 #[derive(Debug, Default)]
@@ -117,6 +128,33 @@ impl Shared {
                 v.slots = slots;
             }
         }
+    }
+
+    /// Folds a generation read from Redis into the view; tells every
+    /// watcher if it is a new one. An empty one (no pool) changes nothing,
+    /// nor does one this node saw replaced (a late reply).
+    pub(crate) fn learn_generation(&self, generation: &str) {
+        if generation.is_empty() {
+            return;
+        }
+        {
+            let mut v = lock(&self.view);
+            if v.generation == generation || v.superseded.iter().any(|g| g == generation) {
+                return;
+            }
+            let old = std::mem::replace(&mut v.generation, generation.to_string());
+            if old.is_empty() {
+                return;
+            }
+            if v.superseded.len() == SUPERSEDED_KEPT {
+                v.superseded.pop_front();
+            }
+            v.superseded.push_back(old);
+        }
+        // Outside the view's lock; a send on a channel runs no user code
+        // and never blocks. A watcher whose receiver is gone is dropped.
+        let g = Generation(generation.to_string());
+        lock(&self.watchers).retain(|w| w.send(g.clone()).is_ok());
     }
 
     /// Whether this node may act. A pool this node saw shutting down is

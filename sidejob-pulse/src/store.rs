@@ -34,7 +34,7 @@ macro_rules! scripts {
 
 scripts!(
     join, register, heartbeat, due, place, dispatch, take, moved, done, stop, notify, adopt, leave,
-    view, shutdown
+    view, shutdown, handback
 );
 
 /// One argument of a script.

@@ -10,6 +10,7 @@
 //! stops every job ([`StopReason::LeaseLost`]) before Redis, at `ttl +
 //! grace` after the heartbeat on Redis' clock, can give them away.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Condvar, Mutex};
@@ -94,6 +95,9 @@ pub enum StopReason {
     /// the process was frozen): the key may be given to another worker, so
     /// the job stops now. If the process was frozen past the lease, the
     /// new owner may already run it: only the token fences writes then.
+    /// If Redis lost the pool's state meanwhile, the worker hands the job
+    /// back when its node rejoins the re-created pool, and the key's owner
+    /// then starts it again under a larger token.
     LeaseLost,
     /// After Redis lost its state, another worker asserted the key with a
     /// newer token.
@@ -348,6 +352,7 @@ pub(crate) fn spawn(
         shutdown: false,
         remove_deadline: None,
         rebalance_due: false,
+        lost: HashMap::new(),
     };
     run.register(&random_id())?;
     lock(&s.workers).push(cell.clone());
@@ -382,8 +387,9 @@ struct Running {
 }
 
 enum Handoff {
-    /// Hand the job (stopped here, or never started) to its owner now.
-    Move(String, u64),
+    /// Hand the job (stopped here, or never started) to its owner now; its
+    /// payload is kept in case Redis loses the record meanwhile.
+    Move(String, u64, Vec<u8>),
     /// The job was stopped on request: forget it (or re-place it).
     Done(String, u64),
 }
@@ -409,6 +415,26 @@ struct Run {
     /// A membership change arrived before the jobs were re-asserted after
     /// a state loss: rebalance once they are.
     rebalance_due: bool,
+    /// Jobs this worker stopped (or had not started) when the pool's state
+    /// was lost under it, to hand back once the pool is re-created.
+    /// By key.
+    lost: HashMap<String, Lost>,
+}
+
+/// A job the worker held when the pool's state was lost: what it needs
+/// to hand the job back (`lua/handback.lua`).
+struct Lost {
+    token: u64,
+    payload: Vec<u8>,
+    /// The epoch of the pool the worker held it in.
+    epoch: String,
+}
+
+/// The epoch part of a generation `epoch:losses` (the pool's creation).
+fn epoch_of(generation: &str) -> &str {
+    generation
+        .rsplit_once(':')
+        .map_or(generation, |(epoch, _)| epoch)
 }
 
 const RETRY: Duration = Duration::from_millis(50);
@@ -448,6 +474,7 @@ impl Run {
         let generation = a.get(2).map(text).unwrap_or_default();
         self.s
             .learn_view(a.get(1).map(num).unwrap_or(0), Some(slots_from(&a, 3)));
+        self.s.learn_generation(&generation);
         let fresh = wid != self.wid;
         {
             let mut st = lock(&self.cell.state);
@@ -619,10 +646,8 @@ impl Run {
         if let Ok(a) = self.conn.run(&self.s.scripts.view, &self.s.prefix, &[]) {
             self.s
                 .learn_view(a.first().map(num).unwrap_or(0), Some(slots_from(&a, 3)));
-            let generation = a.get(1).map(text).unwrap_or_default();
-            if !generation.is_empty() {
-                lock(&self.s.view).generation = generation;
-            }
+            self.s
+                .learn_generation(&a.get(1).map(text).unwrap_or_default());
         }
     }
 
@@ -714,18 +739,100 @@ impl Run {
         for k in gone {
             let r = self.running.remove(&k).expect("present");
             self.call_stop(&k, r.token, StopReason::Moved);
-            self.handoffs.push_back(Handoff::Move(k, r.token));
+            self.handoffs
+                .push_back(Handoff::Move(k, r.token, r.payload));
         }
     }
 
     fn lose_all(&mut self, why: StopReason) {
+        // A lost lease may mean that Redis lost the pool's state: keep what
+        // is needed to hand each job back if it did (`hand_back`).
+        let keep = why == StopReason::LeaseLost;
         let all: Vec<(String, Running)> = self.running.drain().collect();
+        let mut kept = Vec::new();
         for (k, r) in all {
             self.call_stop(&k, r.token, why);
+            if keep {
+                kept.push((k, r.token, r.payload));
+            }
         }
-        self.waiting.clear();
-        self.handoffs.clear();
+        let waiting = std::mem::take(&mut self.waiting);
+        let handoffs = std::mem::take(&mut self.handoffs);
+        let epoch = epoch_of(&lock(&self.cell.state).generation).to_string();
+        // (An empty epoch: never registered, so nothing was held.)
+        if keep && !epoch.is_empty() {
+            kept.extend(waiting);
+            kept.extend(handoffs.into_iter().filter_map(|h| match h {
+                Handoff::Move(k, t, p) => Some((k, t, p)),
+                Handoff::Done(..) => None,
+            }));
+            self.keep_lost(kept, &epoch);
+        }
         lock(&self.cell.state).running = 0;
+    }
+
+    /// Records jobs to hand back if the pool turns out to be re-created
+    /// (one entry per key: the newest token).
+    fn keep_lost(&mut self, jobs: Vec<(String, u64, Vec<u8>)>, epoch: &str) {
+        for (key, token, payload) in jobs {
+            let l = Lost {
+                token,
+                payload,
+                epoch: epoch.to_string(),
+            };
+            match self.lost.entry(key) {
+                Entry::Occupied(mut o) if o.get().token < token => {
+                    o.insert(l);
+                }
+                Entry::Occupied(_) => {}
+                Entry::Vacant(v) => {
+                    v.insert(l);
+                }
+            }
+        }
+    }
+
+    /// Hands the jobs kept at a state loss back to the pool (as orphans
+    /// that their owners start under new tokens; only into a pool
+    /// re-created since, and only keys it does not hold: see
+    /// `lua/handback.lua`). Kept for another try if Redis fails or the
+    /// pool is missing; dropped if the pool is shutting down.
+    fn hand_back(&mut self) {
+        const BATCH: usize = 100;
+        while !self.lost.is_empty() {
+            let keys: Vec<String> = self.lost.keys().take(BATCH).cloned().collect();
+            let toks: Vec<String> = keys
+                .iter()
+                .map(|k| self.lost[k].token.to_string())
+                .collect();
+            let mut args = vec![
+                Arg::N(ms(self.s.opts.worker_ttl)),
+                Arg::N(ms(self.s.opts.grace)),
+                Arg::N(ms(self.s.opts.pending_job_ttl)),
+            ];
+            for (k, t) in keys.iter().zip(&toks) {
+                let l = &self.lost[k];
+                args.push(Arg::S(k));
+                args.push(Arg::S(t));
+                args.push(Arg::B(&l.payload));
+                args.push(Arg::S(&l.epoch));
+            }
+            let a = self
+                .conn
+                .run(&self.s.scripts.handback, &self.s.prefix, &args);
+            match a.as_ref().ok().and_then(|a| a.first()).map(text).as_deref() {
+                Some("OK" | "SHUTDOWN" | "CLOSED") => {
+                    for k in &keys {
+                        self.lost.remove(k);
+                    }
+                }
+                _ => {
+                    // NOPOOL (not re-created yet) or Redis failing.
+                    self.retry = true;
+                    return;
+                }
+            }
+        }
     }
 
     /// Re-asserts every running job after Redis lost state.
@@ -768,7 +875,22 @@ impl Run {
                 }
             }
         }
-        lock(&self.cell.state).generation = generation.to_string();
+        let before = std::mem::replace(
+            &mut lock(&self.cell.state).generation,
+            generation.to_string(),
+        );
+        if !before.is_empty() && epoch_of(&before) != epoch_of(generation) {
+            // The pool was re-created: the jobs assigned here and not
+            // started, and those stopped here and not yet handed over,
+            // have lost their records; hand them back (a copy: whatever
+            // the new pool assigned meanwhile stays where it is).
+            let mut kept: Vec<(String, u64, Vec<u8>)> = self.waiting.iter().cloned().collect();
+            kept.extend(self.handoffs.iter().filter_map(|h| match h {
+                Handoff::Move(k, t, p) => Some((k.clone(), *t, p.clone())),
+                Handoff::Done(..) => None,
+            }));
+            self.keep_lost(kept, epoch_of(&before));
+        }
         if std::mem::take(&mut self.rebalance_due) {
             self.rebalance();
         }
@@ -778,6 +900,9 @@ impl Run {
     /// local bound allow.
     fn pump(&mut self) {
         self.retry = false;
+        if !self.lost.is_empty() {
+            self.hand_back();
+        }
         if !self.adopted() {
             self.retry = true;
             return;
@@ -800,8 +925,8 @@ impl Run {
         while let Some((key, token, _)) = self.waiting.front() {
             let (key, token) = (key.clone(), *token);
             if self.owner(&key) != self.wid {
-                self.waiting.pop_front();
-                self.handoffs.push_back(Handoff::Move(key, token));
+                let (_, _, payload) = self.waiting.pop_front().expect("front");
+                self.handoffs.push_back(Handoff::Move(key, token, payload));
                 self.retry = true;
                 continue;
             }
@@ -866,7 +991,7 @@ impl Run {
     fn handoff(&mut self, h: &Handoff) -> Result<bool, Error> {
         let wid = self.wid.clone();
         let a = match h {
-            Handoff::Move(key, token) => {
+            Handoff::Move(key, token, _) => {
                 let to = self.owner(key);
                 self.conn.run(
                     &self.s.scripts.moved,
