@@ -270,29 +270,39 @@ fn a_panicking_handler_gives_every_unit_back() {
     assert!(pool.stats().panicked >= 2);
 }
 
+/// A worker that, asked for `n > 0`, calls its own pool with a request of
+/// `units` units (which answers 40); the pool it calls is in the slot.
+struct Relay {
+    slot: Arc<Mutex<Option<Pool<Relay>>>>,
+    units: usize,
+}
+
+impl Worker for Relay {
+    type Request = u64;
+    type Reply = Result<u64, Error>;
+    type Message = ();
+    fn handle_call(&mut self, n: u64) -> Result<u64, Error> {
+        if n == 0 {
+            return Ok(40);
+        }
+        let pool = self.slot.lock().unwrap().clone().unwrap();
+        pool.call_with(Ask::new().units(self.units), 0)?
+    }
+    fn handle_cast(&mut self, (): ()) {}
+}
+
 #[test]
 fn a_worker_calling_its_own_single_worker_pool_is_refused() {
-    struct Relay(Arc<Mutex<Option<Pool<Relay>>>>);
-    impl Worker for Relay {
-        type Request = u64;
-        type Reply = Result<u64, Error>;
-        type Message = ();
-        fn handle_call(&mut self, n: u64) -> Result<u64, Error> {
-            if n == 0 {
-                return Ok(0);
-            }
-            let pool = self.0.lock().unwrap().clone().unwrap();
-            pool.call_with(Ask::new().units(2), 0)?
-        }
-        fn handle_cast(&mut self, (): ()) {}
-    }
     let slot = Arc::new(Mutex::new(None));
     let pool = {
         let slot = Arc::clone(&slot);
         Pool::builder()
             .capacity(4)
             .workers(1)
-            .build(move |_| Relay(Arc::clone(&slot)))
+            .build(move |_| Relay {
+                slot: Arc::clone(&slot),
+                units: 2,
+            })
             .unwrap()
     };
     *slot.lock().unwrap() = Some(pool.clone());
@@ -309,20 +319,6 @@ fn a_worker_calling_its_own_single_worker_pool_is_refused() {
 /// goes to another worker (never queued behind the caller), and is served.
 #[test]
 fn a_worker_calling_its_own_pool_of_several_workers_is_served_elsewhere() {
-    struct Relay(Arc<Mutex<Option<Pool<Relay>>>>);
-    impl Worker for Relay {
-        type Request = u64;
-        type Reply = Result<u64, Error>;
-        type Message = ();
-        fn handle_call(&mut self, n: u64) -> Result<u64, Error> {
-            if n == 0 {
-                return Ok(40);
-            }
-            let pool = self.0.lock().unwrap().clone().unwrap();
-            pool.call_with(Ask::new().units(3), 0)?
-        }
-        fn handle_cast(&mut self, (): ()) {}
-    }
     let slot = Arc::new(Mutex::new(None));
     let pool = {
         let slot = Arc::clone(&slot);
@@ -330,7 +326,10 @@ fn a_worker_calling_its_own_pool_of_several_workers_is_served_elsewhere() {
             .capacity(12)
             .workers(3)
             .steal(false)
-            .build(move |_| Relay(Arc::clone(&slot)))
+            .build(move |_| Relay {
+                slot: Arc::clone(&slot),
+                units: 3,
+            })
             .unwrap()
     };
     *slot.lock().unwrap() = Some(pool.clone());
