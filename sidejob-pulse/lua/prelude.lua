@@ -52,12 +52,23 @@ local function learning() return mnum('learn') > NOW end
 -- Returns false if the pool is missing and epoch is "" (do not create), or
 -- if the pool was shut down (the tombstone `closed`: only an explicit
 -- reopen, join.lua's flag, removes it).
-local function ensure(ttl, grace, epoch)
+-- fresh "1" (join.lua only, NodeBuilder::assume_fresh_redis): the user
+-- vouches that no pool of this name lived on this Redis before, so a
+-- young Redis is no reason to learn.
+local function ensure(ttl, grace, epoch, fresh)
   if redis.call('EXISTS', META) == 0 then
     if epoch == '' or redis.call('EXISTS', P .. 'closed') == 1 then return false end
-    local info = redis.call('INFO', 'server')
-    local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) or 0
-    local learn = NOW - up * 1000 + ttl + grace
+    local learn = NOW
+    if fresh ~= '1' then
+      -- uptime_in_seconds is floor(now) - floor(start) in whole seconds of
+      -- the wall clock: it reads 1 a few ms after start if a second
+      -- boundary passed. The true uptime is above up - 1 and may be far
+      -- below up; learning must never end early, so the start is taken
+      -- to be as late as it can be: up - 1 seconds ago.
+      local info = redis.call('INFO', 'server')
+      local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) or 0
+      learn = NOW - math.max(0, up - 1) * 1000 + ttl + grace
+    end
     redis.call('HSET', META, 'ver', fmt(NOW_US), 'ctr', fmt(NOW_US), 'shut', '0',
       'learn', fmt(learn), 'run', RUN, 'loss', '0', 'epoch', epoch .. '.' .. fmt(NOW_US),
       'ttl', fmt(ttl))

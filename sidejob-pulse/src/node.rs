@@ -12,7 +12,7 @@ use crate::generation::Generation;
 use crate::route::route;
 use crate::shared::{
     deadline_after, lock, random_id, thread_name, NodeState, Options, Shared, View, WorkerCell,
-    MAX_LONG_WAIT,
+    CLOCK_RATE_MARGIN, MAX_LONG_WAIT,
 };
 use crate::store::{ms, now, num, slots_from, text, Arg, Conn, Scripts};
 use crate::worker::{self, Handler, Worker};
@@ -84,6 +84,7 @@ pub struct NodeBuilder {
     client_only: bool,
     job_sink_block: Duration,
     reopen: bool,
+    assume_fresh_redis: bool,
 }
 
 impl Default for NodeBuilder {
@@ -98,6 +99,7 @@ impl Default for NodeBuilder {
             client_only: false,
             job_sink_block: Duration::from_secs(5),
             reopen: false,
+            assume_fresh_redis: false,
         }
     }
 }
@@ -209,6 +211,47 @@ impl NodeBuilder {
         self
     }
 
+    /// Skip the start-up learning mode when this node's
+    /// [`join`](Self::join) creates the pool on a young Redis (false).
+    ///
+    /// A pool created on a Redis up for less than the worker TTL and grace
+    /// learns for that long from Redis' start ([`Node::learning_remaining`]
+    /// says how long is left): no job starts meanwhile, because nothing
+    /// tells a new Redis from one that restarted empty and lost a pool
+    /// whose workers still run their jobs. A deployment that starts Redis
+    /// and the pool together, and knows no pool of this name lived on it
+    /// before, can say so here: jobs then start at once.
+    ///
+    /// **The risk.** If the Redis in fact restarted empty (or failed over
+    /// to a replica that had not seen the pool) while workers of another
+    /// node still held their leases, a job they run may start a second
+    /// time elsewhere, each run under its own [`Token`](crate::Token):
+    /// only a resource fenced by the token keeps the old run's writes out.
+    /// So set it from the step that starts a new Redis, not on every node
+    /// (a node restarted later by a supervisor would carry it to a Redis
+    /// that may have lost its state). It applies only when this join
+    /// creates the pool; a pool already there, a pool re-created later by
+    /// a heartbeat, and the learning after Redis restarts or fails over
+    /// under a pool (a new `run_id`) are not affected.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use sidejob_pulse::Node;
+    ///
+    /// // A test fixture that has just started its own Redis.
+    /// let node = Node::builder()
+    ///     .name("tenants")
+    ///     .url("redis://127.0.0.1:6379/")
+    ///     .assume_fresh_redis(true)
+    ///     .join()?;
+    /// assert_eq!(node.learning_remaining()?, Duration::ZERO);
+    /// # Ok::<(), sidejob_pulse::Error>(())
+    /// ```
+    pub fn assume_fresh_redis(&mut self, yes: bool) -> &mut Self {
+        self.assume_fresh_redis = yes;
+        self
+    }
+
     /// A node that only dispatches: no keeper thread, no workers.
     pub fn client_only(&mut self, yes: bool) -> &mut Self {
         self.client_only = yes;
@@ -311,6 +354,7 @@ impl NodeBuilder {
                 Arg::N(ms(opts.grace)),
                 Arg::S(&epoch),
                 Arg::N(u64::from(self.reopen)),
+                Arg::N(u64::from(self.assume_fresh_redis)),
             ],
         )?;
         if a.first().map(num) == Some(3) {
@@ -874,6 +918,50 @@ impl Node {
         rx
     }
 
+    /// How long the pool's learning mode lasts from now, read from Redis
+    /// (one round trip): zero once it is over.
+    ///
+    /// While the pool learns, no job starts: dispatches are acknowledged
+    /// and wait, counted as queued, and the keepers place them the moment
+    /// it ends. A pool learns for the worker TTL and grace (a tenth of the
+    /// TTL) after it is created on a Redis up for less than that (counted
+    /// from Redis' start, whose uptime Redis reports in whole seconds:
+    /// taken as the worst case, so up to a second longer; see
+    /// [`NodeBuilder::assume_fresh_redis`]), and after Redis restarts or
+    /// fails over under it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoPool`] if Redis lost the pool and no worker node has
+    /// re-created it yet; [`Error::PoolShutDown`]; [`Error::Redis`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use sidejob_pulse::Node;
+    ///
+    /// let node = Node::builder()
+    ///     .name("tenants")
+    ///     .url("redis://127.0.0.1:6379/")
+    ///     .worker_ttl(Duration::from_secs(10))
+    ///     .join()?;
+    /// // At most ttl + grace (and the second Redis' uptime may overstate).
+    /// assert!(node.learning_remaining()? <= Duration::from_secs(12));
+    /// # Ok::<(), sidejob_pulse::Error>(())
+    /// ```
+    pub fn learning_remaining(&self) -> Result<Duration, Error> {
+        let s = &self.shared;
+        let a = lock(&s.conn).run(&s.scripts.view, &s.prefix, &[])?;
+        if a.first().map(num).unwrap_or(0) == 0 {
+            return Err(match a.get(2).map(num) {
+                Some(3) => s.saw_shut_down(),
+                _ => Error::NoPool,
+            });
+        }
+        Ok(Duration::from_millis(a.get(3).map(num).unwrap_or(0)))
+    }
+
     /// The membership version and slots this node last saw (a free slot is
     /// `""`): for tests and diagnostics.
     pub fn membership(&self) -> (u64, Vec<String>) {
@@ -928,7 +1016,9 @@ fn close(s: &Arc<Shared>) {
 /// The keeper thread: every heartbeat period, renews the leases of the
 /// node's workers in one script (which also reaps dead workers anywhere in
 /// the pool), then places due jobs (orphans, and jobs not started within
-/// the pending-job TTL) on their owners.
+/// the pending-job TTL) on their owners. While the pool learns, it also
+/// wakes the moment learning ends (as Redis reported the time left) and
+/// places the jobs that waited, rather than at the next heartbeat.
 fn keeper(s: Arc<Shared>, stop: mpsc::Receiver<()>) {
     let mut conn = match s.conn() {
         Ok(c) => c,
@@ -936,20 +1026,55 @@ fn keeper(s: Arc<Shared>, stop: mpsc::Receiver<()>) {
     };
     loop {
         let t_send = now();
-        if let Ok(due) = heartbeat(&s, &mut conn, t_send) {
-            if due > 0 {
+        let next_heartbeat = t_send + s.opts.heartbeat_every;
+        let mut wake = next_heartbeat;
+        if let Ok(hb) = heartbeat(&s, &mut conn, t_send) {
+            if hb.due > 0 {
                 let _ = place_due(&s, &mut conn);
             }
+            if let Some(end) = learning_end(hb.learning) {
+                wake = wake.min(end);
+            }
         }
-        let wait = (t_send + s.opts.heartbeat_every).saturating_duration_since(now());
-        match stop.recv_timeout(wait) {
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            _ => return,
+        loop {
+            let wait = wake.saturating_duration_since(now());
+            match stop.recv_timeout(wait) {
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                _ => return,
+            }
+            if now() >= next_heartbeat {
+                break;
+            }
+            // Learning has ended (on this node's clock): place what
+            // waited. If Redis still learns (the clocks' rates differ),
+            // wake again when it says it ends.
+            wake = match place_due(&s, &mut conn).map(learning_end) {
+                Ok(Some(end)) => end.min(next_heartbeat),
+                _ => next_heartbeat,
+            };
         }
     }
 }
 
-fn heartbeat(s: &Shared, conn: &mut Conn, t_send: std::time::Instant) -> Result<u64, Error> {
+/// When learning ends, on this node's clock, given the time left that a
+/// reply just received reported (`None` if it has ended). The reply left
+/// Redis after the script read the time, so now plus what is left is not
+/// early but for the clocks' rates, which the margin covers.
+fn learning_end(left: Duration) -> Option<std::time::Instant> {
+    (!left.is_zero())
+        .then(|| now() + left.mul_f64(1.0 + 2.0 * CLOCK_RATE_MARGIN) + Duration::from_millis(1))
+}
+
+/// What the keeper's heartbeat learned.
+#[derive(Default)]
+struct Beat {
+    /// Jobs due for placement (none while learning).
+    due: u64,
+    /// How long learning lasts (zero: over), as Redis reported it.
+    learning: Duration,
+}
+
+fn heartbeat(s: &Shared, conn: &mut Conn, t_send: std::time::Instant) -> Result<Beat, Error> {
     let cells: Vec<Arc<WorkerCell>> = lock(&s.workers).clone();
     let wids: Vec<String> = cells.iter().map(|c| c.wid()).collect();
     let live: Vec<usize> = (0..cells.len()).filter(|&i| !wids[i].is_empty()).collect();
@@ -959,7 +1084,7 @@ fn heartbeat(s: &Shared, conn: &mut Conn, t_send: std::time::Instant) -> Result<
             let a = conn.run(&s.scripts.view, &s.prefix, &[])?;
             s.learn_generation(&a.get(1).map(text).unwrap_or_default());
         }
-        return Ok(0);
+        return Ok(Beat::default());
     }
     let myver = lock(&s.view).ver;
     // A node that saw the pool shut down never re-creates it: after the
@@ -983,6 +1108,7 @@ fn heartbeat(s: &Shared, conn: &mut Conn, t_send: std::time::Instant) -> Result<
     let generation = a.get(1).map(text).unwrap_or_default();
     let shut = a.get(2).map(num).unwrap_or(0);
     let due = a.get(4).map(num).unwrap_or(0);
+    let learning = Duration::from_millis(a.get(3).map(num).unwrap_or(0));
     let slots = (a.len() > 5 + live.len()).then(|| slots_from(&a, 5 + live.len()));
     s.learn_view(ver, slots);
     s.learn_generation(&generation);
@@ -998,20 +1124,24 @@ fn heartbeat(s: &Shared, conn: &mut Conn, t_send: std::time::Instant) -> Result<
         let renewed = a.get(5 + j).map(num).unwrap_or(0) == 1;
         cells[i].heartbeat_result(&wids[i], renewed, valid_until, &generation, s, conn);
     }
-    Ok(due)
+    Ok(Beat { due, learning })
 }
 
 /// Due jobs fetched per script call.
 const DUE_BATCH: usize = 200;
 
 /// Places due jobs in batches until none is left (at most 50 batches a
-/// heartbeat: 10,000 jobs), routing each over this node's view.
-fn place_due(s: &Shared, conn: &mut Conn) -> Result<(), Error> {
+/// heartbeat: 10,000 jobs), routing each over this node's view. Answers
+/// how long the pool still learns (zero: it does not; nothing is placed
+/// while it does).
+fn place_due(s: &Shared, conn: &mut Conn) -> Result<Duration, Error> {
     for _ in 0..50 {
         let a = conn.run(&s.scripts.due, &s.prefix, &[Arg::N(DUE_BATCH as u64)])?;
-        if a.len() < 3 {
-            return Ok(());
+        let learning = Duration::from_millis(a.get(1).map(num).unwrap_or(0));
+        if a.len() < 4 {
+            return Ok(learning);
         }
+        let a = &a[1..];
         let full = a.len() == 1 + 2 * DUE_BATCH;
         let (ver, owners) = {
             let v = lock(&s.view);
@@ -1043,8 +1173,8 @@ fn place_due(s: &Shared, conn: &mut Conn) -> Result<(), Error> {
                 s.learn_view(r.get(1).map(num).unwrap_or(0), Some(slots_from(&r, 2)));
             }
             Some("OK") if full => {}
-            _ => return Ok(()),
+            _ => return Ok(Duration::ZERO),
         }
     }
-    Ok(())
+    Ok(Duration::ZERO)
 }

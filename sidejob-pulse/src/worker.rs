@@ -645,7 +645,7 @@ impl Run {
     fn refresh_view(&mut self) {
         if let Ok(a) = self.conn.run(&self.s.scripts.view, &self.s.prefix, &[]) {
             self.s
-                .learn_view(a.first().map(num).unwrap_or(0), Some(slots_from(&a, 3)));
+                .learn_view(a.first().map(num).unwrap_or(0), Some(slots_from(&a, 4)));
             self.s
                 .learn_generation(&a.get(1).map(text).unwrap_or_default());
         }
