@@ -15,8 +15,9 @@
 --                 "queued" means dispatched and not yet claimed.
 --   wk:<w>  (set) the keys whose record names worker w
 --   s:<w>   (stream) worker w's mailbox
--- Pool-wide: meta (hash; ttl: the worker TTL in ms the pool was created
--- with, which every node joining must use), slots (list: the jump-hash buckets, "" = free),
+-- Pool-wide: meta (hash; ttl, grace, pttl: the worker TTL, grace and
+-- pending-job TTL in ms the pool was created with, which every node
+-- joining must use), slots (list: the jump-hash buckets, "" = free),
 -- members (zset: worker id -> lease expiry, Redis ms). After a shutdown
 -- only `closed` is left (a tombstone: the pool stays shut).
 
@@ -54,8 +55,10 @@ local function learning() return mnum('learn') > NOW end
 -- reopen, join.lua's flag, removes it).
 -- fresh "1" (join.lua only, NodeBuilder::assume_fresh_redis): the user
 -- vouches that no pool of this name lived on this Redis before, so a
--- young Redis is no reason to learn.
-local function ensure(ttl, grace, epoch, fresh)
+-- young Redis is no reason to learn. pttl: the creator's pending-job TTL,
+-- recorded with its worker TTL and grace (every caller that may create
+-- the pool passes it).
+local function ensure(ttl, grace, epoch, fresh, pttl)
   if redis.call('EXISTS', META) == 0 then
     if epoch == '' or redis.call('EXISTS', P .. 'closed') == 1 then return false end
     local learn = NOW
@@ -71,7 +74,7 @@ local function ensure(ttl, grace, epoch, fresh)
     end
     redis.call('HSET', META, 'ver', fmt(NOW_US), 'ctr', fmt(NOW_US), 'shut', '0',
       'learn', fmt(learn), 'run', RUN, 'loss', '0', 'epoch', epoch .. '.' .. fmt(NOW_US),
-      'ttl', fmt(ttl))
+      'ttl', fmt(ttl), 'grace', fmt(grace), 'pttl', fmt(pttl or 0))
     return true
   end
   if mget('run') ~= RUN then

@@ -163,6 +163,24 @@ impl NodeBuilder {
     /// Longest time a job may stay assigned and not started before it is
     /// assigned again, to the worker that owns its key then (20 s). At
     /// least 10 ms, at most 24 h.
+    ///
+    /// Like the [worker TTL](Self::worker_ttl), a timing of the pool: fixed
+    /// when the pool is created (and re-created after Redis loses it), and
+    /// [`join`](Self::join) refuses another value with [`Error::Config`]
+    /// naming `pending_job_ttl` (client-only nodes too: their dispatches
+    /// set the deadline). Every node of a pool sets the same timings.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use sidejob_pulse::{Error, Node};
+    ///
+    /// let url = "redis://127.0.0.1:6379/";
+    /// let join = |pending| Node::builder().name("t").url(url).pending_job_ttl(pending).join();
+    /// let _a = join(Duration::from_secs(20))?;
+    /// let Err(Error::Config(c)) = join(Duration::from_secs(5)) else { panic!() };
+    /// assert_eq!(c.field(), "pending_job_ttl");
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn pending_job_ttl(&mut self, ttl: Duration) -> &mut Self {
         self.pending_job_ttl = ttl;
         self
@@ -321,8 +339,10 @@ impl NodeBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] naming the setting (`worker_ttl` if the pool was
-    /// created with another); [`Error::PoolShutDown`] if the pool was shut
+    /// [`Error::Config`] naming the setting (`worker_ttl` or
+    /// `pending_job_ttl` if the pool was created with another; `grace` if
+    /// it was created with another grace, by a version of this crate that
+    /// derives it otherwise); [`Error::PoolShutDown`] if the pool was shut
     /// down (see [`reopen`](Self::reopen)); [`Error::Redis`] if Redis
     /// cannot be reached or refuses the login.
     pub fn join(&self) -> Result<Node, Error> {
@@ -355,36 +375,48 @@ impl NodeBuilder {
                 Arg::S(&epoch),
                 Arg::N(u64::from(self.reopen)),
                 Arg::N(u64::from(self.assume_fresh_redis)),
+                Arg::N(ms(opts.pending_job_ttl)),
             ],
         )?;
         if a.first().map(num) == Some(3) {
             return Err(Error::PoolShutDown);
         }
         // The pool's timings live in the pool: a node with another worker
-        // TTL is refused rather than joining silently. After a state loss
-        // the node that re-creates the pool sets its learning mode from
-        // its own TTL, which must outlast every worker's lease; with TTLs
-        // that differ, a shorter one would let jobs start while a longer
-        // lease still runs. (Adopting the pool's TTL instead would hide a
-        // misconfiguration and change this node's timings under it.)
-        let pool_ttl = a.get(4).map(num).unwrap_or(0);
-        if pool_ttl != 0 && pool_ttl != ms(opts.worker_ttl) {
-            return Err(ConfigError::new(
-                "worker_ttl",
-                format!(
-                    "the pool runs with a worker TTL of {:?}, this node asked for {:?}: every node of a pool must use the pool's",
-                    Duration::from_millis(pool_ttl),
-                    opts.worker_ttl
-                ),
-            )
-            .into());
+        // TTL, grace or pending-job TTL is refused rather than joining
+        // silently (a 0: a pool created before that timing was recorded).
+        // After a state loss the node that re-creates the pool sets its
+        // learning mode from its own TTL and grace, which must outlast
+        // every worker's lease, and every heartbeat reaps with its
+        // caller's grace: with values that differ, jobs could start while
+        // a longer lease still runs. The pending-job TTL is no such
+        // danger, but the same rule holds for it: each node's dispatches
+        // and hand-overs would otherwise give jobs different deadlines in
+        // one pool. (Adopting the pool's values instead would hide a
+        // misconfiguration and change a node's timings under it.)
+        let timings = [
+            ("worker_ttl", "worker TTL", opts.worker_ttl),
+            ("grace", "grace (a tenth of the worker TTL)", opts.grace),
+            ("pending_job_ttl", "pending-job TTL", opts.pending_job_ttl),
+        ];
+        for (i, (field, what, ours)) in timings.into_iter().enumerate() {
+            let pool = a.get(4 + i).map(num).unwrap_or(0);
+            if pool != 0 && pool != ms(ours) {
+                return Err(ConfigError::new(
+                    field,
+                    format!(
+                        "the pool runs with a {what} of {:?}, this node asked for {ours:?}: every node of a pool must use the pool's",
+                        Duration::from_millis(pool),
+                    ),
+                )
+                .into());
+            }
         }
         let view = View {
             shut: a.first().map(num).unwrap_or(0),
             ver: a.get(1).map(num).unwrap_or(0),
             generation: a.get(2).map(text).unwrap_or_default(),
             superseded: Default::default(),
-            slots: slots_from(&a, 5),
+            slots: slots_from(&a, 7),
         };
         let shared = Arc::new(Shared {
             name,
@@ -1099,6 +1131,7 @@ fn heartbeat(s: &Shared, conn: &mut Conn, t_send: std::time::Instant) -> Result<
         Arg::N(ms(s.opts.grace)),
         Arg::S(epoch),
         Arg::N(myver),
+        Arg::N(ms(s.opts.pending_job_ttl)),
     ];
     for &i in &live {
         args.push(Arg::S(&wids[i]));

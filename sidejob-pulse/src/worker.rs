@@ -463,6 +463,7 @@ impl Run {
                 Arg::N(ms(self.opts().grace)),
                 Arg::S(&epoch),
                 Arg::S(wid),
+                Arg::N(ms(self.opts().pending_job_ttl)),
             ],
         )?;
         match a.first().map(text).as_deref() {
