@@ -9,18 +9,14 @@ use sidejob_redis::{escape_name, Endpoint, EndpointError};
 
 use crate::error::{ConfigError, Error, RedisError};
 use crate::generation::Generation;
+use crate::job::{Handler, MAX_KEY_LEN, MAX_PAYLOAD_LEN};
 use crate::route::route;
 use crate::shared::{
     deadline_after, lock, random_id, thread_name, NodeState, Options, Shared, View, WorkerCell,
     CLOCK_RATE_MARGIN, MAX_LONG_WAIT,
 };
-use crate::store::{ms, now, num, slots_from, text, Arg, Conn, Scripts};
-use crate::worker::{self, Handler, Worker};
-
-/// The longest job key, in bytes.
-pub const MAX_KEY_LEN: usize = 1024;
-/// The longest payload (of a job or a notification), in bytes.
-pub const MAX_PAYLOAD_LEN: usize = 1 << 20;
+use crate::store::{ms, now, num, slots_from, text, Arg, Conn, Scripts, Tag};
+use crate::worker::{self, Worker};
 
 /// The longest worker TTL: after Redis loses its state (or on a Redis up
 /// for less than `ttl + grace`) no job starts for `ttl + grace`, so a TTL
@@ -630,25 +626,25 @@ impl Node {
                     Arg::S(&owner),
                 ],
             )?;
-            match a.first().map(text).as_deref() {
-                Some("OK") => {
+            match Tag::of(&a) {
+                Some(Tag::Ok) => {
                     let generation = a.get(2).map(text).unwrap_or_default();
                     s.learn_generation(&generation);
                     return Ok(Generation(generation));
                 }
-                Some("STALE") if !unassigned => {
+                Some(Tag::Stale) if !unassigned => {
                     s.learn_view(a.get(1).map(num).unwrap_or(0), Some(slots_from(&a, 2)));
                     unassigned = now() >= deadline;
                 }
-                Some("FULL") => {
+                Some(Tag::Full) => {
                     return Err(Error::Full {
                         max_queued_jobs: s.opts.max_queued_jobs,
                     })
                 }
-                Some("EXISTS") => return Err(Error::Exists),
-                Some("SHUTDOWN") => return Err(Error::ShuttingDown),
-                Some("NOPOOL") => return Err(Error::NoPool),
-                Some("CLOSED") => return Err(s.saw_shut_down()),
+                Some(Tag::Exists) => return Err(Error::Exists),
+                Some(Tag::ShuttingDown) => return Err(Error::ShuttingDown),
+                Some(Tag::NoPool) => return Err(Error::NoPool),
+                Some(Tag::Closed) => return Err(s.saw_shut_down()),
                 _ => return Err(unexpected("dispatch", &a)),
             }
         }
@@ -678,11 +674,11 @@ impl Node {
                 Arg::S(key),
             ],
         )?;
-        match a.first().map(text).as_deref() {
-            Some("OK") => Ok(()),
-            Some("NOTFOUND") => Err(Error::NotFound),
-            Some("NOPOOL") => Err(Error::NoPool),
-            Some("CLOSED") => Err(s.saw_shut_down()),
+        match Tag::of(&a) {
+            Some(Tag::Ok) => Ok(()),
+            Some(Tag::NotFound) => Err(Error::NotFound),
+            Some(Tag::NoPool) => Err(Error::NoPool),
+            Some(Tag::Closed) => Err(s.saw_shut_down()),
             _ => Err(unexpected("stop", &a)),
         }
     }
@@ -709,11 +705,11 @@ impl Node {
             &s.prefix,
             &[Arg::S(key), Arg::B(payload)],
         )?;
-        match a.first().map(text).as_deref() {
-            Some("OK") => Ok(()),
-            Some("NOTFOUND") => Err(Error::NotFound),
-            Some("NOPOOL") => Err(Error::NoPool),
-            Some("CLOSED") => Err(s.saw_shut_down()),
+        match Tag::of(&a) {
+            Some(Tag::Ok) => Ok(()),
+            Some(Tag::NotFound) => Err(Error::NotFound),
+            Some(Tag::NoPool) => Err(Error::NoPool),
+            Some(Tag::Closed) => Err(s.saw_shut_down()),
             _ => Err(unexpected("notify", &a)),
         }
     }
@@ -1200,12 +1196,12 @@ fn place_due(s: &Shared, conn: &mut Conn) -> Result<Duration, Error> {
             args.push(Arg::S(&owners[i]));
         }
         let r = conn.run(&s.scripts.place, &s.prefix, &args)?;
-        match r.first().map(text).as_deref() {
+        match Tag::of(&r) {
             // Routed over an old view: learn the new one and go again.
-            Some("STALE") => {
+            Some(Tag::Stale) => {
                 s.learn_view(r.get(1).map(num).unwrap_or(0), Some(slots_from(&r, 2)));
             }
-            Some("OK") if full => {}
+            Some(Tag::Ok) if full => {}
             _ => return Ok(Duration::ZERO),
         }
     }
