@@ -1,4 +1,4 @@
--- heartbeat(run, ttl, grace, epoch, myver, w1, w2, ...): renews each
+-- heartbeat(run, ttl, grace, epoch, myver, pttl, w1, w2, ...): renews each
 -- worker's lease if it has not run out (Redis time), reaps members whose
 -- lease ran out more than grace ago (their jobs become orphans).
 -- -> {ver, generation, shut, learn_remaining_ms, due, renewed..., [slots...]}
@@ -6,14 +6,14 @@
 -- An empty epoch: do not re-create a missing pool (this node saw it shut
 -- down); the answer then says shut 2, or 3 if it was shut down for good.
 local ttl, grace = tonumber(ARGV[2]), tonumber(ARGV[3])
-if not ensure(ttl, grace, ARGV[4]) then
+if not ensure(ttl, grace, ARGV[4], '', tonumber(ARGV[6])) then
   local out = {0, '', shut_down() and 3 or 2, 0, 0}
-  for i = 6, #ARGV do out[#out + 1] = 0 end
+  for i = 7, #ARGV do out[#out + 1] = 0 end
   return out
 end
 reap(grace)
 local ws = {}
-for i = 6, #ARGV do
+for i = 7, #ARGV do
   local w = ARGV[i]
   if is_live(w) then
     redis.call('ZADD', P .. 'members', NOW + ttl, w)

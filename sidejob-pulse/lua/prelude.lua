@@ -15,8 +15,9 @@
 --                 "queued" means dispatched and not yet claimed.
 --   wk:<w>  (set) the keys whose record names worker w
 --   s:<w>   (stream) worker w's mailbox
--- Pool-wide: meta (hash; ttl: the worker TTL in ms the pool was created
--- with, which every node joining must use), slots (list: the jump-hash buckets, "" = free),
+-- Pool-wide: meta (hash; ttl, grace, pttl: the worker TTL, grace and
+-- pending-job TTL in ms the pool was created with, which every node
+-- joining must use), slots (list: the jump-hash buckets, "" = free),
 -- members (zset: worker id -> lease expiry, Redis ms). After a shutdown
 -- only `closed` is left (a tombstone: the pool stays shut).
 
@@ -52,15 +53,28 @@ local function learning() return mnum('learn') > NOW end
 -- Returns false if the pool is missing and epoch is "" (do not create), or
 -- if the pool was shut down (the tombstone `closed`: only an explicit
 -- reopen, join.lua's flag, removes it).
-local function ensure(ttl, grace, epoch)
+-- fresh "1" (join.lua only, NodeBuilder::assume_fresh_redis): the user
+-- vouches that no pool of this name lived on this Redis before, so a
+-- young Redis is no reason to learn. pttl: the creator's pending-job TTL,
+-- recorded with its worker TTL and grace (every caller that may create
+-- the pool passes it).
+local function ensure(ttl, grace, epoch, fresh, pttl)
   if redis.call('EXISTS', META) == 0 then
     if epoch == '' or redis.call('EXISTS', P .. 'closed') == 1 then return false end
-    local info = redis.call('INFO', 'server')
-    local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) or 0
-    local learn = NOW - up * 1000 + ttl + grace
+    local learn = NOW
+    if fresh ~= '1' then
+      -- uptime_in_seconds is floor(now) - floor(start) in whole seconds of
+      -- the wall clock: it reads 1 a few ms after start if a second
+      -- boundary passed. The true uptime is above up - 1 and may be far
+      -- below up; learning must never end early, so the start is taken
+      -- to be as late as it can be: up - 1 seconds ago.
+      local info = redis.call('INFO', 'server')
+      local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) or 0
+      learn = NOW - math.max(0, up - 1) * 1000 + ttl + grace
+    end
     redis.call('HSET', META, 'ver', fmt(NOW_US), 'ctr', fmt(NOW_US), 'shut', '0',
       'learn', fmt(learn), 'run', RUN, 'loss', '0', 'epoch', epoch .. '.' .. fmt(NOW_US),
-      'ttl', fmt(ttl))
+      'ttl', fmt(ttl), 'grace', fmt(grace), 'pttl', fmt(pttl or 0))
     return true
   end
   if mget('run') ~= RUN then

@@ -1,9 +1,9 @@
--- register(run, ttl, grace, epoch, wid): worker wid becomes a member, in
+-- register(run, ttl, grace, epoch, wid, pttl): worker wid becomes a member, in
 -- the first free slot (or a new one at the end), and every member hears
 -- of it. -> {'OK', ver, generation, slots...} | {'SHUTDOWN'} | {'CLOSED'}
 local ttl, grace, w = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[5]
 if shut_down() then return {'CLOSED'} end
-if not ensure(ttl, grace, ARGV[4]) or mnum('shut') ~= 0 then return {'SHUTDOWN'} end
+if not ensure(ttl, grace, ARGV[4], '', tonumber(ARGV[6])) or mnum('shut') ~= 0 then return {'SHUTDOWN'} end
 redis.call('ZADD', P .. 'members', NOW + ttl, w)
 if not redis.call('LPOS', P .. 'slots', w) then
   local idx = redis.call('LPOS', P .. 'slots', '')

@@ -101,12 +101,12 @@ impl fmt::Display for Error {
             Error::InvalidKey => write!(
                 f,
                 "invalid job key: empty or longer than {} bytes",
-                crate::MAX_KEY_LEN
+                crate::job::MAX_KEY_LEN
             ),
             Error::InvalidPayload => write!(
                 f,
                 "invalid payload: longer than {} bytes",
-                crate::MAX_PAYLOAD_LEN
+                crate::job::MAX_PAYLOAD_LEN
             ),
             Error::Exists => f.write_str("a job with this key is already in the pool"),
             Error::NotFound => f.write_str("no job with this key in the pool"),

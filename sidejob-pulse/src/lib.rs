@@ -60,8 +60,10 @@
 
 mod error;
 mod generation;
+mod job;
 mod node;
 mod route;
+mod run;
 mod shared;
 mod store;
 mod worker;
@@ -73,6 +75,7 @@ struct ReadmeDoctest;
 
 pub use error::{ConfigError, Error, RedisError};
 pub use generation::Generation;
-pub use node::{Node, NodeBuilder, PoolState, MAX_KEY_LEN, MAX_PAYLOAD_LEN};
+pub use job::{Handler, Job, StopReason, Token, MAX_KEY_LEN, MAX_PAYLOAD_LEN};
+pub use node::{Node, NodeBuilder, PoolState};
 pub use sidejob_redis::{Endpoint, EndpointError};
-pub use worker::{Handler, Job, StopReason, Token, Worker};
+pub use worker::Worker;

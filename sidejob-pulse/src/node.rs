@@ -9,18 +9,14 @@ use sidejob_redis::{escape_name, Endpoint, EndpointError};
 
 use crate::error::{ConfigError, Error, RedisError};
 use crate::generation::Generation;
+use crate::job::{Handler, MAX_KEY_LEN, MAX_PAYLOAD_LEN};
 use crate::route::route;
 use crate::shared::{
     deadline_after, lock, random_id, thread_name, NodeState, Options, Shared, View, WorkerCell,
-    MAX_LONG_WAIT,
+    CLOCK_RATE_MARGIN, MAX_LONG_WAIT,
 };
-use crate::store::{ms, now, num, slots_from, text, Arg, Conn, Scripts};
-use crate::worker::{self, Handler, Worker};
-
-/// The longest job key, in bytes.
-pub const MAX_KEY_LEN: usize = 1024;
-/// The longest payload (of a job or a notification), in bytes.
-pub const MAX_PAYLOAD_LEN: usize = 1 << 20;
+use crate::store::{ms, now, num, slots_from, text, Arg, Conn, Scripts, Tag};
+use crate::worker::{self, Worker};
 
 /// The longest worker TTL: after Redis loses its state (or on a Redis up
 /// for less than `ttl + grace`) no job starts for `ttl + grace`, so a TTL
@@ -84,6 +80,7 @@ pub struct NodeBuilder {
     client_only: bool,
     job_sink_block: Duration,
     reopen: bool,
+    assume_fresh_redis: bool,
 }
 
 impl Default for NodeBuilder {
@@ -98,6 +95,7 @@ impl Default for NodeBuilder {
             client_only: false,
             job_sink_block: Duration::from_secs(5),
             reopen: false,
+            assume_fresh_redis: false,
         }
     }
 }
@@ -161,6 +159,24 @@ impl NodeBuilder {
     /// Longest time a job may stay assigned and not started before it is
     /// assigned again, to the worker that owns its key then (20 s). At
     /// least 10 ms, at most 24 h.
+    ///
+    /// Like the [worker TTL](Self::worker_ttl), a timing of the pool: fixed
+    /// when the pool is created (and re-created after Redis loses it), and
+    /// [`join`](Self::join) refuses another value with [`Error::Config`]
+    /// naming `pending_job_ttl` (client-only nodes too: their dispatches
+    /// set the deadline). Every node of a pool sets the same timings.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use sidejob_pulse::{Error, Node};
+    ///
+    /// let url = "redis://127.0.0.1:6379/";
+    /// let join = |pending| Node::builder().name("t").url(url).pending_job_ttl(pending).join();
+    /// let _a = join(Duration::from_secs(20))?;
+    /// let Err(Error::Config(c)) = join(Duration::from_secs(5)) else { panic!() };
+    /// assert_eq!(c.field(), "pending_job_ttl");
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn pending_job_ttl(&mut self, ttl: Duration) -> &mut Self {
         self.pending_job_ttl = ttl;
         self
@@ -206,6 +222,47 @@ impl NodeBuilder {
     /// ```
     pub fn reopen(&mut self, yes: bool) -> &mut Self {
         self.reopen = yes;
+        self
+    }
+
+    /// Skip the start-up learning mode when this node's
+    /// [`join`](Self::join) creates the pool on a young Redis (false).
+    ///
+    /// A pool created on a Redis up for less than the worker TTL and grace
+    /// learns for that long from Redis' start ([`Node::learning_remaining`]
+    /// says how long is left): no job starts meanwhile, because nothing
+    /// tells a new Redis from one that restarted empty and lost a pool
+    /// whose workers still run their jobs. A deployment that starts Redis
+    /// and the pool together, and knows no pool of this name lived on it
+    /// before, can say so here: jobs then start at once.
+    ///
+    /// **The risk.** If the Redis in fact restarted empty (or failed over
+    /// to a replica that had not seen the pool) while workers of another
+    /// node still held their leases, a job they run may start a second
+    /// time elsewhere, each run under its own [`Token`](crate::Token):
+    /// only a resource fenced by the token keeps the old run's writes out.
+    /// So set it from the step that starts a new Redis, not on every node
+    /// (a node restarted later by a supervisor would carry it to a Redis
+    /// that may have lost its state). It applies only when this join
+    /// creates the pool; a pool already there, a pool re-created later by
+    /// a heartbeat, and the learning after Redis restarts or fails over
+    /// under a pool (a new `run_id`) are not affected.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use sidejob_pulse::Node;
+    ///
+    /// // A test fixture that has just started its own Redis.
+    /// let node = Node::builder()
+    ///     .name("tenants")
+    ///     .url("redis://127.0.0.1:6379/")
+    ///     .assume_fresh_redis(true)
+    ///     .join()?;
+    /// assert_eq!(node.learning_remaining()?, Duration::ZERO);
+    /// # Ok::<(), sidejob_pulse::Error>(())
+    /// ```
+    pub fn assume_fresh_redis(&mut self, yes: bool) -> &mut Self {
+        self.assume_fresh_redis = yes;
         self
     }
 
@@ -278,8 +335,10 @@ impl NodeBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] naming the setting (`worker_ttl` if the pool was
-    /// created with another); [`Error::PoolShutDown`] if the pool was shut
+    /// [`Error::Config`] naming the setting (`worker_ttl` or
+    /// `pending_job_ttl` if the pool was created with another; `grace` if
+    /// it was created with another grace, by a version of this crate that
+    /// derives it otherwise); [`Error::PoolShutDown`] if the pool was shut
     /// down (see [`reopen`](Self::reopen)); [`Error::Redis`] if Redis
     /// cannot be reached or refuses the login.
     pub fn join(&self) -> Result<Node, Error> {
@@ -311,36 +370,49 @@ impl NodeBuilder {
                 Arg::N(ms(opts.grace)),
                 Arg::S(&epoch),
                 Arg::N(u64::from(self.reopen)),
+                Arg::N(u64::from(self.assume_fresh_redis)),
+                Arg::N(ms(opts.pending_job_ttl)),
             ],
         )?;
         if a.first().map(num) == Some(3) {
             return Err(Error::PoolShutDown);
         }
         // The pool's timings live in the pool: a node with another worker
-        // TTL is refused rather than joining silently. After a state loss
-        // the node that re-creates the pool sets its learning mode from
-        // its own TTL, which must outlast every worker's lease; with TTLs
-        // that differ, a shorter one would let jobs start while a longer
-        // lease still runs. (Adopting the pool's TTL instead would hide a
-        // misconfiguration and change this node's timings under it.)
-        let pool_ttl = a.get(4).map(num).unwrap_or(0);
-        if pool_ttl != 0 && pool_ttl != ms(opts.worker_ttl) {
-            return Err(ConfigError::new(
-                "worker_ttl",
-                format!(
-                    "the pool runs with a worker TTL of {:?}, this node asked for {:?}: every node of a pool must use the pool's",
-                    Duration::from_millis(pool_ttl),
-                    opts.worker_ttl
-                ),
-            )
-            .into());
+        // TTL, grace or pending-job TTL is refused rather than joining
+        // silently (a 0: a pool created before that timing was recorded).
+        // After a state loss the node that re-creates the pool sets its
+        // learning mode from its own TTL and grace, which must outlast
+        // every worker's lease, and every heartbeat reaps with its
+        // caller's grace: with values that differ, jobs could start while
+        // a longer lease still runs. The pending-job TTL is no such
+        // danger, but the same rule holds for it: each node's dispatches
+        // and hand-overs would otherwise give jobs different deadlines in
+        // one pool. (Adopting the pool's values instead would hide a
+        // misconfiguration and change a node's timings under it.)
+        let timings = [
+            ("worker_ttl", "worker TTL", opts.worker_ttl),
+            ("grace", "grace (a tenth of the worker TTL)", opts.grace),
+            ("pending_job_ttl", "pending-job TTL", opts.pending_job_ttl),
+        ];
+        for (i, (field, what, ours)) in timings.into_iter().enumerate() {
+            let pool = a.get(4 + i).map(num).unwrap_or(0);
+            if pool != 0 && pool != ms(ours) {
+                return Err(ConfigError::new(
+                    field,
+                    format!(
+                        "the pool runs with a {what} of {:?}, this node asked for {ours:?}: every node of a pool must use the pool's",
+                        Duration::from_millis(pool),
+                    ),
+                )
+                .into());
+            }
         }
         let view = View {
             shut: a.first().map(num).unwrap_or(0),
             ver: a.get(1).map(num).unwrap_or(0),
             generation: a.get(2).map(text).unwrap_or_default(),
             superseded: Default::default(),
-            slots: slots_from(&a, 5),
+            slots: slots_from(&a, 7),
         };
         let shared = Arc::new(Shared {
             name,
@@ -554,25 +626,25 @@ impl Node {
                     Arg::S(&owner),
                 ],
             )?;
-            match a.first().map(text).as_deref() {
-                Some("OK") => {
+            match Tag::of(&a) {
+                Some(Tag::Ok) => {
                     let generation = a.get(2).map(text).unwrap_or_default();
                     s.learn_generation(&generation);
                     return Ok(Generation(generation));
                 }
-                Some("STALE") if !unassigned => {
+                Some(Tag::Stale) if !unassigned => {
                     s.learn_view(a.get(1).map(num).unwrap_or(0), Some(slots_from(&a, 2)));
                     unassigned = now() >= deadline;
                 }
-                Some("FULL") => {
+                Some(Tag::Full) => {
                     return Err(Error::Full {
                         max_queued_jobs: s.opts.max_queued_jobs,
                     })
                 }
-                Some("EXISTS") => return Err(Error::Exists),
-                Some("SHUTDOWN") => return Err(Error::ShuttingDown),
-                Some("NOPOOL") => return Err(Error::NoPool),
-                Some("CLOSED") => return Err(s.saw_shut_down()),
+                Some(Tag::Exists) => return Err(Error::Exists),
+                Some(Tag::ShuttingDown) => return Err(Error::ShuttingDown),
+                Some(Tag::NoPool) => return Err(Error::NoPool),
+                Some(Tag::Closed) => return Err(s.saw_shut_down()),
                 _ => return Err(unexpected("dispatch", &a)),
             }
         }
@@ -602,11 +674,11 @@ impl Node {
                 Arg::S(key),
             ],
         )?;
-        match a.first().map(text).as_deref() {
-            Some("OK") => Ok(()),
-            Some("NOTFOUND") => Err(Error::NotFound),
-            Some("NOPOOL") => Err(Error::NoPool),
-            Some("CLOSED") => Err(s.saw_shut_down()),
+        match Tag::of(&a) {
+            Some(Tag::Ok) => Ok(()),
+            Some(Tag::NotFound) => Err(Error::NotFound),
+            Some(Tag::NoPool) => Err(Error::NoPool),
+            Some(Tag::Closed) => Err(s.saw_shut_down()),
             _ => Err(unexpected("stop", &a)),
         }
     }
@@ -633,11 +705,11 @@ impl Node {
             &s.prefix,
             &[Arg::S(key), Arg::B(payload)],
         )?;
-        match a.first().map(text).as_deref() {
-            Some("OK") => Ok(()),
-            Some("NOTFOUND") => Err(Error::NotFound),
-            Some("NOPOOL") => Err(Error::NoPool),
-            Some("CLOSED") => Err(s.saw_shut_down()),
+        match Tag::of(&a) {
+            Some(Tag::Ok) => Ok(()),
+            Some(Tag::NotFound) => Err(Error::NotFound),
+            Some(Tag::NoPool) => Err(Error::NoPool),
+            Some(Tag::Closed) => Err(s.saw_shut_down()),
             _ => Err(unexpected("notify", &a)),
         }
     }
@@ -874,6 +946,50 @@ impl Node {
         rx
     }
 
+    /// How long the pool's learning mode lasts from now, read from Redis
+    /// (one round trip): zero once it is over.
+    ///
+    /// While the pool learns, no job starts: dispatches are acknowledged
+    /// and wait, counted as queued, and the keepers place them the moment
+    /// it ends. A pool learns for the worker TTL and grace (a tenth of the
+    /// TTL) after it is created on a Redis up for less than that (counted
+    /// from Redis' start, whose uptime Redis reports in whole seconds:
+    /// taken as the worst case, so up to a second longer; see
+    /// [`NodeBuilder::assume_fresh_redis`]), and after Redis restarts or
+    /// fails over under it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoPool`] if Redis lost the pool and no worker node has
+    /// re-created it yet; [`Error::PoolShutDown`]; [`Error::Redis`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use sidejob_pulse::Node;
+    ///
+    /// let node = Node::builder()
+    ///     .name("tenants")
+    ///     .url("redis://127.0.0.1:6379/")
+    ///     .worker_ttl(Duration::from_secs(10))
+    ///     .join()?;
+    /// // At most ttl + grace (and the second Redis' uptime may overstate).
+    /// assert!(node.learning_remaining()? <= Duration::from_secs(12));
+    /// # Ok::<(), sidejob_pulse::Error>(())
+    /// ```
+    pub fn learning_remaining(&self) -> Result<Duration, Error> {
+        let s = &self.shared;
+        let a = lock(&s.conn).run(&s.scripts.view, &s.prefix, &[])?;
+        if a.first().map(num).unwrap_or(0) == 0 {
+            return Err(match a.get(2).map(num) {
+                Some(3) => s.saw_shut_down(),
+                _ => Error::NoPool,
+            });
+        }
+        Ok(Duration::from_millis(a.get(3).map(num).unwrap_or(0)))
+    }
+
     /// The membership version and slots this node last saw (a free slot is
     /// `""`): for tests and diagnostics.
     pub fn membership(&self) -> (u64, Vec<String>) {
@@ -928,7 +1044,9 @@ fn close(s: &Arc<Shared>) {
 /// The keeper thread: every heartbeat period, renews the leases of the
 /// node's workers in one script (which also reaps dead workers anywhere in
 /// the pool), then places due jobs (orphans, and jobs not started within
-/// the pending-job TTL) on their owners.
+/// the pending-job TTL) on their owners. While the pool learns, it also
+/// wakes the moment learning ends (as Redis reported the time left) and
+/// places the jobs that waited, rather than at the next heartbeat.
 fn keeper(s: Arc<Shared>, stop: mpsc::Receiver<()>) {
     let mut conn = match s.conn() {
         Ok(c) => c,
@@ -936,20 +1054,55 @@ fn keeper(s: Arc<Shared>, stop: mpsc::Receiver<()>) {
     };
     loop {
         let t_send = now();
-        if let Ok(due) = heartbeat(&s, &mut conn, t_send) {
-            if due > 0 {
+        let next_heartbeat = t_send + s.opts.heartbeat_every;
+        let mut wake = next_heartbeat;
+        if let Ok(hb) = heartbeat(&s, &mut conn, t_send) {
+            if hb.due > 0 {
                 let _ = place_due(&s, &mut conn);
             }
+            if let Some(end) = learning_end(hb.learning) {
+                wake = wake.min(end);
+            }
         }
-        let wait = (t_send + s.opts.heartbeat_every).saturating_duration_since(now());
-        match stop.recv_timeout(wait) {
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            _ => return,
+        loop {
+            let wait = wake.saturating_duration_since(now());
+            match stop.recv_timeout(wait) {
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                _ => return,
+            }
+            if now() >= next_heartbeat {
+                break;
+            }
+            // Learning has ended (on this node's clock): place what
+            // waited. If Redis still learns (the clocks' rates differ),
+            // wake again when it says it ends.
+            wake = match place_due(&s, &mut conn).map(learning_end) {
+                Ok(Some(end)) => end.min(next_heartbeat),
+                _ => next_heartbeat,
+            };
         }
     }
 }
 
-fn heartbeat(s: &Shared, conn: &mut Conn, t_send: std::time::Instant) -> Result<u64, Error> {
+/// When learning ends, on this node's clock, given the time left that a
+/// reply just received reported (`None` if it has ended). The reply left
+/// Redis after the script read the time, so now plus what is left is not
+/// early but for the clocks' rates, which the margin covers.
+fn learning_end(left: Duration) -> Option<std::time::Instant> {
+    (!left.is_zero())
+        .then(|| now() + left.mul_f64(1.0 + 2.0 * CLOCK_RATE_MARGIN) + Duration::from_millis(1))
+}
+
+/// What the keeper's heartbeat learned.
+#[derive(Default)]
+struct Beat {
+    /// Jobs due for placement (none while learning).
+    due: u64,
+    /// How long learning lasts (zero: over), as Redis reported it.
+    learning: Duration,
+}
+
+fn heartbeat(s: &Shared, conn: &mut Conn, t_send: std::time::Instant) -> Result<Beat, Error> {
     let cells: Vec<Arc<WorkerCell>> = lock(&s.workers).clone();
     let wids: Vec<String> = cells.iter().map(|c| c.wid()).collect();
     let live: Vec<usize> = (0..cells.len()).filter(|&i| !wids[i].is_empty()).collect();
@@ -959,7 +1112,7 @@ fn heartbeat(s: &Shared, conn: &mut Conn, t_send: std::time::Instant) -> Result<
             let a = conn.run(&s.scripts.view, &s.prefix, &[])?;
             s.learn_generation(&a.get(1).map(text).unwrap_or_default());
         }
-        return Ok(0);
+        return Ok(Beat::default());
     }
     let myver = lock(&s.view).ver;
     // A node that saw the pool shut down never re-creates it: after the
@@ -974,6 +1127,7 @@ fn heartbeat(s: &Shared, conn: &mut Conn, t_send: std::time::Instant) -> Result<
         Arg::N(ms(s.opts.grace)),
         Arg::S(epoch),
         Arg::N(myver),
+        Arg::N(ms(s.opts.pending_job_ttl)),
     ];
     for &i in &live {
         args.push(Arg::S(&wids[i]));
@@ -983,6 +1137,7 @@ fn heartbeat(s: &Shared, conn: &mut Conn, t_send: std::time::Instant) -> Result<
     let generation = a.get(1).map(text).unwrap_or_default();
     let shut = a.get(2).map(num).unwrap_or(0);
     let due = a.get(4).map(num).unwrap_or(0);
+    let learning = Duration::from_millis(a.get(3).map(num).unwrap_or(0));
     let slots = (a.len() > 5 + live.len()).then(|| slots_from(&a, 5 + live.len()));
     s.learn_view(ver, slots);
     s.learn_generation(&generation);
@@ -998,20 +1153,24 @@ fn heartbeat(s: &Shared, conn: &mut Conn, t_send: std::time::Instant) -> Result<
         let renewed = a.get(5 + j).map(num).unwrap_or(0) == 1;
         cells[i].heartbeat_result(&wids[i], renewed, valid_until, &generation, s, conn);
     }
-    Ok(due)
+    Ok(Beat { due, learning })
 }
 
 /// Due jobs fetched per script call.
 const DUE_BATCH: usize = 200;
 
 /// Places due jobs in batches until none is left (at most 50 batches a
-/// heartbeat: 10,000 jobs), routing each over this node's view.
-fn place_due(s: &Shared, conn: &mut Conn) -> Result<(), Error> {
+/// heartbeat: 10,000 jobs), routing each over this node's view. Answers
+/// how long the pool still learns (zero: it does not; nothing is placed
+/// while it does).
+fn place_due(s: &Shared, conn: &mut Conn) -> Result<Duration, Error> {
     for _ in 0..50 {
         let a = conn.run(&s.scripts.due, &s.prefix, &[Arg::N(DUE_BATCH as u64)])?;
-        if a.len() < 3 {
-            return Ok(());
+        let learning = Duration::from_millis(a.get(1).map(num).unwrap_or(0));
+        if a.len() < 4 {
+            return Ok(learning);
         }
+        let a = &a[1..];
         let full = a.len() == 1 + 2 * DUE_BATCH;
         let (ver, owners) = {
             let v = lock(&s.view);
@@ -1037,14 +1196,14 @@ fn place_due(s: &Shared, conn: &mut Conn) -> Result<(), Error> {
             args.push(Arg::S(&owners[i]));
         }
         let r = conn.run(&s.scripts.place, &s.prefix, &args)?;
-        match r.first().map(text).as_deref() {
+        match Tag::of(&r) {
             // Routed over an old view: learn the new one and go again.
-            Some("STALE") => {
+            Some(Tag::Stale) => {
                 s.learn_view(r.get(1).map(num).unwrap_or(0), Some(slots_from(&r, 2)));
             }
-            Some("OK") if full => {}
-            _ => return Ok(()),
+            Some(Tag::Ok) if full => {}
+            _ => return Ok(Duration::ZERO),
         }
     }
-    Ok(())
+    Ok(Duration::ZERO)
 }

@@ -1,8 +1,9 @@
 //! What a node's threads share: the node's settings and state, its view
 //! of the membership, and each worker's cell (the part of a worker that
 //! the keeper and the worker's handle reach). `node.rs` (the public
-//! handle and the keeper) and `worker.rs` (the worker's handle and run
-//! loop) both build on this module, and neither on the other's insides.
+//! handle and the keeper), `worker.rs` (the worker's handle) and `run.rs`
+//! (the worker's run loop) build on this module, and none on another's
+//! insides.
 
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hasher};

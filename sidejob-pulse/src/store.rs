@@ -28,6 +28,12 @@ macro_rules! scripts {
                     include_str!(concat!("../lua/", stringify!($name), ".lua"))
                 )),)* }
             }
+
+            /// Every script's own text (without the prelude).
+            #[cfg(test)]
+            pub(crate) fn sources() -> Vec<&'static str> {
+                vec![$(include_str!(concat!("../lua/", stringify!($name), ".lua")),)*]
+            }
         }
     };
 }
@@ -250,6 +256,63 @@ pub(crate) fn num(v: &Value) -> u64 {
     }
 }
 
+/// The tag a script's reply starts with (`{'OK', ...}`): every tag the
+/// scripts answer, parsed here and nowhere else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tag {
+    /// `OK`: done (what follows depends on the script).
+    Ok,
+    /// `STALE`: routed over an old membership; the new one follows.
+    Stale,
+    /// `FULL`: `max_queued_jobs` reached.
+    Full,
+    /// `EXISTS`: the key is in the pool.
+    Exists,
+    /// `SHUTDOWN`: the pool is shutting down.
+    ShuttingDown,
+    /// `NOPOOL`: the pool is missing (Redis lost it).
+    NoPool,
+    /// `CLOSED`: the pool was shut down for good.
+    Closed,
+    /// `NOTFOUND`: no such job.
+    NotFound,
+    /// `LOST`: the job is no longer this worker's.
+    Lost,
+    /// `WAIT`: learning mode; try again later.
+    Wait,
+    /// `GONE`: the worker is not a member (register first).
+    Gone,
+    /// `STOP`: another run of the job wins; stop this one.
+    Stop,
+}
+
+impl Tag {
+    const ALL: [(&'static str, Tag); 12] = [
+        ("OK", Tag::Ok),
+        ("STALE", Tag::Stale),
+        ("FULL", Tag::Full),
+        ("EXISTS", Tag::Exists),
+        ("SHUTDOWN", Tag::ShuttingDown),
+        ("NOPOOL", Tag::NoPool),
+        ("CLOSED", Tag::Closed),
+        ("NOTFOUND", Tag::NotFound),
+        ("LOST", Tag::Lost),
+        ("WAIT", Tag::Wait),
+        ("GONE", Tag::Gone),
+        ("STOP", Tag::Stop),
+    ];
+
+    /// The tag of `reply` (`None`: no reply, or not a tag: an unexpected
+    /// reply, which callers report).
+    pub(crate) fn of(reply: &[Value]) -> Option<Tag> {
+        let first = text(reply.first()?);
+        Tag::ALL
+            .iter()
+            .find(|(name, _)| *name == first)
+            .map(|&(_, t)| t)
+    }
+}
+
 /// Items from `from` on, as slot names.
 pub(crate) fn slots_from(a: &[Value], from: usize) -> Vec<String> {
     a.iter().skip(from).map(text).collect()
@@ -263,4 +326,52 @@ pub(crate) fn ms(d: Duration) -> u64 {
 /// Now, on the monotonic clock.
 pub(crate) fn now() -> Instant {
     Instant::now()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every tag a script can answer (`{'TAG'` or `'TAG' or 'TAG'`), read
+    /// from the scripts' text.
+    fn tags_in_scripts() -> Vec<String> {
+        let mut out = Vec::new();
+        for src in Scripts::sources() {
+            for (i, _) in src.match_indices('\'') {
+                let rest = &src[i + 1..];
+                let Some(end) = rest.find('\'') else { continue };
+                let word = &rest[..end];
+                let before = src[..i].trim_end();
+                let is_tag = word.len() > 1
+                    && word.chars().all(|c| c.is_ascii_uppercase())
+                    && (before.ends_with('{')
+                        || before.ends_with(" and")
+                        || before.ends_with(" or"));
+                if is_tag && !out.iter().any(|w: &String| w == word) {
+                    out.push(word.to_string());
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_tag_the_scripts_answer_parses() {
+        let tags = tags_in_scripts();
+        assert!(tags.len() >= 12, "{tags:?}");
+        for t in &tags {
+            let reply = [Value::BulkString(t.as_bytes().to_vec())];
+            assert!(Tag::of(&reply).is_some(), "{t} does not parse");
+        }
+        for (name, tag) in Tag::ALL {
+            assert!(
+                tags.iter().any(|t| t == name),
+                "{name} is answered by no script"
+            );
+            let reply = [Value::SimpleString(name.into()), Value::Int(1)];
+            assert_eq!(Tag::of(&reply), Some(tag));
+        }
+        assert_eq!(Tag::of(&[]), None);
+        assert_eq!(Tag::of(&[Value::Int(3)]), None);
+    }
 }

@@ -109,6 +109,7 @@ fn dispatch_notify_stop_and_the_errors() {
         .url(&url)
         .client_only(true)
         .worker_ttl(Duration::from_millis(2000))
+        .pending_job_ttl(Duration::from_millis(4000)) // the pool's, as every node's
         .join()
         .unwrap();
     for i in 0..20 {
@@ -173,6 +174,7 @@ fn full_refuses_at_once_and_queued_jobs_start_when_a_worker_joins() {
         .url(&url)
         .client_only(true)
         .worker_ttl(Duration::from_millis(2000)) // the pool's, as every node's
+        .pending_job_ttl(Duration::from_millis(4000))
         .max_queued_jobs(5)
         .join()
         .unwrap();
@@ -358,6 +360,7 @@ fn a_shutdown_past_its_ttl_cleans_up_and_no_node_re_creates_the_pool() {
         .name("late")
         .url(&url)
         .worker_ttl(Duration::from_millis(2000))
+        .pending_job_ttl(Duration::from_millis(4000)) // the pool's, as every node's
         .worker_shutdown_ttl(Duration::from_millis(500))
         .join()
         .unwrap();
@@ -549,6 +552,7 @@ fn dispatch_never_fails_while_workers_come_and_go() {
         .url(&url)
         .client_only(true)
         .worker_ttl(Duration::from_millis(2000))
+        .pending_job_ttl(Duration::from_millis(4000)) // the pool's, as every node's
         .join()
         .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -615,6 +619,7 @@ fn a_dispatch_the_membership_outruns_is_recorded_unassigned() {
         .url(&url)
         .client_only(true)
         .worker_ttl(Duration::from_millis(2000))
+        .pending_job_ttl(Duration::from_millis(4000)) // the pool's, as every node's
         .join()
         .unwrap();
     client.dispatch("k0", b"").unwrap();

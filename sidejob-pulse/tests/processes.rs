@@ -455,6 +455,7 @@ impl Env {
             .url(self.redis.url())
             .client_only(true)
             .worker_ttl(TTL)
+            .pending_job_ttl(PENDING_TTL)
             .max_queued_jobs(100_000)
             .join()
             .unwrap()
