@@ -744,6 +744,36 @@ mod tests {
     }
 
     #[test]
+    fn the_lone_request_of_a_worker_coming_back_is_left_to_it() {
+        let q = SharedQueue::new(2, 8, true);
+        let (mut zero, mut one) = (Sleep::default(), Sleep::default());
+        // Both found their queues empty and yielded, worker 1 last.
+        assert!(poll_once(&q, 0, &mut zero).is_pending());
+        assert!(poll_once(&q, 1, &mut one).is_pending());
+        assert!(zero.yielded && one.yielded);
+        // One caller's request, queued at worker 1 (polled here last).
+        q.push(0, 1).unwrap();
+        // Worker 0's second look leaves it to worker 1 and sleeps...
+        assert!(poll_once(&q, 0, &mut zero).is_pending());
+        assert!(zero.registered);
+        assert_eq!(q.queues[1].lock().items.len(), 1);
+        // ...which takes it: no leapfrog.
+        assert!(matches!(
+            poll_once(&q, 1, &mut one),
+            Poll::Ready(Some((0, 1)))
+        ));
+        // Two queued at a worker coming back: another takes one of them.
+        assert!(poll_once(&q, 1, &mut one).is_pending());
+        q.push(0, 2).unwrap();
+        q.push(0, 3).unwrap();
+        assert!(matches!(
+            poll_once(&q, 0, &mut zero),
+            Poll::Ready(Some((0, 2)))
+        ));
+        assert_eq!(next(&q, 1, &mut one), Some(3));
+    }
+
+    #[test]
     fn a_worker_back_from_away_looks_at_the_common_queue_first() {
         let q = SharedQueue::new(2, 8, true);
         let mut zero = Sleep::default();
