@@ -159,9 +159,6 @@ struct Q<T> {
     /// `looking`, a push leaves it set. Another worker leaves a lone item
     /// here to its owner ("Leaving a lone request to its owner").
     coming: bool,
-    /// The owner's waker while it is `coming`: the first push takes it and
-    /// wakes the owner ("Yielding once").
-    waiting: Option<Waker>,
     /// The owner's handler awaits: pushes go to the common queue.
     away: bool,
     /// Workers registered asleep (maybe stale high, never low).
@@ -187,13 +184,10 @@ struct State<T> {
 impl<T> Q<T> {
     /// Its owner looks here: no longer `looking` nor `coming` (it has
     /// looked) nor `away` (its handler is done).
-    /// Its waker left for a push, if no push took it: to be dropped (or
-    /// kept as the spare) after the lock.
-    fn looked(&mut self) -> Option<Waker> {
+    fn looked(&mut self) {
         self.looking = false;
         self.coming = false;
         self.away = false;
-        self.waiting.take()
     }
 
     /// The oldest item, for a worker other than the owner: none if the
@@ -244,10 +238,6 @@ pub(crate) struct Sleep {
     /// It found its queue empty once since its last request and yielded
     /// instead of sleeping.
     yielded: bool,
-    /// It left its waker at its queue for the next push instead of waking
-    /// itself: its caller (`mailbox.rs`) asks the runtime for a deferred
-    /// wake-up too, should no push come.
-    pub(crate) defer: bool,
 }
 
 crate::sync::const_thread_local! {
@@ -283,7 +273,6 @@ impl<T> SharedQueue<T> {
                         closed: false,
                         looking: false,
                         coming: false,
-                        waiting: None,
                         away: false,
                         sleeping: 0,
                     }))
@@ -328,7 +317,7 @@ impl<T> SharedQueue<T> {
         if !self.per_worker {
             return self.push_common(shard, item);
         }
-        let (ring, owner) = {
+        let ring = {
             let mut q = self.queues[self.target(shard)].lock();
             if q.away {
                 // Its owner awaits: not behind it (one lock at a time).
@@ -340,18 +329,14 @@ impl<T> SharedQueue<T> {
             }
             q.items.push_back((shard, item));
             // The owner's next look takes one request: it spares one push
-            // a ring, the first after it yielded (its queue was empty),
-            // which wakes the owner if it left its waker here.
+            // a ring, the first after it yielded (its queue was empty).
             if std::mem::take(&mut q.looking) {
-                (false, q.waiting.take())
+                false
             } else {
-                (q.sleeping > 0, None)
+                q.sleeping > 0
             }
         };
-        // Outside the queue's lock (a waker is the runtime's code).
-        if let Some(owner) = owner {
-            owner.wake();
-        }
+        // Outside the queue's lock.
         if ring {
             self.ring();
         }
@@ -423,26 +408,17 @@ impl<T> SharedQueue<T> {
     /// that holds one it may steal ([`Q::steal`]); clears `me`'s
     /// `looking`, `coming` and `away` (it has looked). (The common queue
     /// is looked at under the sleepers' lock, before a sleep.)
-    ///
-    /// The waker `me` left at its queue, if no push took it, becomes its
-    /// spare (`waker`) unless it has one.
-    fn take(&self, me: usize, waker: &mut Option<Waker>) -> Option<(usize, T)> {
+    fn take(&self, me: usize) -> Option<(usize, T)> {
         let n = self.queues.len();
-        let mut stale = None;
-        let item = (0..n).find_map(|i| {
+        (0..n).find_map(|i| {
             let mut q = self.queues[(me + i) % n].lock();
             if i == 0 {
-                stale = q.looked();
+                q.looked();
                 q.items.pop_front()
             } else {
                 q.steal()
             }
-        });
-        // After the lock: dropping a waker is the runtime's code.
-        if waker.is_none() {
-            *waker = stale;
-        }
-        item
+        })
     }
 
     /// True if some queue holds an item now.
@@ -510,25 +486,14 @@ impl<T> SharedQueue<T> {
             sleep.registered = false;
             drop(self.unregister(me, self.queues.len()));
         }
-        let mut left = false;
         let first = if !sleep.yielded {
-            // Outside the lock (a waker is the runtime's code): a spare to
-            // leave at the queue if it is empty.
-            match waker {
-                Some(spare) if spare.will_wake(cx.waker()) => {}
-                _ => *waker = Some(cx.waker().clone()),
-            }
             let mut q = self.queues[me].lock();
             let was_away = std::mem::take(&mut q.away);
             let item = q.items.pop_front();
             q.looking = item.is_none();
             // Back from away it may take from the common queue instead
-            // and run a handler: not coming, then (it wakes itself).
+            // and run a handler: not coming, then.
             q.coming = item.is_none() && !was_away;
-            if q.coming {
-                q.waiting = waker.take();
-                left = true;
-            }
             drop(q);
             match item {
                 // Back from away: its callers pushed to the common queue.
@@ -536,7 +501,7 @@ impl<T> SharedQueue<T> {
                 item => item,
             }
         } else {
-            self.take(me, waker)
+            self.take(me)
         };
         if let Some(item) = first {
             sleep.yielded = false;
@@ -544,13 +509,7 @@ impl<T> SharedQueue<T> {
         }
         if !sleep.yielded && !done() {
             sleep.yielded = true;
-            if left {
-                // Woken by the next push, or by the runtime's deferred
-                // wake-up should none come (`mailbox.rs`).
-                sleep.defer = true;
-            } else {
-                cx.waker().wake_by_ref();
-            }
+            cx.waker().wake_by_ref();
             return Poll::Pending;
         }
         // Outside any lock (a waker is the runtime's code).
@@ -577,11 +536,10 @@ impl<T> SharedQueue<T> {
         let n = self.queues.len();
         let mut found = None;
         let mut marked = 0;
-        let mut stale = None;
         for i in 0..n {
             let mut q = self.queues[(me + i) % n].lock();
             let item = if i == 0 {
-                stale = q.looked();
+                q.looked();
                 q.items.pop_front()
             } else {
                 q.steal()
@@ -592,11 +550,6 @@ impl<T> SharedQueue<T> {
             }
             q.sleeping += 1;
             marked += 1;
-        }
-        // After the locks; kept as the spare (the one it had is in its
-        // slot on the stack).
-        if waker.is_none() {
-            *waker = stale;
         }
         if let Some(item) = found {
             // Awake again; a ring meant for a request still queued is
@@ -668,14 +621,11 @@ impl<T> SharedQueue<T> {
         // A worker dropped between its yield and its next look (yielded,
         // not asleep) may have spared a push its ring.
         let in_window = sleep.yielded && !sleep.registered;
-        let stale = {
+        {
             let mut q = self.queues[me].lock();
             q.looking = false;
             q.coming = false;
-            q.waiting.take()
-        };
-        // After the lock (a waker is the runtime's code).
-        drop(stale);
+        }
         let marked = if self.per_worker {
             self.queues.len()
         } else {
@@ -698,15 +648,11 @@ impl<T> SharedQueue<T> {
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn close_and_drain(&self, mut each: impl FnMut(usize, T)) {
         let mut items = Vec::new();
-        let mut wakers = Vec::new();
         for q in self.queues.iter() {
             let mut q = q.lock();
             q.closed = true;
             items.extend(q.items.drain(..));
-            wakers.extend(q.waiting.take());
         }
-        // After the locks (a waker is the runtime's code).
-        drop(wakers);
         {
             let mut state = self.state.lock();
             state.closed = true;

@@ -203,18 +203,7 @@ impl<E> Inbox<E> {
                 queue,
                 waker,
                 sleep,
-            } => {
-                let polled = queue.poll_next(cx, *index, waker, sleep, &done);
-                if std::mem::take(&mut sleep.defer) {
-                    // The worker left its waker for the next push; should
-                    // none come, the runtime wakes it once it has run
-                    // what is ready (tokio's `yield_now` defers the
-                    // wake-up to then, and its first poll is `Pending`).
-                    let deferred = std::pin::pin!(tokio::task::yield_now()).poll(cx);
-                    debug_assert!(deferred.is_pending());
-                }
-                polled
-            }
+            } => queue.poll_next(cx, *index, waker, sleep, &done),
         })
     }
 
