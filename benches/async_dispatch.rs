@@ -9,7 +9,8 @@
 //!   `steal(false)` (each worker its own mailbox), and one shared tokio
 //!   channel both worker tasks pull from (the ideal for latency: any free
 //!   worker takes the next request).
-//! * The `call_async` round trip (2 workers, capacity 64, an echo handler)
+//! * The `call_async` round trip (2 workers, capacity 64, an echo handler;
+//!   and the default worker count, one per unit of capacity: 64)
 //!   from 1 task and from 64, beside the actor idiom: 2 tasks each owning
 //!   its state, each fed by a bounded tokio `mpsc` of 32 (the same bound),
 //!   replying through a tokio `oneshot`; a calling task keeps to one actor
@@ -152,13 +153,17 @@ enum Contender {
 }
 
 impl Contender {
-    /// The contender named `name` ("pool", "pool_own", "actor"), started
-    /// on `rt`.
+    /// The contender named `name` ("pool", "pool_own", "pool_dflt",
+    /// "actor"), started on `rt`. "pool_dflt" leaves the worker count to
+    /// the builder's default: one per unit of capacity, so `CAPACITY`.
     fn start(rt: &Runtime, name: &str) -> Contender {
         match name {
-            "pool" | "pool_own" => {
+            "pool" | "pool_own" | "pool_dflt" => {
                 let mut builder = Pool::builder();
-                builder.capacity(CAPACITY).workers(WORKERS);
+                builder.capacity(CAPACITY);
+                if name != "pool_dflt" {
+                    builder.workers(WORKERS);
+                }
                 if name == "pool_own" {
                     builder.steal(false);
                 }
@@ -235,10 +240,11 @@ fn ms(d: Duration) -> String {
 }
 
 /// The contenders of the round-trip table, in its order: the idiom first.
-const NAMES: [(&str, &str); 3] = [
+const NAMES: [(&str, &str); 4] = [
     ("actor", "tokio actor (mpsc + oneshot)"),
     ("pool", "async pool, default"),
     ("pool_own", "async pool, steal(false)"),
+    ("pool_dflt", "async pool, 64 workers (the default count)"),
 ];
 
 /// Calls per timed run: (tasks, calls).
@@ -270,7 +276,7 @@ fn round_trip_row(
 /// started (as in the ratio table) and the named one's ns per round trip
 /// printed for 5 runs, for a profiler.
 fn probe(args: &[String]) {
-    let usage = "usage: probe <actor|pool|pool_own> <tasks> <calls> <ct|mt1|mt> [time]";
+    let usage = "usage: probe <actor|pool|pool_own|pool_dflt> <tasks> <calls> <ct|mt1|mt> [time]";
     let (name, tasks, calls, flavor, time) = match args {
         [name, tasks, calls, flavor] => (name, tasks, calls, flavor, false),
         [name, tasks, calls, flavor, time] if time == "time" => (name, tasks, calls, flavor, true),
@@ -608,6 +614,10 @@ fn main() {
         common::print_spread(
             &format!("steal(false) / actor, {tasks} task(s),"),
             &common::ratios(&runs, base + 2, base),
+        );
+        common::print_spread(
+            &format!("64 workers / actor, {tasks} task(s),"),
+            &common::ratios(&runs, base + 3, base),
         );
     }
 }
