@@ -9,7 +9,8 @@
 //!   `steal(false)` (each worker its own mailbox), and one shared tokio
 //!   channel both worker tasks pull from (the ideal for latency: any free
 //!   worker takes the next request).
-//! * The `call_async` round trip (2 workers, capacity 64, an echo handler)
+//! * The `call_async` round trip (2 workers, capacity 64, an echo handler;
+//!   and the default worker count, one per unit of capacity: 64)
 //!   from 1 task and from 64, beside the actor idiom: 2 tasks each owning
 //!   its state, each fed by a bounded tokio `mpsc` of 32 (the same bound),
 //!   replying through a tokio `oneshot`; a calling task keeps to one actor
@@ -34,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use common::head_of_line::{offer_stream, summarize, Job, Latency, GAP, REQUESTS};
 use criterion::{BenchmarkId, Criterion};
-use sidejob::{AsyncPool, AsyncWorker, Error, Pool};
+use sidejob::{AsyncPool, AsyncWorker, Error, Pool, PoolBuilder};
 use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, oneshot};
 
@@ -152,13 +153,17 @@ enum Contender {
 }
 
 impl Contender {
-    /// The contender named `name` ("pool", "pool_own", "actor"), started
-    /// on `rt`.
+    /// The contender named `name` ("pool", "pool_own", "pool_dflt",
+    /// "actor"), started on `rt`. "pool_dflt" leaves the worker count to
+    /// the builder's default: one per unit of capacity, so `CAPACITY`.
     fn start(rt: &Runtime, name: &str) -> Contender {
         match name {
-            "pool" | "pool_own" => {
+            "pool" | "pool_own" | "pool_dflt" => {
                 let mut builder = Pool::builder();
-                builder.capacity(CAPACITY).workers(WORKERS);
+                builder.capacity(CAPACITY);
+                if name != "pool_dflt" {
+                    builder.workers(WORKERS);
+                }
                 if name == "pool_own" {
                     builder.steal(false);
                 }
@@ -235,10 +240,11 @@ fn ms(d: Duration) -> String {
 }
 
 /// The contenders of the round-trip table, in its order: the idiom first.
-const NAMES: [(&str, &str); 3] = [
+const NAMES: [(&str, &str); 4] = [
     ("actor", "tokio actor (mpsc + oneshot)"),
     ("pool", "async pool, default"),
     ("pool_own", "async pool, steal(false)"),
+    ("pool_dflt", "async pool, 64 workers (the default count)"),
 ];
 
 /// Calls per timed run: (tasks, calls).
@@ -270,7 +276,7 @@ fn round_trip_row(
 /// started (as in the ratio table) and the named one's ns per round trip
 /// printed for 5 runs, for a profiler.
 fn probe(args: &[String]) {
-    let usage = "usage: probe <actor|pool|pool_own> <tasks> <calls> <ct|mt1|mt> [time]";
+    let usage = "usage: probe <actor|pool|pool_own|pool_dflt> <tasks> <calls> <ct|mt1|mt> [time]";
     let (name, tasks, calls, flavor, time) = match args {
         [name, tasks, calls, flavor] => (name, tasks, calls, flavor, false),
         [name, tasks, calls, flavor, time] if time == "time" => (name, tasks, calls, flavor, true),
@@ -312,10 +318,208 @@ fn probe(args: &[String]) {
     }
 }
 
+/// `harness [key=value ...]`: the independent harness of issue 39 item
+/// 12b, for finding which conditions move the one-task ratio. A tokio
+/// runtime (`rt=mt2`, the default: multi-thread with 2 worker threads;
+/// `mt1`; `ct`), a pool built as a user would (`capacity=64`, `workers=`
+/// unset: the default, one per unit of capacity; `steal=1`,
+/// `probe=thread|cpu`), and beside it the actor idiom with ONE actor task
+/// (a bounded `mpsc` of `capacity`, a `oneshot` reply), both answering
+/// with the number of the thread that ran the handler. `tasks=1` callers,
+/// spawned (`caller=spawn`) or the `block_on` future itself
+/// (`caller=block_on`, one task only), `calls=20000` round trips per run,
+/// `rounds=9` interleaved rounds, `first=actor|pool` (`only=pool|actor`:
+/// one run of that side alone, printing nothing, for callgrind). Prints, for the
+/// pool then the actor, the median ns per round trip and the share of
+/// handlers run on another thread than the caller's, then the ratio of
+/// the medians, on its last line.
+fn harness(args: &[String]) {
+    let mut rt_flavor = "mt2".to_string();
+    let (mut capacity, mut workers, mut steal, mut probe_cpu) = (64usize, None, true, false);
+    let (mut tasks, mut calls, mut rounds) = (1u64, 20_000u64, 9usize);
+    let (mut block_on, mut actor_first, mut only) = (false, true, None);
+    for arg in args {
+        let (key, value) = arg.split_once('=').expect("key=value");
+        match key {
+            "rt" => rt_flavor = value.to_string(),
+            "capacity" => capacity = value.parse().unwrap(),
+            "workers" => workers = Some(value.parse().unwrap()),
+            "steal" => steal = value == "1",
+            "probe" => probe_cpu = value == "cpu",
+            "tasks" => tasks = value.parse().unwrap(),
+            "calls" => calls = value.parse().unwrap(),
+            "rounds" => rounds = value.parse().unwrap(),
+            "caller" => block_on = value == "block_on",
+            "first" => actor_first = value == "actor",
+            "only" => only = Some(value == "pool"),
+            other => panic!("no key {other:?}"),
+        }
+    }
+    let rt = match rt_flavor.as_str() {
+        "ct" => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
+        "mt1" => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap(),
+        "mt2" => common::two_thread_runtime(),
+        other => panic!("no runtime {other:?}"),
+    };
+    let mut builder = Pool::builder();
+    builder.capacity(capacity).steal(steal);
+    if let Some(workers) = workers {
+        builder.workers(workers);
+    }
+    if probe_cpu {
+        builder.probe(sidejob::probe::Probe::Cpu);
+    }
+    let build = |builder: &PoolBuilder| builder.build_async_on(rt.handle(), |_| Where).unwrap();
+    let (pool, actor) = if actor_first {
+        let actor = where_actor(&rt, capacity);
+        (build(&builder), actor)
+    } else {
+        let pool = build(&builder);
+        (pool, where_actor(&rt, capacity))
+    };
+    // Runs `calls` round trips from `tasks` tasks; ns per round trip, and
+    // the share of them handled on another thread than the caller's.
+    let run = |pool_side: bool| -> (f64, f64) {
+        let one = {
+            let (pool, actor) = (pool.clone(), actor.clone());
+            move |n: u64| {
+                let (pool, actor) = (pool.clone(), actor.clone());
+                async move {
+                    if pool_side {
+                        loop {
+                            match pool.call_async(n).await {
+                                Ok(reply) => break reply,
+                                // Seen from 64 tasks at capacity 64 with
+                                // 64 workers (a unit is always free).
+                                Err(Error::Overload) => tokio::task::yield_now().await,
+                                Err(other) => panic!("{other}"),
+                            }
+                        }
+                    } else {
+                        let (tx, rx) = oneshot::channel();
+                        actor.send((n, tx)).await.ok().unwrap();
+                        rx.await.unwrap()
+                    }
+                }
+            }
+        };
+        let per_task = calls.div_ceil(tasks);
+        let (span, away) = rt.block_on(async move {
+            let start = Instant::now();
+            let away = if block_on {
+                assert_eq!(tasks, 1, "caller=block_on calls from one task");
+                let mut away = 0;
+                for n in 0..per_task {
+                    away += u64::from(one(n).await != thread_number());
+                }
+                away
+            } else {
+                let handles: Vec<_> = (0..tasks)
+                    .map(|_| {
+                        let one = one.clone();
+                        tokio::spawn(async move {
+                            let mut away = 0;
+                            for n in 0..per_task {
+                                away += u64::from(one(n).await != thread_number());
+                            }
+                            away
+                        })
+                    })
+                    .collect();
+                let mut away = 0;
+                for handle in handles {
+                    away += handle.await.unwrap();
+                }
+                away
+            };
+            (start.elapsed(), away)
+        });
+        let done = per_task * tasks;
+        (
+            span.as_nanos() as f64 / done as f64,
+            away as f64 / done as f64,
+        )
+    };
+    if let Some(pool_side) = only {
+        // For callgrind: one side alone, one run.
+        run(pool_side);
+        return;
+    }
+    let order: [bool; 2] = if actor_first {
+        [false, true]
+    } else {
+        [true, false]
+    };
+    let mut times = [Vec::new(), Vec::new()];
+    let mut aways = [Vec::new(), Vec::new()];
+    for _ in 0..rounds {
+        for &pool_side in &order {
+            let (ns, away) = run(pool_side);
+            times[usize::from(!pool_side)].push(ns);
+            aways[usize::from(!pool_side)].push(away);
+        }
+    }
+    let [pool_ns, actor_ns] = times.map(common::median);
+    let [pool_away, actor_away] = aways.map(common::median);
+    println!(
+        "{pool_ns:.1} {pool_away:.3} {actor_ns:.1} {actor_away:.3} {:.4}",
+        pool_ns / actor_ns
+    );
+}
+
+/// This thread's number: 1, 2, ... in the order threads first ask.
+fn thread_number() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        // Relaxed: a counter handing out distinct numbers; nothing else is
+        // published through it.
+        static NUMBER: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    NUMBER.with(|n| *n)
+}
+
+/// Answers with the number of the thread its handler ran on.
+struct Where;
+
+impl AsyncWorker for Where {
+    type Request = u64;
+    type Reply = u64;
+    type Message = ();
+    async fn handle_call(&mut self, n: u64) -> u64 {
+        black_box(n);
+        thread_number()
+    }
+    async fn handle_cast(&mut self, _: ()) {}
+}
+
+/// The actor idiom with one actor task running [`Where`]: a bounded `mpsc`
+/// of `bound`, a `oneshot` reply.
+fn where_actor(rt: &Runtime, bound: usize) -> mpsc::Sender<(u64, oneshot::Sender<u64>)> {
+    let (tx, mut rx) = mpsc::channel::<(u64, oneshot::Sender<u64>)>(bound);
+    rt.spawn(async move {
+        let mut state = Where;
+        while let Some((n, reply)) = rx.recv().await {
+            let _ = reply.send(state.handle_call(n).await);
+        }
+    });
+    tx
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("probe") {
         return probe(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("harness") {
+        return harness(&args[1..]);
     }
     // A fresh process measuring the round-trip table alone (its figures
     // on its last line, in NAMES' order, 1 task then 64).
@@ -410,6 +614,10 @@ fn main() {
         common::print_spread(
             &format!("steal(false) / actor, {tasks} task(s),"),
             &common::ratios(&runs, base + 2, base),
+        );
+        common::print_spread(
+            &format!("64 workers / actor, {tasks} task(s),"),
+            &common::ratios(&runs, base + 3, base),
         );
     }
 }

@@ -11,7 +11,9 @@
 # the multi-thread scheduler with one worker thread (`mt1`), where the
 # async pool takes its multi-thread path (a worker yields once before it
 # sleeps). The actor idiom is tokio's: a task per worker fed by a bounded
-# mpsc, a oneshot for the reply.
+# mpsc, a oneshot for the reply. The pools: 2 workers at capacity 64
+# (default dispatch, and `steal(false)`), and the worker count a user gets
+# by not naming one (one per unit of capacity: 64 workers).
 #
 # Usage: scripts/round-trip-instructions.sh
 set -euo pipefail
@@ -41,15 +43,17 @@ per_call() {
   awk -v a="$a" -v b="$b" -v n=$((N2 - N1)) 'BEGIN { printf "%.0f", (b - a) / n }'
 }
 
-echo "== call_async round trip, instructions per call (callgrind, $(valgrind --version), $(rustc --version | cut -d' ' -f1-2), 2 workers) =="
+echo "== call_async round trip, instructions per call (callgrind, $(valgrind --version), $(rustc --version | cut -d' ' -f1-2), capacity 64, 2 workers unless said) =="
 echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src benches || echo ' + local changes')"
 for rt in ct mt1; do
   for tasks in 1 64; do
     actor=$(per_call actor $tasks $rt)
     pool=$(per_call pool $tasks $rt)
     own=$(per_call pool_own $tasks $rt)
-    printf '%-3s %2s task(s): tokio actor %s, async pool default %s (%sx), steal(false) %s (%sx)\n' \
+    dflt=$(per_call pool_dflt $tasks $rt)
+    printf '%-3s %2s task(s): tokio actor %s, async pool default %s (%sx), steal(false) %s (%sx), 64 workers %s (%sx)\n' \
       "$rt" "$tasks" "$actor" "$pool" "$(awk -v o="$pool" -v a="$actor" 'BEGIN { printf "%.3f", o / a }')" \
-      "$own" "$(awk -v o="$own" -v a="$actor" 'BEGIN { printf "%.3f", o / a }')"
+      "$own" "$(awk -v o="$own" -v a="$actor" 'BEGIN { printf "%.3f", o / a }')" \
+      "$dflt" "$(awk -v o="$dflt" -v a="$actor" 'BEGIN { printf "%.3f", o / a }')"
   done
 done
