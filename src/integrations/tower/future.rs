@@ -81,7 +81,9 @@ where
                     Ok(response) => Ok(H::admitted(response, held)),
                     Err(error) => {
                         let mut held = held;
-                        held.timer.failed = true;
+                        if let Some(timing) = held.timer.as_mut() {
+                            timing.failed = true;
+                        }
                         drop(held);
                         Err(error.into())
                     }
