@@ -203,7 +203,6 @@ where
                         held: Held {
                             unit: Unit {
                                 anchor: Arc::clone(&self.anchors[shard]),
-                                shard,
                                 units,
                             },
                             timer: start_timer(&self.timer),

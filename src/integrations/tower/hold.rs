@@ -89,7 +89,7 @@ mod private {
     impl<U: Units> std::fmt::Debug for Held<U> {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.debug_struct("Held")
-                .field("shard", &self.unit.shard)
+                .field("shard", &self.unit.shard())
                 .field("units", &self.unit.units.count())
                 .finish_non_exhaustive()
         }

@@ -957,29 +957,54 @@ where
 // the whole admission (benches/tower.rs: 2.0x tower's throughput with it,
 // see the commit for the figure without). A thread's requests mostly land
 // on its own shard, so they touch only that shard's anchor.
-type Anchors = Arc<[Arc<CachePadded<Arc<Limiter>>>]>;
+type Anchors = Arc<[Arc<CachePadded<Anchor>>]>;
+
+/// Shard `shard`'s anchor: the limiter, and the shard a request anchored
+/// here took its (first) unit from.
+struct Anchor {
+    limiter: Arc<Limiter>,
+    shard: usize,
+}
 
 fn anchors(limiter: &Arc<Limiter>) -> Anchors {
     (0..limiter.shards())
-        .map(|_| Arc::new(CachePadded::new(Arc::clone(limiter))))
+        .map(|shard| {
+            Arc::new(CachePadded::new(Anchor {
+                limiter: Arc::clone(limiter),
+                shard,
+            }))
+        })
         .collect()
 }
 
-/// An admitted request's units: the shard its (first) unit was taken
-/// from, that shard's anchor keeping the limiter alive, and how many:
-/// [`One`] (an unweighed request's, no size: the guard is what it was
-/// before requests had weights) or [`Many`] (a weighed request's). Given
-/// back on drop.
+/// An admitted request's units: its shard's anchor (which keeps the
+/// limiter alive and names the shard its first unit was taken from) and
+/// how many: [`One`] (an unweighed request's, no size) or [`Many`] (a
+/// weighed request's). Given back on drop.
+///
+/// One word for an unweighed request, so that with its timer (one more,
+/// null when untimed) a `Held` is two words, which the compiler moves as a
+/// pair of registers. At three words (the shard beside the anchor) it was
+/// copied through memory, and that copy's 16-byte load of two 8-byte
+/// stores just made stalled on store forwarding: the fail-fast layer took
+/// 24 ns a request where it takes 9 (`benches/tower.rs`, PERFORMANCE.md).
 struct Unit<U: Units = One> {
-    anchor: Arc<CachePadded<Arc<Limiter>>>,
-    shard: usize,
+    anchor: Arc<CachePadded<Anchor>>,
     units: U,
+}
+
+impl<U: Units> Unit<U> {
+    /// The shard its (first) unit was taken from.
+    fn shard(&self) -> usize {
+        self.anchor.shard
+    }
 }
 
 impl<U: Units> Drop for Unit<U> {
     #[inline]
     fn drop(&mut self) {
-        self.anchor.release_held(self.shard, &mut self.units);
+        let anchor = &**self.anchor;
+        anchor.limiter.release_held(anchor.shard, &mut self.units);
     }
 }
 

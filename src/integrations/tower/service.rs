@@ -223,7 +223,6 @@ impl<S, R, M, H, W> Limit<S, R, M, H, W> {
         let held = Held {
             unit: Unit {
                 anchor: Arc::clone(&self.anchors[shard]),
-                shard,
                 units,
             },
             timer: start_timer(&self.timer),
