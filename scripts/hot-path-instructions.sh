@@ -24,11 +24,14 @@ N2=11000
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# Instructions collected inside `op_<name>` over `n` calls.
+# Instructions over `n` calls of contender `name`: collected inside
+# `op_<name>` alone, or over the whole program when a third argument says
+# `whole` (a loop in the caller, as an independent harness counts).
 count() {
-  local name=$1 n=$2 file="$tmp/cg.$1.$2"
-  valgrind --tool=callgrind --callgrind-out-file="$file" \
-    --toggle-collect="*hot_path::op_$name" --collect-atstart=no \
+  local name=$1 n=$2 scope=${3:-op} file="$tmp/cg.$1.$2"
+  local collect=(--toggle-collect="*hot_path::op_$name" --collect-atstart=no)
+  [ "$scope" = whole ] && collect=()
+  valgrind --tool=callgrind --callgrind-out-file="$file" "${collect[@]}" \
     "$out" "$name" "$n" >/dev/null 2>&1
   sed -n 's/^summary: *\([0-9]*\).*/\1/p; s/^totals: *\([0-9]*\).*/\1/p' "$file" | head -1
 }
@@ -58,15 +61,10 @@ done
 # The refusal inlined into a caller's loop, counted over the whole program
 # (no toggle): what a harness that loops on `try_acquire().is_err()` sees,
 # its loop's few instructions included, for both.
-whole() {
-  local name=$1 n=$2 file="$tmp/cgw.$1.$2"
-  valgrind --tool=callgrind --callgrind-out-file="$file" "$out" "$name" "$n" >/dev/null 2>&1
-  sed -n 's/^summary: *\([0-9]*\).*/\1/p; s/^totals: *\([0-9]*\).*/\1/p' "$file" | head -1
-}
 per_iter() {
   local a b
-  a=$(whole "$1" $N1)
-  b=$(whole "$1" $N2)
+  a=$(count "$1" $N1 whole)
+  b=$(count "$1" $N2 whole)
   awk -v a="$a" -v b="$b" -v n=$((N2 - N1)) 'BEGIN { printf "%.1f", (b - a) / n }'
 }
 echo "refusal in a caller's loop, whole program: sidejob $(per_iter loop_ours_refuse), tokio $(per_iter loop_tokio_refuse)   (each with its loop and black_box, as an independent harness counted; its target for sidejob: 32, not met)"
