@@ -350,6 +350,7 @@ pub use integrations::metrics;
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub use integrations::tower;
 
+pub use engine::class::Class;
 pub use engine::waiters::QueueOrder;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
@@ -362,7 +363,7 @@ pub use limiter::{Limiter, LimiterBuilder, OwnedPermit, Permit};
 pub use pool::asynchronous::{worker::AsyncWorker, AsyncPool, WeakAsyncPool};
 pub use pool::worker::Worker;
 pub use pool::{KeyedMode, Pool, PoolBuilder, WeakPool};
-pub use stats::{Rates, ShardStats, Stats};
+pub use stats::{ClassStats, Rates, ShardStats, Stats};
 #[cfg(feature = "tokio")]
 pub use supervisor::Task;
 pub use supervisor::{

@@ -699,6 +699,23 @@ impl Limiter {
         self.table.usage()
     }
 
+    /// The fraction of the capacity in force that requests of `class` may
+    /// fill (see [`LimiterBuilder::headroom`]): 1 for the two top classes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{Class, Limiter};
+    ///
+    /// let limiter = Limiter::new(10)?;
+    /// assert_eq!(limiter.headroom(Class::Critical), 1.0);
+    /// assert_eq!(limiter.headroom(Class::Sheddable), 0.8);
+    /// # Ok::<(), sidejob::ConfigError>(())
+    /// ```
+    pub fn headroom(&self, class: crate::Class) -> f64 {
+        self.table.headroom_fraction(class)
+    }
+
     /// The most permits that can be out at once: the capacity in force
     /// (the last [`set_capacity`](Self::set_capacity), or the built one).
     pub fn capacity(&self) -> usize {
@@ -889,8 +906,8 @@ impl Limiter {
     #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     pub(crate) fn take_units_uncounted(&self, n: usize) -> Result<(usize, Many), Error> {
         let probe = Ask {
-            units: n,
             how: How::Probe,
+            ..Ask::new().units(n)
         };
         self.table.admit(&probe).map(Many::from_grant)
     }
@@ -1017,6 +1034,40 @@ impl LimiterBuilder {
     /// to FIFO.
     pub fn queue_order(&mut self, order: QueueOrder) -> &mut Self {
         self.policy.order = order;
+        self
+    }
+
+    /// The fraction of the capacity in force that requests of `class` may
+    /// fill: a request of the class is admitted only while the units held
+    /// (of every class) leave it room under that fraction, so the rest is
+    /// kept for the classes above it; see [`Class`](crate::Class).
+    /// Defaults: `SheddablePlus` 0.9, `Sheddable` 0.8 (or the class
+    /// above's, if set lower); `CriticalPlus` and `Critical` always 1, the
+    /// whole capacity.
+    ///
+    /// Checked at build: a [`ConfigError`](crate::ConfigError) naming
+    /// `headroom` for a fraction outside `[0, 1]` (or not a number), a top
+    /// class set below 1, or a `Sheddable` fraction above
+    /// `SheddablePlus`'s.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{units::Ask, Class, Error, Limiter};
+    ///
+    /// let limiter = Limiter::builder()
+    ///     .capacity(100)
+    ///     .headroom(Class::Sheddable, 0.5) // prefetch: half at most
+    ///     .build()?;
+    /// let prefetch = Ask::new().class(Class::Sheddable).fail_fast();
+    /// let held = limiter.acquire_with(prefetch.units(50))?;
+    /// assert_eq!(limiter.acquire_with(prefetch).unwrap_err(), Error::Overload);
+    /// assert!(limiter.try_acquire().is_ok()); // the default class has the rest
+    /// # drop(held);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn headroom(&mut self, class: crate::Class, fraction: f64) -> &mut Self {
+        self.policy.headroom.set(class, fraction);
         self
     }
 

@@ -128,6 +128,52 @@ pub struct Stats {
     pub waited_time: Duration,
     /// The same figures for each shard (for a pool, each worker), in order.
     pub shards: Vec<ShardStats>,
+    /// The figures of each priority class, the most important first
+    /// ([`Class::ALL`](crate::Class::ALL)'s order): see [`ClassStats`].
+    pub classes: Vec<ClassStats>,
+}
+
+/// One priority class's figures inside a [`Stats`].
+///
+/// The classes other than the default are counted on their own (cold)
+/// paths; the default class's figures ([`Class::Critical`](crate::Class::Critical))
+/// are the totals less the others', so its hot path counts nothing more.
+/// A snapshot reads the counters one after another: under load, the
+/// default class's figures may be off by the requests that landed while
+/// it read.
+///
+/// # Examples
+///
+/// ```
+/// use sidejob::{units::Ask, Class, Error, Limiter};
+///
+/// let limiter = Limiter::builder().capacity(2).headroom(Class::Sheddable, 0.5).build()?;
+/// let prefetch = Ask::new().class(Class::Sheddable).fail_fast();
+/// let held = limiter.acquire_with(prefetch)?;
+/// assert_eq!(limiter.acquire_with(prefetch).unwrap_err(), Error::Overload);
+/// let user = limiter.try_acquire()?;
+/// let stats = limiter.stats();
+/// let sheddable = &stats.classes[Class::Sheddable.rank()];
+/// assert_eq!((sheddable.class, sheddable.accepted, sheddable.rejected), (Class::Sheddable, 1, 1));
+/// let critical = &stats.classes[Class::Critical.rank()];
+/// assert_eq!((critical.accepted, critical.rejected), (1, 0));
+/// # drop((held, user));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClassStats {
+    /// The class.
+    pub class: crate::Class,
+    /// Units admitted to its requests (from the table, or handed to its
+    /// waiters).
+    pub accepted: u64,
+    /// Its requests refused with [`Error::Overload`](crate::Error::Overload).
+    pub rejected: u64,
+    /// Its requests that waited and timed out.
+    pub timed_out: u64,
+    /// Its requests waiting now.
+    pub waiting: usize,
 }
 
 /// One shard's figures inside a [`Stats`]. For a [`Pool`](crate::Pool),

@@ -13,6 +13,8 @@
 
 use std::time::Instant;
 
+use crate::engine::class::Class;
+
 /// What a request asks for: how many units, and whether it waits for them.
 ///
 /// Built by value (`Ask` is `Copy`) and handed to a front-end's `*_with`
@@ -55,6 +57,9 @@ pub struct Ask {
     pub(crate) units: usize,
     /// How the units are taken.
     pub(crate) how: How,
+    /// How important it is: which headroom its units are taken under,
+    /// and where it stands in a waiting room.
+    pub(crate) class: Class,
 }
 
 /// How an ask takes its units. The first two are what users build; the
@@ -96,6 +101,7 @@ impl Ask {
         Ask {
             units: 1,
             how: How::Wait(None),
+            class: Class::Critical,
         }
     }
 
@@ -169,6 +175,50 @@ impl Ask {
         self
     }
 
+    /// Of class `class` (default [`Class::Critical`]): the fraction of the
+    /// capacity its units may fill, and its place in a waiting room (a
+    /// freed unit goes to the most important class waiting). See
+    /// [`Class`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{units::Ask, Class, Error, Limiter};
+    ///
+    /// let limiter = Limiter::builder()
+    ///     .capacity(10)
+    ///     .headroom(Class::Sheddable, 0.5)
+    ///     .build()?;
+    /// let prefetch = Ask::new().class(Class::Sheddable).units(5).fail_fast();
+    /// let held = limiter.acquire_with(prefetch)?;
+    /// // Half the capacity is held: no more for the sheddable class...
+    /// let more = limiter.acquire_with(Ask::new().class(Class::Sheddable).fail_fast());
+    /// assert_eq!(more.unwrap_err(), Error::Overload);
+    /// // ...while the default class still has the other half.
+    /// let checkout = limiter.acquire_with(Ask::new().units(5).fail_fast())?;
+    /// # drop((held, checkout));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub const fn class(mut self, class: Class) -> Ask {
+        self.class = class;
+        self
+    }
+
+    /// Its class.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{units::Ask, Class};
+    ///
+    /// assert_eq!(Ask::new().class_of(), Class::Critical);
+    /// assert_eq!(Ask::new().class(Class::Sheddable).class_of(), Class::Sheddable);
+    /// ```
+    pub const fn class_of(&self) -> Class {
+        self.class
+    }
+
     /// How many units it asks for.
     ///
     /// # Examples
@@ -215,10 +265,10 @@ impl Ask {
         }
     }
 
-    /// Whether it is the hot path's ask: one unit.
+    /// Whether it is the hot path's ask: one unit of the default class.
     #[inline(always)]
     pub(crate) const fn is_one(&self) -> bool {
-        self.units == 1
+        self.units == 1 && matches!(self.class, Class::Critical)
     }
 }
 

@@ -6,6 +6,9 @@
 //!   `Table::try_at`, `Shard::try_take` and `Table::release`.
 //! * `ask`: the request description, [`Ask`](crate::units::Ask): the
 //!   one argument of the table's front door (`table/admission.rs`).
+//! * `class`: priority classes, [`Class`](crate::Class), and the headroom
+//!   each may fill, split into per-shard lines (`table/classed.rs` takes
+//!   under them).
 //! * `split`: how a capacity is split over the shards.
 //! * `grant`: the units a table admitted together, as plain data.
 //! * `waiters`: the bounded waiting room.
@@ -19,6 +22,7 @@
 #[cfg(not(loom))]
 pub(crate) mod alarm;
 pub(crate) mod ask;
+pub(crate) mod class;
 pub(crate) mod foreign;
 pub(crate) mod grant;
 pub(crate) mod probe;

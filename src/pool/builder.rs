@@ -228,6 +228,46 @@ impl PoolBuilder {
         self
     }
 
+    /// The fraction of the capacity in force that requests of `class` may
+    /// fill: a request of the class is admitted only while the units held
+    /// (of every class) leave it room under that fraction, so the rest is
+    /// kept for the classes above it; see [`Class`](crate::Class).
+    /// Defaults: `SheddablePlus` 0.9, `Sheddable` 0.8 (or the class
+    /// above's, if set lower); `CriticalPlus` and `Critical` always 1, the
+    /// whole capacity.
+    ///
+    /// Checked at build: a [`ConfigError`](crate::ConfigError) naming
+    /// `headroom` for a fraction outside `[0, 1]` (or not a number), a top
+    /// class set below 1, or a `Sheddable` fraction above
+    /// `SheddablePlus`'s.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{units::Ask, Class, Error, Pool, Worker};
+    ///
+    /// struct Echo;
+    /// impl Worker for Echo {
+    ///     type Request = u32; type Reply = u32; type Message = ();
+    ///     fn handle_call(&mut self, n: u32) -> u32 { n }
+    ///     fn handle_cast(&mut self, _: ()) {}
+    /// }
+    ///
+    /// let pool = Pool::builder()
+    ///     .capacity(8)
+    ///     .headroom(Class::SheddablePlus, 0.75)
+    ///     .build(|_| Echo)?;
+    /// let report = Ask::new().class(Class::SheddablePlus);
+    /// assert_eq!(pool.call_with(report, 7)?, 7);
+    /// // More units than its share of the capacity can ever hold:
+    /// assert_eq!(pool.call_with(report.units(7), 7), Err(Error::TooLarge));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn headroom(&mut self, class: crate::Class, fraction: f64) -> &mut Self {
+        self.policy.headroom.set(class, fraction);
+        self
+    }
+
     /// Which waiter a freed unit goes to; see [`QueueOrder`]. Defaults to
     /// FIFO.
     pub fn queue_order(&mut self, order: QueueOrder) -> &mut Self {

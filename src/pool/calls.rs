@@ -626,8 +626,8 @@ impl<W: Worker> Inner<W> {
             });
         }
         let grant = self.table.admit(&Ask {
-            units: ask.units,
             how: How::At(me + 1),
+            ..*ask
         })?;
         if grant.parts().iter().all(|p| p.shard == me) {
             self.table.release_grant(&grant, false);

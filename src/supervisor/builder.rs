@@ -107,6 +107,40 @@ impl SupervisorBuilder {
         self
     }
 
+    /// The fraction of the capacity in force that requests of `class` may
+    /// fill: a request of the class is admitted only while the units held
+    /// (of every class) leave it room under that fraction, so the rest is
+    /// kept for the classes above it; see [`Class`](crate::Class).
+    /// Defaults: `SheddablePlus` 0.9, `Sheddable` 0.8 (or the class
+    /// above's, if set lower); `CriticalPlus` and `Critical` always 1, the
+    /// whole capacity.
+    ///
+    /// Checked at build: a [`ConfigError`](crate::ConfigError) naming
+    /// `headroom` for a fraction outside `[0, 1]` (or not a number), a top
+    /// class set below 1, or a `Sheddable` fraction above
+    /// `SheddablePlus`'s.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{units::Ask, Class, Error, Supervisor};
+    ///
+    /// let sup = Supervisor::builder()
+    ///     .capacity(10)
+    ///     .headroom(Class::Sheddable, 0.2)
+    ///     .build()?;
+    /// let background = Ask::new().class(Class::Sheddable).fail_fast();
+    /// let first = sup.reserve_with(background.units(2))?;
+    /// assert_eq!(sup.reserve_with(background).unwrap_err(), Error::Overload);
+    /// let user = sup.reserve()?; // 8 units are kept for the other classes
+    /// # drop((first, user));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn headroom(&mut self, class: crate::Class, fraction: f64) -> &mut Self {
+        self.policy.headroom.set(class, fraction);
+        self
+    }
+
     /// Which waiter a freed unit goes to; see [`QueueOrder`]. Defaults to
     /// FIFO.
     pub fn queue_order(&mut self, order: QueueOrder) -> &mut Self {

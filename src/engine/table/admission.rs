@@ -14,6 +14,7 @@
 
 use super::{Grant, Table};
 use crate::engine::ask::{Ask, How};
+use crate::engine::class::Class;
 use crate::error::Error;
 
 impl Table {
@@ -49,6 +50,9 @@ impl Table {
     #[cold]
     #[inline(never)]
     fn admit_many(&self, ask: &Ask) -> Result<Grant, Error> {
+        if ask.class != Class::Critical {
+            return self.admit_classed(ask);
+        }
         let n = ask.units;
         match ask.how {
             _ if n == 0 => self.acquire_many(0),
@@ -68,7 +72,8 @@ impl Table {
     pub(crate) async fn admit_async(&self, ask: Ask) -> Result<Grant, Error> {
         match ask.how {
             How::Wait(deadline) if ask.units > 0 => {
-                self.acquire_async_many(ask.units, deadline).await
+                self.acquire_async_many(ask.units, ask.class, deadline)
+                    .await
             }
             _ => self.admit(&ask),
         }

@@ -49,7 +49,7 @@
 //! counters, no bit that stays set, and no refusal by a bit (or count)
 //! whose shard's release the caller has already seen.
 
-use super::{Shard, Table, Take, BITS, CLOSED, FLAGS, UNIT};
+use super::{Bound, Shard, Table, Take, BITS, CLOSED, FLAGS, UNIT};
 use crate::engine::probe::{raw_thread_index, thread_index};
 use crate::engine::waiters::Room;
 use crate::error::Error;
@@ -669,7 +669,7 @@ impl Shard {
     /// of its orderings) is the one both share.
     #[inline(always)]
     pub(super) fn try_take_masked(&self, stop: usize) -> Take {
-        self.try_take_n(1, stop)
+        self.try_take_n(1, stop, Bound::Limit)
     }
 
     /// True if one reading of the counters shows the shard at or over its

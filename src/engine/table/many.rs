@@ -38,7 +38,7 @@
 //! refuses at once while the table is in debt (every shard gated until
 //! enough units are back).
 
-use super::{Shard, Table, Take, CLOSED, FLAGS, GATED, UNIT};
+use super::{Bound, Shard, Table, Take, CLOSED, FLAGS, GATED, UNIT};
 use crate::engine::grant::{Grant, Part};
 use crate::engine::probe::raw_thread_index;
 use crate::engine::waiters::Woken;
@@ -130,7 +130,7 @@ impl Table {
             0 => return self.empty_grant(),
             _ => {}
         }
-        let result = self.take_many(self.home_shard(), n);
+        let result = self.take_many(self.home_shard(), n, Bound::Limit);
         if result == Err(Error::Overload) {
             self.count_refusal();
         }
@@ -145,7 +145,7 @@ impl Table {
         if n == 1 {
             return self.acquire_at(start).map(Grant::one);
         }
-        let result = self.take_many(start, n);
+        let result = self.take_many(start, n, Bound::Limit);
         if result == Err(Error::Overload) {
             self.count_refusal();
         }
@@ -163,12 +163,14 @@ impl Table {
     /// The take of `n > 1` units from the home shard, uncounted: the first
     /// step of a wait for them.
     pub(super) fn take_many_uncounted(&self, n: usize) -> Result<Grant, Error> {
-        self.take_many(self.home_shard(), n)
+        self.take_many(self.home_shard(), n, Bound::Limit)
     }
 
-    /// The take of `n > 1` units from `start`, uncounted.
-    fn take_many(&self, start: usize, n: usize) -> Result<Grant, Error> {
-        if n > self.capacity() {
+    /// The take of `n` units from `start` against `bound`, uncounted: of
+    /// `n > 1` units against the limits, or of any number of a gated
+    /// class against its lines (`classed.rs`).
+    pub(super) fn take_many(&self, start: usize, n: usize, bound: Bound) -> Result<Grant, Error> {
+        if n > self.units_within(bound) {
             // Relaxed reading of the capacity: a racing grow may make room
             // for it a moment later; the caller may retry once it has.
             return if self.is_closing() {
@@ -185,7 +187,7 @@ impl Table {
             if step > 0 && self.full.contains(i) {
                 continue;
             }
-            match self.take_n_at(i, n) {
+            match self.take_n_at(i, n, bound) {
                 Take::Taken { .. } => return Ok(Grant::on(i, n)),
                 Take::Closed => return Err(Error::Shutdown),
                 Take::Gated => gated = true,
@@ -193,21 +195,21 @@ impl Table {
             }
         }
         // 2. The sum of what the shards show free, without a lock.
-        if !gated && self.free_seen() < n {
+        if !gated && self.free_seen(bound) < n {
             return self.refused().map(Grant::one);
         }
         // 3. Across shards, under the control lock.
-        self.take_across(start, n)
+        self.take_across(start, n, bound)
     }
 
     /// The free units the shards show, each read on its own (plain loads:
     /// a reading, which the take across shards makes exact).
-    fn free_seen(&self) -> usize {
+    fn free_seen(&self, bound: Bound) -> usize {
         self.shards
             .iter()
             .map(|shard| {
                 let (usage, _, _) = shard.counts();
-                shard.limit().saturating_sub(usage)
+                shard.bound(bound).saturating_sub(usage)
             })
             .sum()
     }
@@ -215,8 +217,8 @@ impl Table {
     /// One take of `n` units on shard `i`, with the full-set steps: the
     /// shard is marked when this take filled it (or found it at its limit),
     /// and a take over a limit lowered meanwhile is undone.
-    fn take_n_at(&self, i: usize, n: usize) -> Take {
-        let take = self.shards[i].try_take_n(n, FLAGS);
+    fn take_n_at(&self, i: usize, n: usize, bound: Bound) -> Take {
+        let take = self.shards[i].try_take_n(n, FLAGS, bound);
         match take {
             Take::Taken { now_full: true } => self.mark_full(i),
             Take::Full if self.shards[i].looks_at_limit() => self.mark_full(i),
@@ -243,13 +245,13 @@ impl Table {
     /// Step 3 of the module docs: `n` units from several shards, under the
     /// control lock, all or nothing.
     #[cold]
-    fn take_across(&self, start: usize, n: usize) -> Result<Grant, Error> {
+    fn take_across(&self, start: usize, n: usize, bound: Bound) -> Result<Grant, Error> {
         let mut woken = Woken::default();
         let mut control = self.control.lock();
         let result = if control.debt && !self.settle(&mut control, &mut woken) {
             self.refused().map(Grant::one)
         } else {
-            self.take_across_locked(start, n)
+            self.take_across_locked(start, n, bound)
         };
         drop(control);
         // The waiters a settled debt served, after the lock.
@@ -261,7 +263,12 @@ impl Table {
     /// shard is gated but by this call, or by a resize that holds the lock
     /// and serves the waiting room before it lifts its gates (then this
     /// call lifts only the gates it set itself).
-    pub(super) fn take_across_locked(&self, start: usize, n: usize) -> Result<Grant, Error> {
+    pub(super) fn take_across_locked(
+        &self,
+        start: usize,
+        n: usize,
+        bound: Bound,
+    ) -> Result<Grant, Error> {
         let count = self.shards.len();
         let mut gated = Vec::new();
         let mut plan = Vec::new();
@@ -272,7 +279,7 @@ impl Table {
                 break;
             }
             let i = (start + step) % count;
-            let (set, read) = self.gate_and_read(i);
+            let (set, read) = self.gate_and_read(i, bound);
             if set {
                 gated.push(i);
             }
@@ -296,7 +303,7 @@ impl Table {
                 // units are there; an unbounded take (a pool's
                 // `*_unbounded`, past every limit) may have come since:
                 // then give back what was taken and refuse.
-                match self.shards[part.shard].try_take_n(part.units, CLOSED) {
+                match self.shards[part.shard].try_take_n(part.units, CLOSED, bound) {
                     Take::Taken { .. } => taken.push(*part),
                     _ => break,
                 }
@@ -330,7 +337,7 @@ impl Table {
     /// Gates shard `i` (as a resize does) and reads its free units, exact
     /// from here until the gate is lifted (they can only grow).
     /// Whether this call set the gate (it was not set already).
-    fn gate_and_read(&self, i: usize) -> (bool, Gated) {
+    fn gate_and_read(&self, i: usize, bound: Bound) -> (bool, Gated) {
         let shard = &self.shards[i];
         // AcqRel: the RMW puts the gate in the word's modification order,
         // so a take either came before it (and is in the usage read next)
@@ -342,7 +349,7 @@ impl Table {
         }
         (
             set,
-            Gated::Free(shard.limit().saturating_sub(shard.usage_synced())),
+            Gated::Free(shard.bound(bound).saturating_sub(shard.usage_synced())),
         )
     }
 
@@ -476,7 +483,7 @@ impl Shard {
     /// we hold, and two such reads can add up to a usage the shard never
     /// had. For one unit this is [`try_take`](Self::try_take)'s body.
     #[inline(always)]
-    pub(super) fn try_take_n(&self, n: usize, stop: usize) -> Take {
+    pub(super) fn try_take_n(&self, n: usize, stop: usize, bound: Bound) -> Take {
         debug_assert!(n >= 1);
         // Relaxed: the CAS below re-checks this exact value, and the limit
         // is checked again after it (see there).
@@ -503,8 +510,7 @@ impl Shard {
                 continue;
             }
             let usage = gap / UNIT;
-            let limit = self.limit();
-            if usage.saturating_add(n) > limit {
+            if usage.saturating_add(n) > self.bound(bound) {
                 // Too little room by these reads; confirm against the
                 // newest `given`. AcqRel RMW (adds nothing): it reads the
                 // last release in `given`'s modification order. Unchanged
@@ -538,13 +544,14 @@ impl Shard {
                     // this read sees the new limit. Over it, the take is
                     // undone (`Table::undo`): nobody ever held it. One load
                     // of a line this CAS just wrote.
-                    let limit = self.limit();
-                    if now > limit {
+                    // A class's line is stored with the limit, under the
+                    // same gate: the same argument holds for it.
+                    if now > self.bound(bound) {
                         return Take::Over;
                     }
                     self.raise_peak(now);
                     return Take::Taken {
-                        now_full: now >= limit,
+                        now_full: now >= self.limit(),
                     };
                 }
                 Err(actual) => {

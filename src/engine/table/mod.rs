@@ -51,6 +51,7 @@
 
 use crossbeam_utils::CachePadded;
 
+use crate::engine::class::{Class, Headroom, GATED as GATED_CLASSES};
 use crate::engine::probe::Probe;
 use crate::engine::split;
 use crate::engine::waiters::{Queue, Room, Woken};
@@ -63,6 +64,7 @@ use crate::sync::{
 
 mod admission;
 mod admit;
+mod classed;
 mod full;
 mod many;
 mod readings;
@@ -117,6 +119,25 @@ pub(crate) enum Take {
     Over,
 }
 
+/// What a take is bounded by: the shard's limit (every class but the
+/// gated ones), or the line of gated class `g` (`engine/class.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bound {
+    Limit,
+    Line(usize),
+}
+
+impl Bound {
+    /// The bound of a take of `class`.
+    #[inline(always)]
+    pub(crate) fn of(class: Class) -> Bound {
+        match class.gate() {
+            None => Bound::Limit,
+            Some(g) => Bound::Line(g),
+        }
+    }
+}
+
 /// One shard: its limit and its two counters, on a line of its own.
 #[derive(Debug)]
 pub(crate) struct Shard {
@@ -140,6 +161,10 @@ pub(crate) struct Shard {
     panicked: AtomicUsize,
     /// Units whose holder gave them up for good (`Permit::forget`).
     forgotten: AtomicUsize,
+    /// Each gated class's line: the most units this shard may hold after a
+    /// take of that class (`engine/class.rs`). Changed only by a resize,
+    /// with `limit`, while the shard is gated.
+    lines: [AtomicUsize; GATED_CLASSES],
     /// Units that nobody held: takes undone because a racing resize
     /// lowered the limit under them, and units taken for a waiter that left
     /// meanwhile. Each is counted once in `taken` and once in `given`, and
@@ -220,6 +245,11 @@ pub(crate) struct Table {
     capacity: AtomicUsize,
     /// Each shard's largest limit, if bounded (the supervisor's slots).
     caps: Option<Box<[usize]>>,
+    /// The fraction of the capacity each gated class may fill, which a
+    /// resize splits into the shards' lines.
+    headroom: Headroom,
+    /// The per-class figures of the classed paths (`classed.rs`).
+    classes: classed::ClassTally,
     /// Serializes resizes, the gated path and the waiting room. In an
     /// `Arc` so that the room's alarm can reach it.
     control: Arc<Mutex<Control>>,
@@ -312,6 +342,8 @@ impl Table {
             shards,
             capacity: AtomicUsize::new(capacity),
             caps,
+            headroom: Headroom::default(),
+            classes: classed::ClassTally::default(),
             control: Arc::new(Mutex::new(Control::default())),
             room: None,
             #[cfg(not(loom))]
@@ -322,6 +354,8 @@ impl Table {
             rejected: RejectCounter::new(slots),
             closed: AtomicBool::new(false),
         };
+        let limits: Vec<usize> = table.shards.iter().map(|s| s.limit()).collect();
+        table.store_lines(&limits, capacity);
         // Shards whose limit is 0 are full from the start.
         for i in 0..count {
             if table.shards[i].limit() == 0 {
@@ -428,6 +462,7 @@ impl Shard {
             forgotten: AtomicUsize::new(0),
             phantom: AtomicUsize::new(0),
             limit: AtomicUsize::new(limit),
+            lines: std::array::from_fn(|_| AtomicUsize::new(limit)),
             attended: AtomicBool::new(false),
             refused_home: AtomicUsize::new(0),
         }
@@ -453,6 +488,18 @@ impl Shard {
         // the resize's un-gating RMW (see `try_take_masked`; `take_fast`
         // does the same).
         self.limit.load(Relaxed)
+    }
+
+    /// The most units a take against `bound` may leave the shard holding:
+    /// its limit, or a gated class's line (at most the limit).
+    #[inline(always)]
+    pub(crate) fn bound(&self, bound: Bound) -> usize {
+        match bound {
+            Bound::Limit => self.limit(),
+            // Relaxed: as the limit's, stored with it under the gate; a
+            // take re-reads it after its CAS (`try_take_n`).
+            Bound::Line(g) => self.lines[g].load(Relaxed),
+        }
     }
 
     /// Refuses every later take. Takes that came first stay counted.

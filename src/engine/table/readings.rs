@@ -4,7 +4,9 @@
 //! [`Stats`]: crate::Stats
 
 use super::{Shard, Table, CONSISTENT_READ_TRIES, FLAGS, UNIT};
-use crate::stats::{ShardStats, Stats};
+use crate::engine::class::Class;
+use crate::engine::waiters::QueueCounts;
+use crate::stats::{ClassStats, ShardStats, Stats};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed};
 
 impl Table {
@@ -71,6 +73,7 @@ impl Table {
             }
             None => (Vec::new(), None),
         };
+        let mut classes = self.class_stats(counts.as_ref());
         let shards: Vec<ShardStats> = self
             .shards
             .iter()
@@ -81,7 +84,7 @@ impl Table {
             (Some(room), Some(counts)) => room.stats(counts),
             _ => Default::default(),
         };
-        Stats {
+        let mut stats = Stats {
             capacity: self.capacity(),
             usage: shards.iter().map(|s| s.usage).sum(),
             peak_usage: shards.iter().map(|s| s.peak_usage).sum(),
@@ -103,7 +106,47 @@ impl Table {
             waited: room.waited,
             waited_time: room.waited_time,
             shards,
-        }
+            classes: Vec::new(),
+        };
+        // The default class's figures: the totals less the other classes'.
+        let critical = Class::Critical.rank();
+        let others = |field: fn(&ClassStats) -> u64| -> u64 {
+            classes
+                .iter()
+                .enumerate()
+                .filter(|&(rank, _)| rank != critical)
+                .map(|(_, class)| field(class))
+                .fold(0, u64::wrapping_add)
+        };
+        let accepted = stats.accepted.saturating_sub(others(|c| c.accepted));
+        let rejected = stats.rejected.saturating_sub(others(|c| c.rejected));
+        classes[critical].accepted = accepted;
+        classes[critical].rejected = rejected;
+        stats.classes = classes;
+        stats
+    }
+
+    /// Each class's figures as counted: the classed paths' tally, the
+    /// room's grants, timeouts and waiters. The default class's accepted
+    /// and rejected are filled in by `stats` from the totals.
+    fn class_stats(&self, counts: Option<&QueueCounts>) -> Vec<ClassStats> {
+        let tally = self.class_tally();
+        Class::ALL
+            .iter()
+            .map(|&class| {
+                let (accepted, rejected) = tally.read(class);
+                let granted = counts.map_or(0, |c| c.granted[class.rank()]);
+                let waiting = counts.map_or(0, |c| c.waiting[class.rank()]);
+                let timed_out = self.room.as_deref().map_or(0, |room| room.timed_out(class));
+                ClassStats {
+                    class,
+                    accepted: accepted.wrapping_add(granted),
+                    rejected,
+                    timed_out,
+                    waiting,
+                }
+            })
+            .collect()
     }
 }
 

@@ -113,7 +113,8 @@ impl Table {
         // Waiters of more units than the new capacity can never be served:
         // they are told so now, not left to their deadline.
         if let Some(room) = self.room.as_deref() {
-            control.queue.end_too_large(room, capacity, &mut woken);
+            let within = |class| self.units_within(super::Bound::of(class));
+            control.queue.end_too_large(room, within, &mut woken);
         }
         drop(control);
         // 4. Wake the waiters a grow served: un-gated and unlocked, so a
@@ -134,6 +135,8 @@ impl Table {
             // un-gates).
             shard.limit.store(limit, Relaxed);
         }
+        // The classes' lines with the limits, published the same way.
+        self.store_lines(limits, self.capacity());
         if ungate {
             // Growing hands the new room to waiters first: while the shards
             // are still gated, no newcomer can take it. They are woken by

@@ -12,7 +12,8 @@
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
-use super::{Control, Table, Take, CLOSED, FLAGS};
+use super::{Bound, Control, Table, Take, CLOSED, FLAGS};
+use crate::engine::class::Class;
 use crate::engine::grant::{Grant, Part};
 use crate::engine::waiters::{Policy, Room, Source, State, Ticket, Wake, Woken};
 use crate::error::{ConfigError, Error};
@@ -27,6 +28,8 @@ pub(crate) struct WaitUnit<'a> {
     table: &'a Table,
     /// How many units it waits for.
     need: usize,
+    /// Its class.
+    class: Class,
     /// The caller's own deadline, if any; `max_wait` bounds it too.
     deadline: Option<Instant>,
     /// The waiter's node and ticket, while it is queued. Its deadline is
@@ -44,6 +47,7 @@ struct Queued {
     ticket: Arc<Ticket>,
     since_ticks: u64,
     need: usize,
+    class: Class,
 }
 
 /// The future of [`Table::acquire_async`]: one unit's shard.
@@ -85,13 +89,9 @@ impl std::future::Future for WaitUnit<'_> {
         let table = this.table;
         let Some(room) = table.room.as_deref() else {
             // No room: the fast path alone.
-            return Poll::Ready(match table.try_fast(this.need) {
-                Err(Error::Overload) => {
-                    table.count_refusal();
-                    Err(Error::Overload)
-                }
-                other => other,
-            });
+            let first = table.try_fast(this.need, this.class);
+            table.count_first(this.class, &first, true);
+            return Poll::Ready(first);
         };
         if let Some(queued) = &this.queued {
             // Granted, closed or expired: read without the lock (the
@@ -139,9 +139,12 @@ impl std::future::Future for WaitUnit<'_> {
             return Poll::Pending;
         }
         // First poll: the fast path, then the queue.
-        match table.try_fast(this.need) {
+        match table.try_fast(this.need, this.class) {
             Err(Error::Overload) => {}
-            other => return Poll::Ready(other),
+            other => {
+                table.count_first(this.class, &other, false);
+                return Poll::Ready(other);
+            }
         }
         let now = now();
         let deadline = table.wait_deadline(room, this.deadline, now);
@@ -151,7 +154,7 @@ impl std::future::Future for WaitUnit<'_> {
         let overdue = deadline.is_some_and(|deadline| deadline <= now);
         let watched = deadline.filter(|_| !overdue);
         let wake = Wake::Task(cx.waker().clone());
-        let entered = table.enter_room(room, wake, now, watched, this.need);
+        let entered = table.enter_room(room, wake, now, watched, this.need, this.class);
         let (queued, arm) = match entered {
             Ok(entered) => entered,
             Err(err) => return Poll::Ready(Err(err)),
@@ -232,17 +235,17 @@ struct TableSource<'a> {
 }
 
 impl Source for TableSource<'_> {
-    fn one(&mut self) -> Option<usize> {
-        match self.table.take_any(CLOSED) {
+    fn one(&mut self, class: Class) -> Option<usize> {
+        match self.table.take_any(CLOSED, Bound::of(class)) {
             Found::Unit(shard) => Some(shard),
             Found::Gated | Found::Nothing => None,
         }
     }
 
-    fn many(&mut self, n: usize) -> Option<Vec<Part>> {
+    fn many(&mut self, n: usize, class: Class) -> Option<Vec<Part>> {
         let start = self.table.home_shard();
         self.table
-            .take_across_locked(start, n)
+            .take_across_locked(start, n, Bound::of(class))
             .ok()
             .map(|grant| grant.parts())
     }
@@ -255,8 +258,8 @@ impl Source for TableSource<'_> {
         self.budget
     }
 
-    fn capacity(&self) -> usize {
-        self.table.capacity()
+    fn capacity(&self, class: Class) -> usize {
+        self.table.units_within(Bound::of(class))
     }
 }
 
@@ -268,6 +271,7 @@ impl Table {
     ///
     /// [`ConfigError`] naming `max_waiters` or `queue_order`.
     pub(crate) fn with_policy(mut self, policy: &Policy) -> Result<Self, ConfigError> {
+        self.set_headroom(policy.headroom.check()?);
         self.room = policy.room()?;
         #[cfg(not(loom))]
         {
@@ -319,7 +323,7 @@ impl Table {
     fn acquire_or_wait(&self, deadline: Option<Instant>) -> Result<usize, Error> {
         match &self.room {
             Some(room) => self
-                .wait_blocking(room, deadline, 1)
+                .wait_blocking(room, deadline, 1, Class::Critical)
                 .map(|grant| grant.shard),
             None => {
                 self.count_refusal();
@@ -354,6 +358,7 @@ impl Table {
         now: Instant,
         deadline: Option<Instant>,
         need: usize,
+        class: Class,
     ) -> Result<(Queued, bool), Error> {
         let mut control = self.control.lock();
         if self.is_closing() {
@@ -367,6 +372,9 @@ impl Table {
             drop(control);
             drop(wake);
             self.count_refusal();
+            if class != Class::Critical {
+                self.count_class_refusal(class);
+            }
             return Err(Error::Overload);
         }
         // The pass budget counts from here, for a waiter of many units:
@@ -379,13 +387,14 @@ impl Table {
         let (key, ticket, since_ticks) =
             control
                 .queue
-                .push(room, wake, now, deadline, need, admitted_at);
+                .push(room, wake, now, deadline, need, class, admitted_at);
         let arm = deadline.is_some_and(|deadline| control.queue.arm(deadline));
         let queued = Queued {
             key,
             ticket,
             since_ticks,
             need,
+            class,
         };
         Ok((queued, arm))
     }
@@ -428,7 +437,7 @@ impl Table {
             hand = control.queue.take_parts(queued.key);
             wake = control.queue.cancel(room, queued.key);
             if took_own {
-                control.queue.count_waited(true);
+                control.queue.count_waited(true, queued.class, queued.need);
             }
             if !hand.is_empty() && !control.debt {
                 self.serve(room, &mut control, &mut hand, &mut woken);
@@ -549,7 +558,7 @@ impl Table {
             State::Closed => Err(Error::Shutdown),
             State::TooLarge => Err(Error::TooLarge),
             _ => {
-                room.record_timeout();
+                room.record_timeout(queued.class);
                 Err(Error::Timeout)
             }
         }
@@ -581,7 +590,10 @@ impl Table {
         match state {
             State::Granted(shard) => {
                 // The grant counted a wait that admitted nobody.
-                self.control.lock().queue.count_waited(false);
+                self.control
+                    .lock()
+                    .queue
+                    .count_waited(false, queued.class, queued.need);
                 let grant = self.granted(&queued, shard);
                 self.return_grant(grant);
             }
@@ -599,17 +611,18 @@ impl Table {
     }
 
     #[cold]
-    fn wait_blocking(
+    pub(super) fn wait_blocking(
         &self,
         room: &Room,
         deadline: Option<Instant>,
         need: usize,
+        class: Class,
     ) -> Result<Grant, Error> {
         let start = now();
         let deadline = self.wait_deadline(room, deadline, start);
         // No deadline in the node: this thread times its own wait below.
         let wake = Wake::Thread(park::current());
-        let (queued, _) = self.enter_room(room, wake, start, None, need)?;
+        let (queued, _) = self.enter_room(room, wake, start, None, need, class)?;
         if let Some(grant) = self.recheck(room, &queued) {
             return grant;
         }
@@ -634,7 +647,7 @@ impl Table {
     /// queued and strands no unit (one handed over meanwhile goes to the
     /// next waiter or back to the table).
     pub(crate) fn acquire_async(&self, deadline: Option<Instant>) -> WaitOne<'_> {
-        WaitOne(self.acquire_async_many(1, deadline))
+        WaitOne(self.acquire_async_many(1, Class::Critical, deadline))
     }
 
     /// [`acquire_waiting_many`](Self::acquire_waiting_many) as a future:
@@ -644,11 +657,13 @@ impl Table {
     pub(crate) fn acquire_async_many(
         &self,
         need: usize,
+        class: Class,
         deadline: Option<Instant>,
     ) -> WaitUnit<'_> {
         WaitUnit {
             table: self,
             need,
+            class,
             deadline,
             queued: None,
         }
@@ -664,9 +679,9 @@ impl Table {
         need: usize,
         deadline: Option<Instant>,
     ) -> Result<Grant, Error> {
-        match self.try_fast(need) {
+        match self.try_fast(need, Class::Critical) {
             Err(Error::Overload) => match &self.room {
-                Some(room) => self.wait_blocking(room, deadline, need),
+                Some(room) => self.wait_blocking(room, deadline, need, Class::Critical),
                 None => {
                     self.count_refusal();
                     Err(Error::Overload)
@@ -678,10 +693,22 @@ impl Table {
 
     /// One attempt at `need` units from the table, uncounted: the first
     /// step of every wait.
-    fn try_fast(&self, need: usize) -> Result<Grant, Error> {
-        match need {
-            1 => self.try_at::<false>(self.home_shard()).map(Grant::one),
-            _ => self.take_many_uncounted(need),
+    fn try_fast(&self, need: usize, class: Class) -> Result<Grant, Error> {
+        match (need, class) {
+            (1, Class::Critical) => self.try_at::<false>(self.home_shard()).map(Grant::one),
+            (_, Class::Critical) => self.take_many_uncounted(need),
+            _ => self.take_many(self.home_shard(), need, Bound::of(class)),
+        }
+    }
+
+    /// Counts what a wait's first take found, for a class's figures: its
+    /// units if admitted (the default class's come from the totals), and,
+    /// if `refused` counts, an `Overload` (in the table's total too).
+    fn count_first(&self, class: Class, first: &Result<Grant, Error>, refused: bool) {
+        if class != Class::Critical {
+            self.count_class(class, first, refused);
+        } else if refused && *first == Err(Error::Overload) {
+            self.count_refusal();
         }
     }
 
@@ -788,7 +815,7 @@ impl Table {
         while control.queue.len() > 0 && !control.debt {
             // Under the lock, with no debt: nothing is gated but by the
             // resize calling this, whose gate `CLOSED` alone ignores.
-            let Found::Unit(shard) = self.take_any(CLOSED) else {
+            let Found::Unit(shard) = self.take_any(CLOSED, Bound::Limit) else {
                 break;
             };
             // The unit's take was counted by `take_any`.
@@ -805,24 +832,25 @@ impl Table {
     /// One unit from any shard that has room, read through an RMW on each
     /// shard's `given` (so a release ordered before it is seen), stopping
     /// at the flags in `stop`.
-    fn take_any(&self, stop: usize) -> Found {
+    fn take_any(&self, stop: usize, bound: Bound) -> Found {
         let start = self.home_shard();
         let count = self.shards.len();
         let mut found = Found::Nothing;
         for step in 0..count {
             let i = (start + step) % count;
             let shard = &self.shards[i];
-            if shard.usage_synced() >= shard.limit() {
+            if shard.usage_synced() >= shard.bound(bound) {
                 continue;
             }
-            match shard.try_take_masked(stop) {
+            match shard.try_take_n(1, stop, bound) {
                 Take::Taken { now_full } => {
                     if now_full {
                         self.mark_full(i);
                     }
                     return Found::Unit(i);
                 }
-                Take::Full => self.mark_full(i),
+                Take::Full if bound == Bound::Limit => self.mark_full(i),
+                Take::Full => {}
                 Take::Over => self.undo(i),
                 Take::Closed => return Found::Nothing,
                 Take::Gated => found = Found::Gated,
@@ -844,12 +872,12 @@ impl Table {
     /// `given` (`usage_synced`), as this protocol needs. Then its ticket
     /// says whether it was served.
     fn recheck(&self, room: &Room, queued: &Queued) -> Option<Result<Grant, Error>> {
-        if queued.need > 1 {
+        if queued.need > 1 || queued.class.gate().is_some() {
             self.grant_from_table();
             let state = queued.ticket.state();
             return (state != State::Waiting).then(|| self.finished(room, state, queued));
         }
-        match self.take_any(FLAGS) {
+        match self.take_any(FLAGS, Bound::Limit) {
             Found::Unit(shard) => Some(Ok(self.leave_with(room, queued, Grant::one(shard)))),
             Found::Gated => {
                 self.grant_from_table();

@@ -88,6 +88,7 @@
 //! `interval`, serve the newest waiter (whose caller has not given up yet)
 //! and time out the waiters older than `target` (a CoDel-style deadline).
 
+use crate::engine::class::{Class, HeadroomSettings};
 use crate::engine::grant::Grant;
 use crate::error::ConfigError;
 use crate::sync::{
@@ -191,7 +192,7 @@ pub(crate) use waiting_limits;
 
 /// The waiting settings a builder collects; `max_waiters == 0` means no
 /// waiting room at all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Policy {
     pub(crate) max_waiters: usize,
     pub(crate) max_wait: Duration,
@@ -200,6 +201,10 @@ pub(crate) struct Policy {
     /// many units before freed units are kept for it; `None`: the
     /// capacity in force (see `Queue::serve`).
     pub(crate) pass_budget: Option<usize>,
+    /// The fraction of the capacity each priority class may fill, as set
+    /// (checked at build). Not a waiting setting, but every builder that
+    /// has these has that too.
+    pub(crate) headroom: HeadroomSettings,
 }
 
 impl Default for Policy {
@@ -209,6 +214,7 @@ impl Default for Policy {
             max_wait: DEFAULT_MAX_WAIT,
             order: QueueOrder::Fifo,
             pass_budget: None,
+            headroom: HeadroomSettings::default(),
         }
     }
 }
@@ -238,8 +244,9 @@ pub(crate) struct Room {
     /// release (see the module docs for the ordering).
     pub(crate) count: CachePadded<AtomicUsize>,
     pub(crate) policy: Policy,
-    /// Counted by each waiter that gives up, on its own path.
-    timed_out: AtomicU64,
+    /// Counted by each waiter that gives up, on its own path, by the rank
+    /// of its class.
+    timed_out: [AtomicU64; Class::COUNT],
     /// Added after the wake-up (`Woken::wake_all`), off the lock. The
     /// counts that must be exact when a wait returns are in the [`Queue`],
     /// under the lock.
@@ -263,7 +270,7 @@ impl Room {
         Room {
             count: CachePadded::new(AtomicUsize::new(0)),
             policy,
-            timed_out: AtomicU64::new(0),
+            timed_out: Default::default(),
             waited_nanos: AtomicU64::new(0),
             clock: CoarseClock::new(),
         }
@@ -286,9 +293,16 @@ impl Room {
         self.count.load(Acquire)
     }
 
-    pub(crate) fn record_timeout(&self) {
+    /// Counts a waiter of `class` that timed out.
+    pub(crate) fn record_timeout(&self, class: Class) {
         // Relaxed: a count.
-        self.timed_out.fetch_add(1, Relaxed);
+        self.timed_out[class.rank()].fetch_add(1, Relaxed);
+    }
+
+    /// The waiters of `class` that timed out.
+    pub(crate) fn timed_out(&self, class: Class) -> u64 {
+        // Relaxed: a count for a snapshot.
+        self.timed_out[class.rank()].load(Relaxed)
     }
 
     /// A reading of the clock waits are timed on, for `waited_time`: the
@@ -319,7 +333,7 @@ impl Room {
         RoomStats {
             waiting: self.waiting(),
             peak_waiting: counts.peak,
-            timed_out: self.timed_out.load(Relaxed),
+            timed_out: Class::ALL.iter().map(|&class| self.timed_out(class)).sum(),
             waited: counts.waited,
             waited_time: Duration::from_nanos(self.waited_nanos.load(Relaxed)),
         }

@@ -1,6 +1,7 @@
-//! The queue of waiters under the table's control lock: a doubly linked list through the waiters' keys (every way of leaving it is O(1)), the order a grant serves, the deadlines the watcher expires, and the wakers it hands back to be woken or dropped after the lock.
+//! The queue of waiters under the table's control lock: a doubly linked list through the waiters' keys for each priority class (every way of leaving it is O(1)), the order a grant serves (the most important class first, the room's order within it), the deadlines the watcher expires, and the wakers it hands back to be woken or dropped after the lock.
 
 use super::{QueueOrder, Room, State, Ticket, SPARE_TICKETS};
+use crate::engine::class::Class;
 use crate::engine::foreign::each_then_resume;
 use crate::engine::grant::{Grant, Part};
 use crate::sync::{park, Arc, Ordering::Relaxed};
@@ -27,6 +28,10 @@ pub(crate) struct QueueCounts {
     pub(crate) peak: usize,
     /// Waits that ended in an admission.
     pub(crate) waited: u64,
+    /// Units granted to waiters, by class rank.
+    pub(crate) granted: [u64; Class::COUNT],
+    /// How many of each class wait now, by rank.
+    pub(crate) waiting: [usize; Class::COUNT],
 }
 
 /// How to wake a waiter.
@@ -126,17 +131,18 @@ impl Woken {
 /// Where [`Queue::serve`] takes units from besides a release's hand: the
 /// table, under its control lock.
 pub(crate) trait Source {
-    /// One unit from any shard, or `None`.
-    fn one(&mut self) -> Option<usize>;
-    /// `n` units, all or nothing (`n > 1`).
-    fn many(&mut self, n: usize) -> Option<Vec<Part>>;
+    /// One unit from any shard, within `class`'s headroom, or `None`.
+    fn one(&mut self, class: Class) -> Option<usize>;
+    /// `n` units, all or nothing (`n > 1`), within `class`'s headroom.
+    fn many(&mut self, n: usize, class: Class) -> Option<Vec<Part>>;
     /// Units the table has admitted so far: a count that only grows.
     fn admitted(&self) -> usize;
     /// How many units may be admitted past a waiting request of many
     /// units before it is reserved.
     fn budget(&self) -> usize;
-    /// The capacity in force: a waiter that needs more is ended.
-    fn capacity(&self) -> usize;
+    /// The capacity in force, or the share of it `class` may fill: a
+    /// waiter that needs more is ended.
+    fn capacity(&self, class: Class) -> usize;
 }
 
 /// How many waiters past a head that does not fit [`Queue::serve`] looks
@@ -187,6 +193,9 @@ pub(super) struct Node {
     newer: usize,
     /// How many units it waits for (1 but for `acquire_many`).
     need: usize,
+    /// Its class: which list it waits in, and which headroom its units
+    /// are taken under.
+    class: Class,
     /// The units it holds already: those of its grant, just before the
     /// grant; or, while it is *reserved*, what it has collected so far.
     parts: Vec<Part>,
@@ -202,10 +211,13 @@ pub(super) struct Node {
 /// the waiter giving up through [`Queue::cancel`]) frees it, and the
 /// outcome lives on in the waiter's [`Ticket`].
 ///
-/// The waiting nodes form a doubly linked list through their keys, oldest
-/// to newest, so a grant at either end and a waiter leaving from anywhere
-/// are O(1) under the lock: a room of [`MAX_WAITERS`] whose waiters give up
-/// newest first holds the lock no longer per leave than one of ten.
+/// The waiting nodes of each class form a doubly linked list through their
+/// keys, oldest to newest, so a grant at either end and a waiter leaving
+/// from anywhere are O(1) under the lock: a room of [`MAX_WAITERS`] whose
+/// waiters give up newest first holds the lock no longer per leave than
+/// one of ten. A grant serves the most important class that waits, in the
+/// room's order within it: no waiter is served while one of a class above
+/// it waits that its units would serve.
 #[derive(Debug)]
 pub(crate) struct Queue {
     nodes: Vec<Option<Node>>,
@@ -214,13 +226,16 @@ pub(crate) struct Queue {
     /// them ([`Queue::ticket`]): a wait then allocates nothing, and neither
     /// its end nor its waiter frees anything. At most [`SPARE_TICKETS`].
     spare: Vec<Arc<Ticket>>,
-    /// The ends of the waiting list, or [`NIL`] when nobody waits.
-    pub(super) oldest: usize,
-    pub(super) newest: usize,
-    /// How many nodes the list holds.
+    /// The ends of each class's waiting list (by rank), or [`NIL`] when
+    /// none of the class waits.
+    pub(super) oldest: [usize; Class::COUNT],
+    pub(super) newest: [usize; Class::COUNT],
+    /// How many nodes the lists hold.
     len: usize,
-    /// How many of them wait for more than one unit: while none does, a
-    /// grant is the plain hand-off of one unit ([`Queue::grant`]).
+    /// How many of them the scheduler must serve ([`Queue::serve`]): they
+    /// wait for more than one unit, or are of a gated class (whose units
+    /// come from the table, under its line). While none is, a grant is the
+    /// plain hand-off of one unit ([`Queue::grant`]).
     wide: usize,
     /// Since when the queue has been non-empty without a break.
     pub(super) standing_since: Option<Instant>,
@@ -239,8 +254,8 @@ impl Default for Queue {
             nodes: Vec::new(),
             free: Vec::new(),
             spare: Vec::new(),
-            oldest: NIL,
-            newest: NIL,
+            oldest: [NIL; Class::COUNT],
+            newest: [NIL; Class::COUNT],
             len: 0,
             wide: 0,
             standing_since: None,
@@ -268,6 +283,7 @@ impl Queue {
         now: Instant,
         deadline: Option<Instant>,
         need: usize,
+        class: Class,
         admitted_at: usize,
     ) -> (usize, Arc<Ticket>, u64) {
         let ticket = self.ticket();
@@ -278,14 +294,15 @@ impl Queue {
             since: now,
             since_ticks,
             deadline,
-            older: self.newest,
+            older: self.newest[class.rank()],
             newer: NIL,
             need,
+            class,
             parts: Vec::new(),
             admitted_at,
             reserved: false,
         };
-        if need > 1 {
+        if scheduled(need, class) {
             self.wide += 1;
         }
         let key = match self.free.pop() {
@@ -298,15 +315,17 @@ impl Queue {
                 self.nodes.len() - 1
             }
         };
-        match self.newest {
-            NIL => {
-                self.oldest = key;
-                self.standing_since = Some(now);
-            }
+        let rank = class.rank();
+        match self.newest[rank] {
+            NIL => self.oldest[rank] = key,
             newest => self.node_mut(newest).newer = key,
         }
-        self.newest = key;
+        if self.len == 0 {
+            self.standing_since = Some(now);
+        }
+        self.newest[rank] = key;
         self.len += 1;
+        self.counts.waiting[rank] += 1;
         room.set_count(self.len);
         self.counts.peak = self.counts.peak.max(self.len);
         (key, ticket, since_ticks)
@@ -316,36 +335,59 @@ impl Queue {
     /// freed).
     fn unlink(&mut self, key: usize) {
         let node = self.node(key);
-        let (older, newer) = (node.older, node.newer);
-        if node.need > 1 {
+        let (older, newer, rank) = (node.older, node.newer, node.class.rank());
+        if scheduled(node.need, node.class) {
             self.wide -= 1;
         }
         match older {
-            NIL => self.oldest = newer,
+            NIL => self.oldest[rank] = newer,
             older => self.node_mut(older).newer = newer,
         }
         match newer {
-            NIL => self.newest = older,
+            NIL => self.newest[rank] = older,
             newer => self.node_mut(newer).older = older,
         }
         self.len -= 1;
+        self.counts.waiting[rank] -= 1;
         if self.len == 0 {
             self.standing_since = None;
         }
     }
 
-    /// Takes the oldest waiting node out of the list; its key.
+    /// The rank of the most important class that waits, if any.
+    fn top(&self) -> Option<usize> {
+        self.oldest.iter().position(|&key| key != NIL)
+    }
+
+    /// Takes the oldest waiting node of the most important class waiting
+    /// out of its list; its key.
     fn pop_oldest(&mut self) -> Option<usize> {
-        let key = (self.oldest != NIL).then_some(self.oldest)?;
+        let key = self.oldest[self.top()?];
         self.unlink(key);
         Some(key)
     }
 
-    /// Takes the newest waiting node out of the list; its key.
+    /// Takes the newest waiting node of the most important class waiting
+    /// out of its list; its key.
     fn pop_newest(&mut self) -> Option<usize> {
-        let key = (self.newest != NIL).then_some(self.newest)?;
+        let key = self.newest[self.top()?];
         self.unlink(key);
         Some(key)
+    }
+
+    /// The waiting keys of every class, the most important first, each
+    /// class oldest first: for the linear walks (expiry, a shrink's
+    /// `TooLarge`, the tests).
+    fn all_keys(&self) -> Vec<usize> {
+        let mut keys = Vec::with_capacity(self.len);
+        for &oldest in &self.oldest {
+            let mut key = oldest;
+            while key != NIL {
+                keys.push(key);
+                key = self.node(key).newer;
+            }
+        }
+        keys
     }
 
     /// A ticket for a new wait: a spare one whose waiter has let go of it,
@@ -422,11 +464,8 @@ impl Queue {
     ) -> Option<Instant> {
         let mut next: Option<Instant> = None;
         let mut ended = Vec::new();
-        let mut key = self.oldest;
-        while key != NIL {
-            let node = self.node(key);
-            let (newer, deadline) = (node.newer, node.deadline);
-            match deadline {
+        for key in self.all_keys() {
+            match self.node(key).deadline {
                 Some(deadline) if deadline <= now => {
                     self.unlink(key);
                     ended.push(key);
@@ -436,7 +475,6 @@ impl Queue {
                 }
                 None => {}
             }
-            key = newer;
         }
         // The count before the tickets (see `end`).
         room.set_count(self.len);
@@ -459,12 +497,16 @@ impl Queue {
 
     /// A wait ended in an admission that no grant counted (the waiter took
     /// its own unit), or a granted one that admitted nobody after all (its
-    /// future was dropped as the unit came): `waited` moves by one.
-    pub(crate) fn count_waited(&mut self, admitted: bool) {
+    /// future was dropped as the unit came): `waited` moves by one, and
+    /// the `units` granted to `class` with it.
+    pub(crate) fn count_waited(&mut self, admitted: bool, class: Class, units: usize) {
+        let granted = &mut self.counts.granted[class.rank()];
         if admitted {
             self.counts.waited += 1;
+            *granted += units as u64;
         } else {
             self.counts.waited -= 1;
+            *granted -= units as u64;
         }
     }
 
@@ -509,10 +551,15 @@ impl Queue {
                     // to the table the instant it came). Of the others,
                     // those past the target time out, oldest first.
                     let newest = self.pop_newest();
-                    while self.oldest != NIL
-                        && now.saturating_duration_since(self.node(self.oldest).since) >= target
-                    {
-                        expired.extend(self.pop_oldest());
+                    for rank in 0..Class::COUNT {
+                        while self.oldest[rank] != NIL
+                            && now.saturating_duration_since(self.node(self.oldest[rank]).since)
+                                >= target
+                        {
+                            let oldest = self.oldest[rank];
+                            self.unlink(oldest);
+                            expired.push(oldest);
+                        }
                     }
                     newest
                 } else {
@@ -533,7 +580,8 @@ impl Queue {
         true
     }
 
-    /// How many wait for more than one unit.
+    /// How many wait for more than one unit, or in a gated class: the
+    /// waiters only the scheduler ([`serve`](Self::serve)) serves.
     pub(crate) fn wide(&self) -> usize {
         self.wide
     }
@@ -581,7 +629,8 @@ impl Queue {
         woken: &mut Woken,
     ) {
         while let Some(head) = self.head(room, now) {
-            if self.node(head).need > source.capacity() {
+            let (need, class) = (self.node(head).need, self.node(head).class);
+            if need > source.capacity(class) {
                 // A shrink made it impossible: it could never be served.
                 // What it collected goes back with its outcome.
                 self.unlink(head);
@@ -628,20 +677,22 @@ impl Queue {
     /// Ends with `TooLarge` every waiter that needs more than `capacity`
     /// (a shrink made it impossible), pushing what to wake onto `woken`.
     /// Linear in the queue: once per resize, under its lock.
-    pub(crate) fn end_too_large(&mut self, room: &Room, capacity: usize, woken: &mut Woken) {
+    pub(crate) fn end_too_large(
+        &mut self,
+        room: &Room,
+        capacity: impl Fn(Class) -> usize,
+        woken: &mut Woken,
+    ) {
         if self.wide == 0 {
             return;
         }
         let mut ended = Vec::new();
-        let mut key = self.oldest;
-        while key != NIL {
+        for key in self.all_keys() {
             let node = self.node(key);
-            let newer = node.newer;
-            if node.need > capacity {
+            if node.need > capacity(node.class) {
                 self.unlink(key);
                 ended.push(key);
             }
-            key = newer;
         }
         // The count before the tickets (see `end`).
         room.set_count(self.len);
@@ -652,22 +703,35 @@ impl Queue {
 
     /// The waiter the room's order serves first, if any.
     fn head(&self, room: &Room, now: Instant) -> Option<usize> {
-        let key = if self.newest_first(room, now) {
-            self.newest
-        } else {
-            self.oldest
-        };
-        (key != NIL).then_some(key)
+        let first = self.first_from(0, self.newest_first(room, now));
+        (first != NIL).then_some(first)
     }
 
-    /// The waiter after `key` in the room's order, or [`NIL`].
+    /// The first waiter in the room's order of the most important class
+    /// from rank `rank` down that waits, or [`NIL`].
+    fn first_from(&self, rank: usize, newest_first: bool) -> usize {
+        let ends = if newest_first {
+            &self.newest
+        } else {
+            &self.oldest
+        };
+        ends[rank.min(Class::COUNT)..]
+            .iter()
+            .copied()
+            .find(|&key| key != NIL)
+            .unwrap_or(NIL)
+    }
+
+    /// The waiter after `key` in the room's order (its class's next, then
+    /// the next class's first), or [`NIL`].
     fn after(&self, room: &Room, key: usize, now: Instant) -> usize {
         let node = self.node(key);
-        if self.newest_first(room, now) {
-            node.older
-        } else {
-            node.newer
+        let newest_first = self.newest_first(room, now);
+        let next = if newest_first { node.older } else { node.newer };
+        if next != NIL {
+            return next;
         }
+        self.first_from(node.class.rank() + 1, newest_first)
     }
 
     /// True if the order serves the newest first now.
@@ -685,16 +749,27 @@ impl Queue {
     /// then from the table; false (nothing moves) if they are not all
     /// there.
     fn fill(&mut self, key: usize, hand: &mut Vec<Part>, source: &mut dyn Source) -> bool {
-        let need = self.node(key).need;
+        let (need, class) = (self.node(key).need, self.node(key).class);
+        // A gated class's units come from the table alone, taken under its
+        // line: a released unit in hand was counted at a usage the class
+        // may be over.
+        let mut no_hand = Vec::new();
+        let hand = if class.gate().is_some() {
+            &mut no_hand
+        } else {
+            hand
+        };
         let in_hand: usize = hand.iter().map(|p| p.units).sum();
         let parts = if need <= in_hand {
             take_units(hand, need)
         } else {
             let rest = need - in_hand;
             let from_table = if rest == 1 {
-                source.one().map(|shard| vec![Part { shard, units: 1 }])
+                source
+                    .one(class)
+                    .map(|shard| vec![Part { shard, units: 1 }])
             } else {
-                source.many(rest)
+                source.many(rest, class)
             };
             let Some(mut from_table) = from_table else {
                 return false;
@@ -712,12 +787,17 @@ impl Queue {
     /// all it needs.
     fn collect(&mut self, key: usize, hand: &mut Vec<Part>, source: &mut dyn Source) -> bool {
         let node = self.node(key);
-        let have: usize = node.parts.iter().map(|p| p.units).sum();
+        let (class, have) = (node.class, node.parts.iter().map(|p| p.units).sum::<usize>());
         let mut want = node.need - have;
-        let mut got = take_units(hand, want);
+        // A gated class collects from the table alone (see `fill`).
+        let mut got = if class.gate().is_some() {
+            Vec::new()
+        } else {
+            take_units(hand, want)
+        };
         want -= got.iter().map(|p| p.units).sum::<usize>();
         while want > 0 {
-            let Some(shard) = source.one() else {
+            let Some(shard) = source.one(class) else {
                 break;
             };
             got.push(Part { shard, units: 1 });
@@ -775,6 +855,7 @@ impl Queue {
             // `stats()` (which takes the lock) includes its own wait; its
             // time follows the wake-up (`Woken::wake_all`).
             self.counts.waited += 1;
+            self.counts.granted[node.class.rank()] += node.need as u64;
         }
         node.ticket.end(state);
         if self.spare.len() < SPARE_TICKETS {
@@ -805,12 +886,13 @@ impl Queue {
     /// The keys of the waiting nodes, oldest first (for the tests).
     #[cfg(test)]
     pub(super) fn keys(&self) -> Vec<usize> {
-        let mut keys = Vec::with_capacity(self.len);
-        let mut key = self.oldest;
-        while key != NIL {
-            keys.push(key);
-            key = self.node(key).newer;
-        }
-        keys
+        self.all_keys()
     }
+}
+
+/// True if a waiter of `need` units of `class` is the scheduler's to
+/// serve, not a plain hand-off's: it waits for many units, or its units
+/// must be taken under its class's line.
+fn scheduled(need: usize, class: Class) -> bool {
+    need > 1 || class.gate().is_some()
 }

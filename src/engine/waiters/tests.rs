@@ -19,6 +19,10 @@ fn room(order: QueueOrder) -> Room {
     })
 }
 
+use crate::engine::class::Class;
+
+const CRITICAL: usize = Class::Critical.rank();
+
 /// Queues a waiter; its key and ticket.
 fn push(
     queue: &mut Queue,
@@ -26,7 +30,7 @@ fn push(
     now: Instant,
     deadline: Option<Instant>,
 ) -> (usize, Arc<Ticket>) {
-    let (key, ticket, _) = queue.push(room, waker(), now, deadline, 1, 0);
+    let (key, ticket, _) = queue.push(room, waker(), now, deadline, 1, Class::Critical, 0);
     (key, ticket)
 }
 
@@ -39,7 +43,7 @@ fn push_many(
     need: usize,
     admitted: usize,
 ) -> (usize, Arc<Ticket>) {
-    let (key, ticket, _) = queue.push(room, waker(), now, None, need, admitted);
+    let (key, ticket, _) = queue.push(room, waker(), now, None, need, Class::Critical, admitted);
     (key, ticket)
 }
 
@@ -52,14 +56,14 @@ struct Fake {
 }
 
 impl Source for Fake {
-    fn one(&mut self) -> Option<usize> {
+    fn one(&mut self, _: Class) -> Option<usize> {
         (self.free > 0).then(|| {
             self.free -= 1;
             7
         })
     }
 
-    fn many(&mut self, n: usize) -> Option<Vec<crate::engine::grant::Part>> {
+    fn many(&mut self, n: usize, _: Class) -> Option<Vec<crate::engine::grant::Part>> {
         (self.free >= n).then(|| {
             self.free -= n;
             vec![crate::engine::grant::Part { shard: 7, units: n }]
@@ -74,7 +78,7 @@ impl Source for Fake {
         self.budget
     }
 
-    fn capacity(&self) -> usize {
+    fn capacity(&self, _: Class) -> usize {
         usize::MAX
     }
 }
@@ -472,8 +476,8 @@ proptest::proptest! {
             let keys: Vec<usize> = model.iter().copied().collect();
             proptest::prop_assert_eq!(queue.keys(), keys);
             proptest::prop_assert_eq!(queue.len(), model.len());
-            proptest::prop_assert_eq!(queue.oldest, model.front().copied().unwrap_or(NIL));
-            proptest::prop_assert_eq!(queue.newest, model.back().copied().unwrap_or(NIL));
+            proptest::prop_assert_eq!(queue.oldest[CRITICAL], model.front().copied().unwrap_or(NIL));
+            proptest::prop_assert_eq!(queue.newest[CRITICAL], model.back().copied().unwrap_or(NIL));
             proptest::prop_assert_eq!(queue.standing_since.is_some(), !model.is_empty());
         }
     }

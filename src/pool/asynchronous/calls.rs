@@ -579,10 +579,7 @@ impl<W: AsyncWorker> AsyncPool<W> {
             Some(me) => self.inner.admit_weighed_from_worker(&ask, me),
             None => {
                 let how = if can_wait { How::Probe } else { How::Try };
-                self.inner.table.admit(&Ask {
-                    units: ask.units,
-                    how,
-                })
+                self.inner.table.admit(&Ask { how, ..ask })
             }
         };
         match first {

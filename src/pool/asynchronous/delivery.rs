@@ -73,8 +73,8 @@ impl<W: AsyncWorker> Inner<W> {
             });
         }
         let grant = self.table.admit(&Ask {
-            units: ask.units,
             how: crate::engine::ask::How::At(me + 1),
+            ..*ask
         })?;
         if grant.parts().iter().all(|p| p.shard == me) {
             self.table.release_grant(&grant, false);
