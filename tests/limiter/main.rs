@@ -9,6 +9,10 @@
 //! * `resize.rs`: `set_capacity` at run time (issue 8): hands room to
 //!   waiters, never admits above the capacity in force, `available()`,
 //!   a shrink's debt.
+//! * `classes.rs`: priority classes (issue 36): each class's share of
+//!   the capacity, on any shard count and through a resize; the room's
+//!   class order; per-class figures; bad headroom; a stress test with a
+//!   ledger per class.
 //! * `weighted.rs`: requests of many units (issue 35): tokio's weighted
 //!   semaphore tests translated, takes across shards, `split`, `merge`,
 //!   `forget`, relative resizes, bad input, a stress test with a ledger.
@@ -25,6 +29,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod classes;
 mod permits;
 mod resize;
 mod waiting;
