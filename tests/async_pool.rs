@@ -756,6 +756,39 @@ fn requests_of_many_units_hold_them_until_handled_and_a_dropped_wait_returns_the
     });
 }
 
+/// Issue 36: the async pool's asks carry their class: a gated class stops
+/// at its share (0.8 of 5 by default for `Sheddable`), the default class
+/// fills the rest, and a waiting sheddable call is served only once a
+/// unit comes back under its line.
+#[test]
+fn a_sheddable_request_stops_at_its_share_and_waits_under_its_line() {
+    use sidejob::{units::Ask, Class};
+    multi_thread().block_on(async {
+        let mut f = probe_pool(5, 1, 4);
+        let sheddable = Ask::new().class(Class::Sheddable);
+        let parked = f.pool.call_with_async(sheddable, Job::Park(1));
+        assert_eq!(f.started.recv().await, Some(1));
+        f.pool
+            .cast_with(sheddable.units(3).fail_fast(), Job::Echo(2))
+            .await
+            .unwrap();
+        let refused = f.pool.cast_with(sheddable.fail_fast(), Job::Echo(3));
+        assert_eq!(refused.await, Err(Error::Overload));
+        f.pool.cast(Job::Echo(4)).await.unwrap();
+        assert_eq!(f.pool.usage(), 5);
+        let mut waiting = Box::pin(f.pool.call_with_async(sheddable, Job::Echo(5)));
+        assert!(common::poll_once(&mut waiting).is_pending());
+        f.shared.open();
+        assert_eq!(parked.await, Ok(1));
+        assert_eq!(waiting.await, Ok(5));
+        f.pool.shutdown_async().await;
+        assert_eq!(f.shared.handled_sorted(), vec![1, 2, 4, 5]);
+        let stats = f.pool.stats();
+        let by = &stats.classes[Class::Sheddable.rank()];
+        assert_eq!((by.accepted, by.rejected), (5, 1));
+    });
+}
+
 /// With a mailbox per worker, a request of many units across shards gives
 /// back units of other workers' shards: a shutdown begun meanwhile still
 /// ends, every worker woken to leave.

@@ -3,8 +3,9 @@
 //! table's takes of that class stop at (`table/classed.rs`).
 //!
 //! **The rule.** A request of class `c` is admitted only while the units
-//! held in all (its shard's usage, every class counted) are below the
-//! fraction of the capacity in force that `c` may fill, its *headroom*.
+//! held (every class counted, on the shard it takes from) leave room under
+//! the fraction of the capacity in force that `c` may fill, its
+//! *headroom*.
 //! The two top classes may fill the whole capacity; the two sheddable
 //! classes stop short of it, so that under overload the last units go to
 //! the classes above them, and refusals fall on the sheddable classes
@@ -19,19 +20,36 @@
 //! hot path it was, with not one instruction more: every gate lives on
 //! the paths of the classes that asked for one.
 //!
-//! **Per shard, exact in total.** A class's headroom `f` over a capacity
-//! `C` is `L = floor(f × C)` units, split over the shards in proportion to
-//! their limits (each shard's *line* at most its limit, the lines adding
-//! up to at most `L`, and never above the line of the class over it). A
-//! take of class `c` on a shard succeeds only if the shard's usage after it
-//! is within the shard's line: one CAS, as for any take, and the line read
-//! again after it (a resize stores lines and limits together, while the
-//! shards are gated). So at every instant the units held by class `c` and
-//! every class below it are at most the sum of their lines, at most
-//! `floor(f × C)`; and at least `C − L` units are kept from them for the
-//! classes above. What a per-shard check costs: a class may be refused
-//! while its line has room on a shard it has not walked to yet only if a
-//! release came after the walk passed that shard, as for `Overload`.
+//! **Per shard, and what it guarantees in total.** A class's headroom `f`
+//! over a capacity `C` is `L = floor(f × C)` units, split over the shards
+//! in proportion to their limits: each shard's *line* at most its limit
+//! and at most the line of the class above, the lines adding up to `L`
+//! (short of it only where the class above's lines leave no room). A take
+//! of class `c` succeeds on a shard only if the shard's usage after it,
+//! every class counted, is within the shard's line: one CAS, as for any
+//! take, and the line read again after it (a resize stores lines and
+//! limits together while the shards are gated). So:
+//!
+//! * the units held by class `c` and every class below it are at most the
+//!   sum of their lines, `floor(f × C)`, at every instant: on each shard,
+//!   the last of them admitted found the shard's usage within its line,
+//!   and every other one still held was held then;
+//! * on each shard, the units between its line and its limit are taken by
+//!   the classes above `c` alone: at least `C − floor(f × C)` units are
+//!   kept from `c` for them;
+//! * `c` is refused when every shard it walks is at or over its line: with
+//!   one shard, exactly when the usage is at `floor(f × C)`. With several,
+//!   `c` may be admitted on a shard below its line while the total usage
+//!   is above `f × C` (the other shards fuller than theirs): the first two
+//!   points hold, a refusal "when the total reaches the share" does not;
+//! * after a shrink, a shard may hold more of `c`'s units than its new
+//!   line, as a shard may hold more than its new limit: `c` takes nothing
+//!   more on that shard until its usage is back under the line, and until
+//!   those units come back the first point's bound is the larger of the
+//!   new share and what was held at the shrink.
+//!
+//! A class may be refused while some shard has room under its line only if
+//! a release came after the walk passed that shard, as for `Overload`.
 
 use crate::error::ConfigError;
 
@@ -180,9 +198,10 @@ impl Class {
             .find(|class| {
                 let name = class.as_str().as_bytes();
                 name.len() == value.len()
-                    && name.iter().zip(value).all(|(&n, &v)| {
-                        n == v.to_ascii_lowercase() || (n == b'_' && v == b'-')
-                    })
+                    && name
+                        .iter()
+                        .zip(value)
+                        .all(|(&n, &v)| n == v.to_ascii_lowercase() || (n == b'_' && v == b'-'))
             })
             .unwrap_or_default()
     }
@@ -249,16 +268,15 @@ impl HeadroomSettings {
         let mut above = 1.0_f64;
         let mut fractions = [0.0_f64; GATED];
         for (g, part) in fractions.iter_mut().enumerate() {
-            let fraction = match self.set[Class::COUNT - GATED + g] {
-                Some(fraction) if fraction > above => {
-                    return Err(ConfigError::out_of_range(
+            let fraction =
+                match self.set[Class::COUNT - GATED + g] {
+                    Some(fraction) if fraction > above => return Err(ConfigError::out_of_range(
                         "headroom",
                         "a fraction no higher than the class above's (SheddablePlus >= Sheddable)",
-                    ))
-                }
-                Some(fraction) => fraction,
-                None => DEFAULTS[g].min(above),
-            };
+                    )),
+                    Some(fraction) => fraction,
+                    None => DEFAULTS[g].min(above),
+                };
             above = fraction;
             *part = fraction;
         }
@@ -361,7 +379,11 @@ mod tests {
             let lines = headroom.lines(capacity, &limits);
             for (g, fraction) in [(0, 0.7), (1, 0.3)] {
                 let want = (capacity as f64 * fraction).floor() as usize;
-                assert_eq!(lines[g].iter().sum::<usize>(), want, "{capacity} {limits:?}");
+                assert_eq!(
+                    lines[g].iter().sum::<usize>(),
+                    want,
+                    "{capacity} {limits:?}"
+                );
             }
             for i in 0..limits.len() {
                 assert!(lines[0][i] <= limits[i]);
@@ -407,7 +429,13 @@ mod tests {
             let shouted = class.as_str().to_ascii_uppercase().replace('_', "-");
             assert_eq!(Class::from_header(shouted.as_bytes()), class);
         }
-        for junk in [&b""[..], b"critical_plus_", b"\xff\xfe", b"0", b"sheddable plus"] {
+        for junk in [
+            &b""[..],
+            b"critical_plus_",
+            b"\xff\xfe",
+            b"0",
+            b"sheddable plus",
+        ] {
             assert_eq!(Class::from_header(junk), Class::Critical);
         }
     }

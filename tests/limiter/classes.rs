@@ -31,7 +31,11 @@ fn classed(capacity: usize, shards: usize, plus: f64, low: f64) -> Limiter {
 }
 
 /// Takes units of `class` one at a time until refused: how many.
-fn fill<'a>(limiter: &'a Limiter, class: Class, held: &mut Vec<Permit<'a, sidejob::units::Many>>) -> usize {
+fn fill<'a>(
+    limiter: &'a Limiter,
+    class: Class,
+    held: &mut Vec<Permit<'a, sidejob::units::Many>>,
+) -> usize {
     let mut taken = 0;
     loop {
         match limiter.acquire_with(ask(class)) {
@@ -50,9 +54,21 @@ fn each_class_stops_at_its_share_of_the_capacity_on_any_shard_count() {
     for shards in [1, 2, 3, 7, 64, 100] {
         let limiter = classed(100, shards, 0.6, 0.3);
         let mut held = Vec::new();
-        assert_eq!(fill(&limiter, Class::Sheddable, &mut held), 30, "{shards} shards");
-        assert_eq!(fill(&limiter, Class::SheddablePlus, &mut held), 30, "{shards} shards");
-        assert_eq!(fill(&limiter, Class::Critical, &mut held), 40, "{shards} shards");
+        assert_eq!(
+            fill(&limiter, Class::Sheddable, &mut held),
+            30,
+            "{shards} shards"
+        );
+        assert_eq!(
+            fill(&limiter, Class::SheddablePlus, &mut held),
+            30,
+            "{shards} shards"
+        );
+        assert_eq!(
+            fill(&limiter, Class::Critical, &mut held),
+            40,
+            "{shards} shards"
+        );
         assert_eq!(limiter.usage(), 100);
         assert_eq!(fill(&limiter, Class::CriticalPlus, &mut held), 0);
         // A unit back: the sheddable classes are still over their lines,
@@ -75,7 +91,9 @@ fn a_class_may_fill_its_share_with_units_from_several_shards() {
     assert_eq!(big.units(), 30);
     let more = limiter.acquire_with(ask(Class::Sheddable).units(3));
     assert_eq!(more.unwrap_err(), Error::Overload);
-    let last_two = limiter.acquire_with(ask(Class::Sheddable).units(2)).unwrap();
+    let last_two = limiter
+        .acquire_with(ask(Class::Sheddable).units(2))
+        .unwrap();
     // More than the class's whole share: never, so `TooLarge`, not a wait.
     let too_big = limiter.acquire_with(Ask::new().class(Class::Sheddable).units(33));
     assert_eq!(too_big.unwrap_err(), Error::TooLarge);
@@ -96,7 +114,11 @@ fn the_shares_follow_the_capacity_in_force() {
     limiter.set_capacity(20).unwrap();
     assert_eq!(fill(&limiter, Class::Sheddable, &mut held), 0);
     held.truncate(5);
-    assert_eq!(fill(&limiter, Class::Sheddable, &mut held), 1, "6 of 20 at 0.3");
+    assert_eq!(
+        fill(&limiter, Class::Sheddable, &mut held),
+        1,
+        "6 of 20 at 0.3"
+    );
     limiter.set_capacity(200).unwrap();
     assert_eq!(fill(&limiter, Class::Sheddable, &mut held), 54, "60 of 200");
 }
@@ -106,7 +128,10 @@ fn the_default_class_and_the_top_class_fill_the_whole_capacity() {
     let limiter = classed(10, 2, 0.0, 0.0);
     // A share of nothing: no request of the class can ever be served.
     for class in [Class::Sheddable, Class::SheddablePlus] {
-        assert_eq!(limiter.acquire_with(ask(class)).unwrap_err(), Error::TooLarge);
+        assert_eq!(
+            limiter.acquire_with(ask(class)).unwrap_err(),
+            Error::TooLarge
+        );
     }
     let mut held = Vec::new();
     assert_eq!(fill(&limiter, Class::CriticalPlus, &mut held), 10);
@@ -144,7 +169,9 @@ fn bad_headroom_is_a_config_error_naming_the_field() {
 #[test]
 fn the_room_serves_the_most_important_class_first() {
     let limiter = room(2, 1, 8, LONG, QueueOrder::Fifo);
-    let held: Vec<_> = (0..2).map(|_| limiter.try_acquire_owned().unwrap()).collect();
+    let held: Vec<_> = (0..2)
+        .map(|_| limiter.try_acquire_owned().unwrap())
+        .collect();
     let (served, order) = mpsc::channel();
     let mut waiters = Vec::new();
     // Queued in the order Critical, CriticalPlus, Critical: the second
@@ -191,7 +218,9 @@ fn a_gated_waiter_is_served_only_under_its_line() {
             .build()
             .unwrap(),
     );
-    let mut held: Vec<_> = (0..10).map(|_| limiter.try_acquire_owned().unwrap()).collect();
+    let mut held: Vec<_> = (0..10)
+        .map(|_| limiter.try_acquire_owned().unwrap())
+        .collect();
     let served = Arc::new(AtomicBool::new(false));
     let waiter = {
         let (limiter, served) = (Arc::clone(&limiter), Arc::clone(&served));
@@ -230,9 +259,21 @@ fn per_class_figures_add_up_to_the_totals() {
     let stats = limiter.stats();
     let by = |class: Class| stats.classes[class.rank()].clone();
     assert_eq!(stats.classes.len(), 4);
-    assert_eq!((by(Class::Sheddable).accepted, by(Class::Sheddable).rejected), (3, 1));
-    assert_eq!((by(Class::CriticalPlus).accepted, by(Class::CriticalPlus).rejected), (1, 1));
-    assert_eq!((by(Class::Critical).accepted, by(Class::Critical).rejected), (0, 1));
+    assert_eq!(
+        (by(Class::Sheddable).accepted, by(Class::Sheddable).rejected),
+        (3, 1)
+    );
+    assert_eq!(
+        (
+            by(Class::CriticalPlus).accepted,
+            by(Class::CriticalPlus).rejected
+        ),
+        (1, 1)
+    );
+    assert_eq!(
+        (by(Class::Critical).accepted, by(Class::Critical).rejected),
+        (0, 1)
+    );
     let accepted: u64 = stats.classes.iter().map(|c| c.accepted).sum();
     let rejected: u64 = stats.classes.iter().map(|c| c.rejected).sum();
     assert_eq!((accepted, rejected), (stats.accepted, stats.rejected));
@@ -267,8 +308,11 @@ fn stress_no_class_ever_holds_more_than_its_share() {
     let barrier = Arc::new(Barrier::new(THREADS));
     let workers: Vec<_> = (0..THREADS)
         .map(|t| {
-            let (limiter, ledger, barrier) =
-                (Arc::clone(&limiter), Arc::clone(&ledger), Arc::clone(&barrier));
+            let (limiter, ledger, barrier) = (
+                Arc::clone(&limiter),
+                Arc::clone(&ledger),
+                Arc::clone(&barrier),
+            );
             thread::spawn(move || {
                 let mut rng = 0x9E37_79B9_7F4A_7C15_u64 ^ t as u64;
                 let mut next = move || {
@@ -292,7 +336,11 @@ fn stress_no_class_ever_holds_more_than_its_share() {
                     let mut below = 0;
                     for rank in (0..4).rev() {
                         below += ((now >> (16 * rank)) & 0xFFFF) as usize;
-                        assert!(below <= shares[rank], "ranks {rank}.. hold {below} > {}", shares[rank]);
+                        assert!(
+                            below <= shares[rank],
+                            "ranks {rank}.. hold {below} > {}",
+                            shares[rank]
+                        );
                     }
                     if next() % 4 == 0 {
                         thread::yield_now();

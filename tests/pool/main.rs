@@ -24,6 +24,7 @@
 mod common;
 
 mod calls;
+mod classes;
 mod config;
 mod panics;
 mod shutdown;

@@ -19,7 +19,7 @@ use crate::common::{bounded, until, Rng, GATE_PATIENCE};
 /// Each handler reports its request's id when it starts, then blocks until
 /// the test sends a token on the gate (any worker takes any token); id 0
 /// panics once let through.
-struct Held {
+pub(crate) struct Held {
     started: Sender<u64>,
     gate: Receiver<()>,
 }
@@ -49,7 +49,9 @@ impl Worker for Held {
 
 /// A pool of [`Held`] workers built by `configure`; the started channel and
 /// the gate.
-fn held(configure: impl FnOnce(&mut PoolBuilder)) -> (Pool<Held>, Receiver<u64>, Sender<()>) {
+pub(crate) fn held(
+    configure: impl FnOnce(&mut PoolBuilder),
+) -> (Pool<Held>, Receiver<u64>, Sender<()>) {
     let (started_tx, started) = unbounded();
     let (open, gate) = unbounded();
     let mut builder = Pool::builder();
@@ -63,7 +65,7 @@ fn held(configure: impl FnOnce(&mut PoolBuilder)) -> (Pool<Held>, Receiver<u64>,
     (pool, started, open)
 }
 
-fn next_start(started: &Receiver<u64>) -> u64 {
+pub(crate) fn next_start(started: &Receiver<u64>) -> u64 {
     started
         .recv_timeout(GATE_PATIENCE)
         .expect("a handler starts")

@@ -18,6 +18,7 @@
 mod common;
 
 mod children;
+mod classes;
 mod close;
 mod keyed;
 mod tasks;

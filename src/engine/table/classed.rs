@@ -137,9 +137,7 @@ impl Table {
         match result {
             // Relaxed: counts for `stats`.
             Ok(grant) => {
-                count
-                    .accepted
-                    .fetch_add(grant.units() as u64, Relaxed);
+                count.accepted.fetch_add(grant.units() as u64, Relaxed);
             }
             Err(Error::Overload) if counted => {
                 self.count_refusal();

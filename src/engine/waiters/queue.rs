@@ -787,7 +787,10 @@ impl Queue {
     /// all it needs.
     fn collect(&mut self, key: usize, hand: &mut Vec<Part>, source: &mut dyn Source) -> bool {
         let node = self.node(key);
-        let (class, have) = (node.class, node.parts.iter().map(|p| p.units).sum::<usize>());
+        let (class, have) = (
+            node.class,
+            node.parts.iter().map(|p| p.units).sum::<usize>(),
+        );
         let mut want = node.need - have;
         // A gated class collects from the table alone (see `fill`).
         let mut got = if class.gate().is_some() {
