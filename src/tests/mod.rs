@@ -4,6 +4,7 @@
 //! check, the gated pool they drive). `weighted_model.rs` checks takes of
 //! many units against a ledger.
 
+mod class_model;
 mod harness;
 mod keyed_model;
 mod keyed_pool_model;

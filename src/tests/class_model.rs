@@ -1,0 +1,293 @@
+//! A proptest model of priority classes (issue 36), driven from one
+//! thread.
+//!
+//! **Admission.** On one shard a class's line is its whole share, so the
+//! model predicts every answer: random capacity (1..24), random headroom
+//! in twentieths (`SheddablePlus` at or above `Sheddable`), random takes
+//! of a class and a size (0..8 units, failing fast or asking to wait in a
+//! table without a room), give-backs and resizes. A take of `n ≥ 1` units
+//! of class `c` is admitted exactly when `usage + n ≤ share(c)`, refused
+//! with `TooLarge` exactly when `n > share(c)` (the hot path's one unit of
+//! the default class answers `Overload` even then, as `try_acquire` does),
+//! and with `Overload` otherwise. On several shards (no resizes) the model
+//! checks the bound the lines promise in total: the units of a class and
+//! every class below it never exceed its share.
+//!
+//! **The room's order.** One shard, a room of async waiters of random
+//! classes, releases and newcomers: after every step, the waiters granted
+//! are exactly those the model serves: the most important class first,
+//! the oldest first within it, each only while its unit fits under its
+//! class's share, and none while a waiter of a class above it that fits
+//! waits (no priority inversion). A newcomer takes from the table only if
+//! its unit fits, and waits otherwise.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use crate::engine::ask::Ask;
+use crate::engine::class::{Class, HeadroomSettings};
+use crate::engine::grant::Grant;
+use crate::engine::probe::Probe;
+use crate::engine::table::Table;
+use crate::engine::waiters::Policy;
+use crate::error::Error;
+
+/// A table of `capacity` over `shards` with the sheddable classes'
+/// headroom in twentieths, and a room of `waiters` (0: none).
+fn table(capacity: usize, shards: usize, twentieths: [usize; 2], waiters: usize) -> Table {
+    let mut headroom = HeadroomSettings::default();
+    headroom.set(Class::SheddablePlus, twentieths[0] as f64 / 20.0);
+    headroom.set(Class::Sheddable, twentieths[1] as f64 / 20.0);
+    let policy = Policy {
+        max_waiters: waiters,
+        max_wait: Duration::from_secs(3600),
+        headroom,
+        ..Policy::default()
+    };
+    Table::new(capacity, shards, Probe::Thread)
+        .unwrap()
+        .with_policy(&policy)
+        .unwrap()
+}
+
+/// What class `class` may fill of `capacity`: all of it for the top two,
+/// `floor(k × C / 20)` for a sheddable class of `k` twentieths (exact
+/// integer arithmetic, not the table's).
+fn share(class: Class, capacity: usize, twentieths: [usize; 2]) -> usize {
+    match class.gate() {
+        None => capacity,
+        Some(g) => twentieths[g] * capacity / 20,
+    }
+}
+
+fn class() -> impl Strategy<Value = Class> {
+    (0usize..4).prop_map(|rank| Class::from_rank(rank).unwrap())
+}
+
+/// `SheddablePlus`'s and `Sheddable`'s twentieths, the second at most the
+/// first.
+fn twentieths() -> impl Strategy<Value = [usize; 2]> {
+    (0usize..=20).prop_flat_map(|plus| (Just(plus), 0usize..=plus).prop_map(|(p, s)| [p, s]))
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Take(Class, usize, bool),
+    Release(usize),
+    Set(usize),
+}
+
+fn step(resize: bool) -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (class(), 0usize..8, any::<bool>()).prop_map(|(c, n, f)| Step::Take(c, n, f)),
+        4 => any::<usize>().prop_map(Step::Release),
+        (if resize { 1 } else { 0 }) => (1usize..30).prop_map(Step::Set),
+    ]
+}
+
+fn give_back(table: &Table, grant: &Grant) {
+    for part in grant.parts() {
+        table.release_units(part.shard, part.units, false);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn one_shard_admits_exactly_what_each_class_share_allows(
+        capacity in 1usize..24,
+        twentieths in twentieths(),
+        steps in proptest::collection::vec(step(true), 1..60),
+    ) {
+        let table = table(capacity, 1, twentieths, 0);
+        let mut capacity = capacity;
+        let mut held: Vec<(Class, Grant)> = Vec::new();
+        for step in steps {
+            let used: usize = held.iter().map(|(_, g)| g.units()).sum();
+            match step {
+                Step::Take(class, n, fail_fast) => {
+                    let line = share(class, capacity, twentieths);
+                    let ask = Ask::new().class(class).units(n);
+                    let ask = if fail_fast { ask.fail_fast() } else { ask };
+                    match table.admit(&ask) {
+                        Ok(grant) => {
+                            // 0 units: a grant of nothing, whatever is held.
+                            prop_assert!(n == 0 || used + n <= line, "{class} took {n} with {used} of {line}");
+                            prop_assert_eq!(grant.units(), n);
+                            held.push((class, grant));
+                        }
+                        Err(Error::TooLarge) => prop_assert!(n > line && n > 0, "{class}: {n} of {line}"),
+                        Err(Error::Overload) => {
+                            let hot = n == 1 && class == Class::Critical;
+                            prop_assert!((n <= line || hot) && used + n > line, "{class} refused {n} with {used} of {line}");
+                        }
+                        Err(other) => prop_assert!(false, "unexpected {other}"),
+                    }
+                }
+                Step::Release(k) if !held.is_empty() => {
+                    let (_, grant) = held.swap_remove(k % held.len());
+                    give_back(&table, &grant);
+                }
+                Step::Set(c) => {
+                    table.set_capacity(c).unwrap();
+                    capacity = c;
+                }
+                _ => {}
+            }
+            let used: usize = held.iter().map(|(_, g)| g.units()).sum();
+            prop_assert_eq!(table.usage(), used);
+        }
+        for (_, grant) in held.drain(..) {
+            give_back(&table, &grant);
+        }
+        prop_assert_eq!(table.usage(), 0);
+    }
+
+    #[test]
+    fn on_any_shard_count_no_class_holds_more_than_its_share(
+        capacity in 1usize..40,
+        shards in 1usize..7,
+        twentieths in twentieths(),
+        steps in proptest::collection::vec(step(false), 1..80),
+    ) {
+        let table = table(capacity, shards, twentieths, 0);
+        let mut held: Vec<(Class, Grant)> = Vec::new();
+        for step in steps {
+            match step {
+                Step::Take(class, n, _) => {
+                    if let Ok(grant) = table.admit(&Ask::new().class(class).units(n).fail_fast()) {
+                        held.push((class, grant));
+                    }
+                }
+                Step::Release(k) if !held.is_empty() => {
+                    let (_, grant) = held.swap_remove(k % held.len());
+                    give_back(&table, &grant);
+                }
+                _ => {}
+            }
+            for class in Class::ALL {
+                let below: usize = held
+                    .iter()
+                    .filter(|(c, _)| c.rank() >= class.rank())
+                    .map(|(_, g)| g.units())
+                    .sum();
+                let line = share(class, capacity, twentieths);
+                prop_assert!(below <= line, "{class} and below hold {below} > {line}");
+            }
+        }
+        for (_, grant) in held.drain(..) {
+            give_back(&table, &grant);
+        }
+        prop_assert_eq!(table.usage(), 0);
+    }
+}
+
+// ---- the room's order ---------------------------------------------------------
+
+#[derive(Debug, Clone)]
+enum RoomStep {
+    /// A newcomer of this class asks to wait for one unit.
+    Arrive(Class),
+    /// A held unit (the `k`-th, modulo) is given back.
+    Release(usize),
+}
+
+fn room_step() -> impl Strategy<Value = RoomStep> {
+    prop_oneof![
+        3 => class().prop_map(RoomStep::Arrive),
+        2 => any::<usize>().prop_map(RoomStep::Release),
+    ]
+}
+
+type Wait<'a> = Pin<Box<dyn Future<Output = Result<Grant, Error>> + 'a>>;
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn the_room_serves_by_class_then_by_arrival_with_no_inversion(
+        capacity in 1usize..10,
+        twentieths in twentieths(),
+        steps in proptest::collection::vec(room_step(), 1..60),
+    ) {
+        let table = table(capacity, 1, twentieths, 64);
+        let mut cx = Context::from_waker(Waker::noop());
+        // The model: units held, and the waiters (class, arrival) in
+        // arrival order; the table's side: the futures of those waiting.
+        let mut held: Vec<Grant> = Vec::new();
+        let mut waiting: Vec<(Class, usize, Wait<'_>)> = Vec::new();
+        let fits = |class: Class, used: usize| used < share(class, capacity, twentieths);
+        for (arrival, step) in steps.into_iter().enumerate() {
+            match step {
+                RoomStep::Arrive(class) => {
+                    let mut wait: Wait<'_> = Box::pin(table.admit_async(Ask::new().class(class)));
+                    let used = held.len();
+                    match wait.as_mut().poll(&mut cx) {
+                        Poll::Ready(Ok(grant)) => {
+                            prop_assert!(fits(class, used), "{class} admitted at {used}");
+                            held.push(grant);
+                        }
+                        Poll::Ready(Err(error)) => {
+                            // Only a class whose share is nothing is turned
+                            // away: it could never be served.
+                            prop_assert_eq!(error, Error::TooLarge);
+                            prop_assert_eq!(share(class, capacity, twentieths), 0);
+                        }
+                        Poll::Pending => {
+                            prop_assert!(!fits(class, used), "{class} waits at {used}");
+                            waiting.push((class, arrival, wait));
+                        }
+                    }
+                }
+                RoomStep::Release(k) if !held.is_empty() => {
+                    let grant = held.swap_remove(k % held.len());
+                    give_back(&table, &grant);
+                    // The model's grants: the most important class, the
+                    // oldest within it, while its unit fits.
+                    let mut want = Vec::new();
+                    let mut used = held.len();
+                    let mut order: Vec<(usize, usize)> =
+                        waiting.iter().map(|(c, a, _)| (c.rank(), *a)).collect();
+                    order.sort_unstable();
+                    for (rank, arrival) in order {
+                        let class = Class::from_rank(rank).unwrap();
+                        if !fits(class, used) {
+                            break;
+                        }
+                        want.push(arrival);
+                        used += 1;
+                    }
+                    let mut got = Vec::new();
+                    let mut still = Vec::new();
+                    for (class, arrival, mut wait) in waiting.drain(..) {
+                        match wait.as_mut().poll(&mut cx) {
+                            Poll::Ready(Ok(grant)) => {
+                                got.push(arrival);
+                                held.push(grant);
+                            }
+                            Poll::Ready(Err(error)) => prop_assert!(false, "{class}: {error}"),
+                            Poll::Pending => still.push((class, arrival, wait)),
+                        }
+                    }
+                    waiting = still;
+                    got.sort_unstable();
+                    want.sort_unstable();
+                    prop_assert_eq!(got, want);
+                }
+                _ => {}
+            }
+            prop_assert_eq!(table.usage(), held.len());
+            prop_assert_eq!(table.waiting(), waiting.len());
+        }
+        drop(waiting);
+        for grant in held.drain(..) {
+            give_back(&table, &grant);
+        }
+        prop_assert_eq!(table.usage(), 0);
+    }
+}
