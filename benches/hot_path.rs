@@ -28,7 +28,8 @@ use std::sync::Arc;
 mod common;
 use common::{best_of, time_loop};
 use sidejob::adaptive::{Controller, Guarded};
-use sidejob::Limiter;
+use sidejob::units::Ask;
+use sidejob::{Class, Limiter};
 use tokio::sync::Semaphore;
 
 /// Large enough that admission never meets the limit.
@@ -71,6 +72,27 @@ fn op_ours_admit_timed(limiter: &Limiter, controller: &Controller) {
 fn op_ours_admit_many(limiter: &Limiter) {
     let permit = black_box(limiter)
         .try_acquire_many(4)
+        .expect("no overload here");
+    black_box(&permit);
+}
+
+/// Ours: admission + release of one unit through the front door with a
+/// fail-fast ask of the default class (`acquire_with`): the plain side of
+/// the priority comparison.
+#[inline(never)]
+fn op_ours_admit_with(limiter: &Limiter) {
+    let permit = black_box(limiter)
+        .acquire_with(Ask::new().fail_fast())
+        .expect("no overload here");
+    black_box(&permit);
+}
+
+/// Ours: the same of a gated class (`Sheddable`, under its line): the
+/// classed take (issue 36).
+#[inline(never)]
+fn op_ours_admit_classed(limiter: &Limiter) {
+    let permit = black_box(limiter)
+        .acquire_with(Ask::new().class(Class::Sheddable).fail_fast())
         .expect("no overload here");
     black_box(&permit);
 }
@@ -254,6 +276,8 @@ fn run(s: &Subjects, name: &str, iters: u64) {
             }
         }
         "ours_admit_many" => (0..iters).for_each(|_| op_ours_admit_many(&s.ours)),
+        "ours_admit_with" => (0..iters).for_each(|_| op_ours_admit_with(&s.ours)),
+        "ours_admit_classed" => (0..iters).for_each(|_| op_ours_admit_classed(&s.ours)),
         "tokio_admit" => (0..iters).for_each(|_| op_tokio_admit(&s.tokio)),
         "tokio_refuse" => (0..iters).for_each(|_| op_tokio_refuse(&s.tokio_empty)),
         "bare_admit" => (0..iters).for_each(|_| op_bare_admit(&s.bare)),

@@ -76,6 +76,9 @@ never=$(per_op ours_admit_timed_unsampled)
 echo "admission + release, timed by an adaptive controller, none sampled:   sidejob $never   (net $(awk -v x="$never" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'); what each unsampled permit pays)"
 many=$(per_op ours_admit_many)
 echo "admission + release of 4 units at once (try_acquire_many(4)): sidejob $many   (net $(awk -v x="$many" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'); $(awk -v m="$many" -v o="$ours_one" -v e="$empty" 'BEGIN { printf "%.2f", (m - e) / (o - e) }')x one unit's instructions; the bench's timed table has the time, target <= 1.2x there)"
+with=$(per_op ours_admit_with)
+classed=$(per_op ours_admit_classed)
+echo "admission + release through acquire_with, one unit: default class $with, Sheddable $classed   (net $(awk -v x="$with" -v e="$empty" 'BEGIN { printf "%.1f", x - e }') and $(awk -v x="$classed" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'); the class's take $(awk -v c="$classed" -v w="$with" -v e="$empty" 'BEGIN { printf "%.2f", (c - e) / (w - e) }')x the default class's, target <= 1.3x)"
 room=$(per_op ours_admit_room)
 echo "admission + release, idle waiting room: sidejob $room   (net $(awk -v x="$room" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'))"
 

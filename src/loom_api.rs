@@ -39,6 +39,7 @@ impl Table {
             max_wait: std::time::Duration::MAX,
             order: crate::engine::waiters::QueueOrder::Fifo,
             pass_budget: None,
+            ..Default::default()
         };
         let table = crate::engine::table::Table::new(capacity, shards, Probe::Thread)
             .and_then(|table| table.with_policy(&policy))
@@ -60,11 +61,70 @@ impl Table {
             max_wait: std::time::Duration::MAX,
             order: crate::engine::waiters::QueueOrder::Fifo,
             pass_budget: Some(pass_budget),
+            ..Default::default()
         };
         let table = crate::engine::table::Table::new(capacity, shards, Probe::Thread)
             .and_then(|table| table.with_policy(&policy))
             .expect("valid model config");
         Table(table)
+    }
+
+    /// `capacity` units over `shards` shards, requests of class
+    /// `Sheddable` filling at most `sheddable` of it, with a waiting room
+    /// for `max_waiters` callers (0: none).
+    pub fn with_headroom(
+        capacity: usize,
+        shards: usize,
+        sheddable: f64,
+        max_waiters: usize,
+    ) -> Table {
+        let mut policy = crate::engine::waiters::Policy {
+            max_waiters,
+            max_wait: std::time::Duration::MAX,
+            ..Default::default()
+        };
+        policy.headroom.set(crate::Class::SheddablePlus, sheddable);
+        policy.headroom.set(crate::Class::Sheddable, sheddable);
+        let table = crate::engine::table::Table::new(capacity, shards, Probe::Thread)
+            .and_then(|table| table.with_policy(&policy))
+            .expect("valid model config");
+        Table(table)
+    }
+
+    /// Takes `n` units of `class` at once, failing fast, starting at shard
+    /// `start` (`Limiter::acquire_with` of a fail-fast ask): each shard it
+    /// took from, with how many.
+    pub fn acquire_class_at(
+        &self,
+        class: crate::Class,
+        start: usize,
+        n: usize,
+    ) -> Result<Vec<(usize, usize)>, Error> {
+        let ask = crate::units::Ask {
+            how: crate::engine::ask::How::At(start),
+            ..crate::units::Ask::new().class(class).units(n)
+        };
+        let grant = self.0.admit(&ask)?;
+        let parts = grant.parts().iter().map(|p| (p.shard, p.units)).collect();
+        // The caller gives the units back part by part.
+        std::mem::forget(grant);
+        Ok(parts)
+    }
+
+    /// Waits (blocking the model thread) for one unit of `class`: the
+    /// shard it came from.
+    pub fn acquire_class_waiting(&self, class: crate::Class) -> Result<usize, Error> {
+        let grant = self.0.admit(&crate::units::Ask::new().class(class))?;
+        let shard = grant.shard;
+        std::mem::forget(grant);
+        Ok(shard)
+    }
+
+    /// Sets the capacity, answering the units held when the resize read
+    /// them with its shards gated: a take counted there landed before the
+    /// gate, one not counted after it.
+    pub fn set_capacity_reading(&self, capacity: usize) -> usize {
+        self.0.set_capacity_reading(capacity)
     }
 
     /// Waits for `n` units at once as a future (`Limiter::acquire_many_async`):
@@ -73,7 +133,7 @@ impl Table {
         &self,
         n: usize,
     ) -> impl std::future::Future<Output = Result<Vec<(usize, usize)>, Error>> + '_ {
-        let wait = self.0.acquire_async_many(n, None);
+        let wait = self.0.acquire_async_many(n, crate::Class::Critical, None);
         async move {
             let grant = wait.await?;
             let parts = grant.parts().iter().map(|p| (p.shard, p.units)).collect();

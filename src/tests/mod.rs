@@ -2,7 +2,8 @@
 //! through seams the public API does not expose, on one harness
 //! (`harness.rs`: the split and walk they predict with, the counters they
 //! check, the gated pool they drive). `weighted_model.rs` checks takes of
-//! many units against a ledger.
+//! many units against a ledger, `class_model.rs` priority classes against
+//! their shares and the room's class order.
 
 mod class_model;
 mod harness;

@@ -50,6 +50,17 @@ impl Table {
         self.resize_with(|_| Some(capacity)).map(|_| ())
     }
 
+    /// [`set_capacity`](Self::set_capacity), answering the units held when
+    /// the resize read them (its shards gated): for the loom models, which
+    /// learn from it on which side of the gate a racing take landed.
+    #[cfg(loom)]
+    pub(crate) fn set_capacity_reading(&self, capacity: usize) -> usize {
+        let mut seen = 0;
+        self.resize_reading(|_| Some(capacity), &mut seen)
+            .expect("a valid capacity");
+        seen
+    }
+
     /// Raises the capacity by `units`, whatever it is when the resize runs:
     /// two calls that race both land (a read then a `set_capacity` could
     /// lose one). The capacity after it.
@@ -74,6 +85,16 @@ impl Table {
         &self,
         target: impl FnOnce(usize) -> Option<usize>,
     ) -> Result<usize, ConfigError> {
+        self.resize_reading(target, &mut 0)
+    }
+
+    /// [`resize_with`](Self::resize_with), storing in `seen` the units
+    /// held as step 2 read them.
+    fn resize_reading(
+        &self,
+        target: impl FnOnce(usize) -> Option<usize>,
+        seen: &mut usize,
+    ) -> Result<usize, ConfigError> {
         let max = self.max_capacity();
         let mut woken = Woken::default();
         let mut control = self.control.lock();
@@ -94,6 +115,7 @@ impl Table {
         // 2. The holdings: exact, since no take can land, and from here they
         //    only fall (releases).
         let held: Vec<usize> = self.shards.iter().map(|s| s.usage_synced()).collect();
+        *seen = held.iter().sum();
         // Relaxed: a reading for `capacity()`; the limits decide admission.
         self.capacity.store(capacity, Relaxed);
         // 3. New limits: at or above each shard's holdings and adding up to
