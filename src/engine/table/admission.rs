@@ -29,6 +29,8 @@ impl Table {
     pub(crate) fn admit(&self, ask: &Ask) -> Result<Grant, Error> {
         if ask.is_one() {
             self.admit_one(ask.how).map(Grant::one)
+        } else if ask.class != Class::Critical {
+            self.admit_classed(ask)
         } else {
             self.admit_many(ask)
         }
@@ -46,13 +48,11 @@ impl Table {
         }
     }
 
-    /// [`admit`](Self::admit) of any number of units but one.
+    /// [`admit`](Self::admit) of any number of units but one, of the
+    /// default class (the other classes go to `admit_classed`).
     #[cold]
     #[inline(never)]
     fn admit_many(&self, ask: &Ask) -> Result<Grant, Error> {
-        if ask.class != Class::Critical {
-            return self.admit_classed(ask);
-        }
         let n = ask.units;
         match ask.how {
             _ if n == 0 => self.acquire_many(0),

@@ -89,23 +89,51 @@ impl Table {
     /// default, of any number of units: against the class's lines if it
     /// is gated, against the limits if not; waiting in the room, in the
     /// class's place, if the ask waits.
-    #[cold]
+    ///
+    /// Its fast path, a fail-fast ask that fits under its line on the
+    /// caller's home shard, is the take of `many.rs`'s fast path with the
+    /// line for a limit, and a count; everything else is out of line.
     #[inline(never)]
     pub(super) fn admit_classed(&self, ask: &Ask) -> Result<Grant, Error> {
+        let (n, class) = (ask.units, ask.class);
+        if matches!(ask.how, How::Try) && n > 0 {
+            if let Some(shard) = self.take_fast_at(self.home_start(), n, Bound::of(class)) {
+                self.count_class_units(class, n);
+                return Ok(Grant::on(shard.index(), n));
+            }
+        }
+        self.admit_classed_cold(ask)
+    }
+
+    /// [`admit_classed`](Self::admit_classed) past its fast path.
+    #[cold]
+    #[inline(never)]
+    fn admit_classed_cold(&self, ask: &Ask) -> Result<Grant, Error> {
         let (n, class) = (ask.units, ask.class);
         if n == 0 {
             return self.acquire_many(0);
         }
         let bound = Bound::of(class);
         let (start, counted) = match ask.how {
-            How::Try | How::Unbounded => (self.home_shard(), true),
+            How::Try | How::Unbounded => (self.home_start(), true),
             How::At(start) => (self.reduce(start), true),
             How::Probe => (self.home_shard(), false),
             How::Wait(deadline) => return self.admit_classed_waiting(n, class, deadline),
         };
-        let result = self.take_many(start, n, bound);
+        let result = self.take_classed(start, n, bound);
         self.count_class(class, &result, counted);
         result
+    }
+
+    /// A take of `n` units against `bound` from `start`: the fast take on
+    /// that shard (one reading, one CAS), else the walk and the take
+    /// across shards of `many.rs`.
+    #[inline(always)]
+    fn take_classed(&self, start: usize, n: usize, bound: Bound) -> Result<Grant, Error> {
+        match self.take_fast_at(start, n, bound) {
+            Some(shard) => Ok(Grant::on(shard.index(), n)),
+            None => self.take_many(start, n, bound),
+        }
     }
 
     /// A waiting ask of `class`: from the table if the units are there,
@@ -116,7 +144,7 @@ impl Table {
         class: Class,
         deadline: Option<std::time::Instant>,
     ) -> Result<Grant, Error> {
-        let first = self.take_many(self.home_shard(), n, Bound::of(class));
+        let first = self.take_classed(self.home_shard(), n, Bound::of(class));
         if first != Err(Error::Overload) {
             self.count_class(class, &first, false);
             return first;
@@ -136,15 +164,22 @@ impl Table {
         let count = &self.classes.counts[class.rank()];
         match result {
             // Relaxed: counts for `stats`.
-            Ok(grant) => {
-                count.accepted.fetch_add(grant.units() as u64, Relaxed);
-            }
+            Ok(grant) => self.count_class_units(class, grant.units()),
             Err(Error::Overload) if counted => {
                 self.count_refusal();
                 count.rejected.fetch_add(1, Relaxed);
             }
             Err(_) => {}
         }
+    }
+
+    /// Counts `units` admitted to `class` straight from the table.
+    #[inline(always)]
+    fn count_class_units(&self, class: Class, units: usize) {
+        // Relaxed: a count for `stats`.
+        self.classes.counts[class.rank()]
+            .accepted
+            .fetch_add(units as u64, Relaxed);
     }
 
     /// Counts an `Overload` of `class` answered by the room (full), which

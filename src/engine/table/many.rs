@@ -89,16 +89,29 @@ impl Table {
         if n < 2 {
             return None;
         }
-        // The home shard as `acquire_shard` finds it: the thread's index
-        // as stored, when the table allows and it is in range.
+        self.take_fast_at(self.home_start(), n, Bound::Limit)
+    }
+
+    /// The home shard as `acquire_shard` finds it: the thread's index as
+    /// stored, when the table allows and it is in range (one load and a
+    /// compare), else the probe's.
+    #[inline(always)]
+    pub(super) fn home_start(&self) -> usize {
         let raw = raw_thread_index();
-        let start = if self.thread_home && raw < self.shards.len() {
+        if self.thread_home && raw < self.shards.len() {
             raw
         } else {
             self.home_shard()
-        };
+        }
+    }
+
+    /// The fast take of `n` units on shard `start` against `bound` (its
+    /// limit, or a class's line): the shard, or `None` (nothing taken) for
+    /// anything the cold path must settle.
+    #[inline(always)]
+    pub(super) fn take_fast_at(&self, start: usize, n: usize, bound: Bound) -> Option<&Shard> {
         let shard = &*self.shards[start];
-        match shard.take_fast_n(n) {
+        match shard.take_fast_n(n, bound) {
             FastN::Taken => Some(shard),
             FastN::Edge { now, limit } => self.took_edge_n(start, n, now, limit),
             FastN::No => None,
@@ -441,7 +454,7 @@ impl Shard {
     /// cold path; the last units, or a take over a limit a resize lowered,
     /// are [`FastN::Edge`], handled out of line by the caller.
     #[inline(always)]
-    fn take_fast_n(&self, n: usize) -> FastN {
+    fn take_fast_n(&self, n: usize, bound: Bound) -> FastN {
         // Acquire, both: as in `take_fast`.
         let taken = self.taken.load(Acquire);
         let given = self.given.load(Acquire);
@@ -450,8 +463,8 @@ impl Shard {
         let usage = taken
             .wrapping_sub(given)
             .rotate_right(UNIT.trailing_zeros());
-        let limit = self.limit();
-        if usage >= limit || limit - usage < n {
+        let line = self.bound(bound);
+        if usage >= line || line - usage < n {
             return FastN::No;
         }
         // As `take_fast`'s CAS (and `try_take_masked`'s, argued there).
@@ -463,8 +476,18 @@ impl Shard {
             return FastN::No;
         }
         let now = usage + n;
-        // The limit again after the CAS, as `take_fast` reads it.
-        let limit = self.limit();
+        // The bound again after the CAS, as `take_fast` reads the limit:
+        // over it, the caller undoes the take (`took_edge_n`).
+        let line = self.bound(bound);
+        if now > line {
+            return FastN::Edge { now, limit: line };
+        }
+        // At the limit: the caller marks the shard full. (Against the
+        // limit itself, the two compares are one.)
+        let limit = match bound {
+            Bound::Limit => line,
+            Bound::Line(_) => self.limit(),
+        };
         if now >= limit {
             return FastN::Edge { now, limit };
         }
