@@ -67,6 +67,8 @@ mod job;
 mod node;
 mod route;
 mod run;
+#[cfg(test)]
+mod script_model;
 mod shared;
 mod store;
 mod worker;
