@@ -586,7 +586,9 @@ impl Node {
     /// heartbeat. Returns once
     /// Redis holds the job: from then on it starts, eventually, on exactly
     /// one worker while one lives (if there is none yet, it waits for one,
-    /// counted as queued).
+    /// counted as queued). "Holds" is the node's
+    /// [`durability`](NodeBuilder::durability): the primary's memory by
+    /// default, or a replica (`WAIT`), or the primary's fsynced AOF.
     ///
     /// # Errors
     ///
@@ -594,7 +596,9 @@ impl Node {
     /// start; [`Error::InvalidKey`], [`Error::InvalidPayload`];
     /// [`Error::Exists`] if the key is in the pool; [`Error::ShuttingDown`],
     /// [`Error::Closed`], [`Error::PoolShutDown`], [`Error::NoPool`];
-    /// [`Error::Redis`] (the job may
+    /// [`Error::NotDurable`] with [`Durability::Replicas`] when fewer
+    /// replicas than asked confirmed it in time (recorded on the primary,
+    /// not acknowledged); [`Error::Redis`] (the job may
     /// or may not have been recorded: dispatching it again answers
     /// [`Error::Exists`] if it was).
     pub fn dispatch(&self, key: &str, payload: &[u8]) -> Result<(), Error> {
@@ -704,7 +708,9 @@ impl Node {
     /// # Errors
     ///
     /// [`Error::NotFound`], [`Error::InvalidKey`], [`Error::Closed`],
-    /// [`Error::PoolShutDown`], [`Error::NoPool`], [`Error::Redis`].
+    /// [`Error::PoolShutDown`], [`Error::NoPool`], [`Error::NotDurable`]
+    /// (as for [`dispatch`](Self::dispatch): the stop is recorded on the
+    /// primary, too few replicas confirmed it), [`Error::Redis`].
     pub fn stop(&self, key: &str) -> Result<(), Error> {
         check_key(key)?;
         if self.shared.is_closed() {

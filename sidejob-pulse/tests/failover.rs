@@ -245,6 +245,12 @@ fn a_primary_killed_under_sentinel_loses_no_durably_acknowledged_job() {
     stop.store(true, SeqCst);
     let (during, refused) = producer.join().unwrap();
     assert!(!during.is_empty(), "nothing acknowledged while dispatching");
+    // While the primary was down, dispatches were refused (and so not
+    // counted as acknowledged), not answered Ok.
+    assert!(
+        !refused.is_empty(),
+        "no dispatch was refused during the failover"
+    );
     acked.extend(during);
     acked.push(after.to_string()); // refused as not durable, yet on the new primary
 
