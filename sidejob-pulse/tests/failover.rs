@@ -107,6 +107,17 @@ fn wait_linked(replica: &redis_support::Server) {
     });
 }
 
+/// The primary sends its data set to a replica at once (Redis waits 5 s
+/// by default for more replicas to share a diskless transfer).
+fn sync_at_once(primary: &redis_support::Server) {
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("repl-diskless-sync-delay")
+        .arg(0)
+        .query::<()>(&mut primary.conn())
+        .expect("CONFIG SET");
+}
+
 fn is_primary(server: &redis_support::Server) -> bool {
     server
         .client()
@@ -129,6 +140,7 @@ fn a_primary_killed_under_sentinel_loses_no_durably_acknowledged_job() {
     if !sentinel::available() {
         return;
     }
+    sync_at_once(&primary);
     let replica = redis_support::start_replica(primary.port).expect("replica");
     wait_linked(&replica);
     let sentinel =
@@ -292,6 +304,7 @@ fn a_replica_that_does_not_confirm_makes_the_dispatch_not_durable() {
     // everything (a frozen replica would still find the writes in its
     // socket buffer when it thaws).
     let link = proxy::Proxy::start(primary.port);
+    sync_at_once(&primary);
     let replica = redis_support::start_replica(link.port).expect("replica");
     wait_linked(&replica);
     let url = primary.url();
@@ -421,4 +434,44 @@ fn fsync_durability_is_checked_at_join_and_survives_a_kill_9() {
         },
     );
     assert!(owners.lock().unwrap().violations.is_empty());
+}
+
+/// What `Replicas` does not cover: a primary without persistence that
+/// restarts (no failover) comes back empty, and its replica copies the
+/// empty data set, so the jobs it confirmed are gone there too. (The
+/// pool's generation changes: a producer dispatches again, see
+/// `generation.rs`.)
+#[test]
+fn replicas_copy_an_empty_restart_of_their_primary() {
+    let Some(mut primary) = redis_support::start(false) else {
+        return;
+    };
+    sync_at_once(&primary);
+    let replica = redis_support::start_replica(primary.port).expect("replica");
+    wait_linked(&replica);
+    let client = builder(&primary.url(), "empty", replicas(Duration::from_secs(1)))
+        .assume_fresh_redis(true)
+        .client_only(true)
+        .join()
+        .unwrap();
+    for i in 0..10 {
+        client.dispatch(&format!("queued-{i}"), b"p").unwrap();
+    }
+    let jobs = |s: &redis_support::Server| -> usize {
+        redis::cmd("HLEN")
+            .arg("{sjp:empty}:jobs")
+            .query(&mut s.conn())
+            .unwrap()
+    };
+    assert_eq!(jobs(&replica), 10, "confirmed by the replica");
+    primary.restart(); // kill -9, then up again, empty, on the same port
+    sync_at_once(&primary);
+    let t = Instant::now();
+    wait_until(
+        Duration::from_secs(30),
+        "the replica resyncs with the empty primary",
+        || jobs(&replica) == 0,
+    );
+    eprintln!("the replica emptied {:?} after the restart", t.elapsed());
+    assert_eq!(jobs(&primary), 0);
 }
