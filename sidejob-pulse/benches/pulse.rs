@@ -6,7 +6,13 @@
 //! 2. the time for a `kill -9`'d node's jobs to start elsewhere, against
 //!    worker TTL + pending-job TTL (short TTLs here: 1 s and 2 s; the node
 //!    is this bench binary re-executed as a child process);
-//! 3. keys moved when a worker joins `n`, against `1/(n+1)`.
+//! 3. keys moved when a worker joins `n`, against `1/(n+1)`;
+//! 4. from spawning a new `redis-server` to the first job's start, with
+//!    and without learning mode (`assume_fresh_redis`), beside one `PING`
+//!    on that Redis;
+//! 5. dispatch-to-start and the dispatch call alone with durable
+//!    acknowledgements (`Durability::Replicas`, `WAIT 1` on a replica),
+//!    beside the same without, and one `PING`, interleaved.
 //!
 //! `cargo bench -p sidejob-pulse --bench pulse`.
 
@@ -21,7 +27,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion};
-use sidejob_pulse::{Handler, Job, Node, StopReason, Token};
+use sidejob_pulse::{Durability, Handler, Job, Node, StopReason, Token};
 
 const TTL: Duration = Duration::from_millis(1000);
 const PENDING_TTL: Duration = Duration::from_millis(2000);
@@ -275,6 +281,137 @@ fn moved_on_join(url: &str) {
     }
 }
 
+/// From spawning a new redis-server to the first start of a job
+/// dispatched as soon as the pool is joined; `fresh`: with
+/// `assume_fresh_redis` (no learning mode).
+fn redis_start_to_first_start(fresh: bool) -> (Duration, Duration) {
+    let t0 = Instant::now();
+    let redis = redis_support::start(false).expect("redis-server");
+    let up = t0.elapsed();
+    let url = redis.url();
+    let host = Node::builder()
+        .name("first")
+        .url(&url)
+        .worker_ttl(TTL)
+        .assume_fresh_redis(fresh)
+        .join()
+        .expect("join");
+    let (tx, rx) = channel();
+    let _w = host.add_worker(10, Signal(0, tx)).unwrap();
+    host.dispatch("first", b"").unwrap();
+    let at = loop {
+        if let (_, Ev::Start(k, at)) = rx.recv_timeout(Duration::from_secs(30)).unwrap() {
+            if k == "first" {
+                break at;
+            }
+        }
+    };
+    let mut ping = redis.conn();
+    let mut pings: Vec<Duration> = (0..200)
+        .map(|_| {
+            let t = Instant::now();
+            redis::cmd("PING").query::<String>(&mut ping).unwrap();
+            t.elapsed()
+        })
+        .collect();
+    println!(
+        "redis-server spawned to first start ({}): {:?} (of which spawn to answering PING {:?}); one PING on it p50 {:?}",
+        if fresh { "assume_fresh_redis" } else { "learning mode: ttl + grace = 1.1 s, + up to 1 s of whole-second uptime" },
+        at - t0,
+        up,
+        pct(&mut pings, 0.5)
+    );
+    host.close();
+    (at - t0, up)
+}
+
+fn durable_latency() {
+    let primary = redis_support::start(false).expect("redis-server");
+    let replica = redis_support::start_replica(primary.port).expect("replica");
+    let mut rc = replica.conn();
+    let linked = Instant::now() + Duration::from_secs(10);
+    while !redis::cmd("INFO")
+        .arg("replication")
+        .query::<String>(&mut rc)
+        .unwrap()
+        .contains("master_link_status:up")
+    {
+        assert!(Instant::now() < linked, "replica not linked");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let url = primary.url();
+    let join = |client_only: bool, durability: Durability| {
+        Node::builder()
+            .name("durable")
+            .url(&url)
+            .worker_ttl(TTL)
+            .pending_job_ttl(PENDING_TTL)
+            .max_queued_jobs(1_000_000)
+            .assume_fresh_redis(true)
+            .client_only(client_only)
+            .durability(durability)
+            .join()
+            .expect("join")
+    };
+    let host = join(false, Durability::Primary);
+    let plain = join(true, Durability::Primary);
+    let durable = join(
+        true,
+        Durability::Replicas {
+            replicas: 1,
+            timeout: Duration::from_secs(1),
+        },
+    );
+    let (tx, rx) = channel();
+    let _w = host.add_worker(1_000_000, Signal(0, tx)).unwrap();
+    let mut ping = primary.conn();
+    let mut seq = 0u64;
+    // (dispatch call, dispatch to start)
+    let mut one = |client: &Node| -> (Duration, Duration) {
+        seq += 1;
+        let key = format!("d{seq}");
+        let t = Instant::now();
+        client.dispatch(&key, b"payload").unwrap();
+        let call = t.elapsed();
+        loop {
+            if let (_, Ev::Start(k, at)) = rx.recv_timeout(Duration::from_secs(10)).unwrap() {
+                if k == key {
+                    return (call, at - t);
+                }
+            }
+        }
+    };
+    let n = 1000;
+    let (mut pings, mut pc, mut ps, mut dc, mut ds) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..n {
+        let t = Instant::now();
+        redis::cmd("PING").query::<String>(&mut ping).unwrap();
+        pings.push(t.elapsed());
+        let (c, s) = one(&plain);
+        pc.push(c);
+        ps.push(s);
+        let (c, s) = one(&durable);
+        dc.push(c);
+        ds.push(s);
+    }
+    let q = |v: &mut Vec<Duration>| (pct(v, 0.5), pct(v, 0.99));
+    let (ping50, ping99) = q(&mut pings);
+    for (what, call, start) in [
+        ("Durability::Primary", &mut pc, &mut ps),
+        ("Durability::Replicas{1}", &mut dc, &mut ds),
+    ] {
+        let (c50, c99) = q(call);
+        let (s50, s99) = q(start);
+        println!(
+            "{what} ({n} jobs, interleaved): dispatch call p50 {c50:?} p99 {c99:?}; dispatch to start p50 {s50:?} ({:.1}x PING) p99 {s99:?}",
+            s50.as_secs_f64() / ping50.as_secs_f64()
+        );
+    }
+    println!("one PING (same run): p50 {ping50:?} p99 {ping99:?}");
+    host.close();
+}
+
 fn main() {
     if let Ok(url) = std::env::var("PULSE_BENCH_CHILD") {
         child(&url, &std::env::var("PULSE_BENCH_POOL").unwrap());
@@ -290,4 +427,10 @@ fn main() {
     c.final_summary();
     failover(&url);
     moved_on_join(&url);
+    for fresh in [true, false] {
+        for _ in 0..3 {
+            redis_start_to_first_start(fresh);
+        }
+    }
+    durable_latency();
 }

@@ -73,6 +73,21 @@ pub enum Error {
         /// Workers (or jobs, when removing one worker) not done in time.
         left: usize,
     },
+    /// [`Node::dispatch`](crate::Node::dispatch) or
+    /// [`Node::stop`](crate::Node::stop) with
+    /// [`Durability::Replicas`](crate::Durability::Replicas): Redis' primary
+    /// recorded it, but fewer replicas than asked confirmed they hold it
+    /// within the timeout. It may be lost if the primary fails before they
+    /// copy it; while the primary lives it stands (a dispatch of the key
+    /// again answers [`Error::Exists`]).
+    NotDurable {
+        /// How many replicas confirmed.
+        replicas_acked: usize,
+        /// How many were asked for.
+        replicas_asked: usize,
+        /// How long they were waited for.
+        within: std::time::Duration,
+    },
     /// A setting was wrong.
     Config(ConfigError),
     /// Redis could not be reached or answered something unexpected.
@@ -120,6 +135,14 @@ impl fmt::Display for Error {
             Error::Timeout { left } => {
                 write!(f, "not done within the worker shutdown TTL ({left} left)")
             }
+            Error::NotDurable {
+                replicas_acked,
+                replicas_asked,
+                within,
+            } => write!(
+                f,
+                "not durable: recorded on the primary, but {replicas_acked} of the {replicas_asked} replicas asked for confirmed it within {within:?} (it may be lost if the primary fails now)"
+            ),
             Error::Config(e) => e.fmt(f),
             Error::Redis(e) => e.fmt(f),
         }
@@ -198,7 +221,7 @@ impl ConfigError {
 
     /// The setting that was wrong: `"name"`, `"url"`, `"worker_ttl"`,
     /// `"pending_job_ttl"`, `"worker_shutdown_ttl"`, `"max_queued_jobs"`,
-    /// `"max_jobs"` or `"job_sink_block"`.
+    /// `"max_jobs"`, `"job_sink_block"` or `"durability"`.
     pub fn field(&self) -> &'static str {
         self.field
     }

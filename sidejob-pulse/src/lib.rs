@@ -49,6 +49,8 @@
 //!   acknowledged a job (it changes when Redis loses state).
 //! * [`Worker`], [`Handler`], [`Job`], [`StopReason`], [`Token`]: what
 //!   runs the jobs.
+//! * [`Durability`]: what an acknowledgement waits for (the primary, a
+//!   replica by `WAIT`, or the primary's fsynced AOF).
 //! * [`Error`], [`ConfigError`], [`RedisError`]: every failure.
 //! * [`Endpoint`], [`EndpointError`]: Redis' address, login and TLS CA
 //!   (re-exported from `sidejob-redis`: `use sidejob_pulse::Endpoint`; an
@@ -58,12 +60,15 @@
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 
+mod durability;
 mod error;
 mod generation;
 mod job;
 mod node;
 mod route;
 mod run;
+#[cfg(test)]
+mod script_model;
 mod shared;
 mod store;
 mod worker;
@@ -73,6 +78,7 @@ mod worker;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctest;
 
+pub use durability::Durability;
 pub use error::{ConfigError, Error, RedisError};
 pub use generation::Generation;
 pub use job::{Handler, Job, StopReason, Token, MAX_KEY_LEN, MAX_PAYLOAD_LEN};

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use sidejob_redis::{escape_name, Endpoint, EndpointError};
 
+use crate::durability::Durability;
 use crate::error::{ConfigError, Error, RedisError};
 use crate::generation::Generation;
 use crate::job::{Handler, MAX_KEY_LEN, MAX_PAYLOAD_LEN};
@@ -81,6 +82,7 @@ pub struct NodeBuilder {
     job_sink_block: Duration,
     reopen: bool,
     assume_fresh_redis: bool,
+    durability: Durability,
 }
 
 impl Default for NodeBuilder {
@@ -96,6 +98,7 @@ impl Default for NodeBuilder {
             job_sink_block: Duration::from_secs(5),
             reopen: false,
             assume_fresh_redis: false,
+            durability: Durability::Primary,
         }
     }
 }
@@ -266,6 +269,34 @@ impl NodeBuilder {
         self
     }
 
+    /// What this node's [`dispatch`](Node::dispatch) and
+    /// [`stop`](Node::stop) wait for before they are acknowledged
+    /// ([`Durability::Primary`]: the primary holds it in memory). See
+    /// [`Durability`] for what each choice survives.
+    ///
+    /// [`join`](Self::join) answers [`Error::Config`] naming `durability`
+    /// for `Replicas` with no replica or a timeout of zero or above a
+    /// minute, and for `Fsync` on a Redis without `appendonly yes` and
+    /// `appendfsync always` (the message names the setting).
+    ///
+    /// ```no_run
+    /// use sidejob_pulse::{Durability, Error, Node};
+    ///
+    /// let join = Node::builder()
+    ///     .name("tenants")
+    ///     .url("redis://127.0.0.1:6379/") // appendfsync everysec
+    ///     .durability(Durability::Fsync)
+    ///     .join();
+    /// let Err(Error::Config(c)) = join else { panic!("{join:?}") };
+    /// assert_eq!(c.field(), "durability");
+    /// assert!(c.to_string().contains("appendfsync"), "{c}");
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn durability(&mut self, durability: Durability) -> &mut Self {
+        self.durability = durability;
+        self
+    }
+
     /// A node that only dispatches: no keeper thread, no workers.
     pub fn client_only(&mut self, yes: bool) -> &mut Self {
         self.client_only = yes;
@@ -315,6 +346,7 @@ impl NodeBuilder {
         if self.job_sink_block < Duration::from_millis(1) {
             return Err(ConfigError::new("job_sink_block", "must be at least 1 ms"));
         }
+        self.durability.check()?;
         let heartbeat_every = ttl / 5;
         Ok(Options {
             worker_ttl: ttl,
@@ -327,6 +359,7 @@ impl NodeBuilder {
             grace: ttl / 10,
             stop_margin: ttl / 10,
             io_timeout: (heartbeat_every / 2).min(Duration::from_secs(1)),
+            durability: self.durability,
         })
     }
 
@@ -359,6 +392,12 @@ impl NodeBuilder {
         // lease, so they may wait longer than a worker's (a TLS handshake
         // on a busy machine): at least a second.
         let mut conn = Conn::new(&endpoint, opts.io_timeout.max(Duration::from_secs(1)))?;
+        if opts.durability == Durability::Fsync {
+            if let Some(problem) = conn.fsync_problem()? {
+                return Err(ConfigError::new("durability", problem).into());
+            }
+            conn.require_fsync();
+        }
         let scripts = Scripts::new();
         let prefix = format!("{{sjp:{}}}:", escape_name(&name));
         let epoch = random_id();
@@ -547,7 +586,9 @@ impl Node {
     /// heartbeat. Returns once
     /// Redis holds the job: from then on it starts, eventually, on exactly
     /// one worker while one lives (if there is none yet, it waits for one,
-    /// counted as queued).
+    /// counted as queued). "Holds" is the node's
+    /// [`durability`](NodeBuilder::durability): the primary's memory by
+    /// default, or a replica (`WAIT`), or the primary's fsynced AOF.
     ///
     /// # Errors
     ///
@@ -555,7 +596,9 @@ impl Node {
     /// start; [`Error::InvalidKey`], [`Error::InvalidPayload`];
     /// [`Error::Exists`] if the key is in the pool; [`Error::ShuttingDown`],
     /// [`Error::Closed`], [`Error::PoolShutDown`], [`Error::NoPool`];
-    /// [`Error::Redis`] (the job may
+    /// [`Error::NotDurable`] with [`Durability::Replicas`] when fewer
+    /// replicas than asked confirmed it in time (recorded on the primary,
+    /// not acknowledged); [`Error::Redis`] (the job may
     /// or may not have been recorded: dispatching it again answers
     /// [`Error::Exists`] if it was).
     pub fn dispatch(&self, key: &str, payload: &[u8]) -> Result<(), Error> {
@@ -612,7 +655,8 @@ impl Node {
                     route(key.as_bytes(), &v.slots).unwrap_or("").to_string(),
                 )
             };
-            let a = lock(&s.conn).run(
+            let mut conn = lock(&s.conn);
+            let a = conn.run(
                 &s.scripts.dispatch,
                 &s.prefix,
                 &[
@@ -626,7 +670,13 @@ impl Node {
                     Arg::S(&owner),
                 ],
             )?;
-            match Tag::of(&a) {
+            let tag = Tag::of(&a);
+            if tag == Some(Tag::Ok) {
+                // On the connection that recorded it, before anything else.
+                s.make_durable(&mut conn)?;
+            }
+            drop(conn);
+            match tag {
                 Some(Tag::Ok) => {
                     let generation = a.get(2).map(text).unwrap_or_default();
                     s.learn_generation(&generation);
@@ -658,14 +708,17 @@ impl Node {
     /// # Errors
     ///
     /// [`Error::NotFound`], [`Error::InvalidKey`], [`Error::Closed`],
-    /// [`Error::PoolShutDown`], [`Error::NoPool`], [`Error::Redis`].
+    /// [`Error::PoolShutDown`], [`Error::NoPool`], [`Error::NotDurable`]
+    /// (as for [`dispatch`](Self::dispatch): the stop is recorded on the
+    /// primary, too few replicas confirmed it), [`Error::Redis`].
     pub fn stop(&self, key: &str) -> Result<(), Error> {
         check_key(key)?;
         if self.shared.is_closed() {
             return Err(Error::Closed);
         }
         let s = &self.shared;
-        let a = lock(&s.conn).run(
+        let mut conn = lock(&s.conn);
+        let a = conn.run(
             &s.scripts.stop,
             &s.prefix,
             &[
@@ -674,6 +727,10 @@ impl Node {
                 Arg::S(key),
             ],
         )?;
+        if Tag::of(&a) == Some(Tag::Ok) {
+            s.make_durable(&mut conn)?;
+        }
+        drop(conn);
         match Tag::of(&a) {
             Some(Tag::Ok) => Ok(()),
             Some(Tag::NotFound) => Err(Error::NotFound),

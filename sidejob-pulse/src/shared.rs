@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use sidejob::Limiter;
 use sidejob_redis::{escape_name, Endpoint};
 
+use crate::durability::Durability;
 use crate::error::{Error, RedisError};
 use crate::generation::Generation;
 use crate::store::{now, Conn, Scripts};
@@ -54,6 +55,7 @@ pub(crate) struct Options {
     pub(crate) grace: Duration,
     pub(crate) stop_margin: Duration,
     pub(crate) io_timeout: Duration,
+    pub(crate) durability: Durability,
 }
 
 impl Options {
@@ -118,6 +120,24 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Shared {
     pub(crate) fn conn(&self) -> Result<Conn, RedisError> {
         Conn::new(&self.endpoint, self.opts.io_timeout)
+    }
+
+    /// After a script on `conn` recorded something a caller is told of
+    /// (a dispatch, a stop): waits for what the node's [`Durability`]
+    /// asks (replicas by `WAIT`; `Fsync` needs nothing more: the
+    /// connection checked the server's settings when it opened).
+    pub(crate) fn make_durable(&self, conn: &mut Conn) -> Result<(), Error> {
+        if let Durability::Replicas { replicas, timeout } = self.opts.durability {
+            let acked = conn.wait_replicas(replicas, timeout)?;
+            if acked < replicas {
+                return Err(Error::NotDurable {
+                    replicas_acked: acked,
+                    replicas_asked: replicas,
+                    within: timeout,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Folds a newer membership into the view.

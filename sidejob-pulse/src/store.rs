@@ -56,6 +56,9 @@ pub(crate) struct Conn {
     shown: String,
     conn: Option<(Connection, String)>,
     timeout: Duration,
+    /// [`Durability::Fsync`](crate::Durability::Fsync): every new
+    /// connection checks the server's AOF settings.
+    require_fsync: bool,
 }
 
 impl Conn {
@@ -65,7 +68,15 @@ impl Conn {
             shown: endpoint.to_string(),
             conn: None,
             timeout,
+            require_fsync: false,
         })
+    }
+
+    /// Every connection opened from now on checks that the server fsyncs
+    /// its AOF before it replies ([`Durability::Fsync`](crate::Durability::Fsync)).
+    pub(crate) fn require_fsync(&mut self) {
+        self.require_fsync = true;
+        self.conn = None;
     }
 
     fn err(&self, what: &str, e: redis::RedisError) -> RedisError {
@@ -90,11 +101,24 @@ impl Conn {
                 .arg("server")
                 .query(&mut conn)
                 .map_err(|e| self.err("INFO", e))?;
+            if info.lines().any(|l| l.trim() == "redis_mode:sentinel") {
+                return Err(RedisError(format!(
+                    "redis {} is a Redis Sentinel, not a Redis primary: ask it for the primary's address (SENTINEL get-master-addr-by-name) and connect there",
+                    self.shown
+                )));
+            }
             let run_id = info
                 .lines()
                 .find_map(|l| l.strip_prefix("run_id:"))
                 .map(|s| s.trim().to_string())
                 .ok_or_else(|| RedisError(format!("redis {}: INFO has no run_id", self.shown)))?;
+            if self.require_fsync {
+                if let Some(problem) =
+                    fsync_problem_of(&mut conn).map_err(|e| self.err("CONFIG GET", e))?
+                {
+                    return Err(RedisError(format!("redis {}: {problem}", self.shown)));
+                }
+            }
             self.conn = Some((conn, run_id));
         }
         let t = self.timeout + block;
@@ -129,6 +153,50 @@ impl Conn {
             Ok(other) => Err(RedisError(format!("unexpected script reply {other:?}"))),
             Err(e) => {
                 let e = self.err("script", e);
+                self.conn = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// What the server's persistence settings lack for
+    /// [`Durability::Fsync`](crate::Durability::Fsync) (`None`: nothing).
+    pub(crate) fn fsync_problem(&mut self) -> Result<Option<String>, RedisError> {
+        let (conn, _) = self.connection(Duration::ZERO)?;
+        match fsync_problem_of(conn) {
+            Ok(p) => Ok(p),
+            Err(e) => {
+                let e = self.err("CONFIG GET", e);
+                self.conn = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// `WAIT replicas timeout` on the connection the last script ran on:
+    /// how many replicas acknowledged every write this connection made.
+    /// An error if no connection is open (the writes' connection was lost,
+    /// so nothing can be said of them).
+    pub(crate) fn wait_replicas(
+        &mut self,
+        replicas: usize,
+        timeout: Duration,
+    ) -> Result<usize, RedisError> {
+        if self.conn.is_none() {
+            return Err(RedisError(format!(
+                "redis {}: the connection that recorded the job was lost before WAIT",
+                self.shown
+            )));
+        }
+        let (conn, _) = self.connection(timeout)?;
+        let r = redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(ms(timeout).max(1))
+            .query::<u64>(conn);
+        match r {
+            Ok(n) => Ok(n as usize),
+            Err(e) => {
+                let e = self.err("WAIT", e);
                 self.conn = None;
                 Err(e)
             }
@@ -175,6 +243,19 @@ impl Conn {
         };
         parse_xread(v)
     }
+}
+
+/// `CONFIG GET appendonly` and `appendfsync`, judged for
+/// [`Durability::Fsync`](crate::Durability::Fsync).
+fn fsync_problem_of(conn: &mut Connection) -> redis::RedisResult<Option<String>> {
+    let mut get = |name: &str| -> redis::RedisResult<String> {
+        let m: std::collections::HashMap<String, String> =
+            redis::cmd("CONFIG").arg("GET").arg(name).query(conn)?;
+        Ok(m.get(name).cloned().unwrap_or_else(|| "(unset)".into()))
+    };
+    let appendonly = get("appendonly")?;
+    let appendfsync = get("appendfsync")?;
+    Ok(crate::durability::fsync_problem(&appendonly, &appendfsync))
 }
 
 /// One message of a worker's stream.

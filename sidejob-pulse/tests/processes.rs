@@ -33,7 +33,7 @@ use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use sidejob_pulse::{Error, Handler, Job, Node, StopReason, Token};
+use sidejob_pulse::{Durability, Error, Handler, Job, Node, StopReason, Token};
 
 const TTL: Duration = Duration::from_millis(1000);
 const PENDING_TTL: Duration = Duration::from_millis(2000);
@@ -450,6 +450,9 @@ fn env(name: &str, persist: bool) -> Option<Env> {
 
 impl Env {
     fn client(&self) -> Node {
+        self.client_with(Durability::Primary)
+    }
+    fn client_with(&self, durability: Durability) -> Node {
         Node::builder()
             .name(&self.pool)
             .url(self.redis.url())
@@ -457,6 +460,7 @@ impl Env {
             .worker_ttl(TTL)
             .pending_job_ttl(PENDING_TTL)
             .max_queued_jobs(100_000)
+            .durability(durability)
             .join()
             .unwrap()
     }
@@ -473,9 +477,44 @@ fn dispatch_all(client: &Node, keys: impl IntoIterator<Item = String>, want: &mu
 }
 
 fn kill9_moves_jobs_within_ttl_plus_pending_ttl() {
-    let Some(e) = env("kill9", false) else { return };
+    kill9(false);
+}
+
+/// The same with durable acknowledgements (a replica, `WAIT 1`): a node's
+/// death does not touch what Redis holds, and every acknowledged job the
+/// killed node ran starts elsewhere within the same bound.
+fn kill9_with_durable_acknowledgements_moves_jobs_the_same() {
+    kill9(true);
+}
+
+fn kill9(durable: bool) {
+    let Some(e) = env(if durable { "kill9-durable" } else { "kill9" }, false) else {
+        return;
+    };
+    let replica = durable.then(|| {
+        let r = redis_support::start_replica(e.redis.port).expect("replica");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut c = r.conn();
+        while !redis::cmd("INFO")
+            .arg("replication")
+            .query::<String>(&mut c)
+            .unwrap()
+            .contains("master_link_status:up")
+        {
+            assert!(Instant::now() < deadline, "replica not linked");
+            std::thread::sleep(Duration::from_millis(20)); // polling the link
+        }
+        r
+    });
     let mut procs: Vec<Proc> = (0..3).map(|i| e.spawn(&format!("p{i}"), 2)).collect();
-    let client = e.client();
+    let client = e.client_with(if durable {
+        Durability::Replicas {
+            replicas: 1,
+            timeout: Duration::from_secs(1),
+        }
+    } else {
+        Durability::Primary
+    });
     let mut want = HashSet::new();
     dispatch_all(&client, (0..150).map(|i| format!("k{i}")), &mut want);
     let mut faults = Faults::default();
@@ -519,6 +558,7 @@ fn kill9_moves_jobs_within_ttl_plus_pending_ttl() {
     for p in procs {
         p.quit();
     }
+    drop(replica);
 }
 
 fn sigstop_past_the_ttl_then_sigcont() {
@@ -949,10 +989,14 @@ fn main() {
         return;
     }
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
-    let tests: [(&str, fn()); 7] = [
+    let tests: [(&str, fn()); 8] = [
         (
             "kill9_moves_jobs_within_ttl_plus_pending_ttl",
             kill9_moves_jobs_within_ttl_plus_pending_ttl,
+        ),
+        (
+            "kill9_with_durable_acknowledgements_moves_jobs_the_same",
+            kill9_with_durable_acknowledgements_moves_jobs_the_same,
         ),
         (
             "sigstop_past_the_ttl_then_sigcont",
