@@ -6,10 +6,9 @@
 //! fail-fast ask of one unit, `acquire_many(8)` a waiting ask of eight, a
 //! pool's `call_with(ask, request)` whatever the caller built. An option
 //! is a field of the ask, not a suffix on every method: the priority class
-//! and the tenant key of the next two waves of the design
-//! (`DESIGN.md`, "Requests are not all equal") become two more fields and
-//! two more builder methods, and every front-end that takes an `Ask`
-//! gains them at once.
+//! (`.class(c)`, `engine/class.rs`) is one, and the tenant key of the next
+//! wave of the design (`DESIGN.md`, "Requests are not all equal") will be
+//! another, which every front-end that takes an `Ask` gains at once.
 
 use std::time::Instant;
 
@@ -34,9 +33,10 @@ use crate::engine::class::Class;
 /// A waiting ask waits only in a front-end that has a waiting room
 /// (`max_waiters` above 0); without one it fails fast, as `acquire` does.
 ///
-/// Room for more: the fields are private, so the priority class and the
-/// tenant key that later versions add are two more builder methods, and
-/// code written against this version keeps compiling.
+/// `.class(c)` sets its [`Class`]: the share of the capacity its units may
+/// take and its place in a waiting room. The fields are private, so the
+/// tenant key a later version adds is one more builder method, and code
+/// written against this version keeps compiling.
 ///
 /// # Examples
 ///

@@ -192,7 +192,17 @@ impl Class {
     /// assert_eq!(Class::from_header(b"urgent!!"), Class::Critical);
     /// ```
     pub fn from_header(value: &[u8]) -> Class {
-        let value = value.trim_ascii();
+        // Blanks trimmed by hand: `<[u8]>::trim_ascii` is newer than the
+        // crate's minimum Rust.
+        let start = value
+            .iter()
+            .position(|b| !b.is_ascii_whitespace())
+            .unwrap_or(value.len());
+        let end = value
+            .iter()
+            .rposition(|b| !b.is_ascii_whitespace())
+            .map_or(start, |last| last + 1);
+        let value = &value[start..end];
         Class::ALL
             .into_iter()
             .find(|class| {

@@ -259,8 +259,11 @@ impl PoolBuilder {
     ///     .build(|_| Echo)?;
     /// let report = Ask::new().class(Class::SheddablePlus);
     /// assert_eq!(pool.call_with(report, 7)?, 7);
-    /// // More units than its share of the capacity can ever hold:
-    /// assert_eq!(pool.call_with(report.units(7), 7), Err(Error::TooLarge));
+    /// // More units than its share of the capacity (6 of 8) can ever hold:
+    /// // the class is shed, `Overload` at once, never a wait.
+    /// assert_eq!(pool.call_with(report.units(7), 7), Err(Error::Overload));
+    /// // More than the whole capacity is too large for any class.
+    /// assert_eq!(pool.call_with(report.units(9), 7), Err(Error::TooLarge));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn headroom(&mut self, class: crate::Class, fraction: f64) -> &mut Self {

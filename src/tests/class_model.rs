@@ -7,9 +7,10 @@
 //! of a class and a size (0..8 units, failing fast or asking to wait in a
 //! table without a room), give-backs and resizes. A take of `n ≥ 1` units
 //! of class `c` is admitted exactly when `usage + n ≤ share(c)`, refused
-//! with `TooLarge` exactly when `n > share(c)` (the hot path's one unit of
-//! the default class answers `Overload` even then, as `try_acquire` does),
-//! and with `Overload` otherwise. On several shards (no resizes) the model
+//! with `TooLarge` exactly when `n` is above the capacity (the hot path's
+//! one unit of the default class answers `Overload` even then, as
+//! `try_acquire` does), and with `Overload` otherwise: a class asking for
+//! more than its share is shed. On several shards (no resizes) the model
 //! checks the bound the lines promise in total: the units of a class and
 //! every class below it never exceed its share.
 //!
@@ -121,10 +122,14 @@ proptest! {
                             prop_assert_eq!(grant.units(), n);
                             held.push((class, grant));
                         }
-                        Err(Error::TooLarge) => prop_assert!(n > line && n > 0, "{class}: {n} of {line}"),
+                        // Too large for the capacity, whatever the class.
+                        Err(Error::TooLarge) => prop_assert!(n > capacity && n > 0, "{class}: {n} of {capacity}"),
+                        // Above the class's share (within the capacity) or
+                        // its free units; the hot path's one unit even at
+                        // capacity 0.
                         Err(Error::Overload) => {
                             let hot = n == 1 && class == Class::Critical;
-                            prop_assert!((n <= line || hot) && used + n > line, "{class} refused {n} with {used} of {line}");
+                            prop_assert!((n <= capacity || hot) && used + n > line, "{class} refused {n} with {used} of {line}");
                         }
                         Err(other) => prop_assert!(false, "unexpected {other}"),
                     }
@@ -234,8 +239,8 @@ proptest! {
                         }
                         Poll::Ready(Err(error)) => {
                             // Only a class whose share is nothing is turned
-                            // away: it could never be served.
-                            prop_assert_eq!(error, Error::TooLarge);
+                            // away (shed): it could never be served.
+                            prop_assert_eq!(error, Error::Overload);
                             prop_assert_eq!(share(class, capacity, twentieths), 0);
                         }
                         Poll::Pending => {
@@ -250,17 +255,15 @@ proptest! {
                     // The model's grants: the most important class, the
                     // oldest within it, while its unit fits.
                     let mut want = Vec::new();
-                    let mut used = held.len();
                     let mut order: Vec<(usize, usize)> =
                         waiting.iter().map(|(c, a, _)| (c.rank(), *a)).collect();
                     order.sort_unstable();
-                    for (rank, arrival) in order {
+                    for (used, (rank, arrival)) in (held.len()..).zip(order) {
                         let class = Class::from_rank(rank).unwrap();
                         if !fits(class, used) {
                             break;
                         }
                         want.push(arrival);
-                        used += 1;
                     }
                     let mut got = Vec::new();
                     let mut still = Vec::new();

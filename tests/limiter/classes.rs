@@ -94,8 +94,11 @@ fn a_class_may_fill_its_share_with_units_from_several_shards() {
     let last_two = limiter
         .acquire_with(ask(Class::Sheddable).units(2))
         .unwrap();
-    // More than the class's whole share: never, so `TooLarge`, not a wait.
-    let too_big = limiter.acquire_with(Ask::new().class(Class::Sheddable).units(33));
+    // More than the class's whole share: never, so `Overload` at once (the
+    // class is shed), not a wait; more than the capacity is `TooLarge`.
+    let never = limiter.acquire_with(Ask::new().class(Class::Sheddable).units(33));
+    assert_eq!(never.unwrap_err(), Error::Overload);
+    let too_big = limiter.acquire_with(Ask::new().class(Class::Sheddable).units(65));
     assert_eq!(too_big.unwrap_err(), Error::TooLarge);
     drop((big, last_two));
     assert_eq!(limiter.usage(), 0);
@@ -126,12 +129,15 @@ fn the_shares_follow_the_capacity_in_force() {
 #[test]
 fn the_default_class_and_the_top_class_fill_the_whole_capacity() {
     let limiter = classed(10, 2, 0.0, 0.0);
-    // A share of nothing: no request of the class can ever be served.
+    // A share of nothing: every request of the class is shed, waiting or
+    // not.
     for class in [Class::Sheddable, Class::SheddablePlus] {
         assert_eq!(
             limiter.acquire_with(ask(class)).unwrap_err(),
-            Error::TooLarge
+            Error::Overload
         );
+        let waiting = limiter.acquire_with(Ask::new().class(class));
+        assert_eq!(waiting.unwrap_err(), Error::Overload);
     }
     let mut held = Vec::new();
     assert_eq!(fill(&limiter, Class::CriticalPlus, &mut held), 10);

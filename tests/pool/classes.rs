@@ -25,8 +25,8 @@ fn a_sheddable_call_stops_at_its_share_and_the_default_class_fills_the_rest() {
     }
     assert_eq!(pool.cast(6), Err(Error::Overload));
     assert_eq!(pool.usage(), 4);
-    // More than the class's whole share is never served.
-    assert_eq!(pool.call_with(sheddable.units(3), 7), Err(Error::TooLarge));
+    // More than the class's whole share is never served: shed at once.
+    assert_eq!(pool.call_with(sheddable.units(3), 7), Err(Error::Overload));
     for _ in 0..4 {
         open.send(()).unwrap();
     }
@@ -36,7 +36,7 @@ fn a_sheddable_call_stops_at_its_share_and_the_default_class_fills_the_rest() {
     until(|| pool.usage() == 0);
     let stats = pool.stats();
     let sheddable = &stats.classes[Class::Sheddable.rank()];
-    assert_eq!((sheddable.accepted, sheddable.rejected), (2, 1));
+    assert_eq!((sheddable.accepted, sheddable.rejected), (2, 2));
     let critical = &stats.classes[Class::Critical.rank()];
     assert_eq!((critical.accepted, critical.rejected), (2, 1));
 }

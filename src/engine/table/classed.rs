@@ -145,8 +145,11 @@ impl Table {
         deadline: Option<std::time::Instant>,
     ) -> Result<Grant, Error> {
         let first = self.take_classed(self.home_shard(), n, Bound::of(class));
-        if first != Err(Error::Overload) {
-            self.count_class(class, &first, false);
+        // More than the class's whole share (but within the capacity):
+        // refused now, not left to wait for what no release brings.
+        let never = n > self.units_within(Bound::of(class));
+        if first != Err(Error::Overload) || never {
+            self.count_class(class, &first, never);
             return first;
         }
         match self.room.as_deref() {

@@ -186,10 +186,15 @@ impl Table {
         if n > self.units_within(bound) {
             // Relaxed reading of the capacity: a racing grow may make room
             // for it a moment later; the caller may retry once it has.
+            // Within the capacity but above a class's share, it is that
+            // class being shed: `Overload`, as at an edge a 503, not a
+            // 413 for a request that is not too large.
             return if self.is_closing() {
                 Err(Error::Shutdown)
-            } else {
+            } else if n > self.capacity() {
                 Err(Error::TooLarge)
+            } else {
+                self.refused().map(Grant::one)
             };
         }
         // 1. One shard with room for all `n`: the home shard, then the rest.

@@ -140,6 +140,12 @@ impl std::future::Future for WaitUnit<'_> {
         }
         // First poll: the fast path, then the queue.
         match table.try_fast(this.need, this.class) {
+            // More than the class's whole share: refused now, never queued
+            // for what no release brings (`admit_classed_waiting`).
+            Err(Error::Overload) if this.need > table.units_within(Bound::of(this.class)) => {
+                table.count_first(this.class, &Err(Error::Overload), true);
+                return Poll::Ready(Err(Error::Overload));
+            }
             Err(Error::Overload) => {}
             other => {
                 table.count_first(this.class, &other, false);
