@@ -95,6 +95,36 @@
 //! `sum(rate(sidejob_class_rejected_total{class=~"sheddable.*"}[5m])) / sum(rate(sidejob_rejected_total[5m]))`,
 //! says whether shedding by class is doing its work.
 //!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Instant;
+//! use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+//! use sidejob::{observe::Reporter, units::Ask, Class, Error, Limiter};
+//!
+//! let recorder = DebuggingRecorder::new();
+//! let snapshotter = recorder.snapshotter();
+//! // Sheddable requests may fill 80 % of 10: 8 (one shard: exact in total).
+//! let limiter = Arc::new(Limiter::builder().name("api").capacity(10).shards(1).build()?);
+//! let mut reporter = metrics::with_local_recorder(&recorder, || Reporter::builder().build(&limiter))?;
+//!
+//! let others = limiter.try_acquire_many(8)?;
+//! let prefetch = Ask::new().class(Class::Sheddable).fail_fast();
+//! assert_eq!(limiter.acquire_with(prefetch).unwrap_err(), Error::Overload);
+//! reporter.tick(Instant::now()).expect("the limiter is alive");
+//!
+//! let rejected = |class: Class| {
+//!     snapshotter.snapshot().into_vec().into_iter().find_map(|(key, _, _, value)| {
+//!         let key = key.key();
+//!         let ours = key.labels().any(|l| l.key() == "class" && l.value() == class.as_str());
+//!         (key.name() == sidejob::metrics::CLASS_REJECTED && ours).then_some(value)
+//!     })
+//! };
+//! assert_eq!(rejected(Class::Sheddable), Some(DebugValue::Counter(1)));
+//! assert_eq!(rejected(Class::Critical), Some(DebugValue::Counter(0)));
+//! # drop(others);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! Two figures of [`Stats`] are left out on purpose: `peak_usage` and
 //! `peak_waiting` are highs since the front-end was built, never reset, so
 //! after the first burst they say nothing; `max_over_time(sidejob_waiting[5m])`
