@@ -368,19 +368,31 @@ mod sealed {
     impl Weight for super::Unweighed {}
     impl<F> Weight for super::Weighed<F> {}
 
-    /// What the waiting layer's `call` found: the units taken, a wait to
-    /// start (every unit was out and the limiter has a waiting room), or a
-    /// refusal (counted if it is an `Overload`).
-    #[derive(Debug)]
-    pub enum First<U> {
+    /// What the waiting layer's `call` found: the units taken, the wait
+    /// for them (every unit was out and the limiter has a waiting room),
+    /// or a refusal (counted if it is an `Overload`).
+    pub enum First<U: Units> {
         Taken(usize, U),
-        Wait,
+        Wait(Acquire<U>),
         Refused(Error),
     }
 
+    impl<U: Units> std::fmt::Debug for First<U> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match self {
+                First::Taken(shard, units) => {
+                    f.debug_tuple("Taken").field(shard).field(units).finish()
+                }
+                First::Wait(_) => f.write_str("Wait(..)"),
+                First::Refused(error) => f.debug_tuple("Refused").field(error).finish(),
+            }
+        }
+    }
+
     /// How an admitted request's units are taken and carried, for each
-    /// kind of units: taken in `call`, waited for, and a permit handed
-    /// over after a wait turned into them.
+    /// kind of units: taken in `call` (by the waiting layer: first tried,
+    /// then waited for), and a permit handed over after a wait turned
+    /// into them.
     ///
     /// Public in a private module: the sealed [`Sealed`]'s associated type
     /// is bound by it, and no user can name it.
@@ -390,11 +402,11 @@ mod sealed {
         fn take(limiter: &Limiter, ask: Ask) -> Result<(usize, Self), Error>;
 
         /// The waiting layer's take in `call`: uncounted where a wait may
-        /// follow, counted where it is the last word.
-        fn first(limiter: &Limiter, ask: Ask) -> First<Self>;
-
-        /// The wait for them, once [`first`](Self::first) said to.
-        fn wait(limiter: Arc<Limiter>, ask: Ask) -> Acquire<Self>;
+        /// follow, counted where it is the last word; the wait itself if
+        /// one follows. (For [`One`] the ask goes nowhere, not even to the
+        /// cold wait: passed on there, it was stored on every request's
+        /// path, four instructions more.)
+        fn first(limiter: &Arc<Limiter>, ask: Ask) -> First<Self>;
 
         /// Disarms `permit`: its units stay taken, and the caller owes
         /// their release. Returns the shard of the first, and the units.
@@ -410,12 +422,12 @@ mod sealed {
         }
 
         #[inline(always)]
-        fn first(limiter: &Limiter, _: Ask) -> First<One> {
+        fn first(limiter: &Arc<Limiter>, _: Ask) -> First<One> {
             // Uncounted: a request that goes on to wait is not a refusal;
             // the waiting room counts one if it is refused for good.
             match limiter.take_unit_uncounted() {
                 Ok(shard) => First::Taken(shard, One),
-                Err(Error::Overload) if limiter.has_room() => First::Wait,
+                Err(Error::Overload) if limiter.has_room() => First::Wait(wait_one(limiter)),
                 // A limiter without a waiting room refuses here, counted,
                 // without the clone and allocation of a wait.
                 Err(error) => {
@@ -425,13 +437,6 @@ mod sealed {
                     First::Refused(error)
                 }
             }
-        }
-
-        #[cold]
-        fn wait(limiter: Arc<Limiter>, _: Ask) -> Acquire<One> {
-            // Boxed: `acquire_owned_async`'s future has no name to store it
-            // under. One allocation, for a request that waits.
-            Box::pin(limiter.acquire_owned_async())
         }
 
         fn disarm(permit: OwnedPermit<One>) -> (usize, One) {
@@ -446,7 +451,7 @@ mod sealed {
             limiter.take_ask(ask)
         }
 
-        fn first(limiter: &Limiter, ask: Ask) -> First<Many> {
+        fn first(limiter: &Arc<Limiter>, ask: Ask) -> First<Many> {
             // With a room: uncounted, the room counts a refusal for good
             // (the class's too). Without one: the fail-fast take, which
             // counts an `Overload` in the totals and the class's figures.
@@ -458,19 +463,30 @@ mod sealed {
             };
             match taken {
                 Ok((shard, units)) => First::Taken(shard, units),
-                Err(Error::Overload) if limiter.has_room() => First::Wait,
+                Err(Error::Overload) if limiter.has_room() => First::Wait(wait_many(limiter, ask)),
                 Err(error) => First::Refused(error),
             }
-        }
-
-        #[cold]
-        fn wait(limiter: Arc<Limiter>, ask: Ask) -> Acquire<Many> {
-            Box::pin(limiter.wait_ask_owned(ask))
         }
 
         fn disarm(permit: OwnedPermit<Many>) -> (usize, Many) {
             permit.into_parts()
         }
+    }
+
+    /// The wait for one unit of the default class. Cold: only requests
+    /// that found every unit out come here. Boxed: `acquire_owned_async`'s
+    /// future has no name to store it under; one allocation, for a request
+    /// that waits.
+    #[cold]
+    fn wait_one(limiter: &Arc<Limiter>) -> Acquire<One> {
+        Box::pin(Arc::clone(limiter).acquire_owned_async())
+    }
+
+    /// The wait for what `ask` describes, in its class's place. Cold, as
+    /// [`wait_one`].
+    #[cold]
+    fn wait_many(limiter: &Arc<Limiter>, ask: Ask) -> Acquire<Many> {
+        Box::pin(Arc::clone(limiter).wait_ask_owned(ask))
     }
 }
 

@@ -8,7 +8,7 @@ use super::{
 use crate::error::Error;
 use crate::limiter::Limiter;
 use crate::sync::Arc;
-use crate::units::{Ask, Units};
+use crate::units::Units;
 use std::fmt;
 use std::task::{Context, Poll};
 use tower_service::Service;
@@ -134,7 +134,7 @@ where
         let ask = self.describe.describe(&request);
         let response = match W::Units::first(&self.limiter, ask) {
             First::Taken(shard, units) => self.admitted(shard, units, request),
-            First::Wait => return self.wait_for(ask, request),
+            First::Wait(acquire) => return self.wait_for(acquire, request),
             First::Refused(error) => self.refuse(error, true),
         };
         WaitResponseFuture {
@@ -211,19 +211,18 @@ impl<S, R, M, H, W> Limit<S, R, M, H, W> {
 }
 
 impl<S, R, H, W> Limit<S, R, Wait, H, W> {
-    /// [`wait`](Self::wait) for the units `ask` describes. Cold: only
-    /// requests that found them out come here.
+    /// [`wait`](Self::wait), out of line. Cold: only requests that found
+    /// their units out come here.
     #[cold]
     fn wait_for<Request, U: Carry>(
         &mut self,
-        ask: Ask,
+        acquire: Acquire<U>,
         request: Request,
     ) -> WaitResponseFuture<S, Request, R, H, U>
     where
         S: Service<Request> + Clone,
         R: Refusal<S::Response, S::Error>,
     {
-        let acquire = U::wait(Arc::clone(&self.limiter), ask);
         self.wait(acquire, request)
     }
 
