@@ -8,7 +8,9 @@
 //! overhead a request pays to pass the limit. The 1-thread table also
 //! times `LimitLayer::waiting` over a limiter with a waiting room, whose
 //! requests find a unit free: the cost of the waiting mode when nobody
-//! has to wait. After the criterion groups a
+//! has to wait; and the weighed layer (requests of one unit) and the
+//! classified layer (the default class, and the sheddable class under its
+//! headroom), each beside tower's and the plain layer. After the criterion groups a
 //! plain interleaved timing prints the ratios (as `benches/admission.rs`
 //! does: on a small shared machine a ratio measured side by side is the
 //! figure).
@@ -27,7 +29,7 @@ use criterion::{criterion_group, Criterion, Throughput};
 mod common;
 use common::best_of;
 use sidejob::tower::LimitLayer;
-use sidejob::Limiter;
+use sidejob::{Class, Limiter};
 use tower::{service_fn, Service, ServiceBuilder};
 
 /// Never reached: every request is admitted.
@@ -55,6 +57,24 @@ fn ours_waiting() -> impl Service<u64, Response = u64, Error = tower::BoxError> 
         .unwrap();
     ServiceBuilder::new()
         .layer(LimitLayer::waiting(Arc::new(limiter)))
+        .service(inner())
+}
+
+/// A weighed layer whose requests weigh one unit each: the weighed path's
+/// cost (a take of `n` units, a guard holding a count).
+fn ours_weighed() -> impl Service<u64, Response = u64, Error = tower::BoxError> + Clone + Send {
+    ServiceBuilder::new()
+        .layer(LimitLayer::new(Arc::new(Limiter::new(BIG).unwrap())).weigh(|_: &u64| 1))
+        .service(inner())
+}
+
+/// A classified layer whose requests are all of `class` (the headroom
+/// never reached): the classed path's cost, the class read by a closure.
+fn ours_classified(
+    class: Class,
+) -> impl Service<u64, Response = u64, Error = tower::BoxError> + Clone + Send {
+    ServiceBuilder::new()
+        .layer(LimitLayer::new(Arc::new(Limiter::new(BIG).unwrap())).classify(move |_: &u64| class))
         .service(inner())
 }
 
@@ -159,6 +179,51 @@ fn ratio_table() {
     println!(
         "ratio 1thread waiting/fail-fast cost, unit free = {:.2}",
         ns[2] / ns[0]
+    );
+
+    let (mut a, mut b, mut v) = (ours(), theirs(), ours_weighed());
+    let ns = best_of(
+        ROUNDS,
+        &mut [
+            &mut || loop_ns(&mut a, ITERS),
+            &mut || loop_ns(&mut b, ITERS),
+            &mut || loop_ns(&mut v, ITERS),
+        ],
+    );
+    println!(
+        "1 thread, ns per request: sidejob LimitLayer {:.2}, tower {:.2}, sidejob LimitLayer::weigh (1 unit) {:.2}",
+        ns[0], ns[1], ns[2]
+    );
+    println!(
+        "ratio 1thread weighed/tower cost = {:.2}, weighed/fail-fast = {:.2}",
+        ns[2] / ns[1],
+        ns[2] / ns[0]
+    );
+
+    let (mut a, mut b) = (ours(), theirs());
+    let (mut c, mut d) = (
+        ours_classified(Class::Critical),
+        ours_classified(Class::Sheddable),
+    );
+    let ns = best_of(
+        ROUNDS,
+        &mut [
+            &mut || loop_ns(&mut a, ITERS),
+            &mut || loop_ns(&mut b, ITERS),
+            &mut || loop_ns(&mut c, ITERS),
+            &mut || loop_ns(&mut d, ITERS),
+        ],
+    );
+    println!(
+        "1 thread, ns per request: sidejob LimitLayer {:.2}, tower {:.2}, sidejob LimitLayer::classify (critical) {:.2}, (sheddable) {:.2}",
+        ns[0], ns[1], ns[2], ns[3]
+    );
+    println!(
+        "ratio 1thread classified/tower cost = {:.2} (critical), {:.2} (sheddable); classified/fail-fast = {:.2}, {:.2}",
+        ns[2] / ns[1],
+        ns[3] / ns[1],
+        ns[2] / ns[0],
+        ns[3] / ns[0]
     );
 
     let (a, b) = (ours(), theirs());

@@ -8,6 +8,12 @@
 //!     --addr 127.0.0.1:50051 --capacity 10 --max-waiters 20
 //! ```
 //!
+//! Each call's priority class is read from its `x-priority` metadata
+//! (`LimitLayer::classify_by_header`; gRPC metadata are HTTP headers):
+//! `sheddable` calls are refused first under overload, a `critical_plus`
+//! call waits ahead of the others, and a call without it (or with a value
+//! that names no class) is of the default class, `critical`.
+//!
 //! The service is one unary method, `/sidejob.example.Echo/Say`, taking
 //! and answering a UTF-8 string, written by hand: no `.proto`, no
 //! `protoc`, no code generation, so the example builds from crates.io
@@ -151,8 +157,9 @@ where
 
 /// Serves `Echo(work)` on `listener` until `shutdown` resolves, every
 /// call admitted through `limiter` and waiting in its room when it has
-/// one (`LimitLayer::waiting`; with no room it fails fast). Refusals are
-/// `GrpcRefusal`'s statuses, with a retry pushback of `retry_after`.
+/// one (`LimitLayer::waiting`; with no room it fails fast), in the class
+/// its `x-priority` metadata names. Refusals are `GrpcRefusal`'s
+/// statuses, with a retry pushback of `retry_after`.
 pub async fn serve<W, Fut>(
     listener: tokio::net::TcpListener,
     limiter: Arc<Limiter>,
@@ -166,7 +173,11 @@ where
 {
     let refusal = GrpcRefusal::new().retry_after(Some(retry_after));
     Server::builder()
-        .layer(LimitLayer::waiting(limiter).refuse_with(refusal))
+        .layer(
+            LimitLayer::waiting(limiter)
+                .refuse_with(refusal)
+                .classify_by_header("x-priority"),
+        )
         .add_service(Echo::new(work))
         .serve_with_incoming_shutdown(TcpIncoming::from(listener), shutdown)
         .await
@@ -174,6 +185,23 @@ where
 
 /// A client's `Say`: what a generated `EchoClient::say` does.
 pub async fn call(channel: Channel, message: &str) -> Result<Response<String>, Status> {
+    call_as(channel, message, None).await
+}
+
+/// [`call`] with `x-priority` metadata of `priority`, if any: the call's
+/// priority class (`sheddable`, `critical_plus`, ...).
+pub async fn call_as(
+    channel: Channel,
+    message: &str,
+    priority: Option<&str>,
+) -> Result<Response<String>, Status> {
+    let mut request = Request::new(message.to_string());
+    if let Some(priority) = priority {
+        let value = priority
+            .parse()
+            .map_err(|_| Status::invalid_argument("not a metadata value"))?;
+        request.metadata_mut().insert("x-priority", value);
+    }
     let mut client = tonic::client::Grpc::new(channel);
     client
         .ready()
@@ -181,7 +209,7 @@ pub async fn call(channel: Channel, message: &str) -> Result<Response<String>, S
         .map_err(|e| Status::unknown(format!("not ready: {e}")))?;
     client
         .unary(
-            Request::new(message.to_string()),
+            request,
             http::uri::PathAndQuery::from_static(SAY),
             Utf8Codec,
         )

@@ -643,15 +643,7 @@ impl Limiter {
         self: Arc<Self>,
         n: usize,
     ) -> impl std::future::Future<Output = Result<OwnedPermit<Many>, Error>> + Send + 'static {
-        async move {
-            let grant = self.table.admit_async(Ask::new().units(n)).await?;
-            let (shard, units) = Many::from_grant(grant);
-            Ok(OwnedPermit {
-                limiter: self,
-                shard,
-                units,
-            })
-        }
+        self.wait_ask_owned(Ask::new().units(n))
     }
 
     /// How many callers wait for a permit now (0 without a waiting room).
@@ -892,24 +884,60 @@ impl Limiter {
         self.table.probe()
     }
 
-    /// Takes `n` units (a weighed request's), fail-fast and counted as
-    /// [`take_unit`](Self::take_unit), and returns where they are, for a
+    /// Takes what `ask` describes (a weighed or classed request's units),
+    /// fail-fast and counted as [`take_unit`](Self::take_unit) (a class's
+    /// refusal in its own figures too), and returns where they are, for a
     /// guard kept elsewhere (the tower layer's), which gives them back with
-    /// [`release_held`](Self::release_held).
+    /// [`release_held`](Self::release_held). The ask's own waiting mode is
+    /// ignored: this never waits.
     #[cfg_attr(not(feature = "tower"), allow(dead_code))]
-    pub(crate) fn take_units(&self, n: usize) -> Result<(usize, Many), Error> {
-        self.table.acquire_many(n).map(Many::from_grant)
+    #[inline]
+    pub(crate) fn take_ask(&self, ask: Ask) -> Result<(usize, Many), Error> {
+        let grant = if ask.class_of() == crate::Class::Critical {
+            // The default class: the take of `n` with its fast path on the
+            // home shard, as `try_acquire_many`.
+            self.table.acquire_many(ask.unit_count())
+        } else {
+            self.table.admit(&ask.fail_fast())
+        };
+        grant.map(Many::from_grant)
     }
 
-    /// [`take_units`](Self::take_units) without counting an `Overload`,
-    /// as [`take_unit_uncounted`](Self::take_unit_uncounted).
+    /// [`take_ask`](Self::take_ask) without counting an `Overload`, as
+    /// [`take_unit_uncounted`](Self::take_unit_uncounted): for the waiting
+    /// tower layer, which waits next.
     #[cfg_attr(not(feature = "tower"), allow(dead_code))]
-    pub(crate) fn take_units_uncounted(&self, n: usize) -> Result<(usize, Many), Error> {
+    pub(crate) fn probe_ask(&self, ask: Ask) -> Result<(usize, Many), Error> {
         let probe = Ask {
             how: How::Probe,
-            ..Ask::new().units(n)
+            ..ask
         };
         self.table.admit(&probe).map(Many::from_grant)
+    }
+
+    /// Waits for what `ask` describes (its units, in its class's place in
+    /// the waiting room), as [`acquire_many_owned_async`](Self::acquire_many_owned_async)
+    /// does for `n` units of the default class: the waiting tower layer's
+    /// wait for a weighed or classed request. The ask's deadline is kept;
+    /// a fail-fast ask waits too. `acquire_many_owned_async` is this with
+    /// a fixed ask.
+    pub(crate) fn wait_ask_owned(
+        self: Arc<Self>,
+        ask: Ask,
+    ) -> impl std::future::Future<Output = Result<OwnedPermit<Many>, Error>> + Send + 'static {
+        let ask = Ask {
+            how: How::Wait(ask.deadline()),
+            ..ask
+        };
+        async move {
+            let grant = self.table.admit_async(ask).await?;
+            let (shard, units) = Many::from_grant(grant);
+            Ok(OwnedPermit {
+                limiter: self,
+                shard,
+                units,
+            })
+        }
     }
 
     /// True if the limiter has a waiting room (`max_waiters > 0`).

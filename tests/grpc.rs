@@ -2,7 +2,10 @@
 //! past the capacity and the waiting room is `RESOURCE_EXHAUSTED`, one
 //! that waited its `max_wait` or met a closed limiter is `UNAVAILABLE`,
 //! each with the retry pushback; admitted calls answer, and the limiter's
-//! counts agree with what the client saw.
+//! counts agree with what the client saw. The class rides in the call's
+//! `x-priority` metadata: a sheddable call is refused first, a
+//! `critical_plus` one waits ahead of the rest, and a value that names no
+//! class is the default class, in its turn.
 
 #[path = "../examples/tonic_server.rs"]
 mod tonic_server;
@@ -10,10 +13,10 @@ mod tonic_server;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sidejob::Limiter;
+use sidejob::{Class, Limiter};
 use tokio::sync::{oneshot, Semaphore};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
@@ -29,6 +32,8 @@ struct Fixture {
     limiter: Arc<Limiter>,
     gate: Arc<Semaphore>,
     inside: Arc<AtomicUsize>,
+    /// The messages of the calls that reached the handler, in order.
+    entered: Arc<Mutex<Vec<String>>>,
     channel: Channel,
     stop: Option<oneshot::Sender<()>>,
     server: tokio::task::JoinHandle<()>,
@@ -38,10 +43,13 @@ async fn fixture(limiter: Limiter) -> Fixture {
     let limiter = Arc::new(limiter);
     let gate = Arc::new(Semaphore::new(0));
     let inside = Arc::new(AtomicUsize::new(0));
+    let entered = Arc::new(Mutex::new(Vec::new()));
     let work: Work = {
-        let (gate, inside) = (Arc::clone(&gate), Arc::clone(&inside));
+        let (gate, inside, entered) =
+            (Arc::clone(&gate), Arc::clone(&inside), Arc::clone(&entered));
         Arc::new(move |message: String| {
             let (gate, inside) = (Arc::clone(&gate), Arc::clone(&inside));
+            entered.lock().unwrap().push(message.clone());
             Box::pin(async move {
                 inside.fetch_add(1, SeqCst);
                 gate.acquire().await.unwrap().forget();
@@ -79,6 +87,7 @@ async fn fixture(limiter: Limiter) -> Fixture {
         limiter,
         gate,
         inside,
+        entered,
         channel,
         stop: Some(stop),
         server,
@@ -102,6 +111,44 @@ impl Fixture {
             tokio::task::yield_now().await;
         }
         calls
+    }
+
+    /// Starts a call with `priority` that stays inside the handler until
+    /// the gate opens, once it is inside.
+    async fn hold_as(
+        &self,
+        message: &'static str,
+        priority: Option<&'static str>,
+    ) -> tokio::task::JoinHandle<Result<tonic::Response<String>, Status>> {
+        let before = self.inside.load(SeqCst);
+        let call = tokio::spawn(tonic_server::call_as(
+            self.channel.clone(),
+            message,
+            priority,
+        ));
+        while self.inside.load(SeqCst) <= before {
+            tokio::task::yield_now().await;
+        }
+        call
+    }
+
+    /// Starts a call with `priority` that waits in the room, once it is
+    /// queued.
+    async fn queue_as(
+        &self,
+        message: &'static str,
+        priority: Option<&'static str>,
+    ) -> tokio::task::JoinHandle<Result<tonic::Response<String>, Status>> {
+        let before = self.limiter.waiting();
+        let call = tokio::spawn(tonic_server::call_as(
+            self.channel.clone(),
+            message,
+            priority,
+        ));
+        while self.limiter.waiting() <= before {
+            tokio::task::yield_now().await;
+        }
+        call
     }
 
     async fn stop(mut self) {
@@ -234,6 +281,99 @@ async fn a_closed_limiter_answers_unavailable_to_waiters_and_newcomers() {
             "echo: held 0"
         );
         assert_eq!(f.limiter.usage(), 0);
+        f.stop().await;
+    })
+    .await
+    .expect("the scenario finishes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sheddable_call_is_refused_while_a_default_one_is_served() {
+    tokio::time::timeout(HUNG, async {
+        // Capacity 4 on one shard, no waiting room: every refusal is at
+        // once. Sheddable calls may fill 80 %: 3 units.
+        let limiter = Limiter::builder().capacity(4).shards(1).build().unwrap();
+        let f = fixture(limiter).await;
+        let held = f.hold(3).await;
+
+        let (code, message, pushback) =
+            refusal(tonic_server::call_as(f.channel.clone(), "prefetch", Some("sheddable")).await);
+        assert_eq!(code, Code::ResourceExhausted);
+        assert_eq!(message, sidejob::Error::Overload.to_string());
+        assert_eq!(pushback.as_deref(), Some("1500"));
+
+        // A value that names no class is the default class: it gets the
+        // last unit, where the sheddable call was refused.
+        let unknown = f.hold_as("unknown", Some("urgent!!")).await;
+        assert_eq!(f.limiter.usage(), 4);
+        // Full: refused now, like any call.
+        let (code, _, _) = refusal(tonic_server::call(f.channel.clone(), "late").await);
+        assert_eq!(code, Code::ResourceExhausted);
+
+        f.gate.add_permits(1);
+        for call in held {
+            assert!(call.await.unwrap().unwrap().starts_with("echo: held"));
+        }
+        assert_eq!(
+            unknown.await.unwrap().unwrap().into_inner(),
+            "echo: unknown"
+        );
+        let stats = f.limiter.stats();
+        let sheddable = &stats.classes[Class::Sheddable.rank()];
+        assert_eq!((sheddable.accepted, sheddable.rejected), (0, 1));
+        let critical = &stats.classes[Class::Critical.rank()];
+        assert_eq!((critical.accepted, critical.rejected), (4, 1));
+        assert!(
+            !f.entered.lock().unwrap().iter().any(|m| m == "prefetch"),
+            "the handler never saw the refused call"
+        );
+        f.stop().await;
+    })
+    .await
+    .expect("the scenario finishes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_room_serves_critical_plus_first_and_an_unknown_value_in_its_turn() {
+    tokio::time::timeout(HUNG, async {
+        // One unit: the calls go through it one at a time, in the order
+        // the room serves them.
+        let limiter = Limiter::builder()
+            .capacity(1)
+            .max_waiters(4)
+            .max_wait(Duration::from_secs(3600))
+            .build()
+            .unwrap();
+        let f = fixture(limiter).await;
+        let held = f.hold(1).await;
+        // Queued in this order: no metadata, a value that names no class,
+        // the top class.
+        let plain = f.queue_as("plain", None).await;
+        let unknown = f.queue_as("unknown", Some("urgent!!")).await;
+        let top = f.queue_as("top", Some("critical_plus")).await;
+        let stats = f.limiter.stats();
+        let waiting: Vec<usize> = stats.classes.iter().map(|c| c.waiting).collect();
+        assert_eq!(waiting, [1, 2, 0, 0], "the unknown value waits as critical");
+
+        f.gate.add_permits(1);
+        assert_eq!(
+            held.into_iter().next().unwrap().await.unwrap().unwrap(),
+            "echo: held 0"
+        );
+        for (call, message) in [(top, "top"), (plain, "plain"), (unknown, "unknown")] {
+            let answer = call.await.unwrap().unwrap().into_inner();
+            assert_eq!(answer, format!("echo: {message}"));
+        }
+        // The top class first; the unknown value behind the call of the
+        // default class that came before it.
+        assert_eq!(
+            *f.entered.lock().unwrap(),
+            ["held 0", "top", "plain", "unknown"]
+        );
+        let stats = f.limiter.stats();
+        let accepted: Vec<u64> = stats.classes.iter().map(|c| c.accepted).collect();
+        assert_eq!(accepted, [1, 3, 0, 0]);
+        assert_eq!((stats.waited, stats.rejected, stats.usage), (3, 0, 0));
         f.stop().await;
     })
     .await

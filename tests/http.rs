@@ -4,7 +4,9 @@
 //! room, a burst that fits in capacity + waiting room is all served, and
 //! the next request is a `429`. Weighed by `Content-Length`, uploads hold
 //! their bytes: `200` while they fit, `503` when too few are free, `413`
-//! for one larger than the whole budget.
+//! for one larger than the whole budget. Classified by `x-priority`, the
+//! sheddable class is refused while the default class is still served,
+//! and a value that names no class is the default class.
 
 #[path = "../examples/axum_server.rs"]
 mod axum_server;
@@ -50,7 +52,20 @@ async fn handler(inside: Arc<Inside>, gate: Arc<Semaphore>, dwell: bool) -> Stri
 }
 
 async fn get(client: &HttpClient, url: &str) -> (StatusCode, Option<String>, String) {
-    let request = Request::get(url).body(Empty::new()).unwrap();
+    get_as(client, url, None).await
+}
+
+/// [`get`] with an `x-priority` header of `priority`, if any.
+async fn get_as(
+    client: &HttpClient,
+    url: &str,
+    priority: Option<&str>,
+) -> (StatusCode, Option<String>, String) {
+    let mut request = Request::get(url);
+    if let Some(priority) = priority {
+        request = request.header("x-priority", priority);
+    }
+    let request = request.body(Empty::new()).unwrap();
     let response = client.request(request).await.expect("loopback request");
     let status = response.status();
     let retry_after = response
@@ -386,6 +401,115 @@ async fn uploads() {
     assert!(
         entered.try_recv().is_err(),
         "no refused upload reached its handler"
+    );
+    server.abort();
+}
+
+// ---- Priority classes by header (`LimitLayer::classify_by_header`) ----
+
+#[cfg(feature = "http")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sheddable_requests_are_refused_while_the_default_class_is_served() {
+    tokio::time::timeout(Duration::from_secs(60), classes())
+        .await
+        .expect("the scenario finishes within a minute");
+}
+
+#[cfg(feature = "http")]
+async fn classes() {
+    use sidejob::tower::{HttpRefusal, LimitLayer};
+    use sidejob::Class;
+
+    // Capacity 10 on one shard (each class's line exact in total), the
+    // default headroom: SheddablePlus may fill 9, Sheddable 8.
+    let limiter = Arc::new(Limiter::builder().capacity(10).shards(1).build().unwrap());
+    let inside = Arc::new(Inside::default());
+    let gate = Arc::new(Semaphore::new(0));
+    let work = {
+        let (inside, gate) = (Arc::clone(&inside), Arc::clone(&gate));
+        move || handler(Arc::clone(&inside), Arc::clone(&gate), false)
+    };
+    let layer = LimitLayer::new(Arc::clone(&limiter))
+        .refuse_with(HttpRefusal::new())
+        .classify_by_header("x-priority");
+    let router = axum::Router::new().route("/work", axum::routing::get(work).layer(layer));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    let url = format!("http://{addr}/work");
+    let spawn_get = |priority: Option<&'static str>| {
+        let (client, url) = (client.clone(), url.clone());
+        tokio::spawn(async move { get_as(&client, &url, priority).await })
+    };
+    let until_inside = |n: usize| {
+        let inside = Arc::clone(&inside);
+        async move {
+            while inside.now.load(SeqCst) < n {
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+
+    // Eight requests of the default class (no header) held at the gate:
+    // the sheddable class's whole share is in use.
+    let mut held: Vec<_> = (0..8).map(|_| spawn_get(None)).collect();
+    until_inside(8).await;
+
+    // A burst of prefetches and one request of the default class, at
+    // once: every prefetch is refused, the default request is served.
+    let prefetches: Vec<_> = (0..16).map(|_| spawn_get(Some("sheddable"))).collect();
+    held.push(spawn_get(None));
+    for prefetch in prefetches {
+        let (status, retry_after, _) = prefetch.await.unwrap();
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(retry_after.as_deref(), Some("1"));
+    }
+    until_inside(9).await;
+
+    // Nine held: SheddablePlus's line too.
+    let (status, _, _) = get_as(&client, &url, Some("Sheddable-Plus")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+
+    // A value that names no class is the default class: admitted to the
+    // last unit, where a sheddable class would have been refused.
+    held.push(spawn_get(Some("urgent!!")));
+    until_inside(10).await;
+    assert_eq!(limiter.usage(), 10);
+
+    // Full: no value gets past the capacity, an unknown one no more than
+    // the default class or the top class itself.
+    for priority in [None, Some("urgent!!"), Some("critical_plus")] {
+        let (status, retry_after, _) = get_as(&client, &url, priority).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{priority:?}");
+        assert_eq!(retry_after.as_deref(), Some("1"));
+    }
+
+    // Open the gate: every admitted request is answered.
+    gate.add_permits(1);
+    for request in held {
+        let (status, _, body) = request.await.unwrap();
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "done\n"));
+    }
+    assert_eq!(inside.peak.load(SeqCst), 10);
+
+    // The server's figures, by class: the unknown value counted with the
+    // default class (accepted once, refused once), never above it.
+    let stats = limiter.stats();
+    assert_eq!((stats.accepted, stats.rejected, stats.usage), (10, 20, 0));
+    let by_class: Vec<(Class, u64, u64)> = stats
+        .classes
+        .iter()
+        .map(|c| (c.class, c.accepted, c.rejected))
+        .collect();
+    assert_eq!(
+        by_class,
+        [
+            (Class::CriticalPlus, 0, 1),
+            (Class::Critical, 10, 2),
+            (Class::SheddablePlus, 0, 1),
+            (Class::Sheddable, 0, 16),
+        ]
     );
     server.abort();
 }

@@ -2,7 +2,8 @@
 //! (`metrics-exporter-prometheus`, one recorder per test, installed
 //! locally): after a known sequence the series equal `stats()`; each
 //! front-end's series are its own; counters keep rising across rebuilds
-//! and reporters; and the page passes `promtool check metrics`.
+//! and reporters; each priority class's figures are series of their own,
+//! labelled `class`; and the page passes `promtool check metrics`.
 
 use std::future::Future;
 use std::io::Write;
@@ -15,7 +16,8 @@ use std::time::{Duration, Instant};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use sidejob::observe::{Alarm, Reporter, Watched};
 use sidejob::shepherd::{Handler, RetryPolicy, Shepherd};
-use sidejob::{Error, Limiter, Pool, Stats, Supervisor, Worker};
+use sidejob::units::Ask;
+use sidejob::{Class, Error, Limiter, Pool, Stats, Supervisor, Worker};
 
 mod common;
 use common::noop_waker;
@@ -164,6 +166,119 @@ fn a_tick_exports_exactly_the_stats_of_a_limiter() {
         &[("name", "api"), ("kind", "limiter")],
         &stats,
     );
+}
+
+/// Every class's series equal its figures in `stats`, under `labels` and
+/// the class's own label.
+fn assert_classes_exported(page: &str, labels: &[(&str, &str)], stats: &Stats) {
+    assert_eq!(stats.classes.len(), Class::ALL.len());
+    for class in &stats.classes {
+        let mut labels = labels.to_vec();
+        labels.push(("class", class.class.as_str()));
+        let figures = [
+            ("sidejob_class_accepted_total", class.accepted as f64),
+            ("sidejob_class_rejected_total", class.rejected as f64),
+            ("sidejob_class_timed_out_total", class.timed_out as f64),
+            ("sidejob_class_waiting", class.waiting as f64),
+        ];
+        for (name, want) in figures {
+            assert_eq!(value(page, name, &labels), want, "{name} {labels:?}");
+        }
+    }
+}
+
+#[test]
+fn a_tick_exports_each_classs_figures_under_a_class_label() {
+    let (recorder, page) = prometheus();
+    // One shard, 4 units: the sheddable classes may fill 3 (80 % and 90 %,
+    // rounded down); a room for 2 waiters.
+    let limiter = Arc::new(
+        Limiter::builder()
+            .name("prio")
+            .capacity(4)
+            .shards(1)
+            .max_waiters(2)
+            .build()
+            .unwrap(),
+    );
+    let mut reporter =
+        metrics::with_local_recorder(&recorder, || Reporter::builder().build(&limiter)).unwrap();
+    let labels = [("name", "prio"), ("kind", "limiter")];
+    let sheddable = Ask::new().class(Class::Sheddable);
+
+    // Before any request: every class's series, at 0.
+    let stats = reporter.tick(Instant::now()).unwrap();
+    assert_classes_exported(&page.render(), &labels, &stats);
+    assert_eq!(
+        sample(
+            &page.render(),
+            "sidejob_class_accepted_total",
+            &[("name", "prio"), ("class", "sheddable_plus")]
+        ),
+        Some(0.0)
+    );
+
+    // Three prefetches fill their share; a fourth and a SheddablePlus
+    // request are refused; the default class takes the last unit.
+    let prefetches: Vec<_> = (0..3)
+        .map(|_| limiter.acquire_with(sheddable.fail_fast()).unwrap())
+        .collect();
+    assert_eq!(
+        limiter.acquire_with(sheddable.fail_fast()).unwrap_err(),
+        Error::Overload
+    );
+    let report = Ask::new().class(Class::SheddablePlus).fail_fast();
+    assert_eq!(limiter.acquire_with(report).unwrap_err(), Error::Overload);
+    let user = limiter.try_acquire().unwrap();
+    // Full: a CriticalPlus caller waits, and its own deadline ends the
+    // wait (the units stay held throughout).
+    let soon = Instant::now() + Duration::from_millis(5);
+    let probe = Ask::new().class(Class::CriticalPlus).wait_until(soon);
+    assert_eq!(limiter.acquire_with(probe).unwrap_err(), Error::Timeout);
+    // A prefetch waits, polled by hand: queued on its first poll.
+    let mut waiter = Box::pin(limiter.acquire_with_async(sheddable));
+    assert!(common::poll_once(&mut waiter).is_pending());
+
+    let stats = reporter.tick(Instant::now()).unwrap();
+    let figures: Vec<(Class, u64, u64, u64, usize)> = stats
+        .classes
+        .iter()
+        .map(|c| (c.class, c.accepted, c.rejected, c.timed_out, c.waiting))
+        .collect();
+    assert_eq!(
+        figures,
+        [
+            (Class::CriticalPlus, 0, 0, 1, 0),
+            (Class::Critical, 1, 0, 0, 0),
+            (Class::SheddablePlus, 0, 1, 0, 0),
+            (Class::Sheddable, 3, 1, 0, 1),
+        ]
+    );
+    let p = page.render();
+    assert_classes_exported(&p, &labels, &stats);
+    assert_exported(&p, &labels, &stats);
+    // Summed over the classes, the totals.
+    let sum = |name: &str| -> f64 {
+        Class::ALL
+            .iter()
+            .map(|class| value(&p, name, &[("name", "prio"), ("class", class.as_str())]))
+            .sum()
+    };
+    assert_eq!(sum("sidejob_class_accepted_total"), stats.accepted as f64);
+    assert_eq!(sum("sidejob_class_rejected_total"), stats.rejected as f64);
+    assert_eq!(sum("sidejob_class_timed_out_total"), stats.timed_out as f64);
+
+    // The waiter is handed a freed unit (a prefetch's: under its line).
+    drop(prefetches);
+    let permit = match common::poll_once(&mut waiter) {
+        Poll::Ready(Ok(permit)) => permit,
+        other => panic!("expected the handed-over unit, got {other:?}"),
+    };
+    drop((permit, user));
+    let stats = reporter.tick(Instant::now()).unwrap();
+    assert_eq!(stats.classes[Class::Sheddable.rank()].accepted, 4);
+    assert_eq!(stats.classes[Class::Sheddable.rank()].waiting, 0);
+    assert_classes_exported(&page.render(), &labels, &stats);
 }
 
 #[test]
@@ -763,6 +878,8 @@ fn the_exporters_page_passes_promtool() {
     let _held = limiter.try_acquire().unwrap();
     let mut waiter = Box::pin(limiter.acquire_async());
     assert!(common::poll_once(&mut waiter).is_pending());
+    let probe = Ask::new().class(Class::CriticalPlus).fail_fast();
+    assert_eq!(limiter.acquire_with(probe).unwrap_err(), Error::Overload);
     reporter.tick(Instant::now()).unwrap();
 
     let p = page.render();
@@ -789,6 +906,10 @@ fn the_exporters_page_passes_promtool() {
         ("sidejob_shepherd_failures_total", "counter"),
         ("sidejob_shepherd_processed_total", "counter"),
         ("sidejob_shepherd_processing_seconds", "gauge"),
+        ("sidejob_class_accepted_total", "counter"),
+        ("sidejob_class_rejected_total", "counter"),
+        ("sidejob_class_timed_out_total", "counter"),
+        ("sidejob_class_waiting", "gauge"),
     ];
     #[cfg(feature = "tower")]
     expected.push((hold_seconds, "summary"));
@@ -799,6 +920,22 @@ fn the_exporters_page_passes_promtool() {
         );
     }
     assert_eq!(value(&p, "sidejob_waiting", &[("name", "api")]), 1.0);
+    // Four classes for each of the four front-ends; the refused
+    // CriticalPlus request and the waiter on the limiter's.
+    for name in [
+        "sidejob_class_accepted_total",
+        "sidejob_class_rejected_total",
+        "sidejob_class_timed_out_total",
+        "sidejob_class_waiting",
+    ] {
+        assert_eq!(series(&p, name), 16, "{name}:\n{p}");
+    }
+    let api = |class: &'static str| [("name", "api"), ("class", class)];
+    assert_eq!(
+        value(&p, "sidejob_class_rejected_total", &api("critical_plus")),
+        1.0
+    );
+    assert_eq!(value(&p, "sidejob_class_waiting", &api("critical")), 1.0);
 
     let Some(lint) = promtool_check_metrics(&p) else {
         assert!(

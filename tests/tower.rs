@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use sidejob::tower::{BoxError, LimitLayer};
-use sidejob::{Error, Limiter};
+use sidejob::{Class, Error, Limiter};
 use tokio::sync::oneshot;
 use tower::limit::ConcurrencyLimit;
 use tower::util::BoxCloneService;
@@ -1413,4 +1413,186 @@ async fn adaptive_layer_feeds_its_controller() {
         .expect("a window");
     assert_eq!((window.samples(), window.dropped()), (3, 1));
     assert_eq!(window.rejected(), 1);
+}
+
+// ---- Priority classes (`LimitLayer::classify`) ----
+
+/// The class of a recorded [`Job`], by its id's hundreds: 1xx
+/// `CriticalPlus`, 2xx `Critical`, 3xx `SheddablePlus`, 4xx `Sheddable`.
+fn class_by_id(job: &Job) -> Class {
+    Class::from_rank(job.0 as usize / 100 - 1).expect("an id from 100 to 499")
+}
+
+/// Each class's waiters now, in `Class::ALL` order.
+fn waiting_by_class(limiter: &Limiter) -> Vec<usize> {
+    limiter.stats().classes.iter().map(|c| c.waiting).collect()
+}
+
+#[test]
+fn a_classified_waiting_layer_serves_the_most_important_class_first_within_its_headroom() {
+    // One shard, so each class's line is exact in total: SheddablePlus
+    // may fill 3 of the 4 units (90 %, rounded down).
+    let limiter = Arc::new(
+        Limiter::builder()
+            .capacity(4)
+            .shards(1)
+            .max_waiters(8)
+            .max_wait(LONG)
+            .build()
+            .unwrap(),
+    );
+    let (inner, order) = recording();
+    let mut service = LimitLayer::waiting(Arc::clone(&limiter))
+        .classify(class_by_id)
+        .layer(inner);
+    let job = |id| {
+        let (tx, rx) = oneshot::channel();
+        (tx, (id, rx))
+    };
+
+    // Four requests of the default class hold every unit.
+    let mut held: Vec<_> = (201..=204)
+        .map(|id| {
+            let (tx, j) = job(id);
+            (tx, service.call(j))
+        })
+        .collect();
+    assert_eq!(limiter.usage(), 4);
+    // Three wait, the least important first: arrival is not the order.
+    let mut waiting: Vec<_> = [301, 205, 101]
+        .into_iter()
+        .map(|id| {
+            let (tx, j) = job(id);
+            let mut response = service.call(j);
+            assert!(poll_once(&mut response).is_pending());
+            (tx, response)
+        })
+        .collect();
+    assert_eq!(waiting_by_class(&limiter), [1, 1, 1, 0]);
+
+    // Frees one held unit and polls every waiter: a waiter handed a unit
+    // calls the inner service (which records its id).
+    let mut free_one = |waiting: &mut Vec<(oneshot::Sender<u32>, _)>| {
+        let (tx, mut response) = held.remove(0);
+        tx.send(0).unwrap();
+        assert!(matches!(poll_once(&mut response), Poll::Ready(Ok(0))));
+        for (_, response) in waiting.iter_mut() {
+            assert!(poll_once(response).is_pending());
+        }
+        order.lock().unwrap().clone()
+    };
+    assert_eq!(free_one(&mut waiting), [201, 202, 203, 204, 101]);
+    assert_eq!(free_one(&mut waiting), [201, 202, 203, 204, 101, 205]);
+    // Three held now (204, 101, 205): the SheddablePlus waiter would be a
+    // fourth, over its line. It waits for the next unit, not this one.
+    assert_eq!(free_one(&mut waiting), [201, 202, 203, 204, 101, 205]);
+    assert_eq!(waiting_by_class(&limiter), [0, 0, 1, 0]);
+    assert_eq!(limiter.usage(), 3, "the freed unit stays free");
+    assert_eq!(free_one(&mut waiting), [201, 202, 203, 204, 101, 205, 301]);
+    assert_eq!((limiter.usage(), limiter.waiting()), (3, 0));
+
+    for (tx, mut response) in waiting {
+        tx.send(1).unwrap();
+        assert!(matches!(poll_once(&mut response), Poll::Ready(Ok(1))));
+    }
+    let stats = limiter.stats();
+    assert_eq!((stats.usage, stats.waited, stats.rejected), (0, 3, 0));
+    let accepted: Vec<u64> = stats.classes.iter().map(|c| c.accepted).collect();
+    assert_eq!(accepted, [1, 5, 1, 0]);
+}
+
+#[test]
+fn a_classified_waiting_layer_without_a_room_refuses_at_once_and_counts_the_class() {
+    // The sheddable class may fill half of 2: one unit. No waiting room.
+    let limiter = Arc::new(
+        Limiter::builder()
+            .capacity(2)
+            .shards(1)
+            .headroom(Class::Sheddable, 0.5)
+            .build()
+            .unwrap(),
+    );
+    let (inner, order) = recording();
+    let mut service = LimitLayer::waiting(Arc::clone(&limiter))
+        .classify(class_by_id)
+        .layer(inner);
+    let job = |id| {
+        let (tx, rx) = oneshot::channel();
+        (tx, (id, rx))
+    };
+    let (tx_a, a) = job(401);
+    let mut a = service.call(a);
+    let (_tx_b, b) = job(402);
+    assert_eq!(refusal_of(poll_once(&mut service.call(b))), Error::Overload);
+    let (tx_c, c) = job(201);
+    let mut c = service.call(c);
+    assert_eq!(limiter.usage(), 2, "the default class has the other unit");
+    assert_eq!(*order.lock().unwrap(), [401, 201]);
+    tx_a.send(1).unwrap();
+    tx_c.send(2).unwrap();
+    assert!(matches!(poll_once(&mut a), Poll::Ready(Ok(1))));
+    assert!(matches!(poll_once(&mut c), Poll::Ready(Ok(2))));
+
+    let stats = limiter.stats();
+    assert_eq!((stats.accepted, stats.rejected, stats.usage), (2, 1, 0));
+    let sheddable = &stats.classes[Class::Sheddable.rank()];
+    assert_eq!((sheddable.accepted, sheddable.rejected), (1, 1));
+    let critical = &stats.classes[Class::Critical.rank()];
+    assert_eq!((critical.accepted, critical.rejected), (1, 0));
+}
+
+#[test]
+fn weighed_and_classified_in_either_order_take_the_weight_under_the_class_line() {
+    fn sheddable(_: &Weighty) -> Class {
+        Class::Sheddable
+    }
+    for weighed_first in [true, false] {
+        // The sheddable class may fill half of 10: 5 units.
+        let limiter = Arc::new(
+            Limiter::builder()
+                .capacity(10)
+                .shards(1)
+                .headroom(Class::Sheddable, 0.5)
+                .build()
+                .unwrap(),
+        );
+        let (inner, calls) = gated_weighty();
+        let layer = LimitLayer::new(Arc::clone(&limiter));
+        let mut service = if weighed_first {
+            layer.weigh(by_units).classify(sheddable).layer(inner)
+        } else {
+            layer.classify(sheddable).weigh(by_units).layer(inner)
+        };
+        // More than the class may ever fill, though 10 are free: at once.
+        let (_tx, six) = weighty(6);
+        assert_eq!(
+            refusal_of(poll_once(&mut service.call(six))),
+            Error::TooLarge
+        );
+        let (tx4, four) = weighty(4);
+        let mut four = service.call(four);
+        assert_eq!(limiter.usage(), 4);
+        // 4 + 2 is over the line of 5, with 6 units free.
+        let (_tx, two) = weighty(2);
+        assert_eq!(
+            refusal_of(poll_once(&mut service.call(two))),
+            Error::Overload
+        );
+        let (tx1, one) = weighty(1);
+        let mut one = service.call(one);
+        assert_eq!(limiter.usage(), 5);
+        tx4.send(4).unwrap();
+        tx1.send(1).unwrap();
+        assert!(matches!(poll_once(&mut four), Poll::Ready(Ok(4))));
+        assert!(matches!(poll_once(&mut one), Poll::Ready(Ok(1))));
+        assert_eq!(calls.load(SeqCst), 2);
+        let stats = limiter.stats();
+        let class = &stats.classes[Class::Sheddable.rank()];
+        // Units accepted, requests refused; TooLarge is not a refusal.
+        assert_eq!(
+            (class.accepted, class.rejected, stats.rejected, stats.usage),
+            (5, 1, 1, 0),
+            "weighed first: {weighed_first}"
+        );
+    }
 }

@@ -77,6 +77,54 @@
 //! `metrics-exporter-prometheus`): a `sidejob_` prefix, `_total` on
 //! counters and only on counters, base units (seconds) in the name.
 //!
+//! # Per-class series
+//!
+//! Each front-end also exports its [priority classes](crate::Class)'
+//! figures ([`Stats::classes`]), one series per class with a `class` label
+//! beside `name` and `kind`: [`CLASS_ACCEPTED`], [`CLASS_REJECTED`],
+//! [`CLASS_TIMED_OUT`] (counters, exported as increments as above) and
+//! [`CLASS_WAITING`] (a gauge), for all four classes from the first tick,
+//! so a class's series is there (at 0) before its first request. They are
+//! names of their own, not a `class` label on `sidejob_accepted_total`:
+//! a series with the label beside one without under the same name would
+//! make `sum(sidejob_accepted_total)` count every unit twice. Summed over
+//! `class`, they are the totals (`sum by (name) (rate(sidejob_class_rejected_total[1m]))`
+//! is `rate(sidejob_rejected_total[1m])`): the default class's figures are
+//! the totals less the other classes' (see [`ClassStats`]). The share of
+//! refusals that fall on the sheddable classes,
+//! `sum(rate(sidejob_class_rejected_total{class=~"sheddable.*"}[5m])) / sum(rate(sidejob_rejected_total[5m]))`,
+//! says whether shedding by class is doing its work.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Instant;
+//! use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+//! use sidejob::{observe::Reporter, units::Ask, Class, Error, Limiter};
+//!
+//! let recorder = DebuggingRecorder::new();
+//! let snapshotter = recorder.snapshotter();
+//! // Sheddable requests may fill 80 % of 10: 8 (one shard: exact in total).
+//! let limiter = Arc::new(Limiter::builder().name("api").capacity(10).shards(1).build()?);
+//! let mut reporter = metrics::with_local_recorder(&recorder, || Reporter::builder().build(&limiter))?;
+//!
+//! let others = limiter.try_acquire_many(8)?;
+//! let prefetch = Ask::new().class(Class::Sheddable).fail_fast();
+//! assert_eq!(limiter.acquire_with(prefetch).unwrap_err(), Error::Overload);
+//! reporter.tick(Instant::now()).expect("the limiter is alive");
+//!
+//! let rejected = |class: Class| {
+//!     snapshotter.snapshot().into_vec().into_iter().find_map(|(key, _, _, value)| {
+//!         let key = key.key();
+//!         let ours = key.labels().any(|l| l.key() == "class" && l.value() == class.as_str());
+//!         (key.name() == sidejob::metrics::CLASS_REJECTED && ours).then_some(value)
+//!     })
+//! };
+//! assert_eq!(rejected(Class::Sheddable), Some(DebugValue::Counter(1)));
+//! assert_eq!(rejected(Class::Critical), Some(DebugValue::Counter(0)));
+//! # drop(others);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! Two figures of [`Stats`] are left out on purpose: `peak_usage` and
 //! `peak_waiting` are highs since the front-end was built, never reset, so
 //! after the first burst they say nothing; `max_over_time(sidejob_waiting[5m])`
@@ -89,9 +137,10 @@ use std::time::Duration;
 
 use ::metrics::{Counter, Gauge, Histogram, Label, Recorder, Unit};
 
+use crate::engine::class::Class;
 use crate::error::ConfigError;
 use crate::shepherd::ShepherdStats;
-use crate::stats::Stats;
+use crate::stats::{ClassStats, Stats};
 use crate::sync::{Arc, Mutex, OnceLock};
 
 /// Gauge: the configured capacity.
@@ -132,6 +181,21 @@ pub const HOLD_SECONDS: &str = "sidejob_hold_seconds";
 /// Gauge: 1 while an [`Alarm`](crate::observe::Alarm) is raised, else 0; labelled
 /// also with `alarm`, the alarm's name.
 pub const ALARM: &str = "sidejob_alarm";
+
+/// Counter: units admitted to requests of one priority class
+/// ([`ClassStats::accepted`]); labelled also with `class`, the class's
+/// [`as_str`](crate::Class::as_str) name (`critical_plus`, `critical`,
+/// `sheddable_plus`, `sheddable`). See [Per-class series](self#per-class-series).
+pub const CLASS_ACCEPTED: &str = "sidejob_class_accepted_total";
+/// Counter: one class's attempts refused with `Overload`
+/// ([`ClassStats::rejected`]); labelled also with `class`.
+pub const CLASS_REJECTED: &str = "sidejob_class_rejected_total";
+/// Counter: one class's callers that waited and gave up
+/// ([`ClassStats::timed_out`]); labelled also with `class`.
+pub const CLASS_TIMED_OUT: &str = "sidejob_class_timed_out_total";
+/// Gauge: one class's callers waiting for a unit now
+/// ([`ClassStats::waiting`]); labelled also with `class`.
+pub const CLASS_WAITING: &str = "sidejob_class_waiting";
 
 /// Gauge: shepherd operations due and waiting for a worker
 /// ([`ShepherdStats::due`]): the shepherd's health figure.
@@ -202,6 +266,26 @@ fn describe() {
         "Seconds admitted waiters waited, added up (only grows: use rate)"
     );
     ::metrics::describe_gauge!(ALARM, Unit::Count, "1 while the health alarm is raised");
+    ::metrics::describe_counter!(
+        CLASS_ACCEPTED,
+        Unit::Count,
+        "Units admitted to the requests of a priority class"
+    );
+    ::metrics::describe_counter!(
+        CLASS_REJECTED,
+        Unit::Count,
+        "Attempts of a priority class refused with Overload"
+    );
+    ::metrics::describe_counter!(
+        CLASS_TIMED_OUT,
+        Unit::Count,
+        "Callers of a priority class that waited and gave up"
+    );
+    ::metrics::describe_gauge!(
+        CLASS_WAITING,
+        Unit::Count,
+        "Callers of a priority class waiting for a unit now"
+    );
 }
 
 /// Describes the shepherd's metrics once.
@@ -262,6 +346,16 @@ pub(crate) struct Totals {
     failed: u64,
     processed: u64,
     processing_time: Duration,
+    /// Each class's, by rank.
+    classes: [ClassTotals; Class::COUNT],
+}
+
+/// What one class's series have been given so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct ClassTotals {
+    accepted: u64,
+    rejected: u64,
+    timed_out: u64,
 }
 
 /// Adds to `counter` what `total` gained over `*last`, and moves `*last`.
@@ -297,6 +391,38 @@ struct Handles {
     waited: Counter,
     timed_out: Counter,
     waited_seconds: Gauge,
+    /// Each class's, by rank.
+    classes: Vec<ClassHandles>,
+}
+
+/// The handles of one priority class's series.
+#[derive(Debug)]
+struct ClassHandles {
+    accepted: Counter,
+    rejected: Counter,
+    timed_out: Counter,
+    waiting: Gauge,
+}
+
+impl ClassHandles {
+    /// The series of `class`, under the front-end's `labels`.
+    fn register(labels: &[Label], class: Class) -> Self {
+        let mut labels = labels.to_vec();
+        labels.push(Label::new("class", class.as_str()));
+        ClassHandles {
+            accepted: ::metrics::counter!(CLASS_ACCEPTED, labels.clone()),
+            rejected: ::metrics::counter!(CLASS_REJECTED, labels.clone()),
+            timed_out: ::metrics::counter!(CLASS_TIMED_OUT, labels.clone()),
+            waiting: ::metrics::gauge!(CLASS_WAITING, labels),
+        }
+    }
+
+    fn export(&self, stats: &ClassStats, last: &mut ClassTotals) {
+        self.waiting.set(stats.waiting as f64);
+        add(&self.accepted, stats.accepted, &mut last.accepted);
+        add(&self.rejected, stats.rejected, &mut last.rejected);
+        add(&self.timed_out, stats.timed_out, &mut last.timed_out);
+    }
 }
 
 impl Handles {
@@ -313,6 +439,10 @@ impl Handles {
             waited: ::metrics::counter!(WAITED, labels.to_vec()),
             timed_out: ::metrics::counter!(TIMED_OUT, labels.to_vec()),
             waited_seconds: ::metrics::gauge!(WAITED_SECONDS, labels.to_vec()),
+            classes: Class::ALL
+                .iter()
+                .map(|&class| ClassHandles::register(labels, class))
+                .collect(),
         }
     }
 
@@ -331,6 +461,14 @@ impl Handles {
             stats.waited_time,
             &mut last.waited_time,
         );
+        for class in &stats.classes {
+            let rank = class.class.rank();
+            if let (Some(handles), Some(last)) =
+                (self.classes.get(rank), last.classes.get_mut(rank))
+            {
+                handles.export(class, last);
+            }
+        }
     }
 }
 

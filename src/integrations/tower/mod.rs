@@ -114,6 +114,38 @@
 //! cost, a guard of one unit with no count in it
 //! (`benches/tower.rs`).
 //!
+//! # Priority classes
+//!
+//! [`LimitLayer::classify`] reads each request's [`Class`](crate::Class)
+//! through a closure of yours (a header, a request extension an
+//! authentication layer set, the route), and
+//! [`LimitLayer::classify_by_header`] (feature `http`) from a header such
+//! as `x-priority`, by the one documented mapping,
+//! [`Class::from_header`](crate::Class::from_header): a class's name, and
+//! the default class, `Critical`, for a missing header or a value that
+//! names no class (never an error, never a way ahead). A gRPC call's
+//! metadata are HTTP headers, so a tonic server reads the class the same
+//! way.
+//!
+//! A request of class `c` takes its units only while the limiter holds
+//! less than the fraction of its capacity `c` may fill (its
+//! [headroom](crate::LimiterBuilder::headroom): `Critical` and
+//! `CriticalPlus` the whole capacity, `SheddablePlus` 90 % and
+//! `Sheddable` 80 % by default). So under overload the sheddable classes
+//! are refused first, with the answers above (`503`, `RESOURCE_EXHAUSTED`),
+//! while the classes above them are still served; a request of a class
+//! whose whole share is smaller than its weight is `TooLarge`. In a
+//! waiting layer, a request that finds its class's share full waits, and a
+//! freed unit goes to the most important class waiting (`CriticalPlus`
+//! ahead of everyone). Each class's figures are in
+//! [`Stats::classes`](crate::Stats::classes) and the metrics export.
+//!
+//! Classes and weights compose: `.weigh(..).classify(..)` (or the other
+//! way round) makes each request take its weight in units of its class.
+//! The layer's last type parameter is a [`Describe`]r of requests
+//! ([`Unweighed`], [`Weighed`], [`Classified`]); an unclassified layer
+//! keeps its types and its cost.
+//!
 //! # Waiting
 //!
 //! [`LimitLayer::new`] fails fast. [`LimitLayer::waiting`] makes a layer
@@ -203,18 +235,20 @@
     doc = "[`HttpRefusal`]: self#what-a-refusal-looks-like\n\
            [`GrpcRefusal`]: self#what-a-refusal-looks-like\n\
            [`HeldBody`]: self#streamed-bodies\n\
-           [`LimitLayer::hold_until_body_ends`]: self#streamed-bodies"
+           [`LimitLayer::hold_until_body_ends`]: self#streamed-bodies\n\
+           [`LimitLayer::classify_by_header`]: self#priority-classes"
 )]
 
 use crate::adaptive::{Controller, Outcome};
 use crate::error::Error;
-use crate::limiter::{Limiter, OwnedPermit};
+use crate::limiter::Limiter;
 use crate::sync::Arc;
-use crate::units::{Many, One, Units};
+use crate::units::{One, Units};
 use crossbeam_utils::CachePadded;
 use std::fmt;
 use tower_layer::Layer;
 
+mod describe;
 mod future;
 mod hold;
 mod service;
@@ -222,6 +256,11 @@ mod service;
 mod status;
 mod trace;
 
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub use describe::ByHeader;
+use describe::{Carry, First};
+pub use describe::{Classified, Classify, Describe, Unweighed, Weighed, Weight};
 use future::{Acquire, Deferred, State, WaitState};
 pub use future::{ResponseFuture, WaitResponseFuture};
 use hold::Held;
@@ -281,7 +320,7 @@ pub struct LimitLayer<R = Reject, M = FailFast, H = UntilResponse, W = Unweighed
     timer: TimerSpec,
     mode: M,
     hold: H,
-    weigh: W,
+    describe: W,
 }
 
 /// The mode of a [`LimitLayer`] made by [`LimitLayer::new`]: a request
@@ -293,79 +332,6 @@ pub struct FailFast;
 /// that finds every unit out waits in the limiter's waiting room.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Wait;
-
-/// The weight of a [`LimitLayer`] made by [`LimitLayer::new`] or
-/// [`LimitLayer::waiting`]: every request takes one unit.
-///
-/// The default last type parameter of [`LimitLayer`] and [`Limit`], so
-/// code that names `LimitLayer<R, M, H>` keeps compiling, and an
-/// unweighed request pays what it paid before requests had weights (its
-/// guard holds no count). [`LimitLayer::weigh`] swaps it for [`Weighed`].
-///
-/// # Examples
-///
-/// ```
-/// use std::sync::Arc;
-/// use sidejob::tower::{FailFast, LimitLayer, Reject, Unweighed, UntilResponse};
-/// use sidejob::Limiter;
-///
-/// let layer: LimitLayer<Reject, FailFast, UntilResponse, Unweighed> =
-///     LimitLayer::new(Arc::new(Limiter::new(8)?));
-/// assert!(format!("{layer:?}").contains("Unweighed"));
-/// # Ok::<(), sidejob::ConfigError>(())
-/// ```
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Unweighed;
-
-/// The weight of a [`LimitLayer`] made by [`LimitLayer::weigh`]: each
-/// request takes as many units as the function `F` says for it (at least
-/// one), and holds all of them until its response (or, with
-/// [`hold_until_body_ends`](crate::tower#streamed-bodies), its body) is
-/// done. See [Weighed requests](crate::tower#weighed-requests).
-///
-/// # Examples
-///
-/// Requests weighed by themselves: a `u32` request takes that many units.
-///
-/// ```
-/// use std::sync::Arc;
-/// use sidejob::tower::LimitLayer;
-/// use sidejob::Limiter;
-/// use tower::{service_fn, Layer, Service, ServiceExt};
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-/// let limiter = Arc::new(Limiter::new(10)?);
-/// let layer = LimitLayer::new(Arc::clone(&limiter)).weigh(|n: &u32| *n as usize);
-/// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, std::convert::Infallible>(n) }));
-///
-/// let pending = service.ready().await?.call(7); // called, not yet polled
-/// assert_eq!(limiter.usage(), 7);
-/// assert_eq!(pending.await?, 7); // done: all seven go back
-/// assert_eq!(limiter.usage(), 0);
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Clone, Copy)]
-pub struct Weighed<F>(F);
-
-impl<F> Weighed<F> {
-    /// The units `request` takes: what the weigher says, and one for a
-    /// weight of 0 (see [`LimitLayer::weigh`]).
-    #[inline]
-    fn units<Request>(&self, request: &Request) -> usize
-    where
-        F: Fn(&Request) -> usize,
-    {
-        (self.0)(request).max(1)
-    }
-}
-
-impl<F> fmt::Debug for Weighed<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Weighed(..)")
-    }
-}
 
 impl LimitLayer<Reject> {
     /// A layer admitting requests through `limiter`; refusals are
@@ -394,7 +360,7 @@ impl LimitLayer<Reject> {
             timer: TimerSpec::default(),
             mode: FailFast,
             hold: UntilResponse,
-            weigh: Unweighed,
+            describe: Unweighed,
         }
     }
 }
@@ -493,7 +459,7 @@ impl LimitLayer<Reject, Wait> {
             timer: TimerSpec::default(),
             mode: Wait,
             hold: UntilResponse,
-            weigh: Unweighed,
+            describe: Unweighed,
         }
     }
 }
@@ -583,7 +549,7 @@ impl<R, M, H, W> LimitLayer<R, M, H, W> {
             timer: self.timer,
             mode: self.mode,
             hold: self.hold,
-            weigh: self.weigh,
+            describe: self.describe,
         }
     }
 
@@ -645,123 +611,7 @@ impl<R, M, H, W> LimitLayer<R, M, H, W> {
             timer: self.timer,
             mode: self.mode,
             hold: UntilBodyEnd,
-            weigh: self.weigh,
-        }
-    }
-
-    /// Weighs each request: `weigh(&request)` units of the limiter are
-    /// taken for it in `call`, all or nothing, and held until its response
-    /// future completes (or, with
-    /// [`hold_until_body_ends`](crate::tower#streamed-bodies), until its
-    /// body ends), as one unit is for an unweighed layer. For example an
-    /// upload weighed by its `Content-Length` in KiB, so that a limiter of
-    /// 64 Mi units bounds the bytes being received at once, not the
-    /// uploads. See [Weighed requests](self#weighed-requests).
-    ///
-    /// * A weight of **0 counts as 1**: every admitted request holds at
-    ///   least one unit. A weigher by `Content-Length` answers 0 for a
-    ///   request without a body (a `GET`), and those requests still run
-    ///   handlers; letting them in for free would let a flood of them past
-    ///   the limit. Route what must not be limited around the layer.
-    /// * A request weighing more than the limiter's
-    ///   [capacity](Limiter::capacity) in force is refused at once with
-    ///   [`Error::TooLarge`] (not counted in
-    ///   [`Stats::rejected`](crate::Stats::rejected)), in either mode: it
-    ///   could not be admitted as the limiter stands, so it never waits.
-    ///   [`HttpRefusal`] answers it `413 Content Too Large` without
-    ///   `Retry-After`, [`GrpcRefusal`] `OUT_OF_RANGE` without retry
-    ///   pushback: retrying the same request cannot help.
-    /// * Otherwise a request whose units are not all free is refused with
-    ///   [`Error::Overload`] (`503`, or `RESOURCE_EXHAUSTED`), or, in a
-    ///   [waiting](LimitLayer::waiting) layer, waits for all of them, as
-    ///   [`Limiter::acquire_many_owned_async`] does (small requests may
-    ///   pass a large one within the limiter's
-    ///   [pass budget](crate::LimiterBuilder::pass_budget)).
-    ///
-    /// The weigher runs in `call`, once per request, before the units are
-    /// taken and under no lock of the limiter's; it should be cheap (read
-    /// a header, not the body). It must be annotated with the request
-    /// type (`|request: &Request<Body>| ..`): the layer does not know the
-    /// request type until it wraps a service.
-    ///
-    /// The unweighed layer is untouched by this: its requests take one
-    /// unit on the path they always did ([`Unweighed`]).
-    ///
-    /// # Examples
-    ///
-    /// An axum route whose uploads hold their `Content-Length` in bytes of
-    /// a 1 MiB budget:
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use axum::body::Body;
-    /// use axum::http::{header, Request, StatusCode};
-    /// use axum::{routing::post, Router};
-    /// # #[cfg(feature = "http")]
-    /// use sidejob::tower::{HttpRefusal, LimitLayer};
-    /// use sidejob::Limiter;
-    /// use tower::ServiceExt;
-    ///
-    /// /// The request's `Content-Length`, or 0 (which counts as one unit).
-    /// fn content_length(request: &Request<Body>) -> usize {
-    ///     request
-    ///         .headers()
-    ///         .get(header::CONTENT_LENGTH)
-    ///         .and_then(|v| v.to_str().ok()?.parse().ok())
-    ///         .unwrap_or(0)
-    /// }
-    ///
-    /// # #[cfg(not(feature = "http"))] fn main() {}
-    /// # #[cfg(feature = "http")]
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    /// let limiter = Arc::new(Limiter::new(1 << 20)?);
-    /// let layer = LimitLayer::new(Arc::clone(&limiter))
-    ///     .refuse_with(HttpRefusal::new())
-    ///     .weigh(content_length);
-    /// let app: Router = Router::new().route("/upload", post(|body: String| async move { body.len().to_string() }).layer(layer));
-    /// let upload = |bytes: usize| {
-    ///     Request::post("/upload")
-    ///         .header(header::CONTENT_LENGTH, bytes)
-    ///         .body(Body::from(vec![b'x'; bytes]))
-    ///         .unwrap()
-    /// };
-    ///
-    /// let ok = app.clone().oneshot(upload(1000)).await?;
-    /// assert_eq!(ok.status(), StatusCode::OK);
-    ///
-    /// let held = limiter.try_acquire_many((1 << 20) - 500)?; // others' uploads
-    /// let busy = app.clone().oneshot(upload(1000)).await?;
-    /// assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE); // retry later
-    /// drop(held);
-    ///
-    /// let huge = Request::post("/upload")
-    ///     .header(header::CONTENT_LENGTH, 2 << 20)
-    ///     .body(Body::empty())?;
-    /// let too_large = app.oneshot(huge).await?;
-    /// assert_eq!(too_large.status(), StatusCode::PAYLOAD_TOO_LARGE); // never fits
-    /// assert!(!too_large.headers().contains_key(header::RETRY_AFTER));
-    /// assert_eq!(limiter.usage(), 0);
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[cfg_attr(
-        not(feature = "http"),
-        doc = "[`HttpRefusal`]: crate::tower#what-a-refusal-looks-like"
-    )]
-    #[cfg_attr(
-        not(feature = "http"),
-        doc = "[`GrpcRefusal`]: crate::tower#what-a-refusal-looks-like"
-    )]
-    pub fn weigh<F>(self, weigh: F) -> LimitLayer<R, M, H, Weighed<F>> {
-        LimitLayer {
-            limiter: self.limiter,
-            anchors: self.anchors,
-            refusal: self.refusal,
-            timer: self.timer,
-            mode: self.mode,
-            hold: self.hold,
-            weigh: Weighed(weigh),
+            describe: self.describe,
         }
     }
 
@@ -836,6 +686,331 @@ impl<R, M, H, W> LimitLayer<R, M, H, W> {
     }
 }
 
+impl<R, M, H, W> LimitLayer<R, M, H, W> {
+    /// The same layer with its describer made over by `f`.
+    fn describe_with<W2>(self, f: impl FnOnce(W) -> W2) -> LimitLayer<R, M, H, W2> {
+        LimitLayer {
+            limiter: self.limiter,
+            anchors: self.anchors,
+            refusal: self.refusal,
+            timer: self.timer,
+            mode: self.mode,
+            hold: self.hold,
+            describe: f(self.describe),
+        }
+    }
+}
+
+impl<R, M, H, W: Weight> LimitLayer<R, M, H, W> {
+    /// Weighs each request: `weigh(&request)` units of the limiter are
+    /// taken for it in `call`, all or nothing, and held until its response
+    /// future completes (or, with
+    /// [`hold_until_body_ends`](crate::tower#streamed-bodies), until its
+    /// body ends), as one unit is for an unweighed layer. For example an
+    /// upload weighed by its `Content-Length` in KiB, so that a limiter of
+    /// 64 Mi units bounds the bytes being received at once, not the
+    /// uploads. See [Weighed requests](self#weighed-requests).
+    ///
+    /// * A weight of **0 counts as 1**: every admitted request holds at
+    ///   least one unit. A weigher by `Content-Length` answers 0 for a
+    ///   request without a body (a `GET`), and those requests still run
+    ///   handlers; letting them in for free would let a flood of them past
+    ///   the limit. Route what must not be limited around the layer.
+    /// * A request weighing more than the limiter's
+    ///   [capacity](Limiter::capacity) in force is refused at once with
+    ///   [`Error::TooLarge`] (not counted in
+    ///   [`Stats::rejected`](crate::Stats::rejected)), in either mode: it
+    ///   could not be admitted as the limiter stands, so it never waits.
+    ///   [`HttpRefusal`] answers it `413 Content Too Large` without
+    ///   `Retry-After`, [`GrpcRefusal`] `OUT_OF_RANGE` without retry
+    ///   pushback: retrying the same request cannot help.
+    /// * Otherwise a request whose units are not all free is refused with
+    ///   [`Error::Overload`] (`503`, or `RESOURCE_EXHAUSTED`), or, in a
+    ///   [waiting](LimitLayer::waiting) layer, waits for all of them, as
+    ///   [`Limiter::acquire_many_owned_async`] does (small requests may
+    ///   pass a large one within the limiter's
+    ///   [pass budget](crate::LimiterBuilder::pass_budget)).
+    ///
+    /// The weigher runs in `call`, once per request, before the units are
+    /// taken and under no lock of the limiter's; it should be cheap (read
+    /// a header, not the body). It must be annotated with the request
+    /// type (`|request: &Request<Body>| ..`): the layer does not know the
+    /// request type until it wraps a service.
+    ///
+    /// The unweighed layer is untouched by this: its requests take one
+    /// unit on the path they always did ([`Unweighed`]). A weighed layer
+    /// may be [classified](LimitLayer::classify) too, before or after
+    /// `weigh`. Weighing a weighed layer again replaces its weigher.
+    ///
+    /// # Examples
+    ///
+    /// An axum route whose uploads hold their `Content-Length` in bytes of
+    /// a 1 MiB budget:
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use axum::body::Body;
+    /// use axum::http::{header, Request, StatusCode};
+    /// use axum::{routing::post, Router};
+    /// # #[cfg(feature = "http")]
+    /// use sidejob::tower::{HttpRefusal, LimitLayer};
+    /// use sidejob::Limiter;
+    /// use tower::ServiceExt;
+    ///
+    /// /// The request's `Content-Length`, or 0 (which counts as one unit).
+    /// fn content_length(request: &Request<Body>) -> usize {
+    ///     request
+    ///         .headers()
+    ///         .get(header::CONTENT_LENGTH)
+    ///         .and_then(|v| v.to_str().ok()?.parse().ok())
+    ///         .unwrap_or(0)
+    /// }
+    ///
+    /// # #[cfg(not(feature = "http"))] fn main() {}
+    /// # #[cfg(feature = "http")]
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// let limiter = Arc::new(Limiter::new(1 << 20)?);
+    /// let layer = LimitLayer::new(Arc::clone(&limiter))
+    ///     .refuse_with(HttpRefusal::new())
+    ///     .weigh(content_length);
+    /// let app: Router = Router::new().route("/upload", post(|body: String| async move { body.len().to_string() }).layer(layer));
+    /// let upload = |bytes: usize| {
+    ///     Request::post("/upload")
+    ///         .header(header::CONTENT_LENGTH, bytes)
+    ///         .body(Body::from(vec![b'x'; bytes]))
+    ///         .unwrap()
+    /// };
+    ///
+    /// let ok = app.clone().oneshot(upload(1000)).await?;
+    /// assert_eq!(ok.status(), StatusCode::OK);
+    ///
+    /// let held = limiter.try_acquire_many((1 << 20) - 500)?; // others' uploads
+    /// let busy = app.clone().oneshot(upload(1000)).await?;
+    /// assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE); // retry later
+    /// drop(held);
+    ///
+    /// let huge = Request::post("/upload")
+    ///     .header(header::CONTENT_LENGTH, 2 << 20)
+    ///     .body(Body::empty())?;
+    /// let too_large = app.oneshot(huge).await?;
+    /// assert_eq!(too_large.status(), StatusCode::PAYLOAD_TOO_LARGE); // never fits
+    /// assert!(!too_large.headers().contains_key(header::RETRY_AFTER));
+    /// assert_eq!(limiter.usage(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg_attr(
+        not(feature = "http"),
+        doc = "[`HttpRefusal`]: crate::tower#what-a-refusal-looks-like"
+    )]
+    #[cfg_attr(
+        not(feature = "http"),
+        doc = "[`GrpcRefusal`]: crate::tower#what-a-refusal-looks-like"
+    )]
+    pub fn weigh<F>(self, weigh: F) -> LimitLayer<R, M, H, Weighed<F>> {
+        self.describe_with(|_| Weighed(weigh))
+    }
+
+    /// Classifies each request: `classify(&request)` is its [`Class`](crate::Class),
+    /// the fraction of the capacity it may fill and its place in the
+    /// waiting room (see [Priority classes](self#priority-classes)). For
+    /// example a header or a request extension an earlier layer set (an
+    /// authenticated client's tier), or the route. The default class,
+    /// [`Critical`](crate::Class::Critical), may fill the whole capacity;
+    /// the sheddable classes stop at their
+    /// [headroom](crate::LimiterBuilder::headroom) (90 % and 80 % by
+    /// default), so under overload they are refused first (`503`, or
+    /// `RESOURCE_EXHAUSTED`), while the classes above them are still served.
+    ///
+    /// A classified layer may be [weighed](LimitLayer::weigh) too, before
+    /// or after this: each request then takes its weight in units of its
+    /// class. A request of a sheddable class that weighs more than its
+    /// class may ever fill is refused at once with [`Error::TooLarge`]
+    /// (`413`, or `OUT_OF_RANGE`). In a [waiting](LimitLayer::waiting)
+    /// layer a request that finds its class's share full waits in the
+    /// room, and a freed unit goes to the most important class waiting.
+    ///
+    /// The classifier runs in `call`, once per request, before any unit
+    /// is taken and under no lock of the limiter's; it should be cheap. As
+    /// with [`weigh`](LimitLayer::weigh), a closure must be annotated with
+    /// the request type. A layer has one classifier: a classified layer
+    /// has no `classify`. [`LimitLayer::classify_by_header`]
+    /// (feature `http`) is the header mapping ready-made.
+    ///
+    /// The unclassified layer is untouched by this: its requests take one
+    /// unit of the default class on the path they always did.
+    ///
+    /// # Examples
+    ///
+    /// Background jobs may fill half the capacity; a job a person waits
+    /// for gets in while they are refused:
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use sidejob::tower::LimitLayer;
+    /// use sidejob::{Class, Error, Limiter};
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    ///
+    /// /// A job, and whether a person waits for it.
+    /// struct Job {
+    ///     interactive: bool,
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// // One shard: the half is exact in total (per shard, see `Class`).
+    /// let limiter = Limiter::builder().capacity(4).shards(1).headroom(Class::Sheddable, 0.5).build()?;
+    /// let limiter = Arc::new(limiter);
+    /// let layer = LimitLayer::new(Arc::clone(&limiter)).classify(|job: &Job| {
+    ///     if job.interactive { Class::Critical } else { Class::Sheddable }
+    /// });
+    /// let mut service = layer.layer(service_fn(|_: Job| async { Ok::<_, std::convert::Infallible>("done") }));
+    ///
+    /// // Two background jobs, called and not yet polled, fill their half...
+    /// let a = service.ready().await?.call(Job { interactive: false });
+    /// let b = service.ready().await?.call(Job { interactive: false });
+    /// let c = service.ready().await?.call(Job { interactive: false }).await.unwrap_err();
+    /// assert_eq!(c.downcast_ref::<Error>(), Some(&Error::Overload));
+    /// // ...and an interactive one is still served.
+    /// assert_eq!(service.ready().await?.call(Job { interactive: true }).await?, "done");
+    ///
+    /// let stats = limiter.stats();
+    /// assert_eq!(stats.classes[Class::Sheddable.rank()].rejected, 1);
+    /// assert_eq!(stats.classes[Class::Critical.rank()].accepted, 1);
+    /// # drop((a, b));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg_attr(
+        not(feature = "http"),
+        doc = "[`LimitLayer::classify_by_header`]: crate::tower#priority-classes"
+    )]
+    pub fn classify<C>(self, classify: C) -> LimitLayer<R, M, H, Classified<C, W>> {
+        self.describe_with(|weight| Classified { classify, weight })
+    }
+
+    /// Classifies each request by its header `name` (`x-priority`, say):
+    /// the class the value names, by [`Class::from_header`](crate::Class::from_header)
+    /// (`critical_plus`, `critical`, `sheddable_plus`, `sheddable`, in any
+    /// case, `-` for `_`), and the default class,
+    /// [`Critical`](crate::Class::Critical), for a request without the
+    /// header or with a value that names no class: never an error, and
+    /// never a way ahead of the default class. The first value counts.
+    /// [`classify`](LimitLayer::classify) with [`ByHeader`] as the
+    /// classifier; see there for what a class does.
+    ///
+    /// For services of `http::Request<B>`: axum, hyper, and tonic, whose
+    /// request metadata are HTTP headers (a client's
+    /// `request.metadata_mut().insert("x-priority", ..)`).
+    ///
+    /// A client can claim any class with the header, `critical_plus`
+    /// included: where clients are not trusted, use
+    /// [`classify`](LimitLayer::classify) with a mapping of your own (cap
+    /// what the header may ask for by the client's identity).
+    ///
+    /// # Panics
+    ///
+    /// If `name` is not a valid header name (as
+    /// `http::HeaderName::from_static` does): a name written in the code
+    /// either always panics or never does. Capitals are allowed (header
+    /// names are read in lower case).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use axum::body::Body;
+    /// use axum::http::{Request, StatusCode};
+    /// use axum::{routing::get, Router};
+    /// use sidejob::tower::{HttpRefusal, LimitLayer};
+    /// use sidejob::{Class, Limiter};
+    /// use tower::ServiceExt;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// // Sheddable requests may fill 80 % of 10: 8 (one shard: exact in total).
+    /// let limiter = Arc::new(Limiter::builder().capacity(10).shards(1).build()?);
+    /// let layer = LimitLayer::new(Arc::clone(&limiter))
+    ///     .refuse_with(HttpRefusal::new())
+    ///     .classify_by_header("x-priority");
+    /// let app: Router = Router::new().route("/feed", get(|| async { "items" }).layer(layer));
+    /// let get = |priority: &str| {
+    ///     Request::get("/feed").header("x-priority", priority).body(Body::empty()).unwrap()
+    /// };
+    ///
+    /// let others = limiter.try_acquire_many(8)?; // requests in flight
+    /// let prefetch = app.clone().oneshot(get("sheddable")).await?;
+    /// assert_eq!(prefetch.status(), StatusCode::SERVICE_UNAVAILABLE);
+    /// let checkout = app.clone().oneshot(Request::get("/feed").body(Body::empty())?).await?;
+    /// assert_eq!(checkout.status(), StatusCode::OK); // no header: the default class
+    /// let unknown = app.clone().oneshot(get("urgent!!")).await?;
+    /// assert_eq!(unknown.status(), StatusCode::OK); // the default class too
+    ///
+    /// let stats = limiter.stats();
+    /// assert_eq!(stats.classes[Class::Sheddable.rank()].rejected, 1);
+    /// # drop(others);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+    pub fn classify_by_header<N>(self, name: N) -> LimitLayer<R, M, H, Classified<ByHeader, W>>
+    where
+        N: TryInto<http::HeaderName>,
+        N::Error: fmt::Debug,
+    {
+        let name = name
+            .try_into()
+            .unwrap_or_else(|e| panic!("classify_by_header: not a header name: {e:?}"));
+        self.classify(ByHeader::new(name))
+    }
+}
+
+impl<R, M, H, C, W: Weight> LimitLayer<R, M, H, Classified<C, W>> {
+    /// [`weigh`](LimitLayer::weigh) for a [classified](LimitLayer::classify)
+    /// layer: each request takes `weigh(&request)` units (0 counts as 1),
+    /// of the class its classifier says, all or nothing. The classifier
+    /// stays; a weigher set before is replaced. Weighing before or after
+    /// classifying makes the same layer.
+    ///
+    /// # Examples
+    ///
+    /// A batch of `n` jobs takes `n` units of the sheddable class, which
+    /// may fill half the capacity here:
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use sidejob::tower::LimitLayer;
+    /// use sidejob::{Class, Error, Limiter};
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// let limiter = Arc::new(Limiter::builder().capacity(10).headroom(Class::Sheddable, 0.5).build()?);
+    /// let layer = LimitLayer::new(Arc::clone(&limiter))
+    ///     .classify(|_: &u32| Class::Sheddable)
+    ///     .weigh(|n: &u32| *n as usize);
+    /// let mut service = layer.layer(service_fn(|n: u32| async move { Ok::<_, std::convert::Infallible>(n) }));
+    ///
+    /// let four = service.ready().await?.call(4); // 4 of the 5 it may fill
+    /// let refused = service.ready().await?.call(2).await.unwrap_err();
+    /// assert_eq!(refused.downcast_ref::<Error>(), Some(&Error::Overload));
+    /// let too_large = service.ready().await?.call(6).await.unwrap_err(); // more than 5, ever
+    /// assert_eq!(too_large.downcast_ref::<Error>(), Some(&Error::TooLarge));
+    /// assert_eq!(four.await?, 4);
+    /// assert_eq!(limiter.usage(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn weigh<F>(self, weigh: F) -> LimitLayer<R, M, H, Classified<C, Weighed<F>>> {
+        self.describe_with(|described| Classified {
+            classify: described.classify,
+            weight: Weighed(weigh),
+        })
+    }
+}
+
 impl<S, R: Clone, M: Clone, H: Clone, W: Clone> Layer<S> for LimitLayer<R, M, H, W> {
     type Service = Limit<S, R, M, H, W>;
 
@@ -848,7 +1023,7 @@ impl<S, R: Clone, M: Clone, H: Clone, W: Clone> Layer<S> for LimitLayer<R, M, H,
             timer: self.timer.clone(),
             mode: self.mode.clone(),
             hold: self.hold.clone(),
-            weigh: self.weigh.clone(),
+            describe: self.describe.clone(),
         }
     }
 }
@@ -862,7 +1037,7 @@ impl<R: Clone, M: Clone, H: Clone, W: Clone> Clone for LimitLayer<R, M, H, W> {
             timer: self.timer.clone(),
             mode: self.mode.clone(),
             hold: self.hold.clone(),
-            weigh: self.weigh.clone(),
+            describe: self.describe.clone(),
         }
     }
 }
@@ -873,7 +1048,7 @@ impl<R, M: fmt::Debug, H: fmt::Debug, W: fmt::Debug> fmt::Debug for LimitLayer<R
             .field("limiter", &self.limiter)
             .field("mode", &self.mode)
             .field("hold", &self.hold)
-            .field("weigh", &self.weigh)
+            .field("describe", &self.describe)
             .finish_non_exhaustive()
     }
 }
@@ -979,7 +1154,8 @@ fn anchors(limiter: &Arc<Limiter>) -> Anchors {
 
 /// An admitted request's units: its shard's anchor (which keeps the
 /// limiter alive and names the shard its first unit was taken from) and
-/// how many: [`One`] (an unweighed request's, no size) or [`Many`] (a
+/// how many: [`One`] (an unweighed request's, no size) or
+/// [`Many`](crate::units::Many) (a
 /// weighed request's). Given back on drop.
 ///
 /// One word for an unweighed request, so that with its timer (one more,
@@ -1005,26 +1181,6 @@ impl<U: Units> Drop for Unit<U> {
     fn drop(&mut self) {
         let anchor = &**self.anchor;
         anchor.limiter.release_held(anchor.shard, &mut self.units);
-    }
-}
-
-/// How an admitted request's units are carried, for each kind of
-/// [`Unit`]: how a permit handed over after a wait becomes one.
-trait Carry: Units + Sized {
-    /// Disarms `permit`: its units stay taken, and the caller owes their
-    /// release. Returns the shard of the first, and the units.
-    fn disarm(permit: OwnedPermit<Self>) -> (usize, Self);
-}
-
-impl Carry for One {
-    fn disarm(permit: OwnedPermit<One>) -> (usize, One) {
-        (permit.into_shard(), One)
-    }
-}
-
-impl Carry for Many {
-    fn disarm(permit: OwnedPermit<Many>) -> (usize, Many) {
-        permit.into_parts()
     }
 }
 

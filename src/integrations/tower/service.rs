@@ -1,14 +1,14 @@
 //! [`Limit`], the service a [`LimitLayer`] wraps around yours: it admits each request in `call` (never reserving in `poll_ready`), refuses at once or waits in the limiter's room, and keeps no inner reservation it does not use.
 
 use super::{
-    start_timer, trace, Acquire, Anchors, Carry, Deferred, FailFast, Held, Hold, Refusal, Reject,
-    ResponseFuture, State, TimerSpec, Unit, UntilResponse, Unweighed, Wait, WaitResponseFuture,
-    WaitState, Weighed,
+    start_timer, trace, Acquire, Anchors, Carry, Deferred, Describe, FailFast, First, Held, Hold,
+    Refusal, Reject, ResponseFuture, State, TimerSpec, Unit, UntilResponse, Unweighed, Wait,
+    WaitResponseFuture, WaitState,
 };
 use crate::error::Error;
 use crate::limiter::Limiter;
 use crate::sync::Arc;
-use crate::units::{Many, One, Units};
+use crate::units::Units;
 use std::fmt;
 use std::task::{Context, Poll};
 use tower_service::Service;
@@ -19,7 +19,8 @@ use tower_service::Service;
 /// * `poll_ready` is the inner service's: it reserves nothing of the
 ///   limiter's and never waits for capacity.
 /// * `call` takes a unit (a [weighed](super::LimitLayer::weigh) request:
-///   its units, all or nothing). Admitted, it calls the inner service and the
+///   its units, all or nothing; a [classified](super::LimitLayer::classify)
+///   one: under its class's headroom). Admitted, it calls the inner service and the
 ///   [`ResponseFuture`] holds the unit until the inner future completes
 ///   (or is dropped). Refused, it does not call the inner service, gives
 ///   back whatever the inner service reserved in `poll_ready` (it drops
@@ -35,9 +36,13 @@ use tower_service::Service;
 ///   [`UntilResponse`] (its response future completes, the default) or
 ///   `UntilBodyEnd` (its response body ends; feature `http`).
 ///
-/// * `W` says how many units a request takes: one ([`Unweighed`], the
-///   default), or as many as a function of the request says
-///   ([`Weighed`], made by [`LimitLayer::weigh`](super::LimitLayer::weigh)).
+/// * `W` says what a request asks for ([`Describe`]): one unit of the
+///   default class ([`Unweighed`], the default), as many units as a
+///   function of the request says ([`Weighed`](super::Weighed), made by
+///   [`LimitLayer::weigh`](super::LimitLayer::weigh)), or a class a
+///   function of the request says, weighed or not
+///   ([`Classified`](super::Classified), made by
+///   [`LimitLayer::classify`](super::LimitLayer::classify)).
 ///
 /// The inner service must be `Clone` (see
 /// [The inner service's reservation](super#the-inner-services-reservation)).
@@ -50,7 +55,7 @@ pub struct Limit<S, R = Reject, M = FailFast, H = UntilResponse, W = Unweighed> 
     pub(super) timer: TimerSpec,
     pub(super) mode: M,
     pub(super) hold: H,
-    pub(super) weigh: W,
+    pub(super) describe: W,
 }
 
 impl<S, R, M, H, W> Limit<S, R, M, H, W> {
@@ -70,16 +75,17 @@ impl<S, R, M, H, W> Limit<S, R, M, H, W> {
     }
 }
 
-impl<S, R, H, Request> Service<Request> for Limit<S, R, FailFast, H>
+impl<S, R, H, W, Request> Service<Request> for Limit<S, R, FailFast, H, W>
 where
     S: Service<Request> + Clone,
     R: Refusal<S::Response, S::Error>,
     S::Error: Into<R::Error>,
-    H: Hold<S::Response>,
+    W: Describe<Request>,
+    H: Hold<S::Response, W::Units>,
 {
     type Response = H::Response;
     type Error = R::Error;
-    type Future = ResponseFuture<S::Future, S::Response, R::Error, H>;
+    type Future = ResponseFuture<S::Future, S::Response, R::Error, H, W::Units>;
 
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -90,51 +96,28 @@ where
 
     #[inline]
     fn call(&mut self, request: Request) -> Self::Future {
-        match self.limiter.take_unit() {
-            Ok(shard) => self.admitted(shard, One, request),
-            Err(error) => self.refuse(error, false),
-        }
-    }
-}
-
-impl<S, R, H, F, Request> Service<Request> for Limit<S, R, FailFast, H, Weighed<F>>
-where
-    S: Service<Request> + Clone,
-    R: Refusal<S::Response, S::Error>,
-    S::Error: Into<R::Error>,
-    H: Hold<S::Response, Many>,
-    F: Fn(&Request) -> usize,
-{
-    type Response = H::Response;
-    type Error = R::Error;
-    type Future = ResponseFuture<S::Future, S::Response, R::Error, H, Many>;
-
-    #[inline]
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // As the unweighed layer: nothing reserved, no wait for capacity.
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, request: Request) -> Self::Future {
-        // The weigher runs here, before any take and under no lock of ours.
-        let n = self.weigh.units(&request);
-        match self.limiter.take_units(n) {
+        // The describer runs here, before any take and under no lock of
+        // ours. An unweighed layer's ask is a constant its take never
+        // reads: its path is the one-unit take it always was.
+        let ask = self.describe.describe(&request);
+        match W::Units::take(&self.limiter, ask) {
             Ok((shard, units)) => self.admitted(shard, units, request),
             Err(error) => self.refuse(error, false),
         }
     }
 }
 
-impl<S, R, H, Request> Service<Request> for Limit<S, R, Wait, H>
+impl<S, R, H, W, Request> Service<Request> for Limit<S, R, Wait, H, W>
 where
     S: Service<Request> + Clone,
     R: Refusal<S::Response, S::Error>,
     S::Error: Into<R::Error>,
-    H: Hold<S::Response>,
+    W: Describe<Request>,
+    H: Hold<S::Response, W::Units>,
 {
     type Response = H::Response;
     type Error = R::Error;
-    type Future = WaitResponseFuture<S, Request, R, H>;
+    type Future = WaitResponseFuture<S, Request, R, H, W::Units>;
 
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -144,58 +127,15 @@ where
 
     #[inline]
     fn call(&mut self, request: Request) -> Self::Future {
-        // Uncounted: a request that goes on to wait is not a refusal; the
-        // waiting room counts one if it is refused for good.
-        let response = match self.limiter.take_unit_uncounted() {
-            Ok(shard) => self.admitted(shard, One, request),
-            // A limiter without a waiting room refuses here, counted,
-            // without the clone and allocation of a wait.
-            Err(Error::Overload) if self.limiter.has_room() => return self.wait_one(request),
-            Err(error) => {
-                if error == Error::Overload {
-                    self.limiter.count_refusal();
-                }
-                self.refuse(error, true)
-            }
-        };
-        WaitResponseFuture {
-            state: WaitState::Called { response },
-        }
-    }
-}
-
-impl<S, R, H, F, Request> Service<Request> for Limit<S, R, Wait, H, Weighed<F>>
-where
-    S: Service<Request> + Clone,
-    R: Refusal<S::Response, S::Error>,
-    S::Error: Into<R::Error>,
-    H: Hold<S::Response, Many>,
-    F: Fn(&Request) -> usize,
-{
-    type Response = H::Response;
-    type Error = R::Error;
-    type Future = WaitResponseFuture<S, Request, R, H, Many>;
-
-    #[inline]
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // As the unweighed layer: nothing reserved, no wait for capacity.
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, request: Request) -> Self::Future {
-        // The weigher runs here, before any take and under no lock of ours.
-        let n = self.weigh.units(&request);
-        // As the unweighed waiting layer: uncounted, then the room.
-        // `TooLarge` (more than the capacity in force) never waits.
-        let response = match self.limiter.take_units_uncounted(n) {
-            Ok((shard, units)) => self.admitted(shard, units, request),
-            Err(Error::Overload) if self.limiter.has_room() => return self.wait_many(n, request),
-            Err(error) => {
-                if error == Error::Overload {
-                    self.limiter.count_refusal();
-                }
-                self.refuse(error, true)
-            }
+        // As the fail-fast mode, then the room: a request that goes on to
+        // wait is not counted as refused (the room counts it if it is
+        // refused for good). `TooLarge` (more than the capacity in force,
+        // or than its class may ever fill) never waits.
+        let ask = self.describe.describe(&request);
+        let response = match W::Units::first(&self.limiter, ask) {
+            First::Taken(shard, units) => self.admitted(shard, units, request),
+            First::Wait(acquire) => return self.wait_for(acquire, request),
+            First::Refused(error) => self.refuse(error, true),
         };
         WaitResponseFuture {
             state: WaitState::Called { response },
@@ -271,33 +211,18 @@ impl<S, R, M, H, W> Limit<S, R, M, H, W> {
 }
 
 impl<S, R, H, W> Limit<S, R, Wait, H, W> {
-    /// [`wait`](Self::wait) for one unit. Cold: only requests that found
-    /// every unit out come here.
+    /// [`wait`](Self::wait), out of line. Cold: only requests that found
+    /// their units out come here.
     #[cold]
-    fn wait_one<Request>(&mut self, request: Request) -> WaitResponseFuture<S, Request, R, H, One>
-    where
-        S: Service<Request> + Clone,
-        R: Refusal<S::Response, S::Error>,
-    {
-        // Boxed: `acquire_owned_async`'s future has no name to store it
-        // under. One allocation, for a request that waits.
-        let acquire = Box::pin(Arc::clone(&self.limiter).acquire_owned_async());
-        self.wait(acquire, request)
-    }
-
-    /// [`wait`](Self::wait) for a weighed request's `n` units. Cold, as
-    /// [`wait_one`](Self::wait_one).
-    #[cold]
-    fn wait_many<Request>(
+    fn wait_for<Request, U: Carry>(
         &mut self,
-        n: usize,
+        acquire: Acquire<U>,
         request: Request,
-    ) -> WaitResponseFuture<S, Request, R, H, Many>
+    ) -> WaitResponseFuture<S, Request, R, H, U>
     where
         S: Service<Request> + Clone,
         R: Refusal<S::Response, S::Error>,
     {
-        let acquire = Box::pin(Arc::clone(&self.limiter).acquire_many_owned_async(n));
         self.wait(acquire, request)
     }
 
@@ -350,7 +275,7 @@ impl<S: Clone, R: Clone, M: Clone, H: Clone, W: Clone> Clone for Limit<S, R, M, 
             timer: self.timer.clone(),
             mode: self.mode.clone(),
             hold: self.hold.clone(),
-            weigh: self.weigh.clone(),
+            describe: self.describe.clone(),
         }
     }
 }
@@ -364,7 +289,7 @@ impl<S: fmt::Debug, R, M: fmt::Debug, H: fmt::Debug, W: fmt::Debug> fmt::Debug
             .field("limiter", &self.limiter)
             .field("mode", &self.mode)
             .field("hold", &self.hold)
-            .field("weigh", &self.weigh)
+            .field("describe", &self.describe)
             .finish_non_exhaustive()
     }
 }
