@@ -65,6 +65,8 @@
 //! * [`guide::waiting`]: a bounded waiting room, when failing fast is too
 //!   strict; queue orders.
 //! * [`guide::resizing`]: moving the capacity at run time.
+//! * [`guide::priority`]: priority classes, the least important work
+//!   refused first under overload.
 //! * [`guide::adaptive`]: a capacity that follows the backend (which
 //!   algorithm for what), and a claim size for a task loop.
 //! * [`guide::keyed`]: one at a time per key, for children and for pool
@@ -284,6 +286,8 @@ pub mod guide {
     pub mod resizing {}
     #[doc = include_str!("../docs/guide/weighted.md")]
     pub mod weighted {}
+    #[doc = include_str!("../docs/guide/priority.md")]
+    pub mod priority {}
     #[doc = include_str!("../docs/guide/adaptive.md")]
     pub mod adaptive {}
     #[doc = include_str!("../docs/guide/keyed.md")]
