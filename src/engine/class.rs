@@ -51,6 +51,7 @@
 //! A class may be refused while some shard has room under its line only if
 //! a release came after the walk passed that shard, as for `Overload`.
 
+use crate::engine::split;
 use crate::error::ConfigError;
 
 /// How important a request is: under overload, the least important work
@@ -325,16 +326,46 @@ impl Headroom {
     }
 
     /// Each gated class's line on each shard, for shards of `limits`
-    /// (adding up to `capacity`): `lines[g][i]`. See the module docs.
-    pub(crate) fn lines(&self, capacity: usize, limits: &[usize]) -> [Vec<usize>; GATED] {
+    /// (adding up to `capacity`) holding `held`: `lines[g][i]`. See the
+    /// module docs.
+    pub(crate) fn lines(
+        &self,
+        capacity: usize,
+        limits: &[usize],
+        held: &[usize],
+    ) -> [Vec<usize>; GATED] {
         let mut above: Vec<usize> = limits.to_vec();
         std::array::from_fn(|g| {
             let total = self.units(g, capacity);
-            let lines = split_line(total, capacity, limits, &above);
+            let lines = over_holdings(total, capacity, limits, &above, held);
             above.clone_from(&lines);
             lines
         })
     }
+}
+
+/// `total` units of a class's share split over shards of `limits` (adding
+/// up to `capacity`) holding `held`, each line at most `ceiling[i]` (the
+/// line of the class above, or the limit). As the capacity is split
+/// (`split.rs`): each line at least what its shard holds (within its
+/// ceiling), so that the class takes no unit more than `total` in all
+/// while the units held (of every class) are within it; if they are not,
+/// no split can: the lines follow the limits ([`split_line`]), and the
+/// class is refused on each shard until its usage is under its line.
+fn over_holdings(
+    total: usize,
+    capacity: usize,
+    limits: &[usize],
+    ceiling: &[usize],
+    held: &[usize],
+) -> Vec<usize> {
+    let held: Vec<usize> = held.iter().zip(ceiling).map(|(&h, &c)| h.min(c)).collect();
+    if held.iter().sum::<usize>() <= total && ceiling.iter().sum::<usize>() >= total {
+        if let Some(lines) = split::split(total, &held, Some(ceiling)) {
+            return lines;
+        }
+    }
+    split_line(total, capacity, limits, ceiling)
 }
 
 /// `total` units split over shards of `limits` (adding up to `capacity`)
@@ -386,7 +417,7 @@ mod tests {
             (0, vec![0, 0]),
             (100, vec![97, 3]),
         ] {
-            let lines = headroom.lines(capacity, &limits);
+            let lines = headroom.lines(capacity, &limits, &vec![0; limits.len()]);
             for (g, fraction) in [(0, 0.7), (1, 0.3)] {
                 let want = (capacity as f64 * fraction).floor() as usize;
                 assert_eq!(

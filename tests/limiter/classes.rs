@@ -365,3 +365,83 @@ fn stress_no_class_ever_holds_more_than_its_share() {
     let rejected: u64 = stats.classes.iter().map(|c| c.rejected).sum();
     assert_eq!(rejected, stats.rejected);
 }
+
+/// After a shrink, the lines are split over what each shard holds: a class
+/// that holds its whole new share on one shard gets nothing more on the
+/// other (split by the limits alone, the other shard's line would have let
+/// one more in, 9 against a share of 8).
+#[test]
+fn after_a_shrink_the_lines_cover_what_each_shard_holds() {
+    let limiter = Limiter::builder().capacity(20).shards(2).build().unwrap();
+    let eight = limiter
+        .acquire_with(ask(Class::Sheddable).units(8))
+        .unwrap();
+    limiter.set_capacity(10).unwrap();
+    // The share of Sheddable is now floor(0.8 x 10) = 8, all held.
+    assert_eq!(
+        limiter.acquire_with(ask(Class::Sheddable)).unwrap_err(),
+        Error::Overload
+    );
+    // SheddablePlus may fill 9: one more.
+    let plus = limiter.acquire_with(ask(Class::SheddablePlus)).unwrap();
+    assert_eq!(
+        limiter.acquire_with(ask(Class::SheddablePlus)).unwrap_err(),
+        Error::Overload
+    );
+    let last = limiter.try_acquire().unwrap();
+    assert_eq!(limiter.try_acquire().unwrap_err(), Error::Overload);
+    drop((eight, plus, last));
+    assert_eq!(limiter.usage(), 0);
+}
+
+/// A full room makes way for a more important newcomer: the newest waiter
+/// of the least important class below it gives up its place with
+/// `Overload`, counted for its class.
+#[test]
+fn a_full_room_makes_way_for_a_more_important_class() {
+    let limiter = Arc::new(
+        Limiter::builder()
+            .capacity(2)
+            .shards(1)
+            .max_waiters(1)
+            .max_wait(LONG)
+            .headroom(Class::Sheddable, 1.0)
+            .headroom(Class::SheddablePlus, 1.0)
+            .build()
+            .unwrap(),
+    );
+    let mut held: Vec<_> = (0..2)
+        .map(|_| limiter.try_acquire_owned().unwrap())
+        .collect();
+    let low = {
+        let limiter = Arc::clone(&limiter);
+        thread::spawn(move || {
+            limiter
+                .acquire_with(Ask::new().class(Class::Sheddable))
+                .map(drop)
+        })
+    };
+    until(|| limiter.waiting() == 1);
+    // A waiter of the same class is refused: the room is full.
+    assert_eq!(
+        limiter
+            .acquire_with(Ask::new().class(Class::Sheddable))
+            .unwrap_err(),
+        Error::Overload
+    );
+    let high = {
+        let limiter = Arc::clone(&limiter);
+        thread::spawn(move || {
+            limiter
+                .acquire_with(Ask::new().class(Class::CriticalPlus))
+                .map(drop)
+        })
+    };
+    assert_eq!(low.join().unwrap(), Err(Error::Overload), "made way");
+    until(|| limiter.waiting() == 1);
+    held.pop();
+    assert_eq!(high.join().unwrap(), Ok(()));
+    let stats = limiter.stats();
+    assert_eq!(stats.classes[Class::Sheddable.rank()].rejected, 2);
+    assert_eq!(stats.classes[Class::CriticalPlus.rank()].accepted, 1);
+}

@@ -64,7 +64,8 @@ impl Table {
     pub(crate) fn set_headroom(&mut self, headroom: Headroom) {
         self.headroom = headroom;
         let limits: Vec<usize> = self.shards.iter().map(|s| s.limit()).collect();
-        self.store_lines(&limits, self.capacity());
+        let held: Vec<usize> = self.shards.iter().map(|s| s.usage()).collect();
+        self.store_lines(&limits, &held, self.capacity());
     }
 
     /// The headroom of gated class `g`, as a fraction of the capacity.
@@ -72,10 +73,11 @@ impl Table {
         class.gate().map_or(1.0, |g| self.headroom.fraction(g))
     }
 
-    /// Stores each shard's lines for `limits` over `capacity`: at build,
-    /// and by a resize while the shards are gated, with the limits.
-    pub(super) fn store_lines(&self, limits: &[usize], capacity: usize) {
-        let lines = self.headroom.lines(capacity, limits);
+    /// Stores each shard's lines for `limits` over `capacity`, each shard
+    /// holding `held`: at build, and by a resize while the shards are
+    /// gated, with the limits.
+    pub(super) fn store_lines(&self, limits: &[usize], held: &[usize], capacity: usize) {
+        let lines = self.headroom.lines(capacity, limits, held);
         for (g, lines) in lines.iter().enumerate() {
             for (shard, &line) in self.shards.iter().zip(lines) {
                 // Relaxed: published as the limit is, by the resize's

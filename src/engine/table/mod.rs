@@ -355,7 +355,7 @@ impl Table {
             closed: AtomicBool::new(false),
         };
         let limits: Vec<usize> = table.shards.iter().map(|s| s.limit()).collect();
-        table.store_lines(&limits, capacity);
+        table.store_lines(&limits, &vec![0; count], capacity);
         // Shards whose limit is 0 are full from the start.
         for i in 0..count {
             if table.shards[i].limit() == 0 {

@@ -124,12 +124,12 @@ impl Table {
         match split::split(capacity, &held, self.caps.as_deref()) {
             Some(limits) => {
                 control.debt = false;
-                self.apply(&mut control, &limits, true, &mut woken);
+                self.apply(&mut control, &limits, &held, true, &mut woken);
             }
             None => {
                 control.debt = true;
                 let limits = split::even(capacity, self.shards.len(), self.caps.as_deref());
-                self.apply(&mut control, &limits, false, &mut woken);
+                self.apply(&mut control, &limits, &held, false, &mut woken);
             }
         }
         // Waiters of more units than the new capacity can never be served:
@@ -146,19 +146,28 @@ impl Table {
         Ok(capacity)
     }
 
-    /// Stores `limits`, hands new room to waiters (pushing them onto
+    /// Stores `limits` (and the classes' lines over `held`, what each shard
+    /// holds), hands new room to waiters (pushing them onto
     /// `woken`, for the caller to wake after the lock), un-gates every
     /// shard if `ungate`, and marks each shard full or not under its new
     /// limit. Under the control lock.
-    fn apply(&self, control: &mut Control, limits: &[usize], ungate: bool, woken: &mut Woken) {
+    fn apply(
+        &self,
+        control: &mut Control,
+        limits: &[usize],
+        held: &[usize],
+        ungate: bool,
+        woken: &mut Woken,
+    ) {
         for (shard, &limit) in self.shards.iter().zip(limits) {
             // Relaxed: published by the Release un-gating RMW below (or, in
             // debt, by the control lock that `settle` takes before it
             // un-gates).
             shard.limit.store(limit, Relaxed);
         }
-        // The classes' lines with the limits, published the same way.
-        self.store_lines(limits, self.capacity());
+        // The classes' lines with the limits, published the same way, split
+        // over what each shard holds where the shares allow it.
+        self.store_lines(limits, held, self.capacity());
         if ungate {
             // Growing hands the new room to waiters first: while the shards
             // are still gated, no newcomer can take it. They are woken by
@@ -219,7 +228,7 @@ impl Table {
         match split::split(self.capacity(), &held, self.caps.as_deref()) {
             Some(limits) => {
                 control.debt = false;
-                self.apply(control, &limits, true, woken);
+                self.apply(control, &limits, &held, true, woken);
                 true
             }
             None => false,

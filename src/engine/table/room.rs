@@ -366,6 +366,7 @@ impl Table {
         need: usize,
         class: Class,
     ) -> Result<(Queued, bool), Error> {
+        let mut shed = Woken::default();
         let mut control = self.control.lock();
         if self.is_closing() {
             drop(control);
@@ -374,7 +375,9 @@ impl Table {
             drop(wake);
             return Err(Error::Shutdown);
         }
-        if control.queue.len() >= room.policy.max_waiters {
+        if control.queue.len() >= room.policy.max_waiters
+            && !control.queue.shed_for(room, class, &mut shed)
+        {
             drop(control);
             drop(wake);
             self.count_refusal();
@@ -402,6 +405,9 @@ impl Table {
             need,
             class,
         };
+        drop(control);
+        // The waiter that gave up its place, woken after the lock.
+        self.wake(shed);
         Ok((queued, arm))
     }
 
@@ -563,6 +569,14 @@ impl Table {
         match state {
             State::Closed => Err(Error::Shutdown),
             State::TooLarge => Err(Error::TooLarge),
+            State::Shed => {
+                // Refused after all: counted as a refusal of its class.
+                self.count_refusal();
+                if queued.class != Class::Critical {
+                    self.count_class_refusal(queued.class);
+                }
+                Err(Error::Overload)
+            }
             _ => {
                 room.record_timeout(queued.class);
                 Err(Error::Timeout)
@@ -604,7 +618,7 @@ impl Table {
                 self.return_grant(grant);
             }
             // Units collected before a close or an expiry go back.
-            State::Closed | State::Expired | State::TooLarge if queued.need > 1 => {
+            State::Closed | State::Expired | State::TooLarge | State::Shed if queued.need > 1 => {
                 if let Some(left) = queued.ticket.take_grant() {
                     self.return_grant(left);
                 }

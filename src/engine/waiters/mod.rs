@@ -355,6 +355,9 @@ pub(crate) enum State {
     /// A shrink left the capacity below what it waits for: it could never
     /// be served.
     TooLarge,
+    /// The room was full and a waiter of a more important class came: it
+    /// gave up its place (`Queue::shed_for`), refused with `Overload`.
+    Shed,
 }
 
 impl State {
@@ -362,8 +365,9 @@ impl State {
     const EXPIRED: usize = 1;
     const CLOSED: usize = 2;
     const TOO_LARGE: usize = 3;
+    const SHED: usize = 4;
     /// `Granted(shard)` is `GRANTED + shard`.
-    const GRANTED: usize = 4;
+    const GRANTED: usize = 5;
 
     fn encode(self) -> usize {
         match self {
@@ -371,6 +375,7 @@ impl State {
             State::Expired => State::EXPIRED,
             State::Closed => State::CLOSED,
             State::TooLarge => State::TOO_LARGE,
+            State::Shed => State::SHED,
             State::Granted(shard) => State::GRANTED + shard,
         }
     }
@@ -381,6 +386,7 @@ impl State {
             State::EXPIRED => State::Expired,
             State::CLOSED => State::Closed,
             State::TOO_LARGE => State::TooLarge,
+            State::SHED => State::Shed,
             shard => State::Granted(shard - State::GRANTED),
         }
     }

@@ -674,6 +674,29 @@ impl Queue {
         }
     }
 
+    /// Makes room in a full room for a newcomer of `class`: the newest
+    /// waiter of the least important class below it, if any, gives up its
+    /// place and is ended with [`State::Shed`] (its waiter answers
+    /// `Overload`), pushed onto `woken`. True if a place was freed.
+    ///
+    /// So a full room never turns away a request while one less important
+    /// than it waits: the lowest class waits only while there is room for
+    /// it, as it is refused first at the table.
+    pub(crate) fn shed_for(&mut self, room: &Room, class: Class, woken: &mut Woken) -> bool {
+        let Some(key) = (class.rank() + 1..Class::COUNT)
+            .rev()
+            .map(|rank| self.newest[rank])
+            .find(|&key| key != NIL)
+        else {
+            return false;
+        };
+        self.unlink(key);
+        // The count before the ticket (see `end`).
+        room.set_count(self.len);
+        self.end(key, State::Shed, woken);
+        true
+    }
+
     /// Ends with `TooLarge` every waiter that needs more than `capacity`
     /// (a shrink made it impossible), pushing what to wake onto `woken`.
     /// Linear in the queue: once per resize, under its lock.
