@@ -1563,10 +1563,17 @@ fn weighed_and_classified_in_either_order_take_the_weight_under_the_class_line()
         } else {
             layer.classify(sheddable).weigh(by_units).layer(inner)
         };
-        // More than the class may ever fill, though 10 are free: at once.
+        // More than the class may ever fill, though 10 are free: shed at
+        // once (a 503 at an HTTP edge, not a 413: the request fits the
+        // capacity). More than the capacity is too large for any class.
         let (_tx, six) = weighty(6);
         assert_eq!(
             refusal_of(poll_once(&mut service.call(six))),
+            Error::Overload
+        );
+        let (_tx, eleven) = weighty(11);
+        assert_eq!(
+            refusal_of(poll_once(&mut service.call(eleven))),
             Error::TooLarge
         );
         let (tx4, four) = weighty(4);
@@ -1591,7 +1598,7 @@ fn weighed_and_classified_in_either_order_take_the_weight_under_the_class_line()
         // Units accepted, requests refused; TooLarge is not a refusal.
         assert_eq!(
             (class.accepted, class.rejected, stats.rejected, stats.usage),
-            (5, 1, 1, 0),
+            (5, 2, 2, 0),
             "weighed first: {weighed_first}"
         );
     }
