@@ -101,8 +101,19 @@ impl Table {
         if self.thread_home && raw < self.shards.len() {
             raw
         } else {
-            self.home_shard()
+            self.home_shard_cold()
         }
+    }
+
+    /// [`home_shard`](Self::home_shard), out of line: inlined into every
+    /// fast take of many units (a CPU probe's call, the fast modulo), it
+    /// made `try_acquire_many`'s caller too large for LLVM to inline the
+    /// permit's drop into it (89 -> 104 instructions an admission and
+    /// release, `scripts/hot-path-instructions.sh`).
+    #[cold]
+    #[inline(never)]
+    fn home_shard_cold(&self) -> usize {
+        self.home_shard()
     }
 
     /// The fast take of `n` units on shard `start` against `bound` (its
