@@ -36,8 +36,9 @@
 //! under its line, below the limit). The bench sees them from outside:
 //! each wait's future is polled through a waker of the bench's own, so
 //! the bench knows which waiters are queued (their first poll returned
-//! `Pending`) and which the room woke (a wake of a queued waiter here is a
-//! grant: nothing else wakes one before its cut, see W). It also counts
+//! `Pending`) and which the room woke with a grant (a wake whose poll then
+//! answers `Ok`; a full room also wakes the waiter it puts out for a more
+//! important newcomer, which answers `Overload`). It also counts
 //! *barges*: a lower-class newcomer admitted at once while a higher-class
 //! waiter is queued.
 //!
@@ -71,7 +72,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
@@ -293,6 +294,10 @@ struct Watch {
     class: usize,
     recorder: Shared,
     state: AtomicU8,
+    /// A waiter of a higher class was queued when this one was woken: an
+    /// inversion, if the wake was a grant (a full room also wakes the
+    /// waiter it puts out, with `Overload`: the poll after says which).
+    inverted: AtomicBool,
     task: Mutex<Option<Waker>>,
 }
 
@@ -309,10 +314,8 @@ impl Wake for Watch {
         {
             let mut recorder = self.recorder.lock().unwrap();
             recorder.pending[self.class] -= 1;
-            recorder.grants += 1;
-            if recorder.higher_waits(self.class) {
-                recorder.inversions += 1;
-            }
+            let inverted = recorder.higher_waits(self.class);
+            self.inverted.store(inverted, Ordering::Release);
         }
         let task = self.task.lock().unwrap().clone();
         if let Some(task) = task {
@@ -334,6 +337,7 @@ impl<F> Watched<F> {
             class,
             recorder: Arc::clone(recorder),
             state: AtomicU8::new(FRESH),
+            inverted: AtomicBool::new(false),
             task: Mutex::new(None),
         });
         Watched {
@@ -376,6 +380,13 @@ impl<F: Future<Output = Result<T, E>>, T, E> Future for Watched<F> {
                     let mut recorder = watch.recorder.lock().unwrap();
                     if recorder.higher_waits(watch.class) {
                         recorder.barges += 1;
+                    }
+                } else if before == WOKEN && result.is_ok() {
+                    // A grant to a queued waiter.
+                    let mut recorder = watch.recorder.lock().unwrap();
+                    recorder.grants += 1;
+                    if watch.inverted.load(Ordering::Acquire) {
+                        recorder.inversions += 1;
                     }
                 } else if before == QUEUED {
                     // Ended without a wake (cannot happen here): no longer
