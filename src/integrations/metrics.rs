@@ -174,9 +174,8 @@ pub const TIMED_OUT: &str = "sidejob_timed_out_total";
 /// it is.
 pub const WAITED_SECONDS: &str = "sidejob_waited_seconds";
 /// Histogram: the seconds a unit was held, from admission to release,
-/// where recorded (the tower layer's
-/// [`record_time`](crate::tower::LimitLayer::record_time), which can
-/// afford a clock read per request).
+/// where recorded (the tower layer's `LimitLayer::record_time`, feature
+/// `tower`, which can afford a clock read per request).
 pub const HOLD_SECONDS: &str = "sidejob_hold_seconds";
 /// Gauge: 1 while an [`Alarm`](crate::observe::Alarm) is raised, else 0; labelled
 /// also with `alarm`, the alarm's name.
