@@ -455,7 +455,8 @@ mod sealed {
             // With a room: uncounted, the room counts a refusal for good
             // (the class's too). Without one: the fail-fast take, which
             // counts an `Overload` in the totals and the class's figures.
-            // `TooLarge` (more than the class may ever hold) never waits.
+            // More than the class may ever hold is `Overload` from the
+            // wait at once (never queued); `TooLarge` never waits.
             let taken = if limiter.has_room() {
                 limiter.probe_ask(ask)
             } else {

@@ -133,8 +133,10 @@
 //! `CriticalPlus` the whole capacity, `SheddablePlus` 90 % and
 //! `Sheddable` 80 % by default). So under overload the sheddable classes
 //! are refused first, with the answers above (`503`, `RESOURCE_EXHAUSTED`),
-//! while the classes above them are still served; a request of a class
-//! whose whole share is smaller than its weight is `TooLarge`. In a
+//! while the classes above them are still served; a request that weighs
+//! more than its class's whole share is shed the same way at once (never
+//! a wait), and only one that weighs more than the whole capacity is
+//! `TooLarge`. In a
 //! waiting layer, a request that finds its class's share full waits, and a
 //! freed unit goes to the most important class waiting (`CriticalPlus`
 //! ahead of everyone). Each class's figures are in
@@ -826,8 +828,10 @@ impl<R, M, H, W: Weight> LimitLayer<R, M, H, W> {
     /// A classified layer may be [weighed](LimitLayer::weigh) too, before
     /// or after this: each request then takes its weight in units of its
     /// class. A request of a sheddable class that weighs more than its
-    /// class may ever fill is refused at once with [`Error::TooLarge`]
-    /// (`413`, or `OUT_OF_RANGE`). In a [waiting](LimitLayer::waiting)
+    /// class may ever fill (but not more than the capacity) is shed at
+    /// once with [`Error::Overload`] (`503`, or `RESOURCE_EXHAUSTED`),
+    /// never a wait; [`Error::TooLarge`] (`413`, or `OUT_OF_RANGE`) is for
+    /// more than the whole capacity. In a [waiting](LimitLayer::waiting)
     /// layer a request that finds its class's share full waits in the
     /// room, and a freed unit goes to the most important class waiting.
     ///
@@ -996,7 +1000,11 @@ impl<R, M, H, C, W: Weight> LimitLayer<R, M, H, Classified<C, W>> {
     /// let four = service.ready().await?.call(4); // 4 of the 5 it may fill
     /// let refused = service.ready().await?.call(2).await.unwrap_err();
     /// assert_eq!(refused.downcast_ref::<Error>(), Some(&Error::Overload));
-    /// let too_large = service.ready().await?.call(6).await.unwrap_err(); // more than 5, ever
+    /// // More than the class's 5, ever: shed at once (a 503 at an HTTP
+    /// // edge); more than the whole capacity: too large for any class.
+    /// let shed = service.ready().await?.call(6).await.unwrap_err();
+    /// assert_eq!(shed.downcast_ref::<Error>(), Some(&Error::Overload));
+    /// let too_large = service.ready().await?.call(11).await.unwrap_err();
     /// assert_eq!(too_large.downcast_ref::<Error>(), Some(&Error::TooLarge));
     /// assert_eq!(four.await?, 4);
     /// assert_eq!(limiter.usage(), 0);
