@@ -434,6 +434,9 @@ impl crate::pool::steal::Queue for Mailbox {
     fn is_empty(&self) -> bool {
         Mailbox::is_empty(self)
     }
+    fn len(&self) -> usize {
+        Mailbox::len(self)
+    }
 }
 
 /// A stealing worker's next envelope (`steal::next`, the real loop): from
