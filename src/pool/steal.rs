@@ -205,6 +205,14 @@ impl Idle {
         }
     }
 
+    /// Workers counted as about to sleep or asleep (a reading, for the
+    /// loom models).
+    #[cfg(loom)]
+    pub(crate) fn sleepers(&self) -> usize {
+        // Relaxed: a reading; the model re-checks what it needs.
+        self.sleepers.load(Ordering::Relaxed)
+    }
+
     /// Worker `i`'s polling flag.
     #[inline]
     fn polling_flag(&self, i: usize) -> &AtomicBool {
