@@ -371,6 +371,12 @@ impl Idle {
         self.0.work_added(to, || !mailbox.is_empty())
     }
 
+    /// Workers counted as about to sleep or asleep (a reading): lets a
+    /// model start from a state where they sleep.
+    pub fn sleepers(&self) -> usize {
+        self.0.sleepers()
+    }
+
     /// What shutdown does after closing the table.
     pub fn wake_all(&self) {
         self.0.wake_all()
@@ -493,6 +499,9 @@ impl crate::pool::steal::Queue for Mailbox {
     }
     fn is_empty(&self) -> bool {
         Mailbox::is_empty(self)
+    }
+    fn len(&self) -> usize {
+        Mailbox::len(self)
     }
 }
 

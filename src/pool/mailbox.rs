@@ -207,6 +207,13 @@ impl<T> Spill<T> {
         self.pending.fetch_sub(1, Release);
     }
 
+    /// Envelopes pending in the overflow, the stash included (a reading).
+    #[inline]
+    pub(crate) fn pending(&self) -> usize {
+        // Acquire: as in `take`.
+        self.pending.load(Acquire)
+    }
+
     /// True if no envelope is pending in the overflow (a reading).
     #[inline]
     pub(crate) fn nothing_pending(&self) -> bool {
@@ -334,6 +341,12 @@ impl<T> Inbox<T> {
     /// True if nothing is queued (a reading).
     pub(crate) fn is_empty(&self) -> bool {
         self.ring.is_empty() && self.spill.nothing_pending()
+    }
+
+    /// How many envelopes are queued (a reading: an overflow envelope
+    /// counted before it is sent counts already).
+    pub(crate) fn len(&self) -> usize {
+        self.ring.len() + self.spill.pending()
     }
 }
 

@@ -52,9 +52,11 @@
 //!   first sleeper after it that is not already rung;
 //! * an owner stops polling (it took an envelope, or its budget ran out)
 //!   by lowering its flag, a `SeqCst` fence, and a look at its own
-//!   mailbox: if envelopes remain and someone sleeps, it rings one (the
-//!   producers of those envelopes, and the thieves that passed them over,
-//!   counted on it).
+//!   mailbox: if envelopes remain and someone sleeps, it rings one
+//!   sleeper per envelope left (the producers of those envelopes, and the
+//!   thieves that passed them over, counted on it; one ring in all left
+//!   the second of two such envelopes waiting while a free worker slept,
+//!   `loom_steal_three`).
 //!
 //! The fences make this Dekker's pattern: either the producer's reads
 //! (after its fence) see the sleeper counted and flagged, and it rings
@@ -123,6 +125,8 @@ pub(crate) trait Queue {
     fn try_take(&self) -> Option<Self::Item>;
     /// True if nothing is queued now (a reading).
     fn is_empty(&self) -> bool;
+    /// How many items are queued now (a reading; off the hot path).
+    fn len(&self) -> usize;
 }
 
 /// The async pool's mailboxes (`pool/asynchronous/mailbox.rs`).
@@ -135,6 +139,9 @@ impl<T> Queue for crossbeam_channel::Receiver<T> {
     #[inline]
     fn is_empty(&self) -> bool {
         crossbeam_channel::Receiver::is_empty(self)
+    }
+    fn len(&self) -> usize {
+        crossbeam_channel::Receiver::len(self)
     }
 }
 
@@ -151,6 +158,9 @@ impl<T> Queue for crate::pool::mailbox::Inbox<T> {
     #[inline]
     fn is_empty(&self) -> bool {
         crate::pool::mailbox::Inbox::is_empty(self)
+    }
+    fn len(&self) -> usize {
+        crate::pool::mailbox::Inbox::len(self)
     }
 }
 
@@ -193,6 +203,14 @@ impl Idle {
             room: Mutex::new(vec![false; workers].into_boxed_slice()),
             bells: (0..workers).map(|_| Condvar::new()).collect(),
         }
+    }
+
+    /// Workers counted as about to sleep or asleep (a reading, for the
+    /// loom models).
+    #[cfg(loom)]
+    pub(crate) fn sleepers(&self) -> usize {
+        // Relaxed: a reading; the model re-checks what it needs.
+        self.sleepers.load(Ordering::Relaxed)
     }
 
     /// Worker `i`'s polling flag.
@@ -262,19 +280,36 @@ impl Idle {
     }
 
     /// Worker `me` stops polling (it took an envelope, or is about to
-    /// sleep); `own` is its mailbox. If envelopes remain there, a producer
-    /// may have skipped the wake-up counting on `me` to take them: wake a
-    /// sleeper now.
+    /// sleep); `own` is its mailbox. If envelopes remain there, producers
+    /// may have skipped the wake-up counting on `me` to take them, one
+    /// each: wake a sleeper for each envelope left, not one in all (a
+    /// sleeper takes one envelope per ring, so one ring for two envelopes
+    /// left the second in the mailbox while a free worker slept).
     #[inline]
     fn took<Q: Queue>(&self, me: usize, own: &Q) {
         // Relaxed: ordered by the fence below.
         self.polling_flag(me).store(false, Ordering::Relaxed);
-        // SeqCst fence: pairs with the one in `work_added`.
+        // SeqCst fence: pairs with the ones in `work_added` (a producer
+        // that read this flag up pushed before its fence, so the look
+        // below sees its envelope) and in `sleep_until` (a sleeper that
+        // read this flag up is counted in `sleepers` for the read below).
         fence(Ordering::SeqCst);
         // Relaxed: ordered by the fence above.
         if !own.is_empty() && self.sleepers.load(Ordering::Relaxed) != 0 {
-            self.ring(me);
+            self.ring_for_left(me, own);
         }
+    }
+
+    /// The slow half of [`took`](Self::took): rings one sleeper for each
+    /// envelope left in `own`, worker `me`'s mailbox. `len` is read after
+    /// `took`'s fence, so it counts every envelope whose producer counted
+    /// on `me`; it may also count one whose producer rang for it, or one
+    /// another worker takes meanwhile: a sleeper woken for nothing goes
+    /// back to polling briefly, as after any ring another worker's take
+    /// beat.
+    #[cold]
+    fn ring_for_left<Q: Queue>(&self, me: usize, own: &Q) {
+        self.ring_many(me, own.len());
     }
 
     /// True unless mailbox `other` is another worker's and that worker is
@@ -315,18 +350,29 @@ impl Idle {
     /// sleepers, as two `notify_one` on a shared condition variable would).
     #[cold]
     fn ring(&self, to: usize) {
+        self.ring_many(to, 1);
+    }
+
+    /// [`ring`](Self::ring) for `envelopes` envelopes at mailbox `to`
+    /// under one lock: up to that many distinct sleepers not already rung,
+    /// in `ring`'s order (fewer if fewer sleep).
+    fn ring_many(&self, to: usize, envelopes: usize) {
         let mut rung = self.room.lock();
         // Relaxed: under the lock, a sleeper's flag is exact once it
         // waits (it set the flag before it took the lock, and clears it
         // under the lock); one that has yet to take the lock re-checks the
         // mailboxes after this ring.
         let count = self.asleep.len();
-        if let Some(picked) = (0..count)
-            .map(|step| (to + step) % count)
-            .find(|&k| !rung[k] && self.asleep[k].load(Ordering::Relaxed))
-        {
-            rung[picked] = true;
-            self.bells[picked].notify_one();
+        let mut left = envelopes;
+        for k in (0..count).map(|step| (to + step) % count) {
+            if left == 0 {
+                break;
+            }
+            if !rung[k] && self.asleep[k].load(Ordering::Relaxed) {
+                rung[k] = true;
+                self.bells[k].notify_one();
+                left -= 1;
+            }
         }
     }
 
