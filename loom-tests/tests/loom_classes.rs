@@ -127,8 +127,8 @@ fn a_class_never_holds_more_than_its_share_across_shards() {
 }
 
 /// Capacity 2 on one shard with a room, `Sheddable` at half: a line of
-/// 1. Both units held; a `Sheddable` waiter waits while two releasers
-/// give them back. It is granted only once its unit lands within its line
+/// one unit. Both units held; a `Sheddable` waiter waits while two
+/// releasers give them back. It is granted only once its unit lands within its line
 /// (the usage it sees then is at most 1), and it is granted: a lost
 /// wake-up would leave the model deadlocked.
 #[test]
