@@ -238,6 +238,7 @@ impl Limiter {
                 units: Many {
                     here: n,
                     rest: Vec::new(),
+                    class: crate::Class::Critical,
                 },
             });
         }
@@ -1099,6 +1100,46 @@ impl LimiterBuilder {
         self
     }
 
+    /// A min share for a sheddable class: a fraction of the capacity in
+    /// force that the class may hold whatever its headroom, and that a
+    /// waiting room keeps for it under sustained load from the classes
+    /// above. While the units the class holds, these counted in, stay
+    /// within its min share, its requests are admitted up to the
+    /// capacity (not its line), and its waiters are served ahead of every
+    /// other class's (the most important sheddable class first). No unit
+    /// is kept idle for it: a fail-fast request of it takes a unit only if
+    /// one is free. Default: none (0) for every class. See
+    /// [`guide::priority`](crate::guide::priority), "A min share".
+    ///
+    /// Checked at build: a [`ConfigError`](crate::ConfigError) naming
+    /// `min_share` for a fraction outside `[0, 1]` (or not a number), one
+    /// above the class's headroom, one set above 0 for `CriticalPlus` or
+    /// `Critical` (no line holds them back), or shares that add up to more
+    /// than 1.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{units::Ask, Class, Limiter};
+    ///
+    /// let limiter = Limiter::builder()
+    ///     .capacity(10)
+    ///     .headroom(Class::Sheddable, 0.5)
+    ///     .min_share(Class::Sheddable, 0.2)
+    ///     .build()?;
+    /// let users: Vec<_> = (0..8).map(|_| limiter.try_acquire()).collect::<Result<_, _>>()?;
+    /// // 8 of 10 held: above the line of 5, but within its min share of 2.
+    /// let prefetch = Ask::new().class(Class::Sheddable).fail_fast();
+    /// let both = limiter.acquire_with(prefetch.units(2))?;
+    /// assert_eq!(limiter.stats().classes[Class::Sheddable.rank()].held, Some(2));
+    /// # drop((users, both));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn min_share(&mut self, class: crate::Class, fraction: f64) -> &mut Self {
+        self.policy.headroom.set_min_share(class, fraction);
+        self
+    }
+
     /// How many units later requests may take past a waiting request of
     /// many units ([`Limiter::acquire_many`]) before every freed unit is
     /// kept for it. Defaults to the capacity in force (one turnover of the
@@ -1304,6 +1345,10 @@ impl<'a> Permit<'a, Many> {
         }
         let theirs = other.into_grant();
         let mut grant = self.units.take(self.shard.index());
+        // Its units become this permit's class's.
+        self.limiter
+            .table
+            .reclass(theirs.class, grant.class, theirs.units());
         grant.merge(theirs);
         self.put(grant);
         Ok(())
@@ -1486,6 +1531,10 @@ impl OwnedPermit<Many> {
         };
         match self.take_grant() {
             Some(mut grant) => {
+                // Its units become this permit's class's.
+                self.limiter
+                    .table
+                    .reclass(theirs.class, grant.class, theirs.units());
                 grant.merge(theirs);
                 self.put(grant);
             }

@@ -155,6 +155,7 @@ pub struct Stats {
 /// let stats = limiter.stats();
 /// let sheddable = &stats.classes[Class::Sheddable.rank()];
 /// assert_eq!((sheddable.class, sheddable.accepted, sheddable.rejected), (Class::Sheddable, 1, 1));
+/// assert_eq!(sheddable.held, Some(1));
 /// let critical = &stats.classes[Class::Critical.rank()];
 /// assert_eq!((critical.accepted, critical.rejected), (1, 0));
 /// # drop((held, user));
@@ -174,6 +175,11 @@ pub struct ClassStats {
     pub timed_out: u64,
     /// Its requests waiting now.
     pub waiting: usize,
+    /// Units its requests hold now, for the two sheddable classes (whose
+    /// units are counted as theirs while held: what a min share is
+    /// checked against); `None` for `CriticalPlus` and `Critical`, whose
+    /// units are not counted apart from the others'.
+    pub held: Option<usize>,
 }
 
 /// One shard's figures inside a [`Stats`]. For a [`Pool`](crate::Pool),

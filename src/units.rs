@@ -21,6 +21,7 @@ use std::fmt;
 
 pub use crate::engine::ask::Ask;
 
+use crate::engine::class::Class;
 use crate::engine::table::{Grant, Part, Shard, Table};
 use crate::sync::os_thread;
 
@@ -98,12 +99,20 @@ pub struct Many {
     pub(crate) here: usize,
     /// Units on other shards, one part a shard.
     pub(crate) rest: Vec<Part>,
+    /// The class they were admitted to: a gated class's units are counted
+    /// out of its holdings when they are given back.
+    pub(crate) class: Class,
 }
 
 impl Many {
     pub(crate) fn from_grant(grant: Grant) -> (usize, Many) {
-        let Grant { shard, here, rest } = grant;
-        (shard, Many { here, rest })
+        let Grant {
+            shard,
+            here,
+            rest,
+            class,
+        } = grant;
+        (shard, Many { here, rest, class })
     }
 
     /// Gives back the units on other shards: out of line, a permit of
@@ -138,6 +147,11 @@ impl sealed::Sealed for Many {
 
     #[inline]
     fn release(&mut self, table: &Table, shard: &Shard) {
+        if self.class.gate().is_some() {
+            // Out of its class's holdings first, before any unit is
+            // free for another take of it to count itself in.
+            table.release_class(self.class, self.count());
+        }
         if !self.rest.is_empty() {
             self.release_rest(table, os_thread::panicking());
         }
@@ -152,6 +166,7 @@ impl sealed::Sealed for Many {
             shard,
             here: std::mem::take(&mut self.here),
             rest: std::mem::take(&mut self.rest),
+            class: self.class,
         }
     }
 }

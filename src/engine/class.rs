@@ -244,12 +244,61 @@ pub(crate) const GATED: usize = 2;
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub(crate) struct HeadroomSettings {
     set: [Option<f64>; Class::COUNT],
+    /// The min share a user set for each class, if any.
+    min: [Option<f64>; Class::COUNT],
 }
 
 impl HeadroomSettings {
     /// Records `class`'s fraction (checked at build).
     pub(crate) fn set(&mut self, class: Class, fraction: f64) {
         self.set[class.rank()] = Some(fraction);
+    }
+
+    /// Records `class`'s min share (checked at build).
+    pub(crate) fn set_min_share(&mut self, class: Class, fraction: f64) {
+        self.min[class.rank()] = Some(fraction);
+    }
+
+    /// The checked min shares, for the headroom's `fractions`: a
+    /// [`ConfigError`] naming `min_share` for a fraction that is not a
+    /// number in `[0, 1]`, one set for a top class (which no line holds
+    /// back), one above its class's headroom, or shares adding up to more
+    /// than the whole capacity.
+    fn check_min(&self, fractions: &[f64; GATED]) -> Result<[f64; GATED], ConfigError> {
+        let mut min = [0.0_f64; GATED];
+        for (rank, share) in self.min.iter().enumerate() {
+            let Some(share) = *share else { continue };
+            if !(0.0..=1.0).contains(&share) {
+                return Err(ConfigError::out_of_range(
+                    "min_share",
+                    "a fraction of the capacity from 0 to 1",
+                ));
+            }
+            let Some(g) = Class::from_rank(rank).and_then(Class::gate) else {
+                if share == 0.0 {
+                    continue;
+                }
+                return Err(ConfigError::out_of_range(
+                    "min_share",
+                    "0 for CriticalPlus and Critical, which no line holds back \
+                     (a min share is for SheddablePlus or Sheddable)",
+                ));
+            };
+            if share > fractions[g] {
+                return Err(ConfigError::out_of_range(
+                    "min_share",
+                    "a fraction no higher than the class's headroom",
+                ));
+            }
+            min[g] = share;
+        }
+        if min.iter().sum::<f64>() > 1.0 {
+            return Err(ConfigError::out_of_range(
+                "min_share",
+                "shares that add up to at most the whole capacity",
+            ));
+        }
+        Ok(min)
     }
 
     /// The checked headroom: a [`ConfigError`] naming `headroom` for a
@@ -291,7 +340,8 @@ impl HeadroomSettings {
             above = fraction;
             *part = fraction;
         }
-        Ok(Headroom { fractions })
+        let min = self.check_min(&fractions)?;
+        Ok(Headroom { fractions, min })
     }
 }
 
@@ -300,6 +350,8 @@ impl HeadroomSettings {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Headroom {
     fractions: [f64; GATED],
+    /// Each gated class's min share (0: none), at most its fraction.
+    min: [f64; GATED],
 }
 
 impl Default for Headroom {
@@ -311,13 +363,22 @@ impl Default for Headroom {
 }
 
 impl Headroom {
-    /// The units gated class `g` may fill of `capacity`: `floor(f × C)`,
-    /// with the product nudged up by a part in 10^12 first, so that a
-    /// fraction written in decimal (0.7, which binary cannot hold) gives
-    /// the whole number a user means (7 of 10, not 6). Never above `C`.
+    /// The units gated class `g` may fill of `capacity`: `floor(f × C)`
+    /// ([`fraction_of`]).
     pub(crate) fn units(&self, g: usize, capacity: usize) -> usize {
-        let exact = self.fractions[g] * capacity as f64;
-        ((exact + exact * 1e-12).floor() as usize).min(capacity)
+        fraction_of(self.fractions[g], capacity)
+    }
+
+    /// The units gated class `g` holds on its min share of `capacity`,
+    /// rounded as [`units`](Self::units) is: 0 when it has none.
+    pub(crate) fn min_units(&self, g: usize, capacity: usize) -> usize {
+        fraction_of(self.min[g], capacity)
+    }
+
+    /// True if some gated class has a min share: only then does a
+    /// refused take of a gated class look at it.
+    pub(crate) fn has_min_share(&self) -> bool {
+        self.min.iter().any(|&share| share > 0.0)
     }
 
     /// The fraction gated class `g` may fill.
@@ -342,6 +403,15 @@ impl Headroom {
             lines
         })
     }
+}
+
+/// `floor(fraction × capacity)`, with the product nudged up by a part in
+/// 10^12 first, so that a fraction written in decimal (0.7, which binary
+/// cannot hold) gives the whole number a user means (7 of 10, not 6).
+/// Never above `capacity`.
+fn fraction_of(fraction: f64, capacity: usize) -> usize {
+    let exact = fraction * capacity as f64;
+    ((exact + exact * 1e-12).floor() as usize).min(capacity)
 }
 
 /// `total` units of a class's share split over shards of `limits` (adding

@@ -7,6 +7,8 @@
 //! units on other shards (a take across shards, a merge) go in a `Vec`,
 //! so a grant of `n` units from one shard allocates nothing.
 
+use crate::engine::class::Class;
+
 /// Units on one shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Part {
@@ -26,6 +28,10 @@ pub(crate) struct Grant {
     pub(crate) here: usize,
     /// Units on other shards, one part a shard.
     pub(crate) rest: Vec<Part>,
+    /// The class they were admitted to. A gated class's units are counted
+    /// as its own while held (`Table::hold_class`), so their give-back
+    /// counts them out: the one reason a grant carries its class.
+    pub(crate) class: Class,
 }
 
 impl Grant {
@@ -35,7 +41,14 @@ impl Grant {
             shard,
             here: units,
             rest: Vec::new(),
+            class: Class::Critical,
         }
+    }
+
+    /// The same units, admitted to `class`.
+    pub(crate) fn of_class(mut self, class: Class) -> Grant {
+        self.class = class;
+        self
     }
 
     /// One unit of `shard`.
@@ -109,17 +122,19 @@ impl Grant {
                 self.rest.pop();
             }
         }
-        Some(Grant::from_parts(
-            taken.first().map_or(self.shard, |p| p.shard),
-            taken,
-        ))
+        Some(
+            Grant::from_parts(taken.first().map_or(self.shard, |p| p.shard), taken)
+                .of_class(self.class),
+        )
     }
 
-    /// Adds `other`'s units to this grant (both of one table).
+    /// Adds `other`'s units to this grant (both of one table), as units
+    /// of this grant's class: the caller moves a gated class's count
+    /// (`Table::reclass`) when the classes differ.
     pub(crate) fn merge(&mut self, other: Grant) {
         let mut parts = self.parts();
         parts.extend(other.parts());
-        *self = Grant::from_parts(self.shard, parts);
+        *self = Grant::from_parts(self.shard, parts).of_class(self.class);
     }
 }
 

@@ -271,6 +271,48 @@ impl PoolBuilder {
         self
     }
 
+    /// A min share for a sheddable class: a fraction of the capacity in
+    /// force that the class may hold whatever its headroom, and that a
+    /// waiting room keeps for it under sustained load from the classes
+    /// above. While the units the class holds, these counted in, stay
+    /// within its min share, its requests are admitted up to the
+    /// capacity (not its line), and its waiters are served ahead of every
+    /// other class's (the most important sheddable class first). No unit
+    /// is kept idle for it: a fail-fast request of it takes a unit only if
+    /// one is free. Default: none (0) for every class. See
+    /// [`guide::priority`](crate::guide::priority), "A min share".
+    ///
+    /// Checked at build: a [`ConfigError`](crate::ConfigError) naming
+    /// `min_share` for a fraction outside `[0, 1]` (or not a number), one
+    /// above the class's headroom, one set above 0 for `CriticalPlus` or
+    /// `Critical` (no line holds them back), or shares that add up to more
+    /// than 1.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{Class, Pool, Worker};
+    ///
+    /// struct Echo;
+    /// impl Worker for Echo {
+    ///     type Request = u32; type Reply = u32; type Message = ();
+    ///     fn handle_call(&mut self, n: u32) -> u32 { n }
+    ///     fn handle_cast(&mut self, _: ()) {}
+    /// }
+    ///
+    /// let pool = Pool::builder()
+    ///     .capacity(20)
+    ///     .max_waiters(64)
+    ///     .min_share(Class::Sheddable, 0.05) // 1 of 20 kept for it
+    ///     .build(|_| Echo)?;
+    /// # drop(pool);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn min_share(&mut self, class: crate::Class, fraction: f64) -> &mut Self {
+        self.policy.headroom.set_min_share(class, fraction);
+        self
+    }
+
     /// Which waiter a freed unit goes to; see [`QueueOrder`]. Defaults to
     /// FIFO.
     pub fn queue_order(&mut self, order: QueueOrder) -> &mut Self {

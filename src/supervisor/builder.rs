@@ -141,6 +141,43 @@ impl SupervisorBuilder {
         self
     }
 
+    /// A min share for a sheddable class: a fraction of the capacity in
+    /// force that the class may hold whatever its headroom, and that a
+    /// waiting room keeps for it under sustained load from the classes
+    /// above. While the units the class holds, these counted in, stay
+    /// within its min share, its requests are admitted up to the
+    /// capacity (not its line), and its waiters are served ahead of every
+    /// other class's (the most important sheddable class first). No unit
+    /// is kept idle for it: a fail-fast request of it takes a unit only if
+    /// one is free. Default: none (0) for every class. See
+    /// [`guide::priority`](crate::guide::priority), "A min share".
+    ///
+    /// Checked at build: a [`ConfigError`](crate::ConfigError) naming
+    /// `min_share` for a fraction outside `[0, 1]` (or not a number), one
+    /// above the class's headroom, one set above 0 for `CriticalPlus` or
+    /// `Critical` (no line holds them back), or shares that add up to more
+    /// than 1.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{units::Ask, Class, Supervisor};
+    ///
+    /// let sup = Supervisor::builder()
+    ///     .capacity(10)
+    ///     .min_share(Class::Sheddable, 0.1)
+    ///     .build()?;
+    /// let users: Vec<_> = (0..9).map(|_| sup.reserve()).collect::<Result<_, _>>()?;
+    /// // 9 of 10 held, above the default line of 8: the min share admits one.
+    /// let background = sup.reserve_with(Ask::new().class(Class::Sheddable).fail_fast())?;
+    /// # drop((users, background));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn min_share(&mut self, class: crate::Class, fraction: f64) -> &mut Self {
+        self.policy.headroom.set_min_share(class, fraction);
+        self
+    }
+
     /// Which waiter a freed unit goes to; see [`QueueOrder`]. Defaults to
     /// FIFO.
     pub fn queue_order(&mut self, order: QueueOrder) -> &mut Self {

@@ -233,6 +233,11 @@ impl ChildGuard {
             return;
         };
         let table = &self.shard.common.table;
+        if more.class.gate().is_some() {
+            // Every unit of the child, the slot's too, out of its class's
+            // holdings, before any goes back (`Table::release_class`).
+            table.release_class(more.class, more.units() + 1);
+        }
         for part in more.parts() {
             table.release_units(part.shard, part.units, panicked);
         }

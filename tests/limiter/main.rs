@@ -30,6 +30,7 @@
 mod common;
 
 mod classes;
+mod min_share;
 mod permits;
 mod resize;
 mod waiting;

@@ -22,7 +22,7 @@ use super::{Bound, Grant, Table};
 use crate::engine::ask::{Ask, How};
 use crate::engine::class::{Class, Headroom};
 use crate::error::Error;
-use crate::sync::{AtomicU64, Ordering::Relaxed};
+use crate::sync::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use crossbeam_utils::CachePadded;
 
 /// The per-class figures the table keeps itself: units taken by a
@@ -38,6 +38,10 @@ pub(super) struct ClassTally {
 struct ClassCount {
     accepted: AtomicU64,
     rejected: AtomicU64,
+    /// Units its requests hold now: kept for the gated classes alone,
+    /// whose grants carry their class to the give-back (`Grant::class`).
+    /// What a min share is checked against.
+    held: AtomicUsize,
 }
 
 impl ClassTally {
@@ -46,6 +50,15 @@ impl ClassTally {
         let count = &self.counts[class.rank()];
         // Relaxed: counts for a snapshot, ordered with nothing.
         (count.accepted.load(Relaxed), count.rejected.load(Relaxed))
+    }
+
+    /// Units `class` holds now, if it is a gated class (the others are
+    /// not counted).
+    pub(super) fn held(&self, class: Class) -> Option<usize> {
+        // Relaxed: a reading for a snapshot.
+        class
+            .gate()
+            .map(|_| self.counts[class.rank()].held.load(Relaxed))
     }
 }
 
@@ -101,7 +114,8 @@ impl Table {
         if matches!(ask.how, How::Try) && n > 0 {
             if let Some(shard) = self.take_fast_at(self.home_start(), n, Bound::of(class)) {
                 self.count_class_units(class, n);
-                return Ok(Grant::on(shard.index(), n));
+                self.hold_class(class, n);
+                return Ok(Grant::on(shard.index(), n).of_class(class));
             }
         }
         self.admit_classed_cold(ask)
@@ -115,26 +129,128 @@ impl Table {
         if n == 0 {
             return self.acquire_many(0);
         }
-        let bound = Bound::of(class);
         let (start, counted) = match ask.how {
             How::Try | How::Unbounded => (self.home_start(), true),
             How::At(start) => (self.reduce(start), true),
             How::Probe => (self.home_shard(), false),
             How::Wait(deadline) => return self.admit_classed_waiting(n, class, deadline),
         };
-        let result = self.take_classed(start, n, bound);
+        let result = self.take_class(start, n, class);
         self.count_class(class, &result, counted);
         result
     }
 
-    /// A take of `n` units against `bound` from `start`: the fast take on
-    /// that shard (one reading, one CAS), else the walk and the take
-    /// across shards of `many.rs`.
+    /// A take of `n` units of `class` from `start`, uncounted: under its
+    /// bound (the fast take on that shard, one reading and one CAS, else
+    /// the walk and the take across shards of `many.rs`), counted in the
+    /// class's holdings; else, for a gated class under its min share, on
+    /// that share. The grant carries the class.
     #[inline(always)]
-    fn take_classed(&self, start: usize, n: usize, bound: Bound) -> Result<Grant, Error> {
-        match self.take_fast_at(start, n, bound) {
+    pub(super) fn take_class(&self, start: usize, n: usize, class: Class) -> Result<Grant, Error> {
+        let bound = Bound::of(class);
+        let taken = match self.take_fast_at(start, n, bound) {
             Some(shard) => Ok(Grant::on(shard.index(), n)),
             None => self.take_many(start, n, bound),
+        };
+        match taken {
+            Ok(grant) => {
+                self.hold_class(class, n);
+                Ok(grant.of_class(class))
+            }
+            Err(Error::Overload) if self.headroom.has_min_share() => {
+                self.take_on_share(start, n, class)
+            }
+            refused => refused,
+        }
+    }
+
+    /// A take of `n` units of gated class `c` on its min share (its line
+    /// refused them): if the units `c` holds, these counted in, stay
+    /// within its min share, they are claimed in its holdings first (one
+    /// CAS, so two takes cannot both claim the last of it), then taken
+    /// against the shards' limits, not its lines; the claim is undone if
+    /// the take fails. So the units a class holds on its min share never
+    /// exceed it, whatever races.
+    #[cold]
+    #[inline(never)]
+    fn take_on_share(&self, start: usize, n: usize, class: Class) -> Result<Grant, Error> {
+        if !self.claim_share(class, n) {
+            return Err(Error::Overload);
+        }
+        let taken = match self.take_fast_at(start, n, Bound::Limit) {
+            Some(shard) => Ok(Grant::on(shard.index(), n)),
+            None => self.take_many(start, n, Bound::Limit),
+        };
+        match taken {
+            Ok(grant) => Ok(grant.of_class(class)),
+            Err(error) => {
+                self.release_class(class, n);
+                Err(error)
+            }
+        }
+    }
+
+    /// True if `n` more units of `class` would be within its min share,
+    /// as its holdings read now (none for a class without one).
+    pub(super) fn under_share(&self, class: Class, n: usize) -> bool {
+        let Some(g) = class.gate() else {
+            return false;
+        };
+        let min = self.headroom.min_units(g, self.capacity());
+        // Relaxed: a hint for the room's order; `claim_share` decides.
+        n > 0 && self.classes.counts[class.rank()].held.load(Relaxed) + n <= min
+    }
+
+    /// Claims `n` units of `class`'s min share in its holdings, if they
+    /// stay within it; false (nothing claimed) if not, or if the class has
+    /// none.
+    pub(super) fn claim_share(&self, class: Class, n: usize) -> bool {
+        let Some(g) = class.gate() else {
+            return false;
+        };
+        let min = self.headroom.min_units(g, self.capacity());
+        // Relaxed: the count is its own only bound; the CAS (one total
+        // order on this word) is what keeps two claims from both taking
+        // the last of the share.
+        n > 0
+            && self.classes.counts[class.rank()]
+                .held
+                .fetch_update(Relaxed, Relaxed, |held| {
+                    held.checked_add(n).filter(|&after| after <= min)
+                })
+                .is_ok()
+    }
+
+    /// Counts `n` units admitted to `class` under its line in its
+    /// holdings (nothing for a class that is not gated).
+    #[inline(always)]
+    pub(super) fn hold_class(&self, class: Class, n: usize) {
+        if class.gate().is_some() {
+            // Relaxed: see `claim_share`.
+            self.classes.counts[class.rank()]
+                .held
+                .fetch_add(n, Relaxed);
+        }
+    }
+
+    /// Counts `n` units of `class` out of its holdings: a guard's units
+    /// as its drop starts to give them back (a unit counts as held until
+    /// then), or a claim undone.
+    pub(crate) fn release_class(&self, class: Class, n: usize) {
+        if class.gate().is_some() {
+            // Relaxed: see `claim_share`.
+            self.classes.counts[class.rank()]
+                .held
+                .fetch_sub(n, Relaxed);
+        }
+    }
+
+    /// Moves `n` held units from `from`'s holdings to `to`'s: a permit of
+    /// one class merged into a permit of another.
+    pub(crate) fn reclass(&self, from: Class, to: Class, n: usize) {
+        if from != to {
+            self.release_class(from, n);
+            self.hold_class(to, n);
         }
     }
 
@@ -146,19 +262,15 @@ impl Table {
         class: Class,
         deadline: Option<std::time::Instant>,
     ) -> Result<Grant, Error> {
-        let first = self.take_classed(self.home_shard(), n, Bound::of(class));
-        // More than the class's whole share (but within the capacity):
-        // refused now, not left to wait for what no release brings.
-        let never = n > self.units_within(Bound::of(class));
-        if first != Err(Error::Overload) || never {
-            self.count_class(class, &first, never);
-            return first;
+        if let Some(answer) = self.first_take(n, class) {
+            return answer;
         }
         match self.room.as_deref() {
             Some(room) => self.wait_blocking(room, deadline, n, class),
             None => {
-                self.count_class(class, &first, true);
-                first
+                let refused = Err(Error::Overload);
+                self.count_class(class, &refused, true);
+                refused
             }
         }
     }

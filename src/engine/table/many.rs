@@ -446,6 +446,8 @@ impl Table {
     /// Gives back every unit of `grant`, all by a panic if `panicked`:
     /// the end of a request of many units (a pool's weighed envelope).
     pub(crate) fn release_grant(&self, grant: &Grant, panicked: bool) {
+        // Out of its class's holdings first (`release_class`).
+        self.release_class(grant.class, grant.units());
         for part in grant.parts() {
             self.release_units(part.shard, part.units, panicked);
         }

@@ -144,6 +144,7 @@ impl Table {
                     rejected,
                     timed_out,
                     waiting,
+                    held: tally.held(class),
                 }
             })
             .collect()

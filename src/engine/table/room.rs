@@ -88,7 +88,7 @@ impl std::future::Future for WaitUnit<'_> {
         let this = self.get_mut();
         let table = this.table;
         let Some(room) = table.room.as_deref() else {
-            // No room: the fast path alone.
+            // No room: the first take alone.
             let first = table.try_fast(this.need, this.class);
             table.count_first(this.class, &first, true);
             return Poll::Ready(first);
@@ -138,19 +138,9 @@ impl std::future::Future for WaitUnit<'_> {
             drop(old);
             return Poll::Pending;
         }
-        // First poll: the fast path, then the queue.
-        match table.try_fast(this.need, this.class) {
-            // More than the class's whole share: refused now, never queued
-            // for what no release brings (`admit_classed_waiting`).
-            Err(Error::Overload) if this.need > table.units_within(Bound::of(this.class)) => {
-                table.count_first(this.class, &Err(Error::Overload), true);
-                return Poll::Ready(Err(Error::Overload));
-            }
-            Err(Error::Overload) => {}
-            other => {
-                table.count_first(this.class, &other, false);
-                return Poll::Ready(other);
-            }
+        // First poll: the first take, then the queue.
+        if let Some(answer) = table.first_take(this.need, this.class) {
+            return Poll::Ready(answer);
         }
         let now = now();
         let deadline = table.wait_deadline(room, this.deadline, now);
@@ -266,6 +256,22 @@ impl Source for TableSource<'_> {
 
     fn capacity(&self, class: Class) -> usize {
         self.table.units_within(Bound::of(class))
+    }
+
+    fn under_share(&self, class: Class, n: usize) -> bool {
+        self.table.under_share(class, n)
+    }
+
+    fn claim(&mut self, class: Class, n: usize) -> bool {
+        self.table.claim_share(class, n)
+    }
+
+    fn unclaim(&mut self, class: Class, n: usize) {
+        self.table.release_class(class, n);
+    }
+
+    fn hold(&mut self, class: Class, n: usize) {
+        self.table.hold_class(class, n);
     }
 }
 
@@ -488,8 +494,11 @@ impl Table {
         }
     }
 
-    /// [`return_parts`](Self::return_parts) of a grant's units.
+    /// [`return_parts`](Self::return_parts) of a grant's units, counted
+    /// out of its class's holdings first (a grant the room gave and its
+    /// waiter did not keep).
     fn return_grant(&self, grant: Grant) {
+        self.release_class(grant.class, grant.units());
         self.return_parts(grant.parts());
     }
 
@@ -529,13 +538,16 @@ impl Table {
     /// The grant a waiter's ticket says it was given: one unit of `shard`,
     /// or, for a waiter of many, the units left in the ticket.
     fn granted(&self, queued: &Queued, shard: usize) -> Grant {
+        // Of its class: the room counted a gated class's units in its
+        // holdings when it granted them (`Queue::serve`).
         if queued.need == 1 {
-            return Grant::one(shard);
+            return Grant::one(shard).of_class(queued.class);
         }
         queued
             .ticket
             .take_grant()
             .expect("a grant of many units leaves them in the ticket")
+            .of_class(queued.class)
     }
 
     /// Gives back a unit that was admitted but never used: a waiter was
@@ -717,8 +729,26 @@ impl Table {
         match (need, class) {
             (1, Class::Critical) => self.try_at::<false>(self.home_shard()).map(Grant::one),
             (_, Class::Critical) => self.take_many_uncounted(need),
-            _ => self.take_many(self.home_shard(), need, Bound::of(class)),
+            _ => self.take_class(self.home_shard(), need, class),
         }
+    }
+
+    /// The first step of a wait in a table with a room: `None` if the
+    /// ask is to queue (its units are not free now, but a release may free
+    /// them), else its answer, counted: admitted; refused at once because
+    /// it asks more than its class's whole share (within the capacity:
+    /// no release brings that, so it never queues); or the table's
+    /// `TooLarge` or `Shutdown`. The one place both a blocking and an
+    /// async wait decide whether to queue.
+    pub(super) fn first_take(&self, need: usize, class: Class) -> Option<Result<Grant, Error>> {
+        let first = self.try_fast(need, class);
+        let refused = first == Err(Error::Overload);
+        let never = refused && need > self.units_within(Bound::of(class));
+        if refused && !never {
+            return None;
+        }
+        self.count_first(class, &first, never);
+        Some(first)
     }
 
     /// Counts what a wait's first take found, for a class's figures: its

@@ -143,6 +143,17 @@ pub(crate) trait Source {
     /// The capacity in force, or the share of it `class` may fill: a
     /// waiter that needs more is ended.
     fn capacity(&self, class: Class) -> usize;
+    /// True if `n` more units of `class` would be within its min share,
+    /// as read now: a hint for the order, `claim` decides.
+    fn under_share(&self, class: Class, n: usize) -> bool;
+    /// Claims `n` units of `class`'s min share in its holdings, all or
+    /// nothing.
+    fn claim(&mut self, class: Class, n: usize) -> bool;
+    /// Counts `n` units out of `class`'s holdings: a claim undone.
+    fn unclaim(&mut self, class: Class, n: usize);
+    /// Counts `n` units granted to `class` under its line in its
+    /// holdings.
+    fn hold(&mut self, class: Class, n: usize);
 }
 
 /// How many waiters past a head that does not fit [`Queue::serve`] looks
@@ -204,6 +215,10 @@ pub(super) struct Node {
     admitted_at: usize,
     /// Freed units are kept for it (see [`Queue::serve`]).
     reserved: bool,
+    /// Reserved and of a sheddable class, it collects on the class's min
+    /// share (see [`Queue::collect`]): once it has, it claims the share
+    /// for all it holds, so no unit taken above the line goes uncounted.
+    on_share: bool,
 }
 
 /// The queue of waiters, in the table's control lock. A node lives while
@@ -301,6 +316,7 @@ impl Queue {
             parts: Vec::new(),
             admitted_at,
             reserved: false,
+            on_share: false,
         };
         if scheduled(need, class) {
             self.wide += 1;
@@ -628,7 +644,18 @@ impl Queue {
         now: Instant,
         woken: &mut Woken,
     ) {
-        while let Some(head) = self.head(room, now) {
+        loop {
+            // A sheddable class under its min share is served first, on
+            // that share, if its units are there (`fill`'s `on_share`).
+            if let Some(key) = self.share_head(room, now, source) {
+                if self.fill(key, hand, source, true) {
+                    self.grant_node(room, key, woken);
+                    continue;
+                }
+            }
+            let Some(head) = self.head(room, now) else {
+                break;
+            };
             let (need, class) = (self.node(head).need, self.node(head).class);
             if need > source.capacity(class) {
                 // A shrink made it impossible: it could never be served.
@@ -645,7 +672,7 @@ impl Queue {
                 self.grant_node(room, head, woken);
                 continue;
             }
-            if self.fill(head, hand, source) {
+            if self.fill(head, hand, source, false) {
                 self.grant_node(room, head, woken);
                 continue;
             }
@@ -661,7 +688,7 @@ impl Queue {
                 if key == NIL {
                     break;
                 }
-                if self.fill(key, hand, source) {
+                if self.fill(key, hand, source, false) {
                     passer = Some(key);
                     break;
                 }
@@ -724,6 +751,25 @@ impl Queue {
         }
     }
 
+    /// The first waiter, in the room's order, of the most important
+    /// sheddable class whose units it needs would stay within the class's
+    /// min share, if any; never one that is collecting units (reserved:
+    /// [`collect`](Self::collect) serves it on its share).
+    fn share_head(&self, room: &Room, now: Instant, source: &dyn Source) -> Option<usize> {
+        let newest_first = self.newest_first(room, now);
+        Class::ALL.into_iter().find_map(|class| {
+            class.gate()?;
+            let rank = class.rank();
+            let key = if newest_first {
+                self.newest[rank]
+            } else {
+                self.oldest[rank]
+            };
+            let node = self.nodes.get(key)?.as_ref()?;
+            (!node.reserved && source.under_share(class, node.need)).then_some(key)
+        })
+    }
+
     /// The waiter the room's order serves first, if any.
     fn head(&self, room: &Room, now: Instant) -> Option<usize> {
         let first = self.first_from(0, self.newest_first(room, now));
@@ -770,18 +816,27 @@ impl Queue {
 
     /// Gives the waiter of `key` all its units at once, from `hand` first,
     /// then from the table; false (nothing moves) if they are not all
-    /// there.
-    fn fill(&mut self, key: usize, hand: &mut Vec<Part>, source: &mut dyn Source) -> bool {
+    /// there. A gated class's units are counted in its holdings: `on_share`,
+    /// claimed on its min share first (and taken as any class's: from the
+    /// hand, or the table under its limits), else taken under its line.
+    fn fill(
+        &mut self,
+        key: usize,
+        hand: &mut Vec<Part>,
+        source: &mut dyn Source,
+        on_share: bool,
+    ) -> bool {
         let (need, class) = (self.node(key).need, self.node(key).class);
+        if on_share && !source.claim(class, need) {
+            return false;
+        }
+        let gated = class.gate().is_some() && !on_share;
         // A gated class's units come from the table alone, taken under its
         // line: a released unit in hand was counted at a usage the class
-        // may be over.
+        // may be over. On its min share, its line does not apply.
         let mut no_hand = Vec::new();
-        let hand = if class.gate().is_some() {
-            &mut no_hand
-        } else {
-            hand
-        };
+        let hand = if gated { &mut no_hand } else { hand };
+        let take_as = if on_share { Class::Critical } else { class };
         let in_hand: usize = hand.iter().map(|p| p.units).sum();
         let parts = if need <= in_hand {
             take_units(hand, need)
@@ -789,18 +844,24 @@ impl Queue {
             let rest = need - in_hand;
             let from_table = if rest == 1 {
                 source
-                    .one(class)
+                    .one(take_as)
                     .map(|shard| vec![Part { shard, units: 1 }])
             } else {
-                source.many(rest, class)
+                source.many(rest, take_as)
             };
             let Some(mut from_table) = from_table else {
+                if on_share {
+                    source.unclaim(class, need);
+                }
                 return false;
             };
             let mut parts = std::mem::take(hand);
             parts.append(&mut from_table);
             parts
         };
+        if gated {
+            source.hold(class, need);
+        }
         self.node_mut(key).parts = parts;
         true
     }
@@ -814,23 +875,41 @@ impl Queue {
             node.class,
             node.parts.iter().map(|p| p.units).sum::<usize>(),
         );
-        let mut want = node.need - have;
-        // A gated class collects from the table alone (see `fill`).
-        let mut got = if class.gate().is_some() {
+        let need = node.need;
+        let mut want = need - have;
+        // A gated class collects from the table alone, under its line (see
+        // `fill`); under its min share, as any class, and it claims its
+        // share once it has all it needs.
+        let gated = class.gate().is_some();
+        let on_share = gated && (node.on_share || source.under_share(class, need));
+        self.node_mut(key).on_share = on_share;
+        let take_as = if on_share { Class::Critical } else { class };
+        let mut got = if gated && !on_share {
             Vec::new()
         } else {
             take_units(hand, want)
         };
         want -= got.iter().map(|p| p.units).sum::<usize>();
         while want > 0 {
-            let Some(shard) = source.one(class) else {
+            let Some(shard) = source.one(take_as) else {
                 break;
             };
             got.push(Part { shard, units: 1 });
             want -= 1;
         }
         self.node_mut(key).parts.append(&mut got);
-        want == 0
+        if want > 0 || !gated {
+            return want == 0;
+        }
+        // Complete. Units collected under the line are counted in the
+        // class's holdings; on its share, claimed (a claim that lost a race
+        // keeps its units on the node, collected, and waits on).
+        if on_share {
+            source.claim(class, need)
+        } else {
+            source.hold(class, need);
+            true
+        }
     }
 
     /// Ends the wait of `key`, whose units are in its node: granted.

@@ -81,6 +81,18 @@ impl Source for Fake {
     fn capacity(&self, _: Class) -> usize {
         usize::MAX
     }
+
+    fn under_share(&self, _: Class, _: usize) -> bool {
+        false
+    }
+
+    fn claim(&mut self, _: Class, _: usize) -> bool {
+        false
+    }
+
+    fn unclaim(&mut self, _: Class, _: usize) {}
+
+    fn hold(&mut self, _: Class, _: usize) {}
 }
 
 fn part(shard: usize, units: usize) -> crate::engine::grant::Part {
