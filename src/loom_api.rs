@@ -91,6 +91,41 @@ impl Table {
         Table(table)
     }
 
+    /// [`with_headroom`](Self::with_headroom), `Sheddable` with a min
+    /// share of `min` of the capacity too.
+    pub fn with_min_share(
+        capacity: usize,
+        shards: usize,
+        sheddable: f64,
+        min: f64,
+        max_waiters: usize,
+    ) -> Table {
+        let mut policy = crate::engine::waiters::Policy {
+            max_waiters,
+            max_wait: std::time::Duration::MAX,
+            ..Default::default()
+        };
+        policy.headroom.set(crate::Class::SheddablePlus, sheddable);
+        policy.headroom.set(crate::Class::Sheddable, sheddable);
+        policy.headroom.set_min_share(crate::Class::Sheddable, min);
+        let table = crate::engine::table::Table::new(capacity, shards, Probe::Thread)
+            .and_then(|table| table.with_policy(&policy))
+            .expect("valid model config");
+        Table(table)
+    }
+
+    /// Gives back `units` units of `class` on `shard`, as a guard of that
+    /// class does: out of the class's holdings first, then to the table.
+    pub fn release_class(&self, class: crate::Class, shard: usize, units: usize) {
+        self.0.release_class(class, units);
+        self.0.release_units(shard, units, false);
+    }
+
+    /// Units `class` holds, as its count says (`None` for a top class).
+    pub fn class_held(&self, class: crate::Class) -> Option<usize> {
+        self.0.stats().classes[class.rank()].held
+    }
+
     /// Takes `n` units of `class` at once, failing fast, starting at shard
     /// `start` (`Limiter::acquire_with` of a fail-fast ask): each shard it
     /// took from, with how many.

@@ -16,6 +16,15 @@
 //!   the release that brings the usage under it (a lost wake-up leaves the
 //!   model deadlocked, which loom reports).
 //!
+//! * takes of a class over its line racing for its min share and a
+//!   release of a unit it held on that share: the class never holds more
+//!   than its share (its claim is one CAS on its count), and its count
+//!   ends equal to what it holds;
+//! * a waiter of a class whose min share is full, racing the release of
+//!   the unit that fills it and the release of a default-class unit: it
+//!   is granted (on its share or under its line), never with its count
+//!   above the share, and never sleeps through either release.
+//!
 //! Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p loom-tests --release --test loom_classes`
 //! (CI uses 2).
@@ -161,5 +170,102 @@ fn a_gated_waiter_is_served_under_its_line_and_never_sleeps_through_it() {
         let seen = waiter.join().unwrap();
         assert!(seen <= 1, "granted with {seen} held: above its line of 1");
         assert_eq!((table.usage(), table.waiting()), (0, 0));
+    });
+}
+
+/// Capacity 4 over 2 shards, `Sheddable` at half (a line of 1 on each)
+/// with a min share of a quarter: 1 unit. The default class holds a unit
+/// on each shard, so every shard is at its line: the class is admitted on
+/// its share alone. It holds that one unit; two takers of the class race
+/// the release of it. The class never holds more than 1, and its count
+/// ends equal to what it holds.
+#[test]
+fn a_class_over_its_line_never_holds_more_than_its_min_share() {
+    loom::model(|| {
+        let table = Arc::new(Table::with_min_share(4, 2, 0.5, 0.25, 0));
+        assert!(table.acquire_at(0).is_ok() && table.acquire_at(1).is_ok());
+        let first = table.acquire_class_at(Class::Sheddable, 0, 1).unwrap();
+        assert_eq!(
+            table.acquire_class_at(Class::Sheddable, 1, 1),
+            Err(Error::Overload),
+            "its share is full"
+        );
+        let ledger = Arc::new(AtomicUsize::new(1));
+        let takers: Vec<_> = [0, 1]
+            .into_iter()
+            .map(|start| {
+                let (table, ledger) = (Arc::clone(&table), Arc::clone(&ledger));
+                thread::spawn(move || {
+                    let taken = table.acquire_class_at(Class::Sheddable, start, 1).ok();
+                    if taken.is_some() {
+                        // SeqCst: the model's ledger, raised after the take.
+                        let now = ledger.fetch_add(1, SeqCst) + 1;
+                        assert!(now <= 1, "the class holds {now} over a share of 1");
+                    }
+                    taken
+                })
+            })
+            .collect();
+        let releaser = {
+            let (table, ledger) = (Arc::clone(&table), Arc::clone(&ledger));
+            thread::spawn(move || {
+                // Lowered before the release, as a guard's drop starts.
+                ledger.fetch_sub(1, SeqCst);
+                table.release_class(Class::Sheddable, first[0].0, 1);
+            })
+        };
+        let taken: Vec<_> = takers
+            .into_iter()
+            .filter_map(|t| t.join().unwrap())
+            .collect();
+        releaser.join().unwrap();
+        assert_eq!(table.class_held(Class::Sheddable), Some(taken.len()));
+        assert_eq!(table.usage(), 2 + taken.len());
+    });
+}
+
+/// Capacity 2 on one shard with a room, `Sheddable` at half (a line of 1)
+/// with a min share of half (1 unit). The class holds one unit (under its
+/// line), the default class the other. A waiter of the class waits (over
+/// its line, its share full) while the class's unit and the default
+/// class's are given back by two releasers. The waiter is granted, its
+/// count never above the share, and the model ends with nothing held: a
+/// lost wake-up leaves it deadlocked, which loom reports.
+#[test]
+fn a_waiter_on_its_min_share_is_served_and_never_over_it() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.check(|| {
+        let table = Arc::new(Table::with_min_share(2, 1, 0.5, 0.5, 2));
+        let low = table.acquire_class_at(Class::Sheddable, 0, 1).unwrap();
+        let user = table.acquire_at(0).unwrap();
+        let waiter = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || {
+                let shard = table.acquire_class_waiting(Class::Sheddable).unwrap();
+                let held = table.class_held(Class::Sheddable);
+                table.release_class(Class::Sheddable, shard, 1);
+                held
+            })
+        };
+        let releasers = [
+            {
+                let table = Arc::clone(&table);
+                thread::spawn(move || table.release_class(Class::Sheddable, low[0].0, 1))
+            },
+            {
+                let table = Arc::clone(&table);
+                thread::spawn(move || table.release(user))
+            },
+        ];
+        for releaser in releasers {
+            releaser.join().unwrap();
+        }
+        let held = waiter.join().unwrap().unwrap();
+        assert!(held <= 1, "granted with the class holding {held}: over its share");
+        assert_eq!(
+            (table.usage(), table.waiting(), table.class_held(Class::Sheddable)),
+            (0, 0, Some(0))
+        );
     });
 }

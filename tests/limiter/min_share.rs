@@ -227,7 +227,7 @@ fn the_room_serves_a_class_under_its_min_share_before_the_classes_above() {
 fn stress(room: bool) {
     const C: usize = 48;
     const THREADS: usize = 4;
-    const ROUNDS: usize = 10_000;
+    const ROUNDS: usize = 40_000;
     let mut builder = Limiter::builder();
     builder
         .capacity(C)

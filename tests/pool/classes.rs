@@ -70,3 +70,34 @@ fn a_waiting_critical_plus_call_is_served_before_older_default_calls() {
     }
     assert_eq!(pool.stats().classes[Class::CriticalPlus.rank()].accepted, 1);
 }
+
+/// A min share through the pool: a sheddable call is admitted above its
+/// line while within the share, and its units are counted out of the class
+/// once handled, for calls and casts alike.
+#[test]
+fn a_min_share_admits_sheddable_work_above_the_line_and_counts_it_out() {
+    let (pool, started, open) = held(|b| {
+        b.capacity(10)
+            .workers(2)
+            .headroom(Class::Sheddable, 0.5)
+            .min_share(Class::Sheddable, 0.2);
+    });
+    let held_now = || pool.stats().classes[Class::Sheddable.rank()].held;
+    for id in 1..=6 {
+        pool.cast(id).unwrap();
+    }
+    // Over the line of 5: the share of 2 admits two casts, then no more.
+    let sheddable = Ask::new().class(Class::Sheddable).fail_fast();
+    pool.cast_with(sheddable, 7).unwrap();
+    pool.cast_with(sheddable, 8).unwrap();
+    assert_eq!(held_now(), Some(2));
+    assert_eq!(pool.cast_with(sheddable, 9), Err(Error::Overload));
+    for _ in 0..8 {
+        open.send(()).unwrap();
+    }
+    let mut ran: Vec<u64> = (0..8).map(|_| next_start(&started)).collect();
+    ran.sort_unstable();
+    assert_eq!(ran, [1, 2, 3, 4, 5, 6, 7, 8]);
+    until(|| pool.usage() == 0);
+    assert_eq!(held_now(), Some(0));
+}

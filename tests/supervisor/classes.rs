@@ -62,3 +62,40 @@ fn an_async_sheddable_wait_is_served_only_under_its_line() {
     drop((child, held));
     assert_eq!(sup.usage(), 0);
 }
+
+/// A min share through the supervisor: a child of a sheddable class is
+/// admitted above its line while within the share, and its units, the
+/// slot's included, are counted out of the class when it ends, on a thread
+/// or as a guard.
+#[test]
+fn a_min_share_admits_children_above_the_line_and_counts_them_out() {
+    let sup = Supervisor::builder()
+        .capacity(10)
+        .shards(2)
+        .headroom(Class::Sheddable, 0.5)
+        .min_share(Class::Sheddable, 0.3)
+        .build()
+        .unwrap();
+    let held = |sup: &Supervisor| sup.stats().classes[Class::Sheddable.rank()].held;
+    let users: Vec<_> = (0..6).map(|_| sup.reserve().unwrap()).collect();
+    let batch = Ask::new().class(Class::Sheddable).fail_fast();
+    // Over the line of 5: the share of 3 admits a child of one, then one
+    // of two, then nothing more.
+    let one = sup.reserve_with(batch).unwrap();
+    let two = sup.reserve_with(batch.units(2)).unwrap();
+    assert_eq!(held(&sup), Some(3));
+    assert_eq!(sup.reserve_with(batch).unwrap_err(), Error::Overload);
+    drop(one);
+    assert_eq!(held(&sup), Some(2));
+    let child = sup.spawn_with(batch, || 7).unwrap();
+    assert_eq!(child.join().unwrap(), 7);
+    until_held(&sup, 2);
+    drop((two, users));
+    assert_eq!((held(&sup), sup.usage()), (Some(0), 0));
+}
+
+/// Waits until the sheddable class holds `units` (a joined child's guard
+/// goes on its own thread's way out).
+fn until_held(sup: &Supervisor, units: usize) {
+    crate::common::until(|| sup.stats().classes[Class::Sheddable.rank()].held == Some(units));
+}
