@@ -92,9 +92,35 @@ fn step(resize: bool) -> impl Strategy<Value = Step> {
 }
 
 fn give_back(table: &Table, grant: &Grant) {
-    for part in grant.parts() {
-        table.release_units(part.shard, part.units, false);
+    table.release_grant(grant, false);
+}
+
+/// A table of `capacity` on one shard, without a room, with the sheddable
+/// classes' headroom and min shares in twentieths.
+fn shared(capacity: usize, twentieths: [usize; 2], min: [usize; 2]) -> Table {
+    let mut headroom = HeadroomSettings::default();
+    for (g, class) in [Class::SheddablePlus, Class::Sheddable].into_iter().enumerate() {
+        headroom.set(class, twentieths[g] as f64 / 20.0);
+        headroom.set_min_share(class, min[g] as f64 / 20.0);
     }
+    let policy = Policy {
+        headroom,
+        ..Policy::default()
+    };
+    Table::new(capacity, 1, Probe::Thread)
+        .unwrap()
+        .with_policy(&policy)
+        .unwrap()
+}
+
+/// Headroom in twentieths as [`twentieths`] makes, and min shares each
+/// at most its class's headroom, the two adding up to at most 20.
+fn with_min() -> impl Strategy<Value = ([usize; 2], [usize; 2])> {
+    twentieths().prop_flat_map(|t| {
+        (Just(t), 0usize..=t[0], 0usize..=t[1])
+            .prop_filter("shares within the whole", |(_, a, b)| a + b <= 20)
+            .prop_map(|(t, a, b)| (t, [a, b]))
+    })
 }
 
 proptest! {
@@ -199,6 +225,70 @@ proptest! {
                     .sum();
                 let line = share(class, capacity, twentieths);
                 prop_assert!(below <= line, "{class} and below hold {below} > {line}");
+            }
+        }
+        for (_, grant) in held.drain(..) {
+            give_back(&table, &grant);
+        }
+        prop_assert_eq!(table.usage(), 0);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// **Min shares.** On one shard, with random min shares: a take of `n`
+    /// units of class `c` is admitted exactly when it fits under the
+    /// class's line, or, for a sheddable class, when the units the class
+    /// holds stay within its min share and the capacity has room; the
+    /// class's count (`ClassStats::held`) is what the model holds of it
+    /// after every step, through resizes.
+    #[test]
+    fn one_shard_admits_exactly_what_the_line_or_the_min_share_allows(
+        capacity in 1usize..24,
+        (twentieths, min) in with_min(),
+        steps in proptest::collection::vec(step(true), 1..60),
+    ) {
+        let table = shared(capacity, twentieths, min);
+        let mut capacity = capacity;
+        let mut held: Vec<(Class, Grant)> = Vec::new();
+        let holds = |held: &[(Class, Grant)], class: Class| -> usize {
+            held.iter().filter(|(c, _)| *c == class).map(|(_, g)| g.units()).sum()
+        };
+        for step in steps {
+            let used: usize = held.iter().map(|(_, g)| g.units()).sum();
+            match step {
+                Step::Take(class, n, _) => {
+                    let line = share(class, capacity, twentieths);
+                    let on_share = class.gate().is_some_and(|g| {
+                        holds(&held, class) + n <= min[g] * capacity / 20
+                            && used + n <= capacity
+                    });
+                    let admit = n == 0 || used + n <= line || on_share;
+                    match table.admit(&Ask::new().class(class).units(n).fail_fast()) {
+                        Ok(grant) => {
+                            prop_assert!(admit, "{class} took {n} with {used} of {line}");
+                            prop_assert_eq!(grant.units(), n);
+                            held.push((class, grant));
+                        }
+                        Err(Error::TooLarge) => prop_assert!(n > capacity && n > 0),
+                        Err(Error::Overload) => prop_assert!(!admit, "{class} refused {n} with {used} of {line}"),
+                        Err(other) => prop_assert!(false, "unexpected {other}"),
+                    }
+                }
+                Step::Release(k) if !held.is_empty() => {
+                    let (_, grant) = held.swap_remove(k % held.len());
+                    give_back(&table, &grant);
+                }
+                Step::Set(c) => {
+                    table.set_capacity(c).unwrap();
+                    capacity = c;
+                }
+                _ => {}
+            }
+            let stats = table.stats();
+            for class in [Class::SheddablePlus, Class::Sheddable] {
+                prop_assert_eq!(stats.classes[class.rank()].held, Some(holds(&held, class)));
             }
         }
         for (_, grant) in held.drain(..) {
