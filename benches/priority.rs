@@ -899,10 +899,12 @@ fn main() {
             }
         }
     }
-    println!(
-        "\nthe room, every waiting row of sidejob with classes above: {} priority inversions and {} barges in {} grants to queued waiters",
-        totals.inversions, totals.barges, totals.grants
-    );
+    if main_rows {
+        println!(
+            "\nthe room, every waiting row of sidejob with classes above: {} priority inversions and {} barges in {} grants to queued waiters",
+            totals.inversions, totals.barges, totals.grants
+        );
+    }
     min_share(secs);
     if std::env::var("PRIORITY_SWEEP").map_or(true, |v| v != "0") {
         sweep(secs / 4);

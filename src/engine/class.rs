@@ -50,6 +50,21 @@
 //!
 //! A class may be refused while some shard has room under its line only if
 //! a release came after the walk passed that shard, as for `Overload`.
+//!
+//! **A min share.** A gated class may also have a min share `m`: `M =
+//! floor(m × C)` units it may hold whatever its line. The units a gated
+//! class holds are counted (`ClassCount::held` in `table/classed.rs`):
+//! its grants carry their class to the give-back, which counts them out
+//! before it gives them back. A take refused by its lines tries the share:
+//! it claims its units in the count with one CAS, only if the count stays
+//! within `M`, and then takes them against the limits, giving the claim
+//! back if that fails. So the units the class holds above its lines are
+//! at most `M`: the class and every class below it hold at most
+//! `floor(f × C)` plus their min shares. The room serves a waiter under
+//! its class's min share first (`waiters/queue.rs`, `Queue::serve`).
+//! Nothing is kept free for a min share: the classes above take what is
+//! free, and the class gets its floor from the units released while it
+//! waits.
 
 use crate::engine::split;
 use crate::error::ConfigError;

@@ -1,4 +1,4 @@
-//! The queue of waiters under the table's control lock: a doubly linked list through the waiters' keys for each priority class (every way of leaving it is O(1)), the order a grant serves (the most important class first, the room's order within it), the deadlines the watcher expires, and the wakers it hands back to be woken or dropped after the lock.
+//! The queue of waiters under the table's control lock: a doubly linked list through the waiters' keys for each priority class (every way of leaving it is O(1)), the order a grant serves (a sheddable class under its min share first, then the most important class, the room's order within it), the deadlines the watcher expires, and the wakers it hands back to be woken or dropped after the lock.
 
 use super::{QueueOrder, Room, State, Ticket, SPARE_TICKETS};
 use crate::engine::class::Class;
@@ -632,6 +632,12 @@ impl Queue {
     /// * A head that needs more than the capacity in force (a shrink came
     ///   after it) is ended with `TooLarge`, never left to wait for room
     ///   that cannot come.
+    /// * Before all that, a sheddable class's first waiter whose units
+    ///   would stay within the class's min share (`Source::under_share`)
+    ///   is served on it, if its units are there (from the hand, or the
+    ///   table under its limits), ahead of every other class: the floor a
+    ///   min share promises (`engine/class.rs`). A reserved waiter of such
+    ///   a class collects on its share the same way (`collect`).
     ///
     /// The room's order picks the head (FIFO: the oldest; LIFO and a
     /// standing adaptive LIFO: the newest); adaptive LIFO's target
