@@ -155,7 +155,7 @@ pub struct Stats {
 /// let stats = limiter.stats();
 /// let sheddable = &stats.classes[Class::Sheddable.rank()];
 /// assert_eq!((sheddable.class, sheddable.accepted, sheddable.rejected), (Class::Sheddable, 1, 1));
-/// assert_eq!(sheddable.held, Some(1));
+/// assert_eq!(sheddable.held, None); // counted with a min share alone
 /// let critical = &stats.classes[Class::Critical.rank()];
 /// assert_eq!((critical.accepted, critical.rejected), (1, 0));
 /// # drop((held, user));
@@ -175,10 +175,12 @@ pub struct ClassStats {
     pub timed_out: u64,
     /// Its requests waiting now.
     pub waiting: usize,
-    /// Units its requests hold now, for the two sheddable classes (whose
-    /// units are counted as theirs while held: what a min share is
-    /// checked against); `None` for `CriticalPlus` and `Critical`, whose
-    /// units are not counted apart from the others'.
+    /// Units its requests hold now, for the two sheddable classes of a
+    /// front-end with a min share (whose units are then counted as theirs
+    /// while held: what the min share is checked against); `None` for
+    /// `CriticalPlus` and `Critical`, whose units are not counted apart
+    /// from the others', and for every class of a front-end without a
+    /// min share, which counts nothing.
     pub held: Option<usize>,
 }
 

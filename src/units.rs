@@ -99,8 +99,9 @@ pub struct Many {
     pub(crate) here: usize,
     /// Units on other shards, one part a shard.
     pub(crate) rest: Vec<Part>,
-    /// The class they were admitted to: a gated class's units are counted
-    /// out of its holdings when they are given back.
+    /// The class they were admitted to, if the limiter counts its units
+    /// (it has a min share; else `Critical`): a gated class's units are
+    /// counted out of its holdings when they are given back.
     pub(crate) class: Class,
 }
 
@@ -113,6 +114,16 @@ impl Many {
             class,
         } = grant;
         (shard, Many { here, rest, class })
+    }
+
+    /// Counts its units out of its gated class's holdings, as its give-back
+    /// starts (`Table::release_class`). Out of line: the default class's
+    /// permits never come here.
+    #[cold]
+    #[inline(never)]
+    fn release_class(&self, table: &Table) {
+        use sealed::Sealed;
+        table.release_class(self.class, self.count());
     }
 
     /// Gives back the units on other shards: out of line, a permit of
@@ -148,9 +159,7 @@ impl sealed::Sealed for Many {
     #[inline]
     fn release(&mut self, table: &Table, shard: &Shard) {
         if self.class.gate().is_some() {
-            // Out of its class's holdings first, before any unit is
-            // free for another take of it to count itself in.
-            table.release_class(self.class, self.count());
+            self.release_class(table);
         }
         if !self.rest.is_empty() {
             self.release_rest(table, os_thread::panicking());

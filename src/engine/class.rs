@@ -356,7 +356,12 @@ impl HeadroomSettings {
             *part = fraction;
         }
         let min = self.check_min(&fractions)?;
-        Ok(Headroom { fractions, min })
+        let counted = min.iter().any(|&share| share > 0.0);
+        Ok(Headroom {
+            fractions,
+            min,
+            counted,
+        })
     }
 }
 
@@ -367,6 +372,8 @@ pub(crate) struct Headroom {
     fractions: [f64; GATED],
     /// Each gated class's min share (0: none), at most its fraction.
     min: [f64; GATED],
+    /// Some min share is above 0.
+    counted: bool,
 }
 
 impl Default for Headroom {
@@ -390,10 +397,13 @@ impl Headroom {
         fraction_of(self.min[g], capacity)
     }
 
-    /// True if some gated class has a min share: only then does a
-    /// refused take of a gated class look at it.
+    /// True if some gated class has a min share: only then are the gated
+    /// classes' units counted (`Table::hold_class`), their grants stamped
+    /// with their class, and a refused take of a gated class tried on its
+    /// share. A table without one pays none of it.
+    #[inline(always)]
     pub(crate) fn has_min_share(&self) -> bool {
-        self.min.iter().any(|&share| share > 0.0)
+        self.counted
     }
 
     /// The fraction gated class `g` may fill.

@@ -28,9 +28,11 @@ pub(crate) struct Grant {
     pub(crate) here: usize,
     /// Units on other shards, one part a shard.
     pub(crate) rest: Vec<Part>,
-    /// The class they were admitted to. A gated class's units are counted
-    /// as its own while held (`Table::hold_class`), so their give-back
-    /// counts them out: the one reason a grant carries its class.
+    /// The class they were admitted to, in a table with a min share:
+    /// there a gated class's units are counted as its own while held
+    /// (`Table::hold_class`), so their give-back counts them out, the one
+    /// reason a grant carries its class. Elsewhere `Critical`, whatever
+    /// the class (nothing is counted).
     pub(crate) class: Class,
 }
 

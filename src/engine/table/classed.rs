@@ -53,11 +53,12 @@ impl ClassTally {
     }
 
     /// Units `class` holds now, if it is a gated class (the others are
-    /// not counted).
-    pub(super) fn held(&self, class: Class) -> Option<usize> {
+    /// not counted) and `counted` (the table has a min share).
+    pub(super) fn held(&self, class: Class, counted: bool) -> Option<usize> {
         // Relaxed: a reading for a snapshot.
         class
             .gate()
+            .filter(|_| counted)
             .map(|_| self.counts[class.rank()].held.load(Relaxed))
     }
 }
@@ -114,8 +115,7 @@ impl Table {
         if matches!(ask.how, How::Try) && n > 0 {
             if let Some(shard) = self.take_fast_at(self.home_start(), n, Bound::of(class)) {
                 self.count_class_units(class, n);
-                self.hold_class(class, n);
-                return Ok(Grant::on(shard.index(), n).of_class(class));
+                return Ok(self.held_as(Grant::on(shard.index(), n), class));
             }
         }
         self.admit_classed_cold(ask)
@@ -153,10 +153,7 @@ impl Table {
             None => self.take_many(start, n, bound),
         };
         match taken {
-            Ok(grant) => {
-                self.hold_class(class, n);
-                Ok(grant.of_class(class))
-            }
+            Ok(grant) => Ok(self.held_as(grant, class)),
             Err(Error::Overload) if self.headroom.has_min_share() => {
                 self.take_on_share(start, n, class)
             }
@@ -221,11 +218,34 @@ impl Table {
                 .is_ok()
     }
 
+    /// `grant`, just taken under `class`'s line, as units of `class`:
+    /// counted in its holdings and stamped with it, if the table counts
+    /// (it has a min share); else as it is, and nothing is counted.
+    #[inline(always)]
+    pub(super) fn held_as(&self, grant: Grant, class: Class) -> Grant {
+        if !self.headroom.has_min_share() {
+            return grant;
+        }
+        self.hold_class(class, grant.units());
+        grant.of_class(class)
+    }
+
+    /// `grant`, given by the room to a waiter of `class`, which the room
+    /// counted in its holdings if it counts: stamped with it, if so.
+    pub(super) fn stamped(&self, grant: Grant, class: Class) -> Grant {
+        if self.headroom.has_min_share() {
+            grant.of_class(class)
+        } else {
+            grant
+        }
+    }
+
     /// Counts `n` units admitted to `class` under its line in its
-    /// holdings (nothing for a class that is not gated).
+    /// holdings (nothing for a class that is not gated, or a table
+    /// without a min share, which counts nothing).
     #[inline(always)]
     pub(super) fn hold_class(&self, class: Class, n: usize) {
-        if class.gate().is_some() {
+        if self.headroom.has_min_share() && class.gate().is_some() {
             // Relaxed: see `claim_share`.
             self.classes.counts[class.rank()]
                 .held

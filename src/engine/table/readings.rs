@@ -144,7 +144,7 @@ impl Table {
                     rejected,
                     timed_out,
                     waiting,
-                    held: tally.held(class),
+                    held: tally.held(class, self.headroom.has_min_share()),
                 }
             })
             .collect()

@@ -541,13 +541,13 @@ impl Table {
         // Of its class: the room counted a gated class's units in its
         // holdings when it granted them (`Queue::serve`).
         if queued.need == 1 {
-            return Grant::one(shard).of_class(queued.class);
+            return self.stamped(Grant::one(shard), queued.class);
         }
-        queued
+        let grant = queued
             .ticket
             .take_grant()
-            .expect("a grant of many units leaves them in the ticket")
-            .of_class(queued.class)
+            .expect("a grant of many units leaves them in the ticket");
+        self.stamped(grant, queued.class)
     }
 
     /// Gives back a unit that was admitted but never used: a waiter was
