@@ -848,11 +848,7 @@ fn main() {
     println!("good: served / offered, %; p99/unl: the high class's p99 latency (wait + hold) / its p99 at {UNLOADED} C; wait99: the high class's p99 wait; ref%: each class's share of the refusals (refused + cut); gap: the largest distance to the ideal shares, points; util%: units held / C, time-averaged; classes a/b: the headroom of SheddablePlus / Sheddable");
     let mut totals = Totals::default();
     let main_rows = std::env::var("PRIORITY_MAIN").map_or(true, |v| v != "0");
-    for (mode, waiting) in [false, true]
-        .into_iter()
-        .enumerate()
-        .filter(|_| main_rows)
-    {
+    for (mode, waiting) in [false, true].into_iter().enumerate().filter(|_| main_rows) {
         let best = chosen.unwrap_or(BEST[mode]);
         let room = if waiting { ROOM } else { 0 };
         // Longer: the high class's p99 needs samples at a low load.
@@ -945,7 +941,11 @@ fn min_share(secs: u64) {
             "held m",
             "held l",
             "p99/unl",
-            if waiting { "  grants over a waiting higher class / grants" } else { "" }
+            if waiting {
+                "  grants over a waiting higher class / grants"
+            } else {
+                ""
+            }
         );
         for load in LOADS.into_iter().filter(|&load| load > 1.0) {
             for min in [MIN_SHARE, 0.0] {
@@ -957,7 +957,11 @@ fn min_share(secs: u64) {
                     "{load}x {}/{} {}",
                     best.0,
                     best.1,
-                    if min > 0.0 { "min share" } else { "no min share" }
+                    if min > 0.0 {
+                        "min share"
+                    } else {
+                        "no min share"
+                    }
                 );
                 let mut line = format!(
                     "{name:<34} {:>6.2} {:>6.2} {:>6.2} {:>7.2} {:>7.2} {:>7.2} {:>8.2}",

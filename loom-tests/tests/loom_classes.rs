@@ -262,9 +262,16 @@ fn a_waiter_on_its_min_share_is_served_and_never_over_it() {
             releaser.join().unwrap();
         }
         let held = waiter.join().unwrap().unwrap();
-        assert!(held <= 1, "granted with the class holding {held}: over its share");
+        assert!(
+            held <= 1,
+            "granted with the class holding {held}: over its share"
+        );
         assert_eq!(
-            (table.usage(), table.waiting(), table.class_held(Class::Sheddable)),
+            (
+                table.usage(),
+                table.waiting(),
+                table.class_held(Class::Sheddable)
+            ),
             (0, 0, Some(0))
         );
     });

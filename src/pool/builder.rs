@@ -291,7 +291,7 @@ impl PoolBuilder {
     /// # Examples
     ///
     /// ```
-    /// use sidejob::{Class, Pool, Worker};
+    /// use sidejob::{units::Ask, Class, Pool, Worker};
     ///
     /// struct Echo;
     /// impl Worker for Echo {
@@ -303,9 +303,12 @@ impl PoolBuilder {
     /// let pool = Pool::builder()
     ///     .capacity(20)
     ///     .max_waiters(64)
-    ///     .min_share(Class::Sheddable, 0.05) // 1 of 20 kept for it
+    ///     .min_share(Class::Sheddable, 0.05) // 1 of 20, whatever its line
     ///     .build(|_| Echo)?;
-    /// # drop(pool);
+    /// let export = Ask::new().class(Class::Sheddable);
+    /// assert_eq!(pool.call_with(export, 7)?, 7);
+    /// // Counted as the class's while held, and counted out once handled.
+    /// assert_eq!(pool.stats().classes[Class::Sheddable.rank()].held, Some(0));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn min_share(&mut self, class: crate::Class, fraction: f64) -> &mut Self {

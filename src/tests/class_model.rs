@@ -99,7 +99,10 @@ fn give_back(table: &Table, grant: &Grant) {
 /// classes' headroom and min shares in twentieths.
 fn shared(capacity: usize, twentieths: [usize; 2], min: [usize; 2]) -> Table {
     let mut headroom = HeadroomSettings::default();
-    for (g, class) in [Class::SheddablePlus, Class::Sheddable].into_iter().enumerate() {
+    for (g, class) in [Class::SheddablePlus, Class::Sheddable]
+        .into_iter()
+        .enumerate()
+    {
         headroom.set(class, twentieths[g] as f64 / 20.0);
         headroom.set_min_share(class, min[g] as f64 / 20.0);
     }

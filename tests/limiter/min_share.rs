@@ -137,7 +137,10 @@ fn bad_min_share_is_a_config_error_naming_the_field() {
             .min_share(class, share)
             .build()
             .unwrap_err();
-        assert!(error.to_string().contains("min_share"), "{class} {share}: {error}");
+        assert!(
+            error.to_string().contains("min_share"),
+            "{class} {share}: {error}"
+        );
     }
     // Shares that add up to more than the whole capacity.
     let error = Limiter::builder()

@@ -247,9 +247,7 @@ impl Table {
     pub(super) fn hold_class(&self, class: Class, n: usize) {
         if self.headroom.has_min_share() && class.gate().is_some() {
             // Relaxed: see `claim_share`.
-            self.classes.counts[class.rank()]
-                .held
-                .fetch_add(n, Relaxed);
+            self.classes.counts[class.rank()].held.fetch_add(n, Relaxed);
         }
     }
 
@@ -259,9 +257,7 @@ impl Table {
     pub(crate) fn release_class(&self, class: Class, n: usize) {
         if class.gate().is_some() {
             // Relaxed: see `claim_share`.
-            self.classes.counts[class.rank()]
-                .held
-                .fetch_sub(n, Relaxed);
+            self.classes.counts[class.rank()].held.fetch_sub(n, Relaxed);
         }
     }
 
