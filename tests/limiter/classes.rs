@@ -304,18 +304,35 @@ fn waiting_classes_time_out_and_are_counted_by_class() {
 #[test]
 fn stress_no_class_ever_holds_more_than_its_share() {
     const C: usize = 48;
-    const THREADS: usize = 4;
-    const ROUNDS: usize = 20_000;
     let limiter = Arc::new(classed(C, 3, 0.75, 0.5));
-    let shares = [C, C, C * 3 / 4, C / 2];
-    // One word, 16 bits a class, so that one load reads every class at
-    // one instant.
+    let admitted = ledger_stress(&limiter, [C, C, C * 3 / 4, C / 2], false, 20_000);
+    assert!(admitted > 0);
+    assert_eq!(limiter.usage(), 0, "every unit back");
+    let stats = limiter.stats();
+    let rejected: u64 = stats.classes.iter().map(|c| c.rejected).sum();
+    assert_eq!(rejected, stats.rejected);
+}
+
+/// Four threads take and give back `rounds` asks each of random classes
+/// and sizes (1-3 units), failing fast or, if `wait`, waiting as the
+/// limiter's room says; a ledger of every class in one word (16 bits a
+/// class, so that one load reads them all at one instant), raised after
+/// each admission and lowered before each release, must never show the
+/// classes from rank `r` down holding more than `bounds[r]`. How many
+/// asks were admitted.
+pub(super) fn ledger_stress(
+    limiter: &Arc<Limiter>,
+    bounds: [usize; 4],
+    wait: bool,
+    rounds: usize,
+) -> usize {
+    const THREADS: usize = 4;
     let ledger = Arc::new(AtomicU64::new(0));
     let barrier = Arc::new(Barrier::new(THREADS));
     let workers: Vec<_> = (0..THREADS)
         .map(|t| {
             let (limiter, ledger, barrier) = (
-                Arc::clone(&limiter),
+                Arc::clone(limiter),
                 Arc::clone(&ledger),
                 Arc::clone(&barrier),
             );
@@ -329,23 +346,25 @@ fn stress_no_class_ever_holds_more_than_its_share() {
                 };
                 let mut admitted = 0;
                 barrier.wait();
-                for _ in 0..ROUNDS {
+                for _ in 0..rounds {
                     let class = Class::ALL[(next() % 4) as usize];
                     let units = 1 + (next() % 3) as usize;
-                    let Ok(permit) = limiter.acquire_with(ask(class).units(units)) else {
+                    let ask = Ask::new().class(class).units(units);
+                    let ask = if wait { ask } else { ask.fail_fast() };
+                    let Ok(permit) = limiter.acquire_with(ask) else {
                         continue;
                     };
                     admitted += 1;
                     let lane = (units as u64) << (16 * class.rank());
                     let now = ledger.fetch_add(lane, SeqCst) + lane;
-                    // Every class from each rank down, against its share.
+                    // Every class from each rank down, against its bound.
                     let mut below = 0;
                     for rank in (0..4).rev() {
                         below += ((now >> (16 * rank)) & 0xFFFF) as usize;
                         assert!(
-                            below <= shares[rank],
+                            below <= bounds[rank],
                             "ranks {rank}.. hold {below} > {}",
-                            shares[rank]
+                            bounds[rank]
                         );
                     }
                     if next() % 4 == 0 {
@@ -358,12 +377,7 @@ fn stress_no_class_ever_holds_more_than_its_share() {
             })
         })
         .collect();
-    let admitted: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
-    assert!(admitted > 0);
-    assert_eq!(limiter.usage(), 0, "every unit back");
-    let stats = limiter.stats();
-    let rejected: u64 = stats.classes.iter().map(|c| c.rejected).sum();
-    assert_eq!(rejected, stats.rejected);
+    workers.into_iter().map(|w| w.join().unwrap()).sum()
 }
 
 /// After a shrink, the lines are split over what each shard holds: a class

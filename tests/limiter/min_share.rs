@@ -4,14 +4,14 @@
 //! every guard (split, merge, forget); bad settings; and stress tests with
 //! a shadow ledger per class, fail-fast and waiting.
 
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
-use std::sync::{mpsc, Arc, Barrier};
+use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::Duration;
 
 use sidejob::units::Ask;
 use sidejob::{Class, Error, Limiter, LimiterBuilder, QueueOrder};
 
+use super::classes::ledger_stress;
 use super::common::until;
 use super::LONG;
 
@@ -222,15 +222,12 @@ fn the_room_serves_a_class_under_its_min_share_before_the_classes_above() {
 }
 
 /// Threads take and give back asks of random classes and sizes, fail-fast
-/// (`room == false`) or waiting; a ledger per class (one word, 16 bits a
-/// class), raised after each admission and lowered before each release,
-/// must never show all classes over the capacity, nor a sheddable class
-/// and those below it over their lines plus their min shares. And every
-/// class's count is back to 0 at the end.
+/// (`room == false`) or waiting (`classes.rs`' `ledger_stress`): a ledger
+/// per class must never show all classes over the capacity, nor a
+/// sheddable class and those below it over their lines plus their min
+/// shares. And every class's count is back to 0 at the end.
 fn stress(room: bool) {
     const C: usize = 48;
-    const THREADS: usize = 4;
-    const ROUNDS: usize = 40_000;
     let mut builder = Limiter::builder();
     builder
         .capacity(C)
@@ -244,57 +241,7 @@ fn stress(room: bool) {
     }
     let limiter = Arc::new(builder.build().unwrap());
     // Lines 36 and 24, min shares 4 and 4.
-    let bounds = [C, C, 36 + 4 + 4, 24 + 4];
-    let ledger = Arc::new(AtomicU64::new(0));
-    let barrier = Arc::new(Barrier::new(THREADS));
-    let workers: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let (limiter, ledger, barrier) = (
-                Arc::clone(&limiter),
-                Arc::clone(&ledger),
-                Arc::clone(&barrier),
-            );
-            thread::spawn(move || {
-                let mut rng = 0x9E37_79B9_7F4A_7C15_u64 ^ (t as u64 + 1);
-                let mut next = move || {
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    rng
-                };
-                let mut admitted = 0;
-                barrier.wait();
-                for _ in 0..ROUNDS {
-                    let class = Class::ALL[(next() % 4) as usize];
-                    let units = 1 + (next() % 3) as usize;
-                    let ask = Ask::new().class(class).units(units);
-                    let ask = if room { ask } else { ask.fail_fast() };
-                    let Ok(permit) = limiter.acquire_with(ask) else {
-                        continue;
-                    };
-                    admitted += 1;
-                    let lane = (units as u64) << (16 * class.rank());
-                    let now = ledger.fetch_add(lane, SeqCst) + lane;
-                    let mut below = 0;
-                    for rank in (0..4).rev() {
-                        below += ((now >> (16 * rank)) & 0xFFFF) as usize;
-                        assert!(
-                            below <= bounds[rank],
-                            "ranks {rank}.. hold {below} > {}",
-                            bounds[rank]
-                        );
-                    }
-                    if next() % 4 == 0 {
-                        thread::yield_now();
-                    }
-                    ledger.fetch_sub(lane, SeqCst);
-                    drop(permit);
-                }
-                admitted
-            })
-        })
-        .collect();
-    let admitted: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    let admitted = ledger_stress(&limiter, [C, C, 36 + 4 + 4, 24 + 4], room, 40_000);
     assert!(admitted > 0);
     assert_eq!(limiter.usage(), 0, "every unit back");
     for class in [Class::SheddablePlus, Class::Sheddable] {
