@@ -73,6 +73,8 @@
 //! (SheddablePlus, Sheddable); `PRIORITY_MAIN=0` skips the rows before
 //! the min share's; `PRIORITY_SWEEP=0` skips the sweep.
 
+mod common;
+
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::future::Future;
@@ -82,6 +84,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
+use common::rng::Rng;
 use sidejob::{units::Ask, Class, Error, Limiter};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -105,35 +108,6 @@ const MIX: [f64; 3] = [0.2, 0.5, 0.3];
 const WARMUP: Duration = Duration::from_secs(20);
 /// The seed: every contender at a load sees the same arrivals and holds.
 const SEED: u64 = 0x2545_F491_4F6C_DD1D;
-
-/// A small xorshift, seeded.
-struct Rng(u64);
-
-impl Rng {
-    fn unit(&mut self) -> f64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        ((self.0 >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-
-    fn exp(&mut self, mean: Duration) -> Duration {
-        mean.mul_f64(-self.unit().ln())
-    }
-
-    /// A class index drawn from `MIX`.
-    fn class(&mut self) -> usize {
-        let u = self.unit();
-        let mut acc = 0.0;
-        for (i, share) in MIX.iter().enumerate() {
-            acc += share;
-            if u < acc {
-                return i;
-            }
-        }
-        MIX.len() - 1
-    }
-}
 
 /// Headroom of the two gated classes (SheddablePlus, Sheddable).
 type Headroom = (f64, f64);
@@ -473,7 +447,7 @@ async fn drive_fail_fast(contender: &Contender, load: f64, end: Instant, recorde
         }
         tokio::time::sleep_until(next).await;
         let arrived = Instant::now();
-        let class = rng.class();
+        let class = rng.pick(&MIX);
         let hold = rng.exp(S);
         next += rng.exp(gap);
         rec.arrive(class, arrived);
@@ -519,7 +493,7 @@ async fn drive_waiting(contender: &Contender, load: f64, end: Instant, recorder:
     while next < end {
         tokio::time::sleep_until(next).await;
         let arrived = Instant::now();
-        let class = rng.class();
+        let class = rng.pick(&MIX);
         let hold = rng.exp(S);
         next += rng.exp(gap);
         recorder.lock().unwrap().arrive(class, arrived);

@@ -30,12 +30,15 @@
 //! `WEIGHTED_SECS` sets each contender's run in virtual seconds (default
 //! 600).
 
+mod common;
+
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::rng::Rng;
 use sidejob::Limiter;
 use tokio::sync::{oneshot, Semaphore};
 
@@ -174,22 +177,6 @@ impl Contender {
                 }
             }
         })
-    }
-}
-
-/// A small xorshift, seeded: every contender sees the same arrivals.
-struct Rng(u64);
-
-impl Rng {
-    fn unit(&mut self) -> f64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        ((self.0 >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-
-    fn exp(&mut self, mean: Duration) -> Duration {
-        mean.mul_f64(-self.unit().ln())
     }
 }
 

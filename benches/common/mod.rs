@@ -8,6 +8,7 @@
 
 pub mod adaptive_sim;
 pub mod head_of_line;
+pub mod rng;
 
 use std::time::Instant;
 
