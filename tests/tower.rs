@@ -217,6 +217,13 @@ fn recording() -> (BoxCloneService<Job, u32, Infallible>, Arc<Log>) {
     (BoxCloneService::new(service), order)
 }
 
+/// A job of `id` for a [`recording`] service, and the sender that ends
+/// it with its answer.
+fn job(id: u32) -> (oneshot::Sender<u32>, Job) {
+    let (tx, rx) = oneshot::channel();
+    (tx, (id, rx))
+}
+
 /// A limiter with a waiting room.
 fn with_room(capacity: usize, waiters: usize, max_wait: std::time::Duration) -> Arc<Limiter> {
     Arc::new(
@@ -236,10 +243,6 @@ fn waiting_requests_are_served_in_fifo_order_as_units_free() {
     let limiter = with_room(2, 3, LONG);
     let (inner, order) = recording();
     let mut service = LimitLayer::waiting(Arc::clone(&limiter)).layer(inner);
-    let job = |id| {
-        let (tx, rx) = oneshot::channel();
-        (tx, (id, rx))
-    };
 
     // Two admitted in `call`, three queued on their first poll.
     let (tx_a, a) = job(1);
@@ -1423,6 +1426,26 @@ fn class_by_id(job: &Job) -> Class {
     Class::from_rank(job.0 as usize / 100 - 1).expect("an id from 100 to 499")
 }
 
+/// A waiting layer over `limiter` that classifies by id ([`class_by_id`])
+/// over a [`recording`] service, and the ids that service was called with.
+fn classified_waiting(
+    limiter: &Arc<Limiter>,
+) -> (
+    impl Service<
+        Job,
+        Response = u32,
+        Error = BoxError,
+        Future = impl std::future::Future<Output = Result<u32, BoxError>> + Unpin,
+    >,
+    Arc<Log>,
+) {
+    let (inner, order) = recording();
+    let service = LimitLayer::waiting(Arc::clone(limiter))
+        .classify(class_by_id)
+        .layer(inner);
+    (service, order)
+}
+
 /// Each class's waiters now, in `Class::ALL` order.
 fn waiting_by_class(limiter: &Limiter) -> Vec<usize> {
     limiter.stats().classes.iter().map(|c| c.waiting).collect()
@@ -1441,14 +1464,7 @@ fn a_classified_waiting_layer_serves_the_most_important_class_first_within_its_h
             .build()
             .unwrap(),
     );
-    let (inner, order) = recording();
-    let mut service = LimitLayer::waiting(Arc::clone(&limiter))
-        .classify(class_by_id)
-        .layer(inner);
-    let job = |id| {
-        let (tx, rx) = oneshot::channel();
-        (tx, (id, rx))
-    };
+    let (mut service, order) = classified_waiting(&limiter);
 
     // Four requests of the default class hold every unit.
     let mut held: Vec<_> = (201..=204)
@@ -1512,14 +1528,7 @@ fn a_classified_waiting_layer_without_a_room_refuses_at_once_and_counts_the_clas
             .build()
             .unwrap(),
     );
-    let (inner, order) = recording();
-    let mut service = LimitLayer::waiting(Arc::clone(&limiter))
-        .classify(class_by_id)
-        .layer(inner);
-    let job = |id| {
-        let (tx, rx) = oneshot::channel();
-        (tx, (id, rx))
-    };
+    let (mut service, order) = classified_waiting(&limiter);
     let (tx_a, a) = job(401);
     let mut a = service.call(a);
     let (_tx_b, b) = job(402);
