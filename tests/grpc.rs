@@ -39,6 +39,16 @@ struct Fixture {
     server: tokio::task::JoinHandle<()>,
 }
 
+/// A limiter of one unit with a room of `waiters` and its `max_wait`.
+fn one_unit(waiters: usize, max_wait: Duration) -> Limiter {
+    Limiter::builder()
+        .capacity(1)
+        .max_waiters(waiters)
+        .max_wait(max_wait)
+        .build()
+        .unwrap()
+}
+
 async fn fixture(limiter: Limiter) -> Fixture {
     let limiter = Arc::new(limiter);
     let gate = Arc::new(Semaphore::new(0));
@@ -111,6 +121,14 @@ impl Fixture {
             tokio::task::yield_now().await;
         }
         calls
+    }
+
+    /// Opens the gate for one call and checks that the one call `held`
+    /// (from [`hold`](Self::hold)) is answered.
+    async fn let_one_go(&self, held: Vec<tokio::task::JoinHandle<Result<String, Status>>>) {
+        self.gate.add_permits(1);
+        let [only] = <[_; 1]>::try_from(held).expect("one held call");
+        assert_eq!(only.await.unwrap().unwrap(), "echo: held 0");
     }
 
     /// Starts a call with `priority` that stays inside the handler until
@@ -222,12 +240,7 @@ async fn a_call_that_waited_its_max_wait_is_unavailable() {
     tokio::time::timeout(HUNG, async {
         // The only unit is held until the end, so the waiter cannot be
         // admitted: its wait ends by its max_wait, whatever the timing.
-        let limiter = Limiter::builder()
-            .capacity(1)
-            .max_waiters(1)
-            .max_wait(Duration::from_millis(20))
-            .build()
-            .unwrap();
+        let limiter = one_unit(1, Duration::from_millis(20));
         let f = fixture(limiter).await;
         let held = f.hold(1).await;
 
@@ -239,11 +252,7 @@ async fn a_call_that_waited_its_max_wait_is_unavailable() {
         let stats = f.limiter.stats();
         assert_eq!((stats.waited, stats.timed_out, stats.rejected), (0, 1, 0));
 
-        f.gate.add_permits(1);
-        assert_eq!(
-            held.into_iter().next().unwrap().await.unwrap().unwrap(),
-            "echo: held 0"
-        );
+        f.let_one_go(held).await;
         f.stop().await;
     })
     .await
@@ -253,12 +262,7 @@ async fn a_call_that_waited_its_max_wait_is_unavailable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_limiter_answers_unavailable_to_waiters_and_newcomers() {
     tokio::time::timeout(HUNG, async {
-        let limiter = Limiter::builder()
-            .capacity(1)
-            .max_waiters(4)
-            .max_wait(Duration::from_secs(3600))
-            .build()
-            .unwrap();
+        let limiter = one_unit(4, Duration::from_secs(3600));
         let f = fixture(limiter).await;
         let held = f.hold(1).await;
         let waiter = tokio::spawn(tonic_server::call(f.channel.clone(), "waits"));
@@ -275,11 +279,7 @@ async fn a_closed_limiter_answers_unavailable_to_waiters_and_newcomers() {
         let (code, _, _) = refusal(tonic_server::call(f.channel.clone(), "late").await);
         assert_eq!(code, Code::Unavailable);
 
-        f.gate.add_permits(1);
-        assert_eq!(
-            held.into_iter().next().unwrap().await.unwrap().unwrap(),
-            "echo: held 0"
-        );
+        f.let_one_go(held).await;
         assert_eq!(f.limiter.usage(), 0);
         f.stop().await;
     })
@@ -338,12 +338,7 @@ async fn the_room_serves_critical_plus_first_and_an_unknown_value_in_its_turn() 
     tokio::time::timeout(HUNG, async {
         // One unit: the calls go through it one at a time, in the order
         // the room serves them.
-        let limiter = Limiter::builder()
-            .capacity(1)
-            .max_waiters(4)
-            .max_wait(Duration::from_secs(3600))
-            .build()
-            .unwrap();
+        let limiter = one_unit(4, Duration::from_secs(3600));
         let f = fixture(limiter).await;
         let held = f.hold(1).await;
         // Queued in this order: no metadata, a value that names no class,
@@ -355,11 +350,7 @@ async fn the_room_serves_critical_plus_first_and_an_unknown_value_in_its_turn() 
         let waiting: Vec<usize> = stats.classes.iter().map(|c| c.waiting).collect();
         assert_eq!(waiting, [1, 2, 0, 0], "the unknown value waits as critical");
 
-        f.gate.add_permits(1);
-        assert_eq!(
-            held.into_iter().next().unwrap().await.unwrap().unwrap(),
-            "echo: held 0"
-        );
+        f.let_one_go(held).await;
         for (call, message) in [(top, "top"), (plain, "plain"), (unknown, "unknown")] {
             let answer = call.await.unwrap().unwrap().into_inner();
             assert_eq!(answer, format!("echo: {message}"));
