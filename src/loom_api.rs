@@ -78,21 +78,11 @@ impl Table {
         sheddable: f64,
         max_waiters: usize,
     ) -> Table {
-        let mut policy = crate::engine::waiters::Policy {
-            max_waiters,
-            max_wait: std::time::Duration::MAX,
-            ..Default::default()
-        };
-        policy.headroom.set(crate::Class::SheddablePlus, sheddable);
-        policy.headroom.set(crate::Class::Sheddable, sheddable);
-        let table = crate::engine::table::Table::new(capacity, shards, Probe::Thread)
-            .and_then(|table| table.with_policy(&policy))
-            .expect("valid model config");
-        Table(table)
+        Table::with_min_share(capacity, shards, sheddable, 0.0, max_waiters)
     }
 
     /// [`with_headroom`](Self::with_headroom), `Sheddable` with a min
-    /// share of `min` of the capacity too.
+    /// share of `min` of the capacity too (0: none).
     pub fn with_min_share(
         capacity: usize,
         shards: usize,

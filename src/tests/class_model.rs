@@ -95,6 +95,27 @@ fn give_back(table: &Table, grant: &Grant) {
     table.release_grant(grant, false);
 }
 
+/// A step other than a take: gives back the `k`-th grant held (modulo; none
+/// if nothing is held), or sets the capacity.
+fn release_or_resize(
+    table: &Table,
+    step: Step,
+    held: &mut Vec<(Class, Grant)>,
+    capacity: &mut usize,
+) {
+    match step {
+        Step::Release(k) if !held.is_empty() => {
+            let (_, grant) = held.swap_remove(k % held.len());
+            give_back(table, &grant);
+        }
+        Step::Set(c) => {
+            table.set_capacity(c).unwrap();
+            *capacity = c;
+        }
+        _ => {}
+    }
+}
+
 /// A table of `capacity` on one shard, without a room, with the sheddable
 /// classes' headroom and min shares in twentieths.
 fn shared(capacity: usize, twentieths: [usize; 2], min: [usize; 2]) -> Table {
@@ -164,15 +185,7 @@ proptest! {
                         Err(other) => prop_assert!(false, "unexpected {other}"),
                     }
                 }
-                Step::Release(k) if !held.is_empty() => {
-                    let (_, grant) = held.swap_remove(k % held.len());
-                    give_back(&table, &grant);
-                }
-                Step::Set(c) => {
-                    table.set_capacity(c).unwrap();
-                    capacity = c;
-                }
-                _ => {}
+                other => release_or_resize(&table, other, &mut held, &mut capacity),
             }
             let used: usize = held.iter().map(|(_, g)| g.units()).sum();
             prop_assert_eq!(table.usage(), used);
@@ -205,17 +218,13 @@ proptest! {
                         held.push((class, grant));
                     }
                 }
-                Step::Release(k) if !held.is_empty() => {
-                    let (_, grant) = held.swap_remove(k % held.len());
-                    give_back(&table, &grant);
+                other => {
+                    if let Step::Set(c) = other {
+                        let used: usize = held.iter().map(|(_, g)| g.units()).sum();
+                        loose |= used > share(Class::Sheddable, c, twentieths);
+                    }
+                    release_or_resize(&table, other, &mut held, &mut capacity);
                 }
-                Step::Set(c) => {
-                    table.set_capacity(c).unwrap();
-                    capacity = c;
-                    let used: usize = held.iter().map(|(_, g)| g.units()).sum();
-                    loose |= used > share(Class::Sheddable, c, twentieths);
-                }
-                _ => {}
             }
             if loose {
                 continue;
@@ -280,15 +289,7 @@ proptest! {
                         Err(other) => prop_assert!(false, "unexpected {other}"),
                     }
                 }
-                Step::Release(k) if !held.is_empty() => {
-                    let (_, grant) = held.swap_remove(k % held.len());
-                    give_back(&table, &grant);
-                }
-                Step::Set(c) => {
-                    table.set_capacity(c).unwrap();
-                    capacity = c;
-                }
-                _ => {}
+                other => release_or_resize(&table, other, &mut held, &mut capacity),
             }
             // Counted only when some class has a min share.
             let stats = table.stats();

@@ -178,25 +178,12 @@ fn the_room_serves_the_most_important_class_first() {
     let held: Vec<_> = (0..2)
         .map(|_| limiter.try_acquire_owned().unwrap())
         .collect();
-    let (served, order) = mpsc::channel();
-    let mut waiters = Vec::new();
     // Queued in the order Critical, CriticalPlus, Critical: the second
-    // is served first. Each holds its permit until told to let it go.
-    for (n, class) in [Class::Critical, Class::CriticalPlus, Class::Critical]
-        .into_iter()
-        .enumerate()
-    {
-        let (go, hold) = mpsc::channel::<()>();
-        let (limiter2, served) = (Arc::clone(&limiter), served.clone());
-        let waiter = thread::spawn(move || {
-            let permit = limiter2.acquire_with(Ask::new().class(class)).unwrap();
-            served.send(n).unwrap();
-            hold.recv().unwrap();
-            drop(permit);
-        });
-        waiters.push((go, waiter));
-        until(|| limiter.waiting() == n + 1);
-    }
+    // is served first.
+    let (order, waiters) = queue_waiters(
+        &limiter,
+        &[Class::Critical, Class::CriticalPlus, Class::Critical],
+    );
     let mut held = held.into_iter();
     drop(held.next());
     assert_eq!(order.recv().unwrap(), 1, "CriticalPlus first");
@@ -210,6 +197,34 @@ fn the_room_serves_the_most_important_class_first() {
         waiter.join().unwrap();
     }
     assert_eq!((limiter.waiting(), limiter.usage()), (0, 0));
+}
+
+/// A waiting thread for each of `classes`, queued one after another in
+/// that order: what each sends (its place in `classes`) once served, and
+/// for each, the sender that tells it to let its permit go, and its
+/// handle.
+pub(super) fn queue_waiters(
+    limiter: &Arc<Limiter>,
+    classes: &[Class],
+) -> (
+    mpsc::Receiver<usize>,
+    Vec<(mpsc::Sender<()>, thread::JoinHandle<()>)>,
+) {
+    let (served, order) = mpsc::channel();
+    let mut waiters = Vec::new();
+    for (n, &class) in classes.iter().enumerate() {
+        let (go, hold) = mpsc::channel::<()>();
+        let (limiter2, served) = (Arc::clone(limiter), served.clone());
+        let waiter = thread::spawn(move || {
+            let permit = limiter2.acquire_with(Ask::new().class(class)).unwrap();
+            served.send(n).unwrap();
+            hold.recv().unwrap();
+            drop(permit);
+        });
+        waiters.push((go, waiter));
+        until(|| limiter.waiting() == n + 1);
+    }
+    (order, waiters)
 }
 
 #[test]

@@ -4,14 +4,13 @@
 //! every guard (split, merge, forget); bad settings; and stress tests with
 //! a shadow ledger per class, fail-fast and waiting.
 
-use std::sync::{mpsc, Arc};
-use std::thread;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sidejob::units::Ask;
 use sidejob::{Class, Error, Limiter, LimiterBuilder, QueueOrder};
 
-use super::classes::ledger_stress;
+use super::classes::{ledger_stress, queue_waiters};
 use super::common::until;
 use super::LONG;
 
@@ -172,27 +171,16 @@ fn the_room_serves_a_class_under_its_min_share_before_the_classes_above() {
     let mut held_units: Vec<_> = (0..10)
         .map(|_| Arc::clone(&limiter).try_acquire_owned().unwrap())
         .collect();
-    let (served, order) = mpsc::channel();
-    let mut waiters = Vec::new();
     // A default-class waiter first, then three sheddable ones.
-    let classes = [
-        Class::Critical,
-        Class::Sheddable,
-        Class::Sheddable,
-        Class::Sheddable,
-    ];
-    for (n, class) in classes.into_iter().enumerate() {
-        let (go, hold) = mpsc::channel::<()>();
-        let (limiter2, served) = (Arc::clone(&limiter), served.clone());
-        let waiter = thread::spawn(move || {
-            let permit = limiter2.acquire_with(Ask::new().class(class)).unwrap();
-            served.send(n).unwrap();
-            hold.recv().unwrap();
-            drop(permit);
-        });
-        waiters.push((go, waiter));
-        until(|| limiter.waiting() == n + 1);
-    }
+    let (order, waiters) = queue_waiters(
+        &limiter,
+        &[
+            Class::Critical,
+            Class::Sheddable,
+            Class::Sheddable,
+            Class::Sheddable,
+        ],
+    );
     // The first two releases go to the sheddable class, under its share,
     // though the default class waited longer: the share is kept for it.
     held_units.pop();
