@@ -17,36 +17,10 @@
 use std::future::Future;
 
 use loom::future::block_on;
-use loom::sync::{Arc, Condvar, Mutex};
+use loom::sync::Arc;
 use loom::thread;
+use loom_tests::Count;
 use sidejob::loom_api::{SharedQueue, SharedWorker, Table};
-
-/// A count threads can wait on.
-#[derive(Default)]
-struct Count {
-    value: Mutex<usize>,
-    changed: Condvar,
-}
-
-impl Count {
-    fn bump(&self) {
-        *self.value.lock().unwrap() += 1;
-        self.changed.notify_all();
-    }
-
-    fn get(&self) -> usize {
-        *self.value.lock().unwrap()
-    }
-
-    /// Blocks until the count is at least `n`: a wake-up that never comes
-    /// is a deadlock loom reports.
-    fn wait_for(&self, n: usize) {
-        let mut value = self.value.lock().unwrap();
-        while *value < n {
-            value = self.changed.wait(value).unwrap();
-        }
-    }
-}
 
 struct Rig {
     table: Table,

@@ -9,30 +9,10 @@
 //! loom-tests --release --test loom_pinned`.
 #![cfg(loom)]
 
-use loom::sync::{Arc, Condvar, Mutex};
+use loom::sync::{Arc, Mutex};
 use loom::thread;
+use loom_tests::Count;
 use sidejob::loom_api::{after_release, next_envelope_with_private, Idle, Mailbox, Table};
-
-/// A count threads can wait on (a lost wake-up is a deadlock loom reports).
-#[derive(Default)]
-struct Count {
-    value: Mutex<usize>,
-    changed: Condvar,
-}
-
-impl Count {
-    fn bump(&self) {
-        *self.value.lock().unwrap() += 1;
-        self.changed.notify_all();
-    }
-
-    fn wait_for(&self, n: usize) {
-        let mut value = self.value.lock().unwrap();
-        while *value < n {
-            value = self.changed.wait(value).unwrap();
-        }
-    }
-}
 
 struct Rig {
     table: Table,

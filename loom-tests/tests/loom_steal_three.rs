@@ -18,31 +18,10 @@
 //! 5 minutes without an answer).
 #![cfg(loom)]
 
-use loom::sync::{Arc, Condvar, Mutex};
+use loom::sync::Arc;
 use loom::thread;
+use loom_tests::Count;
 use sidejob::loom_api::{after_release, next_envelope, Idle, Mailbox, Table};
-
-/// A count threads can wait on (a lost wake-up is a deadlock loom reports).
-#[derive(Default)]
-struct Count {
-    value: Mutex<usize>,
-    changed: Condvar,
-}
-
-impl Count {
-    fn bump(&self) {
-        *self.value.lock().unwrap() += 1;
-        self.changed.notify_all();
-    }
-
-    /// Blocks until the count is at least `n`.
-    fn wait_for(&self, n: usize) {
-        let mut value = self.value.lock().unwrap();
-        while *value < n {
-            value = self.changed.wait(value).unwrap();
-        }
-    }
-}
 
 const WORKERS: usize = 3;
 
