@@ -606,15 +606,7 @@ impl<R, M, H, W> LimitLayer<R, M, H, W> {
     #[cfg(feature = "http")]
     #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
     pub fn hold_until_body_ends(self) -> LimitLayer<R, M, UntilBodyEnd, W> {
-        LimitLayer {
-            limiter: self.limiter,
-            anchors: self.anchors,
-            refusal: self.refusal,
-            timer: self.timer,
-            mode: self.mode,
-            hold: UntilBodyEnd,
-            describe: self.describe,
-        }
+        self.made_over(|_| UntilBodyEnd, |describe| describe)
     }
 
     /// Records each admitted request's time in the limit (admission to the
@@ -691,14 +683,25 @@ impl<R, M, H, W> LimitLayer<R, M, H, W> {
 impl<R, M, H, W> LimitLayer<R, M, H, W> {
     /// The same layer with its describer made over by `f`.
     fn describe_with<W2>(self, f: impl FnOnce(W) -> W2) -> LimitLayer<R, M, H, W2> {
+        self.made_over(|hold| hold, f)
+    }
+
+    /// The same layer with how long a request holds its units made over
+    /// by `hold`, and its describer by `describe`: the one place the
+    /// layer's other fields are moved across to a layer of other types.
+    fn made_over<H2, W2>(
+        self,
+        hold: impl FnOnce(H) -> H2,
+        describe: impl FnOnce(W) -> W2,
+    ) -> LimitLayer<R, M, H2, W2> {
         LimitLayer {
             limiter: self.limiter,
             anchors: self.anchors,
             refusal: self.refusal,
             timer: self.timer,
             mode: self.mode,
-            hold: self.hold,
-            describe: f(self.describe),
+            hold: hold(self.hold),
+            describe: describe(self.describe),
         }
     }
 }
