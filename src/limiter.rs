@@ -709,6 +709,27 @@ impl Limiter {
         self.table.headroom_fraction(class)
     }
 
+    /// The min share of the capacity in force that `class` may hold
+    /// whatever its headroom (see [`LimiterBuilder::min_share`]): 0 if it
+    /// has none, as the two top classes never do.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{Class, Limiter};
+    ///
+    /// let limiter = Limiter::builder()
+    ///     .capacity(100)
+    ///     .min_share(Class::Sheddable, 0.05)
+    ///     .build()?;
+    /// assert_eq!(limiter.min_share(Class::Sheddable), 0.05);
+    /// assert_eq!(limiter.min_share(Class::SheddablePlus), 0.0);
+    /// # Ok::<(), sidejob::ConfigError>(())
+    /// ```
+    pub fn min_share(&self, class: crate::Class) -> f64 {
+        self.table.min_share_fraction(class)
+    }
+
     /// The most permits that can be out at once: the capacity in force
     /// (the last [`set_capacity`](Self::set_capacity), or the built one).
     pub fn capacity(&self) -> usize {

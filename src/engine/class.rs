@@ -411,6 +411,11 @@ impl Headroom {
         self.fractions[g]
     }
 
+    /// The min share of gated class `g` (0: none).
+    pub(crate) fn min_fraction(&self, g: usize) -> f64 {
+        self.min[g]
+    }
+
     /// Each gated class's line on each shard, for shards of `limits`
     /// (adding up to `capacity`) holding `held`: `lines[g][i]`. See the
     /// module docs.

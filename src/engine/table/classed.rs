@@ -87,6 +87,11 @@ impl Table {
         class.gate().map_or(1.0, |g| self.headroom.fraction(g))
     }
 
+    /// The min share of `class`, as a fraction of the capacity (0: none).
+    pub(crate) fn min_share_fraction(&self, class: Class) -> f64 {
+        class.gate().map_or(0.0, |g| self.headroom.min_fraction(g))
+    }
+
     /// Stores each shard's lines for `limits` over `capacity`, each shard
     /// holding `held`: at build, and by a resize while the shards are
     /// gated, with the limits.
