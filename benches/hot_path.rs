@@ -97,6 +97,16 @@ fn op_ours_admit_classed(limiter: &Limiter) {
     black_box(&permit);
 }
 
+/// Ours: the same on a limiter whose `Sheddable` class has a min share,
+/// so its units are counted while held (the min share's cost).
+#[inline(never)]
+fn op_ours_admit_counted(limiter: &Limiter) {
+    let permit = black_box(limiter)
+        .acquire_with(Ask::new().class(Class::Sheddable).fail_fast())
+        .expect("no overload here");
+    black_box(&permit);
+}
+
 /// Ours: a refusal, counted (every shard full).
 #[inline(never)]
 fn op_ours_refuse(limiter: &Limiter) {
@@ -180,6 +190,9 @@ struct Subjects {
     /// The same, timing (almost) none.
     controller_none: Controller,
     ours_room: Limiter,
+    /// A limiter whose `Sheddable` class has a min share: its units are
+    /// counted while held.
+    ours_min_share: Limiter,
     ours_full: Limiter,
     tokio: Semaphore,
     tokio_empty: Semaphore,
@@ -193,6 +206,11 @@ fn subjects() -> Subjects {
     for _ in 0..ours_full.capacity() {
         std::mem::forget(ours_full.try_acquire().expect("room while filling"));
     }
+    let ours_min_share = Limiter::builder()
+        .capacity(BIG)
+        .min_share(Class::Sheddable, 0.05)
+        .build()
+        .expect("valid bench configuration");
     let ours_room = Limiter::builder()
         .capacity(BIG)
         .max_waiters(64)
@@ -229,6 +247,7 @@ fn subjects() -> Subjects {
         controller_every,
         controller_none,
         ours_room,
+        ours_min_share,
         ours_full,
         tokio: Semaphore::new(BIG),
         tokio_empty: Semaphore::new(0),
@@ -278,6 +297,8 @@ fn run(s: &Subjects, name: &str, iters: u64) {
         "ours_admit_many" => (0..iters).for_each(|_| op_ours_admit_many(&s.ours)),
         "ours_admit_with" => (0..iters).for_each(|_| op_ours_admit_with(&s.ours)),
         "ours_admit_classed" => (0..iters).for_each(|_| op_ours_admit_classed(&s.ours)),
+        // The same on a limiter with a min share (its units counted).
+        "ours_admit_counted" => (0..iters).for_each(|_| op_ours_admit_counted(&s.ours_min_share)),
         "tokio_admit" => (0..iters).for_each(|_| op_tokio_admit(&s.tokio)),
         "tokio_refuse" => (0..iters).for_each(|_| op_tokio_refuse(&s.tokio_empty)),
         "bare_admit" => (0..iters).for_each(|_| op_bare_admit(&s.bare)),

@@ -79,6 +79,8 @@ echo "admission + release of 4 units at once (try_acquire_many(4)): sidejob $man
 with=$(per_op ours_admit_with)
 classed=$(per_op ours_admit_classed)
 echo "admission + release through acquire_with, one unit: default class $with, Sheddable $classed   (net $(awk -v x="$with" -v e="$empty" 'BEGIN { printf "%.1f", x - e }') and $(awk -v x="$classed" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'); the class's take $(awk -v c="$classed" -v w="$with" -v e="$empty" 'BEGIN { printf "%.2f", (c - e) / (w - e) }')x the default class's, target <= 1.3x)"
+counted=$(per_op ours_admit_counted)
+echo "the same Sheddable take with a min share set (its units counted while held): $counted   (net $(awk -v x="$counted" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'); $(awk -v c="$counted" -v w="$with" -v e="$empty" 'BEGIN { printf "%.2f", (c - e) / (w - e) }')x the default class's)"
 room=$(per_op ours_admit_room)
 echo "admission + release, idle waiting room: sidejob $room   (net $(awk -v x="$room" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'))"
 
