@@ -22,6 +22,13 @@
 //! class's share, and none while a waiter of a class above it that fits
 //! waits (no priority inversion). A newcomer takes from the table only if
 //! its unit fits, and waits otherwise.
+//!
+//! **Min shares.** Both one-shard models again with random min shares: a
+//! take is admitted exactly when its line or its class's min share (the
+//! units the class holds, these counted in, within it; the capacity
+//! permitting) allows, and the class's count is what the model holds of
+//! it; in the room, a sheddable class under its min share is admitted and
+//! served on it first, the order otherwise as without.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -39,11 +46,23 @@ use crate::engine::waiters::Policy;
 use crate::error::Error;
 
 /// A table of `capacity` over `shards` with the sheddable classes'
-/// headroom in twentieths, and a room of `waiters` (0: none).
-fn table(capacity: usize, shards: usize, twentieths: [usize; 2], waiters: usize) -> Table {
+/// headroom and min shares in twentieths, and a room of `waiters` (0:
+/// none).
+fn table(
+    capacity: usize,
+    shards: usize,
+    twentieths: [usize; 2],
+    min: [usize; 2],
+    waiters: usize,
+) -> Table {
     let mut headroom = HeadroomSettings::default();
-    headroom.set(Class::SheddablePlus, twentieths[0] as f64 / 20.0);
-    headroom.set(Class::Sheddable, twentieths[1] as f64 / 20.0);
+    for (g, class) in [Class::SheddablePlus, Class::Sheddable]
+        .into_iter()
+        .enumerate()
+    {
+        headroom.set(class, twentieths[g] as f64 / 20.0);
+        headroom.set_min_share(class, min[g] as f64 / 20.0);
+    }
     let policy = Policy {
         max_waiters: waiters,
         max_wait: Duration::from_secs(3600),
@@ -116,27 +135,6 @@ fn release_or_resize(
     }
 }
 
-/// A table of `capacity` on one shard, without a room, with the sheddable
-/// classes' headroom and min shares in twentieths.
-fn shared(capacity: usize, twentieths: [usize; 2], min: [usize; 2]) -> Table {
-    let mut headroom = HeadroomSettings::default();
-    for (g, class) in [Class::SheddablePlus, Class::Sheddable]
-        .into_iter()
-        .enumerate()
-    {
-        headroom.set(class, twentieths[g] as f64 / 20.0);
-        headroom.set_min_share(class, min[g] as f64 / 20.0);
-    }
-    let policy = Policy {
-        headroom,
-        ..Policy::default()
-    };
-    Table::new(capacity, 1, Probe::Thread)
-        .unwrap()
-        .with_policy(&policy)
-        .unwrap()
-}
-
 /// Headroom in twentieths as [`twentieths`] makes, and min shares each
 /// at most its class's headroom, the two adding up to at most 20.
 fn with_min() -> impl Strategy<Value = ([usize; 2], [usize; 2])> {
@@ -156,7 +154,7 @@ proptest! {
         twentieths in twentieths(),
         steps in proptest::collection::vec(step(true), 1..60),
     ) {
-        let table = table(capacity, 1, twentieths, 0);
+        let table = table(capacity, 1, twentieths, [0, 0], 0);
         let mut capacity = capacity;
         let mut held: Vec<(Class, Grant)> = Vec::new();
         for step in steps {
@@ -203,7 +201,7 @@ proptest! {
         twentieths in twentieths(),
         steps in proptest::collection::vec(step(true), 1..80),
     ) {
-        let table = table(capacity, shards, twentieths, 0);
+        let table = table(capacity, shards, twentieths, [0, 0], 0);
         let mut capacity = capacity;
         // Set once a resize finds more held (of every class) than a gated
         // class's new share: no split of the lines can then keep that
@@ -262,7 +260,7 @@ proptest! {
         (twentieths, min) in with_min(),
         steps in proptest::collection::vec(step(true), 1..60),
     ) {
-        let table = shared(capacity, twentieths, min);
+        let table = table(capacity, 1, twentieths, min, 0);
         let mut capacity = capacity;
         let mut held: Vec<(Class, Grant)> = Vec::new();
         let holds = |held: &[(Class, Grant)], class: Class| -> usize {
@@ -328,29 +326,44 @@ type Wait<'a> = Pin<Box<dyn Future<Output = Result<Grant, Error>> + 'a>>;
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
+    /// With random min shares too (none in a third of the cases): a
+    /// sheddable class under its min share is admitted and served on it,
+    /// ahead of the classes above, and otherwise the order is as without.
     #[test]
     fn the_room_serves_by_class_then_by_arrival_with_no_inversion(
         capacity in 1usize..10,
-        twentieths in twentieths(),
+        (twentieths, min) in with_min(),
+        no_min in proptest::bool::weighted(0.33),
         places in 1usize..6,
         steps in proptest::collection::vec(room_step(), 1..60),
     ) {
-        let table = table(capacity, 1, twentieths, places);
+        let min = if no_min { [0, 0] } else { min };
+        let table = table(capacity, 1, twentieths, min, places);
         let mut cx = Context::from_waker(Waker::noop());
-        // The model: units held, and the waiters (class, arrival) in
-        // arrival order; the table's side: the futures of those waiting.
-        let mut held: Vec<Grant> = Vec::new();
+        // The model: units held (by class), and the waiters (class,
+        // arrival) in arrival order; the table's side: the futures of
+        // those waiting.
+        let mut held: Vec<(Class, Grant)> = Vec::new();
         let mut waiting: Vec<(Class, usize, Wait<'_>)> = Vec::new();
         let fits = |class: Class, used: usize| used < share(class, capacity, twentieths);
+        // One more unit of `class` within its min share, the capacity
+        // permitting.
+        let on_share = |class: Class, held: &[(Class, Grant)]| {
+            class.gate().is_some_and(|g| {
+                let of_class = held.iter().filter(|(c, _)| *c == class).count();
+                held.len() < capacity && of_class < min[g] * capacity / 20
+            })
+        };
         for (arrival, step) in steps.into_iter().enumerate() {
             match step {
                 RoomStep::Arrive(class) => {
                     let mut wait: Wait<'_> = Box::pin(table.admit_async(Ask::new().class(class)));
                     let used = held.len();
+                    let admit = fits(class, used) || on_share(class, &held);
                     match wait.as_mut().poll(&mut cx) {
                         Poll::Ready(Ok(grant)) => {
-                            prop_assert!(fits(class, used), "{class} admitted at {used}");
-                            held.push(grant);
+                            prop_assert!(admit, "{class} admitted at {used}");
+                            held.push((class, grant));
                         }
                         Poll::Ready(Err(error)) => {
                             // Shed: a class whose share is nothing (it could
@@ -363,7 +376,7 @@ proptest! {
                             prop_assert!(nothing || full, "{class} refused with room");
                         }
                         Poll::Pending => {
-                            prop_assert!(!fits(class, used), "{class} waits at {used}");
+                            prop_assert!(!admit, "{class} waits at {used}");
                             if waiting.len() == places {
                                 // A full room made way: the newest of the
                                 // least important class below it leaves,
@@ -383,19 +396,29 @@ proptest! {
                     }
                 }
                 RoomStep::Release(k) if !held.is_empty() => {
-                    let grant = held.swap_remove(k % held.len());
+                    let (_, grant) = held.swap_remove(k % held.len());
                     give_back(&table, &grant);
-                    // The model's grants: the most important class, the
-                    // oldest within it, while its unit fits.
-                    let mut want = Vec::new();
+                    // The model's grants, one at a time: the oldest waiter
+                    // of the most important sheddable class under its min
+                    // share; else the most important class, the oldest
+                    // within it, while its unit fits under its line.
                     let mut order: Vec<(usize, usize)> =
                         waiting.iter().map(|(c, a, _)| (c.rank(), *a)).collect();
                     order.sort_unstable();
-                    for (used, (rank, arrival)) in (held.len()..).zip(order) {
-                        let class = Class::from_rank(rank).unwrap();
-                        if !fits(class, used) {
-                            break;
-                        }
+                    let mut model: Vec<(Class, Grant)> =
+                        held.iter().map(|(c, _)| (*c, Grant::on(0, 1))).collect();
+                    let mut want = Vec::new();
+                    loop {
+                        let share_first = order
+                            .iter()
+                            .position(|&(rank, _)| on_share(Class::from_rank(rank).unwrap(), &model));
+                        let pick = share_first.or_else(|| {
+                            let &(rank, _) = order.first()?;
+                            fits(Class::from_rank(rank).unwrap(), model.len()).then_some(0)
+                        });
+                        let Some(at) = pick else { break };
+                        let (rank, arrival) = order.remove(at);
+                        model.push((Class::from_rank(rank).unwrap(), Grant::on(0, 1)));
                         want.push(arrival);
                     }
                     let mut got = Vec::new();
@@ -404,7 +427,7 @@ proptest! {
                         match wait.as_mut().poll(&mut cx) {
                             Poll::Ready(Ok(grant)) => {
                                 got.push(arrival);
-                                held.push(grant);
+                                held.push((class, grant));
                             }
                             Poll::Ready(Err(error)) => prop_assert!(false, "{class}: {error}"),
                             Poll::Pending => still.push((class, arrival, wait)),
@@ -421,7 +444,7 @@ proptest! {
             prop_assert_eq!(table.waiting(), waiting.len());
         }
         drop(waiting);
-        for grant in held.drain(..) {
+        for (_, grant) in held.drain(..) {
             give_back(&table, &grant);
         }
         prop_assert_eq!(table.usage(), 0);
