@@ -953,6 +953,58 @@ fn the_exporters_page_passes_promtool() {
     assert!(output.trim().is_empty(), "promtool has lints:\n{output}");
 }
 
+/// A front-end with a min share exports its sheddable classes' units held
+/// (`sidejob_class_held`), equal to `ClassStats::held`; one without
+/// exports none (it counts nothing); and the page passes `promtool`.
+#[test]
+fn a_min_share_exports_the_units_each_sheddable_class_holds() {
+    let (recorder, page) = prometheus();
+    let counted = Arc::new(
+        Limiter::builder()
+            .name("shared")
+            .capacity(10)
+            .min_share(Class::Sheddable, 0.2)
+            .build()
+            .unwrap(),
+    );
+    let plain = Arc::new(
+        Limiter::builder()
+            .name("plain")
+            .capacity(10)
+            .build()
+            .unwrap(),
+    );
+    let mut reporter = metrics::with_local_recorder(&recorder, || {
+        let one = |r: Result<Reporter, sidejob::ConfigError>| r.unwrap();
+        one(Reporter::builder().build(&counted)).merge(one(Reporter::builder().build(&plain)))
+    });
+    let export = Ask::new().class(Class::Sheddable).fail_fast();
+    let held = counted.acquire_with(export.units(3)).unwrap();
+    let _other = plain.acquire_with(export.units(3)).unwrap();
+    reporter.tick(Instant::now()).unwrap();
+    let p = page.render();
+    assert!(p.contains("# TYPE sidejob_class_held gauge\n"), "{p}");
+    assert_eq!(series(&p, "sidejob_class_held"), 2, "{p}");
+    let of = |class: &'static str| [("name", "shared"), ("class", class)];
+    assert_eq!(value(&p, "sidejob_class_held", &of("sheddable")), 3.0);
+    assert_eq!(value(&p, "sidejob_class_held", &of("sheddable_plus")), 0.0);
+    drop(held);
+    reporter.tick(Instant::now()).unwrap();
+    let p = page.render();
+    assert_eq!(value(&p, "sidejob_class_held", &of("sheddable")), 0.0);
+    if let Some((ok, output)) = promtool_check_metrics(&p) {
+        assert!(
+            ok && output.trim().is_empty(),
+            "promtool:\n{output}\non\n{p}"
+        );
+    } else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI is set but `promtool` is missing"
+        );
+    }
+}
+
 /// Runs `promtool check metrics` on `page`: whether it passed and what it
 /// said; `None` when there is no `promtool` to run.
 fn promtool_check_metrics(page: &str) -> Option<(bool, String)> {

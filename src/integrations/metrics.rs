@@ -84,7 +84,9 @@
 //! beside `name` and `kind`: [`CLASS_ACCEPTED`], [`CLASS_REJECTED`],
 //! [`CLASS_TIMED_OUT`] (counters, exported as increments as above) and
 //! [`CLASS_WAITING`] (a gauge), for all four classes from the first tick,
-//! so a class's series is there (at 0) before its first request. They are
+//! so a class's series is there (at 0) before its first request; and, for
+//! a front-end with a min share, [`CLASS_HELD`] (a gauge) for its two
+//! sheddable classes. They are
 //! names of their own, not a `class` label on `sidejob_accepted_total`:
 //! a series with the label beside one without under the same name would
 //! make `sum(sidejob_accepted_total)` count every unit twice. Summed over
@@ -195,6 +197,11 @@ pub const CLASS_TIMED_OUT: &str = "sidejob_class_timed_out_total";
 /// Gauge: one class's callers waiting for a unit now
 /// ([`ClassStats::waiting`]); labelled also with `class`.
 pub const CLASS_WAITING: &str = "sidejob_class_waiting";
+/// Gauge: units one sheddable class holds now ([`ClassStats::held`]),
+/// what its min share is checked against; labelled also with `class`.
+/// Exported only by a front-end with a min share (the only one that
+/// counts them), for its two sheddable classes.
+pub const CLASS_HELD: &str = "sidejob_class_held";
 
 /// Gauge: shepherd operations due and waiting for a worker
 /// ([`ShepherdStats::due`]): the shepherd's health figure.
@@ -284,6 +291,11 @@ fn describe() {
         CLASS_WAITING,
         Unit::Count,
         "Callers of a priority class waiting for a unit now"
+    );
+    ::metrics::describe_gauge!(
+        CLASS_HELD,
+        Unit::Count,
+        "Units a sheddable priority class holds now, against its min share"
     );
 }
 
@@ -401,23 +413,30 @@ struct ClassHandles {
     rejected: Counter,
     timed_out: Counter,
     waiting: Gauge,
+    /// For a class whose units the front-end counts (`counted`).
+    held: Option<Gauge>,
 }
 
 impl ClassHandles {
-    /// The series of `class`, under the front-end's `labels`.
-    fn register(labels: &[Label], class: Class) -> Self {
+    /// The series of `class`, under the front-end's `labels`; its units
+    /// held too if `counted`.
+    fn register(labels: &[Label], class: Class, counted: bool) -> Self {
         let mut labels = labels.to_vec();
         labels.push(Label::new("class", class.as_str()));
         ClassHandles {
             accepted: ::metrics::counter!(CLASS_ACCEPTED, labels.clone()),
             rejected: ::metrics::counter!(CLASS_REJECTED, labels.clone()),
             timed_out: ::metrics::counter!(CLASS_TIMED_OUT, labels.clone()),
+            held: counted.then(|| ::metrics::gauge!(CLASS_HELD, labels.clone())),
             waiting: ::metrics::gauge!(CLASS_WAITING, labels),
         }
     }
 
     fn export(&self, stats: &ClassStats, last: &mut ClassTotals) {
         self.waiting.set(stats.waiting as f64);
+        if let (Some(gauge), Some(held)) = (&self.held, stats.held) {
+            gauge.set(held as f64);
+        }
         add(&self.accepted, stats.accepted, &mut last.accepted);
         add(&self.rejected, stats.rejected, &mut last.rejected);
         add(&self.timed_out, stats.timed_out, &mut last.timed_out);
@@ -425,7 +444,7 @@ impl ClassHandles {
 }
 
 impl Handles {
-    fn register(labels: &[Label]) -> Self {
+    fn register(labels: &[Label], counted: [bool; Class::COUNT]) -> Self {
         describe();
         Handles {
             capacity: ::metrics::gauge!(CAPACITY, labels.to_vec()),
@@ -440,7 +459,7 @@ impl Handles {
             waited_seconds: ::metrics::gauge!(WAITED_SECONDS, labels.to_vec()),
             classes: Class::ALL
                 .iter()
-                .map(|&class| ClassHandles::register(labels, class))
+                .map(|&class| ClassHandles::register(labels, class, counted[class.rank()]))
                 .collect(),
         }
     }
@@ -533,6 +552,9 @@ pub(crate) struct FrontEnd<'a> {
     pub(crate) id: usize,
     /// Whether it is still alive; read only while claiming.
     pub(crate) alive: Alive,
+    /// The classes whose units it counts while held (`ClassStats::held`
+    /// is `Some`): their held gauge is registered.
+    pub(crate) counted: [bool; Class::COUNT],
 }
 
 /// One front-end's series: the handles, what they were last given, and
@@ -563,7 +585,7 @@ impl Series {
         let (name, last, claim) = claim(&front_end)?;
         let labels = labels(&name, front_end.kind);
         Ok(Series {
-            handles: Handles::register(&labels),
+            handles: Handles::register(&labels, front_end.counted),
             shepherd: (front_end.kind == "shepherd").then(|| ShepherdHandles::register(&labels)),
             name,
             kind: front_end.kind,
@@ -824,6 +846,7 @@ mod tests {
                 unnamed: false,
                 id,
                 alive,
+                counted: [false; Class::COUNT],
             }
         };
         let claims = 1_000;
