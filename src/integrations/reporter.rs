@@ -831,6 +831,19 @@ impl ReporterBuilder {
     }
 }
 
+/// The classes whose units `source`'s front-end counts while held (their
+/// `ClassStats::held` is `Some`), as one reading says: fixed at its build.
+#[cfg(feature = "metrics")]
+fn counted(source: &Source) -> [bool; crate::Class::COUNT] {
+    let mut counted = [false; crate::Class::COUNT];
+    if let Some(reading) = (source.read)() {
+        for class in &reading.stats.classes {
+            counted[class.class.rank()] = class.held.is_some();
+        }
+    }
+    counted
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -851,17 +864,4 @@ mod tests {
         // Past the end of the clock: never.
         assert_eq!(next_tick(t0, Duration::MAX, t0), None);
     }
-}
-
-/// The classes whose units `source`'s front-end counts while held (their
-/// `ClassStats::held` is `Some`), as one reading says: fixed at its build.
-#[cfg(feature = "metrics")]
-fn counted(source: &Source) -> [bool; crate::Class::COUNT] {
-    let mut counted = [false; crate::Class::COUNT];
-    if let Some(reading) = (source.read)() {
-        for class in &reading.stats.classes {
-            counted[class.class.rank()] = class.held.is_some();
-        }
-    }
-    counted
 }

@@ -199,6 +199,10 @@ fn the_room_serves_the_most_important_class_first() {
     assert_eq!((limiter.waiting(), limiter.usage()), (0, 0));
 }
 
+/// A queued waiter's thread: the sender that tells it to let its permit
+/// go, and its handle.
+pub(super) type Waiter = (mpsc::Sender<()>, thread::JoinHandle<()>);
+
 /// A waiting thread for each of `classes`, queued one after another in
 /// that order: what each sends (its place in `classes`) once served, and
 /// for each, the sender that tells it to let its permit go, and its
@@ -206,10 +210,7 @@ fn the_room_serves_the_most_important_class_first() {
 pub(super) fn queue_waiters(
     limiter: &Arc<Limiter>,
     classes: &[Class],
-) -> (
-    mpsc::Receiver<usize>,
-    Vec<(mpsc::Sender<()>, thread::JoinHandle<()>)>,
-) {
+) -> (mpsc::Receiver<usize>, Vec<Waiter>) {
     let (served, order) = mpsc::channel();
     let mut waiters = Vec::new();
     for (n, &class) in classes.iter().enumerate() {
