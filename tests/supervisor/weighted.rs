@@ -250,6 +250,7 @@ fn spawn_with_holds_every_unit_until_the_child_returns() {
     assert_eq!(sup.usage(), 0);
 }
 
+#[cfg(feature = "tokio")]
 #[test]
 fn spawn_task_with_waits_then_holds_every_unit_until_the_task_ends() {
     use sidejob::units::Ask;
