@@ -200,7 +200,8 @@ impl Table {
         };
         let min = self.headroom.min_units(g, self.capacity());
         // Relaxed: a hint for the room's order; `claim_share` decides.
-        n > 0 && self.classes.counts[class.rank()].held.load(Relaxed) + n <= min
+        let held = self.classes.counts[class.rank()].held.load(Relaxed);
+        n > 0 && held.checked_add(n).is_some_and(|after| after <= min)
     }
 
     /// Claims `n` units of `class`'s min share in its holdings, if they
