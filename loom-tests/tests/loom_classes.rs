@@ -16,10 +16,11 @@
 //!   the release that brings the usage under it (a lost wake-up leaves the
 //!   model deadlocked, which loom reports).
 //!
-//! * takes of a class over its line racing for its min share and a
-//!   release of a unit it held on that share: the class never holds more
-//!   than its share (its claim is one CAS on its count), and its count
-//!   ends equal to what it holds;
+//! * two takes of a class over its line racing for the last unit of its
+//!   min share: exactly one gets it (its claim is one CAS on its count);
+//!   a take racing the release of the unit that fills the share: the
+//!   class never holds more than its share, and its count ends equal to
+//!   what it holds;
 //! * a waiter of a class whose min share is full, racing the release of
 //!   the unit that fills it and the release of a default-class unit: it
 //!   is granted (on its share or under its line), never with its count
@@ -176,14 +177,46 @@ fn a_gated_waiter_is_served_under_its_line_and_never_sleeps_through_it() {
 /// Capacity 4 over 2 shards, `Sheddable` at half (a line of 1 on each)
 /// with a min share of a quarter: 1 unit. The default class holds a unit
 /// on each shard, so every shard is at its line: the class is admitted on
-/// its share alone. It holds that one unit; two takers of the class race
-/// the release of it. The class never holds more than 1, and its count
-/// ends equal to what it holds.
+/// its min share alone.
+fn over_its_line() -> Arc<Table> {
+    let table = Arc::new(Table::with_min_share(4, 2, 0.5, 0.25, 0));
+    assert!(table.acquire_at(0).is_ok() && table.acquire_at(1).is_ok());
+    table
+}
+
+/// [`over_its_line`]: two takers of the class, from either shard, race
+/// for the one unit of its share. Exactly one gets it (the claim is one
+/// CAS on the class's count), and the count ends at 1.
 #[test]
-fn a_class_over_its_line_never_holds_more_than_its_min_share() {
+fn two_takes_never_both_get_the_last_unit_of_a_min_share() {
     loom::model(|| {
-        let table = Arc::new(Table::with_min_share(4, 2, 0.5, 0.25, 0));
-        assert!(table.acquire_at(0).is_ok() && table.acquire_at(1).is_ok());
+        let table = over_its_line();
+        let takers: Vec<_> = [0, 1]
+            .into_iter()
+            .map(|start| {
+                let table = Arc::clone(&table);
+                thread::spawn(move || table.acquire_class_at(Class::Sheddable, start, 1).is_ok())
+            })
+            .collect();
+        let taken = takers
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .filter(|&ok| ok)
+            .count();
+        assert_eq!(taken, 1, "a share of 1, and a free unit for each taker");
+        assert_eq!(table.class_held(Class::Sheddable), Some(1));
+        assert_eq!(table.usage(), 3);
+    });
+}
+
+/// [`over_its_line`], the class holding its one unit of share: a taker of
+/// the class races the release of that unit. The class never holds more
+/// than 1 (a ledger lowered before the release, as a guard's drop
+/// starts), and its count ends equal to what it holds.
+#[test]
+fn a_take_racing_the_release_of_its_share_never_holds_more_than_it() {
+    loom::model(|| {
+        let table = over_its_line();
         let first = table.acquire_class_at(Class::Sheddable, 0, 1).unwrap();
         assert_eq!(
             table.acquire_class_at(Class::Sheddable, 1, 1),
@@ -191,36 +224,24 @@ fn a_class_over_its_line_never_holds_more_than_its_min_share() {
             "its share is full"
         );
         let ledger = Arc::new(AtomicUsize::new(1));
-        let takers: Vec<_> = [0, 1]
-            .into_iter()
-            .map(|start| {
-                let (table, ledger) = (Arc::clone(&table), Arc::clone(&ledger));
-                thread::spawn(move || {
-                    let taken = table.acquire_class_at(Class::Sheddable, start, 1).ok();
-                    if taken.is_some() {
-                        // SeqCst: the model's ledger, raised after the take.
-                        let now = ledger.fetch_add(1, SeqCst) + 1;
-                        assert!(now <= 1, "the class holds {now} over a share of 1");
-                    }
-                    taken
-                })
-            })
-            .collect();
-        let releaser = {
+        let taker = {
             let (table, ledger) = (Arc::clone(&table), Arc::clone(&ledger));
             thread::spawn(move || {
-                // Lowered before the release, as a guard's drop starts.
-                ledger.fetch_sub(1, SeqCst);
-                table.release_class(Class::Sheddable, first[0].0, 1);
+                let taken = table.acquire_class_at(Class::Sheddable, 1, 1).is_ok();
+                if taken {
+                    // SeqCst: the model's ledger, raised after the take.
+                    let now = ledger.fetch_add(1, SeqCst) + 1;
+                    assert!(now <= 1, "the class holds {now} over a share of 1");
+                }
+                taken
             })
         };
-        let taken: Vec<_> = takers
-            .into_iter()
-            .filter_map(|t| t.join().unwrap())
-            .collect();
-        releaser.join().unwrap();
-        assert_eq!(table.class_held(Class::Sheddable), Some(taken.len()));
-        assert_eq!(table.usage(), 2 + taken.len());
+        // Lowered before the release, as a guard's drop starts.
+        ledger.fetch_sub(1, SeqCst);
+        table.release_class(Class::Sheddable, first[0].0, 1);
+        let taken = usize::from(taker.join().unwrap());
+        assert_eq!(table.class_held(Class::Sheddable), Some(taken));
+        assert_eq!(table.usage(), 2 + taken);
     });
 }
 
