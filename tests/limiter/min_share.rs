@@ -43,7 +43,9 @@ fn a_min_share_admits_a_sheddable_class_above_its_line_up_to_the_share() {
         // Line 5 of 10, min share 2.
         let limiter = builder(10, shards, 0.5, 0.2).build().unwrap();
         let users: Vec<_> = (0..6).map(|_| limiter.try_acquire().unwrap()).collect();
-        // 6 held: over the line. The min share admits two, one at a time.
+        // 6 held: over the line in total. Two are admitted, one at a time
+        // (on one shard, on the min share; on more, a shard still under
+        // its own line may admit one), and the class's count says two.
         let first = limiter.acquire_with(ask(Class::Sheddable)).unwrap();
         let second = limiter.acquire_with(ask(Class::Sheddable)).unwrap();
         assert_eq!(held(&limiter, Class::Sheddable), 2, "{shards} shards");
