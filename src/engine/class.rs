@@ -31,9 +31,10 @@
 //! limits together while the shards are gated). So:
 //!
 //! * the units held by class `c` and every class below it are at most the
-//!   sum of their lines, `floor(f × C)`, at every instant: on each shard,
-//!   the last of them admitted found the shard's usage within its line,
-//!   and every other one still held was held then;
+//!   sum of their lines, `floor(f × C)`, at every instant (with min shares,
+//!   plus those: see "A min share" below): on each shard, the last of
+//!   them admitted under its line found the shard's usage within it, and
+//!   every other one still held was held then;
 //! * on each shard, the units between its line and its limit are taken by
 //!   the classes above `c` alone: at least `C − floor(f × C)` units are
 //!   kept from `c` for them;
