@@ -36,8 +36,8 @@
 //!   them admitted under its line found the shard's usage within it, and
 //!   every other one still held was held then;
 //! * on each shard, the units between its line and its limit are taken by
-//!   the classes above `c` alone: at least `C − floor(f × C)` units are
-//!   kept from `c` for them;
+//!   the classes above `c` alone (but for `c`'s min share, if any): at
+//!   least `C − floor(f × C)` units are kept from `c` for them;
 //! * `c` is refused when every shard it walks is at or over its line: with
 //!   one shard, exactly when the usage is at `floor(f × C)`. With several,
 //!   `c` may be admitted on a shard below its line while the total usage
