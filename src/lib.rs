@@ -67,6 +67,8 @@
 //! * [`guide::resizing`]: moving the capacity at run time.
 //! * [`guide::priority`]: priority classes, the least important work
 //!   refused first under overload.
+//! * [`guide::fairness`]: fair shares among tenant keys, by weight,
+//!   with per-key caps.
 //! * [`guide::adaptive`]: a capacity that follows the backend (which
 //!   algorithm for what), and a claim size for a task loop.
 //! * [`guide::keyed`]: one at a time per key, for children and for pool
@@ -288,6 +290,8 @@ pub mod guide {
     pub mod weighted {}
     #[doc = include_str!("../docs/guide/priority.md")]
     pub mod priority {}
+    #[doc = include_str!("../docs/guide/fairness.md")]
+    pub mod fairness {}
     #[doc = include_str!("../docs/guide/adaptive.md")]
     pub mod adaptive {}
     #[doc = include_str!("../docs/guide/keyed.md")]

@@ -103,6 +103,9 @@ pub struct Many {
     /// (it has a min share; else `Critical`): a gated class's units are
     /// counted out of its holdings when they are given back.
     pub(crate) class: Class,
+    /// The tenant key they are counted to, or 0: they are counted out of
+    /// its units when they are given back.
+    pub(crate) key: u64,
 }
 
 impl Many {
@@ -112,18 +115,30 @@ impl Many {
             here,
             rest,
             class,
+            key,
         } = grant;
-        (shard, Many { here, rest, class })
+        (
+            shard,
+            Many {
+                here,
+                rest,
+                class,
+                key,
+            },
+        )
     }
 
-    /// Counts its units out of its gated class's holdings, as its give-back
-    /// starts (`Table::release_class`). Out of line: the default class's
+    /// Counts its units out of its gated class's holdings and its key's,
+    /// as its give-back starts (`Table::release_class`,
+    /// `Table::release_key`). Out of line: the default class's unkeyed
     /// permits never come here.
     #[cold]
     #[inline(never)]
-    fn release_class(&self, table: &Table) {
+    fn release_counted(&mut self, table: &Table) {
         use sealed::Sealed;
-        table.release_class(self.class, self.count());
+        let n = self.count();
+        table.release_class(self.class, n);
+        table.release_key(std::mem::take(&mut self.key), n);
     }
 
     /// Gives back the units on other shards: out of line, a permit of
@@ -158,8 +173,8 @@ impl sealed::Sealed for Many {
 
     #[inline]
     fn release(&mut self, table: &Table, shard: &Shard) {
-        if self.class.gate().is_some() {
-            self.release_class(table);
+        if self.class.gate().is_some() || self.key != 0 {
+            self.release_counted(table);
         }
         if !self.rest.is_empty() {
             self.release_rest(table, os_thread::panicking());
@@ -176,6 +191,7 @@ impl sealed::Sealed for Many {
             here: std::mem::take(&mut self.here),
             rest: std::mem::take(&mut self.rest),
             class: self.class,
+            key: std::mem::take(&mut self.key),
         }
     }
 }

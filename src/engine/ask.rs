@@ -6,9 +6,9 @@
 //! fail-fast ask of one unit, `acquire_many(8)` a waiting ask of eight, a
 //! pool's `call_with(ask, request)` whatever the caller built. An option
 //! is a field of the ask, not a suffix on every method: the priority class
-//! (`.class(c)`, `engine/class.rs`) is one, and the tenant key of the next
-//! wave of the design (`DESIGN.md`, "Requests are not all equal") will be
-//! another, which every front-end that takes an `Ask` gains at once.
+//! (`.class(c)`, `engine/class.rs`) is one, the tenant key (`.key(k)`,
+//! `engine/keys/`) another, which every front-end that takes an `Ask`
+//! gains at once.
 
 use std::time::Instant;
 
@@ -34,9 +34,10 @@ use crate::engine::class::Class;
 /// (`max_waiters` above 0); without one it fails fast, as `acquire` does.
 ///
 /// `.class(c)` sets its [`Class`]: the share of the capacity its units may
-/// take and its place in a waiting room. The fields are private, so the
-/// tenant key a later version adds is one more builder method, and code
-/// written against this version keeps compiling.
+/// take and its place in a waiting room; `.key(k)` its tenant, whose cap
+/// and fair share its units count against. The fields are private, so a
+/// later option is one more builder method, and code written against
+/// this version keeps compiling.
 ///
 /// # Examples
 ///
@@ -60,6 +61,8 @@ pub struct Ask {
     /// How important it is: which headroom its units are taken under,
     /// and where it stands in a waiting room.
     pub(crate) class: Class,
+    /// Its tenant key's id (`engine/keys/`), or 0 for none.
+    pub(crate) key: u64,
 }
 
 /// How an ask takes its units. The first two are what users build; the
@@ -102,6 +105,7 @@ impl Ask {
             units: 1,
             how: How::Wait(None),
             class: Class::Critical,
+            key: 0,
         }
     }
 
@@ -205,6 +209,51 @@ impl Ask {
         self
     }
 
+    /// For tenant `key` (a tenant's name or id, a path segment: anything
+    /// `Hash`): its units count to the key, against the key's cap, and,
+    /// while the capacity binds, against its fair share, `capacity ×
+    /// weight / the weight of the keys holding units` (the guide's
+    /// "Fair shares"). A key's weight and cap are the front-end's
+    /// settings (`key_weight`, `key_cap`, `per_key_cap`).
+    ///
+    /// The key is hashed here, once, and known by its 64-bit hash from
+    /// then on: its cost is its `Hash`'s (a 1 MB string is read once),
+    /// nothing of it is kept, and two keys of one hash are one key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{units::Ask, Error, Limiter};
+    ///
+    /// let limiter = Limiter::builder().capacity(8).per_key_cap(2).build()?;
+    /// let a = limiter.acquire_with(Ask::new().key("tenant-a").units(2).fail_fast())?;
+    /// // Tenant a has its cap; tenant b has its own.
+    /// let more = limiter.acquire_with(Ask::new().key("tenant-a").fail_fast());
+    /// assert_eq!(more.unwrap_err(), Error::KeyBusy);
+    /// let b = limiter.acquire_with(Ask::new().key("tenant-b").fail_fast())?;
+    /// # drop((a, b));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn key<K: std::hash::Hash + ?Sized>(mut self, key: &K) -> Ask {
+        self.key = crate::engine::keys::id_of(key);
+        self
+    }
+
+    /// Whether it has a tenant key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::units::Ask;
+    ///
+    /// assert!(Ask::new().key(&42_u64).is_keyed());
+    /// assert!(!Ask::new().is_keyed());
+    /// ```
+    pub const fn is_keyed(&self) -> bool {
+        self.key != 0
+    }
+
     /// Its class.
     ///
     /// # Examples
@@ -268,7 +317,7 @@ impl Ask {
     /// Whether it is the hot path's ask: one unit of the default class.
     #[inline(always)]
     pub(crate) const fn is_one(&self) -> bool {
-        self.units == 1 && matches!(self.class, Class::Critical)
+        self.units == 1 && matches!(self.class, Class::Critical) && self.key == 0
     }
 }
 

@@ -34,6 +34,9 @@ pub(crate) struct Grant {
     /// reason a grant carries its class. Elsewhere `Critical`, whatever
     /// the class (nothing is counted).
     pub(crate) class: Class,
+    /// The tenant key they are counted to (`engine/keys/`), or 0: their
+    /// give-back counts them out of the key's units.
+    pub(crate) key: u64,
 }
 
 impl Grant {
@@ -44,6 +47,7 @@ impl Grant {
             here: units,
             rest: Vec::new(),
             class: Class::Critical,
+            key: 0,
         }
     }
 
@@ -124,19 +128,22 @@ impl Grant {
                 self.rest.pop();
             }
         }
-        Some(
-            Grant::from_parts(taken.first().map_or(self.shard, |p| p.shard), taken)
-                .of_class(self.class),
-        )
+        let mut split = Grant::from_parts(taken.first().map_or(self.shard, |p| p.shard), taken)
+            .of_class(self.class);
+        split.key = self.key;
+        Some(split)
     }
 
     /// Adds `other`'s units to this grant (both of one table), as units
-    /// of this grant's class: the caller moves a gated class's count
-    /// (`Table::reclass`) when the classes differ.
+    /// of this grant's class and key: the caller moves a gated class's
+    /// count (`Table::reclass`) when the classes differ, and a key's when
+    /// the keys do.
     pub(crate) fn merge(&mut self, other: Grant) {
         let mut parts = self.parts();
         parts.extend(other.parts());
+        let key = self.key;
         *self = Grant::from_parts(self.shard, parts).of_class(self.class);
+        self.key = key;
     }
 }
 

@@ -25,6 +25,7 @@ pub(crate) mod ask;
 pub(crate) mod class;
 pub(crate) mod foreign;
 pub(crate) mod grant;
+pub(crate) mod keys;
 pub(crate) mod probe;
 pub(crate) mod split;
 pub(crate) mod table;

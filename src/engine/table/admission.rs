@@ -29,6 +29,8 @@ impl Table {
     pub(crate) fn admit(&self, ask: &Ask) -> Result<Grant, Error> {
         if ask.is_one() {
             self.admit_one(ask.how).map(Grant::one)
+        } else if ask.key != 0 {
+            self.admit_keyed(ask)
         } else if ask.class != Class::Critical {
             self.admit_classed(ask)
         } else {
@@ -71,6 +73,7 @@ impl Table {
     /// other ask is answered at once.
     pub(crate) async fn admit_async(&self, ask: Ask) -> Result<Grant, Error> {
         match ask.how {
+            How::Wait(_) if ask.key != 0 => self.admit_keyed_async(ask).await,
             How::Wait(deadline) if ask.units > 0 => {
                 self.acquire_async_many(ask.units, ask.class, deadline)
                     .await

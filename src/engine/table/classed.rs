@@ -21,6 +21,7 @@
 use super::{Bound, Grant, Table};
 use crate::engine::ask::{Ask, How};
 use crate::engine::class::{Class, Headroom};
+use crate::engine::waiters::Tenant;
 use crate::error::Error;
 use crate::sync::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use crossbeam_utils::CachePadded;
@@ -138,7 +139,9 @@ impl Table {
             How::Try | How::Unbounded => (self.home_start(), true),
             How::At(start) => (self.reduce(start), true),
             How::Probe => (self.home_shard(), false),
-            How::Wait(deadline) => return self.admit_classed_waiting(n, class, deadline),
+            How::Wait(deadline) => {
+                return self.admit_classed_waiting(n, class, deadline, Tenant::NONE)
+            }
         };
         let result = self.take_class(start, n, class);
         self.count_class(class, &result, counted);
@@ -276,19 +279,21 @@ impl Table {
         }
     }
 
-    /// A waiting ask of `class`: from the table if the units are there,
-    /// else in the room (if any) until `deadline` at the latest.
-    fn admit_classed_waiting(
+    /// A waiting ask of `class` (any class, the default included): from
+    /// the table if the units are there, else in the room (if any), in
+    /// `tenant`'s place, until `deadline` at the latest.
+    pub(super) fn admit_classed_waiting(
         &self,
         n: usize,
         class: Class,
         deadline: Option<std::time::Instant>,
+        tenant: Tenant,
     ) -> Result<Grant, Error> {
         if let Some(answer) = self.first_take(n, class) {
             return answer;
         }
         match self.room.as_deref() {
-            Some(room) => self.wait_blocking(room, deadline, n, class),
+            Some(room) => self.wait_blocking(room, deadline, n, class, tenant),
             None => {
                 let refused = Err(Error::Overload);
                 self.count_class(class, &refused, true);

@@ -446,8 +446,10 @@ impl Table {
     /// Gives back every unit of `grant`, all by a panic if `panicked`:
     /// the end of a request of many units (a pool's weighed envelope).
     pub(crate) fn release_grant(&self, grant: &Grant, panicked: bool) {
-        // Out of its class's holdings first (`release_class`).
+        // Out of its class's and its key's holdings first
+        // (`release_class`, `release_key`).
         self.release_class(grant.class, grant.units());
+        self.release_key(grant.key, grant.units());
         for part in grant.parts() {
             self.release_units(part.shard, part.units, panicked);
         }

@@ -52,6 +52,7 @@
 use crossbeam_utils::CachePadded;
 
 use crate::engine::class::{Class, Headroom, GATED as GATED_CLASSES};
+use crate::engine::keys::Ledger;
 use crate::engine::probe::Probe;
 use crate::engine::split;
 use crate::engine::waiters::{Queue, Room, Woken};
@@ -66,6 +67,7 @@ mod admission;
 mod admit;
 mod classed;
 mod full;
+mod keyed;
 mod many;
 mod readings;
 mod resize;
@@ -250,6 +252,11 @@ pub(crate) struct Table {
     headroom: Headroom,
     /// The per-class figures of the classed paths (`classed.rs`).
     classes: classed::ClassTally,
+    /// The tenant keys' units, weights and caps (`keyed.rs`).
+    keys: Ledger,
+    /// The fraction of the capacity a key over its fair share may take
+    /// a fail-fast ask's units under (`keyed.rs`, "The fair line").
+    fair_line: f64,
     /// Serializes resizes, the gated path and the waiting room. In an
     /// `Arc` so that the room's alarm can reach it.
     control: Arc<Mutex<Control>>,
@@ -344,6 +351,8 @@ impl Table {
             caps,
             headroom: Headroom::default(),
             classes: classed::ClassTally::default(),
+            keys: Ledger::new(count),
+            fair_line: keyed::DEFAULT_FAIR_LINE,
             control: Arc::new(Mutex::new(Control::default())),
             room: None,
             #[cfg(not(loom))]

@@ -15,7 +15,7 @@ use std::time::Instant;
 use super::{Bound, Control, Table, Take, CLOSED, FLAGS};
 use crate::engine::class::Class;
 use crate::engine::grant::{Grant, Part};
-use crate::engine::waiters::{Policy, Room, Source, State, Ticket, Wake, Woken};
+use crate::engine::waiters::{Policy, Room, Source, State, Tenant, Ticket, Wake, Woken};
 use crate::error::{ConfigError, Error};
 #[cfg(not(loom))]
 use crate::sync::Mutex;
@@ -32,6 +32,8 @@ pub(crate) struct WaitUnit<'a> {
     class: Class,
     /// The caller's own deadline, if any; `max_wait` bounds it too.
     deadline: Option<Instant>,
+    /// Its tenant, for the room's fair order.
+    tenant: Tenant,
     /// The waiter's node and ticket, while it is queued. Its deadline is
     /// the room's watcher's business (`alarm.rs`): the future arms no
     /// timer.
@@ -65,6 +67,14 @@ impl std::future::Future for WaitOne<'_> {
         std::pin::Pin::new(&mut self.get_mut().0)
             .poll(cx)
             .map(|granted| granted.map(|grant| grant.shard))
+    }
+}
+
+impl WaitUnit<'_> {
+    /// The same wait, ordered in the room as `tenant`'s.
+    pub(crate) fn for_tenant(mut self, tenant: Tenant) -> Self {
+        self.tenant = tenant;
+        self
     }
 }
 
@@ -150,7 +160,8 @@ impl std::future::Future for WaitUnit<'_> {
         let overdue = deadline.is_some_and(|deadline| deadline <= now);
         let watched = deadline.filter(|_| !overdue);
         let wake = Wake::Task(cx.waker().clone());
-        let entered = table.enter_room(room, wake, now, watched, this.need, this.class);
+        let entered =
+            table.enter_room(room, wake, now, watched, this.need, this.class, this.tenant);
         let (queued, arm) = match entered {
             Ok(entered) => entered,
             Err(err) => return Poll::Ready(Err(err)),
@@ -335,7 +346,7 @@ impl Table {
     fn acquire_or_wait(&self, deadline: Option<Instant>) -> Result<usize, Error> {
         match &self.room {
             Some(room) => self
-                .wait_blocking(room, deadline, 1, Class::Critical)
+                .wait_blocking(room, deadline, 1, Class::Critical, Tenant::NONE)
                 .map(|grant| grant.shard),
             None => {
                 self.count_refusal();
@@ -371,6 +382,7 @@ impl Table {
         deadline: Option<Instant>,
         need: usize,
         class: Class,
+        tenant: Tenant,
     ) -> Result<(Queued, bool), Error> {
         let mut shed = Woken::default();
         let mut control = self.control.lock();
@@ -382,7 +394,7 @@ impl Table {
             return Err(Error::Shutdown);
         }
         if control.queue.len() >= room.policy.max_waiters
-            && !control.queue.shed_for(room, class, &mut shed)
+            && !control.queue.shed_for(room, class, tenant, &mut shed)
         {
             drop(control);
             drop(wake);
@@ -402,7 +414,7 @@ impl Table {
         let (key, ticket, since_ticks) =
             control
                 .queue
-                .push(room, wake, now, deadline, need, class, admitted_at);
+                .push(room, wake, now, deadline, need, class, admitted_at, tenant);
         let arm = deadline.is_some_and(|deadline| control.queue.arm(deadline));
         let queued = Queued {
             key,
@@ -649,12 +661,13 @@ impl Table {
         deadline: Option<Instant>,
         need: usize,
         class: Class,
+        tenant: Tenant,
     ) -> Result<Grant, Error> {
         let start = now();
         let deadline = self.wait_deadline(room, deadline, start);
         // No deadline in the node: this thread times its own wait below.
         let wake = Wake::Thread(park::current());
-        let (queued, _) = self.enter_room(room, wake, start, None, need, class)?;
+        let (queued, _) = self.enter_room(room, wake, start, None, need, class, tenant)?;
         if let Some(grant) = self.recheck(room, &queued) {
             return grant;
         }
@@ -697,6 +710,7 @@ impl Table {
             need,
             class,
             deadline,
+            tenant: Tenant::NONE,
             queued: None,
         }
     }
@@ -713,7 +727,9 @@ impl Table {
     ) -> Result<Grant, Error> {
         match self.try_fast(need, Class::Critical) {
             Err(Error::Overload) => match &self.room {
-                Some(room) => self.wait_blocking(room, deadline, need, Class::Critical),
+                Some(room) => {
+                    self.wait_blocking(room, deadline, need, Class::Critical, Tenant::NONE)
+                }
                 None => {
                     self.count_refusal();
                     Err(Error::Overload)

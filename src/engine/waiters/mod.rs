@@ -98,10 +98,12 @@ use crate::sync::{
 use crossbeam_utils::CachePadded;
 use std::time::Duration;
 
+mod fair;
 mod queue;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
+pub(crate) use fair::Tenant;
 pub(crate) use queue::{Queue, QueueCounts, Source, Wake, Woken};
 
 /// Which waiter a freed unit goes to, when several wait.

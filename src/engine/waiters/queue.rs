@@ -1,5 +1,6 @@
 //! The queue of waiters under the table's control lock: a doubly linked list through the waiters' keys for each priority class (every way of leaving it is O(1)), the order a grant serves (a sheddable class under its min share first, then the most important class, the room's order within it), the deadlines the watcher expires, and the wakers it hands back to be woken or dropped after the lock.
 
+use super::fair::{FairOrder, Place, Tenant};
 use super::{QueueOrder, Room, State, Ticket, SPARE_TICKETS};
 use crate::engine::class::Class;
 use crate::engine::foreign::each_then_resume;
@@ -219,6 +220,11 @@ pub(super) struct Node {
     /// share (see [`Queue::collect`]): once it has, it claims the share
     /// for all it holds, so no unit taken above the line goes uncounted.
     on_share: bool,
+    /// Its tenant's key (0: none), its start tag and its arrival in the
+    /// fair order (`fair.rs`).
+    tenant: u64,
+    start: u64,
+    seq: u64,
 }
 
 /// The queue of waiters, in the table's control lock. A node lives while
@@ -261,6 +267,8 @@ pub(crate) struct Queue {
     armed: Option<Instant>,
     /// The figures kept here, under the lock.
     counts: QueueCounts,
+    /// The order among tenants, once a keyed waiter has come (`fair.rs`).
+    fair: FairOrder,
 }
 
 impl Default for Queue {
@@ -276,6 +284,7 @@ impl Default for Queue {
             standing_since: None,
             armed: None,
             counts: QueueCounts::default(),
+            fair: FairOrder::default(),
         }
     }
 }
@@ -300,9 +309,11 @@ impl Queue {
         need: usize,
         class: Class,
         admitted_at: usize,
+        tenant: Tenant,
     ) -> (usize, Arc<Ticket>, u64) {
         let ticket = self.ticket();
         let since_ticks = room.ticks();
+        let (start, seq) = self.fair.tag(tenant, need);
         let node = Node {
             ticket: Arc::clone(&ticket),
             wake: Some(wake),
@@ -317,6 +328,9 @@ impl Queue {
             admitted_at,
             reserved: false,
             on_share: false,
+            tenant: tenant.key,
+            start,
+            seq,
         };
         if scheduled(need, class) {
             self.wide += 1;
@@ -340,6 +354,18 @@ impl Queue {
             self.standing_since = Some(now);
         }
         self.newest[rank] = key;
+        if !self.fair.on && tenant.key != 0 && room.policy.order == QueueOrder::Fifo {
+            // The first keyed waiter: from now on the fair order serves,
+            // and every waiter already queued has its place in it.
+            self.fair.on = true;
+            for queued in self.all_keys() {
+                let place = self.place(queued);
+                self.fair.order[self.node(queued).class.rank()].insert(place);
+            }
+        } else if self.fair.on {
+            let place = self.place(key);
+            self.fair.order[rank].insert(place);
+        }
         self.len += 1;
         self.counts.waiting[rank] += 1;
         room.set_count(self.len);
@@ -350,9 +376,12 @@ impl Queue {
     /// Takes the waiting node `key` out of the list (its node stays until
     /// freed).
     fn unlink(&mut self, key: usize) {
+        let place = self.place(key);
         let node = self.node(key);
         let (older, newer, rank) = (node.older, node.newer, node.class.rank());
-        if scheduled(node.need, node.class) {
+        let (tenant, wide) = (node.tenant, scheduled(node.need, node.class));
+        self.fair.left(tenant, rank, place);
+        if wide {
             self.wide -= 1;
         }
         match older {
@@ -375,10 +404,28 @@ impl Queue {
         self.oldest.iter().position(|&key| key != NIL)
     }
 
-    /// Takes the oldest waiting node of the most important class waiting
-    /// out of its list; its key.
+    /// Where waiter `key` stands in the fair order.
+    fn place(&self, key: usize) -> Place {
+        let node = self.node(key);
+        (node.start, node.seq, key)
+    }
+
+    /// The first waiter of class `rank` in the room's order when it
+    /// serves the oldest first: the fair order's first once it is on,
+    /// else the oldest; or [`NIL`].
+    fn first_of(&self, rank: usize) -> usize {
+        if self.fair.on {
+            self.fair.first(rank).unwrap_or(NIL)
+        } else {
+            self.oldest[rank]
+        }
+    }
+
+    /// Takes the oldest waiting node (the first in the fair order, once
+    /// it is on) of the most important class waiting out of its list;
+    /// its key.
     fn pop_oldest(&mut self) -> Option<usize> {
-        let key = self.oldest[self.top()?];
+        let key = self.first_of(self.top()?);
         self.unlink(key);
         Some(key)
     }
@@ -715,12 +762,26 @@ impl Queue {
     /// So a full room never turns away a request while one less important
     /// than it waits: the lowest class waits only while there is room for
     /// it, as it is refused first at the table.
-    pub(crate) fn shed_for(&mut self, room: &Room, class: Class, woken: &mut Woken) -> bool {
-        let Some(key) = (class.rank() + 1..Class::COUNT)
+    ///
+    /// In the fair order, a newcomer of a key it would serve before the
+    /// last waiter of its own class takes that waiter's place: a tenant
+    /// that floods the room is the one shed, never a light one.
+    pub(crate) fn shed_for(
+        &mut self,
+        room: &Room,
+        class: Class,
+        tenant: Tenant,
+        woken: &mut Woken,
+    ) -> bool {
+        let lower = (class.rank() + 1..Class::COUNT)
             .rev()
             .map(|rank| self.newest[rank])
-            .find(|&key| key != NIL)
-        else {
+            .find(|&key| key != NIL);
+        let fair = || {
+            let last = self.fair.last(class.rank())?;
+            (self.fair.on && last.0 > self.fair.start_of(tenant)).then_some(last.2)
+        };
+        let Some(key) = lower.or_else(fair) else {
             return false;
         };
         self.unlink(key);
@@ -769,7 +830,7 @@ impl Queue {
             let key = if newest_first {
                 self.newest[rank]
             } else {
-                self.oldest[rank]
+                self.first_of(rank)
             };
             let node = self.nodes.get(key)?.as_ref()?;
             (!node.reserved && source.under_share(class, node.need)).then_some(key)
@@ -785,14 +846,14 @@ impl Queue {
     /// The first waiter in the room's order of the most important class
     /// from rank `rank` down that waits, or [`NIL`].
     fn first_from(&self, rank: usize, newest_first: bool) -> usize {
-        let ends = if newest_first {
-            &self.newest
-        } else {
-            &self.oldest
-        };
-        ends[rank.min(Class::COUNT)..]
-            .iter()
-            .copied()
+        (rank.min(Class::COUNT)..Class::COUNT)
+            .map(|rank| {
+                if newest_first {
+                    self.newest[rank]
+                } else {
+                    self.first_of(rank)
+                }
+            })
             .find(|&key| key != NIL)
             .unwrap_or(NIL)
     }
@@ -802,7 +863,14 @@ impl Queue {
     fn after(&self, room: &Room, key: usize, now: Instant) -> usize {
         let node = self.node(key);
         let newest_first = self.newest_first(room, now);
-        let next = if newest_first { node.older } else { node.newer };
+        let next = if newest_first {
+            node.older
+        } else if self.fair.on {
+            let rank = node.class.rank();
+            self.fair.after(rank, self.place(key)).unwrap_or(NIL)
+        } else {
+            node.newer
+        };
         if next != NIL {
             return next;
         }
@@ -962,6 +1030,7 @@ impl Queue {
             }
         }
         if granted {
+            self.fair.served(node.start);
             // Counted before the lock is let go, so that the waiter's
             // `stats()` (which takes the lock) includes its own wait; its
             // time follows the wake-up (`Woken::wake_all`).

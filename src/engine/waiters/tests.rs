@@ -30,7 +30,16 @@ fn push(
     now: Instant,
     deadline: Option<Instant>,
 ) -> (usize, Arc<Ticket>) {
-    let (key, ticket, _) = queue.push(room, waker(), now, deadline, 1, Class::Critical, 0);
+    let (key, ticket, _) = queue.push(
+        room,
+        waker(),
+        now,
+        deadline,
+        1,
+        Class::Critical,
+        0,
+        Tenant::NONE,
+    );
     (key, ticket)
 }
 
@@ -43,7 +52,16 @@ fn push_many(
     need: usize,
     admitted: usize,
 ) -> (usize, Arc<Ticket>) {
-    let (key, ticket, _) = queue.push(room, waker(), now, None, need, Class::Critical, admitted);
+    let (key, ticket, _) = queue.push(
+        room,
+        waker(),
+        now,
+        None,
+        need,
+        Class::Critical,
+        admitted,
+        Tenant::NONE,
+    );
     (key, ticket)
 }
 

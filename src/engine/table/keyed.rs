@@ -1,0 +1,193 @@
+//! Admission by tenant key: a keyed ask's units are counted to its key
+//! (`engine/keys/`) before they are taken, against the key's cap (exact),
+//! and, while the capacity binds, against the key's fair share.
+//!
+//! # The fair line
+//!
+//! A fail-fast ask of a key within its share (`capacity × weight / W`,
+//! its units counted in) takes as any ask does: up to the capacity,
+//! under its class's line. A key *over* its share takes only while the
+//! table's usage, its units counted in, stays at or below the *fair
+//! line*: `floor(fair_line × capacity)`, 0.9 of it unless the builder
+//! says otherwise. The units above the line are kept for keys within
+//! their share: a tenant that floods holds at most the line, and a light
+//! tenant that comes then finds units free. Below the line no share
+//! stops anyone, so the capacity is used whoever asks: two keys of a
+//! thousand, both busy, can use all of it between them (each is within
+//! its half), and one alone all of it (its share is everything).
+//!
+//! # Waiting
+//!
+//! A waiting ask in a table with a room does not stop at the line: it
+//! takes free units if there are any (nobody waits for them, or they
+//! would have been handed over), else it waits in the room in its key's
+//! place in the fair order (`waiters/fair.rs`), which serves the key
+//! served least for its weight first. Its units are counted to its key
+//! from the moment it asks, so a key's cap bounds what it holds and waits
+//! for together.
+//!
+//! # What is exact
+//!
+//! The capacity (the table's takes decide) and each key's cap (the
+//! ledger counts under a lock) are bounds no race crosses. The share and
+//! the line are read, not reserved: two keys racing may both pass the
+//! line by one take, never the capacity.
+
+use super::{Grant, Table};
+use crate::engine::ask::{Ask, How};
+use crate::engine::class::Class;
+use crate::engine::keys::{Entered, KeySettings, Ledger};
+use crate::engine::waiters::Tenant;
+use crate::error::{ConfigError, Error};
+
+/// The fair line unless the builder sets one: 0.9 of the capacity.
+pub(super) const DEFAULT_FAIR_LINE: f64 = 0.9;
+
+/// A key's units counted in the ledger while an ask is under way: given
+/// back if the ask fails, is refused or is dropped (a future cancelled
+/// in its wait), kept by the grant if it succeeds.
+struct Counted<'a> {
+    table: &'a Table,
+    key: u64,
+    units: usize,
+}
+
+impl Counted<'_> {
+    /// The ask succeeded: its grant carries the key from now on.
+    fn keep(self, mut grant: Grant) -> Grant {
+        grant.key = self.key;
+        std::mem::forget(self);
+        grant
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.table.keys.release(self.key, self.units);
+    }
+}
+
+impl Table {
+    /// [`admit`](Self::admit) of a keyed ask (module docs).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn admit_keyed(&self, ask: &Ask) -> Result<Grant, Error> {
+        let plain = Ask { key: 0, ..*ask };
+        let Some((counted, entered)) = self.count_to_key(ask)? else {
+            return self.admit(&plain);
+        };
+        let grant = match ask.how {
+            How::Wait(deadline) if self.room.is_some() => {
+                let tenant = Tenant {
+                    key: ask.key,
+                    weight: entered.weight,
+                };
+                self.admit_classed_waiting(ask.units, ask.class, deadline, tenant)?
+            }
+            _ => self.admit_fail_fast(&plain, &entered)?,
+        };
+        Ok(counted.keep(grant))
+    }
+
+    /// [`admit_async`](Self::admit_async) of a keyed ask: cancel safe, as
+    /// an unkeyed wait is, and its key's count goes with it.
+    pub(super) async fn admit_keyed_async(&self, ask: Ask) -> Result<Grant, Error> {
+        let plain = Ask { key: 0, ..ask };
+        let Some((counted, entered)) = self.count_to_key(&ask)? else {
+            return self.admit(&plain);
+        };
+        let grant = match (ask.how, self.room.is_some()) {
+            (How::Wait(deadline), true) => {
+                let tenant = Tenant {
+                    key: ask.key,
+                    weight: entered.weight,
+                };
+                self.acquire_async_many(ask.units, ask.class, deadline)
+                    .for_tenant(tenant)
+                    .await?
+            }
+            _ => self.admit_fail_fast(&plain, &entered)?,
+        };
+        Ok(counted.keep(grant))
+    }
+
+    /// Counts a keyed ask's units to its key: `None` for an ask of no
+    /// units (nothing to count); `TooLarge` for more than the capacity in
+    /// force (as the table would answer, before the key's own answer);
+    /// the ledger's `KeyBusy` or `TooLarge` for the key's cap.
+    fn count_to_key(&self, ask: &Ask) -> Result<Option<(Counted<'_>, Entered)>, Error> {
+        if ask.units == 0 {
+            return Ok(None);
+        }
+        if ask.units > self.capacity() {
+            return Err(Error::TooLarge);
+        }
+        let entered = self.keys.enter(ask.key, ask.units)?;
+        let counted = Counted {
+            table: self,
+            key: ask.key,
+            units: ask.units,
+        };
+        Ok(Some((counted, entered)))
+    }
+
+    /// A keyed ask that does not wait: within its share, the table's take;
+    /// over it, the same take only while the usage stays at or below the
+    /// fair line (module docs), else `Overload`, counted as the table's
+    /// refusals are (a probe's is not).
+    fn admit_fail_fast(&self, plain: &Ask, entered: &Entered) -> Result<Grant, Error> {
+        let capacity = self.capacity();
+        let plain = match plain.how {
+            How::Wait(_) => plain.fail_fast(),
+            _ => *plain,
+        };
+        if !entered.within_share(capacity)
+            && self.usage().saturating_add(plain.units) > self.fair_units(capacity)
+        {
+            if plain.how != How::Probe {
+                self.count_refusal();
+                if plain.class != Class::Critical {
+                    self.count_class_refusal(plain.class);
+                }
+            }
+            return Err(Error::Overload);
+        }
+        self.admit(&plain)
+    }
+
+    /// The fair line in units, for `capacity`.
+    fn fair_units(&self, capacity: usize) -> usize {
+        // Exact for every capacity up to 2^53; above it, within one part
+        // in 2^53 of the fraction, which a line is anyway.
+        (self.fair_line * capacity as f64).floor() as usize
+    }
+
+    /// Counts `n` units of key `id` out of its holdings, as a grant of
+    /// them is given back (`Grant::key`, `units::Many::key`). Nothing for
+    /// no key.
+    pub(crate) fn release_key(&self, id: u64, n: usize) {
+        if id != 0 {
+            self.keys.release(id, n);
+        }
+    }
+
+    /// The tenant keys' ledger: their weights, caps and counts.
+    pub(crate) fn keys(&self) -> &Ledger {
+        &self.keys
+    }
+
+    /// Takes a builder's key settings (checked): the fair line, the
+    /// default cap and each key's rule. At build, before the table is
+    /// shared.
+    pub(crate) fn with_keys(mut self, settings: &KeySettings) -> Result<Self, ConfigError> {
+        settings.check()?;
+        self.fair_line = settings.fair_line.unwrap_or(DEFAULT_FAIR_LINE);
+        settings.apply(&self.keys);
+        Ok(self)
+    }
+
+    /// The fair line, as a fraction of the capacity.
+    pub(crate) fn fair_line(&self) -> f64 {
+        self.fair_line
+    }
+}
