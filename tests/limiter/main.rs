@@ -13,6 +13,10 @@
 //!   the capacity, on any shard count and through a resize; the room's
 //!   class order; per-class figures; bad headroom; a stress test with a
 //!   ledger per class.
+//! * `fair.rs`: fair shares across tenant keys (issue 37): the fair
+//!   line, the room's fair order, caps, weights, every guard carrying its
+//!   key, bad settings, bounded memory, a stress test with a ledger per
+//!   key.
 //! * `weighted.rs`: requests of many units (issue 35): tokio's weighted
 //!   semaphore tests translated, takes across shards, `split`, `merge`,
 //!   `forget`, relative resizes, bad input, a stress test with a ledger.
@@ -30,6 +34,7 @@
 mod common;
 
 mod classes;
+mod fair;
 mod min_share;
 mod permits;
 mod resize;
