@@ -1063,6 +1063,12 @@ impl Queue {
         self.nodes[key].as_mut().expect("a waiting key has a node")
     }
 
+    /// How many tenants the fair order keeps a tag for (for the tests).
+    #[cfg(test)]
+    pub(super) fn fair_keys(&self) -> usize {
+        self.fair.keys()
+    }
+
     /// The keys of the waiting nodes, oldest first (for the tests).
     #[cfg(test)]
     pub(super) fn keys(&self) -> Vec<usize> {

@@ -512,3 +512,91 @@ proptest::proptest! {
         }
     }
 }
+
+#[derive(Debug, Clone)]
+enum FairStep {
+    /// A waiter of tenant `0..5` (0: unkeyed) for `1..3` units.
+    Push(u64, usize),
+    Cancel(usize),
+    Grant,
+}
+
+fn fair_step() -> impl proptest::strategy::Strategy<Value = FairStep> {
+    use proptest::prelude::*;
+    prop_oneof![
+        4 => ((0u64..5), 1usize..3).prop_map(|(t, n)| FairStep::Push(t, n)),
+        1 => any::<usize>().prop_map(FairStep::Cancel),
+        3 => Just(FairStep::Grant),
+    ]
+}
+
+/// A waiter in the fair order's model: its start tag, arrival, tenant
+/// and node.
+type Modelled = (u64, u64, u64, usize);
+
+proptest::proptest! {
+    /// The fair order against a model of start-time fair queuing written
+    /// out plainly (a list, a clock, each waiting tenant's finish tag):
+    /// arrival order until the first keyed waiter, then the smallest start
+    /// tag, through pushes, cancels and grants in any order; a tenant that
+    /// stops waiting is forgotten, so the room's memory is its waiting
+    /// tenants.
+    #[test]
+    fn the_fair_order_serves_the_smallest_start_tag(
+        steps in proptest::collection::vec(fair_step(), 1..200)
+    ) {
+        const SCALE: u64 = 1 << 24;
+        let weight = |tenant: u64| [1, 1, 2, 3, 5][tenant as usize];
+        let now = Instant::now();
+        let fifo = room(QueueOrder::Fifo);
+        let mut queue = Queue::default();
+        let mut model: Vec<Modelled> = Vec::new();
+        let (mut clock, mut seq, mut on) = (0_u64, 0_u64, false);
+        let mut finish: std::collections::HashMap<u64, u64> = Default::default();
+        let mut tickets = std::collections::HashMap::new();
+        for step in steps {
+            let mut woken = Woken::default();
+            match step {
+                FairStep::Push(tenant, need) => {
+                    let tenant_of = Tenant { key: tenant, weight: weight(tenant) };
+                    let (key, ticket, _) = queue.push(&fifo, waker(), now, None, need, Class::Critical, 0, tenant_of);
+                    let f = finish.entry(tenant).or_insert(0);
+                    let start = (*f).max(clock);
+                    *f = start + need as u64 * SCALE / u64::from(weight(tenant));
+                    seq += 1;
+                    on |= tenant != 0;
+                    model.push((start, seq, tenant, key));
+                    tickets.insert(key, ticket);
+                }
+                FairStep::Cancel(at) if !model.is_empty() => {
+                    let (_, _, tenant, key) = model.remove(at % model.len());
+                    proptest::prop_assert!(queue.cancel(&fifo, key).is_some());
+                    if tenant != 0 && !model.iter().any(|m| m.2 == tenant) {
+                        finish.remove(&tenant);
+                    }
+                }
+                FairStep::Grant => {
+                    let granted = queue.grant(&fifo, 7, || now, || {}, &mut woken);
+                    proptest::prop_assert_eq!(granted, !model.is_empty());
+                    let first = if on {
+                        model.iter().enumerate().min_by_key(|(_, m)| (m.0, m.1)).map(|(i, _)| i)
+                    } else {
+                        model.iter().enumerate().min_by_key(|(_, m)| m.1).map(|(i, _)| i)
+                    };
+                    if let Some(i) = first {
+                        let (start, _, tenant, key) = model.remove(i);
+                        proptest::prop_assert_eq!(tickets[&key].state(), State::Granted(7), "tenant {} start {}", tenant, start);
+                        clock = clock.max(start);
+                        if tenant != 0 && !model.iter().any(|m| m.2 == tenant) {
+                            finish.remove(&tenant);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            proptest::prop_assert_eq!(queue.len(), model.len());
+            let waiting_tenants = finish.keys().filter(|&&t| t != 0).count();
+            proptest::prop_assert_eq!(queue.fair_keys(), waiting_tenants);
+        }
+    }
+}
