@@ -104,6 +104,78 @@ impl Table {
         Table(table)
     }
 
+    /// `capacity` units over `shards` shards with tenant keys: every key's
+    /// cap `per_key_cap`, the fair line at `fair_line`, and a FIFO waiting
+    /// room for `max_waiters` callers (0: none).
+    pub fn with_keys(
+        capacity: usize,
+        shards: usize,
+        per_key_cap: Option<usize>,
+        fair_line: f64,
+        max_waiters: usize,
+    ) -> Table {
+        let policy = crate::engine::waiters::Policy {
+            max_waiters,
+            max_wait: std::time::Duration::MAX,
+            ..Default::default()
+        };
+        let keys = crate::engine::keys::KeySettings {
+            per_key_cap,
+            fair_line: Some(fair_line),
+            rules: Vec::new(),
+        };
+        let table = crate::engine::table::Table::new(capacity, shards, Probe::Thread)
+            .and_then(|table| table.with_policy(&policy))
+            .and_then(|table| table.with_keys(&keys))
+            .expect("valid model config");
+        Table(table)
+    }
+
+    /// Takes `n` units for tenant `key` (any number but 0), failing fast
+    /// from shard `start` unless `wait` (then from the home shard, waiting
+    /// in the room, blocking the model thread): each shard it took from,
+    /// with how many. Give them back with [`release_keyed`](Self::release_keyed).
+    pub fn acquire_keyed(
+        &self,
+        key: u64,
+        start: usize,
+        n: usize,
+        wait: bool,
+    ) -> Result<Vec<(usize, usize)>, Error> {
+        let ask = crate::units::Ask::new().key(&key).units(n);
+        let ask = if wait {
+            ask
+        } else {
+            crate::units::Ask {
+                how: crate::engine::ask::How::At(start),
+                ..ask
+            }
+        };
+        let grant = self.0.admit(&ask)?;
+        let parts = grant.parts().iter().map(|p| (p.shard, p.units)).collect();
+        // The caller gives the units back with `release_keyed`.
+        std::mem::forget(grant);
+        Ok(parts)
+    }
+
+    /// Gives back tenant `key`'s `units` on `shard`, as its guard does:
+    /// out of the key's count first, then to the table.
+    pub fn release_keyed(&self, key: u64, shard: usize, units: usize) {
+        self.0.release_key(crate::engine::keys::id_of(&key), units);
+        self.0.release_units(shard, units, false);
+    }
+
+    /// The units tenant `key` holds, by its count.
+    pub fn key_held(&self, key: u64) -> usize {
+        self.0.keys().held(crate::engine::keys::id_of(&key))
+    }
+
+    /// The weight of the keys holding units, and how many keys the
+    /// ledger keeps.
+    pub fn keys_state(&self) -> (u64, usize) {
+        (self.0.keys().active_weight(), self.0.keys().entries())
+    }
+
     /// Gives back `units` units of `class` on `shard`, as a guard of that
     /// class does: out of the class's holdings first, then to the table.
     pub fn release_class(&self, class: crate::Class, shard: usize, units: usize) {
