@@ -107,6 +107,17 @@ fn op_ours_admit_counted(limiter: &Limiter) {
     black_box(&permit);
 }
 
+/// Ours: the same ask of the default class with a tenant key (a `u64`,
+/// hashed here as a caller's ask is built): its units counted to its key
+/// while held, its share checked (issue 37).
+#[inline(never)]
+fn op_ours_admit_keyed(limiter: &Limiter, key: u64) {
+    let permit = black_box(limiter)
+        .acquire_with(Ask::new().key(&black_box(key)).fail_fast())
+        .expect("no overload here");
+    black_box(&permit);
+}
+
 /// Ours: a refusal, counted (every shard full).
 #[inline(never)]
 fn op_ours_refuse(limiter: &Limiter) {
@@ -297,6 +308,7 @@ fn run(s: &Subjects, name: &str, iters: u64) {
         "ours_admit_many" => (0..iters).for_each(|_| op_ours_admit_many(&s.ours)),
         "ours_admit_with" => (0..iters).for_each(|_| op_ours_admit_with(&s.ours)),
         "ours_admit_classed" => (0..iters).for_each(|_| op_ours_admit_classed(&s.ours)),
+        "ours_admit_keyed" => (0..iters).for_each(|_| op_ours_admit_keyed(&s.ours, 7)),
         // The same on a limiter with a min share (its units counted).
         "ours_admit_counted" => (0..iters).for_each(|_| op_ours_admit_counted(&s.ours_min_share)),
         "tokio_admit" => (0..iters).for_each(|_| op_tokio_admit(&s.tokio)),

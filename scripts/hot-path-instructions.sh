@@ -81,6 +81,8 @@ classed=$(per_op ours_admit_classed)
 echo "admission + release through acquire_with, one unit: default class $with, Sheddable $classed   (net $(awk -v x="$with" -v e="$empty" 'BEGIN { printf "%.1f", x - e }') and $(awk -v x="$classed" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'); the class's take $(awk -v c="$classed" -v w="$with" -v e="$empty" 'BEGIN { printf "%.2f", (c - e) / (w - e) }')x the default class's, target <= 1.3x)"
 counted=$(per_op ours_admit_counted)
 echo "the same Sheddable take with a min share set (its units counted while held): $counted   (net $(awk -v x="$counted" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'); $(awk -v c="$counted" -v w="$with" -v e="$empty" 'BEGIN { printf "%.2f", (c - e) / (w - e) }')x the default class's)"
+keyed=$(per_op ours_admit_keyed)
+echo "admission + release through acquire_with, one unit of a tenant key: $keyed   (net $(awk -v x="$keyed" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'); $(awk -v c="$keyed" -v w="$with" -v e="$empty" 'BEGIN { printf "%.2f", (c - e) / (w - e) }')x the unkeyed acquire_with, $(awk -v c="$keyed" -v w="$ours_one" -v e="$empty" 'BEGIN { printf "%.2f", (c - e) / (w - e) }')x try_acquire; target <= 1.5x plain fail-fast)"
 room=$(per_op ours_admit_room)
 echo "admission + release, idle waiting room: sidejob $room   (net $(awk -v x="$room" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'))"
 

@@ -27,12 +27,16 @@
 //!
 //! # Bounded state
 //!
-//! A key has an entry while it holds units, or while a rule (a weight or
-//! a cap of its own) is set for it. A key that has given every unit back
-//! and has no rule is forgotten, so the ledger holds at most as many
-//! entries as units are held plus the rules the user set, however many
-//! distinct keys come and go. The stripes' maps keep the room their
-//! busiest moment needed, which that same bound bounds.
+//! A key is *tracked* while it holds units, or while a rule (a weight or
+//! a cap of its own) is set for it: at most as many keys as units are
+//! held, plus the rules the user set, however many distinct keys come and
+//! go. A key that has given every unit back and has no rule is forgotten
+//! lazily: its entry stays, idle, until its stripe needs the room, so a
+//! tenant that asks again and again costs no insertion and no removal
+//! each time. A stripe reaching its budget of entries drops its idle
+//! ones; the budget (64 to start) doubles while more than half of them
+//! are tracked. So a stripe holds at most twice the most keys it ever
+//! tracked at once, and 64 at least.
 //!
 //! # Identity
 //!
@@ -71,6 +75,9 @@ fn hasher() -> std::hash::BuildHasherDefault<std::collections::hash_map::Default
 pub(crate) fn id_of<K: Hash + ?Sized>(key: &K) -> u64 {
     hasher().hash_one(key) | 1
 }
+
+/// The entries a stripe starts with room for, idle ones included.
+const IDLE_BUDGET: usize = 64;
 
 /// The most stripes: beyond this, more stripes only cost memory.
 const MAX_STRIPES: usize = 1024;
@@ -143,9 +150,44 @@ pub(crate) struct Ledger {
     per_key_cap: AtomicUsize,
 }
 
-#[derive(Default)]
 struct Stripe {
     map: HashTable<Entry>,
+    /// The entries it may hold before it drops its idle ones (module
+    /// docs, "Bounded state").
+    budget: usize,
+}
+
+impl Default for Stripe {
+    fn default() -> Self {
+        Stripe {
+            map: HashTable::new(),
+            budget: IDLE_BUDGET,
+        }
+    }
+}
+
+impl Stripe {
+    /// Key `id`'s entry, a new one if it has none: first dropping the
+    /// idle entries if the stripe is at its budget.
+    fn entry(&mut self, id: u64) -> &mut Entry {
+        if self.map.find(id, |e| e.id == id).is_none() && self.map.len() >= self.budget {
+            self.map.retain(|e| !e.is_spent());
+            if self.map.len() * 2 > self.budget {
+                self.budget *= 2;
+            }
+        }
+        match self.map.entry(id, |e| e.id == id, |e| e.id) {
+            hashbrown::hash_table::Entry::Occupied(found) => found.into_mut(),
+            hashbrown::hash_table::Entry::Vacant(vacant) => vacant
+                .insert(Entry {
+                    id,
+                    held: 0,
+                    weight: None,
+                    cap: None,
+                })
+                .into_mut(),
+        }
+    }
 }
 
 /// A key the ledger knows: one that holds units, or has a rule.
@@ -218,42 +260,13 @@ impl Ledger {
         // Relaxed: a setting, read as it stands; ordered with nothing.
         let default_cap = self.per_key_cap.load(Relaxed);
         let mut stripe = self.stripe(id).lock();
-        let entry = match stripe.map.find_mut(id, |e| e.id == id) {
-            Some(entry) => entry,
-            None => {
-                if n > default_cap {
-                    return Err(Error::TooLarge);
-                }
-                stripe
-                    .map
-                    .insert_unique(
-                        id,
-                        Entry {
-                            id,
-                            held: 0,
-                            weight: None,
-                            cap: None,
-                        },
-                        |e| e.id,
-                    )
-                    .into_mut()
-            }
-        };
+        let entry = stripe.entry(id);
         let cap = entry.cap.unwrap_or(default_cap);
-        let refused = if n > cap {
-            Some(Error::TooLarge)
-        } else if entry.held.saturating_add(n) > cap {
-            Some(Error::KeyBusy)
-        } else {
-            None
-        };
-        if let Some(err) = refused {
-            if entry.is_spent() {
-                if let Ok(found) = stripe.map.find_entry(id, |e| e.id == id) {
-                    found.remove();
-                }
-            }
-            return Err(err);
+        if n > cap {
+            return Err(Error::TooLarge);
+        }
+        if entry.held.saturating_add(n) > cap {
+            return Err(Error::KeyBusy);
         }
         let weight = entry.weight();
         let first = entry.held == 0;
@@ -281,20 +294,17 @@ impl Ledger {
             return;
         }
         let mut stripe = self.stripe(id).lock();
-        let Ok(mut found) = stripe.map.find_entry(id, |e| e.id == id) else {
+        let Some(entry) = stripe.map.find_mut(id, |e| e.id == id) else {
             debug_assert!(false, "a key gave back units it did not hold");
             return;
         };
-        let entry = found.get_mut();
         debug_assert!(entry.held >= n, "a key gave back more than it held");
         entry.held = entry.held.saturating_sub(n);
         if entry.held == 0 {
-            // Relaxed: as in `enter`.
+            // Relaxed: as in `enter`. The entry stays, idle (module docs,
+            // "Bounded state").
             self.active.fetch_sub(u64::from(entry.weight()), Relaxed);
             self.keys.fetch_sub(1, Relaxed);
-            if entry.is_spent() {
-                found.remove();
-            }
         }
     }
 
@@ -316,22 +326,7 @@ impl Ledger {
     /// Counts `n` units to `id` past its cap: units already held.
     fn force(&self, id: u64, n: usize) {
         let mut stripe = self.stripe(id).lock();
-        let entry = match stripe.map.find_mut(id, |e| e.id == id) {
-            Some(entry) => entry,
-            None => stripe
-                .map
-                .insert_unique(
-                    id,
-                    Entry {
-                        id,
-                        held: 0,
-                        weight: None,
-                        cap: None,
-                    },
-                    |e| e.id,
-                )
-                .into_mut(),
-        };
+        let entry = stripe.entry(id);
         if entry.held == 0 {
             // Relaxed: as in `enter`.
             self.active.fetch_add(u64::from(entry.weight()), Relaxed);
@@ -346,25 +341,10 @@ impl Ledger {
     /// until it is under it.
     pub(crate) fn set_rule(&self, id: u64, weight: Option<u32>, cap: Option<usize>) {
         let mut stripe = self.stripe(id).lock();
-        if stripe.map.find(id, |e| e.id == id).is_none() {
-            if weight.is_none() && cap.is_none() {
-                return;
-            }
-            stripe.map.insert_unique(
-                id,
-                Entry {
-                    id,
-                    held: 0,
-                    weight: None,
-                    cap: None,
-                },
-                |e| e.id,
-            );
+        if weight.is_none() && cap.is_none() && stripe.map.find(id, |e| e.id == id).is_none() {
+            return;
         }
-        let Ok(mut found) = stripe.map.find_entry(id, |e| e.id == id) else {
-            unreachable!("inserted above");
-        };
-        let entry = found.get_mut();
+        let entry = stripe.entry(id);
         if entry.held > 0 {
             let (old, new) = (
                 u64::from(entry.weight()),
@@ -379,9 +359,6 @@ impl Ledger {
         }
         entry.weight = weight;
         entry.cap = cap;
-        if entry.is_spent() {
-            found.remove();
-        }
     }
 
     /// Sets one part of key `id`'s rule, keeping the other.
@@ -439,9 +416,18 @@ impl Ledger {
         self.active.load(Relaxed)
     }
 
-    /// How many keys the ledger has an entry for (holding units, or with
-    /// a rule): its memory, in entries.
+    /// How many keys the ledger tracks: those holding units or with a
+    /// rule.
     pub(crate) fn entries(&self) -> usize {
+        self.stripes
+            .iter()
+            .map(|s| s.lock().map.iter().filter(|e| !e.is_spent()).count())
+            .sum()
+    }
+
+    /// How many entries the ledger keeps, idle ones included: its memory,
+    /// in entries (module docs, "Bounded state").
+    pub(crate) fn kept(&self) -> usize {
         self.stripes.iter().map(|s| s.lock().map.len()).sum()
     }
 }

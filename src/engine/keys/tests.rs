@@ -89,12 +89,38 @@ fn a_million_keys_churned_leave_no_entry_behind() {
         }
         if i % 100_000 == 0 {
             assert!(ledger.entries() <= 64);
+            // Idle entries too: 16 stripes, none past its first budget.
+            assert!(ledger.kept() <= 16 * IDLE_BUDGET, "{} kept", ledger.kept());
         }
     }
     for id in held.drain(..) {
         ledger.release(id, 1);
     }
     assert_eq!((ledger.entries(), ledger.active_weight()), (0, 0));
+    assert!(ledger.kept() <= 16 * IDLE_BUDGET);
+}
+
+#[test]
+fn a_stripe_budget_grows_with_its_busy_keys_and_no_further() {
+    let ledger = Ledger::new(1);
+    // 4 stripes; 1,000 keys held at once: the budgets grow to hold them.
+    let ids: Vec<u64> = (0..1_000_u64).map(|i| id_of(&i)).collect();
+    for &id in &ids {
+        ledger.enter(id, 1).unwrap();
+    }
+    assert_eq!(ledger.entries(), 1_000);
+    for &id in &ids {
+        ledger.release(id, 1);
+    }
+    // Then a million others, one at a time: the idle ones are dropped as
+    // the budgets fill, which stay at most twice the busiest moment.
+    for i in 1_000..1_001_000_u64 {
+        let id = id_of(&i);
+        ledger.enter(id, 1).unwrap();
+        ledger.release(id, 1);
+    }
+    assert_eq!(ledger.entries(), 0);
+    assert!(ledger.kept() <= 4 * 1_024, "{} kept", ledger.kept());
 }
 
 #[test]
