@@ -650,6 +650,80 @@ impl Limiter {
         self.wait_ask_owned(Ask::new().units(n))
     }
 
+    /// [`acquire_with`](Self::acquire_with) for an `Arc<Limiter>`: the
+    /// permit owns a clone of the `Arc`, so it can move into another
+    /// thread or task.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_with`](Self::acquire_with).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use sidejob::{units::Ask, Limiter};
+    ///
+    /// let limiter = Arc::new(Limiter::new(8)?);
+    /// let permit = limiter.acquire_with_owned(Ask::new().key("tenant-a").units(2))?;
+    /// std::thread::spawn(move || drop(permit)).join().unwrap();
+    /// assert_eq!((limiter.usage(), limiter.key_usage("tenant-a")), (0, 0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn acquire_with_owned(self: &Arc<Self>, ask: Ask) -> Result<OwnedPermit<Many>, Error> {
+        let (shard, units) = Many::from_grant(self.table.admit(&ask)?);
+        Ok(OwnedPermit {
+            limiter: Arc::clone(self),
+            shard,
+            units,
+        })
+    }
+
+    /// [`acquire_with_async`](Self::acquire_with_async) for an
+    /// `Arc<Limiter>`: the future and its permit are `Send + 'static`.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_with`](Self::acquire_with).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire_with_async`](Self::acquire_with_async).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    /// # rt.block_on(async {
+    /// use std::sync::Arc;
+    /// use sidejob::{units::Ask, Limiter};
+    ///
+    /// let limiter = Arc::new(Limiter::builder().capacity(4).max_waiters(8).build()?);
+    /// let ask = Ask::new().key("tenant-a");
+    /// let job = tokio::spawn(Arc::clone(&limiter).acquire_with_owned_async(ask));
+    /// let permit = job.await??;
+    /// assert_eq!(limiter.key_usage("tenant-a"), permit.units());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    // Not `async fn`: the signature states `Send + 'static`.
+    #[allow(clippy::manual_async_fn)]
+    pub fn acquire_with_owned_async(
+        self: Arc<Self>,
+        ask: Ask,
+    ) -> impl std::future::Future<Output = Result<OwnedPermit<Many>, Error>> + Send + 'static {
+        async move {
+            let grant = self.table.admit_async(ask).await?;
+            let (shard, units) = Many::from_grant(grant);
+            Ok(OwnedPermit {
+                limiter: self,
+                shard,
+                units,
+            })
+        }
+    }
+
     /// How many callers wait for a permit now (0 without a waiting room).
     pub fn waiting(&self) -> usize {
         self.table.waiting()

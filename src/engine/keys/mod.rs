@@ -427,6 +427,7 @@ impl Ledger {
 
     /// How many entries the ledger keeps, idle ones included: its memory,
     /// in entries (module docs, "Bounded state").
+    #[cfg(test)]
     pub(crate) fn kept(&self) -> usize {
         self.stripes.iter().map(|s| s.lock().map.len()).sum()
     }

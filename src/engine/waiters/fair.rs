@@ -4,42 +4,55 @@
 //!
 //! # The rule, and why this one
 //!
-//! Each waiter gets a *start tag* when it queues: `max(V, F(key))`, where
-//! `V` is the room's virtual clock (the start tag of the last waiter
-//! served) and `F(key)` the finish tag of its key's previous waiter; its
-//! key's finish tag becomes `start + units / weight`. Within a class, the
-//! waiter with the smallest start tag is served first (ties: the one that
-//! came first). So among keys that keep waiting, each is served units in
-//! proportion to its weight, round after round: ten equal keys waiting for
-//! two units get a tenth of the grants each in every window
-//! (CockroachDB#91533 is what "the key holding fewest wins" does instead:
-//! it forgets who was served a moment ago, and one key wins again and
-//! again). A key that stops waiting is forgotten: when it comes back it
-//! starts at `V`, with neither credit for the time it was away (which
-//! would let it take a burst of everything) nor debt.
+//! Each tenant's waiters (of one class) form a queue of their own, in
+//! their arrival order. The first of each queue, its *head*, has a *start
+//! tag*: `max(V, F)`, where `V` is the room's virtual clock (the start tag
+//! of the last head served) and `F` the tenant's finish tag (`start +
+//! units / weight` of its last waiter served). Within a class the head
+//! with the smallest start tag is served first (ties: the one that came
+//! first); the tenant's next waiter then becomes its head, with its own
+//! tag. So among tenants that keep waiting, each is served units in
+//! proportion to its weight, round after round: ten equal tenants waiting
+//! for two units get a tenth of the grants each in every window
+//! (CockroachDB#91533 is what "the tenant holding fewest wins" does
+//! instead: it forgets who was served a moment ago, and one tenant wins
+//! again and again).
+//!
+//! Tags are given at the head, not on arrival, so a waiter that leaves
+//! without being served (its deadline, a dropped future, a full room
+//! shedding it) costs its tenant nothing: only service moves `F`. A
+//! tenant whose queue empties is forgotten: when it comes back it starts
+//! at `V`, with neither credit for the time it was away (which would let
+//! it take a burst of everything) nor debt.
+//!
+//! A full room makes a place for a newcomer by shedding the newest waiter
+//! of the tenant with the most waiters, if that tenant has at least two
+//! more than the newcomer's (the newcomer counted): the fattest flow
+//! gives way, as fair queuing's drop policies do.
 //!
 //! Start-time fair queuing (Goyal, Vin and Cheng) over deficit round
-//! robin: its work per grant is one ordered-set step, whatever the number
-//! of keys (DRR walks the keys), and it needs no quantum to tune. Over
-//! decayed usage: nothing here decays on a clock, so a paused or slow room
-//! is as fair as a busy one.
+//! robin: its work per grant is a few ordered-set steps, whatever the
+//! number of tenants (DRR walks them), and it needs no quantum to tune.
+//! Over decayed usage: nothing here decays on a clock, so a paused or slow
+//! room is as fair as a busy one.
 //!
 //! # When it is on
 //!
 //! A FIFO room turns it on at the first waiter with a key (the waiters
-//! already queued get tags in their order), and keeps it on. Unkeyed
-//! waiters are one key of weight 1 between them, whose tags grow in their
+//! already queued join it in their order), and keeps it on. Unkeyed
+//! waiters are one tenant of weight 1 between them, served in their
 //! arrival order: a FIFO room that never sees a key serves exactly as it
-//! did. A LIFO or adaptive-LIFO room keeps its own order (keys still
-//! count against their caps and shares at the table).
+//! did, and pays nothing for this. A LIFO or adaptive-LIFO room keeps its
+//! own order (keys still count against their caps and shares at the
+//! table).
 //!
 //! # Bounded
 //!
-//! The room keeps a key's finish tag while the key has a waiter: at most
-//! `max_waiters` keys.
+//! The room keeps a tenant's queue and tags while it has a waiter: at most
+//! `max_waiters` tenants.
 
 use crate::engine::class::Class;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The key and weight a waiter is ordered by: a tenant's, or
 /// [`Tenant::NONE`] for an unkeyed waiter.
@@ -56,83 +69,110 @@ impl Tenant {
     pub(crate) const NONE: Tenant = Tenant { key: 0, weight: 1 };
 }
 
-/// One unit of service, in tag units: a weight of `w` advances a key's
+/// One unit of service, in tag units: a weight of `w` advances a tenant's
 /// finish tag by `SCALE / w` a unit.
 const SCALE: u64 = 1 << 24;
 
-/// Where a waiter stands in the fair order: its start tag, then its
-/// arrival, then its node (unique).
-pub(super) type Place = (u64, u64, usize);
+/// A head's place in the order: its start tag, its arrival, its node.
+type Place = (u64, u64, usize);
+
+/// One tenant's waiters of one class.
+#[derive(Debug, Default)]
+struct Line {
+    weight: u32,
+    /// Its finish tag: that of its last waiter served.
+    finish: u64,
+    /// Its waiters by arrival: `seq → node`.
+    queue: BTreeMap<u64, usize>,
+    /// Its head's place in the order, if it has waiters.
+    head: Option<Place>,
+}
+
+/// A waiter the order knows: its tenant's line and its arrival.
+#[derive(Debug, Clone, Copy)]
+struct Member {
+    line: (u64, usize),
+    seq: u64,
+    need: usize,
+}
 
 /// The room's fair order (module docs).
 #[derive(Debug, Default)]
 pub(super) struct FairOrder {
     /// Set at the first keyed waiter of a FIFO room; never cleared.
     pub(super) on: bool,
-    /// `V`: the start tag of the last waiter served.
+    /// `V`: the start tag of the last head served.
     clock: u64,
     /// Arrivals so far, to break ties.
     seq: u64,
-    /// The unkeyed waiters' finish tag.
-    unkeyed: u64,
-    /// Each waiting key's finish tag, and how many of its waiters wait.
-    keys: HashMap<u64, (u64, usize)>,
-    /// While `on`: every waiting node of each class (by rank), in order.
-    pub(super) order: [BTreeSet<Place>; Class::COUNT],
+    /// Each waiting tenant's line, by (key, class rank).
+    lines: HashMap<(u64, usize), Line>,
+    /// Each waiter the order knows, by node.
+    members: HashMap<usize, Member>,
+    /// The heads of each class (by rank), in order.
+    order: [BTreeSet<Place>; Class::COUNT],
 }
 
 impl FairOrder {
-    /// Tags a waiter of `tenant` for `need` units: its start tag and
-    /// arrival.
-    pub(super) fn tag(&mut self, tenant: Tenant, need: usize) -> (u64, u64) {
-        let cost = (need.max(1) as u64)
-            .saturating_mul(SCALE)
-            .checked_div(u64::from(tenant.weight.max(1)))
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let finish = if tenant.key == 0 {
-            &mut self.unkeyed
-        } else {
-            let entry = self.keys.entry(tenant.key).or_insert((0, 0));
-            entry.1 += 1;
-            &mut entry.0
-        };
-        let start = (*finish).max(self.clock);
-        *finish = start.saturating_add(cost);
+    /// Waiter `node` of `tenant`, class `rank`, for `need` units, joins
+    /// its tenant's line (at its head if the line was empty).
+    pub(super) fn arrive(&mut self, node: usize, tenant: Tenant, rank: usize, need: usize) {
         self.seq += 1;
-        (start, self.seq)
-    }
-
-    /// The start tag a waiter of `tenant` would get now (a newcomer to a
-    /// full room, before it has a place).
-    pub(super) fn start_of(&self, tenant: Tenant) -> u64 {
-        let finish = if tenant.key == 0 {
-            self.unkeyed
-        } else {
-            self.keys.get(&tenant.key).map_or(0, |k| k.0)
-        };
-        finish.max(self.clock)
-    }
-
-    /// A waiter of `key` with `place` in class `rank` left the queue.
-    pub(super) fn left(&mut self, key: u64, rank: usize, place: Place) {
-        if self.on {
-            self.order[rank].remove(&place);
+        let seq = self.seq;
+        let key = (tenant.key, rank);
+        let line = self.lines.entry(key).or_insert_with(|| Line {
+            weight: tenant.weight.max(1),
+            ..Line::default()
+        });
+        line.queue.insert(seq, node);
+        self.members.insert(
+            node,
+            Member {
+                line: key,
+                seq,
+                need,
+            },
+        );
+        if line.head.is_none() {
+            let place = (line.finish.max(self.clock), seq, node);
+            line.head = Some(place);
+            self.order[rank].insert(place);
         }
-        if key != 0 {
-            if let Some(entry) = self.keys.get_mut(&key) {
-                entry.1 -= 1;
-                if entry.1 == 0 {
-                    self.keys.remove(&key);
-                }
+    }
+
+    /// Waiter `node` left, served (a grant) or not; its line's next waiter
+    /// becomes the head if it was the head, and a line left empty is
+    /// forgotten.
+    pub(super) fn leave(&mut self, node: usize, served: bool) {
+        let Some(member) = self.members.remove(&node) else {
+            return;
+        };
+        let (_, rank) = member.line;
+        let Some(line) = self.lines.get_mut(&member.line) else {
+            return;
+        };
+        line.queue.remove(&member.seq);
+        if line.head.is_some_and(|head| head.2 == node) {
+            let head = line.head.take().expect("checked");
+            self.order[rank].remove(&head);
+            if served {
+                let cost = (member.need.max(1) as u64)
+                    .saturating_mul(SCALE)
+                    .checked_div(u64::from(line.weight))
+                    .unwrap_or(u64::MAX)
+                    .max(1);
+                line.finish = head.0.saturating_add(cost);
+                self.clock = self.clock.max(head.0);
+            }
+            if let Some((&seq, &next)) = line.queue.iter().next() {
+                let place = (line.finish.max(self.clock), seq, next);
+                line.head = Some(place);
+                self.order[rank].insert(place);
             }
         }
-    }
-
-    /// A waiter whose start tag is `start` was served: the clock moves
-    /// up to it.
-    pub(super) fn served(&mut self, start: u64) {
-        self.clock = self.clock.max(start);
+        if line.queue.is_empty() {
+            self.lines.remove(&member.line);
+        }
     }
 
     /// The first waiter of class `rank` in the fair order, if any.
@@ -140,24 +180,43 @@ impl FairOrder {
         self.order[rank].first().map(|place| place.2)
     }
 
-    /// The waiter after `place` in class `rank`, if any.
-    pub(super) fn after(&self, rank: usize, place: Place) -> Option<usize> {
+    /// The head after waiter `node`'s tenant's head in class `rank`, if
+    /// any.
+    pub(super) fn after(&self, rank: usize, node: usize) -> Option<usize> {
         use std::ops::Bound::{Excluded, Unbounded};
+        let member = self.members.get(&node)?;
+        let head = self.lines.get(&member.line)?.head?;
         self.order[rank]
-            .range((Excluded(place), Unbounded))
+            .range((Excluded(head), Unbounded))
             .next()
             .map(|place| place.2)
     }
 
-    /// The waiter of class `rank` that the fair order serves last, if
-    /// any: the one a full room sheds for a newcomer ahead of it.
-    pub(super) fn last(&self, rank: usize) -> Option<Place> {
-        self.order[rank].last().copied()
+    /// The waiter a full room sheds for a newcomer of `tenant` in class
+    /// `rank`, if any: the newest waiter of the tenant with the most
+    /// waiters in the class, if that is at least two more than the
+    /// newcomer's tenant has (counting the newcomer). A flood gives up
+    /// its places to light tenants, never the other way round.
+    pub(super) fn shed_for(&self, tenant: Tenant, rank: usize) -> Option<usize> {
+        let mine = self
+            .lines
+            .get(&(tenant.key, rank))
+            .map_or(0, |line| line.queue.len());
+        let longest = self
+            .lines
+            .iter()
+            .filter(|((key, r), _)| *r == rank && *key != tenant.key)
+            .max_by_key(|(_, line)| line.queue.len())?
+            .1;
+        if longest.queue.len() < mine + 2 {
+            return None;
+        }
+        longest.queue.values().next_back().copied()
     }
 
-    /// How many keys it keeps a tag for (its memory, in keys).
+    /// How many tenants it keeps a line for (its memory, in tenants).
     #[cfg(test)]
     pub(super) fn keys(&self) -> usize {
-        self.keys.len()
+        self.lines.len()
     }
 }

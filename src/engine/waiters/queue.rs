@@ -1,6 +1,6 @@
 //! The queue of waiters under the table's control lock: a doubly linked list through the waiters' keys for each priority class (every way of leaving it is O(1)), the order a grant serves (a sheddable class under its min share first, then the most important class, the room's order within it), the deadlines the watcher expires, and the wakers it hands back to be woken or dropped after the lock.
 
-use super::fair::{FairOrder, Place, Tenant};
+use super::fair::{FairOrder, Tenant};
 use super::{QueueOrder, Room, State, Ticket, SPARE_TICKETS};
 use crate::engine::class::Class;
 use crate::engine::foreign::each_then_resume;
@@ -220,11 +220,6 @@ pub(super) struct Node {
     /// share (see [`Queue::collect`]): once it has, it claims the share
     /// for all it holds, so no unit taken above the line goes uncounted.
     on_share: bool,
-    /// Its tenant's key (0: none), its start tag and its arrival in the
-    /// fair order (`fair.rs`).
-    tenant: u64,
-    start: u64,
-    seq: u64,
 }
 
 /// The queue of waiters, in the table's control lock. A node lives while
@@ -313,7 +308,6 @@ impl Queue {
     ) -> (usize, Arc<Ticket>, u64) {
         let ticket = self.ticket();
         let since_ticks = room.ticks();
-        let (start, seq) = self.fair.tag(tenant, need);
         let node = Node {
             ticket: Arc::clone(&ticket),
             wake: Some(wake),
@@ -328,9 +322,6 @@ impl Queue {
             admitted_at,
             reserved: false,
             on_share: false,
-            tenant: tenant.key,
-            start,
-            seq,
         };
         if scheduled(need, class) {
             self.wide += 1;
@@ -356,15 +347,16 @@ impl Queue {
         self.newest[rank] = key;
         if !self.fair.on && tenant.key != 0 && room.policy.order == QueueOrder::Fifo {
             // The first keyed waiter: from now on the fair order serves,
-            // and every waiter already queued has its place in it.
+            // and every waiter already queued (unkeyed, all of them) joins
+            // it in its order, this one last.
             self.fair.on = true;
             for queued in self.all_keys() {
-                let place = self.place(queued);
-                self.fair.order[self.node(queued).class.rank()].insert(place);
+                let (class, need) = (self.node(queued).class, self.node(queued).need);
+                let who = if queued == key { tenant } else { Tenant::NONE };
+                self.fair.arrive(queued, who, class.rank(), need);
             }
         } else if self.fair.on {
-            let place = self.place(key);
-            self.fair.order[rank].insert(place);
+            self.fair.arrive(key, tenant, rank, need);
         }
         self.len += 1;
         self.counts.waiting[rank] += 1;
@@ -374,14 +366,21 @@ impl Queue {
     }
 
     /// Takes the waiting node `key` out of the list (its node stays until
-    /// freed).
+    /// freed), not served.
     fn unlink(&mut self, key: usize) {
-        let place = self.place(key);
+        self.unlink_as(key, false);
+    }
+
+    /// Takes the waiting node `key` out of the list (its node stays until
+    /// freed), `served` (a grant) or not: the fair order moves its
+    /// tenant's tag only for a grant.
+    fn unlink_as(&mut self, key: usize, served: bool) {
+        if self.fair.on {
+            self.fair.leave(key, served);
+        }
         let node = self.node(key);
         let (older, newer, rank) = (node.older, node.newer, node.class.rank());
-        let (tenant, wide) = (node.tenant, scheduled(node.need, node.class));
-        self.fair.left(tenant, rank, place);
-        if wide {
+        if scheduled(node.need, node.class) {
             self.wide -= 1;
         }
         match older {
@@ -404,12 +403,6 @@ impl Queue {
         self.oldest.iter().position(|&key| key != NIL)
     }
 
-    /// Where waiter `key` stands in the fair order.
-    fn place(&self, key: usize) -> Place {
-        let node = self.node(key);
-        (node.start, node.seq, key)
-    }
-
     /// The first waiter of class `rank` in the room's order when it
     /// serves the oldest first: the fair order's first once it is on,
     /// else the oldest; or [`NIL`].
@@ -426,7 +419,7 @@ impl Queue {
     /// its key.
     fn pop_oldest(&mut self) -> Option<usize> {
         let key = self.first_of(self.top()?);
-        self.unlink(key);
+        self.unlink_as(key, true);
         Some(key)
     }
 
@@ -434,7 +427,7 @@ impl Queue {
     /// out of its list; its key.
     fn pop_newest(&mut self) -> Option<usize> {
         let key = self.newest[self.top()?];
-        self.unlink(key);
+        self.unlink_as(key, true);
         Some(key)
     }
 
@@ -763,9 +756,10 @@ impl Queue {
     /// than it waits: the lowest class waits only while there is room for
     /// it, as it is refused first at the table.
     ///
-    /// In the fair order, a newcomer of a key it would serve before the
-    /// last waiter of its own class takes that waiter's place: a tenant
-    /// that floods the room is the one shed, never a light one.
+    /// In the fair order, a newcomer whose tenant has fewer waiters of its
+    /// class than another tenant (by two, the newcomer counted) takes the
+    /// place of that tenant's newest waiter (`fair.rs`): a tenant that
+    /// floods the room is the one shed, never a light one.
     pub(crate) fn shed_for(
         &mut self,
         room: &Room,
@@ -778,8 +772,10 @@ impl Queue {
             .map(|rank| self.newest[rank])
             .find(|&key| key != NIL);
         let fair = || {
-            let last = self.fair.last(class.rank())?;
-            (self.fair.on && last.0 > self.fair.start_of(tenant)).then_some(last.2)
+            self.fair
+                .on
+                .then(|| self.fair.shed_for(tenant, class.rank()))
+                .flatten()
         };
         let Some(key) = lower.or_else(fair) else {
             return false;
@@ -866,8 +862,7 @@ impl Queue {
         let next = if newest_first {
             node.older
         } else if self.fair.on {
-            let rank = node.class.rank();
-            self.fair.after(rank, self.place(key)).unwrap_or(NIL)
+            self.fair.after(node.class.rank(), key).unwrap_or(NIL)
         } else {
             node.newer
         };
@@ -989,7 +984,7 @@ impl Queue {
     /// Ends the wait of `key`, whose units are in its node: granted.
     fn grant_node(&mut self, room: &Room, key: usize, woken: &mut Woken) {
         let first = self.node(key).parts.first().map_or(0, |p| p.shard);
-        self.unlink(key);
+        self.unlink_as(key, true);
         // The count before the ticket (see `end`).
         room.set_count(self.len);
         self.end(key, State::Granted(first), woken);
@@ -1030,7 +1025,6 @@ impl Queue {
             }
         }
         if granted {
-            self.fair.served(node.start);
             // Counted before the lock is let go, so that the waiter's
             // `stats()` (which takes the lock) includes its own wait; its
             // time follows the wake-up (`Woken::wake_all`).
