@@ -252,8 +252,9 @@ pub(crate) struct Table {
     headroom: Headroom,
     /// The per-class figures of the classed paths (`classed.rs`).
     classes: classed::ClassTally,
-    /// The tenant keys' units, weights and caps (`keyed.rs`).
-    keys: Ledger,
+    /// The tenant keys' units, weights and caps (`keyed.rs`); the room's
+    /// fair order reads it too (`waiters/fair.rs`).
+    keys: Arc<Ledger>,
     /// The fraction of the capacity a key over its fair share may take
     /// a fail-fast ask's units under (`keyed.rs`, "The fair line").
     fair_line: f64,
@@ -331,6 +332,7 @@ impl Table {
             .map(|(index, limit)| CachePadded::new(Shard::new(index, limit)))
             .collect();
         let slots = (2 * count.max(num_cpus::get())).clamp(16, 256);
+        let keys = Arc::new(Ledger::new(count));
         let table = Table {
             full: FullSet::new(count),
             mask: if count.is_power_of_two() {
@@ -351,9 +353,12 @@ impl Table {
             caps,
             headroom: Headroom::default(),
             classes: classed::ClassTally::default(),
-            keys: Ledger::new(count),
+            keys: Arc::clone(&keys),
             fair_line: keyed::DEFAULT_FAIR_LINE,
-            control: Arc::new(Mutex::new(Control::default())),
+            control: Arc::new(Mutex::new(Control {
+                queue: Queue::with_ledger(Arc::clone(&keys)),
+                ..Control::default()
+            })),
             room: None,
             #[cfg(not(loom))]
             alarm: None,

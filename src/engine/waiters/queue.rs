@@ -5,6 +5,7 @@ use super::{QueueOrder, Room, State, Ticket, SPARE_TICKETS};
 use crate::engine::class::Class;
 use crate::engine::foreign::each_then_resume;
 use crate::engine::grant::{Grant, Part};
+use crate::engine::keys::Ledger;
 use crate::sync::{park, Arc, Ordering::Relaxed};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::task::Waker;
@@ -264,6 +265,9 @@ pub(crate) struct Queue {
     counts: QueueCounts,
     /// The order among tenants, once a keyed waiter has come (`fair.rs`).
     fair: FairOrder,
+    /// The table's tenant ledger, which the fair order reads for what
+    /// each tenant holds (none in the unit tests: the tags alone).
+    ledger: Option<Arc<Ledger>>,
 }
 
 impl Default for Queue {
@@ -280,11 +284,20 @@ impl Default for Queue {
             armed: None,
             counts: QueueCounts::default(),
             fair: FairOrder::default(),
+            ledger: None,
         }
     }
 }
 
 impl Queue {
+    /// An empty queue whose fair order reads `ledger`.
+    pub(crate) fn with_ledger(ledger: Arc<Ledger>) -> Queue {
+        Queue {
+            ledger: Some(ledger),
+            ..Queue::default()
+        }
+    }
+
     /// How many wait.
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -408,7 +421,7 @@ impl Queue {
     /// else the oldest; or [`NIL`].
     fn first_of(&self, rank: usize) -> usize {
         if self.fair.on {
-            self.fair.first(rank).unwrap_or(NIL)
+            self.fair.first(rank, self.ledger.as_deref()).unwrap_or(NIL)
         } else {
             self.oldest[rank]
         }
