@@ -831,13 +831,7 @@ impl Limiter {
         key: &K,
         weight: u32,
     ) -> Result<(), ConfigError> {
-        if weight == 0 {
-            return Err(ConfigError::zero("key_weight"));
-        }
-        self.table
-            .keys()
-            .update_rule(keys::id_of(key), Rule::Weight(weight));
-        Ok(())
+        self.table.set_key_weight(key, weight)
     }
 
     /// Sets key `key`'s own cap from now on (see
@@ -862,13 +856,7 @@ impl Limiter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_key_cap<K: Hash + ?Sized>(&self, key: &K, units: usize) -> Result<(), ConfigError> {
-        if units == 0 {
-            return Err(ConfigError::zero("key_cap"));
-        }
-        self.table
-            .keys()
-            .update_rule(keys::id_of(key), Rule::Cap(units));
-        Ok(())
+        self.table.set_key_cap(key, units)
     }
 
     /// Sets the cap of every key without one of its own (see
@@ -939,7 +927,7 @@ impl Limiter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn key_usage<K: Hash + ?Sized>(&self, key: &K) -> usize {
-        self.table.keys().held(keys::id_of(key))
+        self.table.key_usage(key)
     }
 
     /// How many keys hold units now (the active keys, whose weights share
@@ -1160,9 +1148,9 @@ impl Limiter {
     #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     #[inline]
     pub(crate) fn take_ask(&self, ask: Ask) -> Result<(usize, Many), Error> {
-        let grant = if ask.class_of() == crate::Class::Critical {
-            // The default class: the take of `n` with its fast path on the
-            // home shard, as `try_acquire_many`.
+        let grant = if ask.class_of() == crate::Class::Critical && !ask.is_keyed() {
+            // The default class, unkeyed: the take of `n` with its fast
+            // path on the home shard, as `try_acquire_many`.
             self.table.acquire_many(ask.unit_count())
         } else {
             self.table.admit(&ask.fail_fast())

@@ -238,6 +238,8 @@ impl ChildGuard {
             // holdings, before any goes back (`Table::release_class`).
             table.release_class(more.class, more.units() + 1);
         }
+        // And out of its tenant's (`Table::release_key`).
+        table.release_key(more.key, more.units() + 1);
         for part in more.parts() {
             table.release_units(part.shard, part.units, panicked);
         }

@@ -361,9 +361,10 @@ impl Inner {
         debug_assert!(grant.here >= 1, "a grant's first shard holds a unit");
         let mut guard = self.register(grant.shard, kind);
         grant.here -= 1;
-        // A gated class's child keeps its grant even of no units more: its
-        // class, to count its units out of the class's holdings at the end.
-        if grant.units() > 0 || grant.class.gate().is_some() {
+        // A gated class's or a tenant's child keeps its grant even of no
+        // units more: its class and key, to count its units out of their
+        // holdings at the end.
+        if grant.units() > 0 || grant.class.gate().is_some() || grant.key != 0 {
             // The new guard's is `None`: nothing is overwritten.
             *guard.more = Some(Box::new(grant));
         }

@@ -36,9 +36,10 @@
 use super::{Grant, Table};
 use crate::engine::ask::{Ask, How};
 use crate::engine::class::Class;
-use crate::engine::keys::{Entered, KeySettings, Ledger};
+use crate::engine::keys::{id_of, Entered, KeySettings, Ledger, Rule};
 use crate::engine::waiters::Tenant;
 use crate::error::{ConfigError, Error};
+use std::hash::Hash;
 
 /// The fair line unless the builder sets one: 0.9 of the capacity.
 pub(super) const DEFAULT_FAIR_LINE: f64 = 0.9;
@@ -169,6 +170,40 @@ impl Table {
         if id != 0 {
             self.keys.release(id, n);
         }
+    }
+
+    /// Sets tenant `key`'s weight from now on: a `ConfigError` naming
+    /// `key_weight` for 0. Every front-end's `set_key_weight`.
+    pub(crate) fn set_key_weight<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        weight: u32,
+    ) -> Result<(), ConfigError> {
+        if weight == 0 {
+            return Err(ConfigError::zero("key_weight"));
+        }
+        self.keys.update_rule(id_of(key), Rule::Weight(weight));
+        Ok(())
+    }
+
+    /// Sets tenant `key`'s own cap from now on: a `ConfigError` naming
+    /// `key_cap` for 0. Every front-end's `set_key_cap`.
+    pub(crate) fn set_key_cap<K: Hash + ?Sized>(
+        &self,
+        key: &K,
+        units: usize,
+    ) -> Result<(), ConfigError> {
+        if units == 0 {
+            return Err(ConfigError::zero("key_cap"));
+        }
+        self.keys.update_rule(id_of(key), Rule::Cap(units));
+        Ok(())
+    }
+
+    /// The units tenant `key` holds now (those its waiting asks wait for
+    /// included). Every front-end's `key_usage`.
+    pub(crate) fn key_usage<K: Hash + ?Sized>(&self, key: &K) -> usize {
+        self.keys.held(id_of(key))
     }
 
     /// The tenant keys' ledger: their weights, caps and counts.

@@ -225,6 +225,53 @@ pub struct Classified<C, W = Unweighed> {
     pub(super) weight: W,
 }
 
+/// The describer of a layer with tenants, [`LimitLayer::key_by`](super::LimitLayer::key_by):
+/// each request's ask is its inner describer's (its weight and class),
+/// for the tenant `key(&request)` names.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use sidejob::tower::{FailFast, Keyed, LimitLayer, Reject, Unweighed, UntilResponse};
+/// use sidejob::Limiter;
+///
+/// fn tenant(path: &String) -> String {
+///     path.split('/').nth(1).unwrap_or_default().to_owned()
+/// }
+///
+/// let layer: LimitLayer<Reject, FailFast, UntilResponse, Keyed<fn(&String) -> String>> =
+///     LimitLayer::new(Arc::new(Limiter::new(8)?)).key_by(tenant as fn(&String) -> String);
+/// # let _ = layer;
+/// # Ok::<(), sidejob::ConfigError>(())
+/// ```
+#[derive(Clone, Copy)]
+pub struct Keyed<F, D = Unweighed> {
+    pub(super) key: F,
+    pub(super) inner: D,
+}
+
+impl<F, D: fmt::Debug> fmt::Debug for Keyed<F, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Keyed")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<Request, F, K, D> Describe<Request> for Keyed<F, D>
+where
+    F: Fn(&Request) -> K,
+    K: std::hash::Hash,
+    D: Describe<Request>,
+{
+    /// The inner describer's ask, for the tenant `key(request)` names.
+    #[inline]
+    fn describe(&self, request: &Request) -> Ask {
+        self.inner.describe(request).key(&(self.key)(request))
+    }
+}
+
 impl<C, W: fmt::Debug> fmt::Debug for Classified<C, W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Classified")
@@ -359,6 +406,10 @@ mod sealed {
     }
 
     impl<C, W> Sealed for super::Classified<C, W> {
+        type Units = Many;
+    }
+
+    impl<F, D> Sealed for super::Keyed<F, D> {
         type Units = Many;
     }
 

@@ -262,7 +262,7 @@ mod trace;
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use describe::ByHeader;
 use describe::{Carry, First};
-pub use describe::{Classified, Classify, Describe, Unweighed, Weighed, Weight};
+pub use describe::{Classified, Classify, Describe, Keyed, Unweighed, Weighed, Weight};
 use future::{Acquire, Deferred, State, WaitState};
 pub use future::{ResponseFuture, WaitResponseFuture};
 use hold::Held;
@@ -681,6 +681,54 @@ impl<R, M, H, W> LimitLayer<R, M, H, W> {
 }
 
 impl<R, M, H, W> LimitLayer<R, M, H, W> {
+    /// Names each request's tenant: `key(&request)` (a header, a path
+    /// segment, an authenticated account: anything `Hash`), so the
+    /// limiter shares its capacity fairly among tenants (their weights,
+    /// caps and the fair line are the limiter's settings; see
+    /// [`guide::fairness`](crate::guide::fairness)). A tenant over its
+    /// cap is refused with [`Error::KeyBusy`](crate::Error::KeyBusy)
+    /// (`429`, or `RESOURCE_EXHAUSTED`); one over its share while the
+    /// capacity binds with [`Error::Overload`](crate::Error::Overload)
+    /// (fail-fast), or it waits behind the tenants under theirs (a
+    /// [waiting](LimitLayer::waiting) layer).
+    ///
+    /// Set last: a keyed layer keeps the weight and class its describer
+    /// gave (call [`weigh`](LimitLayer::weigh) and
+    /// [`classify`](LimitLayer::classify) before this). The closure runs
+    /// in `call`, once per request, before any unit is taken; it should
+    /// be cheap and must not panic.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    /// # rt.block_on(async {
+    /// use std::sync::Arc;
+    /// use sidejob::tower::LimitLayer;
+    /// use sidejob::{Error, Limiter};
+    /// use tower::{service_fn, Layer, Service, ServiceExt};
+    ///
+    /// // Tenant "a" may hold one unit at once.
+    /// let limiter = Arc::new(Limiter::builder().capacity(8).key_cap("a", 1).build()?);
+    /// let layer = LimitLayer::new(Arc::clone(&limiter))
+    ///     .key_by(|request: &(&'static str, u32)| request.0);
+    /// let mut service = layer.layer(service_fn(|request: (&'static str, u32)| async move {
+    ///     Ok::<_, Error>(request.1)
+    /// }));
+    /// let held = service.ready().await?.call(("a", 1)); // admitted, not yet run
+    /// let refused = service.ready().await?.call(("a", 2)).await;
+    /// assert!(matches!(refused, Err(e) if e.to_string().contains("key")));
+    /// assert_eq!(service.ready().await?.call(("b", 3)).await?, 3);
+    /// assert_eq!(held.await?, 1);
+    /// assert_eq!(limiter.key_usage("a"), 0);
+    /// # Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+    /// ```
+    pub fn key_by<F>(self, key: F) -> LimitLayer<R, M, H, Keyed<F, W>> {
+        self.describe_with(|inner| Keyed { key, inner })
+    }
+
     /// The same layer with its describer made over by `f`.
     fn describe_with<W2>(self, f: impl FnOnce(W) -> W2) -> LimitLayer<R, M, H, W2> {
         self.made_over(|hold| hold, f)

@@ -261,7 +261,8 @@ impl PoolBuilder {
                     err
                 }
             })?
-            .with_policy(&self.policy)?;
+            .with_policy(&self.policy)?
+            .with_keys(&self.keys)?;
         Ok(Plan {
             name,
             named: self.name.is_some(),
