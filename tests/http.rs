@@ -513,3 +513,106 @@ async fn classes() {
     );
     server.abort();
 }
+
+// ---- Tenants by header (`LimitLayer::key_by`) ----
+
+/// [`get`] with a header `name: value`.
+async fn get_with(client: &HttpClient, url: &str, name: &str, value: &str) -> StatusCode {
+    let request = Request::get(url)
+        .header(name, value)
+        .body(Empty::new())
+        .unwrap();
+    let response = client.request(request).await.expect("loopback request");
+    let status = response.status();
+    response.into_body().collect().await.unwrap();
+    status
+}
+
+#[cfg(feature = "http")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooding_tenant_stops_at_the_fair_line_and_a_capped_one_gets_429() {
+    tokio::time::timeout(Duration::from_secs(60), tenants())
+        .await
+        .expect("the scenario finishes within a minute");
+}
+
+#[cfg(feature = "http")]
+async fn tenants() {
+    use sidejob::tower::{HttpRefusal, LimitLayer};
+
+    // Capacity 10 on one shard, the fair line at 9; tenant "capped" may
+    // hold one unit.
+    let limiter = Arc::new(
+        Limiter::builder()
+            .capacity(10)
+            .shards(1)
+            .key_cap("capped", 1)
+            .build()
+            .unwrap(),
+    );
+    let inside = Arc::new(Inside::default());
+    let gate = Arc::new(Semaphore::new(0));
+    let work = {
+        let (inside, gate) = (Arc::clone(&inside), Arc::clone(&gate));
+        move || handler(Arc::clone(&inside), Arc::clone(&gate), false)
+    };
+    let layer = LimitLayer::new(Arc::clone(&limiter))
+        .refuse_with(HttpRefusal::new())
+        .key_by(|request: &axum::extract::Request| {
+            request
+                .headers()
+                .get("x-tenant")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        });
+    let router = axum::Router::new().route("/work", axum::routing::get(work).layer(layer));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    let url = format!("http://{addr}/work");
+    let spawn_get = |tenant: &'static str| {
+        let (client, url) = (client.clone(), url.clone());
+        tokio::spawn(async move { get_with(&client, &url, "x-tenant", tenant).await })
+    };
+    let until_inside = |n: usize| {
+        let inside = Arc::clone(&inside);
+        async move {
+            while inside.now.load(SeqCst) < n {
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+
+    // The flood alone: its share is everything, 8 held at the gate.
+    let mut held: Vec<_> = (0..8).map(|_| spawn_get("flood")).collect();
+    until_inside(8).await;
+    // A light tenant: within its share (5 of 10), admitted.
+    held.push(spawn_get("light"));
+    until_inside(9).await;
+    // The flood is over its share, and a ninth unit would pass the line.
+    assert_eq!(
+        get_with(&client, &url, "x-tenant", "flood").await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(limiter.key_usage("flood"), 8);
+    // The capped tenant gets the last unit; a second request of it is
+    // refused by its cap: 429.
+    held.push(spawn_get("capped"));
+    until_inside(10).await;
+    assert_eq!(
+        get_with(&client, &url, "x-tenant", "capped").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(limiter.active_keys(), 3);
+
+    gate.add_permits(1);
+    for request in held {
+        assert_eq!(request.await.unwrap(), StatusCode::OK);
+    }
+    assert_eq!((limiter.usage(), limiter.active_keys()), (0, 0));
+    // The cap's rule stays; no other tenant is kept.
+    assert_eq!(limiter.tracked_keys(), 1);
+    server.abort();
+}

@@ -218,7 +218,11 @@ impl Ask {
     ///
     /// The key is hashed here, once, and known by its 64-bit hash from
     /// then on: its cost is its `Hash`'s (a 1 MB string is read once),
-    /// nothing of it is kept, and two keys of one hash are one key.
+    /// nothing of it is kept, and two keys of one hash are one key. So a
+    /// tenant is the same tenant wherever its key has the same `Hash`: a
+    /// `&str` and a `String` are one tenant, a `&[u8]` of the same bytes
+    /// another (its `Hash` differs): name a tenant the same way in its
+    /// asks and in the front-end's `key_weight` and `key_cap`.
     ///
     /// # Examples
     ///

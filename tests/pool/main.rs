@@ -28,6 +28,7 @@ mod classes;
 mod config;
 mod panics;
 mod shutdown;
+mod tenants;
 mod waiting;
 mod weighted;
 

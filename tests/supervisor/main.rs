@@ -22,5 +22,6 @@ mod classes;
 mod close;
 mod keyed;
 mod tasks;
+mod tenants;
 mod waiting;
 mod weighted;
