@@ -170,7 +170,9 @@ impl Stripe {
     /// Key `id`'s entry, a new one if it has none: first dropping the
     /// idle entries if the stripe is at its budget.
     fn entry(&mut self, id: u64) -> &mut Entry {
-        if self.map.find(id, |e| e.id == id).is_none() && self.map.len() >= self.budget {
+        // One probe when the stripe is under its budget (the common case);
+        // a look first only when it is at it.
+        if self.map.len() >= self.budget && self.map.find(id, |e| e.id == id).is_none() {
             self.map.retain(|e| !e.is_spent());
             if self.map.len() * 2 > self.budget {
                 self.budget *= 2;
