@@ -21,9 +21,11 @@
 //! Tags are given at the head, not on arrival, so a waiter that leaves
 //! without being served (its deadline, a dropped future, a full room
 //! shedding it) costs its tenant nothing: only service moves `F`. A
-//! tenant whose queue empties is forgotten: when it comes back it starts
-//! at `V`, with neither credit for the time it was away (which would let
-//! it take a burst of everything) nor debt.
+//! tenant whose queue empties keeps its `F` until the clock passes it
+//! (forgetting it sooner would give the tenant a turn it was not due each
+//! time its queue runs dry), then is forgotten: when it comes back it
+//! starts at `V`, with neither credit for the time it was away (which
+//! would let it take a burst of everything) nor debt.
 //!
 //! A full room makes a place for a newcomer by shedding the newest waiter
 //! of the tenant with the most waiters, if that tenant has at least two
@@ -60,8 +62,9 @@
 //!
 //! # Bounded
 //!
-//! The room keeps a tenant's queue and tags while it has a waiter: at most
-//! `max_waiters` tenants.
+//! The room keeps a tenant's queue and tags while it has a waiter, and
+//! its finish tag a while after: at most `max_waiters` tenants with
+//! waiters, and twice that (and 64) in all, the rest swept.
 
 use crate::engine::class::Class;
 use crate::engine::keys::Ledger;
@@ -139,10 +142,9 @@ impl FairOrder {
         self.seq += 1;
         let seq = self.seq;
         let key = (tenant.key, rank);
-        let line = self.lines.entry(key).or_insert_with(|| Line {
-            weight: tenant.weight.max(1),
-            ..Line::default()
-        });
+        let line = self.lines.entry(key).or_default();
+        // Its weight as of now (a run-time change counts from here).
+        line.weight = tenant.weight.max(1);
         line.queue.insert(seq, node);
         line.pending += need;
         self.members.insert(
@@ -191,9 +193,23 @@ impl FairOrder {
                 self.order[rank].insert(place);
             }
         }
-        if line.queue.is_empty() {
+        if line.queue.is_empty() && line.finish <= self.clock {
             self.lines.remove(&member.line);
         }
+        self.sweep();
+    }
+
+    /// Drops the lines left empty whose finish tag the clock has passed:
+    /// their tenant would start at the clock anyway. Their number is kept
+    /// within twice the lines with waiters (and 64 more): a sweep runs
+    /// only past that, so its cost spreads over as many leaves.
+    fn sweep(&mut self) {
+        if self.lines.len() <= 2 * self.members.len() + 64 {
+            return;
+        }
+        let clock = self.clock;
+        self.lines
+            .retain(|_, line| !line.queue.is_empty() || line.finish > clock);
     }
 
     /// The waiter of class `rank` the fair order serves next, if any:
@@ -266,9 +282,11 @@ impl FairOrder {
         longest.queue.values().next_back().copied()
     }
 
-    /// How many tenants it keeps a line for (its memory, in tenants).
+    /// How many tenants it keeps a line for (its memory, in tenants),
+    /// and how many of them have waiters.
     #[cfg(test)]
-    pub(super) fn keys(&self) -> usize {
-        self.lines.len()
+    pub(super) fn keys(&self) -> (usize, usize) {
+        let waiting = self.lines.values().filter(|l| !l.queue.is_empty()).count();
+        (self.lines.len(), waiting)
     }
 }

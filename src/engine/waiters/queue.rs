@@ -1070,9 +1070,10 @@ impl Queue {
         self.nodes[key].as_mut().expect("a waiting key has a node")
     }
 
-    /// How many tenants the fair order keeps a tag for (for the tests).
+    /// How many tenants the fair order keeps a tag for, and how many of
+    /// them wait (for the tests).
     #[cfg(test)]
-    pub(super) fn fair_keys(&self) -> usize {
+    pub(super) fn fair_keys(&self) -> (usize, usize) {
         self.fair.keys()
     }
 

@@ -594,7 +594,7 @@ proptest::proptest! {
                         head.remove(&tenant);
                         promote(&model, tenant, clock, &finish, &mut head);
                     }
-                    if !model.iter().any(|m| m.0 == tenant) {
+                    if !model.iter().any(|m| m.0 == tenant) && finish.get(&tenant).is_some_and(|&f| f <= clock) {
                         finish.remove(&tenant);
                     }
                 }
@@ -623,7 +623,7 @@ proptest::proptest! {
                             finish.insert(tenant, start + need as u64 * SCALE / u64::from(weight(tenant)));
                             promote(&model, tenant, clock, &finish, &mut head);
                         }
-                        if !model.iter().any(|m| m.0 == tenant) {
+                        if !model.iter().any(|m| m.0 == tenant) && finish.get(&tenant).is_some_and(|&f| f <= clock) {
                             finish.remove(&tenant);
                         }
                     }
@@ -633,7 +633,10 @@ proptest::proptest! {
             proptest::prop_assert_eq!(queue.len(), model.len());
             if on {
                 let waiting_tenants = (0..5).filter(|t| model.iter().any(|m| m.0 == *t)).count();
-                proptest::prop_assert_eq!(queue.fair_keys(), waiting_tenants);
+                let (kept, waiting) = queue.fair_keys();
+                proptest::prop_assert_eq!(waiting, waiting_tenants);
+                // A few tenants: never swept; kept while waiting or ahead.
+                proptest::prop_assert!(kept >= waiting && kept <= 5);
             }
         }
     }
