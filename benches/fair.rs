@@ -168,11 +168,11 @@ impl Tally {
     /// throughout it.
     fn close_window(&mut self, now: Instant, weights: &[u32], capacity: usize) {
         let mut xs = Vec::new();
-        for t in 0..self.held.len() {
+        for (t, &weight) in weights.iter().enumerate() {
             self.settle(t, now);
             if !self.idle[t] {
                 let share = self.area[t] / WINDOW.as_secs_f64() / capacity as f64;
-                xs.push(share / f64::from(weights[t]));
+                xs.push(share / f64::from(weight));
             }
             self.area[t] = 0.0;
             self.idle[t] = self.waiting[t] == 0;

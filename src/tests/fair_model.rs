@@ -141,7 +141,7 @@ proptest! {
                     } else {
                         Ok(())
                     };
-                    prop_assert_eq!(answer.as_ref().map(|_| ()).map_err(|e| e.clone()), expected,
+                    prop_assert_eq!(answer.as_ref().map(|_| ()).map_err(|e| *e), expected,
                         "key {} takes {} holding {} of cap {}, {} of {} used, W {}", key, n, mine, model.cap(key), used, capacity, active);
                     if let Ok(grant) = answer {
                         prop_assert_eq!(grant.units(), n);

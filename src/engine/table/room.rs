@@ -374,6 +374,8 @@ impl Table {
     /// watcher for `deadline` next. `deadline` is an async waiter's (the
     /// watcher expires it); a blocked thread passes `None` and times
     /// itself. `Overload` (counted) when the room is full.
+    // The waiter's own fields, as `Queue::push` takes them.
+    #[allow(clippy::too_many_arguments)]
     fn enter_room(
         &self,
         room: &Room,
