@@ -5,7 +5,7 @@ use std::fmt;
 use std::hash::Hash;
 
 use crate::engine::ask::How;
-use crate::engine::keys::{self, KeySettings, Rule};
+use crate::engine::keys::{self, KeySettings};
 use crate::engine::probe::Probe;
 use crate::engine::table::{Grant, Shard, Table};
 use crate::engine::waiters::{Policy, QueueOrder};
@@ -807,58 +807,6 @@ impl Limiter {
         self.table.min_share_fraction(class)
     }
 
-    /// Sets key `key`'s weight in the fair share from now on (see
-    /// [`LimiterBuilder::key_weight`]): if the key holds units, the
-    /// shares move at once. The key's rule (its weight and cap) is kept
-    /// until [`clear_key`](Self::clear_key), whether the key is busy or
-    /// not.
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`] naming `key_weight` for 0.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter = sidejob::Limiter::new(10)?;
-    /// limiter.set_key_weight("gold", 3)?;
-    /// assert_eq!(limiter.key_weight("gold"), 3);
-    /// assert!(limiter.set_key_weight("gold", 0).is_err());
-    /// # Ok::<(), sidejob::ConfigError>(())
-    /// ```
-    pub fn set_key_weight<K: Hash + ?Sized>(
-        &self,
-        key: &K,
-        weight: u32,
-    ) -> Result<(), ConfigError> {
-        self.table.set_key_weight(key, weight)
-    }
-
-    /// Sets key `key`'s own cap from now on (see
-    /// [`LimiterBuilder::key_cap`]): a key above a lowered cap keeps what
-    /// it holds and takes no more until it is under it.
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`] naming `key_cap` for 0.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use sidejob::{units::Ask, Error, Limiter};
-    ///
-    /// let limiter = Limiter::new(10)?;
-    /// limiter.set_key_cap("batch", 1)?;
-    /// let ask = Ask::new().key("batch").fail_fast();
-    /// let held = limiter.acquire_with(ask)?;
-    /// assert_eq!(limiter.acquire_with(ask).unwrap_err(), Error::KeyBusy);
-    /// # drop(held);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn set_key_cap<K: Hash + ?Sized>(&self, key: &K, units: usize) -> Result<(), ConfigError> {
-        self.table.set_key_cap(key, units)
-    }
-
     /// Sets the cap of every key without one of its own (see
     /// [`LimiterBuilder::per_key_cap`]); `None`: no cap but the capacity.
     ///
@@ -906,29 +854,12 @@ impl Limiter {
         self.table.keys().set_rule(keys::id_of(key), None, None);
     }
 
-    /// Key `key`'s weight in the fair share: its own, or 1.
-    pub fn key_weight<K: Hash + ?Sized>(&self, key: &K) -> u32 {
-        self.table.keys().weight(keys::id_of(key))
-    }
-
-    /// The units key `key` holds now (with those a waiting ask of it is
-    /// waiting for: they count against its cap from the moment it asks).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use sidejob::{units::Ask, Limiter};
-    ///
-    /// let limiter = Limiter::new(10)?;
-    /// let held = limiter.acquire_with(Ask::new().key("a").units(3))?;
-    /// assert_eq!((limiter.key_usage("a"), limiter.key_usage("b")), (3, 0));
-    /// drop(held);
-    /// assert_eq!(limiter.key_usage("a"), 0);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn key_usage<K: Hash + ?Sized>(&self, key: &K) -> usize {
-        self.table.key_usage(key)
-    }
+    crate::engine::keys::key_readings!(
+        table;
+        setup: "",
+        make: "let front = sidejob::Limiter::new(4)?;",
+        end: "# Ok::<(), Box<dyn std::error::Error>>(())\n"
+    );
 
     /// How many keys hold units now (the active keys, whose weights share
     /// the capacity).
@@ -959,6 +890,23 @@ impl Limiter {
 
     /// The fair line (see [`LimiterBuilder::fair_line`]), as a fraction
     /// of the capacity.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sidejob::{units::Ask, Error, Limiter};
+    ///
+    /// let limiter = Limiter::builder().capacity(10).fair_line(0.5).build()?;
+    /// assert_eq!(limiter.fair_line(), 0.5);
+    /// let a = Ask::new().key("a").fail_fast();
+    /// // Alone, tenant a's share is everything: the line does not stop it.
+    /// let first = limiter.acquire_with(a.units(4))?;
+    /// let light = limiter.acquire_with(Ask::new().key("b").fail_fast())?;
+    /// // Now its share is 5 of 10: over it, it may fill only to the line.
+    /// assert_eq!(limiter.acquire_with(a.units(2)).unwrap_err(), Error::Overload);
+    /// # drop((first, light));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn fair_line(&self) -> f64 {
         self.table.fair_line()
     }
@@ -1395,104 +1343,11 @@ impl LimiterBuilder {
         self
     }
 
-    /// The most units one tenant key may hold at once (asks with
-    /// [`Ask::key`]), unless the key has a cap of its own
-    /// ([`key_cap`](Self::key_cap)). Default: none, the capacity bounds
-    /// it. An ask that would take its key past its cap is refused with
-    /// [`Error::KeyBusy`] (a waiting one too: it does not wait for its
-    /// key); one of more units than the cap, with [`Error::TooLarge`].
-    /// A [`ConfigError`] naming `per_key_cap` for 0.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use sidejob::{units::Ask, Error, Limiter};
-    ///
-    /// let limiter = Limiter::builder().capacity(64).per_key_cap(8).build()?;
-    /// let ask = Ask::new().key("tenant-a").fail_fast();
-    /// let held = limiter.acquire_with(ask.units(8))?;
-    /// assert_eq!(limiter.acquire_with(ask).unwrap_err(), Error::KeyBusy);
-    /// # drop(held);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn per_key_cap(&mut self, units: usize) -> &mut Self {
-        self.keys.per_key_cap = Some(units);
-        self
-    }
-
-    /// Key `key`'s weight in the fair share (default 1): while the
-    /// capacity binds, a key is entitled to `capacity × weight / W` units,
-    /// `W` the weight of every key that holds units; a waiting room serves
-    /// it in proportion to its weight. Settable at run time with
-    /// [`Limiter::set_key_weight`]. A [`ConfigError`] naming `key_weight`
-    /// for 0. See [`guide::fairness`](crate::guide::fairness).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use sidejob::Limiter;
-    ///
-    /// let limiter = Limiter::builder().capacity(60).key_weight("gold", 5).build()?;
-    /// assert_eq!((limiter.key_weight("gold"), limiter.key_weight("free")), (5, 1));
-    /// # Ok::<(), sidejob::ConfigError>(())
-    /// ```
-    pub fn key_weight<K: Hash + ?Sized>(&mut self, key: &K, weight: u32) -> &mut Self {
-        self.keys
-            .rules
-            .push((keys::id_of(key), Rule::Weight(weight)));
-        self
-    }
-
-    /// Key `key`'s own cap, in place of [`per_key_cap`](Self::per_key_cap):
-    /// the most units it may hold at once. Settable at run time with
-    /// [`Limiter::set_key_cap`]. A [`ConfigError`] naming `key_cap` for 0.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use sidejob::{units::Ask, Error, Limiter};
-    ///
-    /// let limiter = Limiter::builder().capacity(10).key_cap("batch", 2).build()?;
-    /// let ask = Ask::new().key("batch").fail_fast();
-    /// let held = limiter.acquire_with(ask.units(2))?;
-    /// assert_eq!(limiter.acquire_with(ask).unwrap_err(), Error::KeyBusy);
-    /// # drop(held);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn key_cap<K: Hash + ?Sized>(&mut self, key: &K, units: usize) -> &mut Self {
-        self.keys.rules.push((keys::id_of(key), Rule::Cap(units)));
-        self
-    }
-
-    /// The fair line: the fraction of the capacity that a fail-fast ask
-    /// of a key *over* its fair share may fill. Above it, units are kept
-    /// for keys within their share, so a tenant that floods leaves room
-    /// for the others to get in without waiting. Default 0.9; 1 keeps
-    /// nothing back (a key over its share is refused only when the
-    /// capacity is full). A [`ConfigError`] naming `fair_line` for a
-    /// fraction outside (0, 1] (or not a number). Asks that wait in a
-    /// waiting room are served in the fair order instead, and do not stop
-    /// at the line.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use sidejob::{units::Ask, Error, Limiter};
-    ///
-    /// let limiter = Limiter::builder().capacity(10).fair_line(0.5).build()?;
-    /// let a = Ask::new().key("a").fail_fast();
-    /// // Alone, tenant a's share is everything.
-    /// let first = limiter.acquire_with(a.units(4))?;
-    /// let light = limiter.acquire_with(Ask::new().key("b").fail_fast())?;
-    /// // Now its share is 5 of 10: over it, it may fill only to the line.
-    /// assert_eq!(limiter.acquire_with(a.units(2)).unwrap_err(), Error::Overload);
-    /// # drop((first, light));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn fair_line(&mut self, fraction: f64) -> &mut Self {
-        self.keys.fair_line = Some(fraction);
-        self
-    }
+    crate::engine::keys::key_settings!(
+        setup: "",
+        make: "sidejob::Limiter::builder().capacity(8)",
+        build: ".build()"
+    );
 
     /// How many units later requests may take past a waiting request of
     /// many units ([`Limiter::acquire_many`]) before every freed unit is

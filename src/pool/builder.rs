@@ -6,7 +6,7 @@ use super::ordered::Ordered;
 use super::steal::Idle;
 use super::{Inner, Pool, Routing};
 use crate::adaptive::FeedSlot;
-use crate::engine::keys::{self, KeySettings, Rule};
+use crate::engine::keys::KeySettings;
 use crate::engine::probe::Probe;
 use crate::engine::table::Table;
 use crate::engine::threads;
@@ -318,110 +318,11 @@ impl PoolBuilder {
         self
     }
 
-    /// The most units one tenant key may hold at once (requests asked
-    /// with [`Ask::key`](crate::units::Ask::key)), unless it has a cap of
-    /// its own: [`LimiterBuilder::per_key_cap`](crate::LimiterBuilder::per_key_cap)
-    /// says the rule. A [`ConfigError`] naming `per_key_cap` for 0.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use sidejob::{units::Ask, Pool, Worker};
-    ///
-    /// struct Echo;
-    /// impl Worker for Echo {
-    ///     type Request = u32; type Reply = u32; type Message = ();
-    ///     fn handle_call(&mut self, n: u32) -> u32 { n }
-    ///     fn handle_cast(&mut self, _: ()) {}
-    /// }
-    ///
-    /// let pool = Pool::builder().capacity(8).per_key_cap(2).build(|_| Echo)?;
-    /// assert_eq!(pool.call_with(Ask::new().key("tenant-a").units(2), 7)?, 7);
-    /// assert_eq!(pool.key_usage("tenant-a"), 0); // handled: given back
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn per_key_cap(&mut self, units: usize) -> &mut Self {
-        self.keys.per_key_cap = Some(units);
-        self
-    }
-
-    /// Tenant `key`'s weight in the fair share (default 1); see
-    /// [`LimiterBuilder::key_weight`](crate::LimiterBuilder::key_weight)
-    /// and [`guide::fairness`](crate::guide::fairness). A [`ConfigError`]
-    /// naming `key_weight` for 0.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use sidejob::{Pool, Worker};
-    ///
-    /// struct Echo;
-    /// impl Worker for Echo {
-    ///     type Request = u32; type Reply = u32; type Message = ();
-    ///     fn handle_call(&mut self, n: u32) -> u32 { n }
-    ///     fn handle_cast(&mut self, _: ()) {}
-    /// }
-    ///
-    /// let pool = Pool::builder().capacity(8).key_weight("gold", 3).build(|_| Echo)?;
-    /// assert_eq!(pool.key_weight("gold"), 3);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn key_weight<K: Hash + ?Sized>(&mut self, key: &K, weight: u32) -> &mut Self {
-        self.keys
-            .rules
-            .push((keys::id_of(key), Rule::Weight(weight)));
-        self
-    }
-
-    /// Tenant `key`'s own cap, in place of [`per_key_cap`](Self::per_key_cap).
-    /// A [`ConfigError`] naming `key_cap` for 0.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use sidejob::{units::Ask, Error, Pool, Worker};
-    ///
-    /// struct Echo;
-    /// impl Worker for Echo {
-    ///     type Request = u32; type Reply = u32; type Message = ();
-    ///     fn handle_call(&mut self, n: u32) -> u32 { n }
-    ///     fn handle_cast(&mut self, _: ()) {}
-    /// }
-    ///
-    /// let pool = Pool::builder().capacity(8).key_cap("batch", 1).build(|_| Echo)?;
-    /// let too_many = pool.call_with(Ask::new().key("batch").units(2), 7);
-    /// assert_eq!(too_many.unwrap_err(), Error::TooLarge);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn key_cap<K: Hash + ?Sized>(&mut self, key: &K, units: usize) -> &mut Self {
-        self.keys.rules.push((keys::id_of(key), Rule::Cap(units)));
-        self
-    }
-
-    /// The fair line: the fraction of the capacity a fail-fast request of
-    /// a tenant over its fair share may fill (default 0.9); see
-    /// [`LimiterBuilder::fair_line`](crate::LimiterBuilder::fair_line). A
-    /// [`ConfigError`] naming `fair_line` outside (0, 1].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use sidejob::{Pool, Worker};
-    ///
-    /// struct Echo;
-    /// impl Worker for Echo {
-    ///     type Request = u32; type Reply = u32; type Message = ();
-    ///     fn handle_call(&mut self, n: u32) -> u32 { n }
-    ///     fn handle_cast(&mut self, _: ()) {}
-    /// }
-    ///
-    /// let err = Pool::builder().capacity(8).fair_line(1.5).build(|_| Echo).unwrap_err();
-    /// assert_eq!(err.field(), "fair_line");
-    /// ```
-    pub fn fair_line(&mut self, fraction: f64) -> &mut Self {
-        self.keys.fair_line = Some(fraction);
-        self
-    }
+    crate::engine::keys::key_settings!(
+        setup: "use sidejob::{Pool, Worker};\nstruct Echo;\nimpl Worker for Echo {\n    type Request = u32; type Reply = u32; type Message = ();\n    fn handle_call(&mut self, n: u32) -> u32 { n }\n    fn handle_cast(&mut self, _: ()) {}\n}\n",
+        make: "Pool::builder().capacity(8)",
+        build: ".build(|_| Echo)"
+    );
 
     /// Which waiter a freed unit goes to; see [`QueueOrder`]. Defaults to
     /// FIFO.

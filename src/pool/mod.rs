@@ -275,100 +275,12 @@ impl<W: Worker> Pool<W> {
         }
     }
 
-    /// The units tenant `key` holds now (requests asked with
-    /// [`Ask::key`](crate::units::Ask::key), those waiting included).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use sidejob::{Pool, Worker};
-    ///
-    /// struct Echo;
-    /// impl Worker for Echo {
-    ///     type Request = u32; type Reply = u32; type Message = ();
-    ///     fn handle_call(&mut self, n: u32) -> u32 { n }
-    ///     fn handle_cast(&mut self, _: ()) {}
-    /// }
-    ///
-    /// let fe = Pool::builder().capacity(4).build(|_| Echo)?;
-    /// assert_eq!(fe.key_usage("tenant-a"), 0);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn key_usage<K: std::hash::Hash + ?Sized>(&self, key: &K) -> usize {
-        self.inner.table.key_usage(key)
-    }
-
-    /// Tenant `key`'s weight in the fair share: its own, or 1.
-    pub fn key_weight<K: std::hash::Hash + ?Sized>(&self, key: &K) -> u32 {
-        self.inner
-            .table
-            .keys()
-            .weight(crate::engine::keys::id_of(key))
-    }
-
-    /// Sets tenant `key`'s weight in the fair share from now on (see
-    /// [`Limiter::set_key_weight`](crate::Limiter::set_key_weight)).
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`](crate::ConfigError) naming `key_weight` for 0.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use sidejob::{Pool, Worker};
-    ///
-    /// struct Echo;
-    /// impl Worker for Echo {
-    ///     type Request = u32; type Reply = u32; type Message = ();
-    ///     fn handle_call(&mut self, n: u32) -> u32 { n }
-    ///     fn handle_cast(&mut self, _: ()) {}
-    /// }
-    ///
-    /// let fe = Pool::builder().capacity(4).build(|_| Echo)?;
-    /// fe.set_key_weight("gold", 4)?;
-    /// assert_eq!(fe.key_weight("gold"), 4);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn set_key_weight<K: std::hash::Hash + ?Sized>(
-        &self,
-        key: &K,
-        weight: u32,
-    ) -> Result<(), crate::ConfigError> {
-        self.inner.table.set_key_weight(key, weight)
-    }
-
-    /// Sets tenant `key`'s own cap from now on (see
-    /// [`Limiter::set_key_cap`](crate::Limiter::set_key_cap)).
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`](crate::ConfigError) naming `key_cap` for 0.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use sidejob::{Pool, Worker};
-    ///
-    /// struct Echo;
-    /// impl Worker for Echo {
-    ///     type Request = u32; type Reply = u32; type Message = ();
-    ///     fn handle_call(&mut self, n: u32) -> u32 { n }
-    ///     fn handle_cast(&mut self, _: ()) {}
-    /// }
-    ///
-    /// let fe = Pool::builder().capacity(4).build(|_| Echo)?;
-    /// assert_eq!(fe.set_key_cap("batch", 0).unwrap_err().field(), "key_cap");
-    /// fe.set_key_cap("batch", 2)?;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn set_key_cap<K: std::hash::Hash + ?Sized>(
-        &self,
-        key: &K,
-        units: usize,
-    ) -> Result<(), crate::ConfigError> {
-        self.inner.table.set_key_cap(key, units)
-    }
+    crate::engine::keys::key_readings!(
+        inner.table;
+        setup: "use sidejob::{Pool, Worker};\nstruct Echo;\nimpl Worker for Echo {\n    type Request = u32; type Reply = u32; type Message = ();\n    fn handle_call(&mut self, n: u32) -> u32 { n }\n    fn handle_cast(&mut self, _: ()) {}\n}\n",
+        make: "let front = Pool::builder().capacity(4).build(|_| Echo)?;",
+        end: "# Ok::<(), Box<dyn std::error::Error>>(())\n"
+    );
 
     /// Requests admitted and not yet finished (queued or running).
     pub fn usage(&self) -> usize {

@@ -1,7 +1,7 @@
 //! [`SupervisorBuilder`]: capacity, shards, waiting, keys, thread settings; checked once, in `build`.
 
 use super::{Common, Idle, Inner, RegistryShard, Supervisor, MAX_CHILDREN};
-use crate::engine::keys::{self, KeySettings, Rule};
+use crate::engine::keys::KeySettings;
 use crate::engine::probe::Probe;
 use crate::engine::table::Table;
 use crate::engine::waiters::{Policy, QueueOrder};
@@ -9,7 +9,6 @@ use crate::error::ConfigError;
 use crate::supervisor::keys::KeySet;
 use crate::sync::{Arc, AtomicUsize, CoarseClock, Condvar, Mutex};
 use crossbeam_utils::CachePadded;
-use std::hash::Hash;
 use std::time::Duration;
 
 /// Configures a [`Supervisor`]; made by [`Supervisor::builder`].
@@ -181,85 +180,11 @@ impl SupervisorBuilder {
         self
     }
 
-    /// The most units one tenant key may hold at once (children asked
-    /// with [`Ask::key`](crate::units::Ask::key)), unless it has a cap of
-    /// its own: [`LimiterBuilder::per_key_cap`](crate::LimiterBuilder::per_key_cap)
-    /// says the rule. Not [`per_key`](Self::per_key), which bounds the live
-    /// children of the keyed methods (`reserve_keyed`, `spawn_keyed`): a
-    /// tenant's cap counts units, of children asked for through an
-    /// [`Ask`](crate::units::Ask). A [`ConfigError`] naming `per_key_cap`
-    /// for 0.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use sidejob::{units::Ask, Error, Supervisor};
-    ///
-    /// let sup = Supervisor::builder().capacity(8).per_key_cap(1).build()?;
-    /// let child = sup.reserve_with(Ask::new().key("tenant-a"))?;
-    /// let refused = sup.reserve_with(Ask::new().key("tenant-a").fail_fast());
-    /// assert_eq!(refused.unwrap_err(), Error::KeyBusy);
-    /// drop(child);
-    /// assert_eq!(sup.key_usage("tenant-a"), 0);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn per_key_cap(&mut self, units: usize) -> &mut Self {
-        self.keys.per_key_cap = Some(units);
-        self
-    }
-
-    /// Tenant `key`'s weight in the fair share (default 1); see
-    /// [`LimiterBuilder::key_weight`](crate::LimiterBuilder::key_weight)
-    /// and [`guide::fairness`](crate::guide::fairness). A [`ConfigError`]
-    /// naming `key_weight` for 0.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let sup = sidejob::Supervisor::builder().capacity(8).key_weight("gold", 3).build()?;
-    /// assert_eq!(sup.key_weight("gold"), 3);
-    /// # Ok::<(), sidejob::ConfigError>(())
-    /// ```
-    pub fn key_weight<K: Hash + ?Sized>(&mut self, key: &K, weight: u32) -> &mut Self {
-        self.keys
-            .rules
-            .push((keys::id_of(key), Rule::Weight(weight)));
-        self
-    }
-
-    /// Tenant `key`'s own cap, in place of [`per_key_cap`](Self::per_key_cap).
-    /// A [`ConfigError`] naming `key_cap` for 0.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use sidejob::{units::Ask, Error, Supervisor};
-    ///
-    /// let sup = Supervisor::builder().capacity(8).key_cap("batch", 2).build()?;
-    /// let big = sup.reserve_with(Ask::new().key("batch").units(3).fail_fast());
-    /// assert_eq!(big.unwrap_err(), Error::TooLarge);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn key_cap<K: Hash + ?Sized>(&mut self, key: &K, units: usize) -> &mut Self {
-        self.keys.rules.push((keys::id_of(key), Rule::Cap(units)));
-        self
-    }
-
-    /// The fair line: the fraction of the capacity a fail-fast child of a
-    /// tenant over its fair share may fill (default 0.9); see
-    /// [`LimiterBuilder::fair_line`](crate::LimiterBuilder::fair_line). A
-    /// [`ConfigError`] naming `fair_line` outside (0, 1].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let err = sidejob::Supervisor::builder().capacity(8).fair_line(0.0).build().unwrap_err();
-    /// assert_eq!(err.field(), "fair_line");
-    /// ```
-    pub fn fair_line(&mut self, fraction: f64) -> &mut Self {
-        self.keys.fair_line = Some(fraction);
-        self
-    }
+    crate::engine::keys::key_settings!(
+        setup: "",
+        make: "sidejob::Supervisor::builder().capacity(8)",
+        build: ".build()"
+    );
 
     /// Which waiter a freed unit goes to; see [`QueueOrder`]. Defaults to
     /// FIFO.

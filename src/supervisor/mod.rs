@@ -406,80 +406,12 @@ impl Supervisor {
         self.inner.common.table.is_closed()
     }
 
-    /// The units tenant `key` holds now (requests asked with
-    /// [`Ask::key`](crate::units::Ask::key), those waiting included).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use sidejob::Supervisor;
-    ///
-    /// let fe = Supervisor::new(4)?;
-    /// assert_eq!(fe.key_usage("tenant-a"), 0);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn key_usage<K: std::hash::Hash + ?Sized>(&self, key: &K) -> usize {
-        self.inner.common.table.key_usage(key)
-    }
-
-    /// Tenant `key`'s weight in the fair share: its own, or 1.
-    pub fn key_weight<K: std::hash::Hash + ?Sized>(&self, key: &K) -> u32 {
-        self.inner
-            .common
-            .table
-            .keys()
-            .weight(crate::engine::keys::id_of(key))
-    }
-
-    /// Sets tenant `key`'s weight in the fair share from now on (see
-    /// [`Limiter::set_key_weight`](crate::Limiter::set_key_weight)).
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`](crate::ConfigError) naming `key_weight` for 0.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use sidejob::Supervisor;
-    ///
-    /// let fe = Supervisor::new(4)?;
-    /// fe.set_key_weight("gold", 4)?;
-    /// assert_eq!(fe.key_weight("gold"), 4);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn set_key_weight<K: std::hash::Hash + ?Sized>(
-        &self,
-        key: &K,
-        weight: u32,
-    ) -> Result<(), crate::ConfigError> {
-        self.inner.common.table.set_key_weight(key, weight)
-    }
-
-    /// Sets tenant `key`'s own cap from now on (see
-    /// [`Limiter::set_key_cap`](crate::Limiter::set_key_cap)).
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`](crate::ConfigError) naming `key_cap` for 0.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use sidejob::Supervisor;
-    ///
-    /// let fe = Supervisor::new(4)?;
-    /// assert_eq!(fe.set_key_cap("batch", 0).unwrap_err().field(), "key_cap");
-    /// fe.set_key_cap("batch", 2)?;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn set_key_cap<K: std::hash::Hash + ?Sized>(
-        &self,
-        key: &K,
-        units: usize,
-    ) -> Result<(), crate::ConfigError> {
-        self.inner.common.table.set_key_cap(key, units)
-    }
+    crate::engine::keys::key_readings!(
+        inner.common.table;
+        setup: "",
+        make: "let front = sidejob::Supervisor::new(4)?;",
+        end: "# Ok::<(), Box<dyn std::error::Error>>(())\n"
+    );
 
     /// Children alive now: units of capacity held (the name every
     /// front-end gives it: [`Limiter::usage`](crate::Limiter::usage),

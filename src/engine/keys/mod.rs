@@ -54,8 +54,11 @@ use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 use std::hash::{BuildHasher, Hash};
 
+mod api;
 #[cfg(all(test, not(loom)))]
 mod tests;
+
+pub(crate) use api::{key_readings, key_settings};
 
 /// The hasher keys go through: foldhash with a per-process random seed
 /// normally; a fixed one under loom, whose models must replay the same

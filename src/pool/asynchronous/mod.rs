@@ -233,112 +233,12 @@ impl<W: AsyncWorker> AsyncPool<W> {
         }
     }
 
-    /// The units tenant `key` holds now (requests asked with
-    /// [`Ask::key`](crate::units::Ask::key), those waiting included).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    /// # rt.block_on(async {
-    /// use sidejob::{AsyncWorker, Pool};
-    ///
-    /// struct Echo;
-    /// impl AsyncWorker for Echo {
-    ///     type Request = u32; type Reply = u32; type Message = ();
-    ///     async fn handle_call(&mut self, n: u32) -> u32 { n }
-    ///     async fn handle_cast(&mut self, _: ()) {}
-    /// }
-    ///
-    /// let fe = Pool::builder().capacity(4).build_async(|_| Echo)?;
-    /// assert_eq!(fe.key_usage("tenant-a"), 0);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// # })?;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn key_usage<K: std::hash::Hash + ?Sized>(&self, key: &K) -> usize {
-        self.inner.table.key_usage(key)
-    }
-
-    /// Tenant `key`'s weight in the fair share: its own, or 1.
-    pub fn key_weight<K: std::hash::Hash + ?Sized>(&self, key: &K) -> u32 {
-        self.inner
-            .table
-            .keys()
-            .weight(crate::engine::keys::id_of(key))
-    }
-
-    /// Sets tenant `key`'s weight in the fair share from now on (see
-    /// [`Limiter::set_key_weight`](crate::Limiter::set_key_weight)).
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`](crate::ConfigError) naming `key_weight` for 0.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    /// # rt.block_on(async {
-    /// use sidejob::{AsyncWorker, Pool};
-    ///
-    /// struct Echo;
-    /// impl AsyncWorker for Echo {
-    ///     type Request = u32; type Reply = u32; type Message = ();
-    ///     async fn handle_call(&mut self, n: u32) -> u32 { n }
-    ///     async fn handle_cast(&mut self, _: ()) {}
-    /// }
-    ///
-    /// let fe = Pool::builder().capacity(4).build_async(|_| Echo)?;
-    /// fe.set_key_weight("gold", 4)?;
-    /// assert_eq!(fe.key_weight("gold"), 4);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// # })?;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn set_key_weight<K: std::hash::Hash + ?Sized>(
-        &self,
-        key: &K,
-        weight: u32,
-    ) -> Result<(), crate::ConfigError> {
-        self.inner.table.set_key_weight(key, weight)
-    }
-
-    /// Sets tenant `key`'s own cap from now on (see
-    /// [`Limiter::set_key_cap`](crate::Limiter::set_key_cap)).
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`](crate::ConfigError) naming `key_cap` for 0.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    /// # rt.block_on(async {
-    /// use sidejob::{AsyncWorker, Pool};
-    ///
-    /// struct Echo;
-    /// impl AsyncWorker for Echo {
-    ///     type Request = u32; type Reply = u32; type Message = ();
-    ///     async fn handle_call(&mut self, n: u32) -> u32 { n }
-    ///     async fn handle_cast(&mut self, _: ()) {}
-    /// }
-    ///
-    /// let fe = Pool::builder().capacity(4).build_async(|_| Echo)?;
-    /// assert_eq!(fe.set_key_cap("batch", 0).unwrap_err().field(), "key_cap");
-    /// fe.set_key_cap("batch", 2)?;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// # })?;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn set_key_cap<K: std::hash::Hash + ?Sized>(
-        &self,
-        key: &K,
-        units: usize,
-    ) -> Result<(), crate::ConfigError> {
-        self.inner.table.set_key_cap(key, units)
-    }
+    crate::engine::keys::key_readings!(
+        inner.table;
+        setup: "# let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;\n# rt.block_on(async {\nuse sidejob::{AsyncWorker, Pool};\nstruct Echo;\nimpl AsyncWorker for Echo {\n    type Request = u32; type Reply = u32; type Message = ();\n    async fn handle_call(&mut self, n: u32) -> u32 { n }\n    async fn handle_cast(&mut self, _: ()) {}\n}\n",
+        make: "let front = Pool::builder().capacity(4).build_async(|_| Echo)?;",
+        end: "# Ok::<(), Box<dyn std::error::Error>>(())\n# })?;\n# Ok::<(), Box<dyn std::error::Error>>(())\n"
+    );
 
     /// Requests admitted and not yet finished (queued or running).
     pub fn usage(&self) -> usize {
