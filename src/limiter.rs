@@ -1128,19 +1128,10 @@ impl Limiter {
         self: Arc<Self>,
         ask: Ask,
     ) -> impl std::future::Future<Output = Result<OwnedPermit<Many>, Error>> + Send + 'static {
-        let ask = Ask {
+        self.acquire_with_owned_async(Ask {
             how: How::Wait(ask.deadline()),
             ..ask
-        };
-        async move {
-            let grant = self.table.admit_async(ask).await?;
-            let (shard, units) = Many::from_grant(grant);
-            Ok(OwnedPermit {
-                limiter: self,
-                shard,
-                units,
-            })
-        }
+        })
     }
 
     /// True if the limiter has a waiting room (`max_waiters > 0`).

@@ -51,6 +51,30 @@ async fn handler(inside: Arc<Inside>, gate: Arc<Semaphore>, dwell: bool) -> Stri
     "done\n".to_string()
 }
 
+/// Serves `router` on a free port of 127.0.0.1: a client, the address,
+/// and the server's task (to abort at the end).
+async fn serve(
+    router: axum::Router,
+) -> (
+    HttpClient,
+    std::net::SocketAddr,
+    tokio::task::JoinHandle<()>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    (client, addr, server)
+}
+
+/// Until `n` requests are inside the handler (held at its gate).
+#[cfg(feature = "http")]
+async fn until_inside(inside: &Inside, n: usize) {
+    while inside.now.load(SeqCst) < n {
+        tokio::task::yield_now().await;
+    }
+}
+
 async fn get(client: &HttpClient, url: &str) -> (StatusCode, Option<String>, String) {
     get_as(client, url, None).await
 }
@@ -98,10 +122,7 @@ async fn flood() {
         move || handler(Arc::clone(&inside), Arc::clone(&gate), true)
     };
     let router = axum_server::app(Arc::clone(&limiter), work);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    let (client, addr, server) = serve(router).await;
     let work_url = format!("http://{addr}/work");
     let health_url = format!("http://{addr}/health");
 
@@ -227,10 +248,7 @@ async fn burst() {
         move || handler(Arc::clone(&inside), Arc::clone(&gate), false)
     };
     let router = axum_server::queued_app(Arc::clone(&limiter), work);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    let (client, addr, server) = serve(router).await;
     let work_url = format!("http://{addr}/work");
 
     // The burst: capacity + max_waiters requests at once.
@@ -433,28 +451,17 @@ async fn classes() {
         .refuse_with(HttpRefusal::new())
         .classify_by_header("x-priority");
     let router = axum::Router::new().route("/work", axum::routing::get(work).layer(layer));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    let (client, addr, server) = serve(router).await;
     let url = format!("http://{addr}/work");
     let spawn_get = |priority: Option<&'static str>| {
         let (client, url) = (client.clone(), url.clone());
         tokio::spawn(async move { get_as(&client, &url, priority).await })
     };
-    let until_inside = |n: usize| {
-        let inside = Arc::clone(&inside);
-        async move {
-            while inside.now.load(SeqCst) < n {
-                tokio::task::yield_now().await;
-            }
-        }
-    };
 
     // Eight requests of the default class (no header) held at the gate:
     // the sheddable class's whole share is in use.
     let mut held: Vec<_> = (0..8).map(|_| spawn_get(None)).collect();
-    until_inside(8).await;
+    until_inside(&inside, 8).await;
 
     // A burst of prefetches and one request of the default class, at
     // once: every prefetch is refused, the default request is served.
@@ -465,7 +472,7 @@ async fn classes() {
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(retry_after.as_deref(), Some("1"));
     }
-    until_inside(9).await;
+    until_inside(&inside, 9).await;
 
     // Nine held: SheddablePlus's line too.
     let (status, _, _) = get_as(&client, &url, Some("Sheddable-Plus")).await;
@@ -474,7 +481,7 @@ async fn classes() {
     // A value that names no class is the default class: admitted to the
     // last unit, where a sheddable class would have been refused.
     held.push(spawn_get(Some("urgent!!")));
-    until_inside(10).await;
+    until_inside(&inside, 10).await;
     assert_eq!(limiter.usage(), 10);
 
     // Full: no value gets past the capacity, an unknown one no more than
@@ -567,30 +574,19 @@ async fn tenants() {
                 .to_owned()
         });
     let router = axum::Router::new().route("/work", axum::routing::get(work).layer(layer));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    let (client, addr, server) = serve(router).await;
     let url = format!("http://{addr}/work");
     let spawn_get = |tenant: &'static str| {
         let (client, url) = (client.clone(), url.clone());
         tokio::spawn(async move { get_with(&client, &url, "x-tenant", tenant).await })
     };
-    let until_inside = |n: usize| {
-        let inside = Arc::clone(&inside);
-        async move {
-            while inside.now.load(SeqCst) < n {
-                tokio::task::yield_now().await;
-            }
-        }
-    };
 
     // The flood alone: its share is everything, 8 held at the gate.
     let mut held: Vec<_> = (0..8).map(|_| spawn_get("flood")).collect();
-    until_inside(8).await;
+    until_inside(&inside, 8).await;
     // A light tenant: within its share (5 of 10), admitted.
     held.push(spawn_get("light"));
-    until_inside(9).await;
+    until_inside(&inside, 9).await;
     // The flood is over its share, and a ninth unit would pass the line.
     assert_eq!(
         get_with(&client, &url, "x-tenant", "flood").await,
@@ -600,7 +596,7 @@ async fn tenants() {
     // The capped tenant gets the last unit; a second request of it is
     // refused by its cap: 429.
     held.push(spawn_get("capped"));
-    until_inside(10).await;
+    until_inside(&inside, 10).await;
     assert_eq!(
         get_with(&client, &url, "x-tenant", "capped").await,
         StatusCode::TOO_MANY_REQUESTS
