@@ -11,15 +11,15 @@
 macro_rules! key_settings {
     (setup: $setup:literal, make: $make:literal, build: $build:literal) => {
         /// The most units one tenant may hold at once (requests asked with
-        /// [`Ask::key`](crate::units::Ask::key)), unless it has a cap of its
+        /// [`Ask::key`](crate::engine::ask::Ask::key)), unless it has a cap of its
         /// own ([`key_cap`](Self::key_cap)). Default: none, the capacity
         /// bounds it. A request that would take its tenant past its cap is
-        /// refused with [`Error::KeyBusy`](crate::Error::KeyBusy) (a waiting
+        /// refused with [`Error::KeyBusy`](crate::error::Error::KeyBusy) (a waiting
         /// one too: it does not wait for its tenant's units); one of more
-        /// units than the cap with [`Error::TooLarge`](crate::Error::TooLarge).
-        /// See [`guide::fairness`](crate::guide::fairness).
+        /// units than the cap with [`Error::TooLarge`](crate::error::Error::TooLarge).
+        /// The guide's page on fairness says more.
         ///
-        /// Checked at build: a [`ConfigError`](crate::ConfigError) naming
+        /// Checked at build: a [`ConfigError`](crate::error::ConfigError) naming
         /// `per_key_cap` for 0.
         ///
         /// # Examples
@@ -37,7 +37,7 @@ macro_rules! key_settings {
         /// run time with `set_key_weight`. Name the tenant as its requests
         /// do: a `&str` and a `String` are one tenant, a `&[u8]` another.
         ///
-        /// Checked at build: a [`ConfigError`](crate::ConfigError) naming
+        /// Checked at build: a [`ConfigError`](crate::error::ConfigError) naming
         /// `key_weight` for 0.
         ///
         /// # Examples
@@ -54,7 +54,7 @@ macro_rules! key_settings {
         /// [`per_key_cap`](Self::per_key_cap): the most units it may hold at
         /// once. Settable at run time with `set_key_cap`.
         ///
-        /// Checked at build: a [`ConfigError`](crate::ConfigError) naming
+        /// Checked at build: a [`ConfigError`](crate::error::ConfigError) naming
         /// `key_cap` for 0.
         ///
         /// # Examples
@@ -75,7 +75,7 @@ macro_rules! key_settings {
         /// waiting room are served in the fair order instead, and do not
         /// stop at the line.
         ///
-        /// Checked at build: a [`ConfigError`](crate::ConfigError) naming
+        /// Checked at build: a [`ConfigError`](crate::error::ConfigError) naming
         /// `fair_line` for a fraction outside (0, 1] (or not a number).
         ///
         /// # Examples
@@ -95,7 +95,7 @@ pub(crate) use key_settings;
 macro_rules! key_readings {
     ($($field:ident).+ ; setup: $setup:literal, make: $make:literal, end: $end:literal) => {
         /// The units tenant `key` holds now (requests asked with
-        /// [`Ask::key`](crate::units::Ask::key); those a waiting request
+        /// [`Ask::key`](crate::engine::ask::Ask::key); those a waiting request
         /// waits for count from the moment it asks).
         ///
         /// # Examples
@@ -120,7 +120,7 @@ macro_rules! key_readings {
         ///
         /// # Errors
         ///
-        /// A [`ConfigError`](crate::ConfigError) naming `key_weight` for 0.
+        /// A [`ConfigError`](crate::error::ConfigError) naming `key_weight` for 0.
         ///
         /// # Examples
         ///
@@ -129,7 +129,7 @@ macro_rules! key_readings {
             &self,
             key: &K,
             weight: u32,
-        ) -> Result<(), crate::ConfigError> {
+        ) -> Result<(), crate::error::ConfigError> {
             self.$($field).+.set_key_weight(key, weight)
         }
 
@@ -139,7 +139,7 @@ macro_rules! key_readings {
         ///
         /// # Errors
         ///
-        /// A [`ConfigError`](crate::ConfigError) naming `key_cap` for 0.
+        /// A [`ConfigError`](crate::error::ConfigError) naming `key_cap` for 0.
         ///
         /// # Examples
         ///
@@ -148,7 +148,7 @@ macro_rules! key_readings {
             &self,
             key: &K,
             units: usize,
-        ) -> Result<(), crate::ConfigError> {
+        ) -> Result<(), crate::error::ConfigError> {
             self.$($field).+.set_key_cap(key, units)
         }
     };
