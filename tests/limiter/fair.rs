@@ -442,9 +442,11 @@ fn a_sheddable_tenant_still_stops_at_its_class_line() {
 }
 
 /// Four threads ask for random units for eight tenants (caps 2 to 5,
-/// weights 1 to 3), fail-fast and waiting, on a limiter of 16 over two
-/// shards; a shadow ledger per tenant checks each grant against the cap,
-/// and the total against the capacity, while held.
+/// weights 1 to 3) of random classes, fail-fast, waiting, and waiting
+/// with a deadline that runs out (a cancelled wait), on a limiter of 16
+/// over two shards that a fifth thread resizes between 10 and 16; a
+/// shadow ledger per tenant checks each grant against the cap, and the
+/// total against the largest capacity, while held.
 #[test]
 fn caps_and_capacity_hold_under_stress_with_a_ledger_per_key() {
     const KEYS: usize = 8;
@@ -459,6 +461,20 @@ fn caps_and_capacity_hold_under_stress_with_a_ledger_per_key() {
     let shadow: Arc<Vec<AtomicUsize>> = Arc::new((0..KEYS).map(|_| AtomicUsize::new(0)).collect());
     let total = Arc::new(AtomicUsize::new(0));
     let granted = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let resizer = {
+        let (limiter, done) = (Arc::clone(&limiter), Arc::clone(&done));
+        thread::spawn(move || {
+            let mut resizes = 0;
+            while !done.load(SeqCst) {
+                limiter.set_capacity(10 + 6 * (resizes % 2)).unwrap();
+                resizes += 1;
+                thread::yield_now();
+            }
+            limiter.set_capacity(16).unwrap();
+            resizes
+        })
+    };
     let threads: Vec<_> = (0..4_u64)
         .map(|seed| {
             let (limiter, shadow, total, granted) = (
@@ -479,9 +495,17 @@ fn caps_and_capacity_hold_under_stress_with_a_ledger_per_key() {
                     let r = next();
                     let key = (r % KEYS as u64) as usize;
                     let units = 1 + (r >> 8) as usize % 2;
-                    let mut ask = Ask::new().key(&key).units(units);
-                    if r >> 16 & 1 == 0 {
-                        ask = ask.fail_fast();
+                    let class = [Class::Critical, Class::SheddablePlus, Class::Sheddable]
+                        [(r >> 24) as usize % 3];
+                    let mut ask = Ask::new().key(&key).units(units).class(class);
+                    match r >> 16 & 3 {
+                        0 | 1 => ask = ask.fail_fast(),
+                        2 => {
+                            let soon =
+                                std::time::Instant::now() + std::time::Duration::from_micros(50);
+                            ask = ask.wait_until(soon);
+                        }
+                        _ => {}
                     }
                     match limiter.acquire_with(ask) {
                         Ok(permit) => {
@@ -497,7 +521,7 @@ fn caps_and_capacity_hold_under_stress_with_a_ledger_per_key() {
                             total.fetch_sub(units, SeqCst);
                             drop(permit);
                         }
-                        Err(Error::Overload | Error::KeyBusy) => {}
+                        Err(Error::Overload | Error::KeyBusy | Error::Timeout) => {}
                         Err(other) => panic!("tenant {key}: {other}"),
                     }
                 }
@@ -507,6 +531,8 @@ fn caps_and_capacity_hold_under_stress_with_a_ledger_per_key() {
     for thread in threads {
         thread.join().unwrap();
     }
+    done.store(true, SeqCst);
+    assert!(resizer.join().unwrap() > 0);
     assert!(granted.load(SeqCst) > 10_000);
     assert_eq!((limiter.usage(), limiter.active_keys()), (0, 0));
     for key in 0..KEYS {
