@@ -43,7 +43,7 @@
 //! A key is hashed once, when the ask is built (foldhash, seeded per
 //! process, as hashbrown's maps are), and known by that 64-bit *id*. Two
 //! keys with the same id (for a million live keys, about one chance in
-//! 3·10^7; the seed keeps an adversary from choosing them) are one key:
+//! 2·10^7; the seed keeps an adversary from choosing them) are one key:
 //! they share a count, a weight and a cap. That is safe, it only shares
 //! more. Hashing costs what the key's `Hash` costs: a long key (a 1 MB
 //! string) is read once, by the caller, and nothing of it is kept.
@@ -345,10 +345,36 @@ impl Ledger {
     /// a key above a lowered cap keeps what it holds and takes no more
     /// until it is under it.
     pub(crate) fn set_rule(&self, id: u64, weight: Option<u32>, cap: Option<usize>) {
+        self.change_rule(id, |_, _| (weight, cap));
+    }
+
+    /// Sets one part of key `id`'s rule, keeping the other (under one
+    /// lock: two settings of one key at once lose neither).
+    pub(crate) fn update_rule(&self, id: u64, rule: Rule) {
+        self.change_rule(id, |weight, cap| match rule {
+            Rule::Weight(w) => (Some(w), cap),
+            Rule::Cap(c) => (weight, Some(c)),
+        });
+    }
+
+    /// Sets key `id`'s rule to what `change` makes of its present one.
+    fn change_rule(
+        &self,
+        id: u64,
+        change: impl FnOnce(Option<u32>, Option<usize>) -> (Option<u32>, Option<usize>),
+    ) {
         let mut stripe = self.stripe(id).lock();
-        if weight.is_none() && cap.is_none() && stripe.map.find(id, |e| e.id == id).is_none() {
-            return;
-        }
+        let present = stripe
+            .map
+            .find(id, |e| e.id == id)
+            .map(|e| (e.weight, e.cap));
+        let (weight, cap) = match present {
+            Some((weight, cap)) => change(weight, cap),
+            None => match change(None, None) {
+                (None, None) => return,
+                rule => rule,
+            },
+        };
         let entry = stripe.entry(id);
         if entry.held > 0 {
             let (old, new) = (
@@ -364,15 +390,6 @@ impl Ledger {
         }
         entry.weight = weight;
         entry.cap = cap;
-    }
-
-    /// Sets one part of key `id`'s rule, keeping the other.
-    pub(crate) fn update_rule(&self, id: u64, rule: Rule) {
-        let (weight, cap) = self.rule(id);
-        match rule {
-            Rule::Weight(w) => self.set_rule(id, Some(w), cap),
-            Rule::Cap(c) => self.set_rule(id, weight, Some(c)),
-        }
     }
 
     /// Key `id`'s own weight and cap, if it has them.
