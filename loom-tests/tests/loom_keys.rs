@@ -1,4 +1,4 @@
-//! Loom models of the supervisor's key set (`supervisor/keys.rs`): a key's
+//! Loom models of the supervisor's key set (`engine/keys/children/`): a key's
 //! entry inserted by one thread while another removes it, and a waiter
 //! handed the key by a release.
 //!

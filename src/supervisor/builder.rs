@@ -1,12 +1,12 @@
 //! [`SupervisorBuilder`]: capacity, shards, waiting, keys, thread settings; checked once, in `build`.
 
 use super::{Common, Idle, Inner, RegistryShard, Supervisor, MAX_CHILDREN};
+use crate::engine::keys::children::KeySet;
 use crate::engine::keys::KeySettings;
 use crate::engine::probe::Probe;
 use crate::engine::table::Table;
 use crate::engine::waiters::{Policy, QueueOrder};
 use crate::error::ConfigError;
-use crate::supervisor::keys::KeySet;
 use crate::sync::{Arc, AtomicUsize, CoarseClock, Condvar, Mutex};
 use crossbeam_utils::CachePadded;
 use std::time::Duration;

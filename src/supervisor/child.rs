@@ -2,7 +2,7 @@
 
 use super::RegistryShard;
 use crate::engine::grant::Grant;
-use crate::supervisor::keys::KeySlot;
+use crate::engine::keys::children::KeySlot;
 use crate::sync::{os_thread, Arc};
 use std::fmt;
 use std::hash::Hash;

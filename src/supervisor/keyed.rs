@@ -1,8 +1,8 @@
 //! Keyed children: at most `per_key` live children of a key on top of the capacity (the key set is `keys.rs`).
 
 use super::{ChildGuard, ChildKind, How, Supervisor};
+use crate::engine::keys::children::KeySlot;
 use crate::error::Error;
-use crate::supervisor::keys::KeySlot;
 use std::future::Future;
 use std::hash::Hash;
 

@@ -3,8 +3,9 @@
 //! which.
 //!
 //! One idea a file: `spawn.rs` (threads and tasks), `reserve.rs` (a
-//! child the caller starts itself), `keyed.rs` and `keys.rs` (at most
-//! `per_key` children of a key, and the key set that counts them),
+//! child the caller starts itself), `keyed.rs` (at most `per_key`
+//! children of a key; the key set that counts them is the engine's,
+//! `engine/keys/children/`),
 //! `registry.rs` (the slots of live children, and admission), `idle.rs`
 //! (`wait_idle`), `child.rs` (ids, kinds, guards), `builder.rs`.
 //!
@@ -113,19 +114,18 @@
 //! not empty leaves the waking to the child that holds the shard now; that
 //! child's own leave is, again, either seen by the scan or wakes.
 
+use crate::engine::keys::children::KeySet;
 use crate::engine::table::Table;
 use crate::error::ConfigError;
 use crate::stats::Stats;
 use crate::sync::{now, Arc, AtomicUsize, CoarseClock, Condvar, Mutex};
 use crossbeam_utils::CachePadded;
-use keys::KeySet;
 use std::fmt;
 
 mod builder;
 mod child;
 mod idle;
 mod keyed;
-pub(crate) mod keys;
 mod registry;
 mod reserve;
 mod spawn;

@@ -3,6 +3,13 @@
 //! *active* keys); what a keyed ask's fair share and its cap are checked
 //! against.
 //!
+//! Beside it, `children/`: the supervisor's key set, which bounds the live
+//! children of one key (`per_key`, one workflow's tasks one at a time)
+//! with a resident word per key entered and left with one CAS. The two
+//! count different things today (a tenant's units; a key's children);
+//! the ledger is to move onto the key set's words, which would make a
+//! keyed take as cheap as a keyed child (PERFORMANCE.md, "Fair shares").
+//!
 //! # Fair shares
 //!
 //! While the capacity `C` binds, an active key of weight `w` is entitled
@@ -55,6 +62,7 @@ use hashbrown::HashTable;
 use std::hash::{BuildHasher, Hash};
 
 mod api;
+pub(crate) mod children;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
