@@ -130,7 +130,7 @@ macro_rules! key_readings {
             key: &K,
             weight: u32,
         ) -> Result<(), crate::error::ConfigError> {
-            self.$($field).+.set_key_weight(key, weight)
+            self.$($field).+.set_key_rule(key, crate::engine::keys::Rule::Weight(weight))
         }
 
         /// Sets tenant `key`'s own cap from now on: a tenant above a
@@ -149,7 +149,7 @@ macro_rules! key_readings {
             key: &K,
             units: usize,
         ) -> Result<(), crate::error::ConfigError> {
-            self.$($field).+.set_key_cap(key, units)
+            self.$($field).+.set_key_rule(key, crate::engine::keys::Rule::Cap(units))
         }
     };
 }

@@ -112,6 +112,18 @@ pub(crate) enum Rule {
     Cap(usize),
 }
 
+impl Rule {
+    /// A `ConfigError` naming `key_weight` or `key_cap` for a 0: at build
+    /// and at run time alike.
+    pub(crate) fn check(&self) -> Result<(), ConfigError> {
+        match self {
+            Rule::Weight(0) => Err(ConfigError::zero("key_weight")),
+            Rule::Cap(0) => Err(ConfigError::zero("key_cap")),
+            _ => Ok(()),
+        }
+    }
+}
+
 impl KeySettings {
     /// Checks every value: a `ConfigError` naming `per_key_cap`,
     /// `key_weight` or `key_cap` for a 0, `fair_line` for a fraction
@@ -121,11 +133,7 @@ impl KeySettings {
             return Err(ConfigError::zero("per_key_cap"));
         }
         for (_, rule) in &self.rules {
-            match rule {
-                Rule::Weight(0) => return Err(ConfigError::zero("key_weight")),
-                Rule::Cap(0) => return Err(ConfigError::zero("key_cap")),
-                _ => {}
-            }
+            rule.check()?;
         }
         if let Some(line) = self.fair_line {
             if !(line > 0.0 && line <= 1.0) {
@@ -237,6 +245,15 @@ pub(crate) struct Entered {
 }
 
 impl Entered {
+    /// How the waiting room orders the key `key` that entered: its id and
+    /// weight.
+    pub(crate) fn tenant(&self, key: u64) -> crate::engine::waiters::Tenant {
+        crate::engine::waiters::Tenant {
+            key,
+            weight: self.weight,
+        }
+    }
+
     /// True if `held` is within the key's share of `capacity`:
     /// `held ≤ capacity × weight / active`, in integers.
     pub(crate) fn within_share(&self, capacity: usize) -> bool {
@@ -282,20 +299,13 @@ impl Ledger {
             return Err(Error::KeyBusy);
         }
         let weight = entry.weight();
-        let first = entry.held == 0;
-        entry.held += n;
+        self.count_in(entry, n);
         let held = entry.held;
-        if first {
-            // Relaxed: `active` is a reading for a policy, changed under
-            // the stripe lock and ordered with nothing else (module docs).
-            self.active.fetch_add(u64::from(weight), Relaxed);
-            self.keys.fetch_add(1, Relaxed);
-        }
         drop(stripe);
         Ok(Entered {
             held,
             weight,
-            // Relaxed: as above.
+            // Relaxed: as in `count_in`.
             active: self.active.load(Relaxed),
         })
     }
@@ -339,9 +349,15 @@ impl Ledger {
     /// Counts `n` units to `id` past its cap: units already held.
     fn force(&self, id: u64, n: usize) {
         let mut stripe = self.stripe(id).lock();
-        let entry = stripe.entry(id);
+        self.count_in(stripe.entry(id), n);
+    }
+
+    /// Counts `n` units to `entry` (under its stripe's lock): a key that
+    /// held none becomes active, its weight counted in `W`.
+    fn count_in(&self, entry: &mut Entry, n: usize) {
         if entry.held == 0 {
-            // Relaxed: as in `enter`.
+            // Relaxed: `active` is a reading for a policy, changed under
+            // the stripe lock and ordered with nothing else (module docs).
             self.active.fetch_add(u64::from(entry.weight()), Relaxed);
             self.keys.fetch_add(1, Relaxed);
         }

@@ -37,7 +37,6 @@ use super::{Grant, Table};
 use crate::engine::ask::{Ask, How};
 use crate::engine::class::Class;
 use crate::engine::keys::{id_of, Entered, KeySettings, Ledger, Rule};
-use crate::engine::waiters::Tenant;
 use crate::error::{ConfigError, Error};
 use std::hash::Hash;
 
@@ -79,10 +78,7 @@ impl Table {
         };
         let grant = match ask.how {
             How::Wait(deadline) if self.room.is_some() => {
-                let tenant = Tenant {
-                    key: ask.key,
-                    weight: entered.weight,
-                };
+                let tenant = entered.tenant(ask.key);
                 self.admit_classed_waiting(ask.units, ask.class, deadline, tenant)?
             }
             _ => self.admit_fail_fast(&plain, &entered)?,
@@ -99,12 +95,8 @@ impl Table {
         };
         let grant = match (ask.how, self.room.is_some()) {
             (How::Wait(deadline), true) => {
-                let tenant = Tenant {
-                    key: ask.key,
-                    weight: entered.weight,
-                };
                 self.acquire_async_many(ask.units, ask.class, deadline)
-                    .for_tenant(tenant)
+                    .for_tenant(entered.tenant(ask.key))
                     .await?
             }
             _ => self.admit_fail_fast(&plain, &entered)?,
@@ -172,31 +164,16 @@ impl Table {
         }
     }
 
-    /// Sets tenant `key`'s weight from now on: a `ConfigError` naming
-    /// `key_weight` for 0. Every front-end's `set_key_weight`.
-    pub(crate) fn set_key_weight<K: Hash + ?Sized>(
+    /// Sets one part of tenant `key`'s rule from now on, checked as a
+    /// builder's is (`Rule::check`). Every front-end's `set_key_weight`
+    /// and `set_key_cap`.
+    pub(crate) fn set_key_rule<K: Hash + ?Sized>(
         &self,
         key: &K,
-        weight: u32,
+        rule: Rule,
     ) -> Result<(), ConfigError> {
-        if weight == 0 {
-            return Err(ConfigError::zero("key_weight"));
-        }
-        self.keys.update_rule(id_of(key), Rule::Weight(weight));
-        Ok(())
-    }
-
-    /// Sets tenant `key`'s own cap from now on: a `ConfigError` naming
-    /// `key_cap` for 0. Every front-end's `set_key_cap`.
-    pub(crate) fn set_key_cap<K: Hash + ?Sized>(
-        &self,
-        key: &K,
-        units: usize,
-    ) -> Result<(), ConfigError> {
-        if units == 0 {
-            return Err(ConfigError::zero("key_cap"));
-        }
-        self.keys.update_rule(id_of(key), Rule::Cap(units));
+        rule.check()?;
+        self.keys.update_rule(id_of(key), rule);
         Ok(())
     }
 

@@ -1,4 +1,4 @@
-//! The queue of waiters under the table's control lock: a doubly linked list through the waiters' keys for each priority class (every way of leaving it is O(1)), the order a grant serves (a sheddable class under its min share first, then the most important class, the room's order within it), the deadlines the watcher expires, and the wakers it hands back to be woken or dropped after the lock.
+//! The queue of waiters under the table's control lock: a doubly linked list through the waiters' keys for each priority class (every way of leaving it is O(1)), the order a grant serves (a sheddable class under its min share first, then the most important class, the room's order within it, or the fair order among tenants once a keyed waiter has come: `fair.rs`), the deadlines the watcher expires, and the wakers it hands back to be woken or dropped after the lock.
 
 use super::fair::{FairOrder, Tenant};
 use super::{QueueOrder, Room, State, Ticket, SPARE_TICKETS};
