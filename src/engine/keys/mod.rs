@@ -3,12 +3,14 @@
 //! *active* keys); what a keyed ask's fair share and its cap are checked
 //! against.
 //!
-//! Beside it, `children/`: the supervisor's key set, which bounds the live
-//! children of one key (`per_key`, one workflow's tasks one at a time)
-//! with a resident word per key entered and left with one CAS. The two
-//! count different things today (a tenant's units; a key's children);
-//! the ledger is to move onto the key set's words, which would make a
-//! keyed take as cheap as a keyed child (PERFORMANCE.md, "Fair shares").
+//! A key's count lives first in a *resident word* (`words.rs`): one
+//! atomic word per slot, `id | count`, entered and left with one CAS, so
+//! a tenant that asks again and again takes no lock and allocates
+//! nothing. A key whose slot another key holds, that holds more than a
+//! word counts, or that has a rule of its own (a weight or a cap) lives
+//! in its stripe's map, under the stripe's lock. Beside it, `children/`:
+//! the supervisor's key set, which bounds the live children of one key
+//! (`per_key`, one workflow's tasks one at a time) on the same words.
 //!
 //! # Fair shares
 //!
@@ -23,46 +25,51 @@
 //!
 //! # Exact caps, approximate shares
 //!
-//! A key's count is changed under its stripe's lock only, so a cap is
-//! exact: no key ever holds more units than its cap, whatever races. `W`
-//! is one counter changed under those same locks when a key becomes
-//! active or idle (or its weight changes) and read without one: a share
-//! is computed from a reading that another key's start or end may move a
-//! moment later. Shares are a policy, the capacity and the caps are the
-//! bounds: a stale `W` can let a key one take past its share, never a
-//! unit past the capacity or its cap.
+//! A key's count is changed by a CAS on its word, or under its stripe's
+//! lock with the word pinned (`words.rs`), so a cap is exact: no key ever
+//! holds more units than its cap, whatever races. A resident key has no
+//! rule of its own, so its cap is the default one, checked against the
+//! word it swaps. `W` is one counter, moved when a key becomes active or
+//! idle (or its weight changes) and read without a lock: counted in
+//! before the key is seen active, out after it is seen idle, so it is
+//! never below the truth, and a share is computed from a reading that
+//! another key's start or end may move a moment later. Shares are a
+//! policy, the capacity and the caps are the bounds: a stale `W` can let
+//! a key one take past its share, never a unit past the capacity or its
+//! cap.
 //!
 //! # Bounded state
 //!
 //! A key is *tracked* while it holds units, or while a rule (a weight or
 //! a cap of its own) is set for it: at most as many keys as units are
 //! held, plus the rules the user set, however many distinct keys come and
-//! go. A key that has given every unit back and has no rule is forgotten
-//! lazily: its entry stays, idle, until its stripe needs the room, so a
-//! tenant that asks again and again costs no insertion and no removal
-//! each time. A stripe reaching its budget of entries drops its idle
-//! ones; the budget (64 to start) doubles while more than half of them
-//! are tracked. So a stripe holds at most twice the most keys it ever
-//! tracked at once, and 64 at least.
+//! go. A resident key that gives its last unit back empties its word; a
+//! key in the map with no rule is dropped from it then. Nothing else is
+//! kept: the words are a fixed 128 bytes per stripe, the maps hold the
+//! tracked keys that are not resident.
 //!
 //! # Identity
 //!
 //! A key is hashed once, when the ask is built (foldhash, seeded per
-//! process, as hashbrown's maps are), and known by that 64-bit *id*. Two
-//! keys with the same id (for a million live keys, about one chance in
-//! 2·10^7; the seed keeps an adversary from choosing them) are one key:
-//! they share a count, a weight and a cap. That is safe, it only shares
-//! more. Hashing costs what the key's `Hash` costs: a long key (a 1 MB
-//! string) is read once, by the caller, and nothing of it is kept.
+//! process, as hashbrown's maps are), and known by the hash's top 44 bits,
+//! its *id*, which a resident word carries. Two keys with the same id
+//! (that any two of 1,000 live keys agree is about one chance in 3.5·10^7,
+//! of a million about one in 35; the seed keeps an adversary from
+//! choosing them) are one key: they share a count, a weight and a cap.
+//! That is safe, it only shares more. Hashing costs what the key's `Hash`
+//! costs: a long key (a 1 MB string) is read once, by the caller, and
+//! nothing of it is kept.
 
 use crate::error::{ConfigError, Error};
 use crate::sync::{AtomicU64, AtomicUsize, Mutex, Ordering::Relaxed};
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 use std::hash::{BuildHasher, Hash};
+use words::{count_of, map_hash, Enter, Words, MAX_COUNT, ONE, PINNED};
 
 mod api;
 pub(crate) mod children;
+pub(crate) mod words;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
@@ -82,16 +89,30 @@ fn hasher() -> std::hash::BuildHasherDefault<std::collections::hash_map::Default
     Default::default()
 }
 
-/// The id of `key`: its hash, never 0 (0 is "no key" in an ask).
+/// The id of `key`: the top 44 bits of its hash, never 0 (0 is "no key"
+/// in an ask); the id a resident word carries (`words.rs`).
 pub(crate) fn id_of<K: Hash + ?Sized>(key: &K) -> u64 {
-    hasher().hash_one(key) | 1
+    words::id_from_hash(hasher().hash_one(key))
 }
 
-/// The entries a stripe starts with room for, idle ones included.
-const IDLE_BUDGET: usize = 64;
+/// Stripes per table shard (one under loom, so that models meet).
+#[cfg(not(loom))]
+const STRIPES_PER_SHARD: usize = 4;
+
+#[cfg(loom)]
+const STRIPES_PER_SHARD: usize = 1;
 
 /// The most stripes: beyond this, more stripes only cost memory.
 const MAX_STRIPES: usize = 1024;
+
+/// Resident slots per stripe: 128 bytes of words. Keys past them live in
+/// the map, correctly and a little slower. Under loom, one: any two keys
+/// share it, so models see the map and the pin as well as the fast paths.
+#[cfg(not(loom))]
+const SLOTS: usize = 16;
+
+#[cfg(loom)]
+const SLOTS: usize = 1;
 
 /// A key's weight when it has none of its own.
 pub(crate) const DEFAULT_WEIGHT: u32 = 1;
@@ -157,61 +178,60 @@ impl KeySettings {
 
 /// The tenants of one table: their counts, weights and caps.
 pub(crate) struct Ledger {
-    stripes: Box<[CachePadded<Mutex<Stripe>>]>,
+    stripes: Box<[CachePadded<Stripe>]>,
     /// `stripes.len() - 1`; the count is a power of two.
     mask: usize,
-    /// The weight of the active keys: changed under a stripe's lock,
-    /// read without one (module docs, "Exact caps, approximate shares").
+    /// The weight of the active keys: changed as a key becomes active or
+    /// idle (or its weight changes), read without a lock (module docs,
+    /// "Exact caps, approximate shares").
     active: CachePadded<AtomicU64>,
-    /// How many keys are active now.
-    keys: AtomicUsize,
     /// The cap of a key with none of its own (`usize::MAX`: none).
     per_key_cap: AtomicUsize,
 }
 
+/// One stripe of the ledger: its resident words, and under its lock the
+/// keys that are not resident.
 struct Stripe {
+    words: Words,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// The keys with a rule of their own, and those holding units whose
+    /// slot another key holds.
     map: HashTable<Entry>,
-    /// The entries it may hold before it drops its idle ones (module
-    /// docs, "Bounded state").
-    budget: usize,
+    /// Per slot, the map's keys of it; the slot stays pinned while it is
+    /// not 0 (`words.rs`).
+    spills: Box<[u32]>,
 }
 
-impl Default for Stripe {
-    fn default() -> Self {
-        Stripe {
-            map: HashTable::new(),
-            budget: IDLE_BUDGET,
-        }
+impl State {
+    fn find(&self, id: u64) -> Option<&Entry> {
+        self.map.find(map_hash(id), |e| e.id == id)
     }
-}
 
-impl Stripe {
-    /// Key `id`'s entry, a new one if it has none: first dropping the
-    /// idle entries if the stripe is at its budget.
-    fn entry(&mut self, id: u64) -> &mut Entry {
-        // One probe when the stripe is under its budget (the common case);
-        // a look first only when it is at it.
-        if self.map.len() >= self.budget && self.map.find(id, |e| e.id == id).is_none() {
-            self.map.retain(|e| !e.is_spent());
-            if self.map.len() * 2 > self.budget {
-                self.budget *= 2;
+    /// Files a new entry for slot `index` (pinned by the caller).
+    fn insert(&mut self, index: usize, entry: Entry) -> &mut Entry {
+        self.spills[index] += 1;
+        self.map
+            .insert_unique(map_hash(entry.id), entry, |e| map_hash(e.id))
+            .into_mut()
+    }
+
+    /// Drops key `id`'s entry if it has nothing left to keep (slot
+    /// `index` pinned by the caller).
+    fn forget_if_spent(&mut self, id: u64, index: usize) {
+        if let Ok(found) = self.map.find_entry(map_hash(id), |e| e.id == id) {
+            if found.get().is_spent() {
+                found.remove();
+                self.spills[index] -= 1;
             }
         }
-        match self.map.entry(id, |e| e.id == id, |e| e.id) {
-            hashbrown::hash_table::Entry::Occupied(found) => found.into_mut(),
-            hashbrown::hash_table::Entry::Vacant(vacant) => vacant
-                .insert(Entry {
-                    id,
-                    held: 0,
-                    weight: None,
-                    cap: None,
-                })
-                .into_mut(),
-        }
     }
 }
 
-/// A key the ledger knows: one that holds units, or has a rule.
+/// A key in a stripe's map: one with a rule of its own, or holding units
+/// while its slot is another key's.
 struct Entry {
     id: u64,
     held: usize,
@@ -222,6 +242,16 @@ struct Entry {
 }
 
 impl Entry {
+    /// A key with `held` units and no rule.
+    fn new(id: u64, held: usize) -> Entry {
+        Entry {
+            id,
+            held,
+            weight: None,
+            cap: None,
+        }
+    }
+
     fn weight(&self) -> u32 {
         self.weight.unwrap_or(DEFAULT_WEIGHT)
     }
@@ -265,70 +295,206 @@ impl Entered {
 impl Ledger {
     /// A ledger for a table over `shards` shards.
     pub(crate) fn new(shards: usize) -> Ledger {
-        let count = (shards * 4).next_power_of_two().clamp(1, MAX_STRIPES);
+        let count = (shards.saturating_mul(STRIPES_PER_SHARD))
+            .next_power_of_two()
+            .clamp(1, MAX_STRIPES);
         Ledger {
             stripes: (0..count)
-                .map(|_| CachePadded::new(Mutex::new(Stripe::default())))
+                .map(|_| {
+                    CachePadded::new(Stripe {
+                        words: Words::new(SLOTS, false),
+                        state: Mutex::new(State {
+                            map: HashTable::new(),
+                            spills: vec![0; SLOTS].into_boxed_slice(),
+                        }),
+                    })
+                })
                 .collect(),
             mask: count - 1,
             active: CachePadded::new(AtomicU64::new(0)),
-            keys: AtomicUsize::new(0),
             per_key_cap: AtomicUsize::new(usize::MAX),
         }
     }
 
-    fn stripe(&self, id: u64) -> &Mutex<Stripe> {
-        // The top bits pick the stripe; the map files by the whole id.
-        &self.stripes[(id >> 40) as usize & self.mask]
+    #[inline]
+    fn stripe(&self, id: u64) -> &Stripe {
+        // Bits 32 and up pick the stripe, 44 and up the slot in it.
+        &self.stripes[(id >> 32) as usize & self.mask]
     }
 
     /// Counts `n` units (`n > 0`) to key `id`, all or nothing: `KeyBusy`
     /// if that would take it past its cap, `TooLarge` if `n` alone is more
     /// than its cap.
+    #[inline]
     pub(crate) fn enter(&self, id: u64, n: usize) -> Result<Entered, Error> {
         debug_assert!(n > 0 && id != 0);
         // Relaxed: a setting, read as it stands; ordered with nothing.
-        let default_cap = self.per_key_cap.load(Relaxed);
-        let mut stripe = self.stripe(id).lock();
-        let entry = stripe.entry(id);
-        let cap = entry.cap.unwrap_or(default_cap);
-        if n > cap {
-            return Err(Error::TooLarge);
+        let cap = self.per_key_cap.load(Relaxed);
+        // A resident key has no rule of its own: the default cap is its
+        // cap. An ask above it may be of a key with a larger cap of its
+        // own: the lock decides.
+        if n <= cap {
+            let fast = self.stripe(id).words.enter(
+                id,
+                n as u64,
+                cap as u64,
+                // Relaxed, both: `active` is a reading for a policy, ordered
+                // with nothing else (module docs). Counted in before the
+                // key can be seen active, out only after it is idle: a
+                // racing exit never takes the sum below the truth.
+                || {
+                    self.active.fetch_add(u64::from(DEFAULT_WEIGHT), Relaxed);
+                },
+                || {
+                    self.active.fetch_sub(u64::from(DEFAULT_WEIGHT), Relaxed);
+                },
+            );
+            match fast {
+                Enter::Entered(held) => {
+                    return Ok(Entered {
+                        held: held as usize,
+                        weight: DEFAULT_WEIGHT,
+                        // Relaxed: as above.
+                        active: self.active.load(Relaxed),
+                    })
+                }
+                Enter::Busy => return Err(Error::KeyBusy),
+                Enter::Locked => {}
+            }
         }
-        if entry.held.saturating_add(n) > cap {
-            return Err(Error::KeyBusy);
-        }
-        let weight = entry.weight();
-        self.count_in(entry, n);
-        let held = entry.held;
-        drop(stripe);
+        self.enter_locked(id, n, true)
+    }
+
+    /// [`enter`](Self::enter) under the stripe's lock, the key's slot
+    /// pinned; past every cap if not `check` (units already held, moved
+    /// from another key).
+    #[cold]
+    #[inline(never)]
+    fn enter_locked(&self, id: u64, n: usize, check: bool) -> Result<Entered, Error> {
+        let default_cap = if check {
+            // Relaxed: as in `enter`.
+            self.per_key_cap.load(Relaxed)
+        } else {
+            usize::MAX
+        };
+        let stripe = self.stripe(id);
+        let mut state = stripe.state.lock();
+        let index = stripe.words.pin(id);
+        let entered = self.enter_pinned(stripe, &mut state, index, id, n, default_cap, check);
+        stripe.words.unpin(index, state.spills[index]);
+        drop(state);
+        let (held, weight) = entered?;
         Ok(Entered {
             held,
             weight,
-            // Relaxed: as in `count_in`.
+            // Relaxed: as in `enter`.
             active: self.active.load(Relaxed),
         })
     }
 
+    /// The counting of [`enter_locked`](Self::enter_locked), slot `index`
+    /// pinned: the units held then and the key's weight.
+    #[allow(clippy::too_many_arguments)]
+    fn enter_pinned(
+        &self,
+        stripe: &Stripe,
+        state: &mut State,
+        index: usize,
+        id: u64,
+        n: usize,
+        default_cap: usize,
+        check: bool,
+    ) -> Result<(usize, u32), Error> {
+        let fits = |held: usize, cap: usize| match () {
+            _ if !check => Ok(()),
+            _ if n > cap => Err(Error::TooLarge),
+            _ if held.saturating_add(n) > cap => Err(Error::KeyBusy),
+            _ => Ok(()),
+        };
+        let word = stripe.words.pinned(index);
+        if words::id_of(word) == id {
+            // Resident: no rule of its own.
+            let held = count_of(word) as usize;
+            fits(held, default_cap)?;
+            let now = held.saturating_add(n);
+            if now as u64 <= MAX_COUNT {
+                stripe.words.set_pinned(index, id | now as u64 * ONE | PINNED);
+            } else {
+                // More than a word holds: the key moves to the map.
+                stripe.words.set_pinned(index, PINNED);
+                state.insert(index, Entry::new(id, now));
+            }
+            return Ok((now, DEFAULT_WEIGHT));
+        }
+        if let Some(entry) = state.map.find_mut(map_hash(id), |e| e.id == id) {
+            fits(entry.held, entry.cap.unwrap_or(default_cap))?;
+            let weight = entry.weight();
+            if entry.held == 0 {
+                // Relaxed: as in `enter`.
+                self.active.fetch_add(u64::from(weight), Relaxed);
+            }
+            entry.held = entry.held.saturating_add(n);
+            return Ok((entry.held, weight));
+        }
+        // Nowhere: no rule, nothing held.
+        fits(0, default_cap)?;
+        // Relaxed: as in `enter`, and before the key is seen active.
+        self.active.fetch_add(u64::from(DEFAULT_WEIGHT), Relaxed);
+        if word == PINNED && n as u64 <= MAX_COUNT {
+            // An empty slot: the key moves in.
+            stripe.words.set_pinned(index, id | n as u64 * ONE | PINNED);
+        } else {
+            state.insert(index, Entry::new(id, n));
+        }
+        Ok((n, DEFAULT_WEIGHT))
+    }
+
     /// Gives `n` of key `id`'s units back (it holds at least `n`),
     /// forgetting the key if it holds none and has no rule.
+    #[inline]
     pub(crate) fn release(&self, id: u64, n: usize) {
         if n == 0 {
             return;
         }
-        let mut stripe = self.stripe(id).lock();
-        let Some(entry) = stripe.map.find_mut(id, |e| e.id == id) else {
-            debug_assert!(false, "a key gave back units it did not hold");
-            return;
-        };
-        debug_assert!(entry.held >= n, "a key gave back more than it held");
-        entry.held = entry.held.saturating_sub(n);
-        if entry.held == 0 {
-            // Relaxed: as in `enter`. The entry stays, idle (module docs,
-            // "Bounded state").
-            self.active.fetch_sub(u64::from(entry.weight()), Relaxed);
-            self.keys.fetch_sub(1, Relaxed);
+        match self.stripe(id).words.exit(id, n as u64) {
+            // Relaxed: as in `enter`; out after the key is idle.
+            Some(0) => {
+                self.active.fetch_sub(u64::from(DEFAULT_WEIGHT), Relaxed);
+            }
+            Some(_) => {}
+            None => self.release_locked(id, n),
         }
+    }
+
+    /// [`release`](Self::release) under the stripe's lock.
+    #[cold]
+    #[inline(never)]
+    fn release_locked(&self, id: u64, n: usize) {
+        let stripe = self.stripe(id);
+        let mut state = stripe.state.lock();
+        let index = stripe.words.pin(id);
+        let word = stripe.words.pinned(index);
+        if words::id_of(word) == id {
+            debug_assert!(count_of(word) >= n as u64, "a key gave back more than it held");
+            let left = count_of(word).saturating_sub(n as u64);
+            let next = if left == 0 { 0 } else { id | left * ONE };
+            stripe.words.set_pinned(index, next | PINNED);
+            if left == 0 {
+                // Relaxed: as in `enter`; out after the key is idle.
+                self.active.fetch_sub(u64::from(DEFAULT_WEIGHT), Relaxed);
+            }
+        } else if let Some(entry) = state.map.find_mut(map_hash(id), |e| e.id == id) {
+            debug_assert!(entry.held >= n, "a key gave back more than it held");
+            entry.held = entry.held.saturating_sub(n);
+            if entry.held == 0 {
+                // Relaxed: as in `enter`.
+                self.active.fetch_sub(u64::from(entry.weight()), Relaxed);
+                state.forget_if_spent(id, index);
+            }
+        } else {
+            debug_assert!(false, "a key gave back units it did not hold");
+        }
+        stripe.words.unpin(index, state.spills[index]);
     }
 
     /// Moves `n` units held by key `from` to key `to` (a permit merged
@@ -339,29 +505,24 @@ impl Ledger {
             return;
         }
         if to != 0 {
-            self.force(to, n);
+            // Past every cap: nothing to refuse.
+            let _ = self.enter_locked(to, n, false);
         }
         if from != 0 {
             self.release(from, n);
         }
     }
 
-    /// Counts `n` units to `id` past its cap: units already held.
-    fn force(&self, id: u64, n: usize) {
-        let mut stripe = self.stripe(id).lock();
-        self.count_in(stripe.entry(id), n);
-    }
-
-    /// Counts `n` units to `entry` (under its stripe's lock): a key that
-    /// held none becomes active, its weight counted in `W`.
-    fn count_in(&self, entry: &mut Entry, n: usize) {
-        if entry.held == 0 {
-            // Relaxed: `active` is a reading for a policy, changed under
-            // the stripe lock and ordered with nothing else (module docs).
-            self.active.fetch_add(u64::from(entry.weight()), Relaxed);
-            self.keys.fetch_add(1, Relaxed);
+    /// Moves the active weight from `old` to `new` (a key's weight changed
+    /// while it holds units).
+    fn reweigh(&self, old: u32, new: u32) {
+        let (old, new) = (u64::from(old), u64::from(new));
+        // Relaxed: as in `enter`.
+        if new > old {
+            self.active.fetch_add(new - old, Relaxed);
+        } else {
+            self.active.fetch_sub(old - new, Relaxed);
         }
-        entry.held += n;
     }
 
     /// Sets key `id`'s rule: its own weight and cap (`None` for either:
@@ -381,48 +542,43 @@ impl Ledger {
         });
     }
 
-    /// Sets key `id`'s rule to what `change` makes of its present one.
+    /// Sets key `id`'s rule to what `change` makes of its present one. A
+    /// key with a rule lives in the map: a resident key given one moves
+    /// there with its count.
     fn change_rule(
         &self,
         id: u64,
         change: impl FnOnce(Option<u32>, Option<usize>) -> (Option<u32>, Option<usize>),
     ) {
-        let mut stripe = self.stripe(id).lock();
-        let present = stripe
-            .map
-            .find(id, |e| e.id == id)
-            .map(|e| (e.weight, e.cap));
-        let (weight, cap) = match present {
-            Some((weight, cap)) => change(weight, cap),
-            None => match change(None, None) {
-                (None, None) => return,
-                rule => rule,
-            },
-        };
-        let entry = stripe.entry(id);
-        if entry.held > 0 {
-            let (old, new) = (
-                u64::from(entry.weight()),
-                u64::from(weight.unwrap_or(DEFAULT_WEIGHT)),
-            );
-            // Relaxed: as in `enter`.
-            if new > old {
-                self.active.fetch_add(new - old, Relaxed);
-            } else {
-                self.active.fetch_sub(old - new, Relaxed);
+        let stripe = self.stripe(id);
+        let mut state = stripe.state.lock();
+        let index = stripe.words.pin(id);
+        if let Some(entry) = state.map.find_mut(map_hash(id), |e| e.id == id) {
+            let (weight, cap) = change(entry.weight, entry.cap);
+            if entry.held > 0 {
+                self.reweigh(entry.weight(), weight.unwrap_or(DEFAULT_WEIGHT));
             }
+            (entry.weight, entry.cap) = (weight, cap);
+            state.forget_if_spent(id, index);
+        } else if let rule @ (Some(_), _) | rule @ (_, Some(_)) = change(None, None) {
+            let word = stripe.words.pinned(index);
+            let mut entry = Entry::new(id, 0);
+            (entry.weight, entry.cap) = rule;
+            if words::id_of(word) == id {
+                // Resident: its count moves with it.
+                entry.held = count_of(word) as usize;
+                stripe.words.set_pinned(index, PINNED);
+                self.reweigh(DEFAULT_WEIGHT, entry.weight());
+            }
+            state.insert(index, entry);
         }
-        entry.weight = weight;
-        entry.cap = cap;
+        stripe.words.unpin(index, state.spills[index]);
     }
 
     /// Key `id`'s own weight and cap, if it has them.
     pub(crate) fn rule(&self, id: u64) -> (Option<u32>, Option<usize>) {
-        let stripe = self.stripe(id).lock();
-        stripe
-            .map
-            .find(id, |e| e.id == id)
-            .map_or((None, None), |e| (e.weight, e.cap))
+        let state = self.stripe(id).state.lock();
+        state.find(id).map_or((None, None), |e| (e.weight, e.cap))
     }
 
     /// Sets the cap of every key with none of its own (`usize::MAX`:
@@ -444,16 +600,24 @@ impl Ledger {
         self.rule(id).0.unwrap_or(DEFAULT_WEIGHT)
     }
 
-    /// The units key `id` holds now.
+    /// The units key `id` holds now: from its word if it is resident
+    /// (no lock), else from the map.
     pub(crate) fn held(&self, id: u64) -> usize {
-        let stripe = self.stripe(id).lock();
-        stripe.map.find(id, |e| e.id == id).map_or(0, |e| e.held)
+        let stripe = self.stripe(id);
+        if let Some(count) = stripe.words.resident_count(id) {
+            return count as usize;
+        }
+        let state = stripe.state.lock();
+        // Again under the lock: the key may have moved in meanwhile.
+        match stripe.words.resident_count(id) {
+            Some(count) => count as usize,
+            None => state.find(id).map_or(0, |e| e.held),
+        }
     }
 
-    /// How many keys hold units now.
+    /// How many keys hold units now: a reading, stripe by stripe.
     pub(crate) fn active_keys(&self) -> usize {
-        // Relaxed: a reading.
-        self.keys.load(Relaxed)
+        self.count_stripes(|e| e.held > 0)
     }
 
     /// The weight of the keys that hold units now.
@@ -463,19 +627,27 @@ impl Ledger {
     }
 
     /// How many keys the ledger tracks: those holding units or with a
-    /// rule.
+    /// rule (and all it keeps: a key with neither is forgotten at once).
     pub(crate) fn entries(&self) -> usize {
-        self.stripes
-            .iter()
-            .map(|s| s.lock().map.iter().filter(|e| !e.is_spent()).count())
-            .sum()
+        self.count_stripes(|_| true)
     }
 
-    /// How many entries the ledger keeps, idle ones included: its memory,
-    /// in entries (module docs, "Bounded state").
+    /// How many entries the maps keep: the ledger's memory past its
+    /// fixed words (module docs, "Bounded state").
     #[cfg(test)]
     pub(crate) fn kept(&self) -> usize {
-        self.stripes.iter().map(|s| s.lock().map.len()).sum()
+        self.stripes.iter().map(|s| s.state.lock().map.len()).sum()
+    }
+
+    /// The resident keys and the map's entries that `counted` accepts.
+    fn count_stripes(&self, counted: impl Fn(&Entry) -> bool) -> usize {
+        self.stripes
+            .iter()
+            .map(|stripe| {
+                let state = stripe.state.lock();
+                stripe.words.occupied() + state.map.iter().filter(|e| counted(e)).count()
+            })
+            .sum()
     }
 }
 

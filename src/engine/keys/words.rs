@@ -1,0 +1,255 @@
+//! Resident words: a key's count in one atomic word, `id | count << 1 |
+//! PINNED`, in a slot its id picks, entered and left with one CAS; and
+//! the pin, which sends every caller of a slot to the lock of whoever
+//! owns the words (the tenant ledger's stripe, the key set's shard).
+//!
+//! Both key accountings keep their keys here first: the tenant ledger
+//! (`keys/mod.rs`, units per tenant) and the supervisor's key set
+//! (`keys/children/`, live children per key). A key whose slot is empty,
+//! or holds itself unpinned, never takes a lock; a key whose slot another
+//! key holds (or that has a rule of its own) lives in its owner's map,
+//! under the lock, and the slot stays pinned while the map holds any key
+//! of it. So a key is in one home at a time: its slot's word carries its
+//! id, or its owner's map has it.
+//!
+//! # Protocol
+//!
+//! * **Fast enter** of `n`: word 0, CAS it to `id | n`; word `id | c`,
+//!   unpinned, `c + n` within the cap: CAS to `c + n`; over the cap: busy.
+//!   Anything else (pinned, another key's, a count the field cannot hold,
+//!   a lost CAS): the lock.
+//! * **Fast exit** of `n`: word `id | c`, unpinned: CAS to `c - n`, to 0
+//!   when that is 0 (the key is forgotten). Pinned: the lock.
+//! * **The pin**, under the owner's lock: a `fetch_or` of `PINNED`. From
+//!   then on no fast path writes the word, so the lock holder reads and
+//!   writes it as plain data; it unpins (a store) only when its map holds
+//!   no key of the slot.
+//!
+//! # Orderings
+//!
+//! A fast enter's CAS is Acquire and a fast exit's Release: the end of a
+//! key's use happens-before the next enter that reads its word. The pin
+//! is AcqRel (it reads every fast exit before it), the unpin a Release
+//! store (a fast enter after it reads what the locked path wrote).
+//! Between pin and unpin only the lock holder writes the word.
+
+use crate::sync::{
+    AtomicU64,
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
+};
+
+/// Bit 0 of a word: every caller goes through the lock.
+pub(crate) const PINNED: u64 = 1;
+
+/// One in the count field (bits 1 to 19).
+pub(crate) const ONE: u64 = 1 << 1;
+
+const COUNT_BITS: u32 = 19;
+
+/// The largest count a word holds; a key past it lives in the map.
+pub(crate) const MAX_COUNT: u64 = (1 << COUNT_BITS) - 1;
+
+const COUNT_MASK: u64 = MAX_COUNT << 1;
+
+/// The id field: bits 20 to 63. An id is a hash's top 44 bits, bit 63
+/// set, so no id is 0.
+pub(crate) const ID_SHIFT: u32 = 20;
+
+pub(crate) const ID_MASK: u64 = !((1 << ID_SHIFT) - 1);
+
+/// The id made of a 64-bit hash: its top 44 bits, never 0.
+#[inline]
+pub(crate) fn id_from_hash(hash: u64) -> u64 {
+    (hash | 1 << 63) & ID_MASK
+}
+
+/// The count in `word`.
+#[inline]
+pub(crate) fn count_of(word: u64) -> u64 {
+    (word & COUNT_MASK) >> 1
+}
+
+/// The id in `word` (0: the slot is empty).
+#[inline]
+pub(crate) fn id_of(word: u64) -> u64 {
+    word & ID_MASK
+}
+
+/// The hash a map files key `id` under: the id's bits, moved so that both
+/// the low bits (the bucket) and the top 7 (the control byte) vary.
+#[inline]
+pub(crate) fn map_hash(id: u64) -> u64 {
+    (id >> ID_SHIFT).rotate_left(44)
+}
+
+/// What a fast enter found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Enter {
+    /// Entered: the key's count is now this.
+    Entered(u64),
+    /// Over the cap: nothing entered.
+    Busy,
+    /// Nothing entered: the lock decides.
+    Locked,
+}
+
+/// One owner's slots.
+pub(crate) struct Words {
+    slots: Box<[AtomicU64]>,
+    /// `slots.len() - 1`; the count is a power of two.
+    mask: usize,
+}
+
+impl Words {
+    /// `len` slots (a power of two), empty; or every one pinned for good
+    /// if `pinned` (an owner whose counts the field cannot hold).
+    pub(crate) fn new(len: usize, pinned: bool) -> Words {
+        debug_assert!(len.is_power_of_two());
+        Words {
+            slots: (0..len)
+                .map(|_| AtomicU64::new(u64::from(pinned) * PINNED))
+                .collect(),
+            mask: len - 1,
+        }
+    }
+
+    /// The slot key `id` lives in when resident.
+    #[inline]
+    pub(crate) fn index(&self, id: u64) -> usize {
+        (id >> 44) as usize & self.mask
+    }
+
+    /// The lock-free enter of `n` (`0 < n`) under `cap` (`cap ≤
+    /// MAX_COUNT` for a busy answer to be exact; above it, a count the
+    /// field cannot hold goes to the lock). `first` runs before a key
+    /// that was nowhere claims its empty slot, and `undo` if the claim is
+    /// lost: an owner counting its active keys counts one in before it is
+    /// visible, so a racing exit never takes it below zero.
+    #[inline]
+    pub(crate) fn enter(
+        &self,
+        id: u64,
+        n: u64,
+        cap: u64,
+        first: impl FnOnce(),
+        undo: impl FnOnce(),
+    ) -> Enter {
+        let slot = &self.slots[self.index(id)];
+        // Relaxed: a guess; the CAS below decides, with Acquire.
+        let word = slot.load(Relaxed);
+        if word == 0 {
+            if n > cap.min(MAX_COUNT) {
+                return Enter::Locked;
+            }
+            first();
+            // Acquire on success: pairs with the Release of the exit (fast,
+            // or the unpin of a locked one) that emptied the slot. Relaxed
+            // on failure: nothing is entered, the caller goes to the lock.
+            return match slot.compare_exchange(0, id | n * ONE, Acquire, Relaxed) {
+                Ok(_) => Enter::Entered(n),
+                Err(_) => {
+                    undo();
+                    Enter::Locked
+                }
+            };
+        }
+        if word & (ID_MASK | PINNED) != id {
+            return Enter::Locked; // pinned, or another key's
+        }
+        let count = count_of(word) + n;
+        if count > cap {
+            return Enter::Busy;
+        }
+        if count > MAX_COUNT {
+            return Enter::Locked;
+        }
+        // Acquire: as above, with the exit that left this count. Relaxed
+        // on failure: as above.
+        match slot.compare_exchange(word, word + n * ONE, Acquire, Relaxed) {
+            Ok(_) => Enter::Entered(count),
+            Err(_) => Enter::Locked,
+        }
+    }
+
+    /// The lock-free exit of `n` (the key holds at least `n` here): the
+    /// count left (0: the slot is empty again), or `None` if the lock must
+    /// do it (the slot is pinned, or the key is not resident).
+    #[inline]
+    pub(crate) fn exit(&self, id: u64, n: u64) -> Option<u64> {
+        let slot = &self.slots[self.index(id)];
+        // Relaxed: the CAS below decides.
+        let mut word = slot.load(Relaxed);
+        loop {
+            if word & (ID_MASK | PINNED) != id {
+                return None;
+            }
+            let left = count_of(word).saturating_sub(n);
+            let next = if left == 0 { 0 } else { id | left * ONE };
+            // Release: pairs with the Acquire of the next enter of this
+            // slot (fast, or the pin of a locked one). Relaxed on failure:
+            // the word seen is only the next guess, the next CAS decides.
+            match slot.compare_exchange_weak(word, next, Release, Relaxed) {
+                Ok(_) => return Some(left),
+                Err(seen) => word = seen,
+            }
+        }
+    }
+
+    /// Pins `id`'s slot (under the owner's lock): no fast path writes it
+    /// until [`unpin`](Self::unpin). Returns the slot's index.
+    pub(crate) fn pin(&self, id: u64) -> usize {
+        let index = self.index(id);
+        // AcqRel: reads (Acquire) every fast exit that came before, and
+        // orders our reading of the word before our writes under the pin.
+        self.slots[index].fetch_or(PINNED, AcqRel);
+        index
+    }
+
+    /// Unpins slot `index` if `spills` (the owner's map's keys of it) is 0
+    /// (under the lock, after a pin).
+    pub(crate) fn unpin(&self, index: usize, spills: u32) {
+        if spills == 0 {
+            let slot = &self.slots[index];
+            // Release: publishes the locked path's writes to the fast
+            // enters that read the unpinned word. Relaxed load: a pinned
+            // word only the lock holder writes, so it reads its own last
+            // write.
+            slot.store(slot.load(Relaxed) & !PINNED, Release);
+        }
+    }
+
+    /// Slot `index`'s word, pinned by the caller (under the lock).
+    pub(crate) fn pinned(&self, index: usize) -> u64 {
+        // Relaxed: only the lock holder writes a pinned word.
+        self.slots[index].load(Relaxed)
+    }
+
+    /// Writes slot `index`'s word, pinned by the caller (under the lock);
+    /// `word` keeps the pin.
+    pub(crate) fn set_pinned(&self, index: usize, word: u64) {
+        debug_assert!(word & PINNED != 0);
+        // Relaxed: a pinned word; the unpin's Release (or, while it stays
+        // pinned, the lock) publishes it.
+        self.slots[index].store(word, Relaxed);
+    }
+
+    /// Slot `index`'s word as it stands: a reading.
+    pub(crate) fn read(&self, index: usize) -> u64 {
+        // Acquire: a reading; pairs with the fast exits' Release.
+        self.slots[index].load(Acquire)
+    }
+
+    /// The count key `id` holds in its slot if it is resident there now
+    /// (pinned or not); `None` if the slot holds another key or none.
+    pub(crate) fn resident_count(&self, id: u64) -> Option<u64> {
+        let word = self.read(self.index(id));
+        (id_of(word) == id).then(|| count_of(word))
+    }
+
+    /// How many slots hold a key now: a reading.
+    pub(crate) fn occupied(&self) -> usize {
+        (0..self.slots.len())
+            .filter(|&index| id_of(self.read(index)) != 0)
+            .count()
+    }
+}
