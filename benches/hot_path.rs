@@ -35,6 +35,9 @@ use tokio::sync::Semaphore;
 /// Large enough that admission never meets the limit.
 const BIG: usize = 1 << 20;
 
+/// The tenant that holds a unit for good in `ours_keyed_busy`.
+const BUSY_KEY: u64 = 9;
+
 // ---- the contenders: one call = one operation -----------------------------
 //
 // Each is `#[inline(never)]` so callgrind can count it alone, and takes its
@@ -112,6 +115,16 @@ fn op_ours_admit_counted(limiter: &Limiter) {
 /// while held, its share checked (issue 37).
 #[inline(never)]
 fn op_ours_admit_keyed(limiter: &Limiter, key: u64) {
+    let permit = black_box(limiter)
+        .acquire_with(Ask::new().key(&black_box(key)).fail_fast())
+        .expect("no overload here");
+    black_box(&permit);
+}
+
+/// Ours: the same take for a tenant that already holds a unit (a busy
+/// tenant: its word is counted up and down, it stays active).
+#[inline(never)]
+fn op_ours_admit_keyed_busy(limiter: &Limiter, key: u64) {
     let permit = black_box(limiter)
         .acquire_with(Ask::new().key(&black_box(key)).fail_fast())
         .expect("no overload here");
@@ -205,6 +218,8 @@ struct Subjects {
     /// counted while held.
     ours_min_share: Limiter,
     ours_full: Limiter,
+    /// A limiter where tenant `BUSY_KEY` holds a unit for good.
+    ours_keyed_busy: Limiter,
     tokio: Semaphore,
     tokio_empty: Semaphore,
     bare: AtomicUsize,
@@ -217,6 +232,12 @@ fn subjects() -> Subjects {
     for _ in 0..ours_full.capacity() {
         std::mem::forget(ours_full.try_acquire().expect("room while filling"));
     }
+    let ours_keyed_busy = Limiter::new(BIG).expect("valid bench configuration");
+    std::mem::forget(
+        ours_keyed_busy
+            .acquire_with(Ask::new().key(&BUSY_KEY).fail_fast())
+            .expect("room for the busy tenant"),
+    );
     let ours_min_share = Limiter::builder()
         .capacity(BIG)
         .min_share(Class::Sheddable, 0.05)
@@ -260,6 +281,7 @@ fn subjects() -> Subjects {
         ours_room,
         ours_min_share,
         ours_full,
+        ours_keyed_busy,
         tokio: Semaphore::new(BIG),
         tokio_empty: Semaphore::new(0),
         bare: AtomicUsize::new(0),
@@ -309,6 +331,9 @@ fn run(s: &Subjects, name: &str, iters: u64) {
         "ours_admit_with" => (0..iters).for_each(|_| op_ours_admit_with(&s.ours)),
         "ours_admit_classed" => (0..iters).for_each(|_| op_ours_admit_classed(&s.ours)),
         "ours_admit_keyed" => (0..iters).for_each(|_| op_ours_admit_keyed(&s.ours, 7)),
+        "ours_admit_keyed_busy" => {
+            (0..iters).for_each(|_| op_ours_admit_keyed_busy(&s.ours_keyed_busy, BUSY_KEY))
+        }
         // The same on a limiter with a min share (its units counted).
         "ours_admit_counted" => (0..iters).for_each(|_| op_ours_admit_counted(&s.ours_min_share)),
         "tokio_admit" => (0..iters).for_each(|_| op_tokio_admit(&s.tokio)),
@@ -343,9 +368,16 @@ fn timed_table(s: &Subjects) {
                 })
             },
             &mut || time_loop(ITERS, || op_ours_admit_many(&s.ours)),
+            &mut || time_loop(ITERS, || op_ours_admit_with(&s.ours)),
+            &mut || time_loop(ITERS, || op_ours_admit_keyed(&s.ours, 7)),
+            &mut || {
+                time_loop(ITERS, || {
+                    op_ours_admit_keyed_busy(&s.ours_keyed_busy, BUSY_KEY);
+                })
+            },
         ],
     );
-    let [ours_a, room_a, bare_a, tokio_a, ours_r, bare_r, tokio_r, empty, timed_a, every_a, many_a] =
+    let [ours_a, room_a, bare_a, tokio_a, ours_r, bare_r, tokio_r, empty, timed_a, every_a, many_a, with_a, keyed_a, busy_a] =
         ns[..]
     else {
         unreachable!()
@@ -380,7 +412,13 @@ fn timed_table(s: &Subjects) {
         "ratio try_acquire_many(4)/one   = {:.2}   (admission + release of 4 units at once over one unit's; target <= 1.20)",
         many_a / ours_a
     );
+    println!(
+        "ratio keyed/unkeyed acquire_with  = {:.2}   (one unit of a tenant key over the same take without one; a busy tenant's: {:.2}; target <= 1.50)",
+        keyed_a / with_a,
+        busy_a / with_a
+    );
     assert_eq!(s.ours.usage(), 0);
+    assert_eq!(s.ours_keyed_busy.usage(), 1);
 }
 
 fn main() {
@@ -405,6 +443,12 @@ fn main() {
             "ours_refuse",
             "loop_ours_refuse",
             "loop_tokio_refuse",
+            "ours_admit_many",
+            "ours_admit_with",
+            "ours_admit_classed",
+            "ours_admit_keyed",
+            "ours_admit_keyed_busy",
+            "ours_admit_counted",
             "tokio_admit",
             "tokio_refuse",
             "bare_admit",

@@ -82,7 +82,9 @@ echo "admission + release through acquire_with, one unit: default class $with, S
 counted=$(per_op ours_admit_counted)
 echo "the same Sheddable take with a min share set (its units counted while held): $counted   (net $(awk -v x="$counted" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'); $(awk -v c="$counted" -v w="$with" -v e="$empty" 'BEGIN { printf "%.2f", (c - e) / (w - e) }')x the default class's)"
 keyed=$(per_op ours_admit_keyed)
-echo "admission + release through acquire_with, one unit of a tenant key: $keyed   (net $(awk -v x="$keyed" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'); $(awk -v c="$keyed" -v w="$with" -v e="$empty" 'BEGIN { printf "%.2f", (c - e) / (w - e) }')x the unkeyed acquire_with, $(awk -v c="$keyed" -v w="$ours_one" -v e="$empty" 'BEGIN { printf "%.2f", (c - e) / (w - e) }')x try_acquire; target <= 1.5x plain fail-fast)"
+echo "admission + release through acquire_with, one unit of a tenant key: $keyed   (net $(awk -v x="$keyed" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'); $(awk -v c="$keyed" -v w="$with" -v e="$empty" 'BEGIN { printf "%.2f", (c - e) / (w - e) }')x the unkeyed acquire_with, $(awk -v c="$keyed" -v w="$ours_one" -v e="$empty" 'BEGIN { printf "%.2f", (c - e) / (w - e) }')x try_acquire; target <= 1.5x plain fail-fast, the unkeyed acquire_with)"
+busy=$(per_op ours_admit_keyed_busy)
+echo "the same keyed take for a tenant already holding a unit (its word counted up and down): $busy   (net $(awk -v x="$busy" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'); $(awk -v c="$busy" -v w="$with" -v e="$empty" 'BEGIN { printf "%.2f", (c - e) / (w - e) }')x the unkeyed acquire_with)"
 room=$(per_op ours_admit_room)
 echo "admission + release, idle waiting room: sidejob $room   (net $(awk -v x="$room" -v e="$empty" 'BEGIN { printf "%.1f", x - e }'))"
 

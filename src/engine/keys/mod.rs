@@ -45,7 +45,7 @@
 //! held, plus the rules the user set, however many distinct keys come and
 //! go. A resident key that gives its last unit back empties its word; a
 //! key in the map with no rule is dropped from it then. Nothing else is
-//! kept: the words are a fixed 128 bytes per stripe, the maps hold the
+//! kept: the words are a fixed 2 KiB per ledger, the maps hold the
 //! tracked keys that are not resident.
 //!
 //! # Identity
@@ -69,9 +69,9 @@ use words::{count_of, map_hash, Enter, Words, MAX_COUNT, ONE, PINNED};
 
 mod api;
 pub(crate) mod children;
-pub(crate) mod words;
 #[cfg(all(test, not(loom)))]
 mod tests;
+pub(crate) mod words;
 
 pub(crate) use api::{key_readings, key_settings};
 
@@ -79,6 +79,7 @@ pub(crate) use api::{key_readings, key_settings};
 /// normally; a fixed one under loom, whose models must replay the same
 /// choices on every run.
 #[cfg(not(loom))]
+#[inline]
 fn hasher() -> &'static hashbrown::DefaultHashBuilder {
     static HASHER: std::sync::OnceLock<hashbrown::DefaultHashBuilder> = std::sync::OnceLock::new();
     HASHER.get_or_init(Default::default)
@@ -91,6 +92,7 @@ fn hasher() -> std::hash::BuildHasherDefault<std::collections::hash_map::Default
 
 /// The id of `key`: the top 44 bits of its hash, never 0 (0 is "no key"
 /// in an ask); the id a resident word carries (`words.rs`).
+#[inline]
 pub(crate) fn id_of<K: Hash + ?Sized>(key: &K) -> u64 {
     words::id_from_hash(hasher().hash_one(key))
 }
@@ -102,17 +104,18 @@ const STRIPES_PER_SHARD: usize = 4;
 #[cfg(loom)]
 const STRIPES_PER_SHARD: usize = 1;
 
-/// The most stripes: beyond this, more stripes only cost memory.
-const MAX_STRIPES: usize = 1024;
-
-/// Resident slots per stripe: 128 bytes of words. Keys past them live in
-/// the map, correctly and a little slower. Under loom, one: any two keys
+/// Resident slots of a ledger: 2 KiB of words, shared by its stripes
+/// (slot `i` is stripe `i mod stripes`'s). Keys past them live in the
+/// maps, correctly and a little slower. Under loom, one: any two keys
 /// share it, so models see the map and the pin as well as the fast paths.
 #[cfg(not(loom))]
-const SLOTS: usize = 16;
+const SLOTS: usize = 256;
 
 #[cfg(loom)]
 const SLOTS: usize = 1;
+
+/// The most stripes: one slot each at least.
+const MAX_STRIPES: usize = SLOTS;
 
 /// A key's weight when it has none of its own.
 pub(crate) const DEFAULT_WEIGHT: u32 = 1;
@@ -178,24 +181,27 @@ impl KeySettings {
 
 /// The tenants of one table: their counts, weights and caps.
 pub(crate) struct Ledger {
-    stripes: Box<[CachePadded<Stripe>]>,
-    /// `stripes.len() - 1`; the count is a power of two.
-    mask: usize,
+    /// The resident words; an id's bits 32 and up pick its slot, and so
+    /// its stripe.
+    words: Words<32, SLOTS>,
+    /// The stripes' locks, over their maps.
+    stripes: Box<[CachePadded<Mutex<State>>]>,
+    /// `log2(stripes.len())`: slot `i` is stripe `i & (stripes - 1)`'s,
+    /// its `i >> stripe_bits`-th.
+    stripe_bits: u32,
     /// The weight of the active keys: changed as a key becomes active or
     /// idle (or its weight changes), read without a lock (module docs,
     /// "Exact caps, approximate shares").
     active: CachePadded<AtomicU64>,
     /// The cap of a key with none of its own (`usize::MAX`: none).
     per_key_cap: AtomicUsize,
+    /// The most a resident word may count, less one: the default cap,
+    /// or `MAX_COUNT` if that is less (`words.rs`, `Words::enter`).
+    most_resident: AtomicU64,
 }
 
-/// One stripe of the ledger: its resident words, and under its lock the
-/// keys that are not resident.
-struct Stripe {
-    words: Words,
-    state: Mutex<State>,
-}
-
+/// One stripe of the ledger under its lock: the keys of its slots that
+/// are not resident.
 struct State {
     /// The keys with a rule of their own, and those holding units whose
     /// slot another key holds.
@@ -210,21 +216,27 @@ impl State {
         self.map.find(map_hash(id), |e| e.id == id)
     }
 
-    /// Files a new entry for slot `index` (pinned by the caller).
-    fn insert(&mut self, index: usize, entry: Entry) -> &mut Entry {
-        self.spills[index] += 1;
+    /// Files a new entry for the stripe's slot `local` (pinned by the
+    /// caller).
+    fn insert(&mut self, local: usize, entry: Entry) -> &mut Entry {
+        self.spills[local] += 1;
         self.map
             .insert_unique(map_hash(entry.id), entry, |e| map_hash(e.id))
             .into_mut()
     }
 
-    /// Drops key `id`'s entry if it has nothing left to keep (slot
-    /// `index` pinned by the caller).
-    fn forget_if_spent(&mut self, id: u64, index: usize) {
+    /// The stripe's slot `local`'s count of keys in the map.
+    fn spills(&self, local: usize) -> u32 {
+        self.spills[local]
+    }
+
+    /// Drops key `id`'s entry if it has nothing left to keep (the
+    /// stripe's slot `local` pinned by the caller).
+    fn forget_if_spent(&mut self, id: u64, local: usize) {
         if let Ok(found) = self.map.find_entry(map_hash(id), |e| e.id == id) {
             if found.get().is_spent() {
                 found.remove();
-                self.spills[index] -= 1;
+                self.spills[local] -= 1;
             }
         }
     }
@@ -286,9 +298,18 @@ impl Entered {
 
     /// True if `held` is within the key's share of `capacity`:
     /// `held ≤ capacity × weight / active`, in integers.
+    #[inline]
     pub(crate) fn within_share(&self, capacity: usize) -> bool {
-        let active = u128::from(self.active.max(u64::from(self.weight)));
-        (self.held as u128) * active <= (capacity as u128) * u128::from(self.weight)
+        let weight = u64::from(self.weight);
+        let active = self.active.max(weight);
+        // In 64 bits while the left side fits (a saturated right side is
+        // past any left side that fits); in 128 past that.
+        match (self.held as u64).checked_mul(active) {
+            Some(need) => need <= (capacity as u64).saturating_mul(weight),
+            None => {
+                (self.held as u128) * u128::from(active) <= (capacity as u128) * u128::from(weight)
+            }
+        }
     }
 }
 
@@ -299,70 +320,109 @@ impl Ledger {
             .next_power_of_two()
             .clamp(1, MAX_STRIPES);
         Ledger {
+            words: Words::new(false),
             stripes: (0..count)
                 .map(|_| {
-                    CachePadded::new(Stripe {
-                        words: Words::new(SLOTS, false),
-                        state: Mutex::new(State {
-                            map: HashTable::new(),
-                            spills: vec![0; SLOTS].into_boxed_slice(),
-                        }),
-                    })
+                    CachePadded::new(Mutex::new(State {
+                        map: HashTable::new(),
+                        spills: vec![0; SLOTS / count].into_boxed_slice(),
+                    }))
                 })
                 .collect(),
-            mask: count - 1,
+            stripe_bits: count.trailing_zeros(),
             active: CachePadded::new(AtomicU64::new(0)),
             per_key_cap: AtomicUsize::new(usize::MAX),
+            most_resident: AtomicU64::new(MAX_COUNT - 1),
         }
     }
 
-    #[inline]
-    fn stripe(&self, id: u64) -> &Stripe {
-        // Bits 32 and up pick the stripe, 44 and up the slot in it.
-        &self.stripes[(id >> 32) as usize & self.mask]
+    /// The stripe of slot `index`.
+    fn stripe(&self, index: usize) -> &Mutex<State> {
+        &self.stripes[index & (self.stripes.len() - 1)]
+    }
+
+    /// Slot `index`'s place among its stripe's slots.
+    fn local(&self, index: usize) -> usize {
+        index >> self.stripe_bits
+    }
+
+    /// Key `id`'s stripe, locked, and its slot pinned: the slot's index.
+    fn lock_pinned(&self, id: u64) -> (crate::sync::MutexGuard<'_, State>, usize) {
+        let state = self.stripe(self.words.index(id)).lock();
+        (state, self.words.pin(id))
     }
 
     /// Counts `n` units (`n > 0`) to key `id`, all or nothing: `KeyBusy`
     /// if that would take it past its cap, `TooLarge` if `n` alone is more
     /// than its cap.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn enter(&self, id: u64, n: usize) -> Result<Entered, Error> {
+        self.enter_then(id, n, |entered| entered)
+    }
+
+    /// [`enter`](Self::enter), answering what `then` makes of the
+    /// [`Entered`]: called where each path enters, so that inlined it
+    /// sees what each path knows (the resident word's weight of 1).
+    #[inline(always)]
+    pub(crate) fn enter_then<R>(
+        &self,
+        id: u64,
+        n: usize,
+        then: impl Fn(Entered) -> R,
+    ) -> Result<R, Error> {
         debug_assert!(n > 0 && id != 0);
-        // Relaxed: a setting, read as it stands; ordered with nothing.
-        let cap = self.per_key_cap.load(Relaxed);
         // A resident key has no rule of its own: the default cap is its
-        // cap. An ask above it may be of a key with a larger cap of its
-        // own: the lock decides.
-        if n <= cap {
-            let fast = self.stripe(id).words.enter(
-                id,
-                n as u64,
-                cap as u64,
-                // Relaxed, both: `active` is a reading for a policy, ordered
-                // with nothing else (module docs). Counted in before the
-                // key can be seen active, out only after it is idle: a
-                // racing exit never takes the sum below the truth.
-                || {
-                    self.active.fetch_add(u64::from(DEFAULT_WEIGHT), Relaxed);
-                },
-                || {
-                    self.active.fetch_sub(u64::from(DEFAULT_WEIGHT), Relaxed);
-                },
-            );
-            match fast {
-                Enter::Entered(held) => {
-                    return Ok(Entered {
-                        held: held as usize,
-                        weight: DEFAULT_WEIGHT,
-                        // Relaxed: as above.
-                        active: self.active.load(Relaxed),
-                    })
-                }
-                Enter::Busy => return Err(Error::KeyBusy),
-                Enter::Locked => {}
+        // cap (clamped to what a word counts). A key past it is busy,
+        // unless the word only cannot count that much, or the key is in
+        // the map with a cap of its own: the lock decides those.
+        let fast = self.words.enter(
+            id,
+            n as u64,
+            // Relaxed: a setting, read as it stands; ordered with nothing.
+            self.most_resident.load(Relaxed),
+            // Relaxed, both: `active` is a reading for a policy, ordered
+            // with nothing else (module docs). Counted in before the key
+            // can be seen active, out only after it is idle: a racing
+            // exit never takes the sum below the truth.
+            || {
+                self.active.fetch_add(u64::from(DEFAULT_WEIGHT), Relaxed);
+            },
+            || {
+                self.active.fetch_sub(u64::from(DEFAULT_WEIGHT), Relaxed);
+            },
+        );
+        match fast {
+            Enter::Entered(held) => {
+                return Ok(then(Entered {
+                    held: held as usize,
+                    weight: DEFAULT_WEIGHT,
+                    // Relaxed: as above.
+                    active: self.active.load(Relaxed),
+                }));
             }
+            Enter::Over(count) => {
+                if let Some(refused) = self.over_resident(n, count) {
+                    return Err(refused);
+                }
+            }
+            Enter::Locked => {}
         }
-        self.enter_locked(id, n, true)
+        self.enter_locked(id, n, true).map(then)
+    }
+
+    /// A resident word's answer that `n` more would make it count `count`,
+    /// past its most: `TooLarge` or `KeyBusy` by the default cap, or
+    /// `None` for the lock (a word cannot count that much; or the key is
+    /// in the map, with a cap of its own).
+    #[cold]
+    fn over_resident(&self, n: usize, count: u64) -> Option<Error> {
+        // Relaxed: as in `enter`.
+        let cap = self.per_key_cap.load(Relaxed) as u64;
+        match () {
+            _ if n as u64 > cap => Some(Error::TooLarge),
+            _ if count > cap => Some(Error::KeyBusy),
+            _ => None,
+        }
     }
 
     /// [`enter`](Self::enter) under the stripe's lock, the key's slot
@@ -377,11 +437,9 @@ impl Ledger {
         } else {
             usize::MAX
         };
-        let stripe = self.stripe(id);
-        let mut state = stripe.state.lock();
-        let index = stripe.words.pin(id);
-        let entered = self.enter_pinned(stripe, &mut state, index, id, n, default_cap, check);
-        stripe.words.unpin(index, state.spills[index]);
+        let (mut state, index) = self.lock_pinned(id);
+        let entered = self.enter_pinned(&mut state, index, id, n, default_cap, check);
+        self.words.unpin(index, state.spills(self.local(index)));
         drop(state);
         let (held, weight) = entered?;
         Ok(Entered {
@@ -397,7 +455,6 @@ impl Ledger {
     #[allow(clippy::too_many_arguments)]
     fn enter_pinned(
         &self,
-        stripe: &Stripe,
         state: &mut State,
         index: usize,
         id: u64,
@@ -411,18 +468,18 @@ impl Ledger {
             _ if held.saturating_add(n) > cap => Err(Error::KeyBusy),
             _ => Ok(()),
         };
-        let word = stripe.words.pinned(index);
+        let word = self.words.pinned(index);
         if words::id_of(word) == id {
             // Resident: no rule of its own.
             let held = count_of(word) as usize;
             fits(held, default_cap)?;
             let now = held.saturating_add(n);
             if now as u64 <= MAX_COUNT {
-                stripe.words.set_pinned(index, id | now as u64 * ONE | PINNED);
+                self.words.set_pinned(index, id | now as u64 * ONE | PINNED);
             } else {
                 // More than a word holds: the key moves to the map.
-                stripe.words.set_pinned(index, PINNED);
-                state.insert(index, Entry::new(id, now));
+                self.words.set_pinned(index, PINNED);
+                state.insert(self.local(index), Entry::new(id, now));
             }
             return Ok((now, DEFAULT_WEIGHT));
         }
@@ -442,21 +499,20 @@ impl Ledger {
         self.active.fetch_add(u64::from(DEFAULT_WEIGHT), Relaxed);
         if word == PINNED && n as u64 <= MAX_COUNT {
             // An empty slot: the key moves in.
-            stripe.words.set_pinned(index, id | n as u64 * ONE | PINNED);
+            self.words.set_pinned(index, id | n as u64 * ONE | PINNED);
         } else {
-            state.insert(index, Entry::new(id, n));
+            state.insert(self.local(index), Entry::new(id, n));
         }
         Ok((n, DEFAULT_WEIGHT))
     }
 
     /// Gives `n` of key `id`'s units back (it holds at least `n`),
     /// forgetting the key if it holds none and has no rule.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn release(&self, id: u64, n: usize) {
-        if n == 0 {
-            return;
-        }
-        match self.stripe(id).words.exit(id, n as u64) {
+        // No units (a permit split to nothing): the word's exit changes
+        // nothing, the lock's path returns at once.
+        match self.words.exit(id, n as u64) {
             // Relaxed: as in `enter`; out after the key is idle.
             Some(0) => {
                 self.active.fetch_sub(u64::from(DEFAULT_WEIGHT), Relaxed);
@@ -470,15 +526,19 @@ impl Ledger {
     #[cold]
     #[inline(never)]
     fn release_locked(&self, id: u64, n: usize) {
-        let stripe = self.stripe(id);
-        let mut state = stripe.state.lock();
-        let index = stripe.words.pin(id);
-        let word = stripe.words.pinned(index);
+        if n == 0 {
+            return;
+        }
+        let (mut state, index) = self.lock_pinned(id);
+        let word = self.words.pinned(index);
         if words::id_of(word) == id {
-            debug_assert!(count_of(word) >= n as u64, "a key gave back more than it held");
+            debug_assert!(
+                count_of(word) >= n as u64,
+                "a key gave back more than it held"
+            );
             let left = count_of(word).saturating_sub(n as u64);
             let next = if left == 0 { 0 } else { id | left * ONE };
-            stripe.words.set_pinned(index, next | PINNED);
+            self.words.set_pinned(index, next | PINNED);
             if left == 0 {
                 // Relaxed: as in `enter`; out after the key is idle.
                 self.active.fetch_sub(u64::from(DEFAULT_WEIGHT), Relaxed);
@@ -489,12 +549,12 @@ impl Ledger {
             if entry.held == 0 {
                 // Relaxed: as in `enter`.
                 self.active.fetch_sub(u64::from(entry.weight()), Relaxed);
-                state.forget_if_spent(id, index);
+                state.forget_if_spent(id, self.local(index));
             }
         } else {
             debug_assert!(false, "a key gave back units it did not hold");
         }
-        stripe.words.unpin(index, state.spills[index]);
+        self.words.unpin(index, state.spills(self.local(index)));
     }
 
     /// Moves `n` units held by key `from` to key `to` (a permit merged
@@ -550,34 +610,32 @@ impl Ledger {
         id: u64,
         change: impl FnOnce(Option<u32>, Option<usize>) -> (Option<u32>, Option<usize>),
     ) {
-        let stripe = self.stripe(id);
-        let mut state = stripe.state.lock();
-        let index = stripe.words.pin(id);
+        let (mut state, index) = self.lock_pinned(id);
         if let Some(entry) = state.map.find_mut(map_hash(id), |e| e.id == id) {
             let (weight, cap) = change(entry.weight, entry.cap);
             if entry.held > 0 {
                 self.reweigh(entry.weight(), weight.unwrap_or(DEFAULT_WEIGHT));
             }
             (entry.weight, entry.cap) = (weight, cap);
-            state.forget_if_spent(id, index);
+            state.forget_if_spent(id, self.local(index));
         } else if let rule @ (Some(_), _) | rule @ (_, Some(_)) = change(None, None) {
-            let word = stripe.words.pinned(index);
+            let word = self.words.pinned(index);
             let mut entry = Entry::new(id, 0);
             (entry.weight, entry.cap) = rule;
             if words::id_of(word) == id {
                 // Resident: its count moves with it.
                 entry.held = count_of(word) as usize;
-                stripe.words.set_pinned(index, PINNED);
+                self.words.set_pinned(index, PINNED);
                 self.reweigh(DEFAULT_WEIGHT, entry.weight());
             }
-            state.insert(index, entry);
+            state.insert(self.local(index), entry);
         }
-        stripe.words.unpin(index, state.spills[index]);
+        self.words.unpin(index, state.spills(self.local(index)));
     }
 
     /// Key `id`'s own weight and cap, if it has them.
     pub(crate) fn rule(&self, id: u64) -> (Option<u32>, Option<usize>) {
-        let state = self.stripe(id).state.lock();
+        let state = self.stripe(self.words.index(id)).lock();
         state.find(id).map_or((None, None), |e| (e.weight, e.cap))
     }
 
@@ -585,8 +643,12 @@ impl Ledger {
     /// none). Keys above a lowered cap keep what they hold and take no
     /// more until they are under it.
     pub(crate) fn set_per_key_cap(&self, cap: usize) {
-        // Relaxed: a setting; takes read it as it stands.
+        // Relaxed, both: settings; takes read them as they stand. A take
+        // that reads one new and one old sees a cap being moved, and
+        // answers as before or after the move.
         self.per_key_cap.store(cap, Relaxed);
+        let most = (cap.max(1) as u64).min(MAX_COUNT);
+        self.most_resident.store(most - 1, Relaxed);
     }
 
     /// The cap of a key with none of its own (`usize::MAX`: none).
@@ -603,13 +665,12 @@ impl Ledger {
     /// The units key `id` holds now: from its word if it is resident
     /// (no lock), else from the map.
     pub(crate) fn held(&self, id: u64) -> usize {
-        let stripe = self.stripe(id);
-        if let Some(count) = stripe.words.resident_count(id) {
+        if let Some(count) = self.words.resident_count(id) {
             return count as usize;
         }
-        let state = stripe.state.lock();
+        let state = self.stripe(self.words.index(id)).lock();
         // Again under the lock: the key may have moved in meanwhile.
-        match stripe.words.resident_count(id) {
+        match self.words.resident_count(id) {
             Some(count) => count as usize,
             None => state.find(id).map_or(0, |e| e.held),
         }
@@ -636,18 +697,17 @@ impl Ledger {
     /// fixed words (module docs, "Bounded state").
     #[cfg(test)]
     pub(crate) fn kept(&self) -> usize {
-        self.stripes.iter().map(|s| s.state.lock().map.len()).sum()
+        self.stripes.iter().map(|s| s.lock().map.len()).sum()
     }
 
     /// The resident keys and the map's entries that `counted` accepts.
     fn count_stripes(&self, counted: impl Fn(&Entry) -> bool) -> usize {
-        self.stripes
+        let in_maps: usize = self
+            .stripes
             .iter()
-            .map(|stripe| {
-                let state = stripe.state.lock();
-                stripe.words.occupied() + state.map.iter().filter(|e| counted(e)).count()
-            })
-            .sum()
+            .map(|stripe| stripe.lock().map.iter().filter(|e| counted(e)).count())
+            .sum();
+        self.words.occupied() + in_maps
     }
 }
 

@@ -15,7 +15,8 @@
 //! # Protocol
 //!
 //! * **Fast enter** of `n`: word 0, CAS it to `id | n`; word `id | c`,
-//!   unpinned, `c + n` within the cap: CAS to `c + n`; over the cap: busy.
+//!   unpinned, `c + n` within the most a word may count: CAS to `c + n`;
+//!   past it: the owner tells a busy key from one for the lock.
 //!   Anything else (pinned, another key's, a count the field cannot hold,
 //!   a lost CAS): the lock.
 //! * **Fast exit** of `n`: word `id | c`, unpinned: CAS to `c - n`, to 0
@@ -75,6 +76,17 @@ pub(crate) fn id_of(word: u64) -> u64 {
     word & ID_MASK
 }
 
+/// The count in `word` if it is key `id`'s and unpinned, else `None`.
+///
+/// One subtraction and one test: `word − id` is the count field alone
+/// (twice the count) exactly then. Another key's id differs from `id` in
+/// bits 20 and up, which the difference keeps; the pin is bit 0.
+#[inline(always)]
+fn counted_here(word: u64, id: u64) -> Option<u64> {
+    let twice = word.wrapping_sub(id);
+    (twice & !COUNT_MASK == 0).then_some(twice >> 1)
+}
+
 /// The hash a map files key `id` under: the id's bits, moved so that both
 /// the low bits (the bucket) and the top 7 (the control byte) vary.
 #[inline]
@@ -87,59 +99,62 @@ pub(crate) fn map_hash(id: u64) -> u64 {
 pub(crate) enum Enter {
     /// Entered: the key's count is now this.
     Entered(u64),
-    /// Over the cap: nothing entered.
-    Busy,
+    /// Nothing entered: the key would count this many, past the most
+    /// the caller lets a word count. Its owner tells a key over its cap
+    /// (busy) from one that the lock may still take.
+    Over(u64),
     /// Nothing entered: the lock decides.
     Locked,
 }
 
-/// One owner's slots.
-pub(crate) struct Words {
-    slots: Box<[AtomicU64]>,
-    /// `slots.len() - 1`; the count is a power of two.
-    mask: usize,
+/// One owner's `LEN` slots (a power of two), picked by the id's bits
+/// from `SHIFT` up. A length known when compiled: a slot's index needs no
+/// bounds check.
+pub(crate) struct Words<const SHIFT: u32, const LEN: usize> {
+    slots: Box<[AtomicU64; LEN]>,
 }
 
-impl Words {
-    /// `len` slots (a power of two), empty; or every one pinned for good
-    /// if `pinned` (an owner whose counts the field cannot hold).
-    pub(crate) fn new(len: usize, pinned: bool) -> Words {
-        debug_assert!(len.is_power_of_two());
+impl<const SHIFT: u32, const LEN: usize> Words<SHIFT, LEN> {
+    /// Empty slots; or every one pinned for good if `pinned` (an owner
+    /// whose counts the field cannot hold).
+    pub(crate) fn new(pinned: bool) -> Self {
+        const { assert!(LEN.is_power_of_two()) };
         Words {
-            slots: (0..len)
-                .map(|_| AtomicU64::new(u64::from(pinned) * PINNED))
-                .collect(),
-            mask: len - 1,
+            slots: Box::new(std::array::from_fn(|_| {
+                AtomicU64::new(u64::from(pinned) * PINNED)
+            })),
         }
     }
 
     /// The slot key `id` lives in when resident.
     #[inline]
     pub(crate) fn index(&self, id: u64) -> usize {
-        (id >> 44) as usize & self.mask
+        (id >> SHIFT) as usize & (LEN - 1)
     }
 
-    /// The lock-free enter of `n` (`0 < n`) under `cap` (`cap ≤
-    /// MAX_COUNT` for a busy answer to be exact; above it, a count the
-    /// field cannot hold goes to the lock). `first` runs before a key
-    /// that was nowhere claims its empty slot, and `undo` if the claim is
-    /// lost: an owner counting its active keys counts one in before it is
-    /// visible, so a racing exit never takes it below zero.
-    #[inline]
+    /// The lock-free enter of `n` (`0 < n`), a word counting at most
+    /// `most_less_one + 1` (at most `MAX_COUNT`; given less one, so that
+    /// for `n` of 1 an empty word needs no test: a most is at least 1).
+    /// `first` runs before a key that was nowhere claims its empty slot,
+    /// and `undo` if the claim is lost: an owner counting its active keys
+    /// counts one in before it is visible, so a racing exit never takes
+    /// it below zero.
+    #[inline(always)]
     pub(crate) fn enter(
         &self,
         id: u64,
         n: u64,
-        cap: u64,
+        most_less_one: u64,
         first: impl FnOnce(),
         undo: impl FnOnce(),
     ) -> Enter {
+        debug_assert!(n > 0 && most_less_one < MAX_COUNT);
         let slot = &self.slots[self.index(id)];
         // Relaxed: a guess; the CAS below decides, with Acquire.
         let word = slot.load(Relaxed);
         if word == 0 {
-            if n > cap.min(MAX_COUNT) {
-                return Enter::Locked;
+            if n - 1 > most_less_one {
+                return Enter::Over(n);
             }
             first();
             // Acquire on success: pairs with the Release of the exit (fast,
@@ -153,20 +168,18 @@ impl Words {
                 }
             };
         }
-        if word & (ID_MASK | PINNED) != id {
+        let Some(count) = counted_here(word, id) else {
             return Enter::Locked; // pinned, or another key's
-        }
-        let count = count_of(word) + n;
-        if count > cap {
-            return Enter::Busy;
-        }
-        if count > MAX_COUNT {
-            return Enter::Locked;
+        };
+        // `count + n - 1`: at most 2^19 + u64::MAX - 1, so saturating.
+        let past = count.saturating_add(n - 1);
+        if past > most_less_one {
+            return Enter::Over(past.saturating_add(1));
         }
         // Acquire: as above, with the exit that left this count. Relaxed
         // on failure: as above.
         match slot.compare_exchange(word, word + n * ONE, Acquire, Relaxed) {
-            Ok(_) => Enter::Entered(count),
+            Ok(_) => Enter::Entered(past + 1),
             Err(_) => Enter::Locked,
         }
     }
@@ -180,16 +193,18 @@ impl Words {
         // Relaxed: the CAS below decides.
         let mut word = slot.load(Relaxed);
         loop {
-            if word & (ID_MASK | PINNED) != id {
-                return None;
-            }
-            let left = count_of(word).saturating_sub(n);
-            let next = if left == 0 { 0 } else { id | left * ONE };
+            // Pinned, another key's, or fewer than `n` here (a bug the
+            // lock's path asserts on): the lock.
+            let count = match counted_here(word, id) {
+                Some(count) if count >= n => count,
+                _ => return None,
+            };
+            let next = if count == n { 0 } else { word - n * ONE };
             // Release: pairs with the Acquire of the next enter of this
             // slot (fast, or the pin of a locked one). Relaxed on failure:
             // the word seen is only the next guess, the next CAS decides.
             match slot.compare_exchange_weak(word, next, Release, Relaxed) {
-                Ok(_) => return Some(left),
+                Ok(_) => return Some(count - n),
                 Err(seen) => word = seen,
             }
         }
@@ -248,7 +263,7 @@ impl Words {
 
     /// How many slots hold a key now: a reading.
     pub(crate) fn occupied(&self) -> usize {
-        (0..self.slots.len())
+        (0..LEN)
             .filter(|&index| id_of(self.read(index)) != 0)
             .count()
     }

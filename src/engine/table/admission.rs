@@ -30,7 +30,11 @@ impl Table {
         if ask.is_one() {
             self.admit_one(ask.how).map(Grant::one)
         } else if ask.key != 0 {
-            self.admit_keyed(ask)
+            if ask.units == 1 && ask.class == Class::Critical && matches!(ask.how, How::Try) {
+                self.admit_keyed_one(ask.key)
+            } else {
+                self.admit_keyed(ask)
+            }
         } else if ask.class != Class::Critical {
             self.admit_classed(ask)
         } else {

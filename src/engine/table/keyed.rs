@@ -68,7 +68,8 @@ impl Drop for Counted<'_> {
 }
 
 impl Table {
-    /// [`admit`](Self::admit) of a keyed ask (module docs).
+    /// [`admit`](Self::admit) of a keyed ask (module docs) but the
+    /// common one, which takes [`admit_keyed_one`](Self::admit_keyed_one).
     #[cold]
     #[inline(never)]
     pub(super) fn admit_keyed(&self, ask: &Ask) -> Result<Grant, Error> {
@@ -81,8 +82,55 @@ impl Table {
                 let tenant = entered.tenant(ask.key);
                 self.admit_classed_waiting(ask.units, ask.class, deadline, tenant)?
             }
-            _ => self.admit_fail_fast(&plain, &entered)?,
+            _ => self.admit_fail_fast(&plain, entered.within_share(self.capacity()))?,
         };
+        Ok(counted.keep(grant))
+    }
+
+    /// The common keyed ask, one unit of the default class that does not
+    /// wait: the key's word, the share, the table's own take; nothing
+    /// else on the way ([`admit_keyed`](Self::admit_keyed) answers the
+    /// same).
+    #[inline(always)]
+    pub(super) fn admit_keyed_one(&self, key: u64) -> Result<Grant, Error> {
+        let within = self
+            .keys
+            .enter_then(key, 1, |entered| entered.within_share(self.capacity()))?;
+        // A capacity of 0 has no share for anyone: the cold path answers.
+        if !within {
+            return self.admit_over_share(key);
+        }
+        match self.acquire() {
+            Ok(shard) => Ok(Grant {
+                key,
+                ..Grant::one(shard)
+            }),
+            Err(err) => Err(self.refused_keyed_one(key, err)),
+        }
+    }
+
+    /// The table refused a keyed unit: its key's count goes back.
+    #[cold]
+    #[inline(never)]
+    fn refused_keyed_one(&self, key: u64, err: Error) -> Error {
+        self.keys.release(key, 1);
+        err
+    }
+
+    /// [`admit_keyed_one`](Self::admit_keyed_one) of a key over its share:
+    /// the general path's answer, its unit counted to the key already.
+    #[cold]
+    #[inline(never)]
+    fn admit_over_share(&self, key: u64) -> Result<Grant, Error> {
+        let counted = Counted {
+            table: self,
+            key,
+            units: 1,
+        };
+        if self.capacity() == 0 {
+            return Err(Error::TooLarge); // as `count_to_key` answers
+        }
+        let grant = self.admit_fail_fast(&Ask::new().fail_fast(), false)?;
         Ok(counted.keep(grant))
     }
 
@@ -99,7 +147,7 @@ impl Table {
                     .for_tenant(entered.tenant(ask.key))
                     .await?
             }
-            _ => self.admit_fail_fast(&plain, &entered)?,
+            _ => self.admit_fail_fast(&plain, entered.within_share(self.capacity()))?,
         };
         Ok(counted.keep(grant))
     }
@@ -124,18 +172,18 @@ impl Table {
         Ok(Some((counted, entered)))
     }
 
-    /// A keyed ask that does not wait: within its share, the table's take;
+    /// A keyed ask that does not wait: within its share (as the caller
+    /// found it), the table's take;
     /// over it, the same take only while the usage stays at or below the
     /// fair line (module docs), else `Overload`, counted as the table's
     /// refusals are (a probe's is not).
-    fn admit_fail_fast(&self, plain: &Ask, entered: &Entered) -> Result<Grant, Error> {
-        let capacity = self.capacity();
+    fn admit_fail_fast(&self, plain: &Ask, within_share: bool) -> Result<Grant, Error> {
         let plain = match plain.how {
             How::Wait(_) => plain.fail_fast(),
             _ => *plain,
         };
-        if !entered.within_share(capacity)
-            && self.usage().saturating_add(plain.units) > self.fair_units(capacity)
+        if !within_share
+            && self.usage().saturating_add(plain.units) > self.fair_units(self.capacity())
         {
             if plain.how != How::Probe {
                 self.count_refusal();
@@ -158,6 +206,7 @@ impl Table {
     /// Counts `n` units of key `id` out of its holdings, as a grant of
     /// them is given back (`Grant::key`, `units::Many::key`). Nothing for
     /// no key.
+    #[inline]
     pub(crate) fn release_key(&self, id: u64, n: usize) {
         if id != 0 {
             self.keys.release(id, n);
