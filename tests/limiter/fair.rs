@@ -560,3 +560,30 @@ fn a_hundred_thousand_tenants_leave_nothing_behind() {
     drop(held);
     assert_eq!(limiter.tracked_keys(), 0);
 }
+
+#[test]
+fn tenants_gone_idle_never_shrink_a_share_into_a_refusal() {
+    for shards in [1, 2] {
+        let limiter = Limiter::builder()
+            .capacity(10)
+            .shards(shards)
+            .build()
+            .unwrap();
+        // Fifty tenants each take a unit and give it back: each leaves an
+        // idle word behind, which the ledger may still count as active.
+        for i in 0..50 {
+            drop(limiter.acquire_with(keyed(&format!("gone-{i}"))).unwrap());
+        }
+        assert_eq!(limiter.active_keys(), 0);
+        // Alone now, tenant a's share is everything: it takes the whole
+        // capacity, past the fair line. Were the gone tenants still
+        // counted when its share is read above the line, it would be
+        // refused there.
+        let held: Vec<_> = (0..10)
+            .map(|_| limiter.acquire_with(keyed("a")).unwrap())
+            .collect();
+        assert_eq!((limiter.usage(), held.len()), (10, 10), "{shards} shards");
+        assert_eq!(limiter.key_usage("a"), 10);
+        assert_eq!(limiter.stats().rejected, 0);
+    }
+}

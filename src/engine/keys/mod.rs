@@ -38,15 +38,29 @@
 //! a key one take past its share, never a unit past the capacity or its
 //! cap.
 //!
+//! # Idle words
+//!
+//! A resident key that gives its last unit back leaves its word *idle*
+//! (`id | 0`) rather than empty, and stays counted in `W`: a tenant that
+//! asks again (most do, request after request) takes its word back with
+//! one CAS and moves no shared counter, and one that leaves for good is
+//! counted out when another key takes its slot (one out, one in: `W`
+//! unmoved) or when the ledger sweeps. `W` is read only to tell a key
+//! whether it is within its share, and a `W` too large only makes shares
+//! smaller; so the ledger sweeps (every idle word emptied, counted out)
+//! exactly when a share would refuse a take, and the table reads the
+//! share again before it does (`table/keyed.rs`). No take is refused on
+//! a `W` that counts idle words.
+//!
 //! # Bounded state
 //!
 //! A key is *tracked* while it holds units, or while a rule (a weight or
 //! a cap of its own) is set for it: at most as many keys as units are
 //! held, plus the rules the user set, however many distinct keys come and
-//! go. A resident key that gives its last unit back empties its word; a
-//! key in the map with no rule is dropped from it then. Nothing else is
-//! kept: the words are a fixed 2 KiB per ledger, the maps hold the
-//! tracked keys that are not resident.
+//! go. A resident key that gives its last unit back leaves an idle word
+//! (above); a key in the map with no rule is dropped from it then.
+//! Nothing else is kept: the words are a fixed 2 KiB per ledger, the maps
+//! hold the tracked keys that are not resident.
 //!
 //! # Identity
 //!
@@ -400,6 +414,14 @@ impl Ledger {
                     active: self.active.load(Relaxed),
                 }));
             }
+            Enter::Claimed => {
+                return Ok(then(Entered {
+                    held: n,
+                    weight: DEFAULT_WEIGHT,
+                    // Relaxed: as above.
+                    active: self.active.load(Relaxed),
+                }));
+            }
             Enter::Over(count) => {
                 if let Some(refused) = self.over_resident(n, count) {
                     return Err(refused);
@@ -439,7 +461,7 @@ impl Ledger {
         };
         let (mut state, index) = self.lock_pinned(id);
         let entered = self.enter_pinned(&mut state, index, id, n, default_cap, check);
-        self.words.unpin(index, state.spills(self.local(index)));
+        self.unpin(&state, index);
         drop(state);
         let (held, weight) = entered?;
         Ok(Entered {
@@ -470,7 +492,8 @@ impl Ledger {
         };
         let word = self.words.pinned(index);
         if words::id_of(word) == id {
-            // Resident: no rule of its own.
+            // Resident (idle, perhaps, and counted in `W` as it is): no
+            // rule of its own.
             let held = count_of(word) as usize;
             fits(held, default_cap)?;
             let now = held.saturating_add(n);
@@ -495,9 +518,16 @@ impl Ledger {
         }
         // Nowhere: no rule, nothing held.
         fits(0, default_cap)?;
+        let fits_word = n as u64 <= MAX_COUNT;
+        if word != PINNED && count_of(word) == 0 && fits_word {
+            // Another key's idle word: the slot changes hands, one key
+            // out of `W` and one in.
+            self.words.set_pinned(index, id | n as u64 * ONE | PINNED);
+            return Ok((n, DEFAULT_WEIGHT));
+        }
         // Relaxed: as in `enter`, and before the key is seen active.
         self.active.fetch_add(u64::from(DEFAULT_WEIGHT), Relaxed);
-        if word == PINNED && n as u64 <= MAX_COUNT {
+        if word == PINNED && fits_word {
             // An empty slot: the key moves in.
             self.words.set_pinned(index, id | n as u64 * ONE | PINNED);
         } else {
@@ -506,19 +536,30 @@ impl Ledger {
         Ok((n, DEFAULT_WEIGHT))
     }
 
+    /// Unpins slot `index` after a locked path (under the lock), unless
+    /// the map holds keys of it. A slot that stays pinned is never swept:
+    /// an idle word in it is emptied here, its key counted out of `W`.
+    fn unpin(&self, state: &State, index: usize) {
+        let spills = state.spills(self.local(index));
+        let word = self.words.pinned(index);
+        if spills > 0 && word != PINNED && count_of(word) == 0 {
+            self.words.set_pinned(index, PINNED);
+            // Relaxed: as in `enter`; out after the word is empty.
+            self.active.fetch_sub(u64::from(DEFAULT_WEIGHT), Relaxed);
+        }
+        self.words.unpin(index, spills);
+    }
+
     /// Gives `n` of key `id`'s units back (it holds at least `n`),
     /// forgetting the key if it holds none and has no rule.
     #[inline(always)]
     pub(crate) fn release(&self, id: u64, n: usize) {
         // No units (a permit split to nothing): the word's exit changes
         // nothing, the lock's path returns at once.
-        match self.words.exit(id, n as u64) {
-            // Relaxed: as in `enter`; out after the key is idle.
-            Some(0) => {
-                self.active.fetch_sub(u64::from(DEFAULT_WEIGHT), Relaxed);
-            }
-            Some(_) => {}
-            None => self.release_locked(id, n),
+        // A word left at 0 stays, idle, counted in `W` until its slot
+        // changes hands or a sweep (module docs, "Idle words").
+        if self.words.exit(id, n as u64).is_none() {
+            self.release_locked(id, n);
         }
     }
 
@@ -536,13 +577,10 @@ impl Ledger {
                 count_of(word) >= n as u64,
                 "a key gave back more than it held"
             );
+            // At 0 the word stays idle (`unpin` empties it if the slot
+            // stays pinned).
             let left = count_of(word).saturating_sub(n as u64);
-            let next = if left == 0 { 0 } else { id | left * ONE };
-            self.words.set_pinned(index, next | PINNED);
-            if left == 0 {
-                // Relaxed: as in `enter`; out after the key is idle.
-                self.active.fetch_sub(u64::from(DEFAULT_WEIGHT), Relaxed);
-            }
+            self.words.set_pinned(index, id | left * ONE | PINNED);
         } else if let Some(entry) = state.map.find_mut(map_hash(id), |e| e.id == id) {
             debug_assert!(entry.held >= n, "a key gave back more than it held");
             entry.held = entry.held.saturating_sub(n);
@@ -554,7 +592,7 @@ impl Ledger {
         } else {
             debug_assert!(false, "a key gave back units it did not hold");
         }
-        self.words.unpin(index, state.spills(self.local(index)));
+        self.unpin(&state, index);
     }
 
     /// Moves `n` units held by key `from` to key `to` (a permit merged
@@ -623,14 +661,19 @@ impl Ledger {
             let mut entry = Entry::new(id, 0);
             (entry.weight, entry.cap) = rule;
             if words::id_of(word) == id {
-                // Resident: its count moves with it.
+                // Resident: its count moves with it. Idle, it leaves `W`
+                // (an entry holding nothing is not active).
                 entry.held = count_of(word) as usize;
                 self.words.set_pinned(index, PINNED);
-                self.reweigh(DEFAULT_WEIGHT, entry.weight());
+                if entry.held > 0 {
+                    self.reweigh(DEFAULT_WEIGHT, entry.weight());
+                } else {
+                    self.reweigh(DEFAULT_WEIGHT, 0);
+                }
             }
             state.insert(self.local(index), entry);
         }
-        self.words.unpin(index, state.spills(self.local(index)));
+        self.unpin(&state, index);
     }
 
     /// Key `id`'s own weight and cap, if it has them.
@@ -681,8 +724,27 @@ impl Ledger {
         self.count_stripes(|e| e.held > 0)
     }
 
-    /// The weight of the keys that hold units now.
+    /// Empties every idle word, counting its key out of `W` (module
+    /// docs, "Idle words"): before a share that may refuse a take is
+    /// trusted.
+    #[cold]
+    pub(crate) fn sweep(&self) {
+        self.words.sweep(|| {
+            // Relaxed: as in `enter`; out after the word is empty.
+            self.active.fetch_sub(u64::from(DEFAULT_WEIGHT), Relaxed);
+        });
+    }
+
+    /// `W` as it stands, idle words included: a reading.
+    pub(crate) fn active_raw(&self) -> u64 {
+        // Relaxed: as in `enter`.
+        self.active.load(Relaxed)
+    }
+
+    /// The weight of the keys that hold units now, idle words swept
+    /// first.
     pub(crate) fn active_weight(&self) -> u64 {
+        self.sweep();
         // Relaxed: a reading.
         self.active.load(Relaxed)
     }
@@ -707,7 +769,7 @@ impl Ledger {
             .iter()
             .map(|stripe| stripe.lock().map.iter().filter(|e| counted(e)).count())
             .sum();
-        self.words.occupied() + in_maps
+        self.words.busy() + in_maps
     }
 }
 

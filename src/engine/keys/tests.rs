@@ -194,3 +194,75 @@ fn a_key_hashes_to_one_id_and_never_to_zero() {
     let big = "x".repeat(1 << 20);
     assert_ne!(id_of(big.as_str()), 0);
 }
+
+#[test]
+fn a_key_gone_idle_keeps_its_word_until_a_sweep_or_another_key() {
+    let ledger = Ledger::new(1);
+    let a = id_of("a");
+    ledger.enter(a, 2).unwrap();
+    ledger.release(a, 2);
+    // Idle: holding nothing, not tracked, but its word is kept and `W`
+    // still counts it (as read without a sweep).
+    assert_eq!(
+        (ledger.held(a), ledger.active_keys(), ledger.entries()),
+        (0, 0, 0)
+    );
+    assert_eq!(ledger.active_raw(), 1);
+    // Back again: one CAS on its own word, `W` unmoved.
+    assert_eq!(ledger.enter(a, 1).map(|e| (e.held, e.active)), Ok((1, 1)));
+    ledger.release(a, 1);
+    // A sweep counts it out.
+    ledger.sweep();
+    assert_eq!(ledger.active_raw(), 0);
+    // Another key of the same slot takes an idle word over: one key out
+    // of `W`, one in.
+    let b = (0..)
+        .map(|i: u64| id_of(&i))
+        .find(|&b| b != a && ledger.words.index(b) == ledger.words.index(a))
+        .unwrap();
+    ledger.enter(a, 1).unwrap();
+    ledger.release(a, 1);
+    assert_eq!(ledger.active_raw(), 1);
+    assert_eq!(ledger.enter(b, 3).map(|e| (e.held, e.active)), Ok((3, 1)));
+    assert_eq!((ledger.held(a), ledger.held(b), ledger.kept()), (0, 3, 0));
+    ledger.release(b, 3);
+    assert_eq!(ledger.active_weight(), 0, "swept by the reading");
+}
+
+#[test]
+fn an_idle_word_in_a_slot_that_stays_pinned_is_emptied_under_the_lock() {
+    let ledger = Ledger::new(1);
+    let a = id_of("a");
+    let b = (0..)
+        .map(|i: u64| id_of(&i))
+        .find(|&b| b != a && ledger.words.index(b) == ledger.words.index(a))
+        .unwrap();
+    ledger.enter(a, 1).unwrap();
+    // b is in the map (a holds the slot): the slot is pinned for good.
+    ledger.enter(b, 1).unwrap();
+    assert_eq!((ledger.kept(), ledger.active_raw()), (1, 2));
+    // a's last unit goes through the lock, and its word is emptied there
+    // (no sweep reaches a pinned word).
+    ledger.release(a, 1);
+    assert_eq!(ledger.active_raw(), 1);
+    ledger.release(b, 1);
+    assert_eq!(
+        (ledger.kept(), ledger.active_raw(), ledger.entries()),
+        (0, 0, 0)
+    );
+    // Unpinned again: a's next take is resident.
+    ledger.enter(a, 1).unwrap();
+    assert_eq!(ledger.kept(), 0);
+}
+
+#[test]
+fn a_rule_given_to_an_idle_key_counts_it_out() {
+    let ledger = Ledger::new(1);
+    let a = id_of("a");
+    ledger.enter(a, 1).unwrap();
+    ledger.release(a, 1);
+    assert_eq!(ledger.active_raw(), 1);
+    ledger.set_rule(a, Some(3), None);
+    assert_eq!((ledger.active_raw(), ledger.kept()), (0, 1));
+    assert_eq!(ledger.enter(a, 1).map(|e| (e.weight, e.active)), Ok((3, 3)));
+}

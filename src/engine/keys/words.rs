@@ -16,11 +16,17 @@
 //!
 //! * **Fast enter** of `n`: word 0, CAS it to `id | n`; word `id | c`,
 //!   unpinned, `c + n` within the most a word may count: CAS to `c + n`;
-//!   past it: the owner tells a busy key from one for the lock.
-//!   Anything else (pinned, another key's, a count the field cannot hold,
-//!   a lost CAS): the lock.
-//! * **Fast exit** of `n`: word `id | c`, unpinned: CAS to `c - n`, to 0
-//!   when that is 0 (the key is forgotten). Pinned: the lock.
+//!   past it: the owner tells a busy key from one for the lock; another
+//!   key's *idle* word (`other | 0`, unpinned): CAS it to `id | n`, the
+//!   slot changing hands. Anything else (pinned, another key's count, a
+//!   count the field cannot hold, a lost CAS): the lock.
+//! * **Fast exit** of `n`: word `id | c`, unpinned: CAS to `c - n`. At 0
+//!   the word stays, *idle*: the key's next enter is one CAS again, and
+//!   its owner keeps counting it as it did (the tenant ledger's `W`)
+//!   until another key takes the slot or the owner sweeps it. Pinned: the
+//!   lock.
+//! * **The sweep**, by the owner when an idle word's place in its counts
+//!   matters: a CAS of each unpinned idle word to 0.
 //! * **The pin**, under the owner's lock: a `fetch_or` of `PINNED`. From
 //!   then on no fast path writes the word, so the lock holder reads and
 //!   writes it as plain data; it unpins (a store) only when its map holds
@@ -76,7 +82,8 @@ pub(crate) fn id_of(word: u64) -> u64 {
     word & ID_MASK
 }
 
-/// The count in `word` if it is key `id`'s and unpinned, else `None`.
+/// The count in `word` if it is key `id`'s and unpinned (0: idle), else
+/// `None`.
 ///
 /// One subtraction and one test: `word − id` is the count field alone
 /// (twice the count) exactly then. Another key's id differs from `id` in
@@ -94,11 +101,20 @@ pub(crate) fn map_hash(id: u64) -> u64 {
     (id >> ID_SHIFT).rotate_left(44)
 }
 
+/// True for an idle word, unpinned: a key with no count.
+#[inline(always)]
+fn is_idle(word: u64) -> bool {
+    word != 0 && word & (COUNT_MASK | PINNED) == 0
+}
+
 /// What a fast enter found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Enter {
     /// Entered: the key's count is now this.
     Entered(u64),
+    /// Entered a slot that was empty: the key was nowhere, and counts `n`
+    /// now. The owner counted it in first (`first`).
+    Claimed,
     /// Nothing entered: the key would count this many, past the most
     /// the caller lets a word count. Its owner tells a key over its cap
     /// (busy) from one that the lock may still take.
@@ -134,11 +150,12 @@ impl<const SHIFT: u32, const LEN: usize> Words<SHIFT, LEN> {
 
     /// The lock-free enter of `n` (`0 < n`), a word counting at most
     /// `most_less_one + 1` (at most `MAX_COUNT`; given less one, so that
-    /// for `n` of 1 an empty word needs no test: a most is at least 1).
-    /// `first` runs before a key that was nowhere claims its empty slot,
-    /// and `undo` if the claim is lost: an owner counting its active keys
-    /// counts one in before it is visible, so a racing exit never takes
-    /// it below zero.
+    /// for `n` of 1 a new word needs no test: a most is at least 1).
+    /// `first` runs before a key that was nowhere claims an empty slot,
+    /// and `undo` if the claim is lost: an owner counting its keys counts
+    /// one in before it is visible, so a racing sweep never takes it
+    /// below zero. A key taking another's idle word changes no count:
+    /// one key out, one in.
     #[inline(always)]
     pub(crate) fn enter(
         &self,
@@ -152,42 +169,65 @@ impl<const SHIFT: u32, const LEN: usize> Words<SHIFT, LEN> {
         let slot = &self.slots[self.index(id)];
         // Relaxed: a guess; the CAS below decides, with Acquire.
         let word = slot.load(Relaxed);
-        if word == 0 {
-            if n - 1 > most_less_one {
-                return Enter::Over(n);
-            }
-            first();
-            // Acquire on success: pairs with the Release of the exit (fast,
-            // or the unpin of a locked one) that emptied the slot. Relaxed
-            // on failure: nothing is entered, the caller goes to the lock.
-            return match slot.compare_exchange(0, id | n * ONE, Acquire, Relaxed) {
-                Ok(_) => Enter::Entered(n),
-                Err(_) => {
-                    undo();
-                    Enter::Locked
-                }
-            };
-        }
         let Some(count) = counted_here(word, id) else {
-            return Enter::Locked; // pinned, or another key's
+            return self.enter_new(slot, word, id, n, most_less_one, first, undo);
         };
-        // `count + n - 1`: at most 2^19 + u64::MAX - 1, so saturating.
+        // `count + n - 1`: saturating, for any `n`.
         let past = count.saturating_add(n - 1);
         if past > most_less_one {
             return Enter::Over(past.saturating_add(1));
         }
-        // Acquire: as above, with the exit that left this count. Relaxed
-        // on failure: as above.
+        // Acquire on success: pairs with the Release of the exit (fast, or
+        // the unpin of a locked one) that left this count. Relaxed on
+        // failure: nothing is entered, the caller goes to the lock.
         match slot.compare_exchange(word, word + n * ONE, Acquire, Relaxed) {
             Ok(_) => Enter::Entered(past + 1),
             Err(_) => Enter::Locked,
         }
     }
 
+    /// [`enter`](Self::enter) of a key not in `word`: into the slot if it
+    /// is empty or another key's idle word, else the lock.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn enter_new(
+        &self,
+        slot: &AtomicU64,
+        word: u64,
+        id: u64,
+        n: u64,
+        most_less_one: u64,
+        first: impl FnOnce(),
+        undo: impl FnOnce(),
+    ) -> Enter {
+        if word != 0 && !is_idle(word) {
+            return Enter::Locked; // pinned, or another key's count
+        }
+        if n - 1 > most_less_one {
+            return Enter::Over(n);
+        }
+        if word != 0 {
+            // Acquire: as in `enter`, with the exit that left it idle.
+            return match slot.compare_exchange(word, id | n * ONE, Acquire, Relaxed) {
+                Ok(_) => Enter::Entered(n),
+                Err(_) => Enter::Locked,
+            };
+        }
+        first();
+        // Acquire: as in `enter`, with the sweep or unpin that emptied it.
+        match slot.compare_exchange(0, id | n * ONE, Acquire, Relaxed) {
+            Ok(_) => Enter::Claimed,
+            Err(_) => {
+                undo();
+                Enter::Locked
+            }
+        }
+    }
+
     /// The lock-free exit of `n` (the key holds at least `n` here): the
-    /// count left (0: the slot is empty again), or `None` if the lock must
-    /// do it (the slot is pinned, or the key is not resident).
-    #[inline]
+    /// count left (0: the word stays, idle), or `None` if the lock must do
+    /// it (the slot is pinned, or the key is not resident).
+    #[inline(always)]
     pub(crate) fn exit(&self, id: u64, n: u64) -> Option<u64> {
         let slot = &self.slots[self.index(id)];
         // Relaxed: the CAS below decides.
@@ -199,13 +239,26 @@ impl<const SHIFT: u32, const LEN: usize> Words<SHIFT, LEN> {
                 Some(count) if count >= n => count,
                 _ => return None,
             };
-            let next = if count == n { 0 } else { word - n * ONE };
             // Release: pairs with the Acquire of the next enter of this
             // slot (fast, or the pin of a locked one). Relaxed on failure:
             // the word seen is only the next guess, the next CAS decides.
-            match slot.compare_exchange_weak(word, next, Release, Relaxed) {
+            match slot.compare_exchange_weak(word, word - n * ONE, Release, Relaxed) {
                 Ok(_) => return Some(count - n),
                 Err(seen) => word = seen,
+            }
+        }
+    }
+
+    /// Empties every unpinned idle word, calling `freed` for each: the
+    /// owner's counting it out.
+    pub(crate) fn sweep(&self, mut freed: impl FnMut()) {
+        for slot in self.slots.iter() {
+            // Relaxed: a guess; the CAS decides.
+            let word = slot.load(Relaxed);
+            // Acquire: pairs with the exit that left it idle, as an enter
+            // does. Relaxed on failure: the word is busy again, or taken.
+            if is_idle(word) && slot.compare_exchange(word, 0, Acquire, Relaxed).is_ok() {
+                freed();
             }
         }
     }
@@ -261,10 +314,11 @@ impl<const SHIFT: u32, const LEN: usize> Words<SHIFT, LEN> {
         (id_of(word) == id).then(|| count_of(word))
     }
 
-    /// How many slots hold a key now: a reading.
-    pub(crate) fn occupied(&self) -> usize {
+    /// How many slots hold a key with a count now (idle words aside): a
+    /// reading.
+    pub(crate) fn busy(&self) -> usize {
         (0..LEN)
-            .filter(|&index| id_of(self.read(index)) != 0)
+            .filter(|&index| count_of(self.read(index)) != 0)
             .count()
     }
 }

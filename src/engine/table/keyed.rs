@@ -82,7 +82,7 @@ impl Table {
                 let tenant = entered.tenant(ask.key);
                 self.admit_classed_waiting(ask.units, ask.class, deadline, tenant)?
             }
-            _ => self.admit_fail_fast(&plain, entered.within_share(self.capacity()))?,
+            _ => self.admit_fail_fast(&plain, entered)?,
         };
         Ok(counted.keep(grant))
     }
@@ -93,12 +93,12 @@ impl Table {
     /// same).
     #[inline(always)]
     pub(super) fn admit_keyed_one(&self, key: u64) -> Result<Grant, Error> {
-        let within = self
-            .keys
-            .enter_then(key, 1, |entered| entered.within_share(self.capacity()))?;
+        let over = self.keys.enter_then(key, 1, |entered| {
+            (!entered.within_share(self.capacity())).then_some(entered)
+        })?;
         // A capacity of 0 has no share for anyone: the cold path answers.
-        if !within {
-            return self.admit_over_share(key);
+        if let Some(entered) = over {
+            return self.admit_over_share(key, entered);
         }
         match self.acquire() {
             Ok(shard) => Ok(Grant {
@@ -121,7 +121,7 @@ impl Table {
     /// the general path's answer, its unit counted to the key already.
     #[cold]
     #[inline(never)]
-    fn admit_over_share(&self, key: u64) -> Result<Grant, Error> {
+    fn admit_over_share(&self, key: u64, entered: Entered) -> Result<Grant, Error> {
         let counted = Counted {
             table: self,
             key,
@@ -130,7 +130,7 @@ impl Table {
         if self.capacity() == 0 {
             return Err(Error::TooLarge); // as `count_to_key` answers
         }
-        let grant = self.admit_fail_fast(&Ask::new().fail_fast(), false)?;
+        let grant = self.admit_fail_fast(&Ask::new().fail_fast(), entered)?;
         Ok(counted.keep(grant))
     }
 
@@ -147,7 +147,7 @@ impl Table {
                     .for_tenant(entered.tenant(ask.key))
                     .await?
             }
-            _ => self.admit_fail_fast(&plain, entered.within_share(self.capacity()))?,
+            _ => self.admit_fail_fast(&plain, entered)?,
         };
         Ok(counted.keep(grant))
     }
@@ -172,26 +172,36 @@ impl Table {
         Ok(Some((counted, entered)))
     }
 
-    /// A keyed ask that does not wait: within its share (as the caller
-    /// found it), the table's take;
-    /// over it, the same take only while the usage stays at or below the
-    /// fair line (module docs), else `Overload`, counted as the table's
-    /// refusals are (a probe's is not).
-    fn admit_fail_fast(&self, plain: &Ask, within_share: bool) -> Result<Grant, Error> {
+    /// A keyed ask that does not wait, its units counted to its key as
+    /// `entered` says: within its share, the table's take; over it, the
+    /// same take only while the usage stays at or below the fair line
+    /// (module docs), else `Overload`, counted as the table's refusals are
+    /// (a probe's is not). Before it refuses, the ledger forgets its idle
+    /// words and the share is read again: `W` may count keys that hold
+    /// nothing (`keys/mod.rs`, "Idle words"), never fewer than hold.
+    fn admit_fail_fast(&self, plain: &Ask, entered: Entered) -> Result<Grant, Error> {
         let plain = match plain.how {
             How::Wait(_) => plain.fail_fast(),
             _ => *plain,
         };
-        if !within_share
-            && self.usage().saturating_add(plain.units) > self.fair_units(self.capacity())
+        let capacity = self.capacity();
+        if !entered.within_share(capacity)
+            && self.usage().saturating_add(plain.units) > self.fair_units(capacity)
         {
-            if plain.how != How::Probe {
-                self.count_refusal();
-                if plain.class != Class::Critical {
-                    self.count_class_refusal(plain.class);
+            self.keys.sweep();
+            let now = Entered {
+                active: self.keys.active_raw(),
+                ..entered
+            };
+            if !now.within_share(capacity) {
+                if plain.how != How::Probe {
+                    self.count_refusal();
+                    if plain.class != Class::Critical {
+                        self.count_class_refusal(plain.class);
+                    }
                 }
+                return Err(Error::Overload);
             }
-            return Err(Error::Overload);
         }
         self.admit(&plain)
     }
