@@ -158,6 +158,30 @@ impl Table {
         Ok(parts)
     }
 
+    /// One unit for tenant `key`, failing fast from the caller's home
+    /// shard: the keyed take's own short path (`admit_keyed_one`). The
+    /// shard it came from; give it back with
+    /// [`release_keyed`](Self::release_keyed).
+    pub fn try_keyed(&self, key: u64) -> Result<usize, Error> {
+        let grant = self.0.admit(&crate::units::Ask::new().key(&key).fail_fast())?;
+        let shard = grant.shard;
+        // The caller gives the unit back with `release_keyed`.
+        std::mem::forget(grant);
+        Ok(shard)
+    }
+
+    /// Sets tenant `key`'s weight, as `set_key_weight` does.
+    pub fn set_key_weight(&self, key: u64, weight: u32) {
+        self.0
+            .set_key_rule(&key, crate::engine::keys::Rule::Weight(weight))
+            .expect("a weight above 0");
+    }
+
+    /// Empties the ledger's idle words, as a share about to refuse does.
+    pub fn sweep_keys(&self) {
+        self.0.keys().sweep();
+    }
+
     /// Gives back tenant `key`'s `units` on `shard`, as its guard does:
     /// out of the key's count first, then to the table.
     pub fn release_keyed(&self, key: u64, shard: usize, units: usize) {

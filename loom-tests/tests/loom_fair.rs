@@ -4,8 +4,9 @@
 //! What they show, under every interleaving loom explores:
 //!
 //! * two takes of one key racing for the last unit of its cap: exactly one
-//!   gets it, and the count ends at the cap (the count is changed under
-//!   the key's stripe lock, so a cap is exact);
+//!   gets it, and the count ends at the cap (the count is changed by a
+//!   CAS on the key's word, or under its stripe's lock with the word
+//!   pinned, so a cap is exact);
 //! * a key's last release (which forgets it and takes its weight out of
 //!   the active weight) racing its own next take: the key ends with one
 //!   count, one entry and its weight counted once;
@@ -15,7 +16,19 @@
 //! * a keyed waiter racing the release of another key's unit: it is
 //!   handed the unit, its key counts it, and it never sleeps through the
 //!   release (a lost wake-up leaves the model deadlocked, which loom
-//!   reports).
+//!   reports);
+//! * a resident key's release racing a rule set for it (which pins its
+//!   word and moves it to the map): its count survives either order
+//!   (fails without the pin);
+//! * a sweep of an idle word racing the key's return: counted once in
+//!   the active weight either way;
+//! * two keys of one word (under loom every key shares one) coming and
+//!   going at once, through the word, an idle word taken over, and the
+//!   map: both admitted, the ledger empty after (fails if a lost claim
+//!   does not count its key back out).
+//!
+//! Under loom a ledger has one stripe and one resident word, so any two
+//! keys meet in it.
 //!
 //! Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p loom-tests --release --test loom_fair`
@@ -127,6 +140,76 @@ fn a_keyed_waiter_is_handed_the_unit_another_key_gives_back() {
             (0, 1, 1)
         );
         table.release_keyed(2, granted[0].0, 1);
+        assert_eq!((table.usage(), table.keys_state()), (0, (0, 0)));
+    });
+}
+
+/// Under loom every key shares one resident word. Key 1 holds 2 units in
+/// it; its release of one (a CAS on the word) races a weight set for it
+/// (under the lock: the word pinned, the key moved to the map with its
+/// count). Either order, the key ends with 1 unit, in the map, weighed 3.
+#[test]
+fn a_rule_set_as_a_resident_key_leaves_keeps_its_count() {
+    loom::model(|| {
+        let table = Arc::new(Table::with_keys(4, 1, None, 1.0, 0));
+        let shard = table.acquire_keyed(1, 0, 2, false).unwrap()[0].0;
+        let releaser = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.release_keyed(1, shard, 1))
+        };
+        table.set_key_weight(1, 3);
+        releaser.join().unwrap();
+        assert_eq!((table.key_held(1), table.keys_state()), (1, (3, 1)));
+        table.release_keyed(1, shard, 1);
+        assert_eq!((table.usage(), table.keys_state()), (0, (0, 1)));
+    });
+}
+
+/// Key 1 took a unit and gave it back: its word is idle, still counted
+/// in the active weight. A sweep (emptying it, counting it out) races the
+/// key's return through its short path (taking the idle word back, or
+/// claiming the emptied one). Either way the key holds 1 unit, counted
+/// once, and nothing is left after it goes.
+#[test]
+fn a_sweep_racing_an_idle_keys_return_counts_it_once() {
+    loom::model(|| {
+        let table = Arc::new(Table::with_keys(2, 1, None, 1.0, 0));
+        let first = table.try_keyed(1).unwrap();
+        table.release_keyed(1, first, 1);
+        let sweeper = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.sweep_keys())
+        };
+        let again = table.try_keyed(1).unwrap();
+        sweeper.join().unwrap();
+        assert_eq!((table.key_held(1), table.keys_state()), (1, (1, 1)));
+        table.release_keyed(1, again, 1);
+        assert_eq!((table.usage(), table.keys_state()), (0, (0, 0)));
+    });
+}
+
+/// Two keys of one word, each cap 1, each taking a unit through the
+/// short path and giving it back, at once: one lives in the word (or
+/// takes the other's idle word over), the other in the map under the
+/// lock, and a key may move between them as the other comes and goes.
+/// Both are admitted (capacity 2), neither is counted twice, and the
+/// ledger ends empty.
+#[test]
+fn two_keys_of_one_word_come_and_go_together() {
+    loom::model(|| {
+        let table = Arc::new(Table::with_keys(2, 1, Some(1), 1.0, 0));
+        let other = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || {
+                let shard = table.try_keyed(2).unwrap();
+                assert_eq!(table.key_held(2), 1);
+                table.release_keyed(2, shard, 1);
+            })
+        };
+        let shard = table.try_keyed(1).unwrap();
+        assert_eq!(table.key_held(1), 1);
+        table.release_keyed(1, shard, 1);
+        other.join().unwrap();
         assert_eq!((table.usage(), table.keys_state()), (0, (0, 0)));
     });
 }
