@@ -163,7 +163,9 @@ impl Table {
     /// shard it came from; give it back with
     /// [`release_keyed`](Self::release_keyed).
     pub fn try_keyed(&self, key: u64) -> Result<usize, Error> {
-        let grant = self.0.admit(&crate::units::Ask::new().key(&key).fail_fast())?;
+        let grant = self
+            .0
+            .admit(&crate::units::Ask::new().key(&key).fail_fast())?;
         let shard = grant.shard;
         // The caller gives the unit back with `release_keyed`.
         std::mem::forget(grant);

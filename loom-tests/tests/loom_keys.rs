@@ -21,7 +21,10 @@
 //! * two keys sharing a resident slot (under loom every key shard has
 //!   one): the second is filed in the overflow map and pins the slot; a
 //!   key held in the map never also moves into the slot its neighbour
-//!   emptied, and once both are gone the slot is empty and unpinned.
+//!   emptied; a key's last exit leaves its word idle, which the other key
+//!   takes over or the key itself takes back, and a key that saw its own
+//!   child end is always admitted again; once both are gone no key
+//!   counts as busy.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p
 //! loom-tests --release --test loom_keys`.

@@ -197,7 +197,7 @@ impl KeySettings {
 pub(crate) struct Ledger {
     /// The resident words; an id's bits 32 and up pick its slot, and so
     /// its stripe.
-    words: Words<32, SLOTS>,
+    words: Words<32, words::Fixed<SLOTS>>,
     /// The stripes' locks, over their maps.
     stripes: Box<[CachePadded<Mutex<State>>]>,
     /// `log2(stripes.len())`: slot `i` is stripe `i & (stripes - 1)`'s,
@@ -334,7 +334,7 @@ impl Ledger {
             .next_power_of_two()
             .clamp(1, MAX_STRIPES);
         Ledger {
-            words: Words::new(false),
+            words: Words::new(SLOTS, false),
             stripes: (0..count)
                 .map(|_| {
                     CachePadded::new(Mutex::new(State {
@@ -498,7 +498,8 @@ impl Ledger {
             fits(held, default_cap)?;
             let now = held.saturating_add(n);
             if now as u64 <= MAX_COUNT {
-                self.words.set_pinned(index, id | now as u64 * ONE | PINNED);
+                self.words
+                    .set_pinned(index, id | (now as u64 * ONE) | PINNED);
             } else {
                 // More than a word holds: the key moves to the map.
                 self.words.set_pinned(index, PINNED);
@@ -522,14 +523,14 @@ impl Ledger {
         if word != PINNED && count_of(word) == 0 && fits_word {
             // Another key's idle word: the slot changes hands, one key
             // out of `W` and one in.
-            self.words.set_pinned(index, id | n as u64 * ONE | PINNED);
+            self.words.set_pinned(index, id | (n as u64 * ONE) | PINNED);
             return Ok((n, DEFAULT_WEIGHT));
         }
         // Relaxed: as in `enter`, and before the key is seen active.
         self.active.fetch_add(u64::from(DEFAULT_WEIGHT), Relaxed);
         if word == PINNED && fits_word {
             // An empty slot: the key moves in.
-            self.words.set_pinned(index, id | n as u64 * ONE | PINNED);
+            self.words.set_pinned(index, id | (n as u64 * ONE) | PINNED);
         } else {
             state.insert(self.local(index), Entry::new(id, n));
         }
@@ -580,7 +581,7 @@ impl Ledger {
             // At 0 the word stays idle (`unpin` empties it if the slot
             // stays pinned).
             let left = count_of(word).saturating_sub(n as u64);
-            self.words.set_pinned(index, id | left * ONE | PINNED);
+            self.words.set_pinned(index, id | (left * ONE) | PINNED);
         } else if let Some(entry) = state.map.find_mut(map_hash(id), |e| e.id == id) {
             debug_assert!(entry.held >= n, "a key gave back more than it held");
             entry.held = entry.held.saturating_sub(n);

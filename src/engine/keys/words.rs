@@ -123,29 +123,89 @@ pub(crate) enum Enter {
     Locked,
 }
 
-/// One owner's `LEN` slots (a power of two), picked by the id's bits
-/// from `SHIFT` up. A length known when compiled: a slot's index needs no
-/// bounds check.
-pub(crate) struct Words<const SHIFT: u32, const LEN: usize> {
-    slots: Box<[AtomicU64; LEN]>,
+/// Where a [`Words`] keeps its slots: an array of a length known when
+/// compiled ([`Fixed`], whose index needs no bounds check), or a boxed
+/// slice of a length chosen when built ([`Boxed`]). A power of two either
+/// way.
+pub(crate) trait Slots {
+    /// `len` slots, each `word`.
+    fn build(len: usize, word: u64) -> Self;
+    /// Slot `index` (below the length).
+    fn slot(&self, index: usize) -> &AtomicU64;
+    /// The length less one.
+    fn mask(&self) -> usize;
 }
 
-impl<const SHIFT: u32, const LEN: usize> Words<SHIFT, LEN> {
-    /// Empty slots; or every one pinned for good if `pinned` (an owner
-    /// whose counts the field cannot hold).
-    pub(crate) fn new(pinned: bool) -> Self {
-        const { assert!(LEN.is_power_of_two()) };
-        Words {
-            slots: Box::new(std::array::from_fn(|_| {
-                AtomicU64::new(u64::from(pinned) * PINNED)
-            })),
+/// `N` slots in an array.
+pub(crate) type Fixed<const N: usize> = Box<[AtomicU64; N]>;
+
+impl<const N: usize> Slots for Fixed<N> {
+    fn build(len: usize, word: u64) -> Self {
+        const { assert!(N.is_power_of_two()) };
+        debug_assert_eq!(len, N);
+        Box::new(std::array::from_fn(|_| AtomicU64::new(word)))
+    }
+
+    #[inline(always)]
+    fn slot(&self, index: usize) -> &AtomicU64 {
+        &self[index]
+    }
+
+    #[inline(always)]
+    fn mask(&self) -> usize {
+        N - 1
+    }
+}
+
+/// Slots as many as chosen when built.
+pub(crate) struct Boxed {
+    slots: Box<[AtomicU64]>,
+    mask: usize,
+}
+
+impl Slots for Boxed {
+    fn build(len: usize, word: u64) -> Self {
+        debug_assert!(len.is_power_of_two());
+        Boxed {
+            slots: (0..len).map(|_| AtomicU64::new(word)).collect(),
+            mask: len - 1,
         }
+    }
+
+    #[inline(always)]
+    fn slot(&self, index: usize) -> &AtomicU64 {
+        &self.slots[index]
+    }
+
+    #[inline(always)]
+    fn mask(&self) -> usize {
+        self.mask
+    }
+}
+
+/// One owner's slots, picked by the id's bits from `SHIFT` up.
+pub(crate) struct Words<const SHIFT: u32, S> {
+    slots: S,
+}
+
+impl<const SHIFT: u32, S: Slots> Words<SHIFT, S> {
+    /// `len` slots (a power of two), empty; or every one pinned for good
+    /// if `pinned` (an owner whose counts the field cannot hold).
+    pub(crate) fn new(len: usize, pinned: bool) -> Self {
+        Words {
+            slots: S::build(len, u64::from(pinned) * PINNED),
+        }
+    }
+
+    /// How many slots there are.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.mask() + 1
     }
 
     /// The slot key `id` lives in when resident.
     #[inline]
     pub(crate) fn index(&self, id: u64) -> usize {
-        (id >> SHIFT) as usize & (LEN - 1)
+        (id >> SHIFT) as usize & self.slots.mask()
     }
 
     /// The lock-free enter of `n` (`0 < n`), a word counting at most
@@ -166,7 +226,7 @@ impl<const SHIFT: u32, const LEN: usize> Words<SHIFT, LEN> {
         undo: impl FnOnce(),
     ) -> Enter {
         debug_assert!(n > 0 && most_less_one < MAX_COUNT);
-        let slot = &self.slots[self.index(id)];
+        let slot = self.slots.slot(self.index(id));
         // Relaxed: a guess; the CAS below decides, with Acquire.
         let word = slot.load(Relaxed);
         let Some(count) = counted_here(word, id) else {
@@ -208,14 +268,14 @@ impl<const SHIFT: u32, const LEN: usize> Words<SHIFT, LEN> {
         }
         if word != 0 {
             // Acquire: as in `enter`, with the exit that left it idle.
-            return match slot.compare_exchange(word, id | n * ONE, Acquire, Relaxed) {
+            return match slot.compare_exchange(word, id | (n * ONE), Acquire, Relaxed) {
                 Ok(_) => Enter::Entered(n),
                 Err(_) => Enter::Locked,
             };
         }
         first();
         // Acquire: as in `enter`, with the sweep or unpin that emptied it.
-        match slot.compare_exchange(0, id | n * ONE, Acquire, Relaxed) {
+        match slot.compare_exchange(0, id | (n * ONE), Acquire, Relaxed) {
             Ok(_) => Enter::Claimed,
             Err(_) => {
                 undo();
@@ -229,7 +289,7 @@ impl<const SHIFT: u32, const LEN: usize> Words<SHIFT, LEN> {
     /// it (the slot is pinned, or the key is not resident).
     #[inline(always)]
     pub(crate) fn exit(&self, id: u64, n: u64) -> Option<u64> {
-        let slot = &self.slots[self.index(id)];
+        let slot = self.slots.slot(self.index(id));
         // Relaxed: the CAS below decides.
         let mut word = slot.load(Relaxed);
         loop {
@@ -252,7 +312,8 @@ impl<const SHIFT: u32, const LEN: usize> Words<SHIFT, LEN> {
     /// Empties every unpinned idle word, calling `freed` for each: the
     /// owner's counting it out.
     pub(crate) fn sweep(&self, mut freed: impl FnMut()) {
-        for slot in self.slots.iter() {
+        for index in 0..self.len() {
+            let slot = self.slots.slot(index);
             // Relaxed: a guess; the CAS decides.
             let word = slot.load(Relaxed);
             // Acquire: pairs with the exit that left it idle, as an enter
@@ -269,7 +330,7 @@ impl<const SHIFT: u32, const LEN: usize> Words<SHIFT, LEN> {
         let index = self.index(id);
         // AcqRel: reads (Acquire) every fast exit that came before, and
         // orders our reading of the word before our writes under the pin.
-        self.slots[index].fetch_or(PINNED, AcqRel);
+        self.slots.slot(index).fetch_or(PINNED, AcqRel);
         index
     }
 
@@ -277,7 +338,7 @@ impl<const SHIFT: u32, const LEN: usize> Words<SHIFT, LEN> {
     /// (under the lock, after a pin).
     pub(crate) fn unpin(&self, index: usize, spills: u32) {
         if spills == 0 {
-            let slot = &self.slots[index];
+            let slot = self.slots.slot(index);
             // Release: publishes the locked path's writes to the fast
             // enters that read the unpinned word. Relaxed load: a pinned
             // word only the lock holder writes, so it reads its own last
@@ -289,7 +350,7 @@ impl<const SHIFT: u32, const LEN: usize> Words<SHIFT, LEN> {
     /// Slot `index`'s word, pinned by the caller (under the lock).
     pub(crate) fn pinned(&self, index: usize) -> u64 {
         // Relaxed: only the lock holder writes a pinned word.
-        self.slots[index].load(Relaxed)
+        self.slots.slot(index).load(Relaxed)
     }
 
     /// Writes slot `index`'s word, pinned by the caller (under the lock);
@@ -298,13 +359,13 @@ impl<const SHIFT: u32, const LEN: usize> Words<SHIFT, LEN> {
         debug_assert!(word & PINNED != 0);
         // Relaxed: a pinned word; the unpin's Release (or, while it stays
         // pinned, the lock) publishes it.
-        self.slots[index].store(word, Relaxed);
+        self.slots.slot(index).store(word, Relaxed);
     }
 
     /// Slot `index`'s word as it stands: a reading.
     pub(crate) fn read(&self, index: usize) -> u64 {
         // Acquire: a reading; pairs with the fast exits' Release.
-        self.slots[index].load(Acquire)
+        self.slots.slot(index).load(Acquire)
     }
 
     /// The count key `id` holds in its slot if it is resident there now
@@ -317,7 +378,7 @@ impl<const SHIFT: u32, const LEN: usize> Words<SHIFT, LEN> {
     /// How many slots hold a key with a count now (idle words aside): a
     /// reading.
     pub(crate) fn busy(&self) -> usize {
-        (0..LEN)
+        (0..self.len())
             .filter(|&index| count_of(self.read(index)) != 0)
             .count()
     }

@@ -4,21 +4,22 @@
 //!
 //! It bounds the live children *per key* (`per_key`, 1 by default: a
 //! workflow's tasks run one after another) on top of the supervisor's
-//! global capacity, which the table bounds. A key is present only while it
-//! has live children or waiters, so the set holds at most
-//! `capacity + max_waiters` keys and is empty when the children have
-//! ended.
+//! global capacity, which the table bounds. A key counts only while it
+//! has live children or waiters, so the set counts at most
+//! `capacity + max_waiters` keys and none when the children have ended.
 //!
 //! # Shape
 //!
 //! A power of two of shards (four per table shard, at most 1,024). Each
 //! shard has two homes for keys:
 //!
-//! * **Resident slots**: an array of atomic words, a key's slot chosen by
-//!   its hash. A word is `id | count << 1 | PINNED`: the key living there,
-//!   its live children, and a bit that sends every caller to the lock. A
-//!   key that finds its slot empty, or holding itself unpinned, enters and
-//!   leaves with one CAS on that word: no lock, no allocation.
+//! * **Resident words** (`keys/words.rs`, shared with the tenant ledger):
+//!   an array of atomic words, a key's slot chosen by its hash. A word is
+//!   `id | count << 1 | PINNED`: the key living there, its live children,
+//!   and a bit that sends every caller to the lock. A key that finds its
+//!   slot empty, idle (a key's word left at count 0), or holding itself
+//!   unpinned, enters and leaves with one CAS on that word: no lock, no
+//!   allocation.
 //! * **The overflow map**: a lock over a `hashbrown::HashTable` of entries
 //!   `{id, live, queue}` for keys whose slot another key holds, and for
 //!   the waiters of any key (a resident key's waiters sit in an entry
@@ -30,23 +31,27 @@
 //!
 //! # Protocol
 //!
-//! * **Fast enter.** Word 0: CAS it to `id | 1`. Word `id | n`, unpinned,
-//!   `n < per_key`: CAS to `n + 1`; `n == per_key`: `KeyBusy`. Anything
-//!   else (pinned, another key's, a lost CAS): the locked path.
-//! * **Fast exit.** Word `id | n`, unpinned: CAS to `n - 1` (to 0 when
-//!   `n == 1`, forgetting the key). Pinned: the locked path.
-//! * **Locked path.** Take the shard's lock, then *pin* the slot (a CAS
-//!   loop setting `PINNED`): from then on no fast path writes the word, so
-//!   under the lock the slot and the map are one consistent state. Enter:
-//!   a resident key takes a count if it has room; a key in the map takes
-//!   one there; a key in neither claims the slot if it is empty, else gets
-//!   a map entry. Exit: hand the unit to the key's oldest waiter if one
-//!   waits (the count is unchanged), else decrement where the key lives,
-//!   forgetting it at 0. Then *unpin*, unless the map still holds entries
-//!   of keys mapped to this slot (a per-slot count, `spills`): while it
-//!   does, the slot stays pinned, so a key in the map can never also claim
-//!   the empty slot, and a resident key with waiters always exits through
-//!   the lock and hands over.
+//! * **Fast enter and exit** are the words' own (`keys/words.rs`): a
+//!   count up or down with one CAS, `KeyBusy` at `per_key`. A fast exit
+//!   of a key's last child leaves its word *idle* (`id | 0`): the key's
+//!   next child enters with one CAS, and another key of the slot takes
+//!   the idle word over with one CAS. An idle word counts nothing here:
+//!   the set has no figure a sweep would have to correct. Pinned, another
+//!   key's count, a lost CAS: the locked path.
+//! * **Locked path.** Take the shard's lock, then *pin* the slot: from
+//!   then on no fast path writes the word, so under the lock the slot and
+//!   the map are one consistent state. Enter: a resident key (idle or
+//!   not) takes a count if it has room; a key in the map takes one there;
+//!   a key in neither claims the slot if it is empty or idle (an idle
+//!   word's key has no entry: a word goes idle only unpinned, so with no
+//!   key of its slot in the map), else gets a map entry. Exit: hand the
+//!   unit to the key's oldest waiter if one waits (the count is
+//!   unchanged), else decrement where the key lives, emptying the word or
+//!   forgetting the entry at 0. Then *unpin*, unless the map still holds
+//!   entries of keys mapped to this slot (a per-slot count, `spills`):
+//!   while it does, the slot stays pinned, so a key in the map can never
+//!   also claim the slot, and a resident key with waiters always exits
+//!   through the lock and hands over.
 //! * **Granted is "not queued".** A waiter's node is in its key's queue
 //!   until a release takes it out (a grant) or the waiter takes itself out
 //!   (it gave up). So a waiter that finds its ticket gone under the lock
@@ -69,12 +74,11 @@
 //!
 //! # Orderings
 //!
-//! A fast enter's CAS is Acquire and a fast exit's Release: the exit of a
-//! key's child happens-before the admission of the key's next child that
-//! reads its word. The pin is an AcqRel CAS (it reads every fast exit
-//! before it), and the unpin a Release store (every fast enter after it
-//! reads what the locked path did). Between pin and unpin only the lock
-//! holder writes the word.
+//! The words' (`keys/words.rs`): a fast enter Acquire, a fast exit
+//! Release, the pin AcqRel, the unpin a Release store; between pin and
+//! unpin only the lock holder writes the word. The exit of a key's child
+//! happens-before the admission of the key's next child that reads its
+//! word.
 //!
 //! # Identity and collisions
 //!
@@ -93,11 +97,9 @@
 //! their order is the point.
 
 use crate::engine::foreign::each_then_resume;
+use crate::engine::keys::words::{id_from_hash, map_hash, Words, MAX_COUNT};
 use crate::error::Error;
-use crate::sync::{
-    Arc, AtomicU64, AtomicUsize, Mutex,
-    Ordering::{Acquire, Relaxed},
-};
+use crate::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering::Relaxed};
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 use std::hash::{BuildHasher, Hash};
@@ -146,42 +148,9 @@ const MIN_SLOTS: usize = 1;
 #[cfg(loom)]
 const MAX_SLOTS: usize = 1;
 
-/// Bit 0 of a slot word: every caller goes through the lock.
-const PINNED: u64 = 1;
-
-/// One live child, in the count field (bits 1 to 19).
-const ONE: u64 = 1 << 1;
-
-const COUNT_BITS: u32 = 19;
-
-const COUNT_MASK: u64 = ((1 << COUNT_BITS) - 1) << 1;
-
-/// The id field: bits 20 to 63.
-const ID_SHIFT: u32 = 20;
-
-const ID_MASK: u64 = !((1 << ID_SHIFT) - 1);
-
-/// The largest `per_key` the count field holds; above it, every slot
+/// The largest `per_key` a resident word counts; above it, every slot
 /// stays pinned and keys live in the map.
-const MAX_RESIDENT_PER_KEY: u32 = (1 << COUNT_BITS) - 1;
-
-#[inline]
-fn count_of(word: u64) -> u32 {
-    ((word & COUNT_MASK) >> 1) as u32
-}
-
-#[inline]
-fn id_of(word: u64) -> u64 {
-    word & ID_MASK
-}
-
-/// The hash the map's table files an entry under: the id's bits, moved so
-/// that both the low bits (the bucket) and the top 7 (the control byte)
-/// vary.
-#[inline]
-fn map_hash(id: u64) -> u64 {
-    (id >> ID_SHIFT).rotate_left(44)
-}
+const MAX_RESIDENT_PER_KEY: u32 = MAX_COUNT as u32;
 
 /// The set of busy keys of one supervisor.
 pub(crate) struct KeySet {
@@ -259,10 +228,7 @@ impl KeySet {
                         next_ticket: 0,
                         armed: None,
                     }),
-                    slots: (0..slots)
-                        .map(|_| AtomicU64::new(if resident { 0 } else { PINNED }))
-                        .collect(),
-                    slot_mask: slots - 1,
+                    words: Words::new(slots, !resident),
                     per_key,
                     resident,
                 })
@@ -283,7 +249,7 @@ impl KeySet {
     /// The id keys are told apart by (module docs).
     #[inline]
     pub(crate) fn id<K: Hash + ?Sized>(&self, key: &K) -> u64 {
-        (self.hasher.hash_one(key) | 1 << 63) & ID_MASK
+        id_from_hash(self.hasher.hash_one(key))
     }
 
     #[inline]
@@ -361,12 +327,7 @@ impl KeySet {
             .map(|shard| {
                 let state = shard.state.lock();
                 let in_map = state.map.iter().filter(|entry| !entry.resident).count();
-                // Acquire: a reading; pairs with the fast exits' Release.
-                let resident = shard
-                    .slots
-                    .iter()
-                    .filter(|word| id_of(word.load(Acquire)) != 0)
-                    .count();
+                let resident = shard.words.busy();
                 in_map + resident
             })
             .sum()
@@ -377,10 +338,8 @@ impl KeySet {
     pub(crate) fn live(&self, id: u64) -> u32 {
         let shard = self.shard(id);
         let state = shard.state.lock();
-        // Acquire: a reading, as in `busy_keys`.
-        let word = shard.slots[shard.slot_index(id)].load(Acquire);
-        if id_of(word) == id {
-            return count_of(word);
+        if let Some(count) = shard.words.resident_count(id) {
+            return count as u32;
         }
         state
             .map

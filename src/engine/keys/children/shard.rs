@@ -1,11 +1,14 @@
-//! One shard of the key set: its resident slots (a word per key, entered and left with one CAS), the overflow map under the shard's lock, the pin that sends every caller of a slot to the lock, and the deadline watcher's ring.
+//! One shard of the key set: its resident words (`keys/words.rs`: a word
+//! per key, entered and left with one CAS), the overflow map under the
+//! shard's lock, the pin that sends every caller of a slot to the lock,
+//! and the deadline watcher's ring.
 
-use super::{count_of, id_of, map_hash, Standing, Waiter, Wake, ID_MASK, ONE, PINNED};
-use crate::error::Error;
-use crate::sync::{
-    AtomicU64, Mutex,
-    Ordering::{AcqRel, Acquire, Relaxed, Release},
+use super::{Standing, Waiter, Wake};
+use crate::engine::keys::words::{
+    count_of, id_of, map_hash, Boxed, Enter, Words, MAX_COUNT, ONE, PINNED,
 };
+use crate::error::Error;
+use crate::sync::Mutex;
 use hashbrown::HashTable;
 use std::collections::VecDeque;
 use std::task::Waker;
@@ -15,9 +18,8 @@ use std::time::Instant;
 #[repr(align(128))]
 pub(crate) struct KeyShard {
     pub(super) state: Mutex<ShardState>,
-    pub(super) slots: Box<[AtomicU64]>,
-    /// `slots.len() - 1`.
-    pub(super) slot_mask: usize,
+    /// The resident words: an id's bits 44 and up pick its slot.
+    pub(super) words: Words<44, Boxed>,
     pub(super) per_key: u32,
     /// `per_key` fits the count field: the fast paths may be used.
     pub(super) resident: bool,
@@ -59,100 +61,52 @@ impl Entry {
 }
 
 impl KeyShard {
-    #[inline]
-    pub(super) fn slot_index(&self, id: u64) -> usize {
-        (id >> 44) as usize & self.slot_mask
-    }
-
     /// The lock-free enter (module docs): `Some(Ok)` entered,
     /// `Some(Err(KeyBusy))` busy, `None` to be decided under the lock.
     #[inline]
     pub(super) fn enter_fast(&self, id: u64) -> Option<Result<(), Error>> {
-        let slot = &self.slots[self.slot_index(id)];
-        // Relaxed: a guess; the CAS below decides, with Acquire.
-        let word = slot.load(Relaxed);
-        if word == 0 {
-            // Acquire on success: pairs with the Release of the exit (fast,
-            // or the unpin of a locked one) that emptied the slot. Relaxed
-            // on failure: nothing is entered, the caller goes to the lock.
-            return slot
-                .compare_exchange(0, id | ONE, Acquire, Relaxed)
-                .ok()
-                .map(|_| Ok(()));
+        // The most a word counts is `per_key` (less one, as `enter` takes
+        // it); a `per_key` too large for a word leaves every slot pinned,
+        // so the clamp only keeps the argument in range.
+        let most_less_one = u64::from(self.per_key).min(MAX_COUNT).saturating_sub(1);
+        match self.words.enter(id, 1, most_less_one, || {}, || {}) {
+            Enter::Entered(_) | Enter::Claimed => Some(Ok(())),
+            Enter::Over(_) => Some(Err(Error::KeyBusy)),
+            Enter::Locked => None,
         }
-        if word & (ID_MASK | PINNED) != id {
-            return None; // pinned, or another key's
-        }
-        if count_of(word) >= self.per_key {
-            return Some(Err(Error::KeyBusy));
-        }
-        // Acquire: as above, with the exit that left this count. Relaxed
-        // on failure: as above.
-        slot.compare_exchange(word, word + ONE, Acquire, Relaxed)
-            .ok()
-            .map(|_| Ok(()))
     }
 
-    /// The lock-free exit: true if done, false if the lock must do it (the
-    /// slot is pinned, or the key is not resident).
+    /// The lock-free exit: true if done (a last count leaves the word
+    /// idle: the key's next child enters with one CAS, another key's
+    /// takes the slot over), false if the lock must do it (the slot is
+    /// pinned, or the key is not resident).
     #[inline]
     pub(super) fn release_fast(&self, id: u64) -> bool {
-        let slot = &self.slots[self.slot_index(id)];
-        // Relaxed: the CAS below decides.
-        let mut word = slot.load(Relaxed);
-        loop {
-            if word & (ID_MASK | PINNED) != id {
-                return false;
-            }
-            let next = if count_of(word) == 1 { 0 } else { word - ONE };
-            // Release: pairs with the Acquire of the next enter of this
-            // slot (fast, or the pin of a locked one). Relaxed on failure:
-            // the word seen is only the next guess, the next CAS decides.
-            match slot.compare_exchange_weak(word, next, Release, Relaxed) {
-                Ok(_) => return true,
-                Err(seen) => word = seen,
-            }
-        }
+        self.words.exit(id, 1).is_some()
     }
 
     /// Pins `id`'s slot (under the lock): no fast path writes it until
     /// [`unpin`](Self::unpin). Returns the slot's index.
     pub(super) fn pin(&self, id: u64) -> usize {
-        let index = self.slot_index(id);
-        // AcqRel: reads (Acquire) every fast exit that came before, and
-        // orders our reading of the word before our writes under the pin.
-        self.slots[index].fetch_or(PINNED, AcqRel);
-        index
+        self.words.pin(id)
     }
 
     /// Unpins slot `index` unless the map holds keys of it (under the
     /// lock, after a pin).
     pub(super) fn unpin(&self, state: &ShardState, index: usize) {
-        if state.spills[index] == 0 {
-            // Release: publishes the locked path's writes to the fast
-            // enters that read the unpinned word. Only the lock holder
-            // writes a pinned word, so no update is lost.
-            let slot = &self.slots[index];
-            // Relaxed load: a pinned word only the lock holder writes, so
-            // it reads its own last write.
-            slot.store(slot.load(Relaxed) & !PINNED, Release);
-        }
+        self.words.unpin(index, state.spills[index]);
     }
 
     /// Enters `id` under the lock with its slot pinned: true if a count
     /// was taken, false if the key is busy.
     pub(super) fn enter_pinned(&self, state: &mut ShardState, id: u64, index: usize) -> bool {
-        let slot = &self.slots[index];
-        // Relaxed: only the lock holder writes a pinned word.
-        let word = slot.load(Relaxed);
+        let word = self.words.pinned(index);
         if id_of(word) == id {
-            // Resident.
-            if count_of(word) >= self.per_key {
+            // Resident (idle, perhaps).
+            if count_of(word) >= u64::from(self.per_key) {
                 return false;
             }
-            // Relaxed: a pinned word; the unpin's Release (or, while it
-            // stays pinned, the lock) publishes it.
-            slot.store(word + ONE, Relaxed);
+            self.words.set_pinned(index, word + ONE);
             return true;
         }
         if let Some(entry) = state.map.find_mut(map_hash(id), |entry| entry.id == id) {
@@ -162,10 +116,11 @@ impl KeyShard {
             entry.live += 1;
             return true;
         }
-        if id_of(word) == 0 && self.resident {
-            // An empty slot and the key nowhere: it moves in. Relaxed: a
-            // pinned word; the unpin's Release (or the lock) publishes it.
-            slot.store(word | id | ONE, Relaxed);
+        if count_of(word) == 0 && self.resident {
+            // An empty slot, or another key's idle word (that key has no
+            // entry: a word goes idle only unpinned), and the key
+            // nowhere: it moves in.
+            self.words.set_pinned(index, id | ONE | PINNED);
             return true;
         }
         state.insert(
@@ -196,9 +151,7 @@ impl KeyShard {
     }
 
     fn release_pinned(&self, state: &mut ShardState, id: u64, index: usize) -> Option<Wake> {
-        let slot = &self.slots[index];
-        // Relaxed: only the lock holder writes a pinned word.
-        let word = slot.load(Relaxed);
+        let word = self.words.pinned(index);
         let resident = id_of(word) == id;
         let hash = map_hash(id);
         if let Ok(mut found) = state.map.find_entry(hash, |entry| entry.id == id) {
@@ -235,9 +188,7 @@ impl KeyShard {
             } else {
                 word - ONE
             };
-            // Relaxed: a pinned word; the unpin's Release (or, while it
-            // stays pinned, the lock) publishes it.
-            slot.store(next, Relaxed);
+            self.words.set_pinned(index, next);
         } else {
             debug_assert!(false, "a released key is neither resident nor in the map");
         }
@@ -264,8 +215,7 @@ impl KeyShard {
         } else {
             let ticket = state.next_ticket;
             state.next_ticket = ticket.wrapping_add(1);
-            // Relaxed: pinned, as above.
-            let resident = id_of(self.slots[index].load(Relaxed)) == id;
+            let resident = id_of(self.words.pinned(index)) == id;
             let hash = map_hash(id);
             if state.map.find(hash, |entry| entry.id == id).is_none() {
                 state.insert(

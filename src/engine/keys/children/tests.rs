@@ -4,8 +4,9 @@ use std::task::Waker;
 use std::time::Duration;
 
 use super::*;
+use crate::engine::keys::words::{count_of, ID_SHIFT, ONE, PINNED};
 use crate::error::Error;
-use crate::sync::{Arc, Ordering::Relaxed};
+use crate::sync::Arc;
 
 fn set(per_key: u32, max_waiters: usize) -> KeySet {
     KeySet::new(1, 8, per_key, max_waiters, Duration::from_secs(3600))
@@ -16,7 +17,7 @@ fn id_at(set: &KeySet, slot: usize, tag: u64) -> u64 {
     let shard = &set.shards[0];
     let id = 1 << 63 | (slot as u64) << 44 | tag << ID_SHIFT;
     assert_eq!(
-        (set.shard(id).slot_index(id), shard.slot_index(id)),
+        (set.shard(id).words.index(id), shard.words.index(id)),
         (slot, slot)
     );
     assert!(Arc::ptr_eq(set.shard(id), shard));
@@ -47,23 +48,23 @@ fn keys_sharing_a_slot_spill_to_the_map_and_unpin_when_gone() {
     let shard = Arc::clone(&set.shards[0]);
     let (a, b) = (id_at(&set, 3, 1), id_at(&set, 3, 2));
     let ga = set.try_enter(a).unwrap();
-    assert_eq!(shard.slots[3].load(Relaxed), a | ONE, "resident, unpinned");
+    assert_eq!(shard.words.read(3), a | ONE, "resident, unpinned");
     let gb = set.try_enter(b).unwrap();
-    assert_eq!(shard.slots[3].load(Relaxed), a | ONE | PINNED, "b spilled");
+    assert_eq!(shard.words.read(3), a | ONE | PINNED, "b spilled");
     assert_eq!(set.try_enter(a).err(), Some(Error::KeyBusy));
     assert_eq!(set.try_enter(b).err(), Some(Error::KeyBusy));
     assert_eq!(set.busy_keys(), 2);
     // a leaves: the slot empties but stays pinned while b is in the
     // map, so a newcomer b cannot also move in.
     drop(ga);
-    assert_eq!(shard.slots[3].load(Relaxed), PINNED);
+    assert_eq!(shard.words.read(3), PINNED);
     assert_eq!(set.try_enter(b).err(), Some(Error::KeyBusy));
     drop(gb);
-    assert_eq!(shard.slots[3].load(Relaxed), 0);
+    assert_eq!(shard.words.read(3), 0);
     assert_eq!(set.busy_keys(), 0);
     // Now b moves in.
     let gb = set.try_enter(b).unwrap();
-    assert_eq!(shard.slots[3].load(Relaxed), b | ONE);
+    assert_eq!(shard.words.read(3), b | ONE);
     drop(gb);
 }
 
@@ -102,22 +103,23 @@ fn a_release_hands_the_count_to_the_oldest_waiter_and_skips_the_expired() {
         entry.queue[0].expired = true;
         (first, second)
     };
-    assert_ne!(
-        shard.slots[5].load(Relaxed) & PINNED,
-        0,
-        "waiters pin the slot"
-    );
+    assert_ne!(shard.words.read(5) & PINNED, 0, "waiters pin the slot");
     drop(held);
     let mut state = shard.state.lock();
     assert!(matches!(state.standing(h, first), Standing::Expired));
     assert!(matches!(state.standing(h, second), Standing::Granted));
-    assert_eq!(count_of(shard.slots[5].load(Relaxed)), 1, "handed over");
+    assert_eq!(count_of(shard.words.read(5)), 1, "handed over");
     // The expired waiter leaves; the entry goes, the slot unpins.
     drop(shard.cancel(&mut state, h, first));
     drop(state);
-    assert_eq!(shard.slots[5].load(Relaxed), h | ONE);
+    assert_eq!(shard.words.read(5), h | ONE);
     drop(set.slot(h)); // the granted count, released
-    assert_eq!((set.busy_keys(), shard.slots[5].load(Relaxed)), (0, 0));
+                       // Released unpinned: the word stays, idle (no child), for the key's
+                       // next child or another key to take with one CAS.
+    assert_eq!(
+        (set.busy_keys(), set.live(h), shard.words.read(5)),
+        (0, 0, h)
+    );
 }
 
 #[test]
@@ -137,7 +139,32 @@ fn shards_and_slots_are_powers_of_two() {
         assert!(set.shards.len().is_power_of_two());
         assert!(set.shards.len() >= shards.min(MAX_KEY_SHARDS / 4));
         assert!(set.shards.len() <= MAX_KEY_SHARDS);
-        let slots = set.shards[0].slots.len();
+        let slots = set.shards[0].words.len();
         assert!(slots.is_power_of_two() && (MIN_SLOTS..=MAX_SLOTS).contains(&slots));
     }
+}
+
+/// A key whose last child ends on the fast path leaves its word idle:
+/// its next child takes it back with one CAS, and another key of the
+/// slot takes it over, neither through the map.
+#[test]
+fn an_idle_word_is_taken_back_or_taken_over_without_the_map() {
+    let set = set(1, 0);
+    let shard = Arc::clone(&set.shards[0]);
+    let (a, b) = (id_at(&set, 2, 1), id_at(&set, 2, 2));
+    drop(set.try_enter(a).unwrap());
+    assert_eq!(
+        (shard.words.read(2), set.live(a), set.busy_keys()),
+        (a, 0, 0)
+    );
+    let again = set.try_enter(a).unwrap();
+    assert_eq!(shard.words.read(2), a | ONE);
+    drop(again);
+    let gb = set.try_enter(b).unwrap();
+    assert_eq!(shard.words.read(2), b | ONE, "taken over, unpinned");
+    assert_eq!(
+        (set.live(a), set.live(b), shard.state.lock().map.len()),
+        (0, 1, 0)
+    );
+    drop(gb);
 }
