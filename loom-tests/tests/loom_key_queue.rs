@@ -19,7 +19,9 @@
 //!   meanwhile still runs once, after the first;
 //! * a key kept idle in a slot, taken back by its own admission without
 //!   the lock while a new key takes that slot under it, runs each request
-//!   once and never two at once.
+//!   once and never two at once (the key queues' words are the engine's,
+//!   `engine/keys/words.rs`; under loom a stripe has one slot, so every
+//!   key shares it).
 //!
 //! Run with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p
 //! loom-tests --release --test loom_key_queue`.
@@ -184,17 +186,18 @@ fn a_turn_left_to_the_caller_races_a_new_request() {
     });
 }
 
-/// Three keys of one stripe: `A` and `B` kept idle in its two slots, then
-/// `A` admitted twice (once on each side of its own finish, or queued)
-/// while `C`, finding no free slot, takes the slot of an idle key,
-/// perhaps `A`'s, which `A`'s admission takes back at the same moment
-/// without the lock.
+/// Three keys of one stripe, whose one slot (under loom) they share: `A`
+/// kept idle there, then `B` taking `A`'s idle word and kept idle in
+/// turn; then `A` admitted twice (once on each side of its own finish,
+/// or queued) while `C` takes the idle word, which `A`'s admission takes
+/// at the same moment without the lock: the loser goes to the spill
+/// table.
 #[test]
 fn a_slot_taken_from_an_idle_key_races_its_admission() {
     const IDS: [u64; 3] = [
-        0xABCD_0000_0000_0100, // A
-        0xABCD_0000_0000_0200, // B
-        0xABCD_0000_0000_0300, // C
+        0xABCD_0000_0010_0000, // A (an id is a hash's bits 20 and up)
+        0xABCD_0000_0020_0000, // B
+        0xABCD_0000_0030_0000, // C
     ];
     struct Keys {
         keys: KeyQueues,

@@ -30,72 +30,72 @@
 //! of its own ([`anyone_queued`](KeyQueues::anyone_queued)): the hint by
 //! which a worker decides whether to pass a blocking call's turn itself.
 //!
-//! # Slots: a key's turn without the lock
+//! # Resident words: a key's turn without the lock
 //!
-//! A stripe has [`SLOTS`] inline slots, each one atomic word: `EMPTY`, or a
-//! key and its state, one of
+//! A key's turn is a count of 0 or 1 in the engine's resident words
+//! (`engine/keys/words.rs`, the format and protocol the tenant ledger and
+//! the supervisor's key set count in): a stripe has [`SLOTS`] words on its
+//! own line, a key's slot picked by its id. A word is `id | out << 1 |
+//! PINNED`:
 //!
-//! | state | the key is | written by |
-//! |---|---|---|
-//! | `IDLE` | absent, but kept in the slot | a finish (`BUSY` to `IDLE`) |
-//! | `BUSY` | present, nothing queued | an admission (`IDLE` or a free slot to `BUSY`); a finish that empties the queue |
-//! | `QUEUED` | present, its queue (under the lock) not empty | an admission that queues (`BUSY` to `QUEUED`) |
+//! | word | the key is |
+//! |---|---|
+//! | `id \| 0` | absent, but kept in its slot (*idle*) |
+//! | `id \| 1` | present, nothing queued |
+//! | `id \| 1 \| PINNED` | present, its queue (under the lock) not empty; or another caller of the slot holds the lock |
 //!
 //! The common case, a key's requests one after another with nobody
-//! queued, is an admission `IDLE` to `BUSY` and a finish `BUSY` to `IDLE`,
-//! one CAS each and no lock: the key stays in its slot between requests.
-//! Everything else takes the stripe's lock: queuing, handing out the next
-//! queued request, a key not in a slot, and giving a slot to a new key.
+//! queued, is an admission `id | 0` to `id | 1` and a finish back, one
+//! CAS each and no lock: the key stays in its slot between requests. A
+//! key whose slot is empty, or holds another key's idle word, takes it
+//! with one CAS too. Everything else takes the stripe's lock and pins the
+//! slot: queuing behind the one out, handing out the next queued request,
+//! a key whose slot another present key holds (it goes to the stripe's
+//! spill table).
 //!
-//! Why the two kinds of access cannot cross:
+//! Why the two kinds of access cannot cross (the words' own argument,
+//! `words.rs`): under the pin only the lock holder writes the word, so
+//! the slot, its queue and the spill table are one state under the lock.
+//! The slot stays pinned while its queue is not empty or the spill table
+//! holds a key of it: so a finish with a request queued behind it always
+//! takes the lock and hands it out, and a key in the spill table never
+//! also takes its emptied slot. An admission that queues pins before it
+//! looks: a finish that exits first leaves the word at `id | 0`, which the
+//! admission reads and runs at once; a finish after the pin finds it and
+//! takes the lock, behind the push.
 //!
-//! * Which key a slot holds changes only under the lock (an admission
-//!   that finds its key nowhere takes an `EMPTY` slot or one whose key is
-//!   `IDLE`, by CAS). So under the lock the keys in the slots stand still
-//!   and a key is in at most one place, a slot or the spill table: a key
-//!   goes into a slot or the spill table only after the lock showed it in
-//!   neither.
-//! * Without the lock only two moves are made, each by CAS on the whole
-//!   word: `IDLE` to `BUSY` (an admission of that key) and `BUSY` to `IDLE`
-//!   (the finish of its turn's holder, the one thread that may end it). A
-//!   CAS that fails means the word moved; the thread falls back to the
-//!   lock, where `QUEUED` only changes under the lock.
-//! * A queuing admission turns `BUSY` into `QUEUED` by CAS under the lock
-//!   before it pushes; a finish whose CAS then fails takes the lock, so it
-//!   finds the request pushed, and hands it out. If the finish's CAS wins,
-//!   the admission's fails, it reads `IDLE`, and its request runs at once.
-//! * The whole word is compared, so an `IDLE` slot that went to another
-//!   key and came back (ABA) is still exactly "this key, absent, here".
-//!
-//! Order between one request of a key and the next: the finish's CAS to
-//! `IDLE` is `Release`, the admission's CAS from it `Acquire`; a request
-//! handed out of a queue is ordered by the lock.
-//! `loom-tests/tests/loom_key_queue.rs` checks the hand-over racing a new
-//! request and shutdown, a turn left to the caller racing a new request,
-//! and a slot taken from an idle key racing that key's own admission.
+//! Order between one request of a key and the next: the finish's exit is
+//! `Release`, the admission's enter `Acquire`; a request handed out of a
+//! queue is ordered by the lock. `loom-tests/tests/loom_key_queue.rs`
+//! checks the hand-over racing a new request and shutdown, a turn left to
+//! the caller racing a new request, and a slot taken from an idle key
+//! racing that key's own admission.
 //!
 //! # Identity
 //!
-//! A key is known by its 64-bit hash (foldhash, seeded per pool), less the
-//! two low bits, which hold a slot's state. Two keys whose hashes agree on
-//! the other 62 are one key here: their requests are serialized together,
-//! which only costs parallelism; each still runs exactly once, in its
-//! turn.
+//! A key is known by its id: the top 44 bits of its 64-bit hash
+//! (foldhash, seeded per pool), as in the words. Two keys whose ids agree
+//! are one key here: their requests are serialized together, which only
+//! costs parallelism; each still runs exactly once, in its turn.
 //!
 //! # Layout
 //!
-//! A power of two of stripes (four per worker, at most 1,024), each on a
-//! line of its own: the slot words, then a lock over the slots' queues and
-//! a spill table (a `hashbrown::HashTable` keyed by the hash) for keys
-//! that find no slot. So the common case touches one line, and when a
-//! caller passes its own call's turn on, that line stays on its core.
+//! A power of two of stripes (four per worker, at most 1,024), picked by
+//! the id's bits 44 and up, each on a line of its own: the words (a slot
+//! picked by bit 20 and up), then a lock over the slots' queues and a
+//! spill table (a `hashbrown::HashTable`) for keys whose slot is taken.
+//! So the common case touches one line, and when a caller passes its own
+//! call's turn on, that line stays on its core.
 
 use std::collections::VecDeque;
 
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
-use crate::sync::{AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
+use crate::engine::keys::words::{
+    count_of, id_from_hash, id_of, map_hash, Enter, Inline, Words, ONE, PINNED,
+};
+use crate::sync::{AtomicUsize, Mutex, Ordering};
 
 /// The most stripes: beyond this, more only cost memory.
 const MAX_STRIPES: usize = 1024;
@@ -103,24 +103,21 @@ const MAX_STRIPES: usize = 1024;
 /// Stripes per worker: enough that two workers rarely finish on one.
 const STRIPES_PER_WORKER: usize = 4;
 
-/// Inline key slots per stripe: their words, the lock, their queues and
-/// the spill table's header fill a 128-byte stripe.
+/// Key slots per stripe: their words, the lock, their queues and the
+/// spill table's header fill a 128-byte stripe. Under loom, one: any two
+/// keys share it, so models see the spill table and the pin as well as
+/// the fast paths.
+#[cfg(not(loom))]
 const SLOTS: usize = 2;
 
-/// A slot word's state bits (module docs, "Slots"); a word with none set
-/// is `EMPTY`.
-const STATE: u64 = 0b11;
-const BUSY: u64 = 0b01;
-const QUEUED: u64 = 0b10;
-const IDLE: u64 = 0b11;
-/// A slot word with no key.
-const EMPTY: u64 = 0;
+#[cfg(loom)]
+const SLOTS: usize = 1;
 
-/// Key `id` as a slot word holds it (module docs, "Identity").
-#[inline]
-fn key_of(id: u64) -> u64 {
-    id & !STATE
-}
+/// The id bit a slot is picked from (the lowest of an id).
+const SLOT_SHIFT: u32 = 20;
+
+/// The id bit a stripe is picked from.
+const STRIPE_SHIFT: u32 = 44;
 
 /// What [`KeyQueues::admit`] decided for a request.
 #[derive(Debug, PartialEq, Eq)]
@@ -133,80 +130,49 @@ pub(crate) enum Admit<T> {
     Busy(T),
 }
 
-/// A present key of the spill table: its key and the requests queued
+/// A present key of the spill table: its id and the requests queued
 /// behind the one out.
 struct Entry<T> {
-    key: u64,
-    pub(super) queue: VecDeque<T>,
+    id: u64,
+    queue: VecDeque<T>,
 }
 
 /// One stripe: the slot words, and under the lock the rest.
 struct Stripe<T> {
-    /// `EMPTY`, or a key and its state (module docs, "Slots").
-    words: [AtomicU64; SLOTS],
+    /// The resident keys (module docs, "Resident words").
+    words: Words<SLOT_SHIFT, Inline<SLOTS>>,
     locked: Mutex<Locked<T>>,
 }
 
 /// What a stripe's lock guards.
 struct Locked<T> {
-    /// The queue of the key in slot `i` while it is `QUEUED`; empty
-    /// otherwise.
+    /// The queue of the key in slot `i`; empty unless it is present with
+    /// requests behind the one out.
     queues: [VecDeque<T>; SLOTS],
-    /// Present keys that found no slot.
+    /// Present keys whose slot another key held.
     spill: HashTable<Entry<T>>,
+    /// Per slot, the spill table's keys of it.
+    spilled: [u32; SLOTS],
+}
+
+impl<T> Locked<T> {
+    /// What keeps slot `index` pinned (0: nothing): its queue, and the
+    /// spill table's keys of it (module docs, "Resident words").
+    fn holds(&self, index: usize) -> u32 {
+        self.spilled[index] + u32::from(!self.queues[index].is_empty())
+    }
 }
 
 impl<T> Stripe<T> {
     fn new() -> Self {
         Stripe {
-            words: std::array::from_fn(|_| AtomicU64::new(EMPTY)),
+            words: Words::new(SLOTS, false),
             locked: Mutex::new(Locked {
                 queues: std::array::from_fn(|_| VecDeque::new()),
                 spill: HashTable::new(),
+                spilled: [0; SLOTS],
             }),
         }
-    }
-
-    /// One of the two moves made without the lock (module docs, "Slots"):
-    /// the slot holding `key` in state `from` goes to state `to`, by CAS
-    /// with `order` on success. False if no slot holds it so, or if the
-    /// word moved first: the caller goes to the lock.
-    #[inline]
-    fn flip(&self, key: u64, from: u64, to: u64, order: Ordering) -> bool {
-        for word in &self.words {
-            // Relaxed: a first look; the CAS decides.
-            if word.load(Ordering::Relaxed) == key | from {
-                return word
-                    .compare_exchange(key | from, key | to, order, Ordering::Relaxed)
-                    .is_ok();
-            }
-        }
-        false
-    }
-
-    /// The slot holding `key` (in any state). Under the lock, where the
-    /// slots' keys stand still (module docs, "Slots").
-    fn slot_of(&self, key: u64, _locked: &MutexGuard<'_, Locked<T>>) -> Option<usize> {
-        // Relaxed: only the key bits are used, and they change under the
-        // lock, which orders them.
-        self.words.iter().position(|word| {
-            let word = word.load(Ordering::Relaxed);
-            word != EMPTY && word & !STATE == key
-        })
-    }
-
-    /// Present keys (a reading).
-    fn present(&self, locked: &Locked<T>) -> usize {
-        let in_slots = self
-            .words
-            .iter()
-            .filter(|word| {
-                // Relaxed: a reading.
-                let word = word.load(Ordering::Relaxed);
-                word != EMPTY && word & STATE != IDLE
-            })
-            .count();
-        in_slots + locked.spill.len()
     }
 }
 
@@ -243,26 +209,21 @@ impl<T> KeyQueues<T> {
         }
     }
 
-    /// The stripe of key `id`: the hash's top bits (the low ones pick the
-    /// bucket inside the stripe's table).
+    /// The stripe of key `id`.
+    #[inline]
     fn stripe_index(&self, id: u64) -> usize {
-        let bits = self.stripes.len().trailing_zeros();
-        if bits == 0 {
-            0
-        } else {
-            (id >> (64 - bits)) as usize
-        }
+        (id >> STRIPE_SHIFT) as usize & (self.stripes.len() - 1)
     }
 
-    /// Whether any request waits in a queue of key `id`'s stripe: a hint,
-    /// read without the lock (a request may queue just after it reads
-    /// false). Whoever passes the key's turn on does so correctly either
-    /// way; the hint only picks who (`ordered.rs`, "Who passes the
-    /// turn").
+    /// Whether any request waits in a queue of the stripe of the key
+    /// hashed `hash`: a hint, read without the lock (a request may queue
+    /// just after it reads false). Whoever passes the key's turn on does
+    /// so correctly either way; the hint only picks who (`ordered.rs`,
+    /// "Who passes the turn").
     #[inline]
-    pub(crate) fn anyone_queued(&self, id: u64) -> bool {
+    pub(crate) fn anyone_queued(&self, hash: u64) -> bool {
         // Relaxed: a hint, never a decision about a request (see above).
-        self.queued[self.stripe_index(id)].load(Ordering::Relaxed) != 0
+        self.queued[self.stripe_index(id_from_hash(hash))].load(Ordering::Relaxed) != 0
     }
 
     /// Queues `item` behind its key's running request in `queue` (of
@@ -289,113 +250,109 @@ impl<T> KeyQueues<T> {
         next
     }
 
-    /// Admits `item` for key `id`; see [`Admit`].
-    pub(crate) fn admit(&self, id: u64, item: T) -> Admit<T> {
-        let key = key_of(id);
+    /// Admits `item` for the key hashed `hash`; see [`Admit`].
+    pub(crate) fn admit(&self, hash: u64, item: T) -> Admit<T> {
+        let id = id_from_hash(hash);
         let index = self.stripe_index(id);
         let stripe = &self.stripes[index];
-        // Without the lock: the key kept idle in a slot (module docs).
-        // Acquire: pairs with the Release of the finish that left the key
-        // idle (its request was handled before this one).
-        if stripe.flip(key, IDLE, BUSY, Ordering::Acquire) {
-            return Admit::Run(item);
+        // Without the lock: the key idle in its slot, or a slot empty or
+        // idle (module docs). The words' enter is Acquire: it pairs with
+        // the Release of the finish that left the word so.
+        match stripe.words.enter(id, 1, 0, || {}, || {}) {
+            Enter::Entered(_) | Enter::Claimed => return Admit::Run(item),
+            // One out, nothing queued, and no room behind it.
+            Enter::Over(_) if self.cap == 1 => return Admit::Busy(item),
+            Enter::Over(_) | Enter::Locked => {}
         }
         let mut locked = stripe.locked.lock();
-        if let Some(at) = stripe.slot_of(key, &locked) {
-            let word = &stripe.words[at];
-            // Acquire: as the CAS above, for a finish that left it idle.
-            let mut current = word.load(Ordering::Acquire);
-            loop {
-                let next = match current & STATE {
-                    IDLE => key | BUSY,
-                    BUSY if self.cap > 1 => key | QUEUED,
-                    BUSY => return Admit::Busy(item),
-                    // `QUEUED`: changes only under this lock.
-                    _ => return self.queue_behind(&mut locked.queues[at], index, item),
-                };
-                // Acquire: as above. The only moves it races are the
-                // lock-free `IDLE` <-> `BUSY` of this key.
-                match word.compare_exchange(current, next, Ordering::Acquire, Ordering::Acquire) {
-                    Ok(_) if next & STATE == BUSY => return Admit::Run(item),
-                    Ok(_) => {
-                        // `QUEUED` before the push: the finish whose CAS
-                        // this made fail waits for the lock (module docs).
-                        return self.queue_behind(&mut locked.queues[at], index, item);
-                    }
-                    Err(moved) => current = moved,
-                }
-            }
-        }
-        if let Some(entry) = locked.spill.find_mut(key, |entry| entry.key == key) {
-            return self.queue_behind(&mut entry.queue, index, item);
-        }
-        // Absent: a free slot, or one whose key is kept idle.
-        for word in &stripe.words {
-            // Relaxed: the CAS decides; a slot's previous key shares
-            // nothing with this one.
-            let current = word.load(Ordering::Relaxed);
-            if (current == EMPTY || current & STATE == IDLE)
-                && word
-                    .compare_exchange(current, key | BUSY, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_ok()
-            {
+        let slot = stripe.words.pin(id);
+        let admitted = self.admit_pinned(stripe, &mut locked, index, id, slot, item);
+        stripe.words.unpin(slot, locked.holds(slot));
+        admitted
+    }
+
+    /// [`admit`](Self::admit) under the lock, `id`'s slot pinned.
+    fn admit_pinned(
+        &self,
+        stripe: &Stripe<T>,
+        locked: &mut Locked<T>,
+        index: usize,
+        id: u64,
+        slot: usize,
+        item: T,
+    ) -> Admit<T> {
+        let word = stripe.words.pinned(slot);
+        if id_of(word) == id {
+            if count_of(word) == 0 {
+                // Idle: its request runs now.
+                stripe.words.set_pinned(slot, word + ONE);
                 return Admit::Run(item);
             }
+            return self.queue_behind(&mut locked.queues[slot], index, item);
+        }
+        if let Some(entry) = locked.spill.find_mut(map_hash(id), |entry| entry.id == id) {
+            return self.queue_behind(&mut entry.queue, index, item);
+        }
+        if count_of(word) == 0 {
+            // An empty slot, or another key's idle word (a key with
+            // nothing queued: a queue keeps its slot pinned at 1), and the
+            // key nowhere: it moves in.
+            stripe.words.set_pinned(slot, id | ONE | PINNED);
+            return Admit::Run(item);
         }
         locked.spill.insert_unique(
-            key,
+            map_hash(id),
             Entry {
-                key,
+                id,
                 queue: VecDeque::new(),
             },
-            |entry| entry.key,
+            |entry| map_hash(entry.id),
         );
+        locked.spilled[slot] += 1;
         Admit::Run(item)
     }
 
-    /// The request of key `id` that was out has finished: the key's next
-    /// request, which is now out, or `None` (the key is forgotten). Only
-    /// the holder of the key's turn calls it.
-    pub(crate) fn finish(&self, id: u64) -> Option<T> {
-        let key = key_of(id);
+    /// The request of the key hashed `hash` that was out has finished: the
+    /// key's next request, which is now out, or `None` (the key is
+    /// forgotten). Only the holder of the key's turn calls it.
+    pub(crate) fn finish(&self, hash: u64) -> Option<T> {
+        let id = id_from_hash(hash);
         let index = self.stripe_index(id);
         let stripe = &self.stripes[index];
-        // Without the lock: nobody queued (module docs). Release: pairs
-        // with the Acquire of the key's next admission (this request was
-        // handled before that one).
-        if stripe.flip(key, BUSY, IDLE, Ordering::Release) {
+        // Without the lock: nobody queued, the word left idle (module
+        // docs). The words' exit is Release: it pairs with the Acquire of
+        // the key's next admission (this request was handled before it).
+        if stripe.words.exit(id, 1).is_some() {
             return None;
         }
         // Queued (perhaps meanwhile), or spilled: under the lock.
         let mut locked = stripe.locked.lock();
-        if let Some(at) = stripe.slot_of(key, &locked) {
-            let word = &stripe.words[at];
-            // Relaxed: with the lock and the turn held, nobody else moves
-            // this word (module docs).
-            let current = word.load(Ordering::Relaxed);
-            if current & STATE == BUSY {
-                // Release: as the CAS above.
-                word.store(key | IDLE, Ordering::Release);
-                return None;
+        let slot = stripe.words.pin(id);
+        let word = stripe.words.pinned(slot);
+        let next = if id_of(word) == id {
+            debug_assert_eq!(count_of(word), 1, "a finish for a key not present");
+            let next = self.pop_queued(&mut locked.queues[slot], index);
+            if next.is_none() {
+                // Nothing queued: the key stays, idle.
+                stripe.words.set_pinned(slot, word - ONE);
             }
-            debug_assert_eq!(current & STATE, QUEUED, "a finish for a key not present");
-            let next = self.pop_queued(&mut locked.queues[at], index);
-            if locked.queues[at].is_empty() {
-                // Relaxed: under the lock, which orders it for the slow
-                // paths; the next turn's holder is handed it after this.
-                word.store(key | BUSY, Ordering::Relaxed);
+            next
+        } else if let Ok(mut found) = locked
+            .spill
+            .find_entry(map_hash(id), |entry| entry.id == id)
+        {
+            let next = self.pop_queued(&mut found.get_mut().queue, index);
+            if next.is_none() {
+                // Forgotten: memory stays bounded by the requests admitted.
+                found.remove();
+                locked.spilled[slot] -= 1;
             }
-            return next;
-        }
-        let Ok(mut found) = locked.spill.find_entry(key, |entry| entry.key == key) else {
+            next
+        } else {
             debug_assert!(false, "a finish for a key that is not present");
-            return None;
+            None
         };
-        let next = self.pop_queued(&mut found.get_mut().queue, index);
-        if next.is_none() {
-            // Forgotten: memory stays bounded by the requests admitted.
-            found.remove();
-        }
+        stripe.words.unpin(slot, locked.holds(slot));
         next
     }
 
@@ -404,28 +361,31 @@ impl<T> KeyQueues<T> {
     pub(crate) fn keys(&self) -> usize {
         self.stripes
             .iter()
-            .map(|stripe| stripe.present(&stripe.locked.lock()))
+            .map(|stripe| {
+                let locked = stripe.locked.lock();
+                stripe.words.busy() + locked.spill.len()
+            })
             .sum()
     }
 
-    /// Requests of key `id` admitted and unfinished: the one out and its
-    /// queue (0 for a key not present).
+    /// Requests of the key hashed `hash` admitted and unfinished: the one
+    /// out and its queue (0 for a key not present).
     #[cfg(test)]
-    pub(crate) fn load(&self, id: u64) -> usize {
-        let key = key_of(id);
+    pub(crate) fn load(&self, hash: u64) -> usize {
+        let id = id_from_hash(hash);
         let stripe = &self.stripes[self.stripe_index(id)];
-        let mut locked = stripe.locked.lock();
-        if let Some(at) = stripe.slot_of(key, &locked) {
-            let word = stripe.words[at].load(Ordering::Relaxed);
-            return if word & STATE == IDLE {
+        let locked = stripe.locked.lock();
+        let slot = stripe.words.index(id);
+        if let Some(out) = stripe.words.resident_count(id) {
+            return if out == 0 {
                 0
             } else {
-                1 + locked.queues[at].len()
+                1 + locked.queues[slot].len()
             };
         }
         locked
             .spill
-            .find_mut(key, |entry| entry.key == key)
+            .find(map_hash(id), |entry| entry.id == id)
             .map_or(0, |entry| 1 + entry.queue.len())
     }
 
@@ -450,9 +410,10 @@ mod tests {
 
     use super::{Admit, KeyQueues, SLOTS};
 
-    /// The `n`th key of stripe 0 (the two low bits are the slot's state).
+    /// The hash of the `n`th key of stripe 0, in slot `n % 2` (an id is
+    /// a hash's bits 20 and up).
     fn k(n: u64) -> u64 {
-        n << 2
+        n << 20
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! Resident words: a key's count in one atomic word, `id | count << 1 |
 //! PINNED`, in a slot its id picks, entered and left with one CAS; and
 //! the pin, which sends every caller of a slot to the lock of whoever
-//! owns the words (the tenant ledger's stripe, the key set's shard).
+//! owns the words (the tenant ledger's stripe, the key set's shard, a
+//! key queue's stripe).
 //!
-//! Both key accountings keep their keys here first: the tenant ledger
-//! (`keys/mod.rs`, units per tenant) and the supervisor's key set
-//! (`keys/children/`, live children per key). A key whose slot is empty,
+//! Every per-key count in the crate keeps its keys here first: the
+//! tenant ledger (`keys/mod.rs`, units per tenant), the supervisor's key
+//! set (`keys/children/`, live children per key) and the ordered keyed
+//! pool's key queues (`pool/key_queue.rs`, a key's one request out). A key whose slot is empty,
 //! or holds itself unpinned, never takes a lock; a key whose slot another
 //! key holds (or that has a rule of its own) lives in its owner's map,
 //! under the lock, and the slot stays pinned while the map holds any key
@@ -124,9 +126,9 @@ pub(crate) enum Enter {
 }
 
 /// Where a [`Words`] keeps its slots: an array of a length known when
-/// compiled ([`Fixed`], whose index needs no bounds check), or a boxed
-/// slice of a length chosen when built ([`Boxed`]). A power of two either
-/// way.
+/// compiled, in place ([`Inline`], on its owner's cache line) or boxed
+/// ([`Fixed`]), whose index needs no bounds check; or a boxed slice of a
+/// length chosen when built ([`Boxed`]). A power of two either way.
 pub(crate) trait Slots {
     /// `len` slots, each `word`.
     fn build(len: usize, word: u64) -> Self;
@@ -136,14 +138,17 @@ pub(crate) trait Slots {
     fn mask(&self) -> usize;
 }
 
-/// `N` slots in an array.
+/// `N` slots in place.
+pub(crate) type Inline<const N: usize> = [AtomicU64; N];
+
+/// `N` slots in an array of their own.
 pub(crate) type Fixed<const N: usize> = Box<[AtomicU64; N]>;
 
-impl<const N: usize> Slots for Fixed<N> {
+impl<const N: usize> Slots for Inline<N> {
     fn build(len: usize, word: u64) -> Self {
         const { assert!(N.is_power_of_two()) };
         debug_assert_eq!(len, N);
-        Box::new(std::array::from_fn(|_| AtomicU64::new(word)))
+        std::array::from_fn(|_| AtomicU64::new(word))
     }
 
     #[inline(always)]
@@ -154,6 +159,22 @@ impl<const N: usize> Slots for Fixed<N> {
     #[inline(always)]
     fn mask(&self) -> usize {
         N - 1
+    }
+}
+
+impl<S: Slots> Slots for Box<S> {
+    fn build(len: usize, word: u64) -> Self {
+        Box::new(S::build(len, word))
+    }
+
+    #[inline(always)]
+    fn slot(&self, index: usize) -> &AtomicU64 {
+        (**self).slot(index)
+    }
+
+    #[inline(always)]
+    fn mask(&self) -> usize {
+        (**self).mask()
     }
 }
 
