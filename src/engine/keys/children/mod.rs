@@ -82,13 +82,13 @@
 //!
 //! # Identity and collisions
 //!
-//! A key is hashed once (foldhash, seeded per process, as hashbrown's own
-//! maps are) and known by its *id*: the hash's top 44 bits (bit 63 forced
-//! on, so no id is 0). Bits 32 and up pick the shard, 44 and up the slot.
+//! A key is hashed once, as a tenant key is (`keys::id_of`: foldhash,
+//! seeded per process; fixed under loom), and known by its *id*: the
+//! hash's top 44 bits (bit 63 forced on, so no id is 0). Bits 32 and up pick the shard, 44 and up the slot.
 //! Two different keys with the same id (the chance that any two of 1,000
 //! live keys agree is about 2^-24, of a million about 2^-4; the seed keeps
-//! an adversary from choosing them) are treated as one key: they share its `per_key` limit
-//! and its queue. That is safe, it only serializes more: no key ever has
+//! an adversary from choosing them) are treated as one key: they share
+//! its `per_key` limit and its queue. That is safe, it only serializes more: no key ever has
 //! more than `per_key` live children, and every waiter is still served in
 //! its turn.
 //!
@@ -97,12 +97,12 @@
 //! their order is the point.
 
 use crate::engine::foreign::each_then_resume;
-use crate::engine::keys::words::{id_from_hash, map_hash, Words, MAX_COUNT};
+use crate::engine::keys::words::{map_hash, Words, MAX_COUNT};
 use crate::error::Error;
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering::Relaxed};
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
-use std::hash::{BuildHasher, Hash};
+use std::hash::Hash;
 
 mod shard;
 #[cfg(all(test, not(loom)))]
@@ -111,15 +111,6 @@ mod wait;
 
 use shard::{KeyShard, ShardState};
 use wait::{Standing, Waiter, Wake};
-
-/// The hasher keys go through: foldhash with a per-process random seed
-/// normally; a fixed one under loom, whose models must replay the same
-/// choices on every run.
-#[cfg(not(loom))]
-type KeyHasher = hashbrown::DefaultHashBuilder;
-
-#[cfg(loom)]
-type KeyHasher = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
 
 /// The most key shards: beyond this, more shards only cost memory.
 const MAX_KEY_SHARDS: usize = 1024;
@@ -157,7 +148,6 @@ pub(crate) struct KeySet {
     shards: Box<[Arc<KeyShard>]>,
     /// `shards.len() - 1`; the count is a power of two.
     mask: usize,
-    hasher: KeyHasher,
     /// How many callers may wait for keys at once (0: none may), and for
     /// how long at most.
     max_waiters: usize,
@@ -237,7 +227,6 @@ impl KeySet {
         KeySet {
             shards,
             mask: count - 1,
-            hasher: KeyHasher::default(),
             max_waiters,
             max_wait,
             waiting: CachePadded::new(AtomicUsize::new(0)),
@@ -249,7 +238,7 @@ impl KeySet {
     /// The id keys are told apart by (module docs).
     #[inline]
     pub(crate) fn id<K: Hash + ?Sized>(&self, key: &K) -> u64 {
-        id_from_hash(self.hasher.hash_one(key))
+        crate::engine::keys::id_of(key)
     }
 
     #[inline]
