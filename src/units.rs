@@ -136,7 +136,12 @@ impl Many {
     #[inline(never)]
     fn release_counted(&mut self, table: &Table) {
         use sealed::Sealed;
-        let n = self.count();
+        // A permit of one shard's units (the common one) sums no parts.
+        let n = if self.rest.is_empty() {
+            self.here
+        } else {
+            self.count()
+        };
         table.release_class(self.class, n);
         table.release_key(std::mem::take(&mut self.key), n);
     }

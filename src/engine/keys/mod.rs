@@ -196,8 +196,10 @@ impl KeySettings {
 /// The tenants of one table: their counts, weights and caps.
 pub(crate) struct Ledger {
     /// The resident words; an id's bits 32 and up pick its slot, and so
-    /// its stripe.
-    words: Words<32, words::Fixed<SLOTS>>,
+    /// its stripe. In place (a keyed take follows no pointer to them), on
+    /// lines of their own (the settings read on every take never share a
+    /// line with a word another tenant writes).
+    words: CachePadded<Words<32, words::Inline<SLOTS>>>,
     /// The stripes' locks, over their maps.
     stripes: Box<[CachePadded<Mutex<State>>]>,
     /// `log2(stripes.len())`: slot `i` is stripe `i & (stripes - 1)`'s,
@@ -334,7 +336,7 @@ impl Ledger {
             .next_power_of_two()
             .clamp(1, MAX_STRIPES);
         Ledger {
-            words: Words::new(SLOTS, false),
+            words: CachePadded::new(Words::new(SLOTS, false)),
             stripes: (0..count)
                 .map(|_| {
                     CachePadded::new(Mutex::new(State {

@@ -126,9 +126,9 @@ pub(crate) enum Enter {
 }
 
 /// Where a [`Words`] keeps its slots: an array of a length known when
-/// compiled, in place ([`Inline`], on its owner's cache line) or boxed
-/// ([`Fixed`]), whose index needs no bounds check; or a boxed slice of a
-/// length chosen when built ([`Boxed`]). A power of two either way.
+/// compiled, in place in its owner ([`Inline`]: no pointer to follow, no
+/// bounds check), or a boxed slice of a length chosen when built
+/// ([`Boxed`]). A power of two either way.
 pub(crate) trait Slots {
     /// `len` slots, each `word`.
     fn build(len: usize, word: u64) -> Self;
@@ -140,9 +140,6 @@ pub(crate) trait Slots {
 
 /// `N` slots in place.
 pub(crate) type Inline<const N: usize> = [AtomicU64; N];
-
-/// `N` slots in an array of their own.
-pub(crate) type Fixed<const N: usize> = Box<[AtomicU64; N]>;
 
 impl<const N: usize> Slots for Inline<N> {
     fn build(len: usize, word: u64) -> Self {
@@ -159,22 +156,6 @@ impl<const N: usize> Slots for Inline<N> {
     #[inline(always)]
     fn mask(&self) -> usize {
         N - 1
-    }
-}
-
-impl<S: Slots> Slots for Box<S> {
-    fn build(len: usize, word: u64) -> Self {
-        Box::new(S::build(len, word))
-    }
-
-    #[inline(always)]
-    fn slot(&self, index: usize) -> &AtomicU64 {
-        (**self).slot(index)
-    }
-
-    #[inline(always)]
-    fn mask(&self) -> usize {
-        (**self).mask()
     }
 }
 
