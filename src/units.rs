@@ -136,12 +136,7 @@ impl Many {
     #[inline(never)]
     fn release_counted(&mut self, table: &Table) {
         use sealed::Sealed;
-        // A permit of one shard's units (the common one) sums no parts.
-        let n = if self.rest.is_empty() {
-            self.here
-        } else {
-            self.count()
-        };
+        let n = self.count();
         table.release_class(self.class, n);
         table.release_key(std::mem::take(&mut self.key), n);
     }
@@ -173,7 +168,12 @@ impl sealed::Sealed for Many {
     const ONE: bool = false;
 
     fn count(&self) -> usize {
-        self.here + self.rest.iter().map(|p| p.units).sum::<usize>()
+        // A permit of one shard's units (the common one) sums no parts.
+        if self.rest.is_empty() {
+            self.here
+        } else {
+            self.here + self.rest.iter().map(|p| p.units).sum::<usize>()
+        }
     }
 
     #[inline]

@@ -7,12 +7,12 @@
 //! Every per-key count in the crate keeps its keys here first: the
 //! tenant ledger (`keys/mod.rs`, units per tenant), the supervisor's key
 //! set (`keys/children/`, live children per key) and the ordered keyed
-//! pool's key queues (`pool/key_queue.rs`, a key's one request out). A key whose slot is empty,
-//! or holds itself unpinned, never takes a lock; a key whose slot another
-//! key holds (or that has a rule of its own) lives in its owner's map,
-//! under the lock, and the slot stays pinned while the map holds any key
-//! of it. So a key is in one home at a time: its slot's word carries its
-//! id, or its owner's map has it.
+//! pool's key queues (`pool/key_queue.rs`, a key's one request out). A
+//! key whose slot is empty, idle, or holds itself unpinned, never takes a
+//! lock; a key whose slot another key holds (or that has a rule of its
+//! own) lives in its owner's map, under the lock, and the slot stays
+//! pinned while the map holds any key of it. So a key is in one home at a
+//! time: its slot's word carries its id, or its owner's map has it.
 //!
 //! # Protocol
 //!

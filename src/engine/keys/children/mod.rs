@@ -84,13 +84,14 @@
 //!
 //! A key is hashed once, as a tenant key is (`keys::id_of`: foldhash,
 //! seeded per process; fixed under loom), and known by its *id*: the
-//! hash's top 44 bits (bit 63 forced on, so no id is 0). Bits 32 and up pick the shard, 44 and up the slot.
-//! Two different keys with the same id (the chance that any two of 1,000
-//! live keys agree is about 2^-24, of a million about 2^-4; the seed keeps
-//! an adversary from choosing them) are treated as one key: they share
-//! its `per_key` limit and its queue. That is safe, it only serializes more: no key ever has
-//! more than `per_key` live children, and every waiter is still served in
-//! its turn.
+//! hash's top 44 bits (bit 63 forced on, so no id is 0). Bits 32 and up
+//! pick the shard, 44 and up the slot. Two different keys with the same
+//! id (the chance that any two of 1,000 live keys agree is about 2^-24,
+//! of a million about 2^-4; the seed keeps an adversary from choosing
+//! them) are treated as one key: they share its `per_key` limit and its
+//! queue. That is safe, it only serializes more: no key ever has more
+//! than `per_key` live children, and every waiter is still served in its
+//! turn.
 //!
 //! The queue is first come first served whatever the supervisor's
 //! `queue_order`: a key's waiters are the next tasks of one workflow, and
@@ -138,10 +139,6 @@ const MIN_SLOTS: usize = 1;
 
 #[cfg(loom)]
 const MAX_SLOTS: usize = 1;
-
-/// The largest `per_key` a resident word counts; above it, every slot
-/// stays pinned and keys live in the map.
-const MAX_RESIDENT_PER_KEY: u32 = MAX_COUNT as u32;
 
 /// The set of busy keys of one supervisor.
 pub(crate) struct KeySet {
@@ -206,7 +203,9 @@ impl KeySet {
         let slots = (2 * max_capacity / count)
             .next_power_of_two()
             .clamp(MIN_SLOTS, MAX_SLOTS);
-        let resident = per_key <= MAX_RESIDENT_PER_KEY;
+        // Past the most a word counts, every slot stays pinned and keys
+        // live in the map.
+        let resident = u64::from(per_key) <= MAX_COUNT;
         let shards = (0..count)
             .map(|_| {
                 Arc::new(KeyShard {
