@@ -36,6 +36,8 @@
 //! knee with the warm-up's requests, are reported apart as `carried`), 1.5×, 4× (goodput, oscillation, p99), the knee halved at 4×,
 //! recovered, and a shift to requests twice as heavy (same knee).
 
+use std::time::Duration;
+
 use sidejob::adaptive::{Aimd, Algorithm, Gradient2, Guarded, LittlesLaw, Vegas};
 
 mod common;
@@ -197,7 +199,11 @@ fn main() {
         "recover",
         "mix"
     ));
+    let only = std::env::var("ADAPTIVE_ONLY").unwrap_or_default();
     for index in 0..contenders(INITIAL).len() {
+        if !contenders(INITIAL)[index].0.contains(&only) {
+            continue;
+        }
         // Each on a fresh thread: the sampling countdown is the thread's,
         // so a row does not depend on the rows before it.
         let (name, mut m) = std::thread::spawn(move || {
@@ -244,7 +250,12 @@ fn main() {
          'Guarded 1/n' times one in n. Each row runs on a fresh thread (the sampling draws are the thread's).\n",
     );
     out.push('\n');
-    out.push_str(&harness(length));
+    // ADAPTIVE_SEEDS: the second table's seeds per row, for a closer look.
+    let seeds = std::env::var("ADAPTIVE_SEEDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(if full { H_SEEDS } else { 2 });
+    out.push_str(&harness(length, seeds));
     print!("{out}");
     if full {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/results/adaptive.txt");
@@ -263,6 +274,114 @@ const H_WORK: f64 = 0.020;
 const H_SIGMA: f64 = 0.1;
 const H_START: usize = H_KNEE / 2;
 
+/// Seeds per row of the second table (`--bench`; the smoke pass runs 2).
+const H_SEEDS: u64 = 25;
+
+/// The peers again, with the settings their own READMEs show (beside
+/// their builders' defaults in [`contenders`]), from the harness's start.
+fn documented_peers(initial: usize) -> Vec<(&'static str, Box<dyn Contender>)> {
+    use tower_resilience_adaptive as tra;
+    vec![
+        (
+            "tower-acc Aimd (docs)",
+            Box::new(acc(tower_acc::Aimd::builder()
+                .initial_limit(initial)
+                .min_limit(10)
+                .max_limit(200)
+                .backoff_ratio(0.9)
+                .timeout(Duration::from_secs(5))
+                .build())),
+        ),
+        (
+            "tower-acc Vegas (docs)",
+            Box::new(acc(tower_acc::Vegas::builder()
+                .initial_limit(initial)
+                .max_limit(500)
+                .smoothing(0.5)
+                .build())),
+        ),
+        (
+            "tower-acc Gradient2 (docs)",
+            Box::new(acc(tower_acc::Gradient2::builder()
+                .initial_limit(initial)
+                .min_limit(initial.min(20))
+                .max_limit(200)
+                .smoothing(0.2)
+                .rtt_tolerance(1.5)
+                .long_window(600)
+                .build())),
+        ),
+        (
+            "t-resilience Aimd (docs)",
+            Box::new(resilience(
+                tra::Aimd::builder()
+                    .initial_limit(initial)
+                    .min_limit(1)
+                    .max_limit(100)
+                    .increase_by(1)
+                    .decrease_factor(0.5)
+                    .latency_threshold(Duration::from_millis(100))
+                    .build()
+                    .expect("valid"),
+            )),
+        ),
+        (
+            "t-resilience Vegas (docs)",
+            Box::new(resilience(
+                tra::Vegas::builder()
+                    .initial_limit(initial)
+                    .alpha(3)
+                    .beta(6)
+                    .build()
+                    .expect("valid"),
+            )),
+        ),
+        (
+            "t-resilience Gradient2 (docs)",
+            Box::new(resilience(
+                tra::Gradient2::builder()
+                    .initial_limit(initial)
+                    .min_limit(1)
+                    .max_limit(200)
+                    .rtt_tolerance(1.5)
+                    .build()
+                    .expect("valid"),
+            )),
+        ),
+    ]
+}
+
+/// Every row of the second table: ours and the peers at their builders'
+/// defaults, then the peers as their docs configure them.
+fn harness_rows() -> Vec<(&'static str, Box<dyn Contender>)> {
+    let mut rows = contenders(H_START);
+    rows.extend(documented_peers(H_START));
+    rows
+}
+
+/// The median of `values` (the lower of the middle two), `None` when
+/// empty.
+fn median<T: Copy + PartialOrd>(values: &[T]) -> Option<T> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    sorted.get(sorted.len().saturating_sub(1) / 2).copied()
+}
+
+/// One seed's row of the second table.
+struct HarnessRun {
+    shed: u64,
+    shed_late: u64,
+    shed_below_knee: u64,
+    shed_share: f64,
+    end_limit: usize,
+    gp_four: f64,
+    gp_one_half: f64,
+    /// `None`: never within ±10 % of the halved knee (sorted last).
+    halved: Option<f64>,
+    mean200: f64,
+    gp_halved: f64,
+}
+
 /// The second table: the independent harness's conditions. A backend with
 /// a knee of 32, 20 ms of work with log-normal noise σ 0.1 (median 20 ms),
 /// a deadline of 200 ms (ten times the work, as the main table's), every
@@ -270,7 +389,13 @@ const H_START: usize = H_KNEE / 2;
 /// otherwise. Phases: 0.5x from that start, 4x, 1.5x, then the knee
 /// halved to 16 under 1.5x (of the halved backend's best, as the main
 /// table's steps are).
-fn harness(length: Nanos) -> String {
+///
+/// Each row is `seeds` runs on different draws (arrivals and work), each
+/// on a fresh thread: one run's figures are as much its draws' luck as
+/// the algorithm's (a halved knee read in 0.15 s on one seed is 0.21 s
+/// at the median of 150), so every column is a median over the runs,
+/// the two that matter most with their range.
+fn harness(length: Nanos, seeds: u64) -> String {
     let backend = Backend {
         spread: Spread::LogNormal(H_SIGMA),
         deadline: 200 * MS,
@@ -288,13 +413,15 @@ fn harness(length: Nanos) -> String {
         phase(1.5, H_KNEE / 2),
     ];
     let mut out = format!(
-        "== the independent harness's conditions: knee {H_KNEE}, work 20 ms x lognormal(sigma {H_SIGMA}), deadline 200 ms, every limit from {H_START}, {} s per phase ==\n",
+        "== the independent harness's conditions: knee {H_KNEE}, work 20 ms x lognormal(sigma {H_SIGMA}), deadline 200 ms, every limit from {H_START}, {} s per phase; medians over {seeds} seeds ==\n",
         length / SEC
     );
     out.push_str(&format!(
-        "{:<23} {:>9} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9}\n",
+        "{:<29} {:>16} {:>11} {:>6} {:>6} {:>6} {:>6} {:>7} {:>20} {:>7} {:>9}\n",
         "algorithm",
         "sheds@.5",
+        "after.1s",
+        "<knee",
         "shed%",
         "lim@.5",
         "gp 4x",
@@ -303,39 +430,98 @@ fn harness(length: Nanos) -> String {
         "mean200",
         "gp halved"
     ));
-    for index in 0..contenders(H_START).len() {
-        let (name, m) = std::thread::spawn(move || {
-            let (name, mut contender) = contenders(H_START).swap_remove(index);
-            (name, simulate_on(&mut *contender, &phases, backend))
-        })
-        .join()
-        .expect("the simulation does not panic");
-        let best = |knee: usize| knee as f64 / H_WORK * (length as f64 / SEC as f64);
-        let half = &m[0];
-        let halved = &m[3];
-        let mean200 = halved.early.iter().sum::<f64>() / halved.early.len().max(1) as f64;
+    let best = |knee: usize| knee as f64 / H_WORK * (length as f64 / SEC as f64);
+    // ADAPTIVE_ONLY: the rows whose name holds it, for a closer look.
+    let only = std::env::var("ADAPTIVE_ONLY").unwrap_or_default();
+    for index in 0..harness_rows().len() {
+        let name = harness_rows().swap_remove(index).0;
+        if !name.contains(&only) {
+            continue;
+        }
+        let runs: Vec<HarnessRun> = (0..seeds)
+            .map(|n| {
+                std::thread::spawn(move || {
+                    let mut contender = harness_rows().swap_remove(index).1;
+                    simulate_seeded(&mut *contender, &phases, backend, nth_seed(n))
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|run| {
+                let m = run.join().expect("the simulation does not panic");
+                let (half, halved) = (&m[0], &m[3]);
+                HarnessRun {
+                    shed: half.shed + half.carried,
+                    shed_late: half.shed_late,
+                    shed_below_knee: half.shed_below_knee,
+                    shed_share: 100.0 * (half.shed + half.carried) as f64
+                        / half.arrived.max(1) as f64,
+                    end_limit: half.end_limit,
+                    gp_four: m[1].goodput as f64 / best(H_KNEE),
+                    gp_one_half: m[2].goodput as f64 / best(H_KNEE),
+                    halved: halved.reach.map(|t| t as f64 / SEC as f64),
+                    mean200: halved.early.iter().sum::<f64>() / halved.early.len().max(1) as f64,
+                    gp_halved: halved.goodput as f64 / best(H_KNEE / 2),
+                }
+            })
+            .collect();
+        let column = |f: fn(&HarnessRun) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
+        let sheds: Vec<u64> = runs.iter().map(|r| r.shed).collect();
+        let late: Vec<u64> = runs.iter().map(|r| r.shed_late).collect();
+        let below: u64 = runs.iter().map(|r| r.shed_below_knee).sum();
+        // Never reached sorts last: as if at infinity.
+        let halved: Vec<f64> = runs
+            .iter()
+            .map(|r| r.halved.unwrap_or(f64::INFINITY))
+            .collect();
+        let fmt_halved = |t: f64| {
+            if t.is_finite() {
+                format!("{t:.2}s")
+            } else {
+                "-".to_string()
+            }
+        };
+        let extreme = |pick: fn(f64, f64) -> f64, start| halved.iter().copied().fold(start, pick);
         out.push_str(&format!(
-            "{:<23} {:>9} {:>7.2} {:>7} {:>8.3} {:>8.3} {:>8} {:>8.1} {:>9.3}\n",
+            "{:<29} {:>16} {:>11} {:>6} {:>6.2} {:>6} {:>6.3} {:>7.3} {:>20} {:>7.1} {:>9.3}\n",
             name,
-            half.shed + half.carried,
-            100.0 * (half.shed + half.carried) as f64 / half.arrived.max(1) as f64,
-            half.end_limit,
-            m[1].goodput as f64 / best(H_KNEE),
-            m[2].goodput as f64 / best(H_KNEE),
-            match halved.reach {
-                Some(t) => format!("{:.2}s", t as f64 / SEC as f64),
-                None => "-".to_string(),
-            },
-            mean200,
-            halved.goodput as f64 / best(H_KNEE / 2),
+            format!(
+                "{} ({}-{})",
+                median(&sheds).unwrap_or(0),
+                sheds.iter().min().unwrap_or(&0),
+                sheds.iter().max().unwrap_or(&0)
+            ),
+            format!(
+                "{} (<={})",
+                median(&late).unwrap_or(0),
+                late.iter().max().unwrap_or(&0)
+            ),
+            below,
+            column(|r| r.shed_share).unwrap_or(0.0),
+            median(&runs.iter().map(|r| r.end_limit).collect::<Vec<_>>()).unwrap_or(0),
+            column(|r| r.gp_four).unwrap_or(0.0),
+            column(|r| r.gp_one_half).unwrap_or(0.0),
+            format!(
+                "{} ({}-{})",
+                fmt_halved(median(&halved).unwrap_or(f64::INFINITY)),
+                fmt_halved(extreme(f64::min, f64::INFINITY)),
+                fmt_halved(extreme(f64::max, 0.0))
+            ),
+            column(|r| r.mean200).unwrap_or(0.0),
+            column(|r| r.gp_halved).unwrap_or(0.0),
         ));
     }
     out.push_str(
-        "sheds@.5: requests refused at 0.5x from the start (none carried: the backend starts empty), and their share\n\
+        "Every column is the median over the seeds. sheds@.5: requests refused at 0.5x from the start (none carried:\n\
+         the backend starts empty), median (least-most); after.1s: of them, refused 0.1 s or more into the phase\n\
+         (after two 50 ms windows: what the controller refused having read a latency), median (most); <knee: of\n\
+         those, refused by a limit below the knee (32), summed over all seeds: a burst the backend would have\n\
+         served at its no-load latency (a limit at the knee refuses the rest too); shed%:\n\
          of arrivals; lim@.5: the limit at the end of that phase. gp: completions within the deadline over the\n\
          backend's best (knee / 20 ms) in that phase. halved: first time within +-10 % of the halved knee (16) after\n\
-         it halves under 1.5x; mean200: the limit's mean over the 200 ms after (every 10 ms). sidejob rows time one\n\
-         request in 16 (the default) unless '1/n'; the peers run with their builders' defaults from a limit of 16.\n",
+         it halves under 1.5x, median (fastest-slowest; '-' never); mean200: the limit's mean over the 200 ms after\n\
+         (every 10 ms). sidejob rows time one request in 16 (the default) unless '1/n'; the peers run from a limit\n\
+         of 16 with their builders' defaults, and with the settings their READMEs show ('(docs)').\n",
     );
     out
 }

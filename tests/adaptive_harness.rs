@@ -9,7 +9,7 @@
 mod adaptive_sim;
 
 use adaptive_sim::{
-    simulate, simulate_on, Backend, Ours, Phase, Spread, INITIAL, KNEE, MS, SEC, WORK,
+    nth_seed, simulate, simulate_seeded, Backend, Ours, Phase, Spread, INITIAL, KNEE, MS, SEC, WORK,
 };
 use sidejob::adaptive::ControllerBuilder;
 use sidejob::adaptive::Guarded;
@@ -76,90 +76,135 @@ const NOISY: Backend = Backend {
     deadline: 200 * MS,
 };
 
-fn noisy(load: f64, knee: usize, length: u64) -> Phase {
-    Phase {
-        load,
-        knee,
-        work: 0.020,
-        length,
-    }
+/// Seeds per many-seed test: one seed's figures are its draws' luck as
+/// much as the algorithm's (the bench's second table reads 25 too).
+const SEEDS: u64 = 25;
+
+/// `phases` from a limit of 16 with the default sampling, once per seed,
+/// each on a fresh thread (the sampling draws are the thread's); what
+/// each measured, and the limit each ended at.
+fn over_seeds(phases: &'static [Phase]) -> Vec<(Vec<adaptive_sim::Measured>, usize)> {
+    (0..SEEDS)
+        .map(|n| {
+            std::thread::spawn(move || {
+                let mut ours = Ours::starting(
+                    Guarded::default(),
+                    ControllerBuilder::DEFAULT_SAMPLE_EVERY,
+                    16,
+                );
+                let measured = simulate_seeded(&mut ours, phases, NOISY, nth_seed(n));
+                (measured, ours.limiter.capacity())
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|run| run.join().expect("the simulation does not panic"))
+        .collect()
 }
 
 #[test]
 fn guarded_climbs_from_half_the_knee_without_shedding_at_half_load() {
     // From a limit of 16 (half the knee), at 0.5x: 800 requests a second,
     // 16 in flight on average, so the start sheds until the limit climbs.
-    // The old Guarded climbed one step a 320 ms window (16 samples at one
-    // in 16 timed) and shed 162 requests over 2.3 s; now the first binding
-    // windows (4 samples) jump to what the load needs.
-    let (measured, limit) = std::thread::spawn(|| {
-        let mut ours = Ours::starting(
-            Guarded::default(),
-            ControllerBuilder::DEFAULT_SAMPLE_EVERY,
-            16,
+    // Before any window closes (50 ms, and a timed completion) the limit
+    // is the start's, whatever the algorithm: those refusals are the
+    // start's. After two windows (0.1 s) the controller has read the
+    // no-load latency, and a limit below the knee then refuses nothing:
+    // the climb is sized from the arrivals (not the completions, which
+    // an empty backend gives a latency late) with the no-load estimate's
+    // noise given back. Before that, the median seed refused 1-2
+    // requests after 0.1 s and 12-19 of them in all 25 seeds came while
+    // the limit was still below the knee.
+    static PHASES: [Phase; 1] = [Phase {
+        load: 0.5,
+        knee: 32,
+        work: 0.020,
+        length: 10 * SEC,
+    }];
+    let runs = over_seeds(&PHASES);
+    let mut late: Vec<u64> = runs.iter().map(|(m, _)| m[0].shed_late).collect();
+    late.sort_unstable();
+    let below_knee: u64 = runs.iter().map(|(m, _)| m[0].shed_below_knee).sum();
+    assert_eq!(
+        late[late.len() / 2],
+        0,
+        "refusals after 0.1 s per seed: {late:?}"
+    );
+    assert!(
+        below_knee <= 10,
+        "{below_knee} refused after 0.1 s by a limit below the knee, over {SEEDS} seeds"
+    );
+    for (n, (measured, limit)) in runs.iter().enumerate() {
+        let half = &measured[0];
+        assert!(half.arrived > 7_000, "seed {n}: {} arrived", half.arrived);
+        assert!(
+            half.shed * 250 <= half.arrived,
+            "seed {n}: {} refused of {} (more than 0.4 %)",
+            half.shed,
+            half.arrived
         );
-        let measured = simulate_on(&mut ours, &[noisy(0.5, 32, 10 * SEC)], NOISY);
-        (measured, ours.limiter.capacity())
-    })
-    .join()
-    .unwrap();
-    let half = &measured[0];
-    assert!(half.arrived > 7_000, "{} arrived", half.arrived);
-    // The first 50 ms interval passes at 16 whatever the algorithm: a few
-    // refusals then are the start's; a burst of twice the mean in flight
-    // may meet the climbed limit once or twice (the last at 1.06 s on this
-    // thread's draws), none after 1.5 s.
-    assert!(
-        half.last_shed.is_none_or(|at| at <= 1_500 * MS),
-        "last refusal at {:?} ns ({} refused, limit now {limit})",
-        half.last_shed,
-        half.shed
-    );
-    assert!(
-        half.shed * 500 <= half.arrived,
-        "{} refused of {} (more than 0.2 %)",
-        half.shed,
-        half.arrived
-    );
-    assert!(limit >= 28, "the limit climbed to {limit} only");
+        assert!(*limit >= 28, "seed {n}: the limit climbed to {limit} only");
+    }
 }
 
 #[test]
 fn guarded_tracks_a_halved_knee_under_one_and_a_half_load() {
     // The bench's second table: 0.5x from 16, 4x, 1.5x, then the knee
-    // halves to 16 under 1.5x. Within ±10 % (15..=17) 0.15 s after, and
-    // the mean over the 200 ms after well below the old 41.
-    let measured = std::thread::spawn(|| {
-        let mut ours = Ours::starting(
-            Guarded::default(),
-            ControllerBuilder::DEFAULT_SAMPLE_EVERY,
-            16,
+    // halves to 16 under 1.5x. Over 25 seeds: within ±10 % (15..=17) in
+    // 0.2 s at the median, and in every seed within 2 s, then near it.
+    // Before, the median read 0.22 s and one seed 4.8 s: the no-load
+    // estimate was re-based on the counts' noise while the limit bound
+    // (a fall of the in-flight no limit cut explains), or on a window
+    // straddling the halving, and held the limit above the halved knee.
+    static PHASES: [Phase; 4] = [
+        Phase {
+            load: 0.5,
+            knee: 32,
+            work: 0.020,
+            length: 10 * SEC,
+        },
+        Phase {
+            load: 4.0,
+            knee: 32,
+            work: 0.020,
+            length: 10 * SEC,
+        },
+        Phase {
+            load: 1.5,
+            knee: 32,
+            work: 0.020,
+            length: 10 * SEC,
+        },
+        Phase {
+            load: 1.5,
+            knee: 16,
+            work: 0.020,
+            length: 10 * SEC,
+        },
+    ];
+    let runs = over_seeds(&PHASES);
+    let mut reach: Vec<u64> = runs
+        .iter()
+        .map(|(m, _)| m[3].reach.unwrap_or(u64::MAX))
+        .collect();
+    reach.sort_unstable();
+    assert!(
+        reach[reach.len() / 2] <= 200 * MS,
+        "median time to within +-10 % of the halved knee: {} ms (all: {reach:?})",
+        reach[reach.len() / 2] / MS
+    );
+    assert!(
+        reach[reach.len() - 1] <= 2 * SEC,
+        "slowest seed to within +-10 % of the halved knee: {:?} ns",
+        reach[reach.len() - 1]
+    );
+    for (n, (measured, _)) in runs.iter().enumerate() {
+        // And it stays near the knee: the second half's mean within 30 %.
+        let limits = &measured[3].limits;
+        let late = limits.iter().sum::<f64>() / limits.len() as f64;
+        assert!(
+            (11.2..=20.8).contains(&late),
+            "seed {n}: second-half mean limit {late}"
         );
-        simulate_on(
-            &mut ours,
-            &[
-                noisy(0.5, 32, 10 * SEC),
-                noisy(4.0, 32, 10 * SEC),
-                noisy(1.5, 32, 10 * SEC),
-                noisy(1.5, 16, 10 * SEC),
-            ],
-            NOISY,
-        )
-    })
-    .join()
-    .unwrap();
-    let halved = &measured[3];
-    assert!(
-        halved.reach.is_some_and(|at| at <= 200 * MS),
-        "within +-10 % of the halved knee after {:?} ns (the old Guarded: 0.62 s)",
-        halved.reach
-    );
-    let mean = halved.early.iter().sum::<f64>() / halved.early.len() as f64;
-    assert!(mean <= 32.0, "mean limit {mean} over the 200 ms after");
-    // And it stays near the knee: the second half's mean within 30 %.
-    let late = halved.limits.iter().sum::<f64>() / halved.limits.len() as f64;
-    assert!(
-        (11.2..=20.8).contains(&late),
-        "second-half mean limit {late}"
-    );
+    }
 }

@@ -214,6 +214,16 @@ pub struct Measured {
     /// When the last refusal counted in `shed` came, since the phase's
     /// start.
     pub last_shed: Option<Nanos>,
+    /// Refusals counted in `shed` that came 100 ms or more into the phase:
+    /// after the first two 50 ms windows, so after the controller has read
+    /// a latency (a refusal before any request completes is the start
+    /// limit's, whatever the algorithm).
+    pub shed_late: u64,
+    /// Of `shed_late`, those refused by a limit below the phase's knee:
+    /// a burst the backend would have served at its no-load latency. (A
+    /// limit at or above the knee refusing a burst past it is the knee's
+    /// refusal, which the optimal limit makes too.)
+    pub shed_below_knee: u64,
     /// Latencies of admitted requests completed in the phase, ns.
     pub latencies: Vec<Nanos>,
 }
@@ -248,14 +258,39 @@ pub fn simulate(contender: &mut dyn Contender, phases: &[Phase]) -> Vec<Measured
     simulate_on(contender, phases, UNIFORM)
 }
 
+/// The seed of [`simulate_on`]: the draws of every single-run table row.
+pub const SEED: u64 = 0x9e37_79b9_7f4a_7c15;
+
 /// Runs `phases` one after the other against `backend`, from an empty
-/// backend at virtual time 0.
+/// backend at virtual time 0, on the draws of [`SEED`].
 pub fn simulate_on(
     contender: &mut dyn Contender,
     phases: &[Phase],
     backend: Backend,
 ) -> Vec<Measured> {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    simulate_seeded(contender, phases, backend, SEED)
+}
+
+/// The `n`th seed of a run over many (splitmix64 of `n`: well mixed, so
+/// neighbouring seeds do not start in related draws).
+pub fn nth_seed(n: u64) -> u64 {
+    let mut z = n.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// [`simulate_on`] the draws of `seed` (arrivals and work): one run of
+/// many, for a figure read as a median over seeds rather than from one
+/// run's luck.
+pub fn simulate_seeded(
+    contender: &mut dyn Contender,
+    phases: &[Phase],
+    backend: Backend,
+    seed: u64,
+) -> Vec<Measured> {
+    // xorshift needs a state other than zero.
+    let mut rng = Rng(seed.max(1));
     // Processor sharing on a virtual-work clock: `work_done` advances at
     // the backend's speed; a request finishes when it reaches its target.
     let mut work_done = 0.0f64;
@@ -342,6 +377,12 @@ pub fn simulate_on(
                     None if drained => {
                         measured.shed += 1;
                         measured.last_shed = Some(now - start);
+                        if now - start >= 100 * MS {
+                            measured.shed_late += 1;
+                            if contender.limit() < phase.knee {
+                                measured.shed_below_knee += 1;
+                            }
+                        }
                     }
                     None => measured.carried += 1,
                 }

@@ -188,8 +188,9 @@ pub trait Algorithm: Send + 'static {
     /// An algorithm that widens its band by each window's standard error
     /// may answer less, to act sooner when a late answer costs sheds (a
     /// limit too low) or a congested backend (too high): [`Guarded`]
-    /// answers a quarter, so a slow backend with one request in 16 timed
-    /// (800 completions a second) is read every 80 ms, not every 320 ms.
+    /// answers an eighth, so a slow backend with one request in 16 timed
+    /// (800 completions a second) is read every 50 ms (the interval),
+    /// not every 320 ms.
     ///
     /// # Examples
     ///
@@ -205,7 +206,7 @@ pub trait Algorithm: Send + 'static {
     /// }
     ///
     /// assert_eq!(Keep.binding_min_samples(16), 16);
-    /// assert_eq!(Guarded::default().binding_min_samples(16), 4);
+    /// assert_eq!(Guarded::default().binding_min_samples(16), 2);
     /// ```
     fn binding_min_samples(&self, min_samples: u64) -> u64 {
         min_samples
