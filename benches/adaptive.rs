@@ -5,10 +5,12 @@
 //! `benches/results/adaptive.txt`; `cargo test --benches` runs a short
 //! smoke pass.
 //!
-//! **A discrete-event simulation on a virtual clock.** No threads, no
-//! sleeps, no wall clock: the same seed gives the same table on a busy
-//! 2-core machine as on an idle one, and a minute of traffic takes a
-//! fraction of a second. Our contenders run the real thing on the virtual
+//! **A discrete-event simulation on a virtual clock.** No sleeps, no wall
+//! clock: the same seeds give the same table on a busy 2-core machine as
+//! on an idle one, and a minute of traffic takes a fraction of a second.
+//! Every row is run on 25 seeds (the arrivals' and the work's draws) and
+//! every column is their median: one run's figures are as much its
+//! draws' luck as the algorithm's. Our contenders run the real thing on the virtual
 //! clock: a [`Limiter`] admitting each request with `try_acquire_owned`
 //! (its `set_capacity` moved by a [`Controller`], fed with
 //! `Controller::record_at` as each request completes, ticking every 50 ms
@@ -160,6 +162,11 @@ fn contenders(initial: usize) -> Vec<(&'static str, Box<dyn Contender>)> {
 fn main() {
     let full = std::env::args().any(|arg| arg == "--bench");
     let length = if full { 10 * SEC } else { SEC };
+    // ADAPTIVE_SEEDS: seeds per row, for a closer look.
+    let seeds = std::env::var("ADAPTIVE_SEEDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(if full { H_SEEDS } else { 2 });
     let phase = |_name: &str, load, knee, work| Phase {
         load,
         knee,
@@ -180,12 +187,12 @@ fn main() {
 
     let mut out = String::new();
     out.push_str(&format!(
-        "== adaptive limits: simulated backend (knee {KNEE}, work 10 ms x U(0.5,1.5), deadline 100 ms), {} s per phase, virtual clock ==\n",
+        "== adaptive limits: simulated backend (knee {KNEE}, work 10 ms x U(0.5,1.5), deadline 100 ms), {} s per phase, virtual clock; medians over {seeds} seeds ==\n",
         length / SEC
     ));
     out.push_str("reach: first time within +-10 % of the optimal limit (the knee) after the step; '-' never\n");
     out.push_str(&format!(
-        "{:<23} {:>7} {:>9} {:>7} {:>7} {:>7} {:>9} {:>7} {:>8} {:>8} {:>8} {:>7}\n",
+        "{:<23} {:>7} {:>11} {:>7} {:>7} {:>7} {:>9} {:>7} {:>8} {:>14} {:>8} {:>7}\n",
         "algorithm",
         "cold",
         "sheds@.5",
@@ -201,60 +208,97 @@ fn main() {
     ));
     let only = std::env::var("ADAPTIVE_ONLY").unwrap_or_default();
     for index in 0..contenders(INITIAL).len() {
-        if !contenders(INITIAL)[index].0.contains(&only) {
+        let name = contenders(INITIAL).swap_remove(index).0;
+        if !name.contains(&only) {
             continue;
         }
-        // Each on a fresh thread: the sampling countdown is the thread's,
-        // so a row does not depend on the rows before it.
-        let (name, mut m) = std::thread::spawn(move || {
-            let (name, mut contender) = contenders(INITIAL).swap_remove(index);
-            (name, simulate(&mut *contender, &phases))
-        })
-        .join()
-        .expect("the simulation does not panic");
-        let reach = |m: &Measured| match m.reach {
-            Some(t) => format!("{:.2}s", t as f64 / SEC as f64),
-            None => "-".to_string(),
+        // Each run on a fresh thread: the sampling countdown is the
+        // thread's, so a run does not depend on the runs before it.
+        let runs: Vec<Vec<Measured>> = (0..seeds)
+            .map(|n| {
+                std::thread::spawn(move || {
+                    let mut contender = contenders(INITIAL).swap_remove(index).1;
+                    simulate_seeded(&mut *contender, &phases, UNIFORM, nth_seed(n))
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|run| run.join().expect("the simulation does not panic"))
+            .collect();
+        // A reach column: the median over the seeds, never reached sorting
+        // last; `slowest` adds the slowest seed's.
+        let reach = |phase: usize, slowest: bool| {
+            let times: Vec<f64> = runs
+                .iter()
+                .map(|m| {
+                    m[phase]
+                        .reach
+                        .map_or(f64::INFINITY, |t| t as f64 / SEC as f64)
+                })
+                .collect();
+            let show = |t: f64| {
+                if t.is_finite() {
+                    format!("{t:.2}s")
+                } else {
+                    "-".to_string()
+                }
+            };
+            let median = show(median(&times).unwrap_or(f64::INFINITY));
+            if slowest {
+                let max = times.iter().copied().fold(0.0, f64::max);
+                format!("{median} ({})", show(max))
+            } else {
+                median
+            }
         };
-        let four = &m[3];
         let best = KNEE as f64 / WORK * (length as f64 / SEC as f64);
-        let goodput = four.goodput as f64 / best;
-        let mean = four.limits.iter().sum::<f64>() / four.limits.len().max(1) as f64;
-        let var = four.limits.iter().map(|l| (l - mean).powi(2)).sum::<f64>()
-            / four.limits.len().max(1) as f64;
-        let osc = 100.0 * var.sqrt() / mean.max(1.0);
-        let p99 = quantile(&mut m[3].latencies, 0.99) as f64 / 1e9 / unloaded_p99;
+        let column = |f: &dyn Fn(&[Measured]) -> f64| {
+            median(&runs.iter().map(|m| f(m)).collect::<Vec<_>>()).unwrap_or(0.0)
+        };
+        let goodput = column(&|m| m[3].goodput as f64 / best);
+        let osc = column(&|m| {
+            let limits = &m[3].limits;
+            let mean = limits.iter().sum::<f64>() / limits.len().max(1) as f64;
+            let var =
+                limits.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / limits.len().max(1) as f64;
+            100.0 * var.sqrt() / mean.max(1.0)
+        });
+        let p99 =
+            column(&|m| quantile(&mut m[3].latencies.clone(), 0.99) as f64 / 1e9 / unloaded_p99);
+        let sheds: Vec<u64> = runs.iter().map(|m| m[1].shed).collect();
+        let carried: Vec<u64> = runs.iter().map(|m| m[1].carried).collect();
         out.push_str(&format!(
-            "{:<23} {:>7} {:>9} {:>7} {:>7} {:>7} {:>9.3} {:>7.1} {:>8.2} {:>8} {:>8} {:>7}\n",
+            "{:<23} {:>7} {:>11} {:>7} {:>7} {:>7} {:>9.3} {:>7.1} {:>8.2} {:>14} {:>8} {:>7}\n",
             name,
-            reach(&m[0]),
-            m[1].shed,
-            m[1].carried,
-            reach(&m[2]),
-            reach(&m[3]),
+            reach(0, false),
+            format!(
+                "{} (<={})",
+                median(&sheds).unwrap_or(0),
+                sheds.iter().max().unwrap_or(&0)
+            ),
+            median(&carried).unwrap_or(0),
+            reach(2, false),
+            reach(3, false),
             goodput,
             osc,
             p99,
-            reach(&m[4]),
-            reach(&m[5]),
-            reach(&m[6]),
+            reach(4, true),
+            reach(5, false),
+            reach(6, false),
         ));
     }
     out.push_str(
-        "cold: from a limit of 20 at 1x. sheds@.5: requests refused at half load once the 1x phase's backlog has\n\
+        "Every column is the median over the seeds. cold: from a limit of 20 at 1x. sheds@.5: requests refused at\n\
+         half load once the 1x phase's backlog has\n\
          drained (the in-flight first at or below the knee); carried: refused before that, while the backend was\n\
          still past its knee with the 1x phase's requests. goodput: completions within\n\
          the deadline at 4x over the backend's best. osc%: the limit's standard deviation over its mean, second half\n\
          of the 4x phase. p99/unl: p99 latency of admitted requests at 4x over the unloaded p99.\n\
          sidejob rows time one request in 16 (ControllerBuilder::DEFAULT_SAMPLE_EVERY) as Controller::timed does;\n\
-         'Guarded 1/n' times one in n. Each row runs on a fresh thread (the sampling draws are the thread's).\n",
+         'Guarded 1/n' times one in n. Each run is on a fresh thread (the sampling draws are the thread's).\n\
+         sheds@.5 and halved add the worst seed's figure.\n",
     );
     out.push('\n');
-    // ADAPTIVE_SEEDS: the second table's seeds per row, for a closer look.
-    let seeds = std::env::var("ADAPTIVE_SEEDS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(if full { H_SEEDS } else { 2 });
     out.push_str(&harness(length, seeds));
     print!("{out}");
     if full {
@@ -274,7 +318,7 @@ const H_WORK: f64 = 0.020;
 const H_SIGMA: f64 = 0.1;
 const H_START: usize = H_KNEE / 2;
 
-/// Seeds per row of the second table (`--bench`; the smoke pass runs 2).
+/// Seeds per row of both tables (`--bench`; the smoke pass runs 2).
 const H_SEEDS: u64 = 25;
 
 /// The peers again, with the settings their own READMEs show (beside
