@@ -236,17 +236,10 @@ fn main() {
                         .map_or(f64::INFINITY, |t| t as f64 / SEC as f64)
                 })
                 .collect();
-            let show = |t: f64| {
-                if t.is_finite() {
-                    format!("{t:.2}s")
-                } else {
-                    "-".to_string()
-                }
-            };
-            let median = show(median(&times).unwrap_or(f64::INFINITY));
+            let median = seconds(median(&times).unwrap_or(f64::INFINITY));
             if slowest {
                 let max = times.iter().copied().fold(0.0, f64::max);
-                format!("{median} ({})", show(max))
+                format!("{median} ({})", seconds(max))
             } else {
                 median
             }
@@ -411,6 +404,15 @@ fn median<T: Copy + PartialOrd>(values: &[T]) -> Option<T> {
     sorted.get(sorted.len().saturating_sub(1) / 2).copied()
 }
 
+/// A time in seconds as a table shows it; `-` for never (infinity).
+fn seconds(t: f64) -> String {
+    if t.is_finite() {
+        format!("{t:.2}s")
+    } else {
+        "-".to_string()
+    }
+}
+
 /// One seed's row of the second table.
 struct HarnessRun {
     shed: u64,
@@ -518,13 +520,6 @@ fn harness(length: Nanos, seeds: u64) -> String {
             .iter()
             .map(|r| r.halved.unwrap_or(f64::INFINITY))
             .collect();
-        let fmt_halved = |t: f64| {
-            if t.is_finite() {
-                format!("{t:.2}s")
-            } else {
-                "-".to_string()
-            }
-        };
         let extreme = |pick: fn(f64, f64) -> f64, start| halved.iter().copied().fold(start, pick);
         out.push_str(&format!(
             "{:<29} {:>16} {:>11} {:>6} {:>6.2} {:>6} {:>6.3} {:>7.3} {:>20} {:>7.1} {:>9.3}\n",
@@ -547,9 +542,9 @@ fn harness(length: Nanos, seeds: u64) -> String {
             column(|r| r.gp_one_half).unwrap_or(0.0),
             format!(
                 "{} ({}-{})",
-                fmt_halved(median(&halved).unwrap_or(f64::INFINITY)),
-                fmt_halved(extreme(f64::min, f64::INFINITY)),
-                fmt_halved(extreme(f64::max, 0.0))
+                seconds(median(&halved).unwrap_or(f64::INFINITY)),
+                seconds(extreme(f64::min, f64::INFINITY)),
+                seconds(extreme(f64::max, 0.0))
             ),
             column(|r| r.mean200).unwrap_or(0.0),
             column(|r| r.gp_halved).unwrap_or(0.0),
