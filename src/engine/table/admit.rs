@@ -18,7 +18,7 @@
 //!   bit and the room's first read of the number waiting, the RMW on
 //!   `given`, the same two reads again, the panic question; a marked
 //!   shard, a waiter, a table of more than 64 shards are out of line
-//!   (`release_general`, `after_release`).
+//!   (`release_off`: `release_general`, `after_release`).
 //!
 //! `benches/hot_path.rs` counts the instructions of each beside tokio's
 //! `Semaphore` and a bare CAS pair (`scripts/hot-path-instructions.sh`).
@@ -440,6 +440,15 @@ impl Table {
     /// that the inlined part stays under LLVM's cost threshold: it is
     /// inlined into a permit's drop glue, and that into its caller, only
     /// below it.
+    ///
+    /// Both ways out are one call, to [`release_off`](Self::release_off),
+    /// told which of the two reads sent it there: two calls (one to the
+    /// whole protocol, one to its end) put the drop glue of a
+    /// `Result<Permit, Error>` at LLVM's threshold (a cost of 250 against
+    /// 250), so a caller's `try_acquire().is_err()` called it out of line
+    /// and paid for the call on every refusal, where nothing is dropped
+    /// (its cost is 205 with one call). The refusal in a caller's loop:
+    /// 40 instructions to 34 (`scripts/hot-path-instructions.sh`).
     #[inline(always)]
     pub(crate) fn release_shard<P: FnOnce() -> bool>(&self, shard: &Shard, panicked: P) {
         debug_assert!(std::ptr::eq(shard, &*self.shards[shard.index]));
@@ -448,29 +457,49 @@ impl Table {
         // the shards of a table whose full set has more than one word. The
         // room's first read only picks the path (a hand-off re-checks under
         // the lock).
-        if !self.one_word || self.full.first_word() & shard.bit != 0 || waiting(room) {
-            return self.release_general(shard, panicked);
-        }
-        shard.give_back_one();
-        // Step 3's read and the room's second, after the RMW on `given`,
-        // which orders them after a racing marker's `insert` and after a
-        // waiter's count store (see `give_back_many`, `release_to_room`).
-        if self.full.first_word() & shard.bit != 0 || waiting(room) {
-            return self.after_release(shard, panicked);
-        }
-        // After `given`, as `give_back_many` counts a panic.
-        if panicked() {
-            shard.count_panicked();
+        let given = 'fast: {
+            if !self.one_word || self.full.first_word() & shard.bit != 0 || waiting(room) {
+                break 'fast false;
+            }
+            shard.give_back_one();
+            // Step 3's read and the room's second, after the RMW on `given`,
+            // which orders them after a racing marker's `insert` and after a
+            // waiter's count store (see `give_back_many`, `release_to_room`).
+            if self.full.first_word() & shard.bit != 0 || waiting(room) {
+                break 'fast true;
+            }
+            // After `given`, as `give_back_many` counts a panic.
+            if panicked() {
+                shard.count_panicked();
+            }
+            return;
+        };
+        self.release_off(shard, panicked, given);
+    }
+
+    /// The release's way out of line: the whole protocol
+    /// ([`release_general`](Self::release_general)) when the first reads
+    /// found something to do, or, once the unit is back (`given`), its end
+    /// ([`after_release`](Self::after_release)). It takes the shard, not
+    /// its index: the loads that saves keep `release_shard` under LLVM's
+    /// inlining threshold.
+    ///
+    /// Cold, though with more than 64 shards every release comes here:
+    /// marked so, the inlined release keeps its fast path in a straight
+    /// line, and such a table pays the call either way.
+    #[cold]
+    #[inline(never)]
+    fn release_off<P: FnOnce() -> bool>(&self, shard: &Shard, panicked: P, given: bool) {
+        if given {
+            self.after_release(shard, panicked);
+        } else {
+            self.release_general(shard, panicked);
         }
     }
 
     /// A release through the whole protocol: `release_to_room` with a room
-    /// (a waiter may be handed the unit), `give_back_many` without. Not
-    /// cold: with more than 64 shards every release comes here. It and
-    /// [`after_release`](Self::after_release) take the shard, not its
-    /// index: the loads they save keep `release_shard` under LLVM's
-    /// inlining threshold.
-    #[inline(never)]
+    /// (a waiter may be handed the unit), `give_back_many` without.
+    #[inline(always)]
     fn release_general<P: FnOnce() -> bool>(&self, shard: &Shard, panicked: P) {
         let (i, panicked) = (shard.index, panicked());
         match self.room.as_deref() {
@@ -483,8 +512,7 @@ impl Table {
     /// step 3 (clear a bit a marker set before the RMW on `given`), the
     /// panic count, and the room's wake-up (a waiter came in while the
     /// unit went back: `release_to_room`).
-    #[cold]
-    #[inline(never)]
+    #[inline(always)]
     fn after_release<P: FnOnce() -> bool>(&self, shard: &Shard, panicked: P) {
         if self.full.contains(shard.index) {
             self.unmark(shard.index);
