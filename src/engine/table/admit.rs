@@ -120,11 +120,11 @@ impl Table {
             // it and bounds the shard.
             let index = raw_thread_index();
             if let Some(shard) = self.shards.get(index) {
-                return self.try_shard::<true>(index, shard, Some(index));
+                return self.try_shard::<true>(index, shard, true);
             }
         }
         let start = self.home_shard();
-        self.try_shard::<true>(start, &self.shards[start], None)
+        self.try_shard::<true>(start, &self.shards[start], false)
     }
 
     /// Admits one unit, trying shard `start` first; an `Overload` is
@@ -138,13 +138,16 @@ impl Table {
     /// `COUNT` (not for a caller that may wait instead).
     #[inline(always)]
     pub(super) fn try_at<const COUNT: bool>(&self, start: usize) -> Result<usize, Error> {
-        self.try_shard::<COUNT>(start, &self.shards[start], None)
+        self.try_shard::<COUNT>(start, &self.shards[start], false)
             .map(Shard::index)
     }
 
-    /// [`try_at`](Self::try_at), given shard `start` itself, and `small`:
-    /// the caller's thread index if the table has at most 64 shards and
-    /// `start` is that index (see `thread_home`).
+    /// [`try_at`](Self::try_at), given shard `start` itself, and `home`:
+    /// `start` is the caller's thread index in a table of at most 64
+    /// shards (see `thread_home`). Then the cold calls read the index from
+    /// the shard (a load on the line just read) rather than take `start`,
+    /// so the inlined path keeps no index in a register across the take:
+    /// an instruction less on an admission and on a refusal.
     ///
     /// The fast path answers the two common cases alone: a unit under the
     /// limit of the caller's own shard ([`Shard::take_fast`]), and a
@@ -162,27 +165,29 @@ impl Table {
         &'a self,
         start: usize,
         shard: &'a Shard,
-        small: Option<usize>,
+        home: bool,
     ) -> Result<&'a Shard, Error> {
+        // The index the cold calls take (see above).
+        let first = || if home { shard.index } else { start };
         let answer = match shard.take_fast() {
             Fast::Taken => return Ok(shard),
-            Fast::Edge { now, limit } => self.took_edge::<COUNT>(start, now, limit),
+            Fast::Edge { now, limit } => self.took_edge::<COUNT>(first(), now, limit),
             // The own shard is full by its own counters (so not by a stale
             // bit) and every other shard is marked full: under overload,
             // this is the whole answer, whatever the shard count.
-            Fast::LooksFull => match small {
+            Fast::LooksFull => match home {
                 // One word holds every bit: equal to `all_full`, it holds
-                // `start`'s too (`all_marked_from`).
-                Some(_) if self.full.first_word() == self.all_full => {
+                // the shard's too (`all_marked_from`).
+                true if self.full.first_word() == self.all_full => {
                     if COUNT {
                         shard.count_home_refusal();
                     }
                     return Err(Error::Overload);
                 }
-                None if self.all_marked_from(start) => return Err(self.refuse::<COUNT>()),
-                _ => self.try_at_cold::<COUNT>(start),
+                false if self.all_marked_from(first()) => return Err(self.refuse::<COUNT>()),
+                _ => self.try_at_cold::<COUNT>(first()),
             },
-            Fast::Cold => self.try_at_cold::<COUNT>(start),
+            Fast::Cold => self.try_at_cold::<COUNT>(first()),
         };
         answer.map(|i| &*self.shards[i])
     }
