@@ -112,11 +112,21 @@ pub struct Guarded {
     /// A congested window (or a guardrail) has been seen: the knee has
     /// been found once, and the limit no longer climbs by the demand.
     found: bool,
-    /// The previous window's mean in-flight, throughput and limit.
-    previous: Option<(f64, f64, usize)>,
-    /// The units held at the previous tick: with this tick's and the
-    /// window's completions, what the window admitted.
-    held: Option<usize>,
+    /// What the previous window read.
+    previous: Option<Previous>,
+}
+
+/// What [`Guarded`] keeps of the previous window: for the Cinnamon check
+/// ([`Guarded::below_knee`]) and for the load a window admitted.
+#[derive(Debug, Clone, Copy)]
+struct Previous {
+    /// Mean in-flight, by Little's law.
+    in_flight: f64,
+    throughput: f64,
+    limit: usize,
+    /// The units held at its tick: with this tick's and the window's
+    /// completions, what this window admitted.
+    held: usize,
 }
 
 impl Default for Guarded {
@@ -136,7 +146,6 @@ impl Default for Guarded {
             suspect: false,
             found: false,
             previous: None,
-            held: None,
         }
     }
 }
@@ -183,7 +192,13 @@ impl Guarded {
     /// which the test catches; a slower backend shows itself by a fall,
     /// after the cut its congestion brings.
     fn below_knee(&self, window: &Window, in_flight: f64, throughput: f64) -> bool {
-        let Some((before, rate, limit)) = self.previous else {
+        let Some(Previous {
+            in_flight: before,
+            throughput: rate,
+            limit,
+            ..
+        }) = self.previous
+        else {
             return false;
         };
         if window.is_binding() && window.limit() as f64 > 0.85 * limit as f64 {
@@ -230,7 +245,7 @@ impl Algorithm for Guarded {
         // as if it started with none held: a controller that joins a busy
         // target reads its first window's load high by what was held, and
         // the climb it sizes is at most a doubling.
-        let before = self.held.replace(window.in_flight()).unwrap_or(0) as f64;
+        let before = self.previous.map_or(0, |previous| previous.held) as f64;
         let admitted = (window.completed() as f64 + window.in_flight() as f64 - before)
             .max(window.completed() as f64);
 
@@ -248,7 +263,12 @@ impl Algorithm for Guarded {
         // backend shows it is below its knee, else lowered by pools of
         // uncongested windows (below).
         let below_knee = self.below_knee(window, in_flight, throughput);
-        self.previous = Some((in_flight, throughput, window.limit()));
+        self.previous = Some(Previous {
+            in_flight,
+            throughput,
+            limit: window.limit(),
+            held: window.in_flight(),
+        });
         // A re-basing needs a window above the band: one within it says
         // nothing the band does not absorb, and one sparse window's mean
         // is too rough a reading to replace an estimate by.
