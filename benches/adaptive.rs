@@ -212,19 +212,10 @@ fn main() {
         if !name.contains(&only) {
             continue;
         }
-        // Each run on a fresh thread: the sampling countdown is the
-        // thread's, so a run does not depend on the runs before it.
-        let runs: Vec<Vec<Measured>> = (0..seeds)
-            .map(|n| {
-                std::thread::spawn(move || {
-                    let mut contender = contenders(INITIAL).swap_remove(index).1;
-                    simulate_seeded(&mut *contender, &phases, UNIFORM, nth_seed(n))
-                })
-            })
-            .collect::<Vec<_>>()
-            .into_iter()
-            .map(|run| run.join().expect("the simulation does not panic"))
-            .collect();
+        let runs: Vec<Vec<Measured>> = on_seeds(seeds, move |seed| {
+            let mut contender = contenders(INITIAL).swap_remove(index).1;
+            simulate_seeded(&mut *contender, &phases, UNIFORM, seed)
+        });
         // A reach column: the median over the seeds, never reached sorting
         // last; `slowest` adds the slowest seed's.
         let reach = |phase: usize, slowest: bool| {
@@ -484,33 +475,27 @@ fn harness(length: Nanos, seeds: u64) -> String {
         if !name.contains(&only) {
             continue;
         }
-        let runs: Vec<HarnessRun> = (0..seeds)
-            .map(|n| {
-                std::thread::spawn(move || {
-                    let mut contender = harness_rows().swap_remove(index).1;
-                    simulate_seeded(&mut *contender, &phases, backend, nth_seed(n))
-                })
-            })
-            .collect::<Vec<_>>()
-            .into_iter()
-            .map(|run| {
-                let m = run.join().expect("the simulation does not panic");
-                let (half, halved) = (&m[0], &m[3]);
-                HarnessRun {
-                    shed: half.shed + half.carried,
-                    shed_late: half.shed_late,
-                    shed_below_knee: half.shed_below_knee,
-                    shed_share: 100.0 * (half.shed + half.carried) as f64
-                        / half.arrived.max(1) as f64,
-                    end_limit: half.end_limit,
-                    gp_four: m[1].goodput as f64 / best(H_KNEE),
-                    gp_one_half: m[2].goodput as f64 / best(H_KNEE),
-                    halved: halved.reach.map(|t| t as f64 / SEC as f64),
-                    mean200: halved.early.iter().sum::<f64>() / halved.early.len().max(1) as f64,
-                    gp_halved: halved.goodput as f64 / best(H_KNEE / 2),
-                }
-            })
-            .collect();
+        let runs: Vec<HarnessRun> = on_seeds(seeds, move |seed| {
+            let mut contender = harness_rows().swap_remove(index).1;
+            simulate_seeded(&mut *contender, &phases, backend, seed)
+        })
+        .into_iter()
+        .map(|m| {
+            let (half, halved) = (&m[0], &m[3]);
+            HarnessRun {
+                shed: half.shed + half.carried,
+                shed_late: half.shed_late,
+                shed_below_knee: half.shed_below_knee,
+                shed_share: 100.0 * (half.shed + half.carried) as f64 / half.arrived.max(1) as f64,
+                end_limit: half.end_limit,
+                gp_four: m[1].goodput as f64 / best(H_KNEE),
+                gp_one_half: m[2].goodput as f64 / best(H_KNEE),
+                halved: halved.reach.map(|t| t as f64 / SEC as f64),
+                mean200: halved.early.iter().sum::<f64>() / halved.early.len().max(1) as f64,
+                gp_halved: halved.goodput as f64 / best(H_KNEE / 2),
+            }
+        })
+        .collect();
         let column = |f: fn(&HarnessRun) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
         let sheds: Vec<u64> = runs.iter().map(|r| r.shed).collect();
         let late: Vec<u64> = runs.iter().map(|r| r.shed_late).collect();

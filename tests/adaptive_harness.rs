@@ -9,7 +9,7 @@
 mod adaptive_sim;
 
 use adaptive_sim::{
-    nth_seed, simulate, simulate_seeded, Backend, Ours, Phase, Spread, INITIAL, KNEE, MS, SEC, WORK,
+    on_seeds, simulate, simulate_seeded, Backend, Ours, Phase, Spread, INITIAL, KNEE, MS, SEC, WORK,
 };
 use sidejob::adaptive::ControllerBuilder;
 use sidejob::adaptive::Guarded;
@@ -84,22 +84,15 @@ const SEEDS: u64 = 25;
 /// each on a fresh thread (the sampling draws are the thread's); what
 /// each measured, and the limit each ended at.
 fn over_seeds(phases: &'static [Phase]) -> Vec<(Vec<adaptive_sim::Measured>, usize)> {
-    (0..SEEDS)
-        .map(|n| {
-            std::thread::spawn(move || {
-                let mut ours = Ours::starting(
-                    Guarded::default(),
-                    ControllerBuilder::DEFAULT_SAMPLE_EVERY,
-                    16,
-                );
-                let measured = simulate_seeded(&mut ours, phases, NOISY, nth_seed(n));
-                (measured, ours.limiter.capacity())
-            })
-        })
-        .collect::<Vec<_>>()
-        .into_iter()
-        .map(|run| run.join().expect("the simulation does not panic"))
-        .collect()
+    on_seeds(SEEDS, move |seed| {
+        let mut ours = Ours::starting(
+            Guarded::default(),
+            ControllerBuilder::DEFAULT_SAMPLE_EVERY,
+            16,
+        );
+        let measured = simulate_seeded(&mut ours, phases, NOISY, seed);
+        (measured, ours.limiter.capacity())
+    })
 }
 
 #[test]

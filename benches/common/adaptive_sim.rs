@@ -280,6 +280,22 @@ pub fn nth_seed(n: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// `run` once for each of `seeds` seeds (given [`nth_seed`] of its
+/// number), each on a fresh thread, all at once: the sampling countdown
+/// is the thread's, so a run does not depend on the runs before it.
+/// Their answers, in the seeds' order.
+pub fn on_seeds<T: Send + 'static>(
+    seeds: u64,
+    run: impl Fn(u64) -> T + Send + Copy + 'static,
+) -> Vec<T> {
+    (0..seeds)
+        .map(|n| std::thread::spawn(move || run(nth_seed(n))))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|run| run.join().expect("the simulation does not panic"))
+        .collect()
+}
+
 /// [`simulate_on`] the draws of `seed` (arrivals and work): one run of
 /// many, for a figure read as a median over seeds rather than from one
 /// run's luck.
