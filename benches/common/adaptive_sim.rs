@@ -253,23 +253,14 @@ pub struct Request {
     pub held: Held,
 }
 
-/// [`simulate_on`] the main table's backend ([`UNIFORM`]).
+/// Runs `phases` against the main table's backend ([`UNIFORM`]) on the
+/// draws of [`SEED`]: one run, for a test that checks a single seed.
 pub fn simulate(contender: &mut dyn Contender, phases: &[Phase]) -> Vec<Measured> {
-    simulate_on(contender, phases, UNIFORM)
+    simulate_seeded(contender, phases, UNIFORM, SEED)
 }
 
-/// The seed of [`simulate_on`]: the draws of every single-run table row.
+/// The seed of [`simulate`].
 pub const SEED: u64 = 0x9e37_79b9_7f4a_7c15;
-
-/// Runs `phases` one after the other against `backend`, from an empty
-/// backend at virtual time 0, on the draws of [`SEED`].
-pub fn simulate_on(
-    contender: &mut dyn Contender,
-    phases: &[Phase],
-    backend: Backend,
-) -> Vec<Measured> {
-    simulate_seeded(contender, phases, backend, SEED)
-}
 
 /// The `n`th seed of a run over many (splitmix64 of `n`: well mixed, so
 /// neighbouring seeds do not start in related draws).
@@ -296,9 +287,10 @@ pub fn on_seeds<T: Send + 'static>(
         .collect()
 }
 
-/// [`simulate_on`] the draws of `seed` (arrivals and work): one run of
-/// many, for a figure read as a median over seeds rather than from one
-/// run's luck.
+/// Runs `phases` one after the other against `backend`, from an empty
+/// backend at virtual time 0, on the draws of `seed` (arrivals and work):
+/// one run of many, for a figure read as a median over seeds rather than
+/// from one run's luck.
 pub fn simulate_seeded(
     contender: &mut dyn Contender,
     phases: &[Phase],
