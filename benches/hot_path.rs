@@ -322,6 +322,25 @@ fn run(s: &Subjects, name: &str, iters: u64) {
                 black_box(s.ours_full.try_acquire().is_err());
             }
         }
+        // The same loop as a standalone program has it: the harness's
+        // limiter (capacity 2 over 2 shards, both units held) in the
+        // loop's own frame, not behind a reference.
+        "loop_ours_refuse_local" => {
+            let l = Limiter::builder()
+                .capacity(2)
+                .shards(2)
+                .build()
+                .expect("valid bench configuration");
+            let held = (
+                l.try_acquire().expect("room"),
+                l.try_acquire().expect("room"),
+            );
+            assert!(l.try_acquire().is_err(), "both units are held");
+            for _ in 0..iters {
+                black_box(l.try_acquire().is_err());
+            }
+            drop(held);
+        }
         "loop_tokio_refuse" => {
             for _ in 0..iters {
                 black_box(s.tokio_empty.try_acquire().is_err());
@@ -442,6 +461,7 @@ fn main() {
             "ours_admit_timed_unsampled",
             "ours_refuse",
             "loop_ours_refuse",
+            "loop_ours_refuse_local",
             "loop_tokio_refuse",
             "ours_admit_many",
             "ours_admit_with",

@@ -1387,12 +1387,16 @@ impl LimiterBuilder {
 #[must_use = "the permit is released as soon as it is dropped"]
 #[clippy::has_significant_drop]
 pub struct Permit<'a, U: Units = One> {
-    limiter: &'a Limiter,
     /// The shard the unit was taken from (the first, for units from
     /// several), kept by reference: the release tests the full set with
     /// the shard's own bit and writes its line, with no index to bound
     /// and scale.
+    // First: a `Result<Permit, Error>` then marks `Err` by this word's
+    // null and keeps the error's byte in the limiter's word, which a
+    // caller's loop of `try_acquire().is_err()` compiles one instruction
+    // shorter (33 -> 32, every other count equal; PERFORMANCE.md, item 12).
     shard: &'a Shard,
+    limiter: &'a Limiter,
     units: U,
 }
 
