@@ -194,12 +194,14 @@ struct State<T> {
 }
 
 impl<T> Q<T> {
-    /// Its owner looks here: no longer `looking` nor `coming` (it has
-    /// looked) nor `away` (its handler is done).
-    fn looked(&mut self) {
+    /// Its owner looks here and takes the oldest item: no longer
+    /// `looking` nor `coming` (it has looked) nor `away` (its handler is
+    /// done).
+    fn look(&mut self) -> Option<(usize, T)> {
         self.looking = false;
         self.coming = false;
         self.away = false;
+        self.items.pop_front()
     }
 
     /// The oldest item, for a worker other than the owner: none if the
@@ -425,8 +427,7 @@ impl<T> SharedQueue<T> {
         (0..n).find_map(|i| {
             let mut q = self.queues[(me + i) % n].lock();
             if i == 0 {
-                q.looked();
-                q.items.pop_front()
+                q.look()
             } else {
                 q.steal()
             }
@@ -522,9 +523,7 @@ impl<T> SharedQueue<T> {
             // most often tokio moved it to the other thread), straight to
             // the sleep below, whose walk steals what it finds as this
             // look's would (one walk of every queue, not two).
-            let mut q = self.queues[me].lock();
-            q.looked();
-            q.items.pop_front()
+            self.queues[me].lock().look()
         };
         if let Some(item) = first {
             sleep.yielded = false;
@@ -561,12 +560,7 @@ impl<T> SharedQueue<T> {
         let mut marked = 0;
         for i in 0..n {
             let mut q = self.queues[(me + i) % n].lock();
-            let item = if i == 0 {
-                q.looked();
-                q.items.pop_front()
-            } else {
-                q.steal()
-            };
+            let item = if i == 0 { q.look() } else { q.steal() };
             if let Some(item) = item {
                 found = Some(item);
                 break;
