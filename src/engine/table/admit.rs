@@ -452,8 +452,9 @@ impl Table {
     /// `Result<Permit, Error>` at LLVM's threshold (a cost of 250 against
     /// 250), so a caller's `try_acquire().is_err()` called it out of line
     /// and paid for the call on every refusal, where nothing is dropped
-    /// (its cost is 205 with one call). The refusal in a caller's loop:
-    /// 40 instructions to 34 (`scripts/hot-path-instructions.sh`).
+    /// (its cost is 205 with one call). The refusal in a caller's loop
+    /// fell by 6 instructions (`scripts/hot-path-instructions.sh`;
+    /// PERFORMANCE.md, item 12).
     #[inline(always)]
     pub(crate) fn release_shard<P: FnOnce() -> bool>(&self, shard: &Shard, panicked: P) {
         debug_assert!(std::ptr::eq(shard, &*self.shards[shard.index]));
